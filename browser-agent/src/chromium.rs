@@ -1,0 +1,274 @@
+//! Launches Chromium, decides when it is ready (its DevTools `/json/version` answers),
+//! and starts it again when it dies.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use browser_agent_proto::v1::DevtoolsState;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::process;
+
+/// How Chromium is to be launched; fixed for the agent's life.
+#[derive(Clone, Debug)]
+pub struct LaunchConfig {
+    pub chromium_path: String,
+    pub user_data_dir: PathBuf,
+    /// `None` for headless browsers.
+    pub display: Option<String>,
+    pub width: u32,
+    pub height: u32,
+    pub kiosk: bool,
+    pub stealth: bool,
+}
+
+/// What the rest of the agent can observe about Chromium.
+#[derive(Clone, Debug)]
+pub struct BrowserState {
+    pub devtools: DevtoolsState,
+    pub pid: u32,
+    /// Port of the DevTools HTTP/WebSocket server on loopback; 0 until ready.
+    pub devtools_port: u16,
+    pub browser_ws_url: String,
+    pub restarts: u32,
+    pub last_exit: String,
+}
+
+impl BrowserState {
+    fn starting(restarts: u32, last_exit: String) -> Self {
+        Self {
+            devtools: DevtoolsState::Starting,
+            pid: 0,
+            devtools_port: 0,
+            browser_ws_url: String::new(),
+            restarts,
+            last_exit,
+        }
+    }
+}
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Consecutive failed starts after which the agent gives up and reports FAILED.
+const MAX_FAILED_STARTS: u32 = 5;
+
+/// Keeps Chromium running until `shutdown` is cancelled, publishing its state.
+pub async fn supervise(
+    config: LaunchConfig,
+    state: watch::Sender<BrowserState>,
+    shutdown: CancellationToken,
+) {
+    let mut restarts = 0;
+    let mut failed_starts = 0;
+    loop {
+        let mut child = match launch(&config, &state, restarts).await {
+            Ok(child) => {
+                failed_starts = 0;
+                child
+            }
+            Err(error) => {
+                failed_starts += 1;
+                tracing::error!(%error, failed_starts, "Chromium did not start");
+                if failed_starts >= MAX_FAILED_STARTS {
+                    state.send_modify(|s| {
+                        s.devtools = DevtoolsState::Failed;
+                        s.last_exit = format!("could not start: {error:#}");
+                    });
+                    shutdown.cancelled().await;
+                    return;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                }
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                process::terminate_group(&mut child, Duration::from_secs(2)).await;
+                return;
+            }
+            exit = child.wait() => {
+                let reason = match exit {
+                    Ok(status) => format!("Chromium exited: {status}"),
+                    Err(error) => format!("waiting for Chromium failed: {error}"),
+                };
+                // The zygote and renderers of the dead browser must not linger.
+                process::terminate_group(&mut child, Duration::from_millis(200)).await;
+                restarts += 1;
+                tracing::warn!(%reason, restarts, "restarting Chromium");
+                state.send_replace(BrowserState::starting(restarts, reason));
+            }
+        }
+    }
+}
+
+fn arguments(config: &LaunchConfig) -> Vec<String> {
+    let mut args = vec![
+        "--remote-debugging-address=127.0.0.1".to_owned(),
+        // Port 0: Chromium picks a free port and prints it, so agents never collide.
+        "--remote-debugging-port=0".to_owned(),
+        format!("--user-data-dir={}", config.user_data_dir.display()),
+        "--no-first-run".to_owned(),
+        "--no-default-browser-check".to_owned(),
+        "--disable-background-networking".to_owned(),
+        "--disable-component-update".to_owned(),
+        "--disable-sync".to_owned(),
+        "--disable-dev-shm-usage".to_owned(),
+        "--password-store=basic".to_owned(),
+        // Without a window manager Chromium opens at +10+10 with its own size.
+        "--window-position=0,0".to_owned(),
+        format!("--window-size={},{}", config.width, config.height),
+    ];
+    if running_as_root() {
+        // Root cannot use the sandbox; --test-type hides the warning bar that would
+        // otherwise shift every page coordinate by 57 px.
+        args.push("--no-sandbox".to_owned());
+        args.push("--test-type".to_owned());
+    }
+    if config.display.is_none() {
+        args.push("--headless=new".to_owned());
+    }
+    if config.kiosk {
+        args.push("--kiosk".to_owned());
+    }
+    if config.stealth {
+        args.push("--disable-blink-features=AutomationControlled".to_owned());
+    }
+    args.push("about:blank".to_owned());
+    args
+}
+
+fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+async fn launch(
+    config: &LaunchConfig,
+    state: &watch::Sender<BrowserState>,
+    restarts: u32,
+) -> anyhow::Result<Child> {
+    std::fs::create_dir_all(&config.user_data_dir)
+        .with_context(|| format!("creating {}", config.user_data_dir.display()))?;
+    let mut command = Command::new(&config.chromium_path);
+    command
+        .args(arguments(config))
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("XDG_SESSION_TYPE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    match &config.display {
+        Some(display) => command.env("DISPLAY", display),
+        None => command.env_remove("DISPLAY"),
+    };
+    process::own_group_dying_with_agent(&mut command);
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting {}", config.chromium_path))?;
+    let pid = child.id().unwrap_or(0);
+    state.send_modify(|s| {
+        s.pid = pid;
+        s.restarts = restarts;
+    });
+
+    match tokio::time::timeout(READY_TIMEOUT, wait_until_ready(&mut child)).await {
+        Ok(Ok((port, browser_ws_url))) => {
+            state.send_modify(|s| {
+                s.devtools = DevtoolsState::Ready;
+                s.devtools_port = port;
+                s.browser_ws_url = browser_ws_url;
+            });
+            Ok(child)
+        }
+        outcome => {
+            process::terminate_group(&mut child, Duration::from_millis(500)).await;
+            match outcome {
+                Ok(Err(error)) => Err(error),
+                _ => Err(anyhow!("DevTools did not answer within {READY_TIMEOUT:?}")),
+            }
+        }
+    }
+}
+
+/// Reads Chromium's stderr until it announces its DevTools port, then polls
+/// `/json/version` until it answers. Keeps draining stderr into our log afterwards so
+/// Chromium never blocks on a full pipe.
+async fn wait_until_ready(child: &mut Child) -> anyhow::Result<(u16, String)> {
+    let stderr = child.stderr.take().context("Chromium stderr is not piped")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let port = loop {
+        let Some(line) = lines.next_line().await? else {
+            bail!("Chromium exited before DevTools started");
+        };
+        if let Some(port) = devtools_port_from_log_line(&line) {
+            break port;
+        }
+        tracing::debug!(target: "chromium", "{line}");
+    };
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(target: "chromium", "{line}");
+        }
+    });
+
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/json/version");
+    loop {
+        if let Ok(response) = client.get(&url).send().await
+            && let Ok(version) = response.json::<serde_json::Value>().await
+            && let Some(ws) = version.get("webSocketDebuggerUrl").and_then(|v| v.as_str())
+        {
+            return Ok((port, ws.to_owned()));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!("Chromium exited before DevTools answered: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Parses "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/UUID".
+fn devtools_port_from_log_line(line: &str) -> Option<u16> {
+    let rest = line.split("DevTools listening on ws://").nth(1)?;
+    let host_port = rest.split('/').next()?;
+    host_port.rsplit(':').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_devtools_announcement() {
+        assert_eq!(
+            devtools_port_from_log_line(
+                "DevTools listening on ws://127.0.0.1:36789/devtools/browser/4c1d-..."
+            ),
+            Some(36789)
+        );
+        assert_eq!(devtools_port_from_log_line("[123:456:ERROR] something"), None);
+    }
+
+    #[test]
+    fn headless_and_headful_arguments_differ_only_where_they_must() {
+        let mut config = LaunchConfig {
+            chromium_path: "chromium".into(),
+            user_data_dir: "/tmp/x".into(),
+            display: Some(":5".into()),
+            width: 1280,
+            height: 800,
+            kiosk: false,
+            stealth: false,
+        };
+        let headful = arguments(&config);
+        assert!(headful.contains(&"--window-size=1280,800".to_owned()));
+        assert!(!headful.iter().any(|a| a.starts_with("--headless")));
+        config.display = None;
+        assert!(arguments(&config).contains(&"--headless=new".to_owned()));
+    }
+}

@@ -1,0 +1,83 @@
+//! The X display of a headful browser: an Xvfb server that the agent starts and owns.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+use crate::process;
+
+pub struct Display {
+    /// Such as ":3".
+    pub name: String,
+    xvfb: Child,
+}
+
+impl Display {
+    /// Starts Xvfb on a free display number. `-displayfd` makes Xvfb pick the number and
+    /// write it to us once it accepts connections, so there is no polling and no race
+    /// between agents. `-noreset` keeps Xvfb from resetting when its last client leaves
+    /// (X connections made during a reset fail).
+    pub async fn start(xvfb_path: &str, width: u32, height: u32) -> anyhow::Result<Self> {
+        let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .context("creating the -displayfd pipe")?;
+        let write_fd = write_end.as_raw_fd();
+        let mut command = Command::new(xvfb_path);
+        command
+            .arg("-displayfd")
+            .arg(write_fd.to_string())
+            .args(["-screen", "0", &format!("{width}x{height}x24")])
+            .args(["-nolisten", "tcp", "-noreset"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        process::own_group_dying_with_agent(&mut command);
+        // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on the write end in
+        // the child only, so Xvfb inherits exactly that descriptor.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(write_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut xvfb = command
+            .spawn()
+            .with_context(|| format!("starting {xvfb_path}"))?;
+        drop(write_end);
+
+        let name = match tokio::time::timeout(Duration::from_secs(10), read_display(read_end)).await
+        {
+            Ok(Ok(number)) => format!(":{number}"),
+            outcome => {
+                process::terminate_group(&mut xvfb, Duration::from_millis(200)).await;
+                match outcome {
+                    Ok(Err(error)) => return Err(error),
+                    _ => bail!("Xvfb did not report a display within 10 s"),
+                }
+            }
+        };
+        Ok(Self { name, xvfb })
+    }
+
+    pub async fn stop(mut self) {
+        process::terminate_group(&mut self.xvfb, Duration::from_secs(1)).await;
+    }
+}
+
+async fn read_display(read_end: OwnedFd) -> anyhow::Result<u32> {
+    let mut pipe = tokio::fs::File::from_std(std::fs::File::from(read_end));
+    let mut text = String::new();
+    // Xvfb writes "N\n" and keeps the descriptor open, so read until the newline.
+    let mut buffer = [0u8; 16];
+    while !text.contains('\n') {
+        let read = pipe.read(&mut buffer).await?;
+        if read == 0 {
+            bail!("Xvfb exited before reporting a display");
+        }
+        text.push_str(&String::from_utf8_lossy(&buffer[..read]));
+    }
+    text.trim().parse().context("Xvfb reported a malformed display number")
+}

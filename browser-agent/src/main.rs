@@ -1,0 +1,203 @@
+//! browser-agent: one per browser VM. Starts and supervises Xvfb and Chromium, serves the
+//! `browser_agent.v1` gRPC contract to its control plane, and exits (reaping everything it
+//! started) on Shutdown, on SIGTERM, or when no control plane has called for the grace period.
+
+mod auth;
+mod cdp;
+mod chromium;
+mod display;
+mod process;
+mod service;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context;
+use browser_agent_proto::v1::DevtoolsState;
+use browser_agent_proto::v1::browser_agent_server::BrowserAgentServer;
+use clap::Parser;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::chromium::{BrowserState, LaunchConfig};
+
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Directory that is this browser VM's filesystem root; Chromium's profile lives inside.
+    #[arg(long, env = "BROWSER_AGENT_VM_ROOT")]
+    vm_root: PathBuf,
+    /// Address of the gRPC server. Port 0 picks a free port (see --addr-file).
+    #[arg(long, env = "BROWSER_AGENT_LISTEN", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Once listening, the bound address is written to this file (atomically).
+    #[arg(long, env = "BROWSER_AGENT_ADDR_FILE")]
+    addr_file: Option<PathBuf>,
+    /// The credential every gRPC call must present. Read from the environment so it does
+    /// not show in the process list.
+    #[arg(long, env = "BROWSER_AGENT_SECRET", hide_env_values = true)]
+    secret: String,
+    #[arg(long, default_value_t = 1920)]
+    width: u32,
+    #[arg(long, default_value_t = 1080)]
+    height: u32,
+    /// Run Chromium with --headless=new and no X display.
+    #[arg(long)]
+    headless: bool,
+    #[arg(long)]
+    kiosk: bool,
+    #[arg(long)]
+    stealth: bool,
+    /// Shut down after this many seconds without a call from a control plane.
+    #[arg(long, env = "BROWSER_AGENT_IDLE_GRACE_SECONDS", default_value_t = 300)]
+    idle_grace_seconds: u64,
+    #[arg(long, env = "BROWSER_AGENT_CHROMIUM", default_value = "chromium")]
+    chromium_path: String,
+    #[arg(long, env = "BROWSER_AGENT_XVFB", default_value = "Xvfb")]
+    xvfb_path: String,
+}
+
+/// Screens larger than this are refused: Xvfb would allocate the framebuffer up front.
+const MAX_SCREEN_SIDE: u32 = 7680;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    anyhow::ensure!(
+        (1..=MAX_SCREEN_SIDE).contains(&args.width) && (1..=MAX_SCREEN_SIDE).contains(&args.height),
+        "screen size must be between 1 and {MAX_SCREEN_SIDE} on each side"
+    );
+    std::fs::create_dir_all(&args.vm_root)
+        .with_context(|| format!("creating {}", args.vm_root.display()))?;
+
+    let shutdown = CancellationToken::new();
+    let authenticator = auth::Authenticator::new(&args.secret);
+    let (state_tx, state_rx) = watch::channel(BrowserState {
+        devtools: DevtoolsState::Starting,
+        pid: 0,
+        devtools_port: 0,
+        browser_ws_url: String::new(),
+        restarts: 0,
+        last_exit: String::new(),
+    });
+
+    // Listen first, so the control plane can connect while the browser starts.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let bound = listener.local_addr()?;
+    if let Some(addr_file) = &args.addr_file {
+        let partial = addr_file.with_extension("partial");
+        std::fs::write(&partial, bound.to_string())?;
+        std::fs::rename(&partial, addr_file)?;
+    }
+    tracing::info!(%bound, "browser agent listening");
+
+    let display = if args.headless {
+        None
+    } else {
+        match display::Display::start(&args.xvfb_path, args.width, args.height).await {
+            Ok(display) => Some(display),
+            Err(error) => {
+                tracing::error!(error = format!("{error:#}"), "could not start the display");
+                state_tx.send_modify(|s| {
+                    s.devtools = DevtoolsState::Failed;
+                    s.last_exit = format!("display failed: {error:#}");
+                });
+                None
+            }
+        }
+    };
+    let display_name = display.as_ref().map(|d| d.name.clone());
+    let supervisor = if args.headless || display.is_some() {
+        let config = LaunchConfig {
+            chromium_path: args.chromium_path.clone(),
+            user_data_dir: args.vm_root.join("user-data"),
+            display: display_name.clone(),
+            width: args.width,
+            height: args.height,
+            kiosk: args.kiosk,
+            stealth: args.stealth,
+        };
+        Some(tokio::spawn(chromium::supervise(config, state_tx, shutdown.clone())))
+    } else {
+        None
+    };
+
+    tokio::spawn(watchdog(
+        authenticator.clone(),
+        Duration::from_secs(args.idle_grace_seconds),
+        shutdown.clone(),
+    ));
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+
+    let service = service::AgentService {
+        display: display_name,
+        width: args.width,
+        height: args.height,
+        vm_root: args.vm_root.clone(),
+        browser: state_rx,
+        shutdown: shutdown.clone(),
+    };
+    let server = BrowserAgentServer::new(service)
+        .max_decoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES)
+        .max_encoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES);
+    let check = authenticator.clone();
+    let served = tonic::transport::Server::builder()
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            server,
+            move |request| check.check(request),
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.clone().cancelled_owned())
+        .await;
+
+    // Whatever ended the server, nothing we started may outlive us.
+    shutdown.cancel();
+    if let Some(supervisor) = supervisor {
+        let _ = supervisor.await;
+    }
+    if let Some(display) = display {
+        display.stop().await;
+    }
+    tracing::info!("browser agent stopped");
+    served.context("gRPC server failed")
+}
+
+async fn watchdog(auth: auth::Authenticator, grace: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let silent_for = auth::now_millis().saturating_sub(auth.last_contact.load(Ordering::Relaxed));
+        if silent_for > grace.as_millis() as u64 {
+            tracing::warn!(?grace, "no control plane called within the grace period; shutting down");
+            shutdown.cancel();
+            return;
+        }
+    }
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    shutdown.cancel();
+}

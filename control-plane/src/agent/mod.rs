@@ -1,0 +1,127 @@
+//! The one place that speaks gRPC to browser agents: credentials, deadlines and the
+//! mapping of `tonic::Status` to errors the API can answer.
+
+use std::time::Duration;
+
+use browser_agent_proto::AUTHORIZATION_METADATA;
+use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
+use browser_agent_proto::v1::{
+    CdpFrame, CdpOpen, ShutdownRequest, StatusRequest, StatusResponse, cdp_frame::Kind,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status, Streaming};
+
+use crate::store::AgentLocation;
+
+/// CDP messages can be large (screenshots, DOM snapshots); matches the agent's limit.
+pub const MAX_CDP_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("browser agent unavailable: {0}")]
+    Unavailable(String),
+    #[error("browser agent did not answer in time: {0}")]
+    Timeout(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("browser agent failed: {0}")]
+    Internal(String),
+}
+
+impl From<Status> for AgentError {
+    fn from(status: Status) -> Self {
+        let message = status.message().to_owned();
+        match status.code() {
+            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+                Self::InvalidArgument(message)
+            }
+            Code::NotFound => Self::NotFound(message),
+            Code::DeadlineExceeded => Self::Timeout(message),
+            Code::Unavailable | Code::Unknown | Code::Cancelled => Self::Unavailable(message),
+            _ => Self::Internal(format!("{:?}: {message}", status.code())),
+        }
+    }
+}
+
+type Authenticated = InterceptedService<Channel, BearerCredential>;
+
+#[derive(Clone)]
+pub struct BearerCredential(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for BearerCredential {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        request.metadata_mut().insert(AUTHORIZATION_METADATA, self.0.clone());
+        Ok(request)
+    }
+}
+
+/// A client for one agent. Cheap to clone; clones share the HTTP/2 connection.
+#[derive(Clone)]
+pub struct AgentClient {
+    inner: BrowserAgentClient<Authenticated>,
+}
+
+impl AgentClient {
+    /// Connects lazily: no I/O until the first call.
+    pub fn new(location: &AgentLocation) -> Result<Self, AgentError> {
+        let endpoint = Endpoint::from_shared(location.endpoint.clone())
+            .map_err(|error| AgentError::Unavailable(format!("bad agent endpoint: {error}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        let credential = MetadataValue::try_from(format!("Bearer {}", location.secret))
+            .map_err(|_| AgentError::Internal("agent secret is not valid metadata".into()))?;
+        let inner = BrowserAgentClient::with_interceptor(
+            endpoint.connect_lazy(),
+            BearerCredential(credential),
+        )
+        .max_decoding_message_size(MAX_CDP_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_CDP_MESSAGE_BYTES);
+        Ok(Self { inner })
+    }
+
+    pub async fn status(&self) -> Result<StatusResponse, AgentError> {
+        let mut request = tonic::Request::new(StatusRequest::default());
+        request.set_timeout(CALL_TIMEOUT);
+        Ok(self.inner.clone().status(request).await?.into_inner())
+    }
+
+    /// Waits until Chromium's DevTools answers (or failed), at most `wait`.
+    pub async fn wait_until_ready(&self, wait: Duration) -> Result<StatusResponse, AgentError> {
+        let mut request = tonic::Request::new(StatusRequest {
+            wait_until_ready: true,
+            wait_timeout_ms: wait.as_millis() as u32,
+        });
+        request.set_timeout(wait + CALL_TIMEOUT);
+        Ok(self.inner.clone().status(request).await?.into_inner())
+    }
+
+    pub async fn shutdown(&self) -> Result<(), AgentError> {
+        let mut request = tonic::Request::new(ShutdownRequest {});
+        request.set_timeout(CALL_TIMEOUT);
+        self.inner.clone().shutdown(request).await?;
+        Ok(())
+    }
+
+    /// Opens a tunnel to the DevTools WebSocket at `path` (empty: the browser endpoint).
+    /// Returns the sender for frames towards Chromium and the stream of frames from it.
+    pub async fn open_cdp_tunnel(
+        &self,
+        path: &str,
+    ) -> Result<(mpsc::Sender<CdpFrame>, Streaming<CdpFrame>), AgentError> {
+        let (to_agent, outbound) = mpsc::channel(64);
+        to_agent
+            .send(CdpFrame { kind: Some(Kind::Open(CdpOpen { path: path.to_owned() })) })
+            .await
+            .map_err(|_| AgentError::Internal("tunnel channel closed".into()))?;
+        let response = self.inner.clone().cdp_tunnel(ReceiverStream::new(outbound)).await?;
+        Ok((to_agent, response.into_inner()))
+    }
+}

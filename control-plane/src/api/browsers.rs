@@ -1,0 +1,374 @@
+//! Browser sessions: `POST/GET/DELETE /browsers`, `GET/DELETE /browsers/{id}`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::IntoResponse;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::extract::{JsonBody, QueryParams};
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::sessions::NewSession;
+use crate::state::AppState;
+use crate::store::{SessionFilter, SessionRecord, SessionStatus};
+
+pub const DEFAULT_TIMEOUT_SECONDS: i64 = 60;
+pub const MIN_TIMEOUT_SECONDS: i64 = 10;
+pub const MAX_TIMEOUT_SECONDS: i64 = 259_200;
+pub const DEFAULT_VIEWPORT: (i64, i64) = (1920, 1080);
+/// Xvfb allocates the whole framebuffer up front; 8K is plenty.
+pub const MAX_VIEWPORT_SIDE: i64 = 7680;
+pub const MIN_VIEWPORT_SIDE: i64 = 100;
+pub const MAX_PERSISTENT_ID_LENGTH: usize = 255;
+pub const DEFAULT_LIST_LIMIT: u32 = 20;
+pub const MAX_LIST_LIMIT: u32 = 100;
+
+/// Fields of `POST /browsers`, as the Kernel SDKs send them. Unknown fields are refused
+/// so that a typo is not silently ignored.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBrowserRequest {
+    /// Launch Chromium with `--headless=new` and no display. Default false.
+    pub headless: Option<bool>,
+    /// Reduce automation fingerprints. Default false.
+    pub stealth: Option<bool>,
+    /// Seconds without API calls and without an open CDP connection after which the
+    /// session is deleted. Default 60, minimum 10, maximum 259200.
+    pub timeout_seconds: Option<i64>,
+    /// Deprecated: creating with the id of a live session returns that session.
+    pub persistence: Option<Persistence>,
+    pub viewport: Option<ViewportRequest>,
+    /// Start Chromium in kiosk mode (no address bar or tabs).
+    pub kiosk_mode: Option<bool>,
+    /// GPU acceleration; this server has none, so only `false` is accepted.
+    pub gpu: Option<bool>,
+    /// Accepted for compatibility; invocations are not part of this server.
+    pub invocation_id: Option<String>,
+    /// Extensions to load, by id or name.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub extensions: Option<Vec<serde_json::Value>>,
+    /// Proxy to route the browser's traffic through.
+    pub proxy_id: Option<String>,
+    /// Profile to load, by id or name.
+    #[schema(value_type = Option<Object>)]
+    pub profile: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Persistence {
+    pub id: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ViewportRequest {
+    pub width: i64,
+    pub height: i64,
+    pub refresh_rate: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Viewport {
+    pub width: i64,
+    pub height: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh_rate: Option<i64>,
+}
+
+/// A browser session as the Kernel SDKs read it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BrowserSession {
+    pub session_id: String,
+    /// WebSocket URL for Playwright `connect_over_cdp` / Puppeteer `connect`; carries a
+    /// token valid for this session while it lives.
+    pub cdp_ws_url: String,
+    pub created_at: DateTime<Utc>,
+    pub headless: bool,
+    pub stealth: bool,
+    pub timeout_seconds: i64,
+    pub kiosk_mode: bool,
+    pub gpu: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<Persistence>,
+    pub viewport: Viewport,
+    /// Set once the session has ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<DateTime<Utc>>,
+}
+
+impl BrowserSession {
+    fn from_record(state: &AppState, session: &SessionRecord) -> Self {
+        let token = state.cdp_tokens.issue(&session.id, &session.org_id);
+        Self {
+            session_id: session.id.clone(),
+            cdp_ws_url: format!("{}/browsers/{}/cdp?jwt={token}", state.public_ws_url(), session.id),
+            created_at: session.created_at,
+            headless: session.headless,
+            stealth: session.stealth,
+            timeout_seconds: session.timeout_seconds,
+            kiosk_mode: session.kiosk_mode,
+            gpu: false,
+            persistence: session.persistent_id.clone().map(|id| Persistence { id }),
+            viewport: Viewport {
+                width: session.viewport_width,
+                height: session.viewport_height,
+                refresh_rate: session.viewport_refresh_rate,
+            },
+            deleted_at: session.ended_at,
+        }
+    }
+}
+
+fn validate(request: CreateBrowserRequest) -> Result<NewSession, ApiError> {
+    let mut problems = Vec::new();
+    let timeout_seconds = request.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    if !(MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&timeout_seconds) {
+        problems.push(ErrorDetail::invalid_input(format!(
+            "timeout_seconds must be between {MIN_TIMEOUT_SECONDS} and {MAX_TIMEOUT_SECONDS}, got {timeout_seconds}"
+        )));
+    }
+    let (width, height, refresh_rate) = match &request.viewport {
+        Some(viewport) => (viewport.width, viewport.height, viewport.refresh_rate),
+        None => (DEFAULT_VIEWPORT.0, DEFAULT_VIEWPORT.1, None),
+    };
+    for (field, value) in [("viewport.width", width), ("viewport.height", height)] {
+        if !(MIN_VIEWPORT_SIDE..=MAX_VIEWPORT_SIDE).contains(&value) {
+            problems.push(ErrorDetail::invalid_input(format!(
+                "{field} must be between {MIN_VIEWPORT_SIDE} and {MAX_VIEWPORT_SIDE}, got {value}"
+            )));
+        }
+    }
+    if let Some(rate) = refresh_rate
+        && !(1..=240).contains(&rate)
+    {
+        problems.push(ErrorDetail::invalid_input(format!(
+            "viewport.refresh_rate must be between 1 and 240, got {rate}"
+        )));
+    }
+    if let Some(persistence) = &request.persistence
+        && (persistence.id.is_empty() || persistence.id.len() > MAX_PERSISTENT_ID_LENGTH)
+    {
+        problems.push(ErrorDetail::invalid_input(format!(
+            "persistence.id must be 1 to {MAX_PERSISTENT_ID_LENGTH} characters"
+        )));
+    }
+    if request.gpu == Some(true) {
+        problems.push(ErrorDetail::invalid_input("gpu: this server has no GPU browsers"));
+    }
+    // Extensions, proxies and profiles are resources of the organization; none can be
+    // referenced until their APIs exist, so every reference names a missing resource.
+    if request.extensions.as_ref().is_some_and(|list| !list.is_empty()) {
+        problems.push(ErrorDetail::invalid_input("extensions: no such extension in this organization"));
+    }
+    if let Some(proxy_id) = &request.proxy_id {
+        problems.push(ErrorDetail::invalid_input(format!("proxy_id: proxy {proxy_id} not found")));
+    }
+    if request.profile.is_some() {
+        problems.push(ErrorDetail::invalid_input("profile: no such profile in this organization"));
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid(problems));
+    }
+    Ok(NewSession {
+        persistent_id: request.persistence.map(|p| p.id),
+        headless: request.headless.unwrap_or(false),
+        stealth: request.stealth.unwrap_or(false),
+        kiosk_mode: request.kiosk_mode.unwrap_or(false),
+        timeout_seconds,
+        viewport_width: width,
+        viewport_height: height,
+        viewport_refresh_rate: refresh_rate,
+    })
+}
+
+/// Create a browser session. Answers once Chromium's DevTools endpoint is ready.
+#[utoipa::path(post, path = "/browsers", tag = "browsers", request_body = CreateBrowserRequest,
+    security(("bearer" = [])),
+    responses((status = 200, body = BrowserSession), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(request): JsonBody<CreateBrowserRequest>,
+) -> Result<Json<BrowserSession>, ApiError> {
+    let new = validate(request)?;
+    let session = state.sessions.create(&caller.org_id, new).await?;
+    Ok(Json(BrowserSession::from_record(&state, &session)))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// `active` (default), `deleted` or `all`.
+    pub status: Option<String>,
+    /// Deprecated: same as `status=all`.
+    pub include_deleted: Option<bool>,
+    /// Default 20, maximum 100.
+    pub limit: Option<u32>,
+    pub offset: Option<u32>,
+}
+
+/// List the organization's browser sessions, newest first. Pages with `limit`/`offset`
+/// and answers `X-Has-More` and `X-Next-Offset`.
+#[utoipa::path(get, path = "/browsers", tag = "browsers", params(ListQuery),
+    security(("bearer" = [])),
+    responses((status = 200, body = Vec<BrowserSession>), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let filter = match (query.status.as_deref(), query.include_deleted) {
+        (Some("active") | None, Some(true)) | (Some("all"), _) => SessionFilter::All,
+        (Some("active") | None, _) => SessionFilter::Live,
+        (Some("deleted"), _) => SessionFilter::Ended,
+        (Some(other), _) => {
+            return Err(ApiError::invalid_field(format!(
+                "status must be one of active, deleted, all; got {other:?}"
+            )));
+        }
+    };
+    let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid_field(format!("limit must be between 1 and {MAX_LIST_LIMIT}")));
+    }
+    let offset = query.offset.unwrap_or(0);
+    let mut sessions = state.store.list_sessions(&caller.org_id, filter, limit + 1, offset).await?;
+    let has_more = sessions.len() > limit as usize;
+    sessions.truncate(limit as usize);
+    let mut headers = HeaderMap::new();
+    headers.insert("x-has-more", HeaderValue::from_static(if has_more { "true" } else { "false" }));
+    if has_more && let Ok(next) = HeaderValue::from_str(&(offset + limit).to_string()) {
+        headers.insert("x-next-offset", next);
+    }
+    let body: Vec<BrowserSession> =
+        sessions.iter().map(|s| BrowserSession::from_record(&state, s)).collect();
+    Ok((headers, Json(body)))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RetrieveQuery {
+    /// Also answer a session that has ended (with `deleted_at`).
+    pub include_deleted: Option<bool>,
+}
+
+/// Get a browser session.
+#[utoipa::path(get, path = "/browsers/{id}", tag = "browsers",
+    params(("id" = String, Path, description = "Browser session ID"), RetrieveQuery),
+    security(("bearer" = [])),
+    responses((status = 200, body = BrowserSession), (status = 404, body = ErrorBody)))]
+pub async fn retrieve(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    QueryParams(query): QueryParams<RetrieveQuery>,
+) -> Result<Json<BrowserSession>, ApiError> {
+    let session = if query.include_deleted == Some(true) {
+        state
+            .store
+            .session(&caller.org_id, &id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("browser session {id} not found")))?
+    } else {
+        state.sessions.live(&caller.org_id, &id).await?
+    };
+    Ok(Json(BrowserSession::from_record(&state, &session)))
+}
+
+/// Delete a browser session: Chromium, its display and its agent are stopped and reaped
+/// before the answer.
+#[utoipa::path(delete, path = "/browsers/{id}", tag = "browsers",
+    params(("id" = String, Path, description = "Browser session ID")),
+    security(("bearer" = [])),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let session = state.sessions.live(&caller.org_id, &id).await?;
+    end_requested(&state, &session).await
+}
+
+async fn end_requested(state: &AppState, session: &SessionRecord) -> Result<StatusCode, ApiError> {
+    if state.sessions.end(session, "deleted by the API").await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        // Ended concurrently (another delete or the inactivity timeout).
+        Err(ApiError::NotFound(format!("browser session {} not found", session.id)))
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeletePersistentQuery {
+    /// The `persistence.id` the session was created with.
+    pub persistent_id: Option<String>,
+}
+
+/// Deprecated (use `DELETE /browsers/{id}`): delete the live session that has this
+/// persistent id. Answers a `Deprecation` header.
+#[utoipa::path(delete, path = "/browsers", tag = "browsers", params(DeletePersistentQuery),
+    security(("bearer" = [])),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[deprecated]
+pub async fn delete_by_persistent_id(
+    State(state): State<AppState>,
+    caller: Caller,
+    QueryParams(query): QueryParams<DeletePersistentQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let deprecation = [("deprecation", "true"), ("link", "</browsers/{id}>; rel=\"successor-version\"")];
+    let persistent_id = query
+        .persistent_id
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| ApiError::invalid_field("persistent_id: the query parameter is required"))?;
+    let result = async {
+        let session = state
+            .store
+            .live_session_by_persistent_id(&caller.org_id, &persistent_id)
+            .await?
+            .filter(|s| s.status != SessionStatus::Ended)
+            .ok_or_else(|| {
+                ApiError::NotFound(format!("no live browser session with persistent id {persistent_id}"))
+            })?;
+        end_requested(&state, &session).await
+    }
+    .await;
+    Ok((deprecation, result))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_sdk_documentation() {
+        let new = validate(CreateBrowserRequest::default()).expect("defaults are valid");
+        assert_eq!(new.timeout_seconds, 60);
+        assert_eq!((new.viewport_width, new.viewport_height), (1920, 1080));
+        assert!(!new.headless);
+    }
+
+    #[test]
+    fn every_invalid_field_is_reported() {
+        let request = CreateBrowserRequest {
+            timeout_seconds: Some(5),
+            viewport: Some(ViewportRequest { width: 0, height: 99_999, refresh_rate: None }),
+            ..Default::default()
+        };
+        let Err(ApiError::BadRequest { details, .. }) = validate(request) else {
+            panic!("expected a validation error");
+        };
+        let messages: Vec<_> = details.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(messages[0].starts_with("timeout_seconds"));
+        assert!(messages[1].starts_with("viewport.width"));
+        assert!(messages[2].starts_with("viewport.height"));
+    }
+}

@@ -1,0 +1,116 @@
+//! `GET /browsers/{id}/cdp?jwt=…`: the WebSocket behind `cdp_ws_url`. Authenticated by
+//! the signed token instead of an API key (Playwright and Puppeteer cannot send headers
+//! here); tunnelled over gRPC to the agent, which connects to Chromium's DevTools.
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use browser_agent_proto::v1::{CdpClose, CdpFrame, cdp_frame::Kind};
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tonic::Streaming;
+use utoipa::IntoParams;
+
+use super::extract::QueryParams;
+use crate::agent::MAX_CDP_MESSAGE_BYTES;
+use crate::error::{ApiError, ErrorBody};
+use crate::sessions::CdpConnectionGuard;
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CdpQuery {
+    /// The token from `cdp_ws_url`.
+    pub jwt: Option<String>,
+}
+
+/// WebSocket endpoint speaking the Chrome DevTools Protocol of the session's browser.
+#[utoipa::path(get, path = "/browsers/{id}/cdp", tag = "browsers",
+    params(("id" = String, Path, description = "Browser session ID"), CdpQuery),
+    responses((status = 101, description = "Switching to the DevTools WebSocket"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn connect(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(query): QueryParams<CdpQuery>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let claims = query
+        .jwt
+        .as_deref()
+        .and_then(|token| state.cdp_tokens.verify(token))
+        .filter(|claims| claims.sub == id)
+        .ok_or_else(|| ApiError::Unauthorized("missing or invalid jwt for this session".into()))?;
+    let upgrade = upgrade.map_err(|rejection| {
+        ApiError::invalid_field(format!("this endpoint needs a WebSocket upgrade: {rejection}"))
+    })?;
+    let session = state.sessions.live(&claims.org, &id).await?;
+    let (to_agent, from_agent) = state.sessions.agent(&session)?.open_cdp_tunnel("").await?;
+    let guard = state.sessions.cdp_connection_opened(&id);
+    Ok(upgrade
+        .max_message_size(MAX_CDP_MESSAGE_BYTES)
+        .max_frame_size(MAX_CDP_MESSAGE_BYTES)
+        .on_upgrade(move |socket| pump(socket, to_agent, from_agent, guard)))
+}
+
+/// Moves frames both ways until either side closes; the guard keeps the session
+/// counted as in use meanwhile.
+async fn pump(
+    socket: WebSocket,
+    to_agent: mpsc::Sender<CdpFrame>,
+    mut from_agent: Streaming<CdpFrame>,
+    _guard: CdpConnectionGuard,
+) {
+    let (mut to_client, mut from_client) = socket.split();
+    let upstream = async {
+        while let Some(Ok(message)) = from_client.next().await {
+            let kind = match message {
+                Message::Text(text) => Kind::Text(text.to_string()),
+                Message::Binary(bytes) => Kind::Binary(bytes.to_vec()),
+                Message::Close(frame) => {
+                    let (code, reason) = frame
+                        .map(|f| (u32::from(f.code), f.reason.to_string()))
+                        .unwrap_or((1000, String::new()));
+                    let _ = to_agent.send(CdpFrame { kind: Some(Kind::Close(CdpClose { code, reason })) }).await;
+                    break;
+                }
+                Message::Ping(_) | Message::Pong(_) => continue,
+            };
+            if to_agent.send(CdpFrame { kind: Some(kind) }).await.is_err() {
+                break;
+            }
+        }
+    };
+    let downstream = async {
+        while let Some(Ok(frame)) = from_agent.next().await {
+            let message = match frame.kind {
+                Some(Kind::Text(text)) => Message::Text(text.into()),
+                Some(Kind::Binary(bytes)) => Message::Binary(bytes.into()),
+                Some(Kind::Close(close)) => {
+                    let _ = to_client
+                        .send(Message::Close(Some(CloseFrame {
+                            code: close.code as u16,
+                            reason: close.reason.into(),
+                        })))
+                        .await;
+                    return;
+                }
+                Some(Kind::Open(_)) | None => continue,
+            };
+            if to_client.send(message).await.is_err() {
+                return;
+            }
+        }
+        // The agent or Chromium went away: tell the client rather than leave it hanging.
+        let _ = to_client
+            .send(Message::Close(Some(CloseFrame { code: 1011, reason: "browser went away".into() })))
+            .await;
+    };
+    tokio::select! {
+        () = upstream => {},
+        () = downstream => {},
+    }
+}

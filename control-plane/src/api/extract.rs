@@ -1,0 +1,90 @@
+//! A JSON body extractor whose failures are Error-shape 4xx answers that name the field
+//! (axum's own `Json` rejects with plain-text bodies).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::header::CONTENT_TYPE;
+use serde::de::DeserializeOwned;
+
+use crate::error::{ApiError, ErrorDetail};
+
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let is_json = request
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .map(|value| {
+                let mime = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+                mime == "application/json" || mime.ends_with("+json")
+            });
+        let body = Bytes::from_request(request, state).await.map_err(|rejection| {
+            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(format!(
+                    "the request body is larger than {} bytes",
+                    super::MAX_JSON_BODY_BYTES
+                ))
+            } else {
+                ApiError::invalid_field(format!("could not read the request body: {rejection}"))
+            }
+        })?;
+        // An empty body means "all defaults", whatever the content type says.
+        let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &body };
+        if is_json == Some(false) {
+            return Err(ApiError::UnsupportedMediaType(
+                "the request body must be JSON (content-type: application/json)".into(),
+            ));
+        }
+        parse(body).map(JsonBody)
+    }
+}
+
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        let message = if inner.is_syntax() || inner.is_eof() {
+            format!("malformed JSON: {inner}")
+        } else if path == "." {
+            inner.to_string()
+        } else {
+            format!("{path}: {inner}")
+        };
+        ApiError::invalid(vec![ErrorDetail::invalid_input(message)])
+    })
+}
+
+/// Query-string parameters; failures are Error-shape 400s naming the parameter.
+pub struct QueryParams<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for QueryParams<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer)
+            .map(QueryParams)
+            .map_err(|error| {
+                let path = error.path().to_string();
+                ApiError::invalid_field(format!("query parameter {path}: {}", error.into_inner()))
+            })
+    }
+}

@@ -1,0 +1,78 @@
+//! API keys → organizations. A key is `sk_<key id>_<secret>`; the store keeps the key id
+//! and a SHA-256 of the secret (keys are random, so a fast hash is enough), and the
+//! presented secret is compared in constant time.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use chrono::Utc;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::{ApiKeyRecord, Store, StoreResult};
+use crate::ids;
+
+const KEY_PREFIX: &str = "sk";
+
+/// Creates the organization if needed and a new key for it; returns the full key, which
+/// is shown once and never stored.
+pub async fn create_api_key(store: &dyn Store, org_name: &str) -> StoreResult<String> {
+    let organization = store.ensure_organization(org_name).await?;
+    let key_id = ids::random_lowercase(16);
+    let secret = ids::new_secret(43);
+    store
+        .insert_api_key(&ApiKeyRecord {
+            id: key_id.clone(),
+            org_id: organization.id,
+            secret_hash: hash_secret(&secret),
+            created_at: Utc::now(),
+        })
+        .await?;
+    Ok(format!("{KEY_PREFIX}_{key_id}_{secret}"))
+}
+
+fn hash_secret(secret: &str) -> Vec<u8> {
+    Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+/// Resolves a presented key to its organization id, or `None` if it is not valid.
+pub async fn organization_for_key(store: &dyn Store, key: &str) -> StoreResult<Option<String>> {
+    let mut parts = key.splitn(3, '_');
+    let (Some(KEY_PREFIX), Some(key_id), Some(secret)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Ok(None);
+    };
+    let Some(record) = store.api_key(key_id).await? else {
+        return Ok(None);
+    };
+    let matches: bool = hash_secret(secret).ct_eq(&record.secret_hash).into();
+    Ok(matches.then_some(record.org_id))
+}
+
+/// The caller's organization, from `Authorization: Bearer <key>`. Handlers that take it
+/// are authenticated; everything they touch is scoped to `org_id`.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub org_id: String,
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <api key> header".into()))?;
+        let key = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .ok_or_else(|| ApiError::Unauthorized("the Authorization header must be `Bearer <api key>`".into()))?;
+        match organization_for_key(state.store.as_ref(), key.trim()).await? {
+            Some(org_id) => Ok(Self { org_id }),
+            None => Err(ApiError::Unauthorized("invalid API key".into())),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Command line and environment configuration (`control-plane --help` lists it all).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "control-plane", version, about = "Kernel-compatible browser service")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the API server.
+    Serve(ServeConfig),
+    /// Manage API keys.
+    #[command(subcommand, name = "api-keys")]
+    ApiKeys(ApiKeysCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ApiKeysCommand {
+    /// Create an API key (and the organization, if new); prints only the key.
+    Create {
+        /// Organization name.
+        #[arg(long)]
+        org: String,
+        #[command(flatten)]
+        storage: StorageConfig,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StorageConfig {
+    /// Directory for the SQLite database, browser VM roots and the bootstrap key.
+    #[arg(long, env = "CONTROL_PLANE_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// `postgres://user:password@host/db` selects PostgreSQL; default: SQLite file
+    /// `<data-dir>/control-plane.db`.
+    #[arg(long, env = "CONTROL_PLANE_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeConfig {
+    /// Address to listen on. Port 0 picks a free port (the chosen URL is printed).
+    #[arg(long, env = "CONTROL_PLANE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub storage: StorageConfig,
+    /// Base URL clients use to reach this server, used in returned URLs such as
+    /// `cdp_ws_url`. Default: `http://<listen address>`.
+    #[arg(long, env = "CONTROL_PLANE_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// The browser-agent binary. Default: `browser-agent` next to this binary.
+    #[arg(long, env = "CONTROL_PLANE_AGENT_BINARY")]
+    pub agent_binary: Option<PathBuf>,
+    #[arg(long, env = "CONTROL_PLANE_CHROMIUM", default_value = "chromium")]
+    pub chromium: String,
+    #[arg(long, env = "CONTROL_PLANE_XVFB", default_value = "Xvfb")]
+    pub xvfb: String,
+    /// Agents shut themselves down after this many seconds without hearing from a
+    /// control plane (so a control plane that never comes back orphans nothing for long).
+    #[arg(long, env = "CONTROL_PLANE_AGENT_IDLE_GRACE_SECONDS", default_value_t = 300)]
+    pub agent_idle_grace_seconds: u64,
+}

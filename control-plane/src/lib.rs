@@ -1,0 +1,14 @@
+//! The control plane of a self-hostable, Kernel-compatible browser service.
+
+pub mod agent;
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod ids;
+pub mod runtime;
+pub mod server;
+pub mod sessions;
+pub mod state;
+pub mod store;
+pub mod tokens;

@@ -1,0 +1,23 @@
+use clap::Parser;
+use control_plane::config::{ApiKeysCommand, Cli, Command};
+use control_plane::{auth, server, store};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Serve(config) => server::serve(config).await,
+        Command::ApiKeys(ApiKeysCommand::Create { org, storage }) => {
+            let store = store::open(storage.database_url.as_deref(), &storage.data_dir).await?;
+            let key = auth::create_api_key(store.as_ref(), &org).await?;
+            println!("{key}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! How browser VMs come to exist. `local` spawns one browser-agent process per browser on
+//! this host; other runtimes (agents on operators' hosts, Kubernetes pods) implement the
+//! same trait.
+
+mod local;
+pub mod processes;
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+
+pub use local::{LocalRuntime, LocalRuntimeConfig};
+
+use crate::store::AgentLocation;
+
+/// What a new browser VM must look like.
+#[derive(Clone, Debug)]
+pub struct LaunchSpec {
+    pub session_id: String,
+    pub headless: bool,
+    pub width: u32,
+    pub height: u32,
+    pub kiosk: bool,
+    pub stealth: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("the browser could not be started: {0}")]
+    LaunchFailed(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+#[async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    /// Starts a browser VM and its agent; returns once Chromium's DevTools answers.
+    async fn launch(&self, spec: &LaunchSpec) -> Result<AgentLocation, RuntimeError>;
+
+    /// Stops the session's VM and reaps every process and file it had. Idempotent; works
+    /// also for a session whose launch never finished (`location` unknown).
+    async fn destroy(&self, session_id: &str, location: Option<&AgentLocation>);
+
+    /// Whether the agent still exists, if this runtime can tell without asking it.
+    fn agent_exists(&self, location: &AgentLocation) -> Option<bool>;
+
+    /// Reaps VMs that belong to none of `live_session_ids` (left by a crash).
+    async fn reap_strays(&self, live_session_ids: &HashSet<String>);
+}

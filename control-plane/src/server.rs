@@ -1,0 +1,112 @@
+//! Assembles and runs the server: store, bootstrap key, runtime, background loops, HTTP.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::config::ServeConfig;
+use crate::runtime::{LocalRuntime, LocalRuntimeConfig};
+use crate::sessions::Sessions;
+use crate::state::AppState;
+use crate::store::Store;
+use crate::tokens::CdpTokens;
+use crate::{api, auth, store};
+
+pub const BOOTSTRAP_KEY_FILE: &str = "bootstrap-api-key";
+const BOOTSTRAP_ORGANIZATION: &str = "default";
+
+pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    let data_dir = &config.storage.data_dir;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating the data dir {}", data_dir.display()))?;
+    let data_dir = data_dir.canonicalize()?;
+    let store = store::open(config.storage.database_url.as_deref(), &data_dir).await?;
+    bootstrap_api_key(store.as_ref(), &data_dir).await?;
+
+    let agent_binary = match &config.agent_binary {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("locating the browser-agent binary")?
+            .join("browser-agent"),
+    };
+    let agent_idle_grace = Duration::from_secs(config.agent_idle_grace_seconds.max(1));
+    let runtime = Arc::new(LocalRuntime::new(LocalRuntimeConfig {
+        browsers_dir: data_dir.join("browsers"),
+        agent_binary,
+        chromium: config.chromium.clone(),
+        xvfb: config.xvfb.clone(),
+        agent_idle_grace,
+    }));
+    let sessions = Arc::new(Sessions::new(store.clone(), runtime));
+    sessions.reconcile().await.context("reconciling browser sessions")?;
+    tokio::spawn(sessions.clone().run_inactivity_reaper());
+    // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
+    tokio::spawn(sessions.clone().run_heartbeats(agent_idle_grace / 4));
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let bound = listener.local_addr()?;
+    let public_url = config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"))
+        .trim_end_matches('/')
+        .to_owned();
+    let state = AppState {
+        cdp_tokens: Arc::new(CdpTokens::load(store.as_ref()).await?),
+        store,
+        sessions,
+        public_url: public_url.clone(),
+    };
+    // Tests and scripts read this line to learn the chosen port.
+    println!("listening on {public_url}");
+    tracing::info!(%bound, %public_url, "control plane listening");
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    // Browsers keep running: a restarted control plane re-adopts them.
+    Ok(())
+}
+
+/// On the first start with an empty store, creates organization `default` and a key for
+/// it, prints the key once and writes it to `<data-dir>/bootstrap-api-key` (mode 0600).
+async fn bootstrap_api_key(store: &dyn Store, data_dir: &Path) -> anyhow::Result<()> {
+    if store.api_key_count().await? > 0 {
+        return Ok(());
+    }
+    let key = auth::create_api_key(store, BOOTSTRAP_ORGANIZATION).await?;
+    let path = data_dir.join(BOOTSTRAP_KEY_FILE);
+    write_private_file(&path, &key)?;
+    println!("created organization `{BOOTSTRAP_ORGANIZATION}` with API key: {key}");
+    println!("(also written to {})", path.display());
+    Ok(())
+}
+
+fn write_private_file(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents.as_bytes())?;
+    file.write_all(b"\n")
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

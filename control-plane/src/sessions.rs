@@ -1,0 +1,330 @@
+//! Browser sessions: creation through the runtime, lookup, ending and reaping, the
+//! inactivity timeout, agent heartbeats, and reconciliation after a restart.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use crate::agent::AgentClient;
+use crate::error::ApiError;
+use crate::ids;
+use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
+use crate::store::{SessionRecord, SessionStatus, Store, StoreError};
+
+/// What a caller asked for, validated.
+#[derive(Clone, Debug)]
+pub struct NewSession {
+    pub persistent_id: Option<String>,
+    pub headless: bool,
+    pub stealth: bool,
+    pub kiosk_mode: bool,
+    pub timeout_seconds: i64,
+    pub viewport_width: i64,
+    pub viewport_height: i64,
+    pub viewport_refresh_rate: Option<i64>,
+}
+
+/// When a session was last used and how many CDP connections it has open. Kept in
+/// memory: after a restart every adopted session starts a fresh inactivity period.
+#[derive(Debug)]
+struct Activity {
+    last: Instant,
+    open_cdp_connections: usize,
+}
+
+pub struct Sessions {
+    store: Arc<dyn Store>,
+    runtime: Arc<dyn Runtime>,
+    activity: Mutex<HashMap<String, Activity>>,
+    clients: Mutex<HashMap<String, AgentClient>>,
+}
+
+/// How often the inactivity reaper looks.
+const REAPER_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a persistent-id create waits for a concurrent create of the same id.
+const STARTING_WAIT: Duration = Duration::from_secs(60);
+
+impl Sessions {
+    pub fn new(store: Arc<dyn Store>, runtime: Arc<dyn Runtime>) -> Self {
+        Self {
+            store,
+            runtime,
+            activity: Mutex::default(),
+            clients: Mutex::default(),
+        }
+    }
+
+    /// Starts a browser, or returns the live session that already has the persistent id.
+    pub async fn create(&self, org_id: &str, new: NewSession) -> Result<SessionRecord, ApiError> {
+        if let Some(persistent_id) = &new.persistent_id
+            && let Some(existing) = self.running_persistent(org_id, persistent_id).await?
+        {
+            return Ok(existing);
+        }
+        let record = SessionRecord {
+            id: ids::new_session_id(),
+            org_id: org_id.to_owned(),
+            persistent_id: new.persistent_id.clone(),
+            headless: new.headless,
+            stealth: new.stealth,
+            kiosk_mode: new.kiosk_mode,
+            timeout_seconds: new.timeout_seconds,
+            viewport_width: new.viewport_width,
+            viewport_height: new.viewport_height,
+            viewport_refresh_rate: new.viewport_refresh_rate,
+            status: SessionStatus::Starting,
+            created_at: Utc::now(),
+            ended_at: None,
+            end_reason: None,
+            agent: None,
+        };
+        match self.store.insert_session(&record).await {
+            Ok(()) => {}
+            // A concurrent create with the same persistent id won the race: answer its session.
+            Err(StoreError::Conflict(_)) if new.persistent_id.is_some() => {
+                let persistent_id = new.persistent_id.as_deref().unwrap_or_default();
+                return self
+                    .running_persistent(org_id, persistent_id)
+                    .await?
+                    .ok_or_else(|| ApiError::Conflict("a session with this persistent id is being created or ended; retry".into()));
+            }
+            Err(error) => return Err(error.into()),
+        }
+
+        let spec = LaunchSpec {
+            session_id: record.id.clone(),
+            headless: record.headless,
+            width: record.viewport_width as u32,
+            height: record.viewport_height as u32,
+            kiosk: record.kiosk_mode,
+            stealth: record.stealth,
+        };
+        let location = match self.runtime.launch(&spec).await {
+            Ok(location) => location,
+            Err(error) => {
+                self.store.end_session(&record.id, Utc::now(), "launch failed").await?;
+                return Err(match error {
+                    RuntimeError::LaunchFailed(message) => ApiError::AgentUnavailable(message),
+                    RuntimeError::Io(error) => ApiError::Internal(error.into()),
+                });
+            }
+        };
+        if !self.store.set_session_running(&record.id, &location).await? {
+            // Deleted while it was starting: the deleter could not reach the agent yet.
+            self.runtime.destroy(&record.id, Some(&location)).await;
+            return Err(ApiError::NotFound("the browser session was deleted while starting".into()));
+        }
+        self.touch(&record.id);
+        Ok(SessionRecord { status: SessionStatus::Running, agent: Some(location), ..record })
+    }
+
+    /// The live session with this persistent id, waiting while a concurrent create of
+    /// the same id is still starting it.
+    async fn running_persistent(
+        &self,
+        org_id: &str,
+        persistent_id: &str,
+    ) -> Result<Option<SessionRecord>, ApiError> {
+        let deadline = Instant::now() + STARTING_WAIT;
+        loop {
+            match self.store.live_session_by_persistent_id(org_id, persistent_id).await? {
+                Some(session) if session.status == SessionStatus::Running => {
+                    self.touch(&session.id);
+                    return Ok(Some(session));
+                }
+                Some(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Some(_) => return Err(ApiError::Timeout("the persistent session is still starting".into())),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// A live session of the organization (foreign or ended: 404). Counts as activity.
+    pub async fn live(&self, org_id: &str, id: &str) -> Result<SessionRecord, ApiError> {
+        match self.store.session(org_id, id).await? {
+            Some(session) if session.status != SessionStatus::Ended => {
+                self.touch(id);
+                Ok(session)
+            }
+            _ => Err(ApiError::NotFound(format!("browser session {id} not found"))),
+        }
+    }
+
+    /// Ends a session and reaps its browser. Only the caller that actually ends it
+    /// reaps; returns whether this call did.
+    pub async fn end(&self, session: &SessionRecord, reason: &str) -> Result<bool, ApiError> {
+        if !self.store.end_session(&session.id, Utc::now(), reason).await? {
+            return Ok(false);
+        }
+        tracing::info!(session_id = %session.id, reason, "ending browser session");
+        self.forget(&session.id);
+        self.runtime.destroy(&session.id, session.agent.as_ref()).await;
+        Ok(true)
+    }
+
+    fn forget(&self, id: &str) {
+        if let Ok(mut activity) = self.activity.lock() {
+            activity.remove(id);
+        }
+        if let Ok(mut clients) = self.clients.lock() {
+            clients.remove(id);
+        }
+    }
+
+    /// The gRPC client of a running session's agent (connections are reused).
+    pub fn agent(&self, session: &SessionRecord) -> Result<AgentClient, ApiError> {
+        let location = session
+            .agent
+            .as_ref()
+            .ok_or_else(|| ApiError::AgentUnavailable("the browser is still starting".into()))?;
+        let mut clients = self
+            .clients
+            .lock()
+            .map_err(|_| ApiError::Internal(anyhow::anyhow!("agent client cache poisoned")))?;
+        if let Some(client) = clients.get(&session.id) {
+            return Ok(client.clone());
+        }
+        let client = AgentClient::new(location)?;
+        clients.insert(session.id.clone(), client.clone());
+        Ok(client)
+    }
+
+    pub fn touch(&self, id: &str) {
+        if let Ok(mut activity) = self.activity.lock() {
+            activity
+                .entry(id.to_owned())
+                .and_modify(|a| a.last = Instant::now())
+                .or_insert(Activity { last: Instant::now(), open_cdp_connections: 0 });
+        }
+    }
+
+    /// Marks a CDP connection open until the returned guard is dropped; an open
+    /// connection keeps the session from timing out.
+    pub fn cdp_connection_opened(self: &Arc<Self>, id: &str) -> CdpConnectionGuard {
+        if let Ok(mut activity) = self.activity.lock() {
+            let entry = activity
+                .entry(id.to_owned())
+                .or_insert(Activity { last: Instant::now(), open_cdp_connections: 0 });
+            entry.open_cdp_connections += 1;
+            entry.last = Instant::now();
+        }
+        CdpConnectionGuard { sessions: self.clone(), id: id.to_owned() }
+    }
+
+    /// Whether the session has had no activity and no open CDP connection for `timeout`.
+    fn is_idle(&self, id: &str, timeout: Duration) -> bool {
+        let Ok(mut activity) = self.activity.lock() else {
+            return false;
+        };
+        let entry = activity
+            .entry(id.to_owned())
+            .or_insert(Activity { last: Instant::now(), open_cdp_connections: 0 });
+        entry.open_cdp_connections == 0 && entry.last.elapsed() >= timeout
+    }
+
+    /// Ends sessions that have been inactive for their `timeout_seconds`. Runs forever.
+    pub async fn run_inactivity_reaper(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(REAPER_INTERVAL);
+        loop {
+            tick.tick().await;
+            let live = match self.store.live_sessions().await {
+                Ok(live) => live,
+                Err(error) => {
+                    tracing::warn!(%error, "inactivity reaper could not list sessions");
+                    continue;
+                }
+            };
+            for session in live.iter().filter(|s| s.status == SessionStatus::Running) {
+                let timeout = Duration::from_secs(session.timeout_seconds.max(0) as u64);
+                if self.is_idle(&session.id, timeout) {
+                    let this = self.clone();
+                    let session = session.clone();
+                    tokio::spawn(async move {
+                        if let Err(error) = this.end(&session, "inactivity timeout").await {
+                            tracing::warn!(session_id = %session.id, %error, "could not end an idle session");
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Calls every running agent periodically, so agents know their control plane is alive
+    /// (they shut themselves down after a grace period otherwise), and ends sessions whose
+    /// agent has died. Runs forever.
+    pub async fn run_heartbeats(self: Arc<Self>, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tick.tick().await;
+            let Ok(live) = self.store.live_sessions().await else {
+                continue;
+            };
+            for session in live.into_iter().filter(|s| s.status == SessionStatus::Running) {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let Ok(client) = this.agent(&session) else {
+                        return;
+                    };
+                    if let Err(error) = client.status().await {
+                        let gone = session
+                            .agent
+                            .as_ref()
+                            .and_then(|location| this.runtime.agent_exists(location))
+                            == Some(false);
+                        if gone {
+                            let _ = this.end(&session, "browser agent exited").await;
+                        } else {
+                            tracing::warn!(session_id = %session.id, %error, "agent heartbeat failed");
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    /// After a (re)start: adopts sessions whose agent still answers, ends the others, and
+    /// reaps browsers that no live session owns.
+    pub async fn reconcile(&self) -> anyhow::Result<()> {
+        let mut adopted = HashSet::new();
+        for session in self.store.live_sessions().await? {
+            let alive = match (&session.status, &session.agent) {
+                (SessionStatus::Running, Some(location)) => match AgentClient::new(location) {
+                    Ok(client) => client.status().await.is_ok(),
+                    Err(_) => false,
+                },
+                // A launch that the previous process did not finish.
+                _ => false,
+            };
+            if alive {
+                tracing::info!(session_id = %session.id, "re-adopted running browser session");
+                self.touch(&session.id);
+                adopted.insert(session.id.clone());
+            } else {
+                tracing::info!(session_id = %session.id, "browser of a session is gone; ending it");
+                self.end(&session, "lost during a control-plane restart").await?;
+            }
+        }
+        self.runtime.reap_strays(&adopted).await;
+        Ok(())
+    }
+}
+
+pub struct CdpConnectionGuard {
+    sessions: Arc<Sessions>,
+    id: String,
+}
+
+impl Drop for CdpConnectionGuard {
+    fn drop(&mut self) {
+        if let Ok(mut activity) = self.sessions.activity.lock()
+            && let Some(entry) = activity.get_mut(&self.id)
+        {
+            entry.open_cdp_connections = entry.open_cdp_connections.saturating_sub(1);
+            entry.last = Instant::now();
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Everything a request handler may use, built once at start.
+
+use std::sync::Arc;
+
+use crate::sessions::Sessions;
+use crate::store::Store;
+use crate::tokens::CdpTokens;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub sessions: Arc<Sessions>,
+    pub cdp_tokens: Arc<CdpTokens>,
+    /// Base of the URLs we hand out, without a trailing slash (e.g. `http://127.0.0.1:8080`).
+    pub public_url: String,
+}
+
+impl AppState {
+    /// `ws://…` or `wss://…` form of the public URL.
+    pub fn public_ws_url(&self) -> String {
+        if let Some(rest) = self.public_url.strip_prefix("https://") {
+            format!("wss://{rest}")
+        } else if let Some(rest) = self.public_url.strip_prefix("http://") {
+            format!("ws://{rest}")
+        } else {
+            self.public_url.clone()
+        }
+    }
+}

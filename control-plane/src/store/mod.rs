@@ -1,0 +1,162 @@
+//! Durable state. `Store` is the only way the rest of the control plane reads or writes
+//! it; SQLite (embedded, the default) and PostgreSQL (many replicas) implement it, and one
+//! contract test suite (`tests/tests/store_contract.rs`) runs against both.
+
+mod postgres;
+mod sqlite;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A uniqueness rule was violated (e.g. a second live session for a persistent id).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("database error: {0}")]
+    Backend(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Organization {
+    pub id: String,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    pub id: String,
+    pub org_id: String,
+    pub secret_hash: Vec<u8>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionStatus {
+    /// Recorded, its agent being launched.
+    Starting,
+    Running,
+    Ended,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Ended => "ended",
+        }
+    }
+
+    pub fn parse(text: &str) -> StoreResult<Self> {
+        match text {
+            "starting" => Ok(Self::Starting),
+            "running" => Ok(Self::Running),
+            "ended" => Ok(Self::Ended),
+            other => Err(StoreError::Backend(format!("unknown session status {other:?}"))),
+        }
+    }
+}
+
+/// Where a session's agent runs and how to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentLocation {
+    /// gRPC endpoint such as `http://127.0.0.1:41234`.
+    pub endpoint: String,
+    pub secret: String,
+    /// Process id when the agent runs on this host (local runtime).
+    pub pid: Option<i64>,
+    pub vm_root: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub id: String,
+    pub org_id: String,
+    pub persistent_id: Option<String>,
+    pub headless: bool,
+    pub stealth: bool,
+    pub kiosk_mode: bool,
+    pub timeout_seconds: i64,
+    pub viewport_width: i64,
+    pub viewport_height: i64,
+    pub viewport_refresh_rate: Option<i64>,
+    pub status: SessionStatus,
+    pub created_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub end_reason: Option<String>,
+    pub agent: Option<AgentLocation>,
+}
+
+/// Which sessions a listing returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionFilter {
+    /// Starting or running.
+    Live,
+    Ended,
+    All,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Returns the organization with this name, creating it first if needed.
+    async fn ensure_organization(&self, name: &str) -> StoreResult<Organization>;
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()>;
+    async fn api_key(&self, id: &str) -> StoreResult<Option<ApiKeyRecord>>;
+    async fn api_key_count(&self) -> StoreResult<u64>;
+
+    /// Stores `value` under `key` unless a value is already there; returns the stored one.
+    /// Replicas use it to agree on shared secrets such as the token signing key.
+    async fn setting_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
+
+    /// Fails with `Conflict` when the organization already has a live session with the
+    /// same persistent id.
+    async fn insert_session(&self, session: &SessionRecord) -> StoreResult<()>;
+    async fn session(&self, org_id: &str, id: &str) -> StoreResult<Option<SessionRecord>>;
+    async fn live_session_by_persistent_id(
+        &self,
+        org_id: &str,
+        persistent_id: &str,
+    ) -> StoreResult<Option<SessionRecord>>;
+    /// Newest first.
+    async fn list_sessions(
+        &self,
+        org_id: &str,
+        filter: SessionFilter,
+        limit: u32,
+        offset: u32,
+    ) -> StoreResult<Vec<SessionRecord>>;
+    /// Every starting or running session of every organization.
+    async fn live_sessions(&self) -> StoreResult<Vec<SessionRecord>>;
+    /// Records where the agent runs and marks the session running, unless it ended
+    /// meanwhile; returns whether it did.
+    async fn set_session_running(&self, id: &str, agent: &AgentLocation) -> StoreResult<bool>;
+    /// Marks a live session ended; returns false if it had already ended (or is unknown),
+    /// so exactly one caller goes on to reap it.
+    async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool>;
+}
+
+/// Opens the store that `database_url` names: `postgres://…` / `postgresql://…` for
+/// PostgreSQL, otherwise (or when absent) the SQLite file `<data_dir>/control-plane.db`.
+/// Applies pending migrations.
+pub async fn open(database_url: Option<&str>, data_dir: &Path) -> anyhow::Result<Arc<dyn Store>> {
+    match database_url {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            Ok(Arc::new(PostgresStore::connect(url).await?))
+        }
+        Some(url) => {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            Ok(Arc::new(SqliteStore::open(Path::new(path)).await?))
+        }
+        None => Ok(Arc::new(SqliteStore::open(&data_dir.join("control-plane.db")).await?)),
+    }
+}

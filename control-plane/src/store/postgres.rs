@@ -1,0 +1,325 @@
+//! PostgreSQL, for several control-plane replicas sharing one database.
+
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::{NoTls, Row};
+
+use super::{
+    AgentLocation, ApiKeyRecord, Organization, SessionFilter, SessionRecord, SessionStatus, Store,
+    StoreError, StoreResult,
+};
+
+mod embedded {
+    refinery::embed_migrations!("migrations/postgres");
+}
+
+const POOL_SIZE: usize = 16;
+
+pub struct PostgresStore {
+    pool: Pool,
+}
+
+impl PostgresStore {
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let config = tokio_postgres::Config::from_str(url)?;
+        {
+            // Migrations run on a connection of their own, before the pool hands any out.
+            let (mut client, connection) = config.connect(NoTls).await.map_err(|error| {
+                anyhow::anyhow!("connecting to PostgreSQL failed: {error:?}")
+            })?;
+            let driver = tokio::spawn(connection);
+            embedded::migrations::runner().run_async(&mut client).await?;
+            drop(client);
+            let _ = driver.await;
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager).max_size(POOL_SIZE).build()?;
+        Ok(Self { pool })
+    }
+
+    async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
+        self.pool
+            .get()
+            .await
+            .map_err(|error| StoreError::Backend(format!("PostgreSQL pool: {error:?}")))
+    }
+}
+
+fn map_error(error: tokio_postgres::Error) -> StoreError {
+    if error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+        return StoreError::Conflict(format!("{error:?}"));
+    }
+    // tokio-postgres' Display says only "db error"; Debug carries the server's message.
+    StoreError::Backend(format!("{error:?}"))
+}
+
+const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
+    timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
+    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root";
+
+fn session_from_row(row: &Row) -> StoreResult<SessionRecord> {
+    let get = |error: tokio_postgres::Error| map_error(error);
+    let endpoint: Option<String> = row.try_get(14).map_err(get)?;
+    let agent = match endpoint {
+        Some(endpoint) => Some(AgentLocation {
+            endpoint,
+            secret: row.try_get::<_, Option<String>>(15).map_err(get)?.unwrap_or_default(),
+            pid: row.try_get(16).map_err(get)?,
+            vm_root: row.try_get::<_, Option<String>>(17).map_err(get)?.unwrap_or_default(),
+        }),
+        None => None,
+    };
+    Ok(SessionRecord {
+        id: row.try_get(0).map_err(get)?,
+        org_id: row.try_get(1).map_err(get)?,
+        persistent_id: row.try_get(2).map_err(get)?,
+        headless: row.try_get(3).map_err(get)?,
+        stealth: row.try_get(4).map_err(get)?,
+        kiosk_mode: row.try_get(5).map_err(get)?,
+        timeout_seconds: row.try_get(6).map_err(get)?,
+        viewport_width: row.try_get(7).map_err(get)?,
+        viewport_height: row.try_get(8).map_err(get)?,
+        viewport_refresh_rate: row.try_get(9).map_err(get)?,
+        status: SessionStatus::parse(row.try_get(10).map_err(get)?)?,
+        created_at: row.try_get(11).map_err(get)?,
+        ended_at: row.try_get(12).map_err(get)?,
+        end_reason: row.try_get(13).map_err(get)?,
+        agent,
+    })
+}
+
+fn sessions_from_rows(rows: Vec<Row>) -> StoreResult<Vec<SessionRecord>> {
+    rows.iter().map(session_from_row).collect()
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn ensure_organization(&self, name: &str) -> StoreResult<Organization> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO organizations (id, name, created_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO NOTHING",
+                &[&crate::ids::new_id("org"), &name, &Utc::now()],
+            )
+            .await
+            .map_err(map_error)?;
+        let row = client
+            .query_one("SELECT id, name, created_at FROM organizations WHERE name = $1", &[&name])
+            .await
+            .map_err(map_error)?;
+        Ok(Organization {
+            id: row.try_get(0).map_err(map_error)?,
+            name: row.try_get(1).map_err(map_error)?,
+            created_at: row.try_get(2).map_err(map_error)?,
+        })
+    }
+
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO api_keys (id, org_id, secret_hash, created_at) VALUES ($1, $2, $3, $4)",
+                &[&key.id, &key.org_id, &key.secret_hash, &key.created_at],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn api_key(&self, id: &str) -> StoreResult<Option<ApiKeyRecord>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt("SELECT id, org_id, secret_hash, created_at FROM api_keys WHERE id = $1", &[&id])
+            .await
+            .map_err(map_error)?;
+        row.map(|row| {
+            Ok(ApiKeyRecord {
+                id: row.try_get(0).map_err(map_error)?,
+                org_id: row.try_get(1).map_err(map_error)?,
+                secret_hash: row.try_get(2).map_err(map_error)?,
+                created_at: row.try_get(3).map_err(map_error)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn api_key_count(&self) -> StoreResult<u64> {
+        let row = self
+            .client()
+            .await?
+            .query_one("SELECT COUNT(*) FROM api_keys", &[])
+            .await
+            .map_err(map_error)?;
+        Ok(row.try_get::<_, i64>(0).map_err(map_error)? as u64)
+    }
+
+    async fn setting_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                &[&key, &value],
+            )
+            .await
+            .map_err(map_error)?;
+        let row = client
+            .query_one("SELECT value FROM settings WHERE key = $1", &[&key])
+            .await
+            .map_err(map_error)?;
+        row.try_get(0).map_err(map_error)
+    }
+
+    async fn insert_session(&self, s: &SessionRecord) -> StoreResult<()> {
+        let agent = s.agent.as_ref();
+        let status = s.status.as_str();
+        let endpoint = agent.map(|a| a.endpoint.clone());
+        let secret = agent.map(|a| a.secret.clone());
+        let pid = agent.and_then(|a| a.pid);
+        let vm_root = agent.map(|a| a.vm_root.clone());
+        self.client()
+            .await?
+            .execute(
+                &format!(
+                    "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES \
+                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+                ),
+                &[
+                    &s.id,
+                    &s.org_id,
+                    &s.persistent_id,
+                    &s.headless,
+                    &s.stealth,
+                    &s.kiosk_mode,
+                    &s.timeout_seconds,
+                    &s.viewport_width,
+                    &s.viewport_height,
+                    &s.viewport_refresh_rate,
+                    &status,
+                    &s.created_at,
+                    &s.ended_at,
+                    &s.end_reason,
+                    &endpoint,
+                    &secret,
+                    &pid,
+                    &vm_root,
+                ],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn session(&self, org_id: &str, id: &str) -> StoreResult<Option<SessionRecord>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                &format!("SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND id = $2"),
+                &[&org_id, &id],
+            )
+            .await
+            .map_err(map_error)?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn live_session_by_persistent_id(
+        &self,
+        org_id: &str,
+        persistent_id: &str,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions \
+                     WHERE org_id = $1 AND persistent_id = $2 AND status <> 'ended'"
+                ),
+                &[&org_id, &persistent_id],
+            )
+            .await
+            .map_err(map_error)?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn list_sessions(
+        &self,
+        org_id: &str,
+        filter: SessionFilter,
+        limit: u32,
+        offset: u32,
+    ) -> StoreResult<Vec<SessionRecord>> {
+        let condition = match filter {
+            SessionFilter::Live => "AND status <> 'ended'",
+            SessionFilter::Ended => "AND status = 'ended'",
+            SessionFilter::All => "",
+        };
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 {condition} \
+                     ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3"
+                ),
+                &[&org_id, &i64::from(limit), &i64::from(offset)],
+            )
+            .await
+            .map_err(map_error)?;
+        sessions_from_rows(rows)
+    }
+
+    async fn live_sessions(&self) -> StoreResult<Vec<SessionRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE status <> 'ended' \
+                     ORDER BY created_at"
+                ),
+                &[],
+            )
+            .await
+            .map_err(map_error)?;
+        sessions_from_rows(rows)
+    }
+
+    async fn set_session_running(&self, id: &str, agent: &AgentLocation) -> StoreResult<bool> {
+        let changed = self
+            .client()
+            .await?
+            .execute(
+                "UPDATE browser_sessions SET status = 'running', agent_endpoint = $2, \
+                 agent_secret = $3, agent_pid = $4, vm_root = $5 \
+                 WHERE id = $1 AND status <> 'ended'",
+                &[&id, &agent.endpoint, &agent.secret, &agent.pid, &agent.vm_root],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(changed == 1)
+    }
+
+    async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool> {
+        let changed = self
+            .client()
+            .await?
+            .execute(
+                "UPDATE browser_sessions SET status = 'ended', ended_at = $2, end_reason = $3 \
+                 WHERE id = $1 AND status <> 'ended'",
+                &[&id, &at, &reason],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(changed == 1)
+    }
+}

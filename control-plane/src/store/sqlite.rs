@@ -1,0 +1,312 @@
+//! The embedded default: one SQLite file, one connection used from blocking threads.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::{
+    AgentLocation, ApiKeyRecord, Organization, SessionFilter, SessionRecord, SessionStatus, Store,
+    StoreError, StoreResult,
+};
+
+mod embedded {
+    refinery::embed_migrations!("migrations/sqlite");
+}
+
+pub struct SqliteStore {
+    connection: Arc<Mutex<Connection>>,
+}
+
+impl SqliteStore {
+    pub async fn open(path: &Path) -> anyhow::Result<Self> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let path = path.to_owned();
+        let connection = tokio::task::spawn_blocking(move || -> anyhow::Result<Connection> {
+            let mut connection = Connection::open(&path)?;
+            connection.pragma_update(None, "journal_mode", "WAL")?;
+            connection.pragma_update(None, "foreign_keys", "ON")?;
+            connection.busy_timeout(std::time::Duration::from_secs(5))?;
+            embedded::migrations::runner().run(&mut connection)?;
+            Ok(connection)
+        })
+        .await??;
+        Ok(Self { connection: Arc::new(Mutex::new(connection)) })
+    }
+
+    async fn call<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let connection = self.connection.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut connection = connection
+                .lock()
+                .map_err(|_| StoreError::Backend("SQLite connection lock poisoned".into()))?;
+            work(&mut connection).map_err(map_error)
+        })
+        .await
+        .map_err(|error| StoreError::Backend(error.to_string()))?
+    }
+}
+
+fn map_error(error: rusqlite::Error) -> StoreError {
+    match &error {
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            StoreError::Conflict(error.to_string())
+        }
+        _ => StoreError::Backend(error.to_string()),
+    }
+}
+
+const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
+    timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
+    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root";
+
+fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
+    let status: String = row.get(10)?;
+    let status = SessionStatus::parse(&status).map_err(|error| {
+        rusqlite::Error::FromSqlConversionFailure(10, rusqlite::types::Type::Text, error.into())
+    })?;
+    let endpoint: Option<String> = row.get(14)?;
+    let agent = match endpoint {
+        Some(endpoint) => Some(AgentLocation {
+            endpoint,
+            secret: row.get::<_, Option<String>>(15)?.unwrap_or_default(),
+            pid: row.get(16)?,
+            vm_root: row.get::<_, Option<String>>(17)?.unwrap_or_default(),
+        }),
+        None => None,
+    };
+    Ok(SessionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        persistent_id: row.get(2)?,
+        headless: row.get(3)?,
+        stealth: row.get(4)?,
+        kiosk_mode: row.get(5)?,
+        timeout_seconds: row.get(6)?,
+        viewport_width: row.get(7)?,
+        viewport_height: row.get(8)?,
+        viewport_refresh_rate: row.get(9)?,
+        status,
+        created_at: row.get(11)?,
+        ended_at: row.get(12)?,
+        end_reason: row.get(13)?,
+        agent,
+    })
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ensure_organization(&self, name: &str) -> StoreResult<Organization> {
+        let name = name.to_owned();
+        self.call(move |connection| {
+            connection.execute(
+                "INSERT INTO organizations (id, name, created_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (name) DO NOTHING",
+                params![crate::ids::new_id("org"), name, Utc::now()],
+            )?;
+            connection.query_row(
+                "SELECT id, name, created_at FROM organizations WHERE name = ?1",
+                params![name],
+                |row| Ok(Organization { id: row.get(0)?, name: row.get(1)?, created_at: row.get(2)? }),
+            )
+        })
+        .await
+    }
+
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
+        let key = key.clone();
+        self.call(move |connection| {
+            connection.execute(
+                "INSERT INTO api_keys (id, org_id, secret_hash, created_at) VALUES (?1, ?2, ?3, ?4)",
+                params![key.id, key.org_id, key.secret_hash, key.created_at],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn api_key(&self, id: &str) -> StoreResult<Option<ApiKeyRecord>> {
+        let id = id.to_owned();
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    "SELECT id, org_id, secret_hash, created_at FROM api_keys WHERE id = ?1",
+                    params![id],
+                    |row| {
+                        Ok(ApiKeyRecord {
+                            id: row.get(0)?,
+                            org_id: row.get(1)?,
+                            secret_hash: row.get(2)?,
+                            created_at: row.get(3)?,
+                        })
+                    },
+                )
+                .optional()
+        })
+        .await
+    }
+
+    async fn api_key_count(&self) -> StoreResult<u64> {
+        self.call(|connection| {
+            connection.query_row("SELECT COUNT(*) FROM api_keys", [], |row| row.get::<_, i64>(0))
+        })
+        .await
+        .map(|count| count as u64)
+    }
+
+    async fn setting_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
+        let (key, value) = (key.to_owned(), value.to_owned());
+        self.call(move |connection| {
+            connection.execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+                params![key, value],
+            )?;
+            connection.query_row("SELECT value FROM settings WHERE key = ?1", params![key], |row| {
+                row.get(0)
+            })
+        })
+        .await
+    }
+
+    async fn insert_session(&self, session: &SessionRecord) -> StoreResult<()> {
+        let s = session.clone();
+        self.call(move |connection| {
+            let agent = s.agent.as_ref();
+            connection.execute(
+                &format!("INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES \
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"),
+                params![
+                    s.id,
+                    s.org_id,
+                    s.persistent_id,
+                    s.headless,
+                    s.stealth,
+                    s.kiosk_mode,
+                    s.timeout_seconds,
+                    s.viewport_width,
+                    s.viewport_height,
+                    s.viewport_refresh_rate,
+                    s.status.as_str(),
+                    s.created_at,
+                    s.ended_at,
+                    s.end_reason,
+                    agent.map(|a| a.endpoint.clone()),
+                    agent.map(|a| a.secret.clone()),
+                    agent.and_then(|a| a.pid),
+                    agent.map(|a| a.vm_root.clone()),
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn session(&self, org_id: &str, id: &str) -> StoreResult<Option<SessionRecord>> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!(
+                        "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = ?1 AND id = ?2"
+                    ),
+                    params![org_id, id],
+                    session_from_row,
+                )
+                .optional()
+        })
+        .await
+    }
+
+    async fn live_session_by_persistent_id(
+        &self,
+        org_id: &str,
+        persistent_id: &str,
+    ) -> StoreResult<Option<SessionRecord>> {
+        let (org_id, persistent_id) = (org_id.to_owned(), persistent_id.to_owned());
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!(
+                        "SELECT {SESSION_COLUMNS} FROM browser_sessions \
+                         WHERE org_id = ?1 AND persistent_id = ?2 AND status <> 'ended'"
+                    ),
+                    params![org_id, persistent_id],
+                    session_from_row,
+                )
+                .optional()
+        })
+        .await
+    }
+
+    async fn list_sessions(
+        &self,
+        org_id: &str,
+        filter: SessionFilter,
+        limit: u32,
+        offset: u32,
+    ) -> StoreResult<Vec<SessionRecord>> {
+        let org_id = org_id.to_owned();
+        let condition = match filter {
+            SessionFilter::Live => "AND status <> 'ended'",
+            SessionFilter::Ended => "AND status = 'ended'",
+            SessionFilter::All => "",
+        };
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = ?1 {condition} \
+                 ORDER BY created_at DESC, id DESC LIMIT ?2 OFFSET ?3"
+            ))?;
+            let rows = statement.query_map(params![org_id, limit, offset], session_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn live_sessions(&self) -> StoreResult<Vec<SessionRecord>> {
+        self.call(|connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE status <> 'ended' \
+                 ORDER BY created_at"
+            ))?;
+            let rows = statement.query_map([], session_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn set_session_running(&self, id: &str, agent: &AgentLocation) -> StoreResult<bool> {
+        let (id, agent) = (id.to_owned(), agent.clone());
+        self.call(move |connection| {
+            let changed = connection.execute(
+                "UPDATE browser_sessions SET status = 'running', agent_endpoint = ?2, \
+                 agent_secret = ?3, agent_pid = ?4, vm_root = ?5 \
+                 WHERE id = ?1 AND status <> 'ended'",
+                params![id, agent.endpoint, agent.secret, agent.pid, agent.vm_root],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool> {
+        let (id, reason) = (id.to_owned(), reason.to_owned());
+        self.call(move |connection| {
+            let changed = connection.execute(
+                "UPDATE browser_sessions SET status = 'ended', ended_at = ?2, end_reason = ?3 \
+                 WHERE id = ?1 AND status <> 'ended'",
+                params![id, at, reason],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+}

@@ -1,0 +1,1 @@
+//! See `tests/*.rs` and `tests/e2e/`.
