@@ -213,7 +213,8 @@ pub struct ListQuery {
 }
 
 /// List the organization's browser sessions, newest first. Pages with `limit`/`offset`
-/// and answers `X-Has-More` and `X-Next-Offset`.
+/// and answers `X-Has-More` and, when there is more, `X-Next-Offset` (as the SDKs read
+/// it: the next page starts at X-Next-Offset plus the number of items returned).
 #[utoipa::path(get, path = "/browsers", tag = "browsers", params(ListQuery),
     security(("bearer" = [])),
     responses((status = 200, body = Vec<BrowserSession>), (status = 400, body = ErrorBody),
@@ -243,8 +244,10 @@ pub async fn list(
     sessions.truncate(limit as usize);
     let mut headers = HeaderMap::new();
     headers.insert("x-has-more", HeaderValue::from_static(if has_more { "true" } else { "false" }));
-    if has_more && let Ok(next) = HeaderValue::from_str(&(offset + limit).to_string()) {
-        headers.insert("x-next-offset", next);
+    // The official SDKs request the next page at `X-Next-Offset + items on this page`,
+    // so the header carries this page's offset; with it their auto-paging is exact.
+    if has_more && let Ok(this_page) = HeaderValue::from_str(&offset.to_string()) {
+        headers.insert("x-next-offset", this_page);
     }
     let body: Vec<BrowserSession> =
         sessions.iter().map(|s| BrowserSession::from_record(&state, s)).collect();

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+from kernel import Kernel
+
+from harness import ControlPlane
+
+TEST_PAGE_TITLE = "Kernel compatibility test page"
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory):
+    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data").start()
+    yield server
+    server.reap_everything()
+
+
+@pytest.fixture(scope="module")
+def client(control_plane) -> Kernel:
+    return Kernel(api_key=control_plane.api_key, base_url=control_plane.base_url, max_retries=0)
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"<!doctype html><title>{TEST_PAGE_TITLE}</title><h1>hello</h1>".encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def test_page_url():
+    """A page served by the test itself, on loopback."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/page.html"
+    server.shutdown()

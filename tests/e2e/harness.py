@@ -1,0 +1,148 @@
+"""Starts the real control-plane binary and inspects the processes it spawns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("E2E_BIN_DIR", REPO / "target" / "debug"))
+CONTROL_PLANE = BIN_DIR / "control-plane"
+
+
+class ControlPlane:
+    """One `control-plane serve` process with its own data directory."""
+
+    def __init__(self, data_dir: Path, port: int = 0, agent_idle_grace_seconds: int = 60):
+        self.data_dir = data_dir
+        self.port = port
+        self.agent_idle_grace_seconds = agent_idle_grace_seconds
+        self.process: subprocess.Popen | None = None
+        self.base_url = ""
+
+    def start(self) -> "ControlPlane":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir / "control-plane.log", "ab")
+        self.process = subprocess.Popen(
+            [
+                str(CONTROL_PLANE), "serve",
+                "--data-dir", str(self.data_dir),
+                "--listen", f"127.0.0.1:{self.port}",
+                "--agent-idle-grace-seconds", str(self.agent_idle_grace_seconds),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"control plane exited early; see {self.data_dir}/control-plane.log")
+            if line.startswith("listening on "):
+                self.base_url = line.split(" ", 2)[2].strip()
+                self.port = int(self.base_url.rsplit(":", 1)[1])
+                break
+        else:
+            raise RuntimeError("control plane did not start listening")
+        # Keep draining stdout so the server never blocks on a full pipe.
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()
+        return self
+
+    @property
+    def api_key(self) -> str:
+        return (self.data_dir / "bootstrap-api-key").read_text().strip()
+
+    def create_api_key(self, org: str) -> str:
+        out = subprocess.run(
+            [str(CONTROL_PLANE), "api-keys", "create", "--org", org, "--data-dir", str(self.data_dir)],
+            check=True, capture_output=True, text=True,
+        )
+        return out.stdout.strip()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=15)
+
+    def reap_everything(self) -> None:
+        """Kills every process started for this data directory (agents outlive the
+        control plane by design, so a test run must end them itself)."""
+        self.stop(signal.SIGKILL)
+        for pid in processes_mentioning(str(self.data_dir)):
+            for member in descendants(pid) | {pid}:
+                try:
+                    os.kill(member, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def is_alive(pid: int) -> bool:
+    """Running and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(") ", 1)[1][0] not in "ZX"
+
+
+def processes_mentioning(text: str) -> set[int]:
+    return {
+        int(p.name) for p in Path("/proc").iterdir()
+        if p.name.isdigit() and int(p.name) != os.getpid() and text in _cmdline(int(p.name)) and is_alive(int(p.name))
+    }
+
+
+def descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            ppid = int((p / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(p.name))
+    found, stack = set(), [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def session_processes(control_plane: ControlPlane, session_id: str) -> dict[str, set[int]]:
+    """The agent of a session and everything it started, by kind."""
+    root = str(control_plane.data_dir / "browsers" / session_id / "root")
+    agents = {pid for pid in processes_mentioning(root) if "browser-agent" in _cmdline(pid).split(" ")[0]}
+    tree = set().union(*(descendants(a) for a in agents)) if agents else set()
+    kinds = {"agent": agents, "xvfb": set(), "chromium": set()}
+    for pid in tree:
+        program = _cmdline(pid).split(" ")[0]
+        if program.endswith("Xvfb"):
+            kinds["xvfb"].add(pid)
+        elif "chromium" in program or "chrome" in program:
+            kinds["chromium"].add(pid)
+    return kinds
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
