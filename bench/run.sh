@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds release binaries and runs the benchmarks (all, or the scenarios named).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deploy/install-deps.sh --tests
+cargo build --release --workspace
+if [[ ! -x .venv/bin/python ]]; then python3 -m venv .venv; fi
+.venv/bin/pip install -q -r tests/e2e/requirements.txt
+E2E_BIN_DIR="$PWD/target/release" exec .venv/bin/python bench/run.py "$@"

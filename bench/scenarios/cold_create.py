@@ -1,0 +1,101 @@
+"""Cold `POST /browsers` (no pool, headful on its own new Xvfb) until the response, next
+to the same Chromium, with the same flags, launched directly on an already running
+display until its DevTools `/json/version` answers."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import httpx
+
+from harness import ControlPlane
+
+RUNS = 10
+VIEWPORT = (1920, 1080)
+
+
+def _chromium_flags(user_data_dir: str) -> list[str]:
+    flags = [
+        "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+        f"--user-data-dir={user_data_dir}", "--no-first-run", "--no-default-browser-check",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", "--password-store=basic", "--window-position=0,0",
+        f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}",
+    ]
+    if os.geteuid() == 0:
+        flags += ["--no-sandbox", "--test-type"]
+    return flags + ["about:blank"]
+
+
+def _start_xvfb() -> tuple[subprocess.Popen, str]:
+    read_end, write_end = os.pipe()
+    xvfb = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write_end), "-screen", "0", f"{VIEWPORT[0]}x{VIEWPORT[1]}x24",
+         "-nolisten", "tcp", "-noreset", "-extension", "GLX"],  # as the agent starts it
+        pass_fds=(write_end,), stderr=subprocess.DEVNULL,
+    )
+    os.close(write_end)
+    display = os.read(read_end, 64).decode().strip()
+    os.close(read_end)
+    return xvfb, f":{display}"
+
+
+def _direct_launch(display: str) -> float:
+    user_data_dir = tempfile.mkdtemp(prefix="bench-chromium-")
+    started = time.perf_counter()
+    chromium = subprocess.Popen(
+        ["chromium", *_chromium_flags(user_data_dir)],
+        env={**os.environ, "DISPLAY": display}, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        assert chromium.stderr is not None
+        port = None
+        for line in chromium.stderr:
+            match = re.search(rb"DevTools listening on ws://127.0.0.1:(\d+)", line)
+            if match:
+                port = int(match.group(1))
+                break
+        assert port, "Chromium did not announce DevTools"
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/json/version", timeout=1).read()
+                return time.perf_counter() - started
+            except OSError:
+                time.sleep(0.005)
+    finally:
+        os.killpg(chromium.pid, 9)
+        chromium.wait()
+        shutil.rmtree(user_data_dir, ignore_errors=True)
+
+
+def run(work_dir: Path, report) -> None:
+    server = ControlPlane(work_dir / "data").start()
+    xvfb, display = _start_xvfb()
+    try:
+        headers = {"Authorization": f"Bearer {server.api_key}"}
+        http = httpx.Client(base_url=server.base_url, headers=headers, timeout=60)
+        ours, reference = [], []
+        # One untimed round of each warms the page cache, as a service that has run before.
+        rounds = [False] + [True] * RUNS
+        for timed in rounds:
+            started = time.perf_counter()
+            response = http.post("/browsers", json={"viewport": {"width": VIEWPORT[0], "height": VIEWPORT[1]}})
+            elapsed = time.perf_counter() - started
+            response.raise_for_status()
+            http.delete(f"/browsers/{response.json()['session_id']}").raise_for_status()
+            direct = _direct_launch(display)
+            if timed:
+                ours.append(elapsed)
+                reference.append(direct)
+        report("cold POST /browsers until the response", ours, reference, "Chromium launched directly")
+    finally:
+        xvfb.kill()
+        xvfb.wait()
+        server.reap_everything()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the service needs on a Debian/Ubuntu machine, skipping what is present.
+#   deploy/install-deps.sh          runtime + build: Chromium, Xvfb, pkg-config
+#   deploy/install-deps.sh --tests  also PostgreSQL and Python venv support for the tests
+set -euo pipefail
+
+packages=(chromium xvfb pkg-config ca-certificates procps)
+if [[ "${1:-}" == "--tests" ]]; then
+  packages+=(postgresql python3-venv)
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+done
+
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}" >&2
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "cargo is missing: install Rust (https://rustup.rs) and run this again" >&2
+  exit 1
+fi

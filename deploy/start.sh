@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and starts the service with embedded defaults
+# (SQLite and browser roots in ./data, http://127.0.0.1:8080). Extra arguments go to
+# `control-plane serve` (see README, Configuration).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+deploy/install-deps.sh
+cargo build --release --workspace
+
+data_dir="${CONTROL_PLANE_DATA_DIR:-./data}"
+if [[ -f "$data_dir/bootstrap-api-key" ]]; then
+  echo "API key (organization default): $(cat "$data_dir/bootstrap-api-key")"
+fi
+exec target/release/control-plane serve "$@"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs Chromium, Xvfb and PostgreSQL,
+# starts PostgreSQL, builds, runs the Rust tests (store contract on SQLite and
+# PostgreSQL) and the end-to-end tests (official kernel SDK + Playwright, real browsers).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+deploy/install-deps.sh --tests
+
+# --- PostgreSQL: a local server and a role/database the tests own -----------------------
+cluster=$(pg_lsclusters --no-header | head -n 1)
+if [[ -z "$cluster" ]]; then
+  echo "no PostgreSQL cluster found (pg_lsclusters)" >&2
+  exit 1
+fi
+read -r pg_version pg_cluster pg_port _ <<<"$cluster"
+pg_ctlcluster "$pg_version" "$pg_cluster" start 2>/dev/null || true
+as_postgres() { runuser -u postgres -- psql -p "$pg_port" -v ON_ERROR_STOP=1 -qtAc "$1"; }
+for _ in $(seq 50); do as_postgres "SELECT 1" >/dev/null 2>&1 && break; sleep 0.2; done
+if [[ "$(as_postgres "SELECT 1 FROM pg_roles WHERE rolname = 'browser_test'")" != "1" ]]; then
+  as_postgres "CREATE ROLE browser_test LOGIN PASSWORD 'browser_test'"
+fi
+if [[ "$(as_postgres "SELECT 1 FROM pg_database WHERE datname = 'browser_test'")" != "1" ]]; then
+  as_postgres "CREATE DATABASE browser_test OWNER browser_test"
+fi
+export TEST_DATABASE_URL="postgres://browser_test:browser_test@127.0.0.1:${pg_port}/browser_test"
+
+# --- Rust: build everything once, then unit, contract and integration tests -------------
+cargo build --workspace
+cargo test --workspace
+
+# --- End to end: the official SDK and Playwright against the real binaries --------------
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q -r tests/e2e/requirements.txt
+cd tests/e2e
+../../.venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,150 @@
+//! The real browser-agent binary over real gRPC: its credential, its status, Chromium
+//! supervision and shutdown. Needs Chromium (deploy/test.sh installs it) and the agent
+//! built by `cargo build --workspace`.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
+use browser_agent_proto::v1::{DevtoolsState, ShutdownRequest, StatusRequest};
+use tonic::Code;
+use tonic::transport::Channel;
+
+fn agent_binary() -> PathBuf {
+    // target/<profile>/deps/agent-<hash> → target/<profile>/browser-agent
+    let exe = std::env::current_exe().expect("test binary path");
+    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("browser-agent");
+    assert!(path.exists(), "{} is missing: run `cargo build --workspace` first", path.display());
+    path
+}
+
+struct Agent {
+    child: Child,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // Its children die with it (parent-death signal).
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_agent(secret: &str) -> Agent {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let addr_file = dir.path().join("agent.addr");
+    let child = Command::new(agent_binary())
+        .arg("--vm-root")
+        .arg(dir.path().join("root"))
+        .arg("--addr-file")
+        .arg(&addr_file)
+        .args(["--headless", "--width=800", "--height=600"])
+        .env("BROWSER_AGENT_SECRET", secret)
+        .spawn()
+        .expect("start agent");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let address = loop {
+        if let Ok(address) = std::fs::read_to_string(&addr_file) {
+            break address;
+        }
+        assert!(Instant::now() < deadline, "agent did not write its address");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Agent { child, address: format!("http://{}", address.trim()), _dir: dir }
+}
+
+async fn client(agent: &Agent) -> BrowserAgentClient<Channel> {
+    BrowserAgentClient::connect(agent.address.clone()).await.expect("connect")
+}
+
+fn with_secret<T>(message: T, secret: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {secret}").parse().expect("ascii"));
+    request
+}
+
+fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| !matches!(stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()), Some('Z' | 'X')))
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn agent_demands_its_credential_supervises_chromium_and_shuts_down() {
+    let mut agent = start_agent("right-secret");
+    let mut client = client(&agent).await;
+
+    for request in [
+        tonic::Request::new(StatusRequest::default()),
+        with_secret(StatusRequest::default(), "wrong-secret"),
+    ] {
+        let status = client.status(request).await.expect_err("must be refused");
+        assert_eq!(status.code(), Code::Unauthenticated);
+    }
+    let refused = client.shutdown(with_secret(ShutdownRequest {}, "wrong-secret")).await;
+    assert_eq!(refused.expect_err("must be refused").code(), Code::Unauthenticated);
+
+    let ready = |wait| StatusRequest { wait_until_ready: wait, wait_timeout_ms: 30_000 };
+    let status = client.status(with_secret(ready(true), "right-secret")).await.expect("status").into_inner();
+    assert_eq!(status.devtools_state(), DevtoolsState::Ready);
+    assert!(status.headless && status.display.is_empty());
+    assert_eq!((status.screen_width, status.screen_height), (800, 600));
+    assert!(status.devtools_browser_url.starts_with("ws://127.0.0.1:"));
+    let first_pid = status.chromium_pid;
+    assert!(is_running(first_pid));
+
+    // Chromium dies: the agent notices, starts it again and says so.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first_pid as i32), nix::sys::signal::Signal::SIGKILL)
+        .expect("kill Chromium");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let restarted = loop {
+        let status = client.status(with_secret(ready(true), "right-secret")).await.expect("status").into_inner();
+        if status.chromium_restarts == 1 && status.devtools_state() == DevtoolsState::Ready {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "Chromium was not restarted: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_ne!(restarted.chromium_pid, first_pid);
+    assert!(restarted.last_chromium_exit.contains("signal"), "{}", restarted.last_chromium_exit);
+
+    // Shutdown reaps Chromium and ends the agent.
+    client.shutdown(with_secret(ShutdownRequest {}, "right-secret")).await.expect("shutdown");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent.child.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "agent did not exit after Shutdown");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!is_running(restarted.chromium_pid), "Chromium outlived its agent");
+}
+
+#[tokio::test]
+async fn agent_without_a_control_plane_shuts_itself_down() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let addr_file = dir.path().join("agent.addr");
+    let mut child = Command::new(agent_binary())
+        .arg("--vm-root")
+        .arg(dir.path().join("root"))
+        .arg("--addr-file")
+        .arg(&addr_file)
+        .args(["--headless", "--idle-grace-seconds=2"])
+        .env("BROWSER_AGENT_SECRET", "s")
+        .spawn()
+        .expect("start agent");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exited = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the agent kept running without a control plane");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(exited.success(), "{exited:?}");
+}
