@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(chromium xvfb pkg-config ca-certificates procps)
 if [[ "${1:-}" == "--tests" ]]; then
   packages+=(postgresql python3-venv)
+  # Puppeteer runs on Node.js; any Node >= 18 will do, so keep one that is already there.
+  command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 
 missing=()

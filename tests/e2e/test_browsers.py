@@ -3,6 +3,10 @@ control plane, real agents, real Xvfb and Chromium."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
 import httpx
 import kernel
 import pytest
@@ -205,3 +209,17 @@ def test_openapi_document_and_health(control_plane):
         assert path in document["paths"], path
     assert httpx.get(f"{control_plane.base_url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{control_plane.base_url}/readyz").status_code == 200
+
+
+def test_puppeteer_connects_with_browser_ws_endpoint(client, test_page_url):
+    created = client.browsers.create(headless=True)
+    try:
+        script = Path(__file__).parent / "puppeteer" / "connect.mjs"
+        result = subprocess.run(
+            ["node", str(script), created.cdp_ws_url, test_page_url],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout.strip().splitlines()[-1]) == {"title": TEST_PAGE_TITLE}
+    finally:
+        client.browsers.delete_by_id(created.session_id)
