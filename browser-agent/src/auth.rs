@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use browser_agent_proto::AUTHORIZATION_METADATA;
 use subtle::ConstantTimeEq;
@@ -12,15 +12,25 @@ use tonic::{Request, Status};
 #[derive(Clone)]
 pub struct Authenticator {
     expected: Arc<Vec<u8>>,
-    pub last_contact: Arc<AtomicU64>,
+    /// Monotonic, so a wall-clock jump (NTP step, VM resume) cannot stop live browsers.
+    started: Instant,
+    /// Milliseconds after `started` of the last authenticated call.
+    last_contact_ms: Arc<AtomicU64>,
 }
 
 impl Authenticator {
     pub fn new(secret: &str) -> Self {
         Self {
             expected: Arc::new(format!("Bearer {secret}").into_bytes()),
-            last_contact: Arc::new(AtomicU64::new(now_millis())),
+            started: Instant::now(),
+            last_contact_ms: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How long since a control plane last called (or since the agent started).
+    pub fn silent_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_contact_ms.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last)
     }
 
     pub fn check(&self, request: Request<()>) -> Result<Request<()>, Status> {
@@ -30,17 +40,11 @@ impl Authenticator {
             .map(|value| value.as_bytes())
             .unwrap_or_default();
         if bool::from(presented.ct_eq(self.expected.as_slice())) {
-            self.last_contact.store(now_millis(), Ordering::Relaxed);
+            let now = self.started.elapsed().as_millis() as u64;
+            self.last_contact_ms.store(now, Ordering::Relaxed);
             Ok(request)
         } else {
             Err(Status::unauthenticated("missing or wrong agent credential"))
         }
     }
-}
-
-pub fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

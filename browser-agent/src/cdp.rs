@@ -11,6 +11,7 @@ use tonic::{Status, Streaming};
 
 /// CDP messages can be large (full-page screenshots, big DOM snapshots).
 pub const MAX_CDP_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Chooses the DevTools WebSocket URL for the path the control plane asked for.
 pub fn target_url(path: &str, devtools_port: u16, browser_ws_url: &str) -> Result<String, Status> {
@@ -35,8 +36,10 @@ pub async fn connect(
     let mut config = WebSocketConfig::default();
     config.max_message_size = Some(MAX_CDP_MESSAGE_BYTES);
     config.max_frame_size = Some(MAX_CDP_MESSAGE_BYTES);
-    let (socket, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), true)
+    let connecting = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
+    let (socket, _) = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
+        .map_err(|_| Status::deadline_exceeded("DevTools did not accept the connection in time"))?
         .map_err(|error| Status::unavailable(format!("connecting to DevTools failed: {error}")))?;
     let (mut to_chromium, mut from_chromium) = socket.split();
 
@@ -85,7 +88,11 @@ pub async fn connect(
                         break;
                     }
                 };
-                if outbound.send(Ok(CdpFrame { kind: Some(kind) })).await.is_err() {
+                if outbound
+                    .send(Ok(CdpFrame { kind: Some(kind) }))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use browser_agent_proto::v1::DevtoolsState;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::process;
+use crate::process::GroupLeader;
 
 /// How Chromium is to be launched; fixed for the agent's life.
 #[derive(Clone, Debug)]
@@ -65,17 +65,54 @@ pub async fn supervise(
     let mut restarts = 0;
     let mut failed_starts = 0;
     loop {
-        let mut child = match launch(&config, &state, restarts).await {
-            Ok(child) => {
+        let started = match spawn(&config) {
+            Ok(mut chromium) => {
+                state.send_modify(|s| {
+                    s.pid = chromium.pid();
+                    s.restarts = restarts;
+                });
+                // Shutdown must win over a slow start, or a deleted browser lingers.
+                let ready = tokio::select! {
+                    () = shutdown.cancelled() => {
+                        chromium.terminate(Duration::from_secs(2)).await;
+                        return;
+                    }
+                    ready = tokio::time::timeout(READY_TIMEOUT, wait_until_ready(&mut chromium)) => ready,
+                };
+                match ready {
+                    Ok(Ok(devtools)) => Ok((chromium, devtools)),
+                    outcome => {
+                        chromium.terminate(Duration::from_millis(500)).await;
+                        Err(match outcome {
+                            Ok(Err(error)) => error,
+                            _ => anyhow!("DevTools did not answer within {READY_TIMEOUT:?}"),
+                        })
+                    }
+                }
+            }
+            Err(error) => Err(error),
+        };
+        let mut chromium = match started {
+            Ok((chromium, (port, browser_ws_url))) => {
                 failed_starts = 0;
-                child
+                state.send_modify(|s| {
+                    s.devtools = DevtoolsState::Ready;
+                    s.devtools_port = port;
+                    s.browser_ws_url = browser_ws_url;
+                });
+                chromium
             }
             Err(error) => {
                 failed_starts += 1;
-                tracing::error!(%error, failed_starts, "Chromium did not start");
+                tracing::error!(
+                    error = format!("{error:#}"),
+                    failed_starts,
+                    "Chromium did not start"
+                );
                 if failed_starts >= MAX_FAILED_STARTS {
                     state.send_modify(|s| {
                         s.devtools = DevtoolsState::Failed;
+                        s.pid = 0;
                         s.last_exit = format!("could not start: {error:#}");
                     });
                     shutdown.cancelled().await;
@@ -89,16 +126,16 @@ pub async fn supervise(
         };
         tokio::select! {
             () = shutdown.cancelled() => {
-                process::terminate_group(&mut child, Duration::from_secs(2)).await;
+                chromium.terminate(Duration::from_secs(2)).await;
                 return;
             }
-            exit = child.wait() => {
+            exit = chromium.wait() => {
                 let reason = match exit {
                     Ok(status) => format!("Chromium exited: {status}"),
                     Err(error) => format!("waiting for Chromium failed: {error}"),
                 };
                 // The zygote and renderers of the dead browser must not linger.
-                process::terminate_group(&mut child, Duration::from_millis(200)).await;
+                chromium.terminate(Duration::from_millis(200)).await;
                 restarts += 1;
                 tracing::warn!(%reason, restarts, "restarting Chromium");
                 state.send_replace(BrowserState::starting(restarts, reason));
@@ -147,11 +184,7 @@ fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-async fn launch(
-    config: &LaunchConfig,
-    state: &watch::Sender<BrowserState>,
-    restarts: u32,
-) -> anyhow::Result<Child> {
+fn spawn(config: &LaunchConfig) -> anyhow::Result<GroupLeader> {
     std::fs::create_dir_all(&config.user_data_dir)
         .with_context(|| format!("creating {}", config.user_data_dir.display()))?;
     let mut command = Command::new(&config.chromium_path);
@@ -166,53 +199,42 @@ async fn launch(
         Some(display) => command.env("DISPLAY", display),
         None => command.env_remove("DISPLAY"),
     };
-    process::own_group_dying_with_agent(&mut command);
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("starting {}", config.chromium_path))?;
-    let pid = child.id().unwrap_or(0);
-    state.send_modify(|s| {
-        s.pid = pid;
-        s.restarts = restarts;
-    });
-
-    match tokio::time::timeout(READY_TIMEOUT, wait_until_ready(&mut child)).await {
-        Ok(Ok((port, browser_ws_url))) => {
-            state.send_modify(|s| {
-                s.devtools = DevtoolsState::Ready;
-                s.devtools_port = port;
-                s.browser_ws_url = browser_ws_url;
-            });
-            Ok(child)
-        }
-        outcome => {
-            process::terminate_group(&mut child, Duration::from_millis(500)).await;
-            match outcome {
-                Ok(Err(error)) => Err(error),
-                _ => Err(anyhow!("DevTools did not answer within {READY_TIMEOUT:?}")),
-            }
-        }
-    }
+    GroupLeader::spawn(&mut command).with_context(|| format!("starting {}", config.chromium_path))
 }
 
 /// Reads Chromium's stderr until it announces its DevTools port, then polls
 /// `/json/version` until it answers. Keeps draining stderr into our log afterwards so
 /// Chromium never blocks on a full pipe.
-async fn wait_until_ready(child: &mut Child) -> anyhow::Result<(u16, String)> {
-    let stderr = child.stderr.take().context("Chromium stderr is not piped")?;
-    let mut lines = BufReader::new(stderr).lines();
+async fn wait_until_ready(chromium: &mut GroupLeader) -> anyhow::Result<(u16, String)> {
+    let stderr = chromium
+        .child
+        .stderr
+        .take()
+        .context("Chromium stderr is not piped")?;
+    let mut stderr = BufReader::new(stderr);
+    // Raw bytes, decoded lossily: Chromium's log is not guaranteed to be UTF-8, and a
+    // decoding error must not stop the draining (a full pipe would block Chromium).
+    let mut line = Vec::new();
     let port = loop {
-        let Some(line) = lines.next_line().await? else {
+        line.clear();
+        if stderr.read_until(b'\n', &mut line).await? == 0 {
             bail!("Chromium exited before DevTools started");
-        };
-        if let Some(port) = devtools_port_from_log_line(&line) {
+        }
+        let text = String::from_utf8_lossy(&line);
+        if let Some(port) = devtools_port_from_log_line(&text) {
             break port;
         }
-        tracing::debug!(target: "chromium", "{line}");
+        tracing::debug!(target: "chromium", "{}", text.trim_end());
     };
     tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(target: "chromium", "{line}");
+        let mut line = Vec::new();
+        while stderr
+            .read_until(b'\n', &mut line)
+            .await
+            .is_ok_and(|read| read > 0)
+        {
+            tracing::debug!(target: "chromium", "{}", String::from_utf8_lossy(&line).trim_end());
+            line.clear();
         }
     });
 
@@ -225,7 +247,7 @@ async fn wait_until_ready(child: &mut Child) -> anyhow::Result<(u16, String)> {
         {
             return Ok((port, ws.to_owned()));
         }
-        if let Ok(Some(status)) = child.try_wait() {
+        if let Ok(Some(status)) = chromium.child.try_wait() {
             bail!("Chromium exited before DevTools answered: {status}");
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -251,7 +273,10 @@ mod tests {
             ),
             Some(36789)
         );
-        assert_eq!(devtools_port_from_log_line("[123:456:ERROR] something"), None);
+        assert_eq!(
+            devtools_port_from_log_line("[123:456:ERROR] something"),
+            None
+        );
     }
 
     #[test]

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::io::AsyncReadExt;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-use crate::process;
+use crate::process::GroupLeader;
 
 pub struct Display {
     /// Such as ":3".
     pub name: String,
-    xvfb: Child,
+    xvfb: GroupLeader,
 }
 
 impl Display {
@@ -34,7 +34,6 @@ impl Display {
             .args(["-nolisten", "tcp", "-noreset", "-extension", "GLX"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
-        process::own_group_dying_with_agent(&mut command);
         // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on the write end in
         // the child only, so Xvfb inherits exactly that descriptor.
         unsafe {
@@ -45,16 +44,15 @@ impl Display {
                 Ok(())
             });
         }
-        let mut xvfb = command
-            .spawn()
-            .with_context(|| format!("starting {xvfb_path}"))?;
+        let mut xvfb =
+            GroupLeader::spawn(&mut command).with_context(|| format!("starting {xvfb_path}"))?;
         drop(write_end);
 
         let name = match tokio::time::timeout(Duration::from_secs(10), read_display(read_end)).await
         {
             Ok(Ok(number)) => format!(":{number}"),
             outcome => {
-                process::terminate_group(&mut xvfb, Duration::from_millis(200)).await;
+                xvfb.terminate(Duration::from_millis(200)).await;
                 match outcome {
                     Ok(Err(error)) => return Err(error),
                     _ => bail!("Xvfb did not report a display within 10 s"),
@@ -65,7 +63,7 @@ impl Display {
     }
 
     pub async fn stop(mut self) {
-        process::terminate_group(&mut self.xvfb, Duration::from_secs(1)).await;
+        self.xvfb.terminate(Duration::from_secs(1)).await;
     }
 }
 
@@ -81,5 +79,7 @@ async fn read_display(read_end: OwnedFd) -> anyhow::Result<u32> {
         }
         text.push_str(&String::from_utf8_lossy(&buffer[..read]));
     }
-    text.trim().parse().context("Xvfb reported a malformed display number")
+    text.trim()
+        .parse()
+        .context("Xvfb reported a malformed display number")
 }

@@ -11,7 +11,6 @@ mod service;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -67,8 +66,7 @@ const MAX_SCREEN_SIDE: u32 = 7680;
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -129,7 +127,11 @@ async fn main() -> anyhow::Result<()> {
             kiosk: args.kiosk,
             stealth: args.stealth,
         };
-        Some(tokio::spawn(chromium::supervise(config, state_tx, shutdown.clone())))
+        Some(tokio::spawn(chromium::supervise(
+            config,
+            state_tx,
+            shutdown.clone(),
+        )))
     } else {
         None
     };
@@ -158,7 +160,10 @@ async fn main() -> anyhow::Result<()> {
             server,
             move |request| check.check(request),
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.clone().cancelled_owned())
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener),
+            shutdown.clone().cancelled_owned(),
+        )
         .await;
 
     // Whatever ended the server, nothing we started may outlive us.
@@ -180,9 +185,11 @@ async fn watchdog(auth: auth::Authenticator, grace: Duration, shutdown: Cancella
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let silent_for = auth::now_millis().saturating_sub(auth.last_contact.load(Ordering::Relaxed));
-        if silent_for > grace.as_millis() as u64 {
-            tracing::warn!(?grace, "no control plane called within the grace period; shutting down");
+        if auth.silent_for() > grace {
+            tracing::warn!(
+                ?grace,
+                "no control plane called within the grace period; shutting down"
+            );
             shutdown.cancel();
             return;
         }
@@ -191,8 +198,10 @@ async fn watchdog(auth: auth::Authenticator, grace: Duration, shutdown: Cancella
 
 async fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         return;
     };
     tokio::select! {

@@ -79,13 +79,21 @@ impl BrowserAgent for AgentService {
     ) -> Result<Response<Self::CdpTunnelStream>, Status> {
         let mut inbound = request.into_inner();
         let path = match inbound.next().await {
-            Some(Ok(CdpFrame { kind: Some(Kind::Open(open)) })) => open.path,
+            Some(Ok(CdpFrame {
+                kind: Some(Kind::Open(open)),
+            })) => open.path,
             Some(Err(status)) => return Err(status),
-            _ => return Err(Status::invalid_argument("the first CDP frame must be `open`")),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first CDP frame must be `open`",
+                ));
+            }
         };
         let state = self.browser.borrow().clone();
         if state.devtools != DevtoolsState::Ready {
-            return Err(Status::unavailable("Chromium's DevTools endpoint is not ready"));
+            return Err(Status::unavailable(
+                "Chromium's DevTools endpoint is not ready",
+            ));
         }
         let url = cdp::target_url(&path, state.devtools_port, &state.browser_ws_url)?;
         let (outbound, receiver) = mpsc::channel(64);

@@ -9,9 +9,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use crate::ids;
 use crate::state::AppState;
 use crate::store::{ApiKeyRecord, Store, StoreResult};
-use crate::ids;
 
 const KEY_PREFIX: &str = "sk";
 
@@ -65,11 +65,15 @@ impl FromRequestParts<AppState> for Caller {
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <api key> header".into()))?;
+            .ok_or_else(|| {
+                ApiError::Unauthorized("missing Authorization: Bearer <api key> header".into())
+            })?;
         let key = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
-            .ok_or_else(|| ApiError::Unauthorized("the Authorization header must be `Bearer <api key>`".into()))?;
+            .ok_or_else(|| {
+                ApiError::Unauthorized("the Authorization header must be `Bearer <api key>`".into())
+            })?;
         match organization_for_key(state.store.as_ref(), key.trim()).await? {
             Some(org_id) => Ok(Self { org_id }),
             None => Err(ApiError::Unauthorized("invalid API key".into())),

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "control-plane", version, about = "Kernel-compatible browser service")]
+#[command(
+    name = "control-plane",
+    version,
+    about = "Kernel-compatible browser service"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -64,6 +68,10 @@ pub struct ServeConfig {
     pub xvfb: String,
     /// Agents shut themselves down after this many seconds without hearing from a
     /// control plane (so a control plane that never comes back orphans nothing for long).
-    #[arg(long, env = "CONTROL_PLANE_AGENT_IDLE_GRACE_SECONDS", default_value_t = 300)]
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_AGENT_IDLE_GRACE_SECONDS",
+        default_value_t = 300
+    )]
     pub agent_idle_grace_seconds: u64,
 }

@@ -29,14 +29,20 @@ pub struct ErrorDetail {
 impl ErrorDetail {
     /// A validation problem; the message names the field.
     pub fn invalid_input(message: impl Into<String>) -> Self {
-        Self { code: "invalid_input".into(), message: message.into() }
+        Self {
+            code: "invalid_input".into(),
+            message: message.into(),
+        }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{message}")]
-    BadRequest { message: String, details: Vec<ErrorDetail> },
+    BadRequest {
+        message: String,
+        details: Vec<ErrorDetail>,
+    },
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
@@ -105,7 +111,15 @@ impl IntoResponse for ApiError {
                 (other.to_string(), Vec::new())
             }
         };
-        (status, Json(ErrorBody { code: code.into(), message, details })).into_response()
+        (
+            status,
+            Json(ErrorBody {
+                code: code.into(),
+                message,
+                details,
+            }),
+        )
+            .into_response()
     }
 }
 

@@ -41,7 +41,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         agent_idle_grace,
     }));
     let sessions = Arc::new(Sessions::new(store.clone(), runtime));
-    sessions.reconcile().await.context("reconciling browser sessions")?;
+    sessions
+        .reconcile()
+        .await
+        .context("reconciling browser sessions")?;
     tokio::spawn(sessions.clone().run_inactivity_reaper());
     // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
     tokio::spawn(sessions.clone().run_heartbeats(agent_idle_grace / 4));
@@ -101,8 +104,10 @@ fn write_private_file(path: &Path, contents: &str) -> std::io::Result<()> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         return std::future::pending().await;
     };
     tokio::select! {

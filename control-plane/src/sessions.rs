@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use browser_agent_proto::v1::DevtoolsState;
 use chrono::Utc;
 
 use crate::agent::AgentClient;
@@ -45,6 +46,9 @@ pub struct Sessions {
 const REAPER_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a persistent-id create waits for a concurrent create of the same id.
 const STARTING_WAIT: Duration = Duration::from_secs(60);
+/// A session still `starting` after this long lost its launcher (which always records an
+/// outcome well within it) and is ended.
+const STALE_START: Duration = Duration::from_secs(180);
 
 impl Sessions {
     pub fn new(store: Arc<dyn Store>, runtime: Arc<dyn Runtime>) -> Self {
@@ -57,7 +61,11 @@ impl Sessions {
     }
 
     /// Starts a browser, or returns the live session that already has the persistent id.
-    pub async fn create(&self, org_id: &str, new: NewSession) -> Result<SessionRecord, ApiError> {
+    pub async fn create(
+        self: &Arc<Self>,
+        org_id: &str,
+        new: NewSession,
+    ) -> Result<SessionRecord, ApiError> {
         if let Some(persistent_id) = &new.persistent_id
             && let Some(existing) = self.running_persistent(org_id, persistent_id).await?
         {
@@ -88,11 +96,25 @@ impl Sessions {
                 return self
                     .running_persistent(org_id, persistent_id)
                     .await?
-                    .ok_or_else(|| ApiError::Conflict("a session with this persistent id is being created or ended; retry".into()));
+                    .ok_or_else(|| {
+                        ApiError::Conflict(
+                            "a session with this persistent id is being created or ended; retry"
+                                .into(),
+                        )
+                    });
             }
             Err(error) => return Err(error.into()),
         }
+        // The launch runs in a task of its own: if the caller goes away (disconnect,
+        // client timeout) it still finishes and records its outcome, so no session is
+        // left half-started and no browser is left without a session.
+        let this = self.clone();
+        tokio::spawn(async move { this.launch(record).await })
+            .await
+            .map_err(|error| ApiError::Internal(anyhow::anyhow!("launch task failed: {error}")))?
+    }
 
+    async fn launch(&self, record: SessionRecord) -> Result<SessionRecord, ApiError> {
         let spec = LaunchSpec {
             session_id: record.id.clone(),
             headless: record.headless,
@@ -104,20 +126,32 @@ impl Sessions {
         let location = match self.runtime.launch(&spec).await {
             Ok(location) => location,
             Err(error) => {
-                self.store.end_session(&record.id, Utc::now(), "launch failed").await?;
+                self.store
+                    .end_session(&record.id, Utc::now(), "launch failed")
+                    .await?;
                 return Err(match error {
                     RuntimeError::LaunchFailed(message) => ApiError::AgentUnavailable(message),
                     RuntimeError::Io(error) => ApiError::Internal(error.into()),
                 });
             }
         };
-        if !self.store.set_session_running(&record.id, &location).await? {
+        if !self
+            .store
+            .set_session_running(&record.id, &location)
+            .await?
+        {
             // Deleted while it was starting: the deleter could not reach the agent yet.
             self.runtime.destroy(&record.id, Some(&location)).await;
-            return Err(ApiError::NotFound("the browser session was deleted while starting".into()));
+            return Err(ApiError::NotFound(
+                "the browser session was deleted while starting".into(),
+            ));
         }
         self.touch(&record.id);
-        Ok(SessionRecord { status: SessionStatus::Running, agent: Some(location), ..record })
+        Ok(SessionRecord {
+            status: SessionStatus::Running,
+            agent: Some(location),
+            ..record
+        })
     }
 
     /// The live session with this persistent id, waiting while a concurrent create of
@@ -129,7 +163,11 @@ impl Sessions {
     ) -> Result<Option<SessionRecord>, ApiError> {
         let deadline = Instant::now() + STARTING_WAIT;
         loop {
-            match self.store.live_session_by_persistent_id(org_id, persistent_id).await? {
+            match self
+                .store
+                .live_session_by_persistent_id(org_id, persistent_id)
+                .await?
+            {
                 Some(session) if session.status == SessionStatus::Running => {
                     self.touch(&session.id);
                     return Ok(Some(session));
@@ -137,7 +175,11 @@ impl Sessions {
                 Some(_) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Some(_) => return Err(ApiError::Timeout("the persistent session is still starting".into())),
+                Some(_) => {
+                    return Err(ApiError::Conflict(
+                        "the session with this persistent id is still starting; retry".into(),
+                    ));
+                }
                 None => return Ok(None),
             }
         }
@@ -150,19 +192,27 @@ impl Sessions {
                 self.touch(id);
                 Ok(session)
             }
-            _ => Err(ApiError::NotFound(format!("browser session {id} not found"))),
+            _ => Err(ApiError::NotFound(format!(
+                "browser session {id} not found"
+            ))),
         }
     }
 
     /// Ends a session and reaps its browser. Only the caller that actually ends it
     /// reaps; returns whether this call did.
     pub async fn end(&self, session: &SessionRecord, reason: &str) -> Result<bool, ApiError> {
-        if !self.store.end_session(&session.id, Utc::now(), reason).await? {
+        if !self
+            .store
+            .end_session(&session.id, Utc::now(), reason)
+            .await?
+        {
             return Ok(false);
         }
         tracing::info!(session_id = %session.id, reason, "ending browser session");
         self.forget(&session.id);
-        self.runtime.destroy(&session.id, session.agent.as_ref()).await;
+        self.runtime
+            .destroy(&session.id, session.agent.as_ref())
+            .await;
         Ok(true)
     }
 
@@ -198,7 +248,10 @@ impl Sessions {
             activity
                 .entry(id.to_owned())
                 .and_modify(|a| a.last = Instant::now())
-                .or_insert(Activity { last: Instant::now(), open_cdp_connections: 0 });
+                .or_insert(Activity {
+                    last: Instant::now(),
+                    open_cdp_connections: 0,
+                });
         }
     }
 
@@ -206,13 +259,17 @@ impl Sessions {
     /// connection keeps the session from timing out.
     pub fn cdp_connection_opened(self: &Arc<Self>, id: &str) -> CdpConnectionGuard {
         if let Ok(mut activity) = self.activity.lock() {
-            let entry = activity
-                .entry(id.to_owned())
-                .or_insert(Activity { last: Instant::now(), open_cdp_connections: 0 });
+            let entry = activity.entry(id.to_owned()).or_insert(Activity {
+                last: Instant::now(),
+                open_cdp_connections: 0,
+            });
             entry.open_cdp_connections += 1;
             entry.last = Instant::now();
         }
-        CdpConnectionGuard { sessions: self.clone(), id: id.to_owned() }
+        CdpConnectionGuard {
+            sessions: self.clone(),
+            id: id.to_owned(),
+        }
     }
 
     /// Whether the session has had no activity and no open CDP connection for `timeout`.
@@ -220,9 +277,10 @@ impl Sessions {
         let Ok(mut activity) = self.activity.lock() else {
             return false;
         };
-        let entry = activity
-            .entry(id.to_owned())
-            .or_insert(Activity { last: Instant::now(), open_cdp_connections: 0 });
+        let entry = activity.entry(id.to_owned()).or_insert(Activity {
+            last: Instant::now(),
+            open_cdp_connections: 0,
+        });
         entry.open_cdp_connections == 0 && entry.last.elapsed() >= timeout
     }
 
@@ -238,17 +296,32 @@ impl Sessions {
                     continue;
                 }
             };
-            for session in live.iter().filter(|s| s.status == SessionStatus::Running) {
-                let timeout = Duration::from_secs(session.timeout_seconds.max(0) as u64);
-                if self.is_idle(&session.id, timeout) {
-                    let this = self.clone();
-                    let session = session.clone();
-                    tokio::spawn(async move {
-                        if let Err(error) = this.end(&session, "inactivity timeout").await {
-                            tracing::warn!(session_id = %session.id, %error, "could not end an idle session");
-                        }
-                    });
-                }
+            for session in live {
+                let reason = match session.status {
+                    SessionStatus::Running
+                        if self.is_idle(
+                            &session.id,
+                            Duration::from_secs(session.timeout_seconds.max(0) as u64),
+                        ) =>
+                    {
+                        "inactivity timeout"
+                    }
+                    SessionStatus::Starting
+                        if (Utc::now() - session.created_at)
+                            .to_std()
+                            .unwrap_or_default()
+                            > STALE_START =>
+                    {
+                        "launch never finished"
+                    }
+                    _ => continue,
+                };
+                let this = self.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = this.end(&session, reason).await {
+                        tracing::warn!(session_id = %session.id, %error, "could not end a session");
+                    }
+                });
             }
         }
     }
@@ -263,22 +336,34 @@ impl Sessions {
             let Ok(live) = self.store.live_sessions().await else {
                 continue;
             };
-            for session in live.into_iter().filter(|s| s.status == SessionStatus::Running) {
+            for session in live
+                .into_iter()
+                .filter(|s| s.status == SessionStatus::Running)
+            {
                 let this = self.clone();
                 tokio::spawn(async move {
                     let Ok(client) = this.agent(&session) else {
                         return;
                     };
-                    if let Err(error) = client.status().await {
-                        let gone = session
-                            .agent
-                            .as_ref()
-                            .and_then(|location| this.runtime.agent_exists(location))
-                            == Some(false);
-                        if gone {
-                            let _ = this.end(&session, "browser agent exited").await;
-                        } else {
-                            tracing::warn!(session_id = %session.id, %error, "agent heartbeat failed");
+                    match client.status().await {
+                        // The agent gave up restarting Chromium: the browser is gone.
+                        Ok(status) if status.devtools_state() == DevtoolsState::Failed => {
+                            let _ = this
+                                .end(&session, "Chromium failed and could not be restarted")
+                                .await;
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            let gone = session
+                                .agent
+                                .as_ref()
+                                .and_then(|location| this.runtime.agent_exists(location))
+                                == Some(false);
+                            if gone {
+                                let _ = this.end(&session, "browser agent exited").await;
+                            } else {
+                                tracing::warn!(session_id = %session.id, %error, "agent heartbeat failed");
+                            }
                         }
                     }
                 });
@@ -287,7 +372,9 @@ impl Sessions {
     }
 
     /// After a (re)start: adopts sessions whose agent still answers, ends the others, and
-    /// reaps browsers that no live session owns.
+    /// reaps browsers that no live session owns. Assumes one control plane per store:
+    /// with several replicas, `starting` sessions of another replica would be ended here
+    /// (replicas need per-replica ownership of launches first).
     pub async fn reconcile(&self) -> anyhow::Result<()> {
         let mut adopted = HashSet::new();
         for session in self.store.live_sessions().await? {
@@ -305,7 +392,8 @@ impl Sessions {
                 adopted.insert(session.id.clone());
             } else {
                 tracing::info!(session_id = %session.id, "browser of a session is gone; ending it");
-                self.end(&session, "lost during a control-plane restart").await?;
+                self.end(&session, "lost during a control-plane restart")
+                    .await?;
             }
         }
         self.runtime.reap_strays(&adopted).await;

@@ -29,7 +29,9 @@ impl CdpTokens {
     /// Loads the signing key shared by all replicas, creating it on first start.
     pub async fn load(store: &dyn Store) -> StoreResult<Self> {
         let candidate = crate::ids::new_secret(64);
-        let key = store.setting_or_insert(SIGNING_KEY_SETTING, &candidate).await?;
+        let key = store
+            .setting_or_insert(SIGNING_KEY_SETTING, &candidate)
+            .await?;
         Ok(Self::from_secret(key.as_bytes()))
     }
 
@@ -74,8 +76,15 @@ mod tests {
         let tokens = CdpTokens::from_secret(b"one key");
         let token = tokens.issue("session1", "org_a");
         let claims = tokens.verify(&token);
-        assert_eq!(claims.map(|c| (c.sub, c.org)), Some(("session1".into(), "org_a".into())));
-        assert!(CdpTokens::from_secret(b"another key").verify(&token).is_none());
+        assert_eq!(
+            claims.map(|c| (c.sub, c.org)),
+            Some(("session1".into(), "org_a".into()))
+        );
+        assert!(
+            CdpTokens::from_secret(b"another key")
+                .verify(&token)
+                .is_none()
+        );
         let mut tampered = token.clone();
         tampered.insert(token.len() / 2, 'x');
         assert!(tokens.verify(&tampered).is_none());

@@ -163,6 +163,9 @@ def test_bad_input_answers_the_error_shape(control_plane):
     body = _error(httpx.post(f"{base}/browsers", headers=json_headers, content=b'{"headless": tru'), 400)
     assert body["code"] == "bad_request" and "malformed JSON" in body["message"]
 
+    body = _error(httpx.post(f"{base}/browsers", headers=json_headers, content=b'{"headless": true} trailing'), 400)
+    assert "malformed JSON" in body["message"]
+
     body = _error(httpx.post(f"{base}/browsers", headers=json_headers, json={"headles": True}), 400)
     assert body["details"][0]["code"] == "invalid_input" and "headles" in body["details"][0]["message"]
 
@@ -185,6 +188,7 @@ def test_bad_input_answers_the_error_shape(control_plane):
     _error(httpx.get(f"{base}/browsers?status=sleeping", headers=auth), 400)
     _error(httpx.delete(f"{base}/browsers", headers=auth), 400)
     _error(httpx.get(f"{base}/browsers/doesnotexist", headers=auth), 404)
+    _error(httpx.get(f"{base}/browsers/%FF", headers=auth), 400)
     _error(httpx.delete(f"{base}/browsers/doesnotexist", headers=auth), 404)
     # Nothing was started by any of the rejected requests.
     assert httpx.get(f"{base}/browsers", headers=auth).json() == []

@@ -15,8 +15,16 @@ use tonic::transport::Channel;
 fn agent_binary() -> PathBuf {
     // target/<profile>/deps/agent-<hash> → target/<profile>/browser-agent
     let exe = std::env::current_exe().expect("test binary path");
-    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("browser-agent");
-    assert!(path.exists(), "{} is missing: run `cargo build --workspace` first", path.display());
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir")
+        .join("browser-agent");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace` first",
+        path.display()
+    );
     path
 }
 
@@ -54,22 +62,36 @@ fn start_agent(secret: &str) -> Agent {
         assert!(Instant::now() < deadline, "agent did not write its address");
         std::thread::sleep(Duration::from_millis(10));
     };
-    Agent { child, address: format!("http://{}", address.trim()), _dir: dir }
+    Agent {
+        child,
+        address: format!("http://{}", address.trim()),
+        _dir: dir,
+    }
 }
 
 async fn client(agent: &Agent) -> BrowserAgentClient<Channel> {
-    BrowserAgentClient::connect(agent.address.clone()).await.expect("connect")
+    BrowserAgentClient::connect(agent.address.clone())
+        .await
+        .expect("connect")
 }
 
 fn with_secret<T>(message: T, secret: &str) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert("authorization", format!("Bearer {secret}").parse().expect("ascii"));
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {secret}").parse().expect("ascii"),
+    );
     request
 }
 
 fn is_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| !matches!(stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()), Some('Z' | 'X')))
+        .map(|stat| {
+            !matches!(
+                stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()),
+                Some('Z' | 'X')
+            )
+        })
         .unwrap_or(false)
 }
 
@@ -85,11 +107,23 @@ async fn agent_demands_its_credential_supervises_chromium_and_shuts_down() {
         let status = client.status(request).await.expect_err("must be refused");
         assert_eq!(status.code(), Code::Unauthenticated);
     }
-    let refused = client.shutdown(with_secret(ShutdownRequest {}, "wrong-secret")).await;
-    assert_eq!(refused.expect_err("must be refused").code(), Code::Unauthenticated);
+    let refused = client
+        .shutdown(with_secret(ShutdownRequest {}, "wrong-secret"))
+        .await;
+    assert_eq!(
+        refused.expect_err("must be refused").code(),
+        Code::Unauthenticated
+    );
 
-    let ready = |wait| StatusRequest { wait_until_ready: wait, wait_timeout_ms: 30_000 };
-    let status = client.status(with_secret(ready(true), "right-secret")).await.expect("status").into_inner();
+    let ready = |wait| StatusRequest {
+        wait_until_ready: wait,
+        wait_timeout_ms: 30_000,
+    };
+    let status = client
+        .status(with_secret(ready(true), "right-secret"))
+        .await
+        .expect("status")
+        .into_inner();
     assert_eq!(status.devtools_state(), DevtoolsState::Ready);
     assert!(status.headless && status.display.is_empty());
     assert_eq!((status.screen_width, status.screen_height), (800, 600));
@@ -98,28 +132,51 @@ async fn agent_demands_its_credential_supervises_chromium_and_shuts_down() {
     assert!(is_running(first_pid));
 
     // Chromium dies: the agent notices, starts it again and says so.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first_pid as i32), nix::sys::signal::Signal::SIGKILL)
-        .expect("kill Chromium");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill Chromium");
     let deadline = Instant::now() + Duration::from_secs(30);
     let restarted = loop {
-        let status = client.status(with_secret(ready(true), "right-secret")).await.expect("status").into_inner();
+        let status = client
+            .status(with_secret(ready(true), "right-secret"))
+            .await
+            .expect("status")
+            .into_inner();
         if status.chromium_restarts == 1 && status.devtools_state() == DevtoolsState::Ready {
             break status;
         }
-        assert!(Instant::now() < deadline, "Chromium was not restarted: {status:?}");
+        assert!(
+            Instant::now() < deadline,
+            "Chromium was not restarted: {status:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_ne!(restarted.chromium_pid, first_pid);
-    assert!(restarted.last_chromium_exit.contains("signal"), "{}", restarted.last_chromium_exit);
+    assert!(
+        restarted.last_chromium_exit.contains("signal"),
+        "{}",
+        restarted.last_chromium_exit
+    );
 
     // Shutdown reaps Chromium and ends the agent.
-    client.shutdown(with_secret(ShutdownRequest {}, "right-secret")).await.expect("shutdown");
+    client
+        .shutdown(with_secret(ShutdownRequest {}, "right-secret"))
+        .await
+        .expect("shutdown");
     let deadline = Instant::now() + Duration::from_secs(10);
     while agent.child.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "agent did not exit after Shutdown");
+        assert!(
+            Instant::now() < deadline,
+            "agent did not exit after Shutdown"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(!is_running(restarted.chromium_pid), "Chromium outlived its agent");
+    assert!(
+        !is_running(restarted.chromium_pid),
+        "Chromium outlived its agent"
+    );
 }
 
 #[tokio::test]

@@ -35,7 +35,8 @@ fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64
 
 fn truncate_to_micros(mut record: SessionRecord) -> SessionRecord {
     let micros = record.created_at.timestamp_micros();
-    record.created_at = chrono::DateTime::from_timestamp_micros(micros).unwrap_or(record.created_at);
+    record.created_at =
+        chrono::DateTime::from_timestamp_micros(micros).unwrap_or(record.created_at);
     record
 }
 
@@ -50,10 +51,19 @@ fn location(port: u16) -> AgentLocation {
 
 async fn contract(store: Arc<dyn Store>) {
     // Organizations: created once, found by name afterwards.
-    let a = store.ensure_organization("org-a").await.expect("create org a");
-    let again = store.ensure_organization("org-a").await.expect("find org a");
+    let a = store
+        .ensure_organization("org-a")
+        .await
+        .expect("create org a");
+    let again = store
+        .ensure_organization("org-a")
+        .await
+        .expect("find org a");
     assert_eq!(a, again);
-    let b = store.ensure_organization("org-b").await.expect("create org b");
+    let b = store
+        .ensure_organization("org-b")
+        .await
+        .expect("create org b");
     assert_ne!(a.id, b.id);
 
     // API keys.
@@ -65,55 +75,162 @@ async fn contract(store: Arc<dyn Store>) {
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("valid time"),
     };
     store.insert_api_key(&key).await.expect("insert key");
-    assert_eq!(store.api_key("key1").await.expect("get key"), Some(key.clone()));
+    assert_eq!(
+        store.api_key("key1").await.expect("get key"),
+        Some(key.clone())
+    );
     assert_eq!(store.api_key("nope").await.expect("get key"), None);
     assert_eq!(store.api_key_count().await.expect("count"), 1);
-    assert!(matches!(store.insert_api_key(&key).await, Err(StoreError::Conflict(_))));
+    assert!(matches!(
+        store.insert_api_key(&key).await,
+        Err(StoreError::Conflict(_))
+    ));
 
     // Settings: the first value wins, later candidates are ignored.
-    assert_eq!(store.setting_or_insert("k", "first").await.expect("setting"), "first");
-    assert_eq!(store.setting_or_insert("k", "second").await.expect("setting"), "first");
+    assert_eq!(
+        store
+            .setting_or_insert("k", "first")
+            .await
+            .expect("setting"),
+        "first"
+    );
+    assert_eq!(
+        store
+            .setting_or_insert("k", "second")
+            .await
+            .expect("setting"),
+        "first"
+    );
 
     // Sessions are scoped to their organization.
     let s1 = truncate_to_micros(session("s1", &a.id, Some("keep"), 30));
     store.insert_session(&s1).await.expect("insert s1");
-    assert_eq!(store.session(&a.id, "s1").await.expect("get"), Some(s1.clone()));
+    assert_eq!(
+        store.session(&a.id, "s1").await.expect("get"),
+        Some(s1.clone())
+    );
     assert_eq!(store.session(&b.id, "s1").await.expect("get"), None);
 
     // One live session per persistent id and organization; other organizations may reuse it.
     let duplicate = session("s2", &a.id, Some("keep"), 20);
-    assert!(matches!(store.insert_session(&duplicate).await, Err(StoreError::Conflict(_))));
-    store.insert_session(&session("s3", &b.id, Some("keep"), 20)).await.expect("other org");
+    assert!(matches!(
+        store.insert_session(&duplicate).await,
+        Err(StoreError::Conflict(_))
+    ));
+    store
+        .insert_session(&session("s3", &b.id, Some("keep"), 20))
+        .await
+        .expect("other org");
     assert_eq!(
-        store.live_session_by_persistent_id(&a.id, "keep").await.expect("by pid").map(|s| s.id),
+        store
+            .live_session_by_persistent_id(&a.id, "keep")
+            .await
+            .expect("by pid")
+            .map(|s| s.id),
         Some("s1".into())
     );
 
     // Running: records where the agent is.
-    assert!(store.set_session_running("s1", &location(5000)).await.expect("running"));
-    let running = store.session(&a.id, "s1").await.expect("get").expect("exists");
+    assert!(
+        store
+            .set_session_running("s1", &location(5000))
+            .await
+            .expect("running")
+    );
+    let running = store
+        .session(&a.id, "s1")
+        .await
+        .expect("get")
+        .expect("exists");
     assert_eq!(running.status, SessionStatus::Running);
     assert_eq!(running.agent, Some(location(5000)));
 
     // Listing: newest first, paged, filtered by liveness.
-    store.insert_session(&session("s4", &a.id, None, 10)).await.expect("insert s4");
-    store.insert_session(&session("s5", &a.id, None, 0)).await.expect("insert s5");
+    store
+        .insert_session(&session("s4", &a.id, None, 10))
+        .await
+        .expect("insert s4");
+    store
+        .insert_session(&session("s5", &a.id, None, 0))
+        .await
+        .expect("insert s5");
     let ids = |sessions: Vec<SessionRecord>| sessions.into_iter().map(|s| s.id).collect::<Vec<_>>();
-    assert_eq!(ids(store.list_sessions(&a.id, SessionFilter::Live, 10, 0).await.expect("list")), ["s5", "s4", "s1"]);
-    assert_eq!(ids(store.list_sessions(&a.id, SessionFilter::Live, 2, 1).await.expect("list")), ["s4", "s1"]);
-    assert_eq!(ids(store.list_sessions(&b.id, SessionFilter::Live, 10, 0).await.expect("list")), ["s3"]);
+    assert_eq!(
+        ids(store
+            .list_sessions(&a.id, SessionFilter::Live, 10, 0)
+            .await
+            .expect("list")),
+        ["s5", "s4", "s1"]
+    );
+    assert_eq!(
+        ids(store
+            .list_sessions(&a.id, SessionFilter::Live, 2, 1)
+            .await
+            .expect("list")),
+        ["s4", "s1"]
+    );
+    assert_eq!(
+        ids(store
+            .list_sessions(&b.id, SessionFilter::Live, 10, 0)
+            .await
+            .expect("list")),
+        ["s3"]
+    );
 
     // Ending happens once; afterwards the persistent id is free and running is refused.
     let ended_at = chrono::DateTime::from_timestamp(1_900_000_000, 0).expect("valid time");
-    assert!(store.end_session("s1", ended_at, "deleted").await.expect("end"));
-    assert!(!store.end_session("s1", ended_at, "again").await.expect("end again"));
-    assert!(!store.set_session_running("s1", &location(5001)).await.expect("running after end"));
-    let ended = store.session(&a.id, "s1").await.expect("get").expect("kept");
-    assert_eq!((ended.status, ended.ended_at, ended.end_reason.as_deref()), (SessionStatus::Ended, Some(ended_at), Some("deleted")));
-    assert_eq!(ids(store.list_sessions(&a.id, SessionFilter::Ended, 10, 0).await.expect("list")), ["s1"]);
-    assert_eq!(ids(store.list_sessions(&a.id, SessionFilter::All, 10, 0).await.expect("list")), ["s5", "s4", "s1"]);
-    assert_eq!(store.live_session_by_persistent_id(&a.id, "keep").await.expect("by pid"), None);
-    store.insert_session(&session("s6", &a.id, Some("keep"), 0)).await.expect("persistent id reusable");
+    assert!(
+        store
+            .end_session("s1", ended_at, "deleted")
+            .await
+            .expect("end")
+    );
+    assert!(
+        !store
+            .end_session("s1", ended_at, "again")
+            .await
+            .expect("end again")
+    );
+    assert!(
+        !store
+            .set_session_running("s1", &location(5001))
+            .await
+            .expect("running after end")
+    );
+    let ended = store
+        .session(&a.id, "s1")
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(
+        (ended.status, ended.ended_at, ended.end_reason.as_deref()),
+        (SessionStatus::Ended, Some(ended_at), Some("deleted"))
+    );
+    assert_eq!(
+        ids(store
+            .list_sessions(&a.id, SessionFilter::Ended, 10, 0)
+            .await
+            .expect("list")),
+        ["s1"]
+    );
+    assert_eq!(
+        ids(store
+            .list_sessions(&a.id, SessionFilter::All, 10, 0)
+            .await
+            .expect("list")),
+        ["s5", "s4", "s1"]
+    );
+    assert_eq!(
+        store
+            .live_session_by_persistent_id(&a.id, "keep")
+            .await
+            .expect("by pid"),
+        None
+    );
+    store
+        .insert_session(&session("s6", &a.id, Some("keep"), 0))
+        .await
+        .expect("persistent id reusable");
 
     // Every organization's live sessions, for reconciliation.
     let mut live = ids(store.live_sessions().await.expect("live"));
@@ -145,11 +262,24 @@ async fn postgres_store_meets_the_contract() {
         tokio::spawn(connection);
         client
     };
-    admin.batch_execute(&format!("CREATE SCHEMA {schema}")).await.expect("create schema");
-    let scoped_url = format!("{url}{}options=-csearch_path%3D{schema}", if url.contains('?') { "&" } else { "?" });
-    let store = store::open(Some(&scoped_url), std::path::Path::new("/nonexistent")).await.expect("open PostgreSQL");
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .expect("create schema");
+    let scoped_url = format!(
+        "{url}{}options=-csearch_path%3D{schema}",
+        if url.contains('?') { "&" } else { "?" }
+    );
+    let store = store::open(Some(&scoped_url), std::path::Path::new("/nonexistent"))
+        .await
+        .expect("open PostgreSQL");
     contract(store).await;
-    let reopened = store::open(Some(&scoped_url), std::path::Path::new("/nonexistent")).await.expect("reopen");
+    let reopened = store::open(Some(&scoped_url), std::path::Path::new("/nonexistent"))
+        .await
+        .expect("reopen");
     assert_eq!(reopened.api_key_count().await.expect("count"), 1);
-    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop schema");
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop schema");
 }

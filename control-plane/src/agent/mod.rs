@@ -58,7 +58,9 @@ pub struct BearerCredential(MetadataValue<tonic::metadata::Ascii>);
 
 impl tonic::service::Interceptor for BearerCredential {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        request.metadata_mut().insert(AUTHORIZATION_METADATA, self.0.clone());
+        request
+            .metadata_mut()
+            .insert(AUTHORIZATION_METADATA, self.0.clone());
         Ok(request)
     }
 }
@@ -118,10 +120,18 @@ impl AgentClient {
     ) -> Result<(mpsc::Sender<CdpFrame>, Streaming<CdpFrame>), AgentError> {
         let (to_agent, outbound) = mpsc::channel(64);
         to_agent
-            .send(CdpFrame { kind: Some(Kind::Open(CdpOpen { path: path.to_owned() })) })
+            .send(CdpFrame {
+                kind: Some(Kind::Open(CdpOpen {
+                    path: path.to_owned(),
+                })),
+            })
             .await
             .map_err(|_| AgentError::Internal("tunnel channel closed".into()))?;
-        let response = self.inner.clone().cdp_tunnel(ReceiverStream::new(outbound)).await?;
+        let response = self
+            .inner
+            .clone()
+            .cdp_tunnel(ReceiverStream::new(outbound))
+            .await?;
         Ok((to_agent, response.into_inner()))
     }
 }

@@ -1,14 +1,14 @@
 //! Browser sessions: `POST/GET/DELETE /browsers`, `GET/DELETE /browsers/{id}`.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::extract::{JsonBody, QueryParams};
+use super::extract::{JsonBody, PathParam, QueryParams};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::sessions::NewSession;
@@ -105,7 +105,11 @@ impl BrowserSession {
         let token = state.cdp_tokens.issue(&session.id, &session.org_id);
         Self {
             session_id: session.id.clone(),
-            cdp_ws_url: format!("{}/browsers/{}/cdp?jwt={token}", state.public_ws_url(), session.id),
+            cdp_ws_url: format!(
+                "{}/browsers/{}/cdp?jwt={token}",
+                state.public_ws_url(),
+                session.id
+            ),
             created_at: session.created_at,
             headless: session.headless,
             stealth: session.stealth,
@@ -157,18 +161,30 @@ fn validate(request: CreateBrowserRequest) -> Result<NewSession, ApiError> {
         )));
     }
     if request.gpu == Some(true) {
-        problems.push(ErrorDetail::invalid_input("gpu: this server has no GPU browsers"));
+        problems.push(ErrorDetail::invalid_input(
+            "gpu: this server has no GPU browsers",
+        ));
     }
     // Extensions, proxies and profiles are resources of the organization; none can be
     // referenced until their APIs exist, so every reference names a missing resource.
-    if request.extensions.as_ref().is_some_and(|list| !list.is_empty()) {
-        problems.push(ErrorDetail::invalid_input("extensions: no such extension in this organization"));
+    if request
+        .extensions
+        .as_ref()
+        .is_some_and(|list| !list.is_empty())
+    {
+        problems.push(ErrorDetail::invalid_input(
+            "extensions: no such extension in this organization",
+        ));
     }
     if let Some(proxy_id) = &request.proxy_id {
-        problems.push(ErrorDetail::invalid_input(format!("proxy_id: proxy {proxy_id} not found")));
+        problems.push(ErrorDetail::invalid_input(format!(
+            "proxy_id: proxy {proxy_id} not found"
+        )));
     }
     if request.profile.is_some() {
-        problems.push(ErrorDetail::invalid_input("profile: no such profile in this organization"));
+        problems.push(ErrorDetail::invalid_input(
+            "profile: no such profile in this organization",
+        ));
     }
     if !problems.is_empty() {
         return Err(ApiError::invalid(problems));
@@ -236,21 +252,31 @@ pub async fn list(
     };
     let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
     if !(1..=MAX_LIST_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid_field(format!("limit must be between 1 and {MAX_LIST_LIMIT}")));
+        return Err(ApiError::invalid_field(format!(
+            "limit must be between 1 and {MAX_LIST_LIMIT}"
+        )));
     }
     let offset = query.offset.unwrap_or(0);
-    let mut sessions = state.store.list_sessions(&caller.org_id, filter, limit + 1, offset).await?;
+    let mut sessions = state
+        .store
+        .list_sessions(&caller.org_id, filter, limit + 1, offset)
+        .await?;
     let has_more = sessions.len() > limit as usize;
     sessions.truncate(limit as usize);
     let mut headers = HeaderMap::new();
-    headers.insert("x-has-more", HeaderValue::from_static(if has_more { "true" } else { "false" }));
+    headers.insert(
+        "x-has-more",
+        HeaderValue::from_static(if has_more { "true" } else { "false" }),
+    );
     // The official SDKs request the next page at `X-Next-Offset + items on this page`,
     // so the header carries this page's offset; with it their auto-paging is exact.
     if has_more && let Ok(this_page) = HeaderValue::from_str(&offset.to_string()) {
         headers.insert("x-next-offset", this_page);
     }
-    let body: Vec<BrowserSession> =
-        sessions.iter().map(|s| BrowserSession::from_record(&state, s)).collect();
+    let body: Vec<BrowserSession> = sessions
+        .iter()
+        .map(|s| BrowserSession::from_record(&state, s))
+        .collect();
     Ok((headers, Json(body)))
 }
 
@@ -269,7 +295,7 @@ pub struct RetrieveQuery {
 pub async fn retrieve(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<RetrieveQuery>,
 ) -> Result<Json<BrowserSession>, ApiError> {
     let session = if query.include_deleted == Some(true) {
@@ -293,7 +319,7 @@ pub async fn retrieve(
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     let session = state.sessions.live(&caller.org_id, &id).await?;
     end_requested(&state, &session).await
@@ -304,7 +330,10 @@ async fn end_requested(state: &AppState, session: &SessionRecord) -> Result<Stat
         Ok(StatusCode::NO_CONTENT)
     } else {
         // Ended concurrently (another delete or the inactivity timeout).
-        Err(ApiError::NotFound(format!("browser session {} not found", session.id)))
+        Err(ApiError::NotFound(format!(
+            "browser session {} not found",
+            session.id
+        )))
     }
 }
 
@@ -326,7 +355,10 @@ pub async fn delete_by_persistent_id(
     caller: Caller,
     QueryParams(query): QueryParams<DeletePersistentQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let deprecation = [("deprecation", "true"), ("link", "</browsers/{id}>; rel=\"successor-version\"")];
+    let deprecation = [
+        ("deprecation", "true"),
+        ("link", "</browsers/{id}>; rel=\"successor-version\""),
+    ];
     let persistent_id = query
         .persistent_id
         .filter(|id| !id.is_empty())
@@ -338,7 +370,9 @@ pub async fn delete_by_persistent_id(
             .await?
             .filter(|s| s.status != SessionStatus::Ended)
             .ok_or_else(|| {
-                ApiError::NotFound(format!("no live browser session with persistent id {persistent_id}"))
+                ApiError::NotFound(format!(
+                    "no live browser session with persistent id {persistent_id}"
+                ))
             })?;
         end_requested(&state, &session).await
     }
@@ -362,7 +396,11 @@ mod tests {
     fn every_invalid_field_is_reported() {
         let request = CreateBrowserRequest {
             timeout_seconds: Some(5),
-            viewport: Some(ViewportRequest { width: 0, height: 99_999, refresh_rate: None }),
+            viewport: Some(ViewportRequest {
+                width: 0,
+                height: 99_999,
+                refresh_rate: None,
+            }),
             ..Default::default()
         };
         let Err(ApiError::BadRequest { details, .. }) = validate(request) else {

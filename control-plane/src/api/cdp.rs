@@ -2,22 +2,31 @@
 //! the signed token instead of an API key (Playwright and Puppeteer cannot send headers
 //! here); tunnelled over gRPC to the agent, which connects to Chromium's DevTools.
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::{Path, State};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use browser_agent_proto::v1::{CdpClose, CdpFrame, cdp_frame::Kind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tonic::Streaming;
 use utoipa::IntoParams;
 
-use super::extract::QueryParams;
+use super::extract::{PathParam, QueryParams};
 use crate::agent::MAX_CDP_MESSAGE_BYTES;
 use crate::error::{ApiError, ErrorBody};
 use crate::sessions::CdpConnectionGuard;
 use crate::state::AppState;
+
+const TUNNEL_OPEN_TIMEOUT: Duration = Duration::from_secs(15);
+/// We ping idle clients this often; one that has sent nothing (not even a pong) for
+/// `CLIENT_SILENCE_LIMIT` is gone, and its connection stops keeping the session alive.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const CLIENT_SILENCE_LIMIT: Duration = Duration::from_secs(90);
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -34,7 +43,7 @@ pub struct CdpQuery {
         (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn connect(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<CdpQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
@@ -45,10 +54,18 @@ pub async fn connect(
         .filter(|claims| claims.sub == id)
         .ok_or_else(|| ApiError::Unauthorized("missing or invalid jwt for this session".into()))?;
     let upgrade = upgrade.map_err(|rejection| {
-        ApiError::invalid_field(format!("this endpoint needs a WebSocket upgrade: {rejection}"))
+        ApiError::invalid_field(format!(
+            "this endpoint needs a WebSocket upgrade: {rejection}"
+        ))
     })?;
     let session = state.sessions.live(&claims.org, &id).await?;
-    let (to_agent, from_agent) = state.sessions.agent(&session)?.open_cdp_tunnel("").await?;
+    let agent = state.sessions.agent(&session)?;
+    let (to_agent, from_agent) =
+        tokio::time::timeout(TUNNEL_OPEN_TIMEOUT, agent.open_cdp_tunnel(""))
+            .await
+            .map_err(|_| {
+                ApiError::Timeout("the browser's DevTools endpoint did not answer in time".into())
+            })??;
     let guard = state.sessions.cdp_connection_opened(&id);
     Ok(upgrade
         .max_message_size(MAX_CDP_MESSAGE_BYTES)
@@ -65,8 +82,11 @@ async fn pump(
     _guard: CdpConnectionGuard,
 ) {
     let (mut to_client, mut from_client) = socket.split();
+    let opened = Instant::now();
+    let last_heard_ms = AtomicU64::new(0);
     let upstream = async {
         while let Some(Ok(message)) = from_client.next().await {
+            last_heard_ms.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
             let kind = match message {
                 Message::Text(text) => Kind::Text(text.to_string()),
                 Message::Binary(bytes) => Kind::Binary(bytes.to_vec()),
@@ -74,7 +94,11 @@ async fn pump(
                     let (code, reason) = frame
                         .map(|f| (u32::from(f.code), f.reason.to_string()))
                         .unwrap_or((1000, String::new()));
-                    let _ = to_agent.send(CdpFrame { kind: Some(Kind::Close(CdpClose { code, reason })) }).await;
+                    let _ = to_agent
+                        .send(CdpFrame {
+                            kind: Some(Kind::Close(CdpClose { code, reason })),
+                        })
+                        .await;
                     break;
                 }
                 Message::Ping(_) | Message::Pong(_) => continue,
@@ -85,7 +109,22 @@ async fn pump(
         }
     };
     let downstream = async {
-        while let Some(Ok(frame)) = from_agent.next().await {
+        let mut keepalive = tokio::time::interval(KEEPALIVE_INTERVAL);
+        keepalive.tick().await; // the first tick is immediate
+        loop {
+            let frame = tokio::select! {
+                frame = from_agent.next() => frame,
+                _ = keepalive.tick() => {
+                    let heard = Duration::from_millis(last_heard_ms.load(Ordering::Relaxed));
+                    if opened.elapsed().saturating_sub(heard) > CLIENT_SILENCE_LIMIT
+                        || to_client.send(Message::Ping(Default::default())).await.is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let Some(Ok(frame)) = frame else { break };
             let message = match frame.kind {
                 Some(Kind::Text(text)) => Message::Text(text.into()),
                 Some(Kind::Binary(bytes)) => Message::Binary(bytes.into()),
@@ -106,7 +145,10 @@ async fn pump(
         }
         // The agent or Chromium went away: tell the client rather than leave it hanging.
         let _ = to_client
-            .send(Message::Close(Some(CloseFrame { code: 1011, reason: "browser went away".into() })))
+            .send(Message::Close(Some(CloseFrame {
+                code: 1011,
+                reason: "browser went away".into(),
+            })))
             .await;
     };
     tokio::select! {

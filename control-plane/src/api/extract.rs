@@ -23,21 +23,32 @@ where
             .get(CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .map(|value| {
-                let mime = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+                let mime = value
+                    .split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_ascii_lowercase();
                 mime == "application/json" || mime.ends_with("+json")
             });
-        let body = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge(format!(
-                    "the request body is larger than {} bytes",
-                    super::MAX_JSON_BODY_BYTES
-                ))
-            } else {
-                ApiError::invalid_field(format!("could not read the request body: {rejection}"))
-            }
-        })?;
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(format!(
+                        "the request body is larger than {} bytes",
+                        super::MAX_JSON_BODY_BYTES
+                    ))
+                } else {
+                    ApiError::invalid_field(format!("could not read the request body: {rejection}"))
+                }
+            })?;
         // An empty body means "all defaults", whatever the content type says.
-        let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &body };
+        let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &body
+        };
         if is_json == Some(false) {
             return Err(ApiError::UnsupportedMediaType(
                 "the request body must be JSON (content-type: application/json)".into(),
@@ -49,7 +60,7 @@ where
 
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
         let message = if inner.is_syntax() || inner.is_eof() {
@@ -60,7 +71,12 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             format!("{path}: {inner}")
         };
         ApiError::invalid(vec![ErrorDetail::invalid_input(message)])
-    })
+    })?;
+    // Only whitespace may follow the value.
+    deserializer
+        .end()
+        .map_err(|error| ApiError::invalid_field(format!("malformed JSON: {error}")))?;
+    Ok(value)
 }
 
 /// Query-string parameters; failures are Error-shape 400s naming the parameter.
@@ -85,6 +101,29 @@ where
             .map_err(|error| {
                 let path = error.path().to_string();
                 ApiError::invalid_field(format!("query parameter {path}: {}", error.into_inner()))
+            })
+    }
+}
+
+/// Path parameters; a segment that cannot be decoded is an Error-shape 400.
+pub struct PathParam<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for PathParam<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| PathParam(value))
+            .map_err(|rejection| {
+                ApiError::invalid_field(format!("path: {}", rejection.body_text()))
             })
     }
 }

@@ -51,7 +51,11 @@ impl Modify for BearerSecurity {
 #[allow(deprecated)] // the deprecated DELETE /browsers is still served
 fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(browsers::create, browsers::list, browsers::delete_by_persistent_id))
+        .routes(routes!(
+            browsers::create,
+            browsers::list,
+            browsers::delete_by_persistent_id
+        ))
         .routes(routes!(browsers::retrieve, browsers::delete))
         .routes(routes!(cdp::connect))
         .routes(routes!(health::healthz))
@@ -105,35 +109,69 @@ mod tests {
     /// Every endpoint of the Kernel API contract (API-CONTRACT.md), whether built yet or
     /// not. Path parameters are filled with `x`.
     const CONTRACT: &[(&str, &str)] = &[
-        ("POST", "/browsers"), ("GET", "/browsers"), ("DELETE", "/browsers"),
-        ("GET", "/browsers/x"), ("DELETE", "/browsers/x"), ("PATCH", "/browsers/x"),
-        ("GET", "/browsers/x/cdp"), ("POST", "/browsers/x/extensions"),
-        ("PUT", "/browsers/x/fs/move"), ("POST", "/browsers/x/fs/upload_zip"),
-        ("GET", "/browsers/x/fs/read_file"), ("PUT", "/browsers/x/fs/write_file"),
-        ("GET", "/browsers/x/fs/list_files"), ("GET", "/browsers/x/fs/file_info"),
-        ("PUT", "/browsers/x/fs/create_directory"), ("PUT", "/browsers/x/fs/delete_file"),
-        ("PUT", "/browsers/x/fs/delete_directory"), ("GET", "/browsers/x/fs/download_dir_zip"),
+        ("POST", "/browsers"),
+        ("GET", "/browsers"),
+        ("DELETE", "/browsers"),
+        ("GET", "/browsers/x"),
+        ("DELETE", "/browsers/x"),
+        ("PATCH", "/browsers/x"),
+        ("GET", "/browsers/x/cdp"),
+        ("POST", "/browsers/x/extensions"),
+        ("PUT", "/browsers/x/fs/move"),
+        ("POST", "/browsers/x/fs/upload_zip"),
+        ("GET", "/browsers/x/fs/read_file"),
+        ("PUT", "/browsers/x/fs/write_file"),
+        ("GET", "/browsers/x/fs/list_files"),
+        ("GET", "/browsers/x/fs/file_info"),
+        ("PUT", "/browsers/x/fs/create_directory"),
+        ("PUT", "/browsers/x/fs/delete_file"),
+        ("PUT", "/browsers/x/fs/delete_directory"),
+        ("GET", "/browsers/x/fs/download_dir_zip"),
         ("PUT", "/browsers/x/fs/set_file_permissions"),
-        ("POST", "/browsers/x/computer/click_mouse"), ("POST", "/browsers/x/computer/drag_mouse"),
-        ("POST", "/browsers/x/computer/get_mouse_position"), ("POST", "/browsers/x/computer/move_mouse"),
-        ("POST", "/browsers/x/computer/type"), ("POST", "/browsers/x/computer/press_key"),
-        ("POST", "/browsers/x/computer/scroll"), ("POST", "/browsers/x/computer/screenshot"),
-        ("POST", "/browsers/x/replays"), ("GET", "/browsers/x/replays"),
-        ("POST", "/browsers/x/replays/x/stop"), ("GET", "/browsers/x/replays/x"),
-        ("POST", "/extensions"), ("GET", "/extensions"), ("GET", "/extensions/x"),
+        ("POST", "/browsers/x/computer/click_mouse"),
+        ("POST", "/browsers/x/computer/drag_mouse"),
+        ("POST", "/browsers/x/computer/get_mouse_position"),
+        ("POST", "/browsers/x/computer/move_mouse"),
+        ("POST", "/browsers/x/computer/type"),
+        ("POST", "/browsers/x/computer/press_key"),
+        ("POST", "/browsers/x/computer/scroll"),
+        ("POST", "/browsers/x/computer/screenshot"),
+        ("POST", "/browsers/x/replays"),
+        ("GET", "/browsers/x/replays"),
+        ("POST", "/browsers/x/replays/x/stop"),
+        ("GET", "/browsers/x/replays/x"),
+        ("POST", "/extensions"),
+        ("GET", "/extensions"),
+        ("GET", "/extensions/x"),
         ("DELETE", "/extensions/x"),
-        ("POST", "/proxies"), ("GET", "/proxies"), ("GET", "/proxies/x"), ("DELETE", "/proxies/x"),
+        ("POST", "/proxies"),
+        ("GET", "/proxies"),
+        ("GET", "/proxies/x"),
+        ("DELETE", "/proxies/x"),
         ("POST", "/proxies/x/check"),
-        ("POST", "/browser_pools"), ("GET", "/browser_pools"), ("GET", "/browser_pools/x"),
-        ("PATCH", "/browser_pools/x"), ("DELETE", "/browser_pools/x"),
-        ("POST", "/browser_pools/x/acquire"), ("POST", "/browser_pools/x/release"),
+        ("POST", "/browser_pools"),
+        ("GET", "/browser_pools"),
+        ("GET", "/browser_pools/x"),
+        ("PATCH", "/browser_pools/x"),
+        ("DELETE", "/browser_pools/x"),
+        ("POST", "/browser_pools/x/acquire"),
+        ("POST", "/browser_pools/x/release"),
         ("POST", "/browser_pools/x/flush"),
-        ("POST", "/profiles"), ("GET", "/profiles"), ("GET", "/profiles/x"),
-        ("DELETE", "/profiles/x"), ("GET", "/profiles/x/download"),
-        ("POST", "/auth/connections"), ("GET", "/auth/connections"), ("GET", "/auth/connections/x"),
-        ("DELETE", "/auth/connections/x"), ("POST", "/auth/connections/x/login"),
-        ("POST", "/auth/connections/x/submit"), ("GET", "/auth/connections/x/events"),
-        ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/openapi.json"),
+        ("POST", "/profiles"),
+        ("GET", "/profiles"),
+        ("GET", "/profiles/x"),
+        ("DELETE", "/profiles/x"),
+        ("GET", "/profiles/x/download"),
+        ("POST", "/auth/connections"),
+        ("GET", "/auth/connections"),
+        ("GET", "/auth/connections/x"),
+        ("DELETE", "/auth/connections/x"),
+        ("POST", "/auth/connections/x/login"),
+        ("POST", "/auth/connections/x/submit"),
+        ("GET", "/auth/connections/x/events"),
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("GET", "/openapi.json"),
     ];
 
     async fn test_router(dir: &std::path::Path) -> Router {
@@ -155,7 +193,11 @@ mod tests {
 
     /// Whether the router serves `method path` (anything but our "no route" answers).
     async fn is_served(router: &Router, method: &str, path: &str) -> bool {
-        let request = Request::builder().method(method).uri(path).body(Body::empty()).expect("request");
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .expect("request");
         let response = router.clone().oneshot(request).await.expect("response");
         if response.status() == StatusCode::METHOD_NOT_ALLOWED {
             return false;
@@ -163,7 +205,9 @@ mod tests {
         if response.status() != StatusCode::NOT_FOUND {
             return true;
         }
-        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("body");
         !String::from_utf8_lossy(&body).contains("no route for")
     }
 
@@ -172,7 +216,11 @@ mod tests {
         let mut routes = Vec::new();
         for (path, item) in json["paths"].as_object().expect("paths") {
             for method in item.as_object().expect("path item").keys() {
-                let concrete = path.split('/').map(|s| if s.starts_with('{') { "x" } else { s }).collect::<Vec<_>>().join("/");
+                let concrete = path
+                    .split('/')
+                    .map(|s| if s.starts_with('{') { "x" } else { s })
+                    .collect::<Vec<_>>()
+                    .join("/");
                 routes.push((method.to_uppercase(), concrete));
             }
         }
@@ -193,9 +241,15 @@ mod tests {
             }
         }
         for (method, path) in &documented {
-            assert!(is_served(&router, method, path).await, "{method} {path} is documented but not served");
+            assert!(
+                is_served(&router, method, path).await,
+                "{method} {path} is documented but not served"
+            );
         }
-        assert!(documented.len() >= 9, "the document lists too few routes: {documented:?}");
+        assert!(
+            documented.len() >= 9,
+            "the document lists too few routes: {documented:?}"
+        );
     }
 
     #[tokio::test]
@@ -203,12 +257,21 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let router = test_router(dir.path()).await;
         for (method, path, status) in [("GET", "/nope", 404), ("PUT", "/browsers", 405)] {
-            let request = Request::builder().method(method).uri(path).body(Body::empty()).expect("request");
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::empty())
+                .expect("request");
             let response = router.clone().oneshot(request).await.expect("response");
             assert_eq!(response.status().as_u16(), status);
-            let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .expect("body");
             let error: serde_json::Value = serde_json::from_slice(&body).expect("JSON error body");
-            assert!(error["code"].is_string() && error["message"].is_string(), "{error}");
+            assert!(
+                error["code"].is_string() && error["message"].is_string(),
+                "{error}"
+            );
         }
     }
 }

@@ -69,7 +69,10 @@ impl LocalRuntime {
             .arg(dir.join(ADDR_FILE))
             .arg(format!("--width={}", spec.width))
             .arg(format!("--height={}", spec.height))
-            .arg(format!("--idle-grace-seconds={}", self.config.agent_idle_grace.as_secs().max(1)))
+            .arg(format!(
+                "--idle-grace-seconds={}",
+                self.config.agent_idle_grace.as_secs().max(1)
+            ))
             .env("BROWSER_AGENT_SECRET", &secret)
             .env("BROWSER_AGENT_CHROMIUM", &self.config.chromium)
             .env("BROWSER_AGENT_XVFB", &self.config.xvfb)
@@ -95,8 +98,14 @@ impl LocalRuntime {
             ))
         })?;
         let pid = child.id().map(i64::from);
-        if let Some(pid) = pid {
-            std::fs::write(dir.join(PID_FILE), pid.to_string())?;
+        if let Some(pid) = pid
+            && let Err(error) = std::fs::write(dir.join(PID_FILE), pid.to_string())
+        {
+            // Without its pid on record the agent could not be found again: stop it now
+            // (its Xvfb and Chromium die with it).
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(error.into());
         }
         // While we are its parent, reap the agent when it exits, and tell the launcher.
         let (exited_tx, exited) = watch::channel(None);
@@ -134,7 +143,9 @@ impl LocalRuntime {
                 )));
             }
             if tokio::time::Instant::now() > deadline {
-                return Err(RuntimeError::LaunchFailed("the browser agent did not start listening".into()));
+                return Err(RuntimeError::LaunchFailed(
+                    "the browser agent did not start listening".into(),
+                ));
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -188,7 +199,11 @@ impl Runtime for LocalRuntime {
         let dir = self.browser_dir(session_id);
         let root = dir.join(ROOT_DIR);
         let pid = location.and_then(|l| l.pid).or_else(|| {
-            std::fs::read_to_string(dir.join(PID_FILE)).ok()?.trim().parse().ok()
+            std::fs::read_to_string(dir.join(PID_FILE))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
         });
         let mut shutdown_accepted = false;
         if let Some(location) = location.filter(|l| !l.endpoint.is_empty())
@@ -196,7 +211,9 @@ impl Runtime for LocalRuntime {
         {
             match client.shutdown().await {
                 Ok(()) => shutdown_accepted = true,
-                Err(error) => tracing::debug!(session_id, %error, "agent did not take the shutdown call"),
+                Err(error) => {
+                    tracing::debug!(session_id, %error, "agent did not take the shutdown call")
+                }
             }
         }
         if let Some(pid) = pid {
@@ -210,7 +227,10 @@ impl Runtime for LocalRuntime {
     }
 
     fn agent_exists(&self, location: &AgentLocation) -> Option<bool> {
-        location.pid.map(is_running)
+        let root = Path::new(&location.vm_root);
+        location
+            .pid
+            .map(|pid| is_running(pid) && is_agent_for(pid, root))
     }
 
     async fn reap_strays(&self, live_session_ids: &HashSet<String>) {

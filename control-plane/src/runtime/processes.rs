@@ -8,7 +8,9 @@ pub fn is_running(pid: i64) -> bool {
         return false;
     };
     // The state letter follows the parenthesised command name, which may contain spaces.
-    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
     !matches!(state, None | Some('Z') | Some('X'))
 }
 
@@ -23,5 +25,5 @@ pub fn is_agent_for(pid: i64, vm_root: &Path) -> bool {
     let is_agent = arguments
         .first()
         .is_some_and(|program| program.ends_with(b"browser-agent"));
-    is_agent && arguments.iter().any(|argument| *argument == root)
+    is_agent && arguments.contains(&root)
 }

@@ -62,7 +62,9 @@ impl SessionStatus {
             "starting" => Ok(Self::Starting),
             "running" => Ok(Self::Running),
             "ended" => Ok(Self::Ended),
-            other => Err(StoreError::Backend(format!("unknown session status {other:?}"))),
+            other => Err(StoreError::Backend(format!(
+                "unknown session status {other:?}"
+            ))),
         }
     }
 }
@@ -157,6 +159,8 @@ pub async fn open(database_url: Option<&str>, data_dir: &Path) -> anyhow::Result
             let path = url.strip_prefix("sqlite://").unwrap_or(url);
             Ok(Arc::new(SqliteStore::open(Path::new(path)).await?))
         }
-        None => Ok(Arc::new(SqliteStore::open(&data_dir.join("control-plane.db")).await?)),
+        None => Ok(Arc::new(
+            SqliteStore::open(&data_dir.join("control-plane.db")).await?,
+        )),
     }
 }

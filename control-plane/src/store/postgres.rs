@@ -27,18 +27,23 @@ impl PostgresStore {
         let config = tokio_postgres::Config::from_str(url)?;
         {
             // Migrations run on a connection of their own, before the pool hands any out.
-            let (mut client, connection) = config.connect(NoTls).await.map_err(|error| {
-                anyhow::anyhow!("connecting to PostgreSQL failed: {error:?}")
-            })?;
+            let (mut client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(|error| anyhow::anyhow!("connecting to PostgreSQL failed: {error:?}"))?;
             let driver = tokio::spawn(connection);
-            embedded::migrations::runner().run_async(&mut client).await?;
+            embedded::migrations::runner()
+                .run_async(&mut client)
+                .await?;
             drop(client);
             let _ = driver.await;
         }
         let manager = Manager::from_config(
             config,
             NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
         );
         let pool = Pool::builder(manager).max_size(POOL_SIZE).build()?;
         Ok(Self { pool })
@@ -70,9 +75,15 @@ fn session_from_row(row: &Row) -> StoreResult<SessionRecord> {
     let agent = match endpoint {
         Some(endpoint) => Some(AgentLocation {
             endpoint,
-            secret: row.try_get::<_, Option<String>>(15).map_err(get)?.unwrap_or_default(),
+            secret: row
+                .try_get::<_, Option<String>>(15)
+                .map_err(get)?
+                .unwrap_or_default(),
             pid: row.try_get(16).map_err(get)?,
-            vm_root: row.try_get::<_, Option<String>>(17).map_err(get)?.unwrap_or_default(),
+            vm_root: row
+                .try_get::<_, Option<String>>(17)
+                .map_err(get)?
+                .unwrap_or_default(),
         }),
         None => None,
     };
@@ -112,7 +123,10 @@ impl Store for PostgresStore {
             .await
             .map_err(map_error)?;
         let row = client
-            .query_one("SELECT id, name, created_at FROM organizations WHERE name = $1", &[&name])
+            .query_one(
+                "SELECT id, name, created_at FROM organizations WHERE name = $1",
+                &[&name],
+            )
             .await
             .map_err(map_error)?;
         Ok(Organization {
@@ -138,7 +152,10 @@ impl Store for PostgresStore {
         let row = self
             .client()
             .await?
-            .query_opt("SELECT id, org_id, secret_hash, created_at FROM api_keys WHERE id = $1", &[&id])
+            .query_opt(
+                "SELECT id, org_id, secret_hash, created_at FROM api_keys WHERE id = $1",
+                &[&id],
+            )
             .await
             .map_err(map_error)?;
         row.map(|row| {
@@ -223,7 +240,9 @@ impl Store for PostgresStore {
             .client()
             .await?
             .query_opt(
-                &format!("SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND id = $2"),
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND id = $2"
+                ),
                 &[&org_id, &id],
             )
             .await
@@ -302,7 +321,13 @@ impl Store for PostgresStore {
                 "UPDATE browser_sessions SET status = 'running', agent_endpoint = $2, \
                  agent_secret = $3, agent_pid = $4, vm_root = $5 \
                  WHERE id = $1 AND status <> 'ended'",
-                &[&id, &agent.endpoint, &agent.secret, &agent.pid, &agent.vm_root],
+                &[
+                    &id,
+                    &agent.endpoint,
+                    &agent.secret,
+                    &agent.pid,
+                    &agent.vm_root,
+                ],
             )
             .await
             .map_err(map_error)?;

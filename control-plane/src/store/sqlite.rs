@@ -35,7 +35,9 @@ impl SqliteStore {
             Ok(connection)
         })
         .await??;
-        Ok(Self { connection: Arc::new(Mutex::new(connection)) })
+        Ok(Self {
+            connection: Arc::new(Mutex::new(connection)),
+        })
     }
 
     async fn call<T: Send + 'static>(
@@ -56,8 +58,10 @@ impl SqliteStore {
 
 fn map_error(error: rusqlite::Error) -> StoreError {
     match &error {
+        // Only uniqueness is a conflict; other constraint failures are bugs, as on PostgreSQL.
         rusqlite::Error::SqliteFailure(failure, _)
-            if failure.code == rusqlite::ErrorCode::ConstraintViolation =>
+            if failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY =>
         {
             StoreError::Conflict(error.to_string())
         }
@@ -116,7 +120,13 @@ impl Store for SqliteStore {
             connection.query_row(
                 "SELECT id, name, created_at FROM organizations WHERE name = ?1",
                 params![name],
-                |row| Ok(Organization { id: row.get(0)?, name: row.get(1)?, created_at: row.get(2)? }),
+                |row| {
+                    Ok(Organization {
+                        id: row.get(0)?,
+                        name: row.get(1)?,
+                        created_at: row.get(2)?,
+                    })
+                },
             )
         })
         .await
@@ -157,7 +167,9 @@ impl Store for SqliteStore {
 
     async fn api_key_count(&self) -> StoreResult<u64> {
         self.call(|connection| {
-            connection.query_row("SELECT COUNT(*) FROM api_keys", [], |row| row.get::<_, i64>(0))
+            connection.query_row("SELECT COUNT(*) FROM api_keys", [], |row| {
+                row.get::<_, i64>(0)
+            })
         })
         .await
         .map(|count| count as u64)
@@ -170,9 +182,11 @@ impl Store for SqliteStore {
                 "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
                 params![key, value],
             )?;
-            connection.query_row("SELECT value FROM settings WHERE key = ?1", params![key], |row| {
-                row.get(0)
-            })
+            connection.query_row(
+                "SELECT value FROM settings WHERE key = ?1",
+                params![key],
+                |row| row.get(0),
+            )
         })
         .await
     }
@@ -182,8 +196,10 @@ impl Store for SqliteStore {
         self.call(move |connection| {
             let agent = s.agent.as_ref();
             connection.execute(
-                &format!("INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES \
-                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"),
+                &format!(
+                    "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES \
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+                ),
                 params![
                     s.id,
                     s.org_id,
