@@ -108,6 +108,22 @@ pub enum SessionFilter {
     All,
 }
 
+impl SessionFilter {
+    /// The SQL condition (both dialects) appended to `WHERE org_id = …`.
+    fn sql_condition(self) -> &'static str {
+        match self {
+            Self::Live => "AND status <> 'ended'",
+            Self::Ended => "AND status = 'ended'",
+            Self::All => "",
+        }
+    }
+}
+
+/// Columns of `browser_sessions` in the order both backends read and write them.
+const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
+    timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
+    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root";
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Returns the organization with this name, creating it first if needed.

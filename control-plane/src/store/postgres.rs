@@ -8,8 +8,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    AgentLocation, ApiKeyRecord, Organization, SessionFilter, SessionRecord, SessionStatus, Store,
-    StoreError, StoreResult,
+    AgentLocation, ApiKeyRecord, Organization, SESSION_COLUMNS, SessionFilter, SessionRecord,
+    SessionStatus, Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -64,10 +64,6 @@ fn map_error(error: tokio_postgres::Error) -> StoreError {
     // tokio-postgres' Display says only "db error"; Debug carries the server's message.
     StoreError::Backend(format!("{error:?}"))
 }
-
-const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
-    timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
-    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root";
 
 fn session_from_row(row: &Row) -> StoreResult<SessionRecord> {
     let get = |error: tokio_postgres::Error| map_error(error);
@@ -277,11 +273,7 @@ impl Store for PostgresStore {
         limit: u32,
         offset: u32,
     ) -> StoreResult<Vec<SessionRecord>> {
-        let condition = match filter {
-            SessionFilter::Live => "AND status <> 'ended'",
-            SessionFilter::Ended => "AND status = 'ended'",
-            SessionFilter::All => "",
-        };
+        let condition = filter.sql_condition();
         let rows = self
             .client()
             .await?

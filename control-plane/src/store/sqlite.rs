@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{
-    AgentLocation, ApiKeyRecord, Organization, SessionFilter, SessionRecord, SessionStatus, Store,
-    StoreError, StoreResult,
+    AgentLocation, ApiKeyRecord, Organization, SESSION_COLUMNS, SessionFilter, SessionRecord,
+    SessionStatus, Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -68,10 +68,6 @@ fn map_error(error: rusqlite::Error) -> StoreError {
         _ => StoreError::Backend(error.to_string()),
     }
 }
-
-const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
-    timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
-    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root";
 
 fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
     let status: String = row.get(10)?;
@@ -271,11 +267,7 @@ impl Store for SqliteStore {
         offset: u32,
     ) -> StoreResult<Vec<SessionRecord>> {
         let org_id = org_id.to_owned();
-        let condition = match filter {
-            SessionFilter::Live => "AND status <> 'ended'",
-            SessionFilter::Ended => "AND status = 'ended'",
-            SessionFilter::All => "",
-        };
+        let condition = filter.sql_condition();
         self.call(move |connection| {
             let mut statement = connection.prepare(&format!(
                 "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = ?1 {condition} \
