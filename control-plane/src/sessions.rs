@@ -126,9 +126,17 @@ impl Sessions {
         let location = match self.runtime.launch(&spec).await {
             Ok(location) => location,
             Err(error) => {
-                self.store
+                let ended_here = self
+                    .store
                     .end_session(&record.id, Utc::now(), "launch failed")
                     .await?;
+                if !ended_here {
+                    // A delete ended it first (and stopped the agent, failing the launch):
+                    // a 5xx here would make the SDKs retry and start another browser.
+                    return Err(ApiError::NotFound(
+                        "the browser session was deleted while starting".into(),
+                    ));
+                }
                 return Err(match error {
                     RuntimeError::LaunchFailed(message) => ApiError::AgentUnavailable(message),
                     RuntimeError::Io(error) => ApiError::Internal(error.into()),
