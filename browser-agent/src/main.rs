@@ -6,6 +6,7 @@ mod auth;
 mod cdp;
 mod chromium;
 mod display;
+mod fs;
 mod process;
 mod service;
 
@@ -57,6 +58,19 @@ struct Args {
     chromium_path: String,
     #[arg(long, env = "BROWSER_AGENT_XVFB", default_value = "Xvfb")]
     xvfb_path: String,
+    /// Where uploads wait before extraction; outside the VM root. Default: the system's
+    /// temporary directory.
+    #[arg(long, env = "BROWSER_AGENT_SCRATCH_DIR")]
+    scratch_dir: Option<PathBuf>,
+    /// upload_zip: most entries an archive may have.
+    #[arg(long, default_value_t = 100_000)]
+    zip_max_entries: u64,
+    /// upload_zip: most bytes an archive may expand to.
+    #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
+    zip_max_expanded_bytes: u64,
+    /// upload_zip: largest expanded/compressed ratio of an entry of 1 MiB or more.
+    #[arg(long, default_value_t = 200)]
+    zip_max_ratio: u64,
 }
 
 /// Screens larger than this are refused: Xvfb would allocate the framebuffer up front.
@@ -143,7 +157,17 @@ async fn main() -> anyhow::Result<()> {
     ));
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
+    let scratch_dir = args.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&scratch_dir)
+        .with_context(|| format!("creating {}", scratch_dir.display()))?;
     let service = service::AgentService {
+        fs: std::sync::Arc::new(fs::VmFs::open(&args.vm_root)?),
+        zip_limits: fs::ZipLimits {
+            max_entries: args.zip_max_entries,
+            max_expanded_bytes: args.zip_max_expanded_bytes,
+            max_ratio: args.zip_max_ratio.max(1),
+        },
+        scratch_dir,
         display: display_name,
         width: args.width,
         height: args.height,

@@ -7,10 +7,15 @@ use std::time::Duration;
 
 use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
-    CdpFrame, DevtoolsState, ShutdownRequest, ShutdownResponse, StatusRequest, StatusResponse,
-    cdp_frame::Kind,
+    CdpFrame, CreateDirectoryRequest, DataChunk, DeletePathRequest, DevtoolsState, Empty,
+    ExtractZipChunk, ExtractZipResponse, FileInfo, FileList, MovePathRequest, PathRequest,
+    SetPermissionsRequest, ShutdownRequest, ShutdownResponse, StatusRequest, StatusResponse,
+    WriteFileChunk, cdp_frame::Kind, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::cdp;
 use crate::chromium::BrowserState;
+use crate::fs::{FsError, VmFs, ZipLimits};
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
@@ -28,6 +34,47 @@ pub struct AgentService {
     pub vm_root: PathBuf,
     pub browser: watch::Receiver<BrowserState>,
     pub shutdown: CancellationToken,
+    pub fs: Arc<VmFs>,
+    pub zip_limits: ZipLimits,
+    /// Where uploads wait before extraction (outside the VM root).
+    pub scratch_dir: PathBuf,
+}
+
+/// Chunk size of file data on the wire.
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Runs blocking filesystem work off the async executor.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, FsError> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|error| Status::internal(format!("filesystem task failed: {error}")))?
+        .map_err(Status::from)
+}
+
+type DataStream = Pin<Box<dyn Stream<Item = Result<DataChunk, Status>> + Send>>;
+
+/// Streams a file's contents from a blocking thread.
+fn stream_file(mut file: std::fs::File) -> DataStream {
+    let (sender, receiver) = mpsc::channel(8);
+    tokio::task::spawn_blocking(move || {
+        let mut buffer = vec![0; CHUNK_BYTES];
+        loop {
+            let message = match file.read(&mut buffer) {
+                Ok(0) => return,
+                Ok(read) => Ok(DataChunk {
+                    data: buffer[..read].to_vec(),
+                }),
+                Err(error) => Err(Status::internal(format!("reading failed: {error}"))),
+            };
+            let failed = message.is_err();
+            if sender.blocking_send(message).is_err() || failed {
+                return;
+            }
+        }
+    });
+    Box::pin(ReceiverStream::new(receiver))
 }
 
 impl AgentService {
@@ -99,6 +146,203 @@ impl BrowserAgent for AgentService {
         let (outbound, receiver) = mpsc::channel(64);
         cdp::connect(&url, inbound, outbound).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    async fn move_path(
+        &self,
+        request: Request<MovePathRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let (fs, request) = (self.fs.clone(), request.into_inner());
+        blocking(move || fs.move_path(&request.src_path, &request.dest_path)).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn stat_path(&self, request: Request<PathRequest>) -> Result<Response<FileInfo>, Status> {
+        let (fs, path) = (self.fs.clone(), request.into_inner().path);
+        Ok(Response::new(blocking(move || fs.stat(&path)).await?))
+    }
+
+    async fn list_directory(
+        &self,
+        request: Request<PathRequest>,
+    ) -> Result<Response<FileList>, Status> {
+        let (fs, path) = (self.fs.clone(), request.into_inner().path);
+        let files = blocking(move || fs.list(&path)).await?;
+        Ok(Response::new(FileList { files }))
+    }
+
+    type ReadFileStream = DataStream;
+
+    async fn read_file(
+        &self,
+        request: Request<PathRequest>,
+    ) -> Result<Response<DataStream>, Status> {
+        let (fs, path) = (self.fs.clone(), request.into_inner().path);
+        let file = blocking(move || fs.open_for_reading(&path)).await?;
+        Ok(Response::new(stream_file(file)))
+    }
+
+    async fn write_file(
+        &self,
+        request: Request<Streaming<WriteFileChunk>>,
+    ) -> Result<Response<Empty>, Status> {
+        let mut chunks = request.into_inner();
+        let target = match chunks.next().await {
+            Some(Ok(WriteFileChunk {
+                kind: Some(write_file_chunk::Kind::Target(target)),
+            })) => target,
+            Some(Err(status)) => return Err(status),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message must name the target",
+                ));
+            }
+        };
+        let mode = if target.mode == 0 { 0o644 } else { target.mode };
+        let fs = self.fs.clone();
+        let path = target.path.clone();
+        let pending = blocking(move || fs.begin_write(&path, mode)).await?;
+        let written = async {
+            let mut out = tokio::fs::File::from_std(pending.file.try_clone()?);
+            while let Some(chunk) = chunks.next().await {
+                match chunk.map(|c| c.kind) {
+                    Ok(Some(write_file_chunk::Kind::Data(data))) => out.write_all(&data).await?,
+                    Ok(Some(write_file_chunk::Kind::Commit(_))) => return out.flush().await,
+                    Ok(_) => {
+                        return Err(std::io::Error::other("unexpected message after the target"));
+                    }
+                    Err(status) => return Err(std::io::Error::other(status.message().to_owned())),
+                }
+            }
+            Err(std::io::Error::other("the stream ended without commit"))
+        }
+        .await;
+        let fs = self.fs.clone();
+        match written {
+            Ok(()) => blocking(move || fs.commit_write(pending)).await?,
+            Err(error) => {
+                tokio::task::spawn_blocking(move || fs.abort_write(pending));
+                return Err(Status::aborted(format!(
+                    "the upload did not complete: {error}"
+                )));
+            }
+        }
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn create_directory(
+        &self,
+        request: Request<CreateDirectoryRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let (fs, request) = (self.fs.clone(), request.into_inner());
+        let mode = if request.mode == 0 {
+            0o755
+        } else {
+            request.mode
+        };
+        blocking(move || fs.create_directory(&request.path, mode)).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn delete_path(
+        &self,
+        request: Request<DeletePathRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let (fs, request) = (self.fs.clone(), request.into_inner());
+        blocking(move || fs.delete(&request.path, request.directory)).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn set_permissions(
+        &self,
+        request: Request<SetPermissionsRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let (fs, r) = (self.fs.clone(), request.into_inner());
+        blocking(move || fs.set_permissions(&r.path, r.mode, &r.owner, &r.group)).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn extract_zip(
+        &self,
+        request: Request<Streaming<ExtractZipChunk>>,
+    ) -> Result<Response<ExtractZipResponse>, Status> {
+        let mut chunks = request.into_inner();
+        // The archive waits in a scratch file outside the VM root, never whole in memory.
+        let scratch = tempfile::tempfile_in(&self.scratch_dir).map_err(|error| {
+            Status::internal(format!("creating a scratch file failed: {error}"))
+        })?;
+        let mut out = tokio::fs::File::from_std(
+            scratch
+                .try_clone()
+                .map_err(|error| Status::internal(error.to_string()))?,
+        );
+        let dest_path = loop {
+            match chunks.next().await {
+                Some(Ok(ExtractZipChunk {
+                    kind: Some(extract_zip_chunk::Kind::Data(data)),
+                })) => {
+                    out.write_all(&data).await.map_err(|error| {
+                        Status::internal(format!("buffering the upload failed: {error}"))
+                    })?;
+                }
+                Some(Ok(ExtractZipChunk {
+                    kind: Some(extract_zip_chunk::Kind::Finish(finish)),
+                })) => break finish.dest_path,
+                Some(Ok(_)) => continue,
+                Some(Err(status)) => return Err(status),
+                None => {
+                    return Err(Status::invalid_argument(
+                        "the upload ended without a destination",
+                    ));
+                }
+            }
+        };
+        out.flush()
+            .await
+            .map_err(|error| Status::internal(error.to_string()))?;
+        drop(out);
+        let (fs, limits) = (self.fs.clone(), self.zip_limits);
+        let (files, bytes) = blocking(move || {
+            let mut archive = scratch;
+            archive
+                .seek(SeekFrom::Start(0))
+                .map_err(|error| FsError::Io {
+                    context: "scratch file".into(),
+                    source: error,
+                })?;
+            fs.extract_zip(std::io::BufReader::new(archive), &dest_path, limits)
+        })
+        .await?;
+        Ok(Response::new(ExtractZipResponse { files, bytes }))
+    }
+
+    type ZipDirectoryStream = DataStream;
+
+    async fn zip_directory(
+        &self,
+        request: Request<PathRequest>,
+    ) -> Result<Response<DataStream>, Status> {
+        let (fs, path, scratch_dir) = (
+            self.fs.clone(),
+            request.into_inner().path,
+            self.scratch_dir.clone(),
+        );
+        let archive = blocking(move || {
+            let scratch = tempfile::tempfile_in(&scratch_dir).map_err(|error| FsError::Io {
+                context: "scratch file".into(),
+                source: error,
+            })?;
+            let mut archive = fs.zip_directory(&path, scratch)?;
+            archive
+                .seek(SeekFrom::Start(0))
+                .map_err(|error| FsError::Io {
+                    context: "scratch file".into(),
+                    source: error,
+                })?;
+            Ok(archive)
+        })
+        .await?;
+        Ok(Response::new(stream_file(archive)))
     }
 
     async fn shutdown(

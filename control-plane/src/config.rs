@@ -74,4 +74,17 @@ pub struct ServeConfig {
         default_value_t = 300
     )]
     pub agent_idle_grace_seconds: u64,
+    /// Largest request body of `fs/write_file` and `fs/upload_zip` (413 beyond).
+    #[arg(long, env = "CONTROL_PLANE_MAX_UPLOAD_BYTES", default_value_t = 1024 * 1024 * 1024)]
+    pub max_upload_bytes: u64,
+    /// upload_zip: most entries an archive may have (400 beyond).
+    #[arg(long, env = "CONTROL_PLANE_ZIP_MAX_ENTRIES", default_value_t = 100_000)]
+    pub zip_max_entries: u64,
+    /// upload_zip: most bytes an archive may expand to (400 beyond).
+    #[arg(long, env = "CONTROL_PLANE_ZIP_MAX_EXPANDED_BYTES", default_value_t = 4 * 1024 * 1024 * 1024)]
+    pub zip_max_expanded_bytes: u64,
+    /// upload_zip: largest expanded/compressed ratio of an entry of 1 MiB or more (400
+    /// beyond: a zip bomb).
+    #[arg(long, env = "CONTROL_PLANE_ZIP_MAX_RATIO", default_value_t = 200)]
+    pub zip_max_ratio: u64,
 }

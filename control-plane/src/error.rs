@@ -46,6 +46,8 @@ pub enum ApiError {
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
     MethodNotAllowed(String),
@@ -81,6 +83,7 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
@@ -139,6 +142,8 @@ impl From<AgentError> for ApiError {
             AgentError::Timeout(message) => Self::Timeout(message),
             AgentError::InvalidArgument(message) => Self::invalid_field(message),
             AgentError::NotFound(message) => Self::NotFound(message),
+            AgentError::Conflict(message) => Self::Conflict(message),
+            AgentError::Forbidden(message) => Self::Forbidden(message),
             AgentError::Internal(message) => Self::Internal(anyhow::anyhow!("agent: {message}")),
         }
     }

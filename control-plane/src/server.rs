@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::ServeConfig;
-use crate::runtime::{LocalRuntime, LocalRuntimeConfig};
+use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
 use crate::sessions::Sessions;
 use crate::state::AppState;
 use crate::store::Store;
@@ -39,6 +39,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         chromium: config.chromium.clone(),
         xvfb: config.xvfb.clone(),
         agent_idle_grace,
+        zip_limits: ZipLimits {
+            max_entries: config.zip_max_entries,
+            max_expanded_bytes: config.zip_max_expanded_bytes,
+            max_ratio: config.zip_max_ratio,
+        },
     }));
     let sessions = Arc::new(Sessions::new(store.clone(), runtime));
     sessions
@@ -64,6 +69,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         store,
         sessions,
         public_url: public_url.clone(),
+        max_upload_bytes: config.max_upload_bytes,
     };
     // Tests and scripts read this line to learn the chosen port.
     println!("listening on {public_url}");

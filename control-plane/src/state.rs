@@ -13,6 +13,8 @@ pub struct AppState {
     pub cdp_tokens: Arc<CdpTokens>,
     /// Base of the URLs we hand out, without a trailing slash (e.g. `http://127.0.0.1:8080`).
     pub public_url: String,
+    /// Largest body of `write_file` and `upload_zip`.
+    pub max_upload_bytes: u64,
 }
 
 impl AppState {

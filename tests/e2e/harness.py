@@ -17,8 +17,10 @@ CONTROL_PLANE = BIN_DIR / "control-plane"
 class ControlPlane:
     """One `control-plane serve` process with its own data directory."""
 
-    def __init__(self, data_dir: Path, port: int = 0, agent_idle_grace_seconds: int = 60):
+    def __init__(self, data_dir: Path, port: int = 0, agent_idle_grace_seconds: int = 60,
+                 extra_args: list[str] | None = None):
         self.data_dir = data_dir
+        self.extra_args = extra_args or []
         self.port = port
         self.agent_idle_grace_seconds = agent_idle_grace_seconds
         self.process: subprocess.Popen | None = None
@@ -33,6 +35,7 @@ class ControlPlane:
                 "--data-dir", str(self.data_dir),
                 "--listen", f"127.0.0.1:{self.port}",
                 "--agent-idle-grace-seconds", str(self.agent_idle_grace_seconds),
+                *self.extra_args,
             ],
             stdout=subprocess.PIPE,
             stderr=log,
@@ -80,6 +83,11 @@ class ControlPlane:
                     os.kill(member, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def vm_root(control_plane: ControlPlane, session_id: str) -> Path:
+    """Where the browser's filesystem `/` lives on this host (local runtime)."""
+    return control_plane.data_dir / "browsers" / session_id / "root"
 
 
 def _cmdline(pid: int) -> str:

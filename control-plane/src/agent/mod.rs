@@ -6,7 +6,9 @@ use std::time::Duration;
 use browser_agent_proto::AUTHORIZATION_METADATA;
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
-    CdpFrame, CdpOpen, ShutdownRequest, StatusRequest, StatusResponse, cdp_frame::Kind,
+    CdpFrame, CdpOpen, CreateDirectoryRequest, DataChunk, DeletePathRequest, ExtractZipChunk,
+    ExtractZipResponse, FileInfo, MovePathRequest, PathRequest, SetPermissionsRequest,
+    ShutdownRequest, StatusRequest, StatusResponse, WriteFileChunk, cdp_frame::Kind,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,6 +22,8 @@ use crate::store::AgentLocation;
 /// CDP messages can be large (screenshots, DOM snapshots); matches the agent's limit.
 pub const MAX_CDP_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Filesystem calls may walk large trees (recursive delete, listing).
+const FS_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +36,10 @@ pub enum AgentError {
     InvalidArgument(String),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Forbidden(String),
     #[error("browser agent failed: {0}")]
     Internal(String),
 }
@@ -40,10 +48,12 @@ impl From<Status> for AgentError {
     fn from(status: Status) -> Self {
         let message = status.message().to_owned();
         match status.code() {
-            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange | Code::Aborted => {
                 Self::InvalidArgument(message)
             }
             Code::NotFound => Self::NotFound(message),
+            Code::AlreadyExists => Self::Conflict(message),
+            Code::PermissionDenied => Self::Forbidden(message),
             Code::DeadlineExceeded => Self::Timeout(message),
             Code::Unavailable | Code::Unknown | Code::Cancelled => Self::Unavailable(message),
             _ => Self::Internal(format!("{:?}: {message}", status.code())),
@@ -133,5 +143,100 @@ impl AgentClient {
             .cdp_tunnel(ReceiverStream::new(outbound))
             .await?;
         Ok((to_agent, response.into_inner()))
+    }
+
+    fn fs_request<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(FS_CALL_TIMEOUT);
+        request
+    }
+
+    pub async fn move_path(&self, src_path: String, dest_path: String) -> Result<(), AgentError> {
+        let request = Self::fs_request(MovePathRequest {
+            src_path,
+            dest_path,
+        });
+        self.inner.clone().move_path(request).await?;
+        Ok(())
+    }
+
+    pub async fn stat(&self, path: String) -> Result<FileInfo, AgentError> {
+        let request = Self::fs_request(PathRequest { path });
+        Ok(self.inner.clone().stat_path(request).await?.into_inner())
+    }
+
+    pub async fn list(&self, path: String) -> Result<Vec<FileInfo>, AgentError> {
+        let request = Self::fs_request(PathRequest { path });
+        Ok(self
+            .inner
+            .clone()
+            .list_directory(request)
+            .await?
+            .into_inner()
+            .files)
+    }
+
+    pub async fn read_file(&self, path: String) -> Result<Streaming<DataChunk>, AgentError> {
+        Ok(self
+            .inner
+            .clone()
+            .read_file(PathRequest { path })
+            .await?
+            .into_inner())
+    }
+
+    /// `chunks` starts with the target; the agent commits the file when it ends.
+    pub async fn write_file(
+        &self,
+        chunks: mpsc::Receiver<WriteFileChunk>,
+    ) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .write_file(ReceiverStream::new(chunks))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn create_directory(&self, path: String, mode: u32) -> Result<(), AgentError> {
+        let request = Self::fs_request(CreateDirectoryRequest { path, mode });
+        self.inner.clone().create_directory(request).await?;
+        Ok(())
+    }
+
+    pub async fn delete_path(&self, path: String, directory: bool) -> Result<(), AgentError> {
+        let request = Self::fs_request(DeletePathRequest { path, directory });
+        self.inner.clone().delete_path(request).await?;
+        Ok(())
+    }
+
+    pub async fn set_permissions(&self, request: SetPermissionsRequest) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .set_permissions(Self::fs_request(request))
+            .await?;
+        Ok(())
+    }
+
+    /// `chunks` carries the archive and ends with `finish`; dropping the sender before
+    /// `finish` abandons the upload without changing anything.
+    pub async fn extract_zip(
+        &self,
+        chunks: mpsc::Receiver<ExtractZipChunk>,
+    ) -> Result<ExtractZipResponse, AgentError> {
+        Ok(self
+            .inner
+            .clone()
+            .extract_zip(ReceiverStream::new(chunks))
+            .await?
+            .into_inner())
+    }
+
+    pub async fn zip_directory(&self, path: String) -> Result<Streaming<DataChunk>, AgentError> {
+        Ok(self
+            .inner
+            .clone()
+            .zip_directory(PathRequest { path })
+            .await?
+            .into_inner())
     }
 }

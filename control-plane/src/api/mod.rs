@@ -5,6 +5,7 @@
 pub mod browsers;
 pub mod cdp;
 pub mod extract;
+pub mod fs;
 pub mod health;
 
 use axum::Json;
@@ -58,6 +59,22 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(browsers::retrieve, browsers::delete))
         .routes(routes!(cdp::connect))
+        .routes(routes!(fs::move_path))
+        .routes(routes!(fs::file_info))
+        .routes(routes!(fs::list_files))
+        .routes(routes!(fs::read_file))
+        .routes(routes!(fs::download_dir_zip))
+        .routes(routes!(fs::create_directory))
+        .routes(routes!(fs::delete_file))
+        .routes(routes!(fs::delete_directory))
+        .routes(routes!(fs::set_file_permissions))
+        .merge(
+            // Uploads stream and count their bytes against `max_upload_bytes` themselves.
+            OpenApiRouter::new()
+                .routes(routes!(fs::write_file))
+                .routes(routes!(fs::upload_zip))
+                .layer(DefaultBodyLimit::disable()),
+        )
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi_json))
@@ -182,12 +199,18 @@ mod tests {
             chromium: "chromium".into(),
             xvfb: "Xvfb".into(),
             agent_idle_grace: std::time::Duration::from_secs(60),
+            zip_limits: crate::runtime::ZipLimits {
+                max_entries: 1,
+                max_expanded_bytes: 1,
+                max_ratio: 1,
+            },
         }));
         router(AppState {
             sessions: Arc::new(Sessions::new(store.clone(), runtime)),
             cdp_tokens: Arc::new(CdpTokens::from_secret(b"test")),
             store,
             public_url: "http://test".into(),
+            max_upload_bytes: 1024,
         })
     }
 

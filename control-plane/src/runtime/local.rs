@@ -29,6 +29,15 @@ pub struct LocalRuntimeConfig {
     pub xvfb: String,
     /// An agent shuts itself down after this long without hearing from a control plane.
     pub agent_idle_grace: Duration,
+    pub zip_limits: ZipLimits,
+}
+
+/// Limits on archives extracted by `upload_zip`, enforced by the agent.
+#[derive(Clone, Copy, Debug)]
+pub struct ZipLimits {
+    pub max_entries: u64,
+    pub max_expanded_bytes: u64,
+    pub max_ratio: u64,
 }
 
 pub struct LocalRuntime {
@@ -39,6 +48,8 @@ const ADDRESS_TIMEOUT: Duration = Duration::from_secs(10);
 const READY_TIMEOUT: Duration = Duration::from_secs(45);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 const ROOT_DIR: &str = "root";
+/// Beside the root, not in it: uploads wait here before extraction.
+const SCRATCH_DIR: &str = "scratch";
 const PID_FILE: &str = "agent.pid";
 const ADDR_FILE: &str = "agent.addr";
 const LOG_FILE: &str = "agent.log";
@@ -72,6 +83,20 @@ impl LocalRuntime {
             .arg(format!(
                 "--idle-grace-seconds={}",
                 self.config.agent_idle_grace.as_secs().max(1)
+            ))
+            .arg("--scratch-dir")
+            .arg(dir.join(SCRATCH_DIR))
+            .arg(format!(
+                "--zip-max-entries={}",
+                self.config.zip_limits.max_entries
+            ))
+            .arg(format!(
+                "--zip-max-expanded-bytes={}",
+                self.config.zip_limits.max_expanded_bytes
+            ))
+            .arg(format!(
+                "--zip-max-ratio={}",
+                self.config.zip_limits.max_ratio
             ))
             .env("BROWSER_AGENT_SECRET", &secret)
             .env("BROWSER_AGENT_CHROMIUM", &self.config.chromium)

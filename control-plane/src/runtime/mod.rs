@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 
-pub use local::{LocalRuntime, LocalRuntimeConfig};
+pub use local::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
 
 use crate::store::AgentLocation;
 
