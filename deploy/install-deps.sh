@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the service needs on a Debian/Ubuntu machine, skipping what is present.
 #   deploy/install-deps.sh          runtime + build: Chromium, Xvfb, pkg-config
-#   deploy/install-deps.sh --tests  also PostgreSQL and Python venv support for the tests
+#   deploy/install-deps.sh --tests  also PostgreSQL, Python venv and Node.js for the tests,
+#                                   and the benchmarks' references
 set -euo pipefail
 
-packages=(chromium xvfb pkg-config ca-certificates procps)
+packages=(chromium xvfb pkg-config ca-certificates procps
+  # xcap (screenshots) always compiles its Wayland/PipeWire code, so it needs these to build.
+  libwayland-dev libpipewire-0.3-dev libgbm-dev libclang-dev libxcb1-dev libegl-dev)
 if [[ "${1:-}" == "--tests" ]]; then
-  packages+=(postgresql python3-venv)
+  # xdotool and unzip are references the benchmarks measure against.
+  packages+=(postgresql python3-venv xdotool unzip)
   # Puppeteer runs on Node.js; any Node >= 18 will do, so keep one that is already there.
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 fi

@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use browser_agent_proto::v1::DevtoolsState;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -187,7 +186,7 @@ fn running_as_root() -> bool {
 fn spawn(config: &LaunchConfig) -> anyhow::Result<GroupLeader> {
     std::fs::create_dir_all(&config.user_data_dir)
         .with_context(|| format!("creating {}", config.user_data_dir.display()))?;
-    let mut command = Command::new(&config.chromium_path);
+    let mut command = std::process::Command::new(&config.chromium_path);
     command
         .args(arguments(config))
         .env_remove("WAYLAND_DISPLAY")
@@ -199,7 +198,7 @@ fn spawn(config: &LaunchConfig) -> anyhow::Result<GroupLeader> {
         Some(display) => command.env("DISPLAY", display),
         None => command.env_remove("DISPLAY"),
     };
-    GroupLeader::spawn(&mut command).with_context(|| format!("starting {}", config.chromium_path))
+    GroupLeader::spawn(command).with_context(|| format!("starting {}", config.chromium_path))
 }
 
 /// Reads Chromium's stderr until it announces its DevTools port, then polls

@@ -1,32 +1,36 @@
 //! The X display of a headful browser: an Xvfb server that the agent starts and owns.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tokio::io::AsyncReadExt;
-use tokio::process::Command;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use crate::process::GroupLeader;
+use crate::process::StdGroupLeader;
 
 pub struct Display {
     /// Such as ":3".
     pub name: String,
-    xvfb: GroupLeader,
+    xvfb: StdGroupLeader,
 }
 
+const START_TIMEOUT_MS: u16 = 10_000;
+
 impl Display {
-    /// Starts Xvfb on a free display number. `-displayfd` makes Xvfb pick the number and
-    /// write it to us once it accepts connections, so there is no polling and no race
-    /// between agents. `-noreset` keeps Xvfb from resetting when its last client leaves
-    /// (X connections made during a reset fail). Without GLX, Xvfb starts in ~22 ms instead
-    /// of ~55 ms and Chromium reaches DevTools-ready ~30 ms sooner; Chromium renders in
-    /// software on Xvfb either way.
-    pub async fn start(xvfb_path: &str, width: u32, height: u32) -> anyhow::Result<Self> {
+    /// Starts Xvfb on a free display number. Blocking, and meant to run before the agent
+    /// starts any thread (the caller then exports `$DISPLAY`). `-displayfd` makes Xvfb
+    /// pick the number and write it to us once it accepts connections, so there is no
+    /// polling and no race between agents. `-noreset` keeps Xvfb from resetting when its
+    /// last client leaves (X connections made during a reset fail). Without GLX, Xvfb
+    /// starts in ~22 ms instead of ~55 ms and Chromium reaches DevTools-ready ~30 ms
+    /// sooner; Chromium renders in software on Xvfb either way.
+    pub fn start(xvfb_path: &str, width: u32, height: u32) -> anyhow::Result<Self> {
         let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .context("creating the -displayfd pipe")?;
         let write_fd = write_end.as_raw_fd();
-        let mut command = Command::new(xvfb_path);
+        let mut command = std::process::Command::new(xvfb_path);
         command
             .arg("-displayfd")
             .arg(write_fd.to_string())
@@ -45,21 +49,18 @@ impl Display {
             });
         }
         let mut xvfb =
-            GroupLeader::spawn(&mut command).with_context(|| format!("starting {xvfb_path}"))?;
+            StdGroupLeader::spawn(&mut command).with_context(|| format!("starting {xvfb_path}"))?;
         drop(write_end);
-
-        let name = match tokio::time::timeout(Duration::from_secs(10), read_display(read_end)).await
-        {
-            Ok(Ok(number)) => format!(":{number}"),
-            outcome => {
-                xvfb.terminate(Duration::from_millis(200)).await;
-                match outcome {
-                    Ok(Err(error)) => return Err(error),
-                    _ => bail!("Xvfb did not report a display within 10 s"),
-                }
+        match read_display(std::fs::File::from(read_end)) {
+            Ok(number) => Ok(Self {
+                name: format!(":{number}"),
+                xvfb,
+            }),
+            Err(error) => {
+                xvfb.kill_now();
+                Err(error)
             }
-        };
-        Ok(Self { name, xvfb })
+        }
     }
 
     pub async fn stop(mut self) {
@@ -67,13 +68,16 @@ impl Display {
     }
 }
 
-async fn read_display(read_end: OwnedFd) -> anyhow::Result<u32> {
-    let mut pipe = tokio::fs::File::from_std(std::fs::File::from(read_end));
+fn read_display(mut pipe: std::fs::File) -> anyhow::Result<u32> {
     let mut text = String::new();
-    // Xvfb writes "N\n" and keeps the descriptor open, so read until the newline.
     let mut buffer = [0u8; 16];
+    // Xvfb writes "N\n" and keeps the descriptor open, so read until the newline.
     while !text.contains('\n') {
-        let read = pipe.read(&mut buffer).await?;
+        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, PollTimeout::from(START_TIMEOUT_MS))? == 0 {
+            bail!("Xvfb did not report a display within {START_TIMEOUT_MS} ms");
+        }
+        let read = pipe.read(&mut buffer)?;
         if read == 0 {
             bail!("Xvfb exited before reporting a display");
         }

@@ -3,10 +3,12 @@
 //! started) on Shutdown, on SIGTERM, or when no control plane has called for the grace period.
 
 mod auth;
+mod capture;
 mod cdp;
 mod chromium;
 mod display;
 mod fs;
+mod input;
 mod process;
 mod service;
 
@@ -76,8 +78,7 @@ struct Args {
 /// Screens larger than this are refused: Xvfb would allocate the framebuffer up front.
 const MAX_SCREEN_SIDE: u32 = 7680;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -92,6 +93,28 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.vm_root)
         .with_context(|| format!("creating {}", args.vm_root.display()))?;
 
+    // The display starts before any other thread exists: xcap finds it only through
+    // $DISPLAY, and the environment can be changed safely only while single-threaded.
+    let display = if args.headless {
+        None
+    } else {
+        let display = display::Display::start(&args.xvfb_path, args.width, args.height)?;
+        // SAFETY: no other thread exists yet (the async runtime is built below).
+        unsafe {
+            std::env::set_var("DISPLAY", &display.name);
+            // xcap takes its Wayland path if either is set.
+            std::env::remove_var("WAYLAND_DISPLAY");
+            std::env::remove_var("XDG_SESSION_TYPE");
+        }
+        Some(display)
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(args, display))
+}
+
+async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let authenticator = auth::Authenticator::new(&args.secret);
     let (state_tx, state_rx) = watch::channel(BrowserState {
@@ -115,23 +138,8 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!(%bound, "browser agent listening");
 
-    let display = if args.headless {
-        None
-    } else {
-        match display::Display::start(&args.xvfb_path, args.width, args.height).await {
-            Ok(display) => Some(display),
-            Err(error) => {
-                tracing::error!(error = format!("{error:#}"), "could not start the display");
-                state_tx.send_modify(|s| {
-                    s.devtools = DevtoolsState::Failed;
-                    s.last_exit = format!("display failed: {error:#}");
-                });
-                None
-            }
-        }
-    };
     let display_name = display.as_ref().map(|d| d.name.clone());
-    let supervisor = if args.headless || display.is_some() {
+    let supervisor = {
         let config = LaunchConfig {
             chromium_path: args.chromium_path.clone(),
             user_data_dir: args.vm_root.join("user-data"),
@@ -141,13 +149,7 @@ async fn main() -> anyhow::Result<()> {
             kiosk: args.kiosk,
             stealth: args.stealth,
         };
-        Some(tokio::spawn(chromium::supervise(
-            config,
-            state_tx,
-            shutdown.clone(),
-        )))
-    } else {
-        None
+        tokio::spawn(chromium::supervise(config, state_tx, shutdown.clone()))
     };
 
     tokio::spawn(watchdog(
@@ -160,7 +162,12 @@ async fn main() -> anyhow::Result<()> {
     let scratch_dir = args.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&scratch_dir)
         .with_context(|| format!("creating {}", scratch_dir.display()))?;
+    let input = match &display_name {
+        Some(name) => Some(input::Input::start(name, args.width, args.height)?),
+        None => None,
+    };
     let service = service::AgentService {
+        input,
         fs: std::sync::Arc::new(fs::VmFs::open(&args.vm_root)?),
         zip_limits: fs::ZipLimits {
             max_entries: args.zip_max_entries,
@@ -192,9 +199,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Whatever ended the server, nothing we started may outlive us.
     shutdown.cancel();
-    if let Some(supervisor) = supervisor {
-        let _ = supervisor.await;
-    }
+    let _ = supervisor.await;
     if let Some(display) = display {
         display.stop().await;
     }

@@ -2,36 +2,56 @@
 //! with the agent, so that killing a group reaps Chromium's zygote and renderers too, and
 //! a `kill -9` of the agent cannot orphan them.
 
+use std::os::unix::process::CommandExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-/// A child that leads its own process group. Remembers the group id, so the group can
-/// still be killed after the leader itself has exited and been reaped (Chromium's helpers
-/// may outlive a crashed browser process).
+/// Makes the command lead a new process group that the kernel SIGKILLs when the agent
+/// dies. The parent-death signal fires when the spawning *thread* exits, so spawn from
+/// the main thread or a runtime worker, never from a short-lived blocking thread.
+pub fn in_own_group_dying_with_agent(command: &mut std::process::Command) {
+    command.process_group(0);
+    // SAFETY: prctl is async-signal-safe and touches only the child's own state.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// SIGTERM to the group, up to `grace` for the leader to exit, then SIGKILL to the whole
+/// group (whatever is left of it).
+async fn terminate_group(group: Pid, grace: Duration, mut exited: impl FnMut() -> bool) {
+    if !exited() {
+        let _ = killpg(group, Signal::SIGTERM);
+        let deadline = tokio::time::Instant::now() + grace;
+        while !exited() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+}
+
+/// An async child that leads its own process group. Remembers the group id, so the group
+/// can still be killed after the leader itself has exited and been reaped (Chromium's
+/// helpers may outlive a crashed browser process).
 pub struct GroupLeader {
     pub child: Child,
     group: Pid,
 }
 
 impl GroupLeader {
-    /// Spawns `command` as the leader of a new process group that the kernel SIGKILLs
-    /// when the agent dies. Must be called from a long-lived runtime worker thread: the
-    /// parent-death signal fires when the spawning *thread* exits.
-    pub fn spawn(command: &mut Command) -> std::io::Result<Self> {
-        command.process_group(0).kill_on_drop(true);
-        // SAFETY: prctl is async-signal-safe and touches only the child's own state.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+    pub fn spawn(mut command: std::process::Command) -> std::io::Result<Self> {
+        in_own_group_dying_with_agent(&mut command);
+        let mut command = tokio::process::Command::from(command);
+        command.kill_on_drop(true);
         let child = command.spawn()?;
         let pid = child
             .id()
@@ -50,14 +70,42 @@ impl GroupLeader {
         self.child.wait().await
     }
 
-    /// SIGTERM to the group, up to `grace` for the leader to exit, then SIGKILL to the
-    /// whole group (whatever is left of it) and reap the leader.
     pub async fn terminate(&mut self, grace: Duration) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = killpg(self.group, Signal::SIGTERM);
-            let _ = tokio::time::timeout(grace, self.child.wait()).await;
-        }
-        let _ = killpg(self.group, Signal::SIGKILL);
+        let child = &mut self.child;
+        terminate_group(self.group, grace, || {
+            child.try_wait().ok().flatten().is_some()
+        })
+        .await;
         let _ = self.child.wait().await;
+    }
+}
+
+/// A blocking (`std`) child leading its own group, for processes started before the
+/// async runtime exists.
+pub struct StdGroupLeader {
+    child: std::process::Child,
+    group: Pid,
+}
+
+impl StdGroupLeader {
+    pub fn spawn(command: &mut std::process::Command) -> std::io::Result<Self> {
+        in_own_group_dying_with_agent(command);
+        let child = command.spawn()?;
+        let group = Pid::from_raw(child.id() as i32);
+        Ok(Self { child, group })
+    }
+
+    pub fn kill_now(&mut self) {
+        let _ = killpg(self.group, Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    pub async fn terminate(&mut self, grace: Duration) {
+        let child = &mut self.child;
+        terminate_group(self.group, grace, || {
+            child.try_wait().ok().flatten().is_some()
+        })
+        .await;
+        let _ = self.child.wait();
     }
 }

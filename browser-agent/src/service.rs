@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
-    CdpFrame, CreateDirectoryRequest, DataChunk, DeletePathRequest, DevtoolsState, Empty,
-    ExtractZipChunk, ExtractZipResponse, FileInfo, FileList, MovePathRequest, PathRequest,
-    SetPermissionsRequest, ShutdownRequest, ShutdownResponse, StatusRequest, StatusResponse,
-    WriteFileChunk, cdp_frame::Kind, extract_zip_chunk, write_file_chunk,
+    CdpFrame, ClickKind, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
+    DevtoolsState, DragMouseRequest, Empty, ExtractZipChunk, ExtractZipResponse, FileInfo,
+    FileList, MouseButton, MoveMouseRequest, MovePathRequest, PathRequest, Point, PressKeysRequest,
+    ScreenshotRequest, ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
+    ShutdownResponse, StatusRequest, StatusResponse, TypeTextRequest, WriteFileChunk,
+    cdp_frame::Kind, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek, SeekFrom};
@@ -21,13 +23,17 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::capture::{self, CaptureError};
 use crate::cdp;
 use crate::chromium::BrowserState;
 use crate::fs::{FsError, VmFs, ZipLimits};
+use crate::input::{self, Action, Input, InputError};
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 pub struct AgentService {
+    /// `None` for headless browsers, which have no display.
+    pub input: Option<Input>,
     pub display: Option<String>,
     pub width: u32,
     pub height: u32,
@@ -38,6 +44,40 @@ pub struct AgentService {
     pub zip_limits: ZipLimits,
     /// Where uploads wait before extraction (outside the VM root).
     pub scratch_dir: PathBuf,
+}
+
+impl From<InputError> for Status {
+    fn from(error: InputError) -> Self {
+        match error {
+            InputError::Invalid(message) => Status::invalid_argument(message),
+            InputError::Failed(message) => Status::internal(message),
+        }
+    }
+}
+
+impl From<CaptureError> for Status {
+    fn from(error: CaptureError) -> Self {
+        match error {
+            CaptureError::Invalid(message) => Status::invalid_argument(message),
+            CaptureError::Failed(message) => Status::internal(message),
+        }
+    }
+}
+
+fn button(button: i32) -> enigo::Button {
+    match MouseButton::try_from(button).unwrap_or(MouseButton::Unspecified) {
+        MouseButton::Unspecified | MouseButton::Left => enigo::Button::Left,
+        MouseButton::Middle => enigo::Button::Middle,
+        MouseButton::Right => enigo::Button::Right,
+        MouseButton::Back => enigo::Button::Back,
+        MouseButton::Forward => enigo::Button::Forward,
+    }
+}
+
+fn point(position: Option<Point>) -> Result<(i32, i32), Status> {
+    position
+        .map(|p| (p.x, p.y))
+        .ok_or_else(|| Status::invalid_argument("a position is required"))
 }
 
 /// Chunk size of file data on the wire.
@@ -78,6 +118,19 @@ fn stream_file(mut file: std::fs::File) -> DataStream {
 }
 
 impl AgentService {
+    fn input(&self) -> Result<&Input, Status> {
+        self.input.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "this browser is headless: it has no display for computer controls",
+            )
+        })
+    }
+
+    async fn act(&self, action: Action) -> Result<Response<Empty>, Status> {
+        self.input()?.run(action).await?;
+        Ok(Response::new(Empty {}))
+    }
+
     fn status_of(&self, state: &BrowserState) -> StatusResponse {
         StatusResponse {
             display: self.display.clone().unwrap_or_default(),
@@ -343,6 +396,127 @@ impl BrowserAgent for AgentService {
         })
         .await?;
         Ok(Response::new(stream_file(archive)))
+    }
+
+    async fn click_mouse(
+        &self,
+        request: Request<ClickMouseRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let r = request.into_inner();
+        let (x, y) = point(r.position)?;
+        let kind = match ClickKind::try_from(r.kind).unwrap_or(ClickKind::Unspecified) {
+            ClickKind::Unspecified | ClickKind::Click => input::ClickKind::Click,
+            ClickKind::Down => input::ClickKind::Down,
+            ClickKind::Up => input::ClickKind::Up,
+        };
+        let count = r.count.max(1);
+        self.act(Action::Click {
+            x,
+            y,
+            button: button(r.button),
+            kind,
+            count,
+            hold: r.hold_keys,
+        })
+        .await
+    }
+
+    async fn move_mouse(
+        &self,
+        request: Request<MoveMouseRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let r = request.into_inner();
+        let (x, y) = point(r.position)?;
+        self.act(Action::Move {
+            x,
+            y,
+            hold: r.hold_keys,
+        })
+        .await
+    }
+
+    async fn drag_mouse(
+        &self,
+        request: Request<DragMouseRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let r = request.into_inner();
+        if r.path.len() < 2 {
+            return Err(Status::invalid_argument("path needs at least 2 points"));
+        }
+        self.act(Action::Drag {
+            path: r.path.iter().map(|p| (p.x, p.y)).collect(),
+            button: button(r.button),
+            delay_ms: r.delay_ms,
+            steps: r.steps_per_segment.max(1),
+            step_delay_ms: r.step_delay_ms,
+            hold: r.hold_keys,
+        })
+        .await
+    }
+
+    async fn get_mouse_position(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<Point>, Status> {
+        let (x, y) = self.input()?.run(Action::Position).await?;
+        Ok(Response::new(Point { x, y }))
+    }
+
+    async fn type_text(
+        &self,
+        request: Request<TypeTextRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let r = request.into_inner();
+        self.act(Action::Type {
+            text: r.text,
+            delay_ms: r.delay_ms,
+        })
+        .await
+    }
+
+    async fn press_keys(
+        &self,
+        request: Request<PressKeysRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let r = request.into_inner();
+        if r.keys.is_empty() {
+            return Err(Status::invalid_argument("keys must name at least one key"));
+        }
+        self.act(Action::PressKeys {
+            keys: r.keys,
+            duration_ms: r.duration_ms,
+            hold: r.hold_keys,
+        })
+        .await
+    }
+
+    async fn scroll(&self, request: Request<ScrollRequest>) -> Result<Response<Empty>, Status> {
+        let r = request.into_inner();
+        let (x, y) = point(r.position)?;
+        self.act(Action::Scroll {
+            x,
+            y,
+            delta_x: r.delta_x,
+            delta_y: r.delta_y,
+            hold: r.hold_keys,
+        })
+        .await
+    }
+
+    async fn screenshot(
+        &self,
+        request: Request<ScreenshotRequest>,
+    ) -> Result<Response<ScreenshotResponse>, Status> {
+        self.input()?;
+        let region = request
+            .into_inner()
+            .region
+            .map(|r| (r.x, r.y, r.width, r.height));
+        let screen = (self.width, self.height);
+        let png = tokio::task::spawn_blocking(move || capture::screenshot(region, screen))
+            .await
+            .map_err(|error| Status::internal(format!("capture task failed: {error}")))??;
+        Ok(Response::new(ScreenshotResponse { png }))
     }
 
     async fn shutdown(

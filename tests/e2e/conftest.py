@@ -23,9 +23,30 @@ def client(control_plane) -> Kernel:
     return Kernel(api_key=control_plane.api_key, base_url=control_plane.base_url, max_retries=0)
 
 
+# Records every DOM input event (screen coordinates, button, modifiers) in window.events.
+# The context menu is suppressed so a right click leaves no native menu over the page.
+EVENTS_PAGE = """<!doctype html><html><head><title>events</title><style>
+html, body { margin: 0; height: 3000px; background: rgb(10, 200, 30); }
+#text { position: fixed; left: 600px; top: 150px; width: 300px; }
+</style></head><body><input id="text" autocomplete="off">
+<script>
+window.events = [];
+for (const type of ["mousedown", "mouseup", "click", "dblclick", "contextmenu", "mousemove", "wheel", "keydown"]) {
+  document.addEventListener(type, (e) => {
+    window.events.push({ type, x: e.screenX, y: e.screenY, button: e.button, buttons: e.buttons,
+                         shift: e.shiftKey, ctrl: e.ctrlKey, key: e.key });
+    if (type === "contextmenu") e.preventDefault();
+  }, true);
+}
+</script></body></html>"""
+
+
 class _Page(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = f"<!doctype html><title>{TEST_PAGE_TITLE}</title><h1>hello</h1>".encode()
+        if self.path.startswith("/events.html"):
+            body = EVENTS_PAGE.encode()
+        else:
+            body = f"<!doctype html><title>{TEST_PAGE_TITLE}</title><h1>hello</h1>".encode()
         self.send_response(200)
         self.send_header("content-type", "text/html")
         self.send_header("content-length", str(len(body)))

@@ -6,9 +6,11 @@ use std::time::Duration;
 use browser_agent_proto::AUTHORIZATION_METADATA;
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
-    CdpFrame, CdpOpen, CreateDirectoryRequest, DataChunk, DeletePathRequest, ExtractZipChunk,
-    ExtractZipResponse, FileInfo, MovePathRequest, PathRequest, SetPermissionsRequest,
-    ShutdownRequest, StatusRequest, StatusResponse, WriteFileChunk, cdp_frame::Kind,
+    CdpFrame, CdpOpen, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
+    DragMouseRequest, Empty, ExtractZipChunk, ExtractZipResponse, FileInfo, MoveMouseRequest,
+    MovePathRequest, PathRequest, Point, PressKeysRequest, ScreenshotRequest, ScrollRequest,
+    SetPermissionsRequest, ShutdownRequest, StatusRequest, StatusResponse, TypeTextRequest,
+    WriteFileChunk, cdp_frame::Kind,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -238,5 +240,93 @@ impl AgentClient {
             .zip_directory(PathRequest { path })
             .await?
             .into_inner())
+    }
+
+    /// Input calls may legitimately take long (drags with delays, slow typing).
+    fn input_request<T>(message: T, expected: Duration) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(expected + CALL_TIMEOUT);
+        request
+    }
+
+    pub async fn click_mouse(&self, request: ClickMouseRequest) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .click_mouse(Self::input_request(request, Duration::ZERO))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn move_mouse(&self, request: MoveMouseRequest) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .move_mouse(Self::input_request(request, Duration::ZERO))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn drag_mouse(
+        &self,
+        request: DragMouseRequest,
+        expected: Duration,
+    ) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .drag_mouse(Self::input_request(request, expected))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn mouse_position(&self) -> Result<Point, AgentError> {
+        let request = Self::input_request(Empty {}, Duration::ZERO);
+        Ok(self
+            .inner
+            .clone()
+            .get_mouse_position(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn type_text(
+        &self,
+        request: TypeTextRequest,
+        expected: Duration,
+    ) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .type_text(Self::input_request(request, expected))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn press_keys(
+        &self,
+        request: PressKeysRequest,
+        expected: Duration,
+    ) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .press_keys(Self::input_request(request, expected))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn scroll(&self, request: ScrollRequest) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .scroll(Self::input_request(request, Duration::ZERO))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn screenshot(&self, request: ScreenshotRequest) -> Result<Vec<u8>, AgentError> {
+        let request = Self::input_request(request, Duration::ZERO);
+        Ok(self
+            .inner
+            .clone()
+            .screenshot(request)
+            .await?
+            .into_inner()
+            .png)
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod browsers;
 pub mod cdp;
+pub mod computer;
 pub mod extract;
 pub mod fs;
 pub mod health;
@@ -59,6 +60,14 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(browsers::retrieve, browsers::delete))
         .routes(routes!(cdp::connect))
+        .routes(routes!(computer::click_mouse))
+        .routes(routes!(computer::drag_mouse))
+        .routes(routes!(computer::get_mouse_position))
+        .routes(routes!(computer::move_mouse))
+        .routes(routes!(computer::type_text))
+        .routes(routes!(computer::press_key))
+        .routes(routes!(computer::scroll))
+        .routes(routes!(computer::screenshot))
         .routes(routes!(fs::move_path))
         .routes(routes!(fs::file_info))
         .routes(routes!(fs::list_files))

@@ -1,0 +1,196 @@
+"""Computer controls through the official SDK: OS-level input on the browser's X display
+lands in the page exactly where and how it was asked for."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import httpx
+import kernel
+import pytest
+from PIL import Image
+from playwright.sync_api import sync_playwright
+
+from harness import wait_until
+
+WIDTH, HEIGHT = 1280, 800
+
+
+@pytest.fixture(scope="module")
+def desktop(client, test_page_url):
+    """A headful session showing the event-recording page, and a Playwright page on it."""
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=600)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+        context = browser.contexts[0]
+        page = context.pages[0] if context.pages else context.new_page()
+        page.goto(test_page_url.replace("page.html", "events.html"))
+        page.bring_to_front()
+        yield session, page
+        browser.close()
+    client.browsers.delete_by_id(session.session_id)
+
+
+def events_after(page, start: int, predicate, timeout: float = 5.0) -> list[dict]:
+    """The events recorded since index `start`, once `predicate` holds for them."""
+    found: list[dict] = []
+
+    def ready() -> bool:
+        nonlocal found
+        found = page.evaluate(f"window.events.slice({start})")
+        return predicate(found)
+
+    assert wait_until(ready, timeout, interval=0.05), found
+    return found
+
+
+def types(events: list[dict], *wanted: str) -> list[str]:
+    return [e["type"] for e in events if e["type"] in wanted]
+
+
+def test_click_variants_reach_the_page_where_asked(client, desktop):
+    session, page = desktop
+    computer = client.browsers.computer
+    sid = session.session_id
+
+    start = page.evaluate("window.events.length")
+    computer.click_mouse(sid, x=400, y=300)
+    events = events_after(page, start, lambda e: "click" in types(e, "click"))
+    click = next(e for e in events if e["type"] == "click")
+    assert (click["x"], click["y"], click["button"]) == (400, 300, 0)
+    assert types(events, "mousedown", "mouseup", "click") == ["mousedown", "mouseup", "click"]
+
+    start = page.evaluate("window.events.length")
+    computer.click_mouse(sid, x=420, y=320, button="right")
+    events = events_after(page, start, lambda e: "contextmenu" in types(e, "contextmenu"))
+    menu = next(e for e in events if e["type"] == "contextmenu")
+    assert (menu["x"], menu["y"], menu["button"]) == (420, 320, 2)
+
+    start = page.evaluate("window.events.length")
+    computer.click_mouse(sid, x=500, y=350, num_clicks=2)
+    events = events_after(page, start, lambda e: "dblclick" in types(e, "dblclick"))
+    assert types(events, "click").count("click") == 2
+
+    start = page.evaluate("window.events.length")
+    computer.click_mouse(sid, x=510, y=360, click_type="down")
+    events = events_after(page, start, lambda e: "mousedown" in types(e, "mousedown"))
+    assert "mouseup" not in types(events, "mouseup")
+    computer.click_mouse(sid, x=510, y=360, click_type="up")
+    events = events_after(page, start, lambda e: "mouseup" in types(e, "mouseup"))
+    assert types(events, "mousedown", "mouseup") == ["mousedown", "mouseup"]
+
+    start = page.evaluate("window.events.length")
+    computer.click_mouse(sid, x=530, y=370, hold_keys=["shift"])
+    events = events_after(page, start, lambda e: "click" in types(e, "click"))
+    assert next(e for e in events if e["type"] == "click")["shift"] is True
+    # The hold key was released afterwards.
+    start = page.evaluate("window.events.length")
+    computer.click_mouse(sid, x=540, y=380)
+    events = events_after(page, start, lambda e: "click" in types(e, "click"))
+    assert next(e for e in events if e["type"] == "click")["shift"] is False
+
+
+def test_drag_follows_the_path_with_the_button_held(client, desktop):
+    session, page = desktop
+    sid = session.session_id
+    start = page.evaluate("window.events.length")
+    path = [[200, 250], [300, 350], [450, 300]]
+    # Steps further apart than a frame (16 ms), or Chromium coalesces the moves.
+    client.browsers.computer.drag_mouse(sid, path=path, steps_per_segment=5, step_delay_ms=25)
+    events = events_after(page, start, lambda e: "mouseup" in types(e, "mouseup"))
+    down = next(e for e in events if e["type"] == "mousedown")
+    up = next(e for e in events if e["type"] == "mouseup")
+    assert (down["x"], down["y"]) == (200, 250)
+    assert (up["x"], up["y"]) == (450, 300)
+    moves = [e for e in events if e["type"] == "mousemove"]
+    between = [m for m in moves if events.index(down) < events.index(m) < events.index(up)]
+    assert len(between) >= 5 and all(m["buttons"] == 1 for m in between)
+    assert any((m["x"], m["y"]) == (300, 350) for m in between), "the drag skipped a path point"
+
+    position = client.browsers.computer.get_mouse_position(sid)
+    assert (position.x, position.y) == (450, 300)
+
+
+def test_keyboard_scroll_and_move(client, desktop):
+    session, page = desktop
+    computer = client.browsers.computer
+    sid = session.session_id
+    computer.click_mouse(sid, x=700, y=page.evaluate(
+        "Math.round(window.screenY + (window.outerHeight - window.innerHeight) + 160)"))
+    assert wait_until(lambda: page.evaluate("document.activeElement.id") == "text", 5)
+    computer.type_text(sid, text="Hello World")
+    assert wait_until(lambda: page.input_value("#text") == "Hello World", 5), page.input_value("#text")
+    computer.press_key(sid, keys=["BackSpace", "BackSpace"])
+    assert wait_until(lambda: page.input_value("#text") == "Hello Wor", 5)
+    computer.press_key(sid, keys=["Ctrl+a"])
+    computer.type_text(sid, text="x")
+    assert wait_until(lambda: page.input_value("#text") == "x", 5), page.input_value("#text")
+
+    computer.scroll(sid, x=400, y=400, delta_y=5)
+    assert wait_until(lambda: page.evaluate("window.scrollY") > 0, 5)
+
+    computer.move_mouse(sid, x=123, y=456)
+    position = computer.get_mouse_position(sid)
+    assert (position.x, position.y) == (123, 456)
+
+
+def test_screenshots_show_the_screen(control_plane, desktop):
+    session, page = desktop
+    base = f"{control_plane.base_url}/browsers/{session.session_id}/computer"
+    headers = {"Authorization": f"Bearer {control_plane.api_key}"}
+    whole = httpx.post(f"{base}/screenshot", headers=headers, json={})
+    assert whole.status_code == 200 and whole.headers["content-type"] == "image/png"
+    image = Image.open(io.BytesIO(whole.content)).convert("RGB")
+    assert image.size == (WIDTH, HEIGHT)
+    # The page's background, well inside the content area.
+    assert image.getpixel((640, 600)) == (10, 200, 30)
+
+    region = {"x": 600, "y": 500, "width": 100, "height": 50}
+    part = httpx.post(f"{base}/screenshot", headers=headers, json={"region": region})
+    cropped = Image.open(io.BytesIO(part.content)).convert("RGB")
+    assert cropped.size == (100, 50) and cropped.getpixel((40, 25)) == (10, 200, 30)
+
+
+def test_bad_computer_input_is_a_clear_400(client, control_plane, desktop):
+    session, _ = desktop
+    base = f"{control_plane.base_url}/browsers/{session.session_id}/computer"
+    auth = {"Authorization": f"Bearer {control_plane.api_key}"}
+    cases = [
+        ("drag_mouse", {"path": [[1, 1]]}, "path"),
+        ("drag_mouse", {"path": [[1, 1], [2, 2, 3]]}, "path[1]"),
+        ("drag_mouse", {"path": [[1, 1], [2, "x"]]}, "path"),
+        ("drag_mouse", {"path": [[1, 1], [2, 2]], "steps_per_segment": 0}, "steps_per_segment"),
+        ("drag_mouse", {"path": [[1, 1], [2, 2]], "delay": -1}, "delay"),
+        ("drag_mouse", {"path": [[1, 1], [2, 2]], "step_delay_ms": -5}, "step_delay_ms"),
+        ("drag_mouse", {"path": [[1, 1], [2, 2]], "button": "back"}, "button"),
+        ("click_mouse", {"x": 5000, "y": 10}, "1280x800"),
+        ("click_mouse", {"x": -1, "y": 10}, "1280x800"),
+        ("click_mouse", {"x": 10, "y": 10, "button": "thumb"}, "button"),
+        ("click_mouse", {"x": 10, "y": 10, "click_type": "triple"}, "click_type"),
+        ("click_mouse", {"x": 10, "y": 10, "num_clicks": 0}, "num_clicks"),
+        ("click_mouse", {"x": 10, "y": 10, "hold_keys": ["hyperdrive"]}, "hyperdrive"),
+        ("click_mouse", {"x": 10}, "y"),
+        ("click_mouse", {"x": 10, "y": 10, "z": 1}, "z"),
+        ("press_key", {"keys": []}, "keys"),
+        ("press_key", {"keys": ["NoSuchKey"]}, "NoSuchKey"),
+        ("screenshot", {"region": {"x": 1200, "y": 0, "width": 200, "height": 10}}, "region.width"),
+        ("move_mouse", {"x": 10, "y": 900}, "1280x800"),
+    ]
+    for operation, body, named in cases:
+        response = httpx.post(f"{base}/{operation}", headers=auth, json=body)
+        assert response.status_code == 400, (operation, body, response.status_code, response.text)
+        error = response.json()
+        assert error["code"] == "bad_request"
+        assert named in error["message"] + " ".join(d["message"] for d in error.get("details", [])), (operation, error)
+
+
+def test_headless_sessions_have_no_computer_controls(client):
+    session = client.browsers.create(headless=True)
+    try:
+        with pytest.raises(kernel.BadRequestError, match="headless"):
+            client.browsers.computer.click_mouse(session.session_id, x=1, y=1)
+        with pytest.raises(kernel.BadRequestError, match="headless"):
+            client.browsers.computer.get_mouse_position(session.session_id)
+    finally:
+        client.browsers.delete_by_id(session.session_id)
