@@ -34,6 +34,6 @@ if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q -r tests/e2e/requirements.txt
-npm ci --prefix tests/e2e/puppeteer --no-audit --no-fund --loglevel=error
+npm ci --prefix tests/e2e/node-clients --no-audit --no-fund --loglevel=error
 cd tests/e2e
 ../../.venv/bin/python -m pytest -q "$@"

@@ -218,7 +218,7 @@ def test_openapi_document_and_health(control_plane):
 def test_puppeteer_connects_with_browser_ws_endpoint(client, test_page_url):
     created = client.browsers.create(headless=True)
     try:
-        script = Path(__file__).parent / "puppeteer" / "connect.mjs"
+        script = Path(__file__).parent / "node-clients" / "connect.mjs"
         result = subprocess.run(
             ["node", str(script), created.cdp_ws_url, test_page_url],
             capture_output=True, text=True, timeout=60,

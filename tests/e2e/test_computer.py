@@ -4,7 +4,10 @@ lands in the page exactly where and how it was asked for."""
 from __future__ import annotations
 
 import io
-import time
+import json
+import subprocess
+import zipfile
+from pathlib import Path
 
 import httpx
 import kernel
@@ -12,7 +15,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
-from harness import wait_until
+from harness import vm_root, wait_until
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -194,3 +197,29 @@ def test_headless_sessions_have_no_computer_controls(client):
             client.browsers.computer.get_mouse_position(session.session_id)
     finally:
         client.browsers.delete_by_id(session.session_id)
+
+
+def test_typescript_sdk_runs_the_five_seed_operations(client, control_plane, desktop, tmp_path):
+    session, page = desktop
+    archive = tmp_path / "archive.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("hello.txt", "from typescript")
+    start = page.evaluate("window.events.length")
+    script = Path(__file__).parent / "node-clients" / "seed_ops.mjs"
+    result = subprocess.run(
+        ["node", str(script), control_plane.base_url, control_plane.api_key, session.session_id, str(archive)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"x": 350, "y": 500}
+
+    root = vm_root(control_plane, session.session_id)
+    assert (root / "ts/moved.txt").read_text() == "from typescript"
+    assert not (root / "ts/unzipped/hello.txt").exists()
+    # The right click and the drag each end with a mouseup.
+    events = events_after(page, start, lambda e: types(e, "mouseup").count("mouseup") >= 2)
+    menu = next(e for e in events if e["type"] == "contextmenu")
+    assert (menu["x"], menu["y"]) == (610, 410)
+    drag_down = next(e for e in events if e["type"] == "mousedown" and e["button"] == 0)
+    drag_up = [e for e in events if e["type"] == "mouseup"][-1]
+    assert (drag_down["x"], drag_down["y"], drag_up["x"], drag_up["y"]) == (250, 450, 350, 500)
