@@ -20,19 +20,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 import scenarios  # noqa: E402
 
 
-def summarize(samples: list[float]) -> dict[str, float]:
+def percentile(samples: list[float], p: float) -> float:
     ordered = sorted(samples)
-    p90_index = max(0, int(round(0.9 * len(ordered))) - 1)
-    return {"median": statistics.median(ordered), "p90": ordered[p90_index]}
+    index = max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered))) - 1))
+    return statistics.median(ordered) if p == 50 else ordered[index]
 
 
-def report(name: str, ours: list[float], reference: list[float], reference_name: str) -> None:
-    o, r = summarize(ours), summarize(reference)
+def report(name: str, ours: list[float], references: dict[str, list[float]],
+           percentiles: tuple[int, ...] = (50, 90), unit: str = "ms") -> None:
+    """Prints our samples and each reference at the given percentiles, with the ratio
+    ours/reference and the difference ours - reference."""
+    scale = {"ms": 1000, "us": 1_000_000}[unit]
+    columns = [f"p{p}" if p != 50 else "median" for p in percentiles]
     print(f"\n== {name} ({len(ours)} runs each)")
-    print(f"{'':32} {'median':>10} {'p90':>10}")
-    print(f"{'ours':32} {o['median'] * 1000:>8.0f}ms {o['p90'] * 1000:>8.0f}ms")
-    print(f"{reference_name:32} {r['median'] * 1000:>8.0f}ms {r['p90'] * 1000:>8.0f}ms")
-    print(f"{'ratio ours/reference':32} {o['median'] / r['median']:>9.2f}x {o['p90'] / r['p90']:>9.2f}x")
+    print(f"{'':34}" + "".join(f"{c:>12}" for c in columns))
+    rows = {"ours": ours, **references}
+    for label, samples in rows.items():
+        print(f"{label:34}" + "".join(f"{percentile(samples, p) * scale:>10.2f}{unit}" for p in percentiles))
+    for label, samples in references.items():
+        ratios = [percentile(ours, p) / percentile(samples, p) for p in percentiles]
+        print(f"{'ratio ours/' + label:34}" + "".join(f"{r:>11.2f}x" for r in ratios))
+        differences = [(percentile(ours, p) - percentile(samples, p)) * scale for p in percentiles]
+        print(f"{'ours - ' + label:34}" + "".join(f"{d:>+10.2f}{unit}" for d in differences))
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh --tests
-cargo build --release --workspace
+cargo build --release --workspace --bins --examples
 if [[ ! -x .venv/bin/python ]]; then python3 -m venv .venv; fi
 .venv/bin/pip install -q -r tests/e2e/requirements.txt
 E2E_BIN_DIR="$PWD/target/release" exec .venv/bin/python bench/run.py "$@"

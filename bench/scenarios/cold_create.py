@@ -94,7 +94,7 @@ def run(work_dir: Path, report) -> None:
             if timed:
                 ours.append(elapsed)
                 reference.append(direct)
-        report("cold POST /browsers until the response", ours, reference, "Chromium launched directly")
+        report("cold POST /browsers until the response", ours, {"Chromium launched directly": reference})
     finally:
         xvfb.kill()
         xvfb.wait()

@@ -114,7 +114,7 @@ impl Input {
         })
     }
 
-    /// Runs one action; returns the pointer position afterwards.
+    /// Runs one action; `Action::Position` answers the pointer position, others (0, 0).
     pub async fn run(&self, action: Action) -> Result<(i32, i32), InputError> {
         self.check_bounds(&action)?;
         let (reply, answer) = oneshot::channel();
@@ -151,6 +151,7 @@ fn failed(error: enigo::InputError) -> InputError {
 }
 
 fn perform(enigo: &mut Enigo, action: Action) -> Result<(i32, i32), InputError> {
+    let is_position = matches!(action, Action::Position);
     let hold = match &action {
         Action::Click { hold, .. }
         | Action::Move { hold, .. }
@@ -187,7 +188,13 @@ fn perform(enigo: &mut Enigo, action: Action) -> Result<(i32, i32), InputError> 
         let _ = enigo.key(*key, Direction::Release);
     }
     outcome?;
-    enigo.location().map_err(failed)
+    // enigo syncs with the X server after every event, so the action is complete here;
+    // only a position query needs another round trip.
+    if is_position {
+        enigo.location().map_err(failed)
+    } else {
+        Ok((0, 0))
+    }
 }
 
 fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), InputError> {

@@ -20,6 +20,7 @@ use anyhow::Context;
 use browser_agent_proto::v1::DevtoolsState;
 use browser_agent_proto::v1::browser_agent_server::BrowserAgentServer;
 use clap::Parser;
+use futures::StreamExt;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
@@ -84,6 +85,8 @@ fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: agents log to files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     anyhow::ensure!(
@@ -192,7 +195,12 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
             move |request| check.check(request),
         ))
         .serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener),
+            // Small gRPC messages must not wait for Nagle's algorithm.
+            TcpListenerStream::new(listener).map(|stream| {
+                stream.inspect(|stream| {
+                    let _ = stream.set_nodelay(true);
+                })
+            }),
             shutdown.clone().cancelled_owned(),
         )
         .await;

@@ -36,15 +36,50 @@ fn hash_secret(secret: &str) -> Vec<u8> {
     Sha256::digest(secret.as_bytes()).to_vec()
 }
 
+/// Keys that were found valid, by key id. A key never changes once created (there is no
+/// revocation yet; when there is, it must evict here), so a hit skips the store on the
+/// hot path. Unknown keys are not cached: they cannot fill memory.
+#[derive(Default)]
+pub struct KeyCache {
+    records: std::sync::Mutex<std::collections::HashMap<String, ApiKeyRecord>>,
+}
+
+const KEY_CACHE_CAPACITY: usize = 10_000;
+
+impl KeyCache {
+    fn get(&self, key_id: &str) -> Option<ApiKeyRecord> {
+        self.records.lock().ok()?.get(key_id).cloned()
+    }
+
+    fn remember(&self, record: &ApiKeyRecord) {
+        if let Ok(mut records) = self.records.lock()
+            && records.len() < KEY_CACHE_CAPACITY
+        {
+            records.insert(record.id.clone(), record.clone());
+        }
+    }
+}
+
 /// Resolves a presented key to its organization id, or `None` if it is not valid.
-pub async fn organization_for_key(store: &dyn Store, key: &str) -> StoreResult<Option<String>> {
+pub async fn organization_for_key(
+    store: &dyn Store,
+    cache: &KeyCache,
+    key: &str,
+) -> StoreResult<Option<String>> {
     let mut parts = key.splitn(3, '_');
     let (Some(KEY_PREFIX), Some(key_id), Some(secret)) = (parts.next(), parts.next(), parts.next())
     else {
         return Ok(None);
     };
-    let Some(record) = store.api_key(key_id).await? else {
-        return Ok(None);
+    let record = match cache.get(key_id) {
+        Some(record) => record,
+        None => match store.api_key(key_id).await? {
+            Some(record) => {
+                cache.remember(&record);
+                record
+            }
+            None => return Ok(None),
+        },
     };
     let matches: bool = hash_secret(secret).ct_eq(&record.secret_hash).into();
     Ok(matches.then_some(record.org_id))
@@ -74,7 +109,7 @@ impl FromRequestParts<AppState> for Caller {
             .ok_or_else(|| {
                 ApiError::Unauthorized("the Authorization header must be `Bearer <api key>`".into())
             })?;
-        match organization_for_key(state.store.as_ref(), key.trim()).await? {
+        match organization_for_key(state.store.as_ref(), &state.key_cache, key.trim()).await? {
             Some(org_id) => Ok(Self { org_id }),
             None => Err(ApiError::Unauthorized("invalid API key".into())),
         }

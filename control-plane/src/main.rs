@@ -10,6 +10,8 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,tower_http=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: agents log to files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
         Command::Serve(config) => server::serve(config).await,

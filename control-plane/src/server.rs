@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 
 use crate::config::ServeConfig;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
@@ -65,6 +66,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .trim_end_matches('/')
         .to_owned();
     let state = AppState {
+        key_cache: Default::default(),
         cdp_tokens: Arc::new(CdpTokens::load(store.as_ref()).await?),
         store,
         sessions,
@@ -74,6 +76,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     // Tests and scripts read this line to learn the chosen port.
     println!("listening on {public_url}");
     tracing::info!(%bound, %public_url, "control plane listening");
+    // Small answers (a click's 200) must not wait for Nagle's algorithm.
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     axum::serve(listener, api::router(state))
         .with_graceful_shutdown(shutdown_signal())
         .await?;

@@ -40,7 +40,13 @@ pub struct Sessions {
     runtime: Arc<dyn Runtime>,
     activity: Mutex<HashMap<String, Activity>>,
     clients: Mutex<HashMap<String, AgentClient>>,
+    /// Running sessions recently read from the store, so the hot path (a click) needs no
+    /// store round trip. Ending a session here evicts it; the short TTL bounds how long
+    /// a session ended by another replica can still be looked up.
+    running: Mutex<HashMap<String, (Instant, SessionRecord)>>,
 }
+
+const RUNNING_CACHE_TTL: Duration = Duration::from_secs(2);
 
 /// How often the inactivity reaper looks.
 const REAPER_INTERVAL: Duration = Duration::from_secs(1);
@@ -57,6 +63,7 @@ impl Sessions {
             runtime,
             activity: Mutex::default(),
             clients: Mutex::default(),
+            running: Mutex::default(),
         }
     }
 
@@ -195,8 +202,25 @@ impl Sessions {
 
     /// A live session of the organization (foreign or ended: 404). Counts as activity.
     pub async fn live(&self, org_id: &str, id: &str) -> Result<SessionRecord, ApiError> {
+        let cached = self.running.lock().ok().and_then(|running| {
+            running
+                .get(id)
+                .filter(|(read, session)| {
+                    read.elapsed() < RUNNING_CACHE_TTL && session.org_id == org_id
+                })
+                .map(|(_, session)| session.clone())
+        });
+        if let Some(session) = cached {
+            self.touch(id);
+            return Ok(session);
+        }
         match self.store.session(org_id, id).await? {
             Some(session) if session.status != SessionStatus::Ended => {
+                if session.status == SessionStatus::Running
+                    && let Ok(mut running) = self.running.lock()
+                {
+                    running.insert(id.to_owned(), (Instant::now(), session.clone()));
+                }
                 self.touch(id);
                 Ok(session)
             }
@@ -225,6 +249,9 @@ impl Sessions {
     }
 
     fn forget(&self, id: &str) {
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(id);
+        }
         if let Ok(mut activity) = self.activity.lock() {
             activity.remove(id);
         }

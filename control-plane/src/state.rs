@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::auth::KeyCache;
 use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::tokens::CdpTokens;
@@ -9,6 +10,7 @@ use crate::tokens::CdpTokens;
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
+    pub key_cache: Arc<KeyCache>,
     pub sessions: Arc<Sessions>,
     pub cdp_tokens: Arc<CdpTokens>,
     /// Base of the URLs we hand out, without a trailing slash (e.g. `http://127.0.0.1:8080`).

@@ -216,6 +216,7 @@ mod tests {
         }));
         router(AppState {
             sessions: Arc::new(Sessions::new(store.clone(), runtime)),
+            key_cache: Default::default(),
             cdp_tokens: Arc::new(CdpTokens::from_secret(b"test")),
             store,
             public_url: "http://test".into(),

@@ -1,0 +1,96 @@
+"""A click through the REST API (`POST /browsers/{id}/computer/click_mouse`, until the
+answer) next to the same click on the same display by an in-process enigo (the agent's own
+library, no API) and by a `xdotool click --delay 0 1` subprocess."""
+
+from __future__ import annotations
+
+import http.client as http_client
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from harness import REPO, ControlPlane, descendants, session_processes
+
+RUNS = 500
+WARMUP = 20
+BLOCK = 25
+X, Y = 640, 400
+
+
+def _display_of(xvfb_pid: int) -> str:
+    """The display an Xvfb serves, from the X11 socket among its open files."""
+    inodes = set()
+    for fd in Path(f"/proc/{xvfb_pid}/fd").iterdir():
+        target = os.readlink(fd)
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[6] in inodes and "/.X11-unix/X" in fields[7]:
+            return ":" + fields[7].rsplit("X", 1)[1]
+    raise RuntimeError("no X11 socket found for Xvfb")
+
+
+def run(work_dir: Path, report) -> None:
+    server = ControlPlane(work_dir / "data").start()
+    try:
+        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"})
+        session = http.post("/browsers", json={"viewport": {"width": 1280, "height": 800}}).raise_for_status().json()
+        sid = session["session_id"]
+        xvfb = next(iter(session_processes(server, sid)["xvfb"]))
+        display = _display_of(xvfb)
+
+        # The standard library's client on one kept-alive connection: the cheapest way
+        # for a client to make the call, so the figure is the service's, not the client's.
+        connection = http_client.HTTPConnection("127.0.0.1", server.port)
+        body = json.dumps({"x": X, "y": Y})
+        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+        example = REPO / "target" / "release" / "examples" / "click_latency"
+        enigo = subprocess.Popen([str(example), display, str(X), str(Y)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True, bufsize=1)
+        env = {**os.environ, "DISPLAY": display}
+
+        def rest_click() -> float:
+            started = time.perf_counter()
+            connection.request("POST", f"/browsers/{sid}/computer/click_mouse", body, headers)
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200, response.status
+            return time.perf_counter() - started
+
+        def enigo_click() -> float:
+            enigo.stdin.write("click\n")
+            return int(enigo.stdout.readline()) / 1_000_000
+
+        def xdotool_click() -> float:
+            started = time.perf_counter()
+            subprocess.run(["xdotool", "click", "--delay", "0", "1"], env=env, check=True)
+            return time.perf_counter() - started
+
+        # In blocks of BLOCK clicks per method, the order of methods rotating every round:
+        # all three meet the same browser state and drift, while no click directly follows
+        # another method's (an xdotool run is a fork/exec storm that would slow whatever
+        # runs next on this 2-core machine).
+        methods = [rest_click, enigo_click, xdotool_click]
+        samples: dict = {method: [] for method in methods}
+        for method in methods:
+            for _ in range(WARMUP):
+                method()
+        for round_index in range(RUNS // BLOCK):
+            for method in methods[round_index % 3:] + methods[:round_index % 3]:
+                samples[method].extend(method() for _ in range(BLOCK))
+        ours, in_process, xdotool = samples[rest_click], samples[enigo_click], samples[xdotool_click]
+        enigo.stdin.close()
+        enigo.wait()
+        connection.close()
+
+        report("click: REST API round trip", ours,
+               {"in-process enigo": in_process, "xdotool subprocess": xdotool},
+               percentiles=(50, 99))
+        http.delete(f"/browsers/{sid}").raise_for_status()
+    finally:
+        server.reap_everything()
