@@ -11,6 +11,9 @@ use cap_std::fs::{Dir, DirBuilder, OpenOptions, Permissions};
 use cap_std::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use tonic::Status;
 
+/// Permission bits the API may set: never setuid or setgid (the agent runs as root and
+/// the VM root is on the host's filesystem); the sticky bit is fine.
+pub const ALLOWED_MODE_BITS: u32 = 0o1777;
 /// Longest API path accepted.
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Hidden directory names used while extracting and writing; never part of user data.
@@ -191,7 +194,11 @@ impl VmFs {
             if name.starts_with(STAGING_PREFIX) {
                 continue;
             }
-            let child = path.join(&name);
+            let child = if is_root(&path) {
+                PathBuf::from(&name)
+            } else {
+                path.join(&name)
+            };
             // Follows symlinks (beneath the root); a dangling one is listed as itself.
             let metadata = match self.root.metadata(&child) {
                 Ok(metadata) => metadata,
@@ -239,45 +246,38 @@ impl VmFs {
         self.ensure_directory(parent, api_path)?;
         let temporary = parent.join(format!("{STAGING_PREFIX}{}", random_suffix()));
         let mut options = OpenOptions::new();
-        options.write(true).create_new(true).mode(mode & 0o7777);
+        options
+            .write(true)
+            .create_new(true)
+            .mode(mode & ALLOWED_MODE_BITS);
         let file = self
             .root
             .open_with(&temporary, &options)
             .map_err(|e| classify(e, api_path))?;
         // The umask must not weaken the requested mode.
-        file.set_permissions(Permissions::from_mode(mode & 0o7777))
+        file.set_permissions(Permissions::from_mode(mode & ALLOWED_MODE_BITS))
             .map_err(|e| classify(e, api_path))?;
         Ok(PendingWrite {
             file: file.into_std(),
+            root: self.root.try_clone().map_err(|e| classify(e, api_path))?,
             temporary,
             target: path,
             api_path: api_path.to_owned(),
+            committed: false,
         })
     }
 
-    pub fn commit_write(&self, pending: PendingWrite) -> Result<(), FsError> {
-        let PendingWrite {
-            file,
-            temporary,
-            target,
-            api_path,
-        } = pending;
-        let outcome = file
+    pub fn commit_write(&self, mut pending: PendingWrite) -> Result<(), FsError> {
+        let api_path = pending.api_path.clone();
+        pending
+            .file
             .sync_all()
-            .map_err(|e| classify(e, &api_path))
-            .and_then(|()| {
-                self.root
-                    .rename(&temporary, &self.root, &target)
-                    .map_err(|e| classify(e, &api_path))
-            });
-        if outcome.is_err() {
-            let _ = self.root.remove_file(&temporary);
-        }
-        outcome
-    }
-
-    pub fn abort_write(&self, pending: PendingWrite) {
-        let _ = self.root.remove_file(&pending.temporary);
+            .map_err(|e| classify(e, &api_path))?;
+        self.root
+            .rename(&pending.temporary, &self.root, &pending.target)
+            .map_err(|e| classify(e, &api_path))?;
+        pending.committed = true;
+        Ok(())
     }
 
     pub fn create_directory(&self, api_path: &str, mode: u32) -> Result<(), FsError> {
@@ -291,14 +291,14 @@ impl VmFs {
             }
             Err(_) => {
                 let mut builder = DirBuilder::new();
-                builder.recursive(true).mode(mode & 0o7777);
+                builder.recursive(true).mode(mode & ALLOWED_MODE_BITS);
                 self.root
                     .create_dir_with(&path, &builder)
                     .map_err(|e| classify(e, api_path))?;
             }
         }
         self.root
-            .set_permissions(&path, Permissions::from_mode(mode & 0o7777))
+            .set_permissions(&path, Permissions::from_mode(mode & ALLOWED_MODE_BITS))
             .map_err(|e| classify(e, api_path))
     }
 
@@ -336,14 +336,15 @@ impl VmFs {
         group: &str,
     ) -> Result<(), FsError> {
         let path = relative(api_path)?;
-        self.root
-            .set_permissions(&path, Permissions::from_mode(mode & 0o7777))
-            .map_err(|e| classify(e, api_path))?;
-        if owner.is_empty() && group.is_empty() {
-            return Ok(());
-        }
+        // Resolve the owner and group first: an unknown name must change nothing.
         let uid = (!owner.is_empty()).then(|| user_id(owner)).transpose()?;
         let gid = (!group.is_empty()).then(|| group_id(group)).transpose()?;
+        self.root
+            .set_permissions(&path, Permissions::from_mode(mode & ALLOWED_MODE_BITS))
+            .map_err(|e| classify(e, api_path))?;
+        if uid.is_none() && gid.is_none() {
+            return Ok(());
+        }
         // chown through a descriptor opened beneath the root, never by path.
         let result = if self
             .root
@@ -442,14 +443,60 @@ impl VmFs {
         outcome
     }
 
-    /// Moves the staged tree into `dest`, merging with what is there.
+    /// Moves the staged tree into `dest`, merging with what is there: directories merge,
+    /// files replace files of the same name (atomically, by rename). Whether every entry
+    /// fits is checked before anything moves: a file where a directory is (or the other
+    /// way round) is a conflict that changes nothing.
     fn place(&self, staged: &Path, dest: &Path, api_dest: &str) -> Result<(), FsError> {
-        if self.root.symlink_metadata(dest).is_err() {
-            if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-                self.ensure_directory(parent, api_dest)?;
+        if self.root.symlink_metadata(dest).is_ok() {
+            self.check_placement(staged, dest, api_dest)?;
+        }
+        self.move_staged(staged, dest, api_dest)
+    }
+
+    fn check_placement(&self, staged: &Path, dest: &Path, api_dest: &str) -> Result<(), FsError> {
+        for entry in self
+            .root
+            .read_dir(staged)
+            .map_err(|e| classify(e, api_dest))?
+        {
+            let entry = entry.map_err(|e| classify(e, api_dest))?;
+            let name = entry.file_name();
+            let staged_is_dir = entry
+                .file_type()
+                .map_err(|e| classify(e, api_dest))?
+                .is_dir();
+            if let Ok(existing) = self.root.symlink_metadata(dest.join(&name)) {
+                match (existing.is_dir(), staged_is_dir) {
+                    (true, true) => {
+                        self.check_placement(&staged.join(&name), &dest.join(&name), api_dest)?
+                    }
+                    (false, false) => {}
+                    _ => {
+                        let at = normalized_api_path(&dest.join(&name));
+                        return Err(FsError::Conflict(format!(
+                            "the archive has a {} where {at} is a {}",
+                            if staged_is_dir { "directory" } else { "file" },
+                            if existing.is_dir() {
+                                "directory"
+                            } else {
+                                "file"
+                            },
+                        )));
+                    }
+                }
             }
+        }
+        Ok(())
+    }
+
+    fn move_staged(&self, staged: &Path, dest: &Path, api_dest: &str) -> Result<(), FsError> {
+        if self.root.symlink_metadata(dest).is_err() {
             if is_root(dest) {
                 return Err(FsError::Invalid("the root always exists".into()));
+            }
+            if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+                self.ensure_directory(parent, api_dest)?;
             }
             return self
                 .root
@@ -464,29 +511,20 @@ impl VmFs {
             let entry = entry.map_err(|e| classify(e, api_dest))?;
             let name = entry.file_name();
             let (from, to) = (staged.join(&name), dest.join(&name));
-            let staged_is_dir = entry
+            let both_dirs = entry
                 .file_type()
                 .map_err(|e| classify(e, api_dest))?
-                .is_dir();
-            match self.root.symlink_metadata(&to) {
-                Ok(existing) if existing.is_dir() && staged_is_dir => {
-                    self.place(&from, &to, api_dest)?
-                }
-                Ok(existing) => {
-                    if existing.is_dir() {
-                        self.root.remove_dir_all(&to)
-                    } else {
-                        self.root.remove_file(&to)
-                    }
-                    .map_err(|e| classify(e, api_dest))?;
-                    self.root
-                        .rename(&from, &self.root, &to)
-                        .map_err(|e| classify(e, api_dest))?;
-                }
-                Err(_) => self
+                .is_dir()
+                && self
                     .root
+                    .symlink_metadata(&to)
+                    .is_ok_and(|existing| existing.is_dir());
+            if both_dirs {
+                self.move_staged(&from, &to, api_dest)?;
+            } else {
+                self.root
                     .rename(&from, &self.root, &to)
-                    .map_err(|e| classify(e, api_dest))?,
+                    .map_err(|e| classify(e, api_dest))?;
             }
         }
         Ok(())
@@ -508,11 +546,23 @@ impl VmFs {
     }
 }
 
+/// A file being written; until committed it is a hidden temporary file, which is removed
+/// when the write is dropped (failed upload, cancelled call) without a commit.
 pub struct PendingWrite {
     pub file: std::fs::File,
+    root: Dir,
     temporary: PathBuf,
     target: PathBuf,
     api_path: String,
+    committed: bool,
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = self.root.remove_file(&self.temporary);
+        }
+    }
 }
 
 fn file_info(path: &Path, metadata: &cap_std::fs::Metadata) -> FileInfo {
@@ -590,7 +640,8 @@ fn copy_recursively(root: &Dir, from: &Path, to: &Path, is_dir: bool) -> std::io
 }
 
 /// Whether a symlink at `link` (relative to the extraction directory) pointing to
-/// `target` stays inside that directory.
+/// `target` stays inside that directory. `..` may only lead the target: after a normal
+/// component it could climb out of a directory that is itself a symlink (`s/..`).
 fn symlink_stays_inside(link: &Path, target: &str) -> bool {
     if target.starts_with('/') || target.is_empty() {
         return false;
@@ -599,13 +650,17 @@ fn symlink_stays_inside(link: &Path, target: &str) -> bool {
         .parent()
         .map(|p| p.components().count() as i64)
         .unwrap_or(0);
+    let mut descended = false;
     for component in Path::new(target).components() {
         match component {
-            Component::Normal(_) => depth += 1,
+            Component::Normal(_) => {
+                depth += 1;
+                descended = true;
+            }
             Component::CurDir => {}
             Component::ParentDir => {
                 depth -= 1;
-                if depth < 0 {
+                if depth < 0 || descended {
                     return false;
                 }
             }
@@ -613,6 +668,29 @@ fn symlink_stays_inside(link: &Path, target: &str) -> bool {
         }
     }
     true
+}
+
+/// `a/./b/../c` → `a/c`. Exact for archive entries: none may lie beneath a symlink.
+fn lexically_normal(path: &Path) -> PathBuf {
+    let mut normal = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => normal.push(part),
+            Component::ParentDir => {
+                normal.pop();
+            }
+            _ => {}
+        }
+    }
+    normal
+}
+
+/// Whether `name` lies beneath one of the symlinks the archive created: such an entry
+/// would be written wherever the link points, not where its name says.
+fn beneath_a_symlink(name: &Path, symlinks: &std::collections::HashSet<PathBuf>) -> bool {
+    name.ancestors()
+        .skip(1)
+        .any(|ancestor| symlinks.contains(ancestor))
 }
 
 fn corrupt(error: impl std::fmt::Display) -> FsError {
@@ -624,16 +702,22 @@ fn extract_into<R: Read + Seek>(
     archive: R,
     limits: ZipLimits,
 ) -> Result<(u64, u64), FsError> {
+    let mut archive = archive;
+    // The zip crate reads the whole central directory up front; a hostile archive can
+    // declare millions of entries, so their count is checked before that.
+    if let Some(declared) = declared_entry_count(&mut archive)
+        && declared > limits.max_entries
+    {
+        return Err(entry_limit(declared, limits));
+    }
     let mut archive = zip::ZipArchive::new(archive).map_err(corrupt)?;
     let entries = archive.len() as u64;
     if entries > limits.max_entries {
-        return Err(FsError::Invalid(format!(
-            "the archive has {entries} entries; the limit is {}",
-            limits.max_entries
-        )));
+        return Err(entry_limit(entries, limits));
     }
     let mut total: u64 = 0;
     let mut files = 0;
+    let mut symlinks = std::collections::HashSet::new();
     for index in 0..archive.len() {
         let mut entry = archive.by_index(index).map_err(corrupt)?;
         let raw_name = entry.name().map(|n| n.into_owned()).unwrap_or_default();
@@ -643,13 +727,21 @@ fn extract_into<R: Read + Seek>(
                 "archive entry {raw_name:?} has an absolute path"
             )));
         }
-        let name = entry.enclosed_name().ok_or_else(|| {
-            FsError::InvalidPath(format!(
-                "archive entry {raw_name:?} would land outside the destination"
-            ))
-        })?;
+        let name = entry
+            .enclosed_name()
+            .map(|name| lexically_normal(&name))
+            .ok_or_else(|| {
+                FsError::InvalidPath(format!(
+                    "archive entry {raw_name:?} would land outside the destination"
+                ))
+            })?;
         if name.as_os_str().is_empty() {
             continue;
+        }
+        if beneath_a_symlink(&name, &symlinks) {
+            return Err(FsError::InvalidPath(format!(
+                "archive entry {raw_name:?} lies beneath a symlink of the same archive"
+            )));
         }
         let declared = entry.size();
         if declared > limits.max_expanded_bytes.saturating_sub(total) {
@@ -685,6 +777,7 @@ fn extract_into<R: Read + Seek>(
             staging
                 .symlink(&target, &name)
                 .map_err(|e| classify(e, &raw_name))?;
+            symlinks.insert(name);
             continue;
         }
         let compressed = entry.compressed_size().max(1);
@@ -718,6 +811,47 @@ fn extract_into<R: Read + Seek>(
         files += 1;
     }
     Ok((files, total))
+}
+
+fn entry_limit(entries: u64, limits: ZipLimits) -> FsError {
+    FsError::Invalid(format!(
+        "the archive has {entries} entries; the limit is {}",
+        limits.max_entries
+    ))
+}
+
+/// The entry count an archive declares in its end-of-central-directory record (ZIP64
+/// aware), read without parsing the directory. `None` if the record is not found (the
+/// zip crate then reports the archive as unreadable).
+fn declared_entry_count<R: Read + Seek>(archive: &mut R) -> Option<u64> {
+    const EOCD: &[u8] = b"PK\x05\x06";
+    const ZIP64_LOCATOR: &[u8] = b"PK\x06\x07";
+    const ZIP64_EOCD: &[u8] = b"PK\x06\x06";
+    let length = archive.seek(std::io::SeekFrom::End(0)).ok()?;
+    // The record is 22 bytes plus a comment of at most 65535, plus room for the locator.
+    let tail_length = length.min(22 + 65_535 + 20);
+    archive
+        .seek(std::io::SeekFrom::Start(length - tail_length))
+        .ok()?;
+    let mut tail = vec![0; tail_length as usize];
+    archive.read_exact(&mut tail).ok()?;
+    let at = tail.windows(4).rposition(|window| window == EOCD)?;
+    let count = u16::from_le_bytes([*tail.get(at + 10)?, *tail.get(at + 11)?]);
+    if count != u16::MAX {
+        return Some(count.into());
+    }
+    let locator = tail.get(at.checked_sub(20)?..at)?;
+    if &locator[..4] != ZIP64_LOCATOR {
+        return None;
+    }
+    let record_offset = u64::from_le_bytes(locator[8..16].try_into().ok()?);
+    archive.seek(std::io::SeekFrom::Start(record_offset)).ok()?;
+    let mut record = [0u8; 40];
+    archive.read_exact(&mut record).ok()?;
+    if &record[..4] != ZIP64_EOCD {
+        return None;
+    }
+    Some(u64::from_le_bytes(record[32..40].try_into().ok()?))
 }
 
 fn expanded_limit(limits: ZipLimits) -> FsError {
@@ -795,6 +929,30 @@ mod tests {
         assert!(symlink_stays_inside(Path::new("a/link"), "../b"));
         assert!(!symlink_stays_inside(Path::new("a/link"), "../../b"));
         assert!(!symlink_stays_inside(Path::new("link"), "/etc/passwd"));
+        // `s/..` climbs out of wherever `s` points.
+        assert!(!symlink_stays_inside(Path::new("a/link"), "s/.."));
+        assert!(symlink_stays_inside(Path::new("a/link"), "b/c"));
+        let links = [PathBuf::from("a")].into_iter().collect();
+        assert!(beneath_a_symlink(Path::new("a/a/l"), &links));
+        assert!(!beneath_a_symlink(Path::new("a"), &links));
+        assert!(!beneath_a_symlink(Path::new("b/a"), &links));
+    }
+
+    #[test]
+    fn the_declared_entry_count_is_read_without_parsing_the_directory() {
+        let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        for name in ["a", "b", "c"] {
+            writer
+                .start_file(name, zip::write::SimpleFileOptions::default())
+                .expect("entry");
+            writer.write_all(b"x").expect("data");
+        }
+        let mut archive = writer.finish().expect("finish");
+        assert_eq!(declared_entry_count(&mut archive), Some(3));
+        assert_eq!(
+            declared_entry_count(&mut std::io::Cursor::new(b"not a zip".to_vec())),
+            None
+        );
     }
 
     #[test]

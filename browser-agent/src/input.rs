@@ -91,6 +91,11 @@ impl Input {
             // Created on first use, so a failure is reported to a caller, not lost.
             let mut enigo: Option<Enigo> = None;
             for (action, reply) in receiver {
+                // A caller that gave up (timeout, disconnect) must not have its action
+                // performed later, behind others' backs.
+                if reply.is_closed() {
+                    continue;
+                }
                 let outcome = match &mut enigo {
                     Some(enigo) => perform(enigo, action),
                     None => match Enigo::new(&Settings {

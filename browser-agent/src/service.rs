@@ -274,7 +274,8 @@ impl BrowserAgent for AgentService {
         match written {
             Ok(()) => blocking(move || fs.commit_write(pending)).await?,
             Err(error) => {
-                tokio::task::spawn_blocking(move || fs.abort_write(pending));
+                // Dropping the pending write removes its temporary file.
+                tokio::task::spawn_blocking(move || drop(pending));
                 return Err(Status::aborted(format!(
                     "the upload did not complete: {error}"
                 )));

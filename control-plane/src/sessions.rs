@@ -40,10 +40,17 @@ pub struct Sessions {
     runtime: Arc<dyn Runtime>,
     activity: Mutex<HashMap<String, Activity>>,
     clients: Mutex<HashMap<String, AgentClient>>,
-    /// Running sessions recently read from the store, so the hot path (a click) needs no
-    /// store round trip. Ending a session here evicts it; the short TTL bounds how long
-    /// a session ended by another replica can still be looked up.
-    running: Mutex<HashMap<String, (Instant, SessionRecord)>>,
+    running: Mutex<RunningCache>,
+}
+
+/// Running sessions recently read from the store, so the hot path (a click) needs no
+/// store round trip. Ending a session here evicts it and remembers the id for a while, so
+/// a lookup that read the store just before the end cannot put it back; the short TTL
+/// bounds how long a session ended by another replica can still be looked up.
+#[derive(Default)]
+struct RunningCache {
+    sessions: HashMap<String, (Instant, SessionRecord)>,
+    recently_ended: HashMap<String, Instant>,
 }
 
 const RUNNING_CACHE_TTL: Duration = Duration::from_secs(2);
@@ -204,6 +211,7 @@ impl Sessions {
     pub async fn live(&self, org_id: &str, id: &str) -> Result<SessionRecord, ApiError> {
         let cached = self.running.lock().ok().and_then(|running| {
             running
+                .sessions
                 .get(id)
                 .filter(|(read, session)| {
                     read.elapsed() < RUNNING_CACHE_TTL && session.org_id == org_id
@@ -218,8 +226,11 @@ impl Sessions {
             Some(session) if session.status != SessionStatus::Ended => {
                 if session.status == SessionStatus::Running
                     && let Ok(mut running) = self.running.lock()
+                    && !running.recently_ended.contains_key(id)
                 {
-                    running.insert(id.to_owned(), (Instant::now(), session.clone()));
+                    running
+                        .sessions
+                        .insert(id.to_owned(), (Instant::now(), session.clone()));
                 }
                 self.touch(id);
                 Ok(session)
@@ -250,7 +261,11 @@ impl Sessions {
 
     fn forget(&self, id: &str) {
         if let Ok(mut running) = self.running.lock() {
-            running.remove(id);
+            running.sessions.remove(id);
+            running.recently_ended.insert(id.to_owned(), Instant::now());
+            running
+                .recently_ended
+                .retain(|_, ended| ended.elapsed() < RUNNING_CACHE_TTL * 2);
         }
         if let Ok(mut activity) = self.activity.lock() {
             activity.remove(id);

@@ -170,7 +170,8 @@ def test_upload_zip_extracts_nested_contents_with_modes(client, session, root):
     assert (base / "pkg/bin/run.sh").exists()
 
 
-@pytest.mark.parametrize("kind", ["zip-slip", "absolute", "symlink-escape", "zip-bomb", "corrupt"])
+@pytest.mark.parametrize("kind", ["zip-slip", "absolute", "symlink-escape", "symlink-chain", "symlink-climb",
+                                  "zip-bomb", "corrupt"])
 def test_hostile_archives_are_refused_and_change_nothing(client, session, root, kind):
     fs = client.browsers.fs
     sid = session.session_id
@@ -180,6 +181,9 @@ def test_hostile_archives_are_refused_and_change_nothing(client, session, root, 
         "zip-slip": lambda: _zip([("ok.txt", b"ok", 0o644), ("../../evil.txt", b"evil", 0o644)]),
         "absolute": lambda: _zip([("ok.txt", b"ok", 0o644), ("/etc/evil.txt", b"evil", 0o644)]),
         "symlink-escape": lambda: _zip([("ok.txt", b"ok", 0o644)], symlinks={"link": "../../../../etc"}),
+        # Each link looks harmless alone; through `a -> .` the second lands far above.
+        "symlink-chain": lambda: _zip([], symlinks={"a": ".", "a/a/a/l": "../../../x"}),
+        "symlink-climb": lambda: _zip([], symlinks={"s": ".", "u": "s/.."}),
         # 300 MB of zeros compresses about 1000:1.
         "zip-bomb": lambda: _zip([("ok.txt", b"ok", 0o644), ("zeros.bin", bytes(300 * 1024 * 1024), 0o644)]),
         "corrupt": lambda: b"PK\x03\x04 this is not really a zip archive" * 10,
@@ -189,6 +193,26 @@ def test_hostile_archives_are_refused_and_change_nothing(client, session, root, 
     assert refused.value.body["code"] == "bad_request"
     assert _tree(root) == before
     assert not any(name.startswith(".agent-staging-") for name in os.listdir(root))
+
+
+def test_an_archive_that_does_not_fit_the_destination_changes_nothing(client, session, root):
+    fs = client.browsers.fs
+    sid = session.session_id
+    fs.upload_zip(sid, dest_path="/fit", zip_file=_zip([("dir/inside.txt", b"keep", 0o644), ("file", b"f", 0o644)]))
+    before = _tree(root)
+    # "dir" is a directory at the destination; the archive has a file there.
+    clash = _zip([("aaa-first.txt", b"new", 0o644), ("dir", b"not a directory", 0o644)])
+    with pytest.raises(kernel.ConflictError):
+        fs.upload_zip(sid, dest_path="/fit", zip_file=clash)
+    with pytest.raises(kernel.ConflictError):
+        fs.upload_zip(sid, dest_path="/fit", zip_file=_zip([("file/inner.txt", b"x", 0o644)]))
+    assert _tree(root) == before
+
+
+def test_listing_the_root_answers_clean_paths(client, session):
+    listing = client.browsers.fs.list_files(session.session_id, path="/")
+    assert "/user-data" in [f.path for f in listing]
+    assert all(f.path == "/" + f.name for f in listing)
 
 
 def test_filesystem_bad_input_answers_the_error_shape(control_plane, session, root):
@@ -212,6 +236,7 @@ def test_filesystem_bad_input_answers_the_error_shape(control_plane, session, ro
         (httpx.put(f"{base}/delete_directory", headers=auth, json={"path": "/"}), 400),
         (httpx.put(f"{base}/create_directory", headers=auth, json={"path": "/bad/file.txt"}), 409),
         (httpx.put(f"{base}/set_file_permissions", headers=auth, json={"path": "/bad/file.txt", "mode": "rwx"}), 400),
+        (httpx.put(f"{base}/set_file_permissions", headers=auth, json={"path": "/bad/file.txt", "mode": "4755"}), 400),
         (httpx.put(f"{base}/set_file_permissions", headers=auth,
                    json={"path": "/bad/file.txt", "mode": "644", "owner": "no-such-user-here"}), 400),
         (httpx.post(f"{base}/upload_zip", headers=auth, files={"zip_file": ("a.zip", _zip([]))}), 400),

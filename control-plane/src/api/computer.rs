@@ -27,6 +27,8 @@ use crate::store::SessionRecord;
 pub const MAX_NUM_CLICKS: i64 = 100;
 pub const MAX_PATH_POINTS: usize = 1000;
 pub const MAX_STEPS_PER_SEGMENT: i64 = 1000;
+/// Relative moves of one drag (path segments × steps).
+pub const MAX_DRAG_MOVES: i64 = 100_000;
 pub const MAX_DELAY_MS: i64 = 60_000;
 pub const MAX_TEXT_CHARS: usize = 100_000;
 pub const MAX_KEYS: usize = 100;
@@ -239,8 +241,17 @@ pub async fn drag_mouse(
     problems.in_range("delay", delay, 0, MAX_DELAY_MS);
     problems.in_range("steps_per_segment", steps, 1, MAX_STEPS_PER_SEGMENT);
     problems.in_range("step_delay_ms", step_delay, 0, MAX_DELAY_MS);
-    let moves = (path.len().saturating_sub(1) as i64) * steps.max(1);
-    let expected = Duration::from_millis((delay.max(0) + moves * step_delay.max(0)) as u64);
+    let moves = (path.len().saturating_sub(1) as i64).saturating_mul(steps.max(1));
+    if moves > MAX_DRAG_MOVES {
+        problems.add(format!(
+            "the drag would make {moves} moves; the limit is {MAX_DRAG_MOVES}"
+        ));
+    }
+    let expected = Duration::from_millis(
+        delay
+            .max(0)
+            .saturating_add(moves.saturating_mul(step_delay.max(0))) as u64,
+    );
     if expected > MAX_ACTION_DURATION {
         problems.add(format!(
             "the drag would take {} s; the limit is {} s",
@@ -342,7 +353,7 @@ pub async fn type_text(
     }
     let delay = body.delay.unwrap_or(0);
     problems.in_range("delay", delay, 0, MAX_DELAY_MS);
-    let expected = Duration::from_millis(delay.max(0) as u64 * characters as u64);
+    let expected = Duration::from_millis((delay.max(0) as u64).saturating_mul(characters as u64));
     if expected > MAX_ACTION_DURATION {
         problems.add(format!(
             "typing would take {} s; the limit is {} s",
@@ -390,8 +401,16 @@ pub async fn press_key(
     }
     let duration = body.duration.unwrap_or(0);
     problems.in_range("duration", duration, 0, MAX_DELAY_MS);
+    let expected =
+        Duration::from_millis((duration.max(0) as u64).saturating_mul(body.keys.len() as u64));
+    if expected > MAX_ACTION_DURATION {
+        problems.add(format!(
+            "pressing the keys would take {} s; the limit is {} s",
+            expected.as_secs(),
+            MAX_ACTION_DURATION.as_secs()
+        ));
+    }
     problems.finish()?;
-    let expected = Duration::from_millis(duration as u64 * body.keys.len() as u64);
     let request = PressKeysRequest {
         keys: body.keys,
         duration_ms: millis(duration),

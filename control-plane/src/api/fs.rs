@@ -55,9 +55,12 @@ fn require_path(field: &str, value: Option<String>) -> Result<String, ApiError> 
 fn parse_mode(field: &str, value: &str) -> Result<u32, ApiError> {
     let digits = value.strip_prefix("0o").unwrap_or(value);
     match u32::from_str_radix(digits, 8) {
-        Ok(mode) if !digits.is_empty() && digits.len() <= 5 && mode <= 0o7777 => Ok(mode),
+        Ok(mode) if !digits.is_empty() && digits.len() <= 5 && mode <= 0o1777 => Ok(mode),
+        Ok(mode) if !digits.is_empty() && mode <= 0o7777 => Err(ApiError::invalid_field(format!(
+            "{field}: setuid and setgid bits are not allowed, got {value:?}"
+        ))),
         _ => Err(ApiError::invalid_field(format!(
-            "{field} must be an octal mode between 0 and 7777 (e.g. 644), got {value:?}"
+            "{field} must be an octal mode between 0 and 1777 (e.g. 644), got {value:?}"
         ))),
     }
 }
@@ -360,7 +363,21 @@ pub async fn upload_zip(
         let mut total: u64 = 0;
         while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
             match field.name() {
-                Some("dest_path") => dest_path = Some(field.text().await.map_err(multipart_error)?),
+                Some("dest_path") => {
+                    // Read with a cap: this part is not counted against the upload limit.
+                    let mut text = Vec::new();
+                    while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                        text.extend_from_slice(&chunk);
+                        if text.len() > MAX_PATH_BYTES {
+                            return Err(FeedError::Client(format!(
+                                "dest_path is longer than {MAX_PATH_BYTES} bytes"
+                            )));
+                        }
+                    }
+                    let text = String::from_utf8(text)
+                        .map_err(|_| FeedError::Client("dest_path is not UTF-8".into()))?;
+                    dest_path = Some(text);
+                }
                 Some("zip_file") if !archive_seen => {
                     archive_seen = true;
                     while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
@@ -577,8 +594,8 @@ mod tests {
     fn modes_are_octal_and_bounded() {
         assert_eq!(parse_mode("mode", "644").ok(), Some(0o644));
         assert_eq!(parse_mode("mode", "0755").ok(), Some(0o755));
-        assert_eq!(parse_mode("mode", "4755").ok(), Some(0o4755));
-        for bad in ["", "9", "rwx", "77777", "-1"] {
+        assert_eq!(parse_mode("mode", "1777").ok(), Some(0o1777));
+        for bad in ["", "9", "rwx", "77777", "-1", "4755", "2755"] {
             assert!(parse_mode("mode", bad).is_err(), "{bad}");
         }
     }
