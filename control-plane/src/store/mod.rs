@@ -99,6 +99,18 @@ pub struct SessionRecord {
     pub agent: Option<AgentLocation>,
 }
 
+/// An extension archive in an organization's library; the bytes are in the blob store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtensionRecord {
+    pub id: String,
+    pub org_id: String,
+    pub name: Option<String>,
+    pub size_bytes: i64,
+    pub blob_key: String,
+    pub created_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
 /// Which sessions a listing returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SessionFilter {
@@ -161,7 +173,24 @@ pub trait Store: Send + Sync + 'static {
     /// Marks a live session ended; returns false if it had already ended (or is unknown),
     /// so exactly one caller goes on to reap it.
     async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool>;
+
+    /// Fails with `Conflict` when the organization already has an extension of that name.
+    async fn insert_extension(&self, extension: &ExtensionRecord) -> StoreResult<()>;
+    /// Looks the id up first, then the name: a name that equals another extension's id
+    /// never shadows that extension.
+    async fn extension(
+        &self,
+        org_id: &str,
+        id_or_name: &str,
+    ) -> StoreResult<Option<ExtensionRecord>>;
+    /// Oldest first.
+    async fn list_extensions(&self, org_id: &str) -> StoreResult<Vec<ExtensionRecord>>;
+    /// Returns whether it existed.
+    async fn delete_extension(&self, org_id: &str, id: &str) -> StoreResult<bool>;
+    async fn mark_extensions_used(&self, ids: &[String], at: DateTime<Utc>) -> StoreResult<()>;
 }
+
+const EXTENSION_COLUMNS: &str = "id, org_id, name, size_bytes, blob_key, created_at, last_used_at";
 
 /// Opens the store that `database_url` names: `postgres://…` / `postgresql://…` for
 /// PostgreSQL, otherwise (or when absent) the SQLite file `<data_dir>/control-plane.db`.

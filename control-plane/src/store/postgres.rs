@@ -8,8 +8,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    AgentLocation, ApiKeyRecord, Organization, SESSION_COLUMNS, SessionFilter, SessionRecord,
-    SessionStatus, Store, StoreError, StoreResult,
+    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, SESSION_COLUMNS,
+    SessionFilter, SessionRecord, SessionStatus, Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -99,6 +99,18 @@ fn session_from_row(row: &Row) -> StoreResult<SessionRecord> {
         ended_at: row.try_get(12).map_err(get)?,
         end_reason: row.try_get(13).map_err(get)?,
         agent,
+    })
+}
+
+fn extension_from_row(row: &Row) -> StoreResult<ExtensionRecord> {
+    Ok(ExtensionRecord {
+        id: row.try_get(0).map_err(map_error)?,
+        org_id: row.try_get(1).map_err(map_error)?,
+        name: row.try_get(2).map_err(map_error)?,
+        size_bytes: row.try_get(3).map_err(map_error)?,
+        blob_key: row.try_get(4).map_err(map_error)?,
+        created_at: row.try_get(5).map_err(map_error)?,
+        last_used_at: row.try_get(6).map_err(map_error)?,
     })
 }
 
@@ -338,5 +350,76 @@ impl Store for PostgresStore {
             .await
             .map_err(map_error)?;
         Ok(changed == 1)
+    }
+
+    async fn insert_extension(&self, e: &ExtensionRecord) -> StoreResult<()> {
+        self.client()
+            .await?
+            .execute(
+                &format!("INSERT INTO extensions ({EXTENSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
+                &[&e.id, &e.org_id, &e.name, &e.size_bytes, &e.blob_key, &e.created_at, &e.last_used_at],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn extension(
+        &self,
+        org_id: &str,
+        id_or_name: &str,
+    ) -> StoreResult<Option<ExtensionRecord>> {
+        let client = self.client().await?;
+        for column in ["id", "name"] {
+            let row = client
+                .query_opt(
+                    &format!("SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 AND {column} = $2"),
+                    &[&org_id, &id_or_name],
+                )
+                .await
+                .map_err(map_error)?;
+            if let Some(row) = row {
+                return extension_from_row(&row).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    async fn list_extensions(&self, org_id: &str) -> StoreResult<Vec<ExtensionRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!("SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 ORDER BY created_at, id"),
+                &[&org_id],
+            )
+            .await
+            .map_err(map_error)?;
+        rows.iter().map(extension_from_row).collect()
+    }
+
+    async fn delete_extension(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let deleted = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM extensions WHERE org_id = $1 AND id = $2",
+                &[&org_id, &id],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(deleted == 1)
+    }
+
+    async fn mark_extensions_used(&self, ids: &[String], at: DateTime<Utc>) -> StoreResult<()> {
+        self.client()
+            .await?
+            .execute(
+                "UPDATE extensions SET last_used_at = $2 WHERE id = ANY($1)",
+                &[&ids, &at],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
     }
 }

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{
-    AgentLocation, ApiKeyRecord, Organization, SESSION_COLUMNS, SessionFilter, SessionRecord,
-    SessionStatus, Store, StoreError, StoreResult,
+    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, SESSION_COLUMNS,
+    SessionFilter, SessionRecord, SessionStatus, Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -67,6 +67,18 @@ fn map_error(error: rusqlite::Error) -> StoreError {
         }
         _ => StoreError::Backend(error.to_string()),
     }
+}
+
+fn extension_from_row(row: &Row<'_>) -> rusqlite::Result<ExtensionRecord> {
+    Ok(ExtensionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        size_bytes: row.get(3)?,
+        blob_key: row.get(4)?,
+        created_at: row.get(5)?,
+        last_used_at: row.get(6)?,
+    })
 }
 
 fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
@@ -314,6 +326,81 @@ impl Store for SqliteStore {
                 params![id, at, reason],
             )?;
             Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn insert_extension(&self, e: &ExtensionRecord) -> StoreResult<()> {
+        let e = e.clone();
+        self.call(move |connection| {
+            connection.execute(
+                &format!("INSERT INTO extensions ({EXTENSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                params![e.id, e.org_id, e.name, e.size_bytes, e.blob_key, e.created_at, e.last_used_at],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn extension(
+        &self,
+        org_id: &str,
+        id_or_name: &str,
+    ) -> StoreResult<Option<ExtensionRecord>> {
+        let (org_id, key) = (org_id.to_owned(), id_or_name.to_owned());
+        self.call(move |connection| {
+            let by = |column: &str| {
+                connection
+                    .query_row(
+                        &format!("SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = ?1 AND {column} = ?2"),
+                        params![org_id, key],
+                        extension_from_row,
+                    )
+                    .optional()
+            };
+            match by("id")? {
+                Some(found) => Ok(Some(found)),
+                None => by("name"),
+            }
+        })
+        .await
+    }
+
+    async fn list_extensions(&self, org_id: &str) -> StoreResult<Vec<ExtensionRecord>> {
+        let org_id = org_id.to_owned();
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = ?1 ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map(params![org_id], extension_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn delete_extension(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            let deleted = connection.execute(
+                "DELETE FROM extensions WHERE org_id = ?1 AND id = ?2",
+                params![org_id, id],
+            )?;
+            Ok(deleted == 1)
+        })
+        .await
+    }
+
+    async fn mark_extensions_used(&self, ids: &[String], at: DateTime<Utc>) -> StoreResult<()> {
+        let ids = ids.to_vec();
+        self.call(move |connection| {
+            let transaction = connection.transaction()?;
+            for id in &ids {
+                transaction.execute(
+                    "UPDATE extensions SET last_used_at = ?2 WHERE id = ?1",
+                    params![id, at],
+                )?;
+            }
+            transaction.commit()
         })
         .await
     }
