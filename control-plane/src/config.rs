@@ -87,4 +87,7 @@ pub struct ServeConfig {
     /// beyond: a zip bomb).
     #[arg(long, env = "CONTROL_PLANE_ZIP_MAX_RATIO", default_value_t = 200)]
     pub zip_max_ratio: u64,
+    /// Largest extension archive accepted by `POST /extensions` (413 beyond).
+    #[arg(long, env = "CONTROL_PLANE_MAX_EXTENSION_BYTES", default_value_t = 100 * 1024 * 1024)]
+    pub max_extension_bytes: u64,
 }

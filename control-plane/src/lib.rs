@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod api;
 pub mod auth;
+pub mod blobs;
 pub mod config;
 pub mod error;
 pub mod ids;

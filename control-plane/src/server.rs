@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 
+use crate::blobs::LocalBlobStore;
 use crate::config::ServeConfig;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
 use crate::sessions::Sessions;
@@ -24,6 +25,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .with_context(|| format!("creating the data dir {}", data_dir.display()))?;
     let data_dir = data_dir.canonicalize()?;
     let store = store::open(config.storage.database_url.as_deref(), &data_dir).await?;
+    let blobs = Arc::new(LocalBlobStore::open(&data_dir.join("blobs"))?);
     bootstrap_api_key(store.as_ref(), &data_dir).await?;
 
     let agent_binary = match &config.agent_binary {
@@ -72,6 +74,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         sessions,
         public_url: public_url.clone(),
         max_upload_bytes: config.max_upload_bytes,
+        blobs,
+        max_extension_bytes: config.max_extension_bytes,
     };
     // Tests and scripts read this line to learn the chosen port.
     println!("listening on {public_url}");

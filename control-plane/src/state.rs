@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::auth::KeyCache;
+use crate::blobs::BlobStore;
 use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::tokens::CdpTokens;
@@ -17,6 +18,9 @@ pub struct AppState {
     pub public_url: String,
     /// Largest body of `write_file` and `upload_zip`.
     pub max_upload_bytes: u64,
+    pub blobs: Arc<dyn BlobStore>,
+    /// Largest extension archive.
+    pub max_extension_bytes: u64,
 }
 
 impl AppState {

@@ -5,6 +5,7 @@
 pub mod browsers;
 pub mod cdp;
 pub mod computer;
+pub mod extensions;
 pub mod extract;
 pub mod fs;
 pub mod health;
@@ -60,6 +61,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(browsers::retrieve, browsers::delete))
         .routes(routes!(cdp::connect))
+        .routes(routes!(extensions::list))
+        .routes(routes!(extensions::download, extensions::delete))
         .routes(routes!(computer::click_mouse))
         .routes(routes!(computer::drag_mouse))
         .routes(routes!(computer::get_mouse_position))
@@ -78,10 +81,11 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fs::delete_directory))
         .routes(routes!(fs::set_file_permissions))
         .merge(
-            // Uploads stream and count their bytes against `max_upload_bytes` themselves.
+            // Uploads stream and count their bytes against their own limits.
             OpenApiRouter::new()
                 .routes(routes!(fs::write_file))
                 .routes(routes!(fs::upload_zip))
+                .routes(routes!(extensions::upload))
                 .layer(DefaultBodyLimit::disable()),
         )
         .routes(routes!(health::healthz))
@@ -221,6 +225,8 @@ mod tests {
             store,
             public_url: "http://test".into(),
             max_upload_bytes: 1024,
+            blobs: Arc::new(crate::blobs::LocalBlobStore::open(&dir.join("blobs")).expect("blobs")),
+            max_extension_bytes: 1024,
         })
     }
 

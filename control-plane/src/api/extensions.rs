@@ -1,0 +1,301 @@
+//! An organization's extension library: `/extensions` (seed 4.11, 4.12). Archives live in
+//! the blob store; records in the store. Lookups by `{id_or_name}` try the id first.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::extract::multipart::{Multipart, MultipartRejection};
+use axum::http::StatusCode;
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use utoipa::ToSchema;
+
+use super::extract::PathParam;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::ids;
+use crate::state::AppState;
+use crate::store::{ExtensionRecord, StoreError};
+
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// A browser extension stored for an organization.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Extension {
+    pub id: String,
+    pub created_at: DateTime<Utc>,
+    /// Size of the archive in bytes.
+    pub size_bytes: i64,
+    /// Unique within the organization.
+    pub name: Option<String>,
+    /// When it was last loaded into a browser.
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+impl From<ExtensionRecord> for Extension {
+    fn from(record: ExtensionRecord) -> Self {
+        Self {
+            id: record.id,
+            created_at: record.created_at,
+            size_bytes: record.size_bytes,
+            name: record.name,
+            last_used_at: record.last_used_at,
+        }
+    }
+}
+
+/// Whether `name` matches `^[A-Za-z0-9._-]{1,255}$`.
+pub fn valid_name(name: &str) -> bool {
+    (1..=MAX_NAME_BYTES).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+pub fn name_problem(field: &str, name: &str) -> Option<String> {
+    (!valid_name(name))
+        .then(|| format!("{field} must match ^[A-Za-z0-9._-]{{1,255}}$, got {name:?}"))
+}
+
+/// Where an unpacked extension's manifest is: `manifest.json` at the root of the archive,
+/// or inside its single top-level folder. Blocking.
+pub fn find_manifest(archive: std::fs::File) -> Result<(), String> {
+    let archive = zip::ZipArchive::new(std::io::BufReader::new(archive))
+        .map_err(|error| format!("not a readable ZIP archive: {error}"))?;
+    let names: Vec<String> = archive
+        .file_names()
+        .map(|name| name.map(|name| name.into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(|error| format!("not a readable ZIP archive: {error}"))?;
+    if names.iter().any(|name| name == "manifest.json") {
+        return Ok(());
+    }
+    let tops: std::collections::HashSet<&str> = names
+        .iter()
+        .filter_map(|name| name.split('/').next())
+        .filter(|top| !top.is_empty())
+        .collect();
+    match tops.into_iter().collect::<Vec<_>>().as_slice() {
+        [single] if names.contains(&format!("{single}/manifest.json")) => Ok(()),
+        _ => Err(
+            "the archive has no manifest.json at its root or in a single top-level folder".into(),
+        ),
+    }
+}
+
+/// Upload an extension (multipart parts `file`, a ZIP of an unpacked extension, and an
+/// optional `name`).
+#[utoipa::path(post, path = "/extensions", tag = "extensions", security(("bearer" = [])),
+    request_body(content_type = "multipart/form-data", description = "parts `file` and optional `name`"),
+    responses((status = 200, body = Extension), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn upload(
+    State(state): State<AppState>,
+    caller: Caller,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<Json<Extension>, ApiError> {
+    let mut multipart = multipart.map_err(|rejection| {
+        ApiError::UnsupportedMediaType(format!(
+            "expected multipart/form-data: {}",
+            rejection.body_text()
+        ))
+    })?;
+    let limit = state.max_extension_bytes;
+    let too_large =
+        || ApiError::PayloadTooLarge(format!("extension archives are limited to {limit} bytes"));
+    let bad_part = |error: axum::extract::multipart::MultipartError| {
+        ApiError::invalid_field(format!(
+            "the multipart body could not be read: {}",
+            error.body_text()
+        ))
+    };
+    let mut name = None;
+    let mut archive: Option<(tempfile::NamedTempFile, u64)> = None;
+    while let Some(mut field) = multipart.next_field().await.map_err(bad_part)? {
+        match field.name() {
+            Some("name") => {
+                let mut text = Vec::new();
+                while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
+                    text.extend_from_slice(&chunk);
+                    if text.len() > MAX_NAME_BYTES {
+                        return Err(ApiError::invalid_field(format!(
+                            "name is longer than {MAX_NAME_BYTES} bytes"
+                        )));
+                    }
+                }
+                name = Some(
+                    String::from_utf8(text)
+                        .map_err(|_| ApiError::invalid_field("name is not UTF-8"))?,
+                );
+            }
+            Some("file") if archive.is_none() => {
+                let temporary = state
+                    .blobs
+                    .incoming()
+                    .map_err(|error| ApiError::Internal(error.into()))?;
+                let mut out = tokio::fs::File::from_std(
+                    temporary
+                        .reopen()
+                        .map_err(|error| ApiError::Internal(error.into()))?,
+                );
+                let mut size: u64 = 0;
+                while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
+                    size += chunk.len() as u64;
+                    if size > limit {
+                        return Err(too_large());
+                    }
+                    out.write_all(&chunk)
+                        .await
+                        .map_err(|error| ApiError::Internal(error.into()))?;
+                }
+                out.flush()
+                    .await
+                    .map_err(|error| ApiError::Internal(error.into()))?;
+                archive = Some((temporary, size));
+            }
+            Some("file") => return Err(ApiError::invalid_field("only one file part is allowed")),
+            other => {
+                return Err(ApiError::invalid_field(format!(
+                    "unexpected multipart part {:?}; expected file and name",
+                    other.unwrap_or("")
+                )));
+            }
+        }
+    }
+    let (temporary, size) =
+        archive.ok_or_else(|| ApiError::invalid_field("file: the archive part is required"))?;
+    if let Some(problem) = name.as_deref().and_then(|name| name_problem("name", name)) {
+        return Err(ApiError::invalid_field(problem));
+    }
+    let readable = temporary
+        .reopen()
+        .map_err(|error| ApiError::Internal(error.into()))?;
+    tokio::task::spawn_blocking(move || find_manifest(readable))
+        .await
+        .map_err(|error| ApiError::Internal(error.into()))?
+        .map_err(|problem| ApiError::invalid_field(format!("file: {problem}")))?;
+
+    let id = ids::new_id("ext");
+    let record = ExtensionRecord {
+        blob_key: format!("extensions/{id}.zip"),
+        id,
+        org_id: caller.org_id,
+        name,
+        size_bytes: size as i64,
+        created_at: Utc::now(),
+        last_used_at: None,
+    };
+    state
+        .blobs
+        .put(&record.blob_key, temporary)
+        .await
+        .map_err(|error| ApiError::Internal(error.into()))?;
+    if let Err(error) = state.store.insert_extension(&record).await {
+        let _ = state.blobs.delete(&record.blob_key).await;
+        return Err(match error {
+            StoreError::Conflict(_) => ApiError::Conflict(format!(
+                "an extension named {:?} already exists",
+                record.name.unwrap_or_default()
+            )),
+            other => other.into(),
+        });
+    }
+    Ok(Json(record.into()))
+}
+
+/// The organization's extensions, oldest first (seed 4.12).
+#[utoipa::path(get, path = "/extensions", tag = "extensions", security(("bearer" = [])),
+    responses((status = 200, body = Vec<Extension>), (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<Extension>>, ApiError> {
+    let records = state.store.list_extensions(&caller.org_id).await?;
+    Ok(Json(records.into_iter().map(Into::into).collect()))
+}
+
+async fn find(
+    state: &AppState,
+    caller: &Caller,
+    id_or_name: &str,
+) -> Result<ExtensionRecord, ApiError> {
+    state
+        .store
+        .extension(&caller.org_id, id_or_name)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("extension {id_or_name} not found")))
+}
+
+/// Download the archive exactly as uploaded (seed 4.11).
+#[utoipa::path(get, path = "/extensions/{id_or_name}", tag = "extensions", security(("bearer" = [])),
+    params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),
+    responses((status = 200, content_type = "application/zip", body = Vec<u8>), (status = 404, body = ErrorBody)))]
+pub async fn download(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id_or_name): PathParam<String>,
+) -> Result<Response, ApiError> {
+    let record = find(&state, &caller, &id_or_name).await?;
+    let file = state
+        .blobs
+        .open(&record.blob_key)
+        .await
+        .map_err(|error| ApiError::Internal(error.into()))?;
+    let filename = format!("{}.zip", record.name.as_deref().unwrap_or(&record.id));
+    let headers = [
+        (CONTENT_TYPE, "application/zip".to_owned()),
+        (CONTENT_LENGTH, record.size_bytes.to_string()),
+        (
+            CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{filename}\""),
+        ),
+    ];
+    Ok((
+        headers,
+        Body::from_stream(tokio_util::io::ReaderStream::new(file)),
+    )
+        .into_response())
+}
+
+/// Delete an extension from the library. Browsers that loaded it keep it.
+#[utoipa::path(delete, path = "/extensions/{id_or_name}", tag = "extensions", security(("bearer" = [])),
+    params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id_or_name): PathParam<String>,
+) -> Result<StatusCode, ApiError> {
+    let record = find(&state, &caller, &id_or_name).await?;
+    if !state
+        .store
+        .delete_extension(&caller.org_id, &record.id)
+        .await?
+    {
+        return Err(ApiError::NotFound(format!(
+            "extension {id_or_name} not found"
+        )));
+    }
+    if let Err(error) = state.blobs.delete(&record.blob_key).await {
+        tracing::warn!(%error, blob = %record.blob_key, "could not delete an extension archive");
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_documented_pattern() {
+        for good in ["adblock", "My.Ext_1-2", &"a".repeat(255)] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in ["", "with space", "slash/name", "ünï", &"a".repeat(256)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,99 @@
+"""The organization's extension library through the official SDK."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import httpx
+import kernel
+import pytest
+from kernel import Kernel
+
+from extensions_kit import make_extension
+
+
+def test_library_upload_list_download_delete(control_plane, client):
+    first = make_extension("lib-first")
+    second = make_extension("lib-second", top_folder="packed")
+    one = client.extensions.upload(file=("first.zip", first), name="lib-first")
+    two = client.extensions.upload(file=("second.zip", second))
+    assert one.name == "lib-first" and two.name is None
+    assert one.id.startswith("ext_") and one.last_used_at is None
+
+    listed = {e.id: e for e in client.extensions.list()}
+    assert listed[one.id].size_bytes == len(first) and listed[two.id].size_bytes == len(second)
+
+    assert client.extensions.download(one.id).read() == first
+    assert client.extensions.download("lib-first").read() == first
+    assert client.extensions.download(two.id).read() == second
+    raw = httpx.get(f"{control_plane.base_url}/extensions/lib-first",
+                    headers={"Authorization": f"Bearer {control_plane.api_key}"})
+    assert raw.headers["content-type"] == "application/zip"
+    assert raw.headers["content-length"] == str(len(first))
+    assert 'filename="lib-first.zip"' in raw.headers["content-disposition"]
+
+    # Another organization sees none of it, by id or by name, even with the same name.
+    other = Kernel(api_key=control_plane.create_api_key("org-ext-b"), base_url=control_plane.base_url,
+                   max_retries=0)
+    assert other.extensions.list() == []
+    for reference in (one.id, "lib-first"):
+        with pytest.raises(kernel.NotFoundError):
+            other.extensions.download(reference)
+        with pytest.raises(kernel.NotFoundError):
+            other.extensions.delete(reference)
+    theirs = other.extensions.upload(file=("first.zip", make_extension("theirs")), name="lib-first")
+    assert client.extensions.download("lib-first").read() == first
+    assert other.extensions.download("lib-first").read() != first
+
+    client.extensions.delete("lib-first")
+    assert [e.id for e in client.extensions.list()] == [two.id]
+    with pytest.raises(kernel.NotFoundError):
+        client.extensions.download(one.id)
+    with pytest.raises(kernel.NotFoundError):
+        client.extensions.delete(one.id)
+    client.extensions.delete(two.id)
+    other.extensions.delete(theirs.id)
+
+
+def test_library_bad_input_answers_the_error_shape(control_plane, client):
+    base = f"{control_plane.base_url}/extensions"
+    auth = {"Authorization": f"Bearer {control_plane.api_key}"}
+    no_manifest = io.BytesIO()
+    with zipfile.ZipFile(no_manifest, "w") as archive:
+        archive.writestr("a/manifest.json", "{}")
+        archive.writestr("b/other.txt", "two top-level folders")
+    good = make_extension("dup")
+    client.extensions.upload(file=("dup.zip", good), name="dup")
+    cases = [
+        (httpx.post(base, headers=auth, files={"name": (None, "x")}), 400, "file"),
+        (httpx.post(base, headers=auth, files={"file": ("a.zip", b"not a zip")}), 400, "ZIP"),
+        (httpx.post(base, headers=auth, files={"file": ("a.zip", no_manifest.getvalue())}), 400, "manifest.json"),
+        (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "name": (None, "bad name!")}), 400, "name"),
+        (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "name": (None, "x" * 256)}), 400, "name"),
+        (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "name": (None, "dup")}), 409, "dup"),
+        (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "other": (None, "?")}), 400, "other"),
+        (httpx.post(base, headers={**auth, "content-type": "application/json"}, content=b"{}"), 415, "multipart"),
+        (httpx.get(f"{base}/nope", headers=auth), 404, "nope"),
+        (httpx.delete(f"{base}/nope", headers=auth), 404, "nope"),
+    ]
+    for response, status, named in cases:
+        assert response.status_code == status, (response.request.url, response.status_code, response.text)
+        body = response.json()
+        assert isinstance(body["code"], str) and named in body["message"], body
+    client.extensions.delete("dup")
+    assert client.extensions.list() == []
+
+
+def test_archives_over_the_limit_are_413(tmp_path):
+    from harness import ControlPlane
+    server = ControlPlane(tmp_path / "data", extra_args=["--max-extension-bytes", "2000"]).start()
+    try:
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        with pytest.raises(kernel.APIStatusError) as refused:
+            client.extensions.upload(file=("big.zip", make_extension("big") + bytes(5000)))
+        assert refused.value.status_code == 413
+        assert client.extensions.list() == []
+        assert [p.name for p in (tmp_path / "data/blobs/.incoming").iterdir()] == []
+    finally:
+        server.reap_everything()
