@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::process::GroupLeader;
 
-/// How Chromium is to be launched; fixed for the agent's life.
+/// How Chromium is to be launched; fixed for the agent's life (the extensions to load
+/// change through the supervisor's `extensions` channel).
 #[derive(Clone, Debug)]
 pub struct LaunchConfig {
     pub chromium_path: String,
@@ -36,10 +37,16 @@ pub struct BrowserState {
     pub browser_ws_url: String,
     pub restarts: u32,
     pub last_exit: String,
+    /// Counts successful launches, so a caller can wait for the *next* ready browser.
+    pub generation: u64,
 }
 
 impl BrowserState {
-    fn starting(restarts: u32, last_exit: String) -> Self {
+    pub fn initial() -> Self {
+        Self::starting(0, String::new(), 0)
+    }
+
+    fn starting(restarts: u32, last_exit: String, generation: u64) -> Self {
         Self {
             devtools: DevtoolsState::Starting,
             pid: 0,
@@ -47,6 +54,7 @@ impl BrowserState {
             browser_ws_url: String::new(),
             restarts,
             last_exit,
+            generation,
         }
     }
 }
@@ -55,16 +63,19 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consecutive failed starts after which the agent gives up and reports FAILED.
 const MAX_FAILED_STARTS: u32 = 5;
 
-/// Keeps Chromium running until `shutdown` is cancelled, publishing its state.
+/// Keeps Chromium running until `shutdown` is cancelled, publishing its state. A change
+/// of `extensions` (directories of unpacked extensions) restarts it with the new set.
 pub async fn supervise(
     config: LaunchConfig,
+    mut extensions: watch::Receiver<Vec<PathBuf>>,
     state: watch::Sender<BrowserState>,
     shutdown: CancellationToken,
 ) {
     let mut restarts = 0;
     let mut failed_starts = 0;
     loop {
-        let started = match spawn(&config) {
+        let loaded = extensions.borrow_and_update().clone();
+        let started = match spawn(&config, &loaded) {
             Ok(mut chromium) => {
                 state.send_modify(|s| {
                     s.pid = chromium.pid();
@@ -98,6 +109,7 @@ pub async fn supervise(
                     s.devtools = DevtoolsState::Ready;
                     s.devtools_port = port;
                     s.browser_ws_url = browser_ws_url;
+                    s.generation += 1;
                 });
                 chromium
             }
@@ -128,6 +140,18 @@ pub async fn supervise(
                 chromium.terminate(Duration::from_secs(2)).await;
                 return;
             }
+            changed = extensions.changed() => {
+                // A deliberate restart with the new extension set, not a crash.
+                tracing::info!("restarting Chromium to load extensions");
+                chromium.terminate(Duration::from_secs(2)).await;
+                let generation = state.borrow().generation;
+                state.send_replace(BrowserState::starting(restarts, String::new(), generation));
+                if changed.is_err() {
+                    // The sender is gone only when the agent stops.
+                    shutdown.cancelled().await;
+                    return;
+                }
+            }
             exit = chromium.wait() => {
                 let reason = match exit {
                     Ok(status) => format!("Chromium exited: {status}"),
@@ -137,13 +161,14 @@ pub async fn supervise(
                 chromium.terminate(Duration::from_millis(200)).await;
                 restarts += 1;
                 tracing::warn!(%reason, restarts, "restarting Chromium");
-                state.send_replace(BrowserState::starting(restarts, reason));
+                let generation = state.borrow().generation;
+                state.send_replace(BrowserState::starting(restarts, reason, generation));
             }
         }
     }
 }
 
-fn arguments(config: &LaunchConfig) -> Vec<String> {
+fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
     let mut args = vec![
         "--remote-debugging-address=127.0.0.1".to_owned(),
         // Port 0: Chromium picks a free port and prints it, so agents never collide.
@@ -175,6 +200,16 @@ fn arguments(config: &LaunchConfig) -> Vec<String> {
     if config.stealth {
         args.push("--disable-blink-features=AutomationControlled".to_owned());
     }
+    if !extensions.is_empty() {
+        let list: Vec<String> = extensions
+            .iter()
+            .map(|dir| dir.display().to_string())
+            .collect();
+        args.push(format!("--load-extension={}", list.join(",")));
+        // Debian's Chromium honours --load-extension as is; builds that disable the switch
+        // by default need this, and it is harmless elsewhere.
+        args.push("--disable-features=DisableLoadExtensionCommandLineSwitch".to_owned());
+    }
     args.push("about:blank".to_owned());
     args
 }
@@ -183,12 +218,12 @@ fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-fn spawn(config: &LaunchConfig) -> anyhow::Result<GroupLeader> {
+fn spawn(config: &LaunchConfig, extensions: &[PathBuf]) -> anyhow::Result<GroupLeader> {
     std::fs::create_dir_all(&config.user_data_dir)
         .with_context(|| format!("creating {}", config.user_data_dir.display()))?;
     let mut command = std::process::Command::new(&config.chromium_path);
     command
-        .args(arguments(config))
+        .args(arguments(config, extensions))
         .env_remove("WAYLAND_DISPLAY")
         .env_remove("XDG_SESSION_TYPE")
         .stdin(Stdio::null())
@@ -289,10 +324,12 @@ mod tests {
             kiosk: false,
             stealth: false,
         };
-        let headful = arguments(&config);
+        let headful = arguments(&config, &[]);
         assert!(headful.contains(&"--window-size=1280,800".to_owned()));
         assert!(!headful.iter().any(|a| a.starts_with("--headless")));
         config.display = None;
-        assert!(arguments(&config).contains(&"--headless=new".to_owned()));
+        assert!(arguments(&config, &[]).contains(&"--headless=new".to_owned()));
+        let loaded = arguments(&config, &["/r/a".into(), "/r/b".into()]);
+        assert!(loaded.contains(&"--load-extension=/r/a,/r/b".to_owned()));
     }
 }

@@ -7,6 +7,7 @@ mod capture;
 mod cdp;
 mod chromium;
 mod display;
+mod extensions;
 mod fs;
 mod input;
 mod process;
@@ -17,7 +18,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use browser_agent_proto::v1::DevtoolsState;
 use browser_agent_proto::v1::browser_agent_server::BrowserAgentServer;
 use clap::Parser;
 use futures::StreamExt;
@@ -65,6 +65,9 @@ struct Args {
     /// temporary directory.
     #[arg(long, env = "BROWSER_AGENT_SCRATCH_DIR")]
     scratch_dir: Option<PathBuf>,
+    /// An extension to load from the start, as NAME=PATH of its ZIP archive (repeatable).
+    #[arg(long = "extension", value_name = "NAME=ZIP")]
+    extensions: Vec<String>,
     /// upload_zip: most entries an archive may have.
     #[arg(long, default_value_t = 100_000)]
     zip_max_entries: u64,
@@ -120,14 +123,7 @@ fn main() -> anyhow::Result<()> {
 async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let authenticator = auth::Authenticator::new(&args.secret);
-    let (state_tx, state_rx) = watch::channel(BrowserState {
-        devtools: DevtoolsState::Starting,
-        pid: 0,
-        devtools_port: 0,
-        browser_ws_url: String::new(),
-        restarts: 0,
-        last_exit: String::new(),
-    });
+    let (state_tx, state_rx) = watch::channel(BrowserState::initial());
 
     // Listen first, so the control plane can connect while the browser starts.
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -142,6 +138,37 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
     tracing::info!(%bound, "browser agent listening");
 
     let display_name = display.as_ref().map(|d| d.name.clone());
+    let vm_fs = std::sync::Arc::new(fs::VmFs::open(&args.vm_root)?);
+    let zip_limits = fs::ZipLimits {
+        max_entries: args.zip_max_entries,
+        max_expanded_bytes: args.zip_max_expanded_bytes,
+        max_ratio: args.zip_max_ratio.max(1),
+    };
+    let (extensions, extension_set) =
+        extensions::Extensions::new(vm_fs.clone(), &args.vm_root, zip_limits);
+    let extensions = std::sync::Arc::new(extensions);
+    // Extensions asked for at creation are in place before Chromium's first start.
+    let preloaded = {
+        let (extensions, requested) = (extensions.clone(), args.extensions.clone());
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(String, PathBuf)>> {
+            requested
+                .iter()
+                .map(|spec| {
+                    let (name, path) = spec
+                        .split_once('=')
+                        .with_context(|| format!("--extension must be NAME=ZIP, got {spec:?}"))?;
+                    let archive =
+                        std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+                    let dir = extensions
+                        .unpack(name, archive)
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    Ok((name.to_owned(), dir))
+                })
+                .collect()
+        })
+        .await??
+    };
+    extensions.load(preloaded);
     let supervisor = {
         let config = LaunchConfig {
             chromium_path: args.chromium_path.clone(),
@@ -152,7 +179,12 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
             kiosk: args.kiosk,
             stealth: args.stealth,
         };
-        tokio::spawn(chromium::supervise(config, state_tx, shutdown.clone()))
+        tokio::spawn(chromium::supervise(
+            config,
+            extension_set,
+            state_tx,
+            shutdown.clone(),
+        ))
     };
 
     tokio::spawn(watchdog(
@@ -171,12 +203,9 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
     };
     let service = service::AgentService {
         input,
-        fs: std::sync::Arc::new(fs::VmFs::open(&args.vm_root)?),
-        zip_limits: fs::ZipLimits {
-            max_entries: args.zip_max_entries,
-            max_expanded_bytes: args.zip_max_expanded_bytes,
-            max_ratio: args.zip_max_ratio.max(1),
-        },
+        fs: vm_fs,
+        zip_limits,
+        extensions,
         scratch_dir,
         display: display_name,
         width: args.width,

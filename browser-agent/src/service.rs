@@ -8,11 +8,12 @@ use std::time::Duration;
 use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
     CdpFrame, ClickKind, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
-    DevtoolsState, DragMouseRequest, Empty, ExtractZipChunk, ExtractZipResponse, FileInfo,
-    FileList, MouseButton, MoveMouseRequest, MovePathRequest, PathRequest, Point, PressKeysRequest,
-    ScreenshotRequest, ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
-    ShutdownResponse, StatusRequest, StatusResponse, TypeTextRequest, WriteFileChunk,
-    cdp_frame::Kind, extract_zip_chunk, write_file_chunk,
+    DevtoolsState, DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk,
+    ExtractZipResponse, FileInfo, FileList, LoadExtensionsResponse, MouseButton, MoveMouseRequest,
+    MovePathRequest, PathRequest, Point, PressKeysRequest, ScreenshotRequest, ScreenshotResponse,
+    ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, StatusRequest,
+    StatusResponse, TypeTextRequest, WriteFileChunk, cdp_frame::Kind, extension_upload_chunk,
+    extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek, SeekFrom};
@@ -26,6 +27,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::capture::{self, CaptureError};
 use crate::cdp;
 use crate::chromium::BrowserState;
+use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{self, Action, Input, InputError};
 
@@ -42,6 +44,7 @@ pub struct AgentService {
     pub shutdown: CancellationToken,
     pub fs: Arc<VmFs>,
     pub zip_limits: ZipLimits,
+    pub extensions: Arc<Extensions>,
     /// Where uploads wait before extraction (outside the VM root).
     pub scratch_dir: PathBuf,
 }
@@ -518,6 +521,107 @@ impl BrowserAgent for AgentService {
             .await
             .map_err(|error| Status::internal(format!("capture task failed: {error}")))??;
         Ok(Response::new(ScreenshotResponse { png }))
+    }
+
+    async fn load_extensions(
+        &self,
+        request: Request<Streaming<ExtensionUploadChunk>>,
+    ) -> Result<Response<LoadExtensionsResponse>, Status> {
+        use extension_upload_chunk::Kind;
+        let mut chunks = request.into_inner();
+        let scratch = |error: std::io::Error| Status::internal(format!("scratch file: {error}"));
+        // Slot → its archive (waiting outside the VM root) and its name, in arrival order.
+        let mut archives: Vec<(String, std::fs::File)> = Vec::new();
+        let mut names: std::collections::HashMap<String, String> = Default::default();
+        let mut current: Option<tokio::fs::File> = None;
+        loop {
+            match chunks.next().await {
+                Some(Ok(ExtensionUploadChunk {
+                    kind: Some(Kind::BeginSlot(slot)),
+                })) => {
+                    if let Some(mut previous) = current.take() {
+                        previous.flush().await.map_err(scratch)?;
+                    }
+                    let file = tempfile::tempfile_in(&self.scratch_dir).map_err(scratch)?;
+                    current = Some(tokio::fs::File::from_std(
+                        file.try_clone().map_err(scratch)?,
+                    ));
+                    archives.push((slot, file));
+                }
+                Some(Ok(ExtensionUploadChunk {
+                    kind: Some(Kind::Data(data)),
+                })) => {
+                    let out = current
+                        .as_mut()
+                        .ok_or_else(|| Status::invalid_argument("data before begin_slot"))?;
+                    out.write_all(&data).await.map_err(scratch)?;
+                }
+                Some(Ok(ExtensionUploadChunk {
+                    kind: Some(Kind::Name(named)),
+                })) => {
+                    names.insert(named.slot, named.name);
+                }
+                Some(Ok(ExtensionUploadChunk {
+                    kind: Some(Kind::Commit(_)),
+                })) => break,
+                Some(Ok(_)) => continue,
+                Some(Err(status)) => return Err(status),
+                None => return Err(Status::invalid_argument("the upload ended without commit")),
+            }
+        }
+        if let Some(mut last) = current.take() {
+            last.flush().await.map_err(scratch)?;
+        }
+        if archives.is_empty() {
+            return Err(Status::invalid_argument("no extensions were sent"));
+        }
+        let mut batch = Vec::new();
+        for (slot, archive) in archives {
+            let name = names.remove(&slot).ok_or_else(|| {
+                Status::invalid_argument(format!("the extension in slot {slot} has no name"))
+            })?;
+            batch.push((name, archive));
+        }
+        if let Some(name) = names.into_values().next() {
+            return Err(Status::invalid_argument(format!(
+                "extension {name} has no zip_file"
+            )));
+        }
+
+        let extensions = self.extensions.clone();
+        let unpacked = blocking(move || {
+            batch
+                .into_iter()
+                .map(|(name, mut archive)| {
+                    archive
+                        .seek(SeekFrom::Start(0))
+                        .map_err(|error| FsError::Io {
+                            context: "scratch file".into(),
+                            source: error,
+                        })?;
+                    let dir = extensions.unpack(&name, archive)?;
+                    Ok((name, dir))
+                })
+                .collect::<Result<Vec<_>, FsError>>()
+        })
+        .await?;
+
+        // Restart with everything loaded so far; answer when the new DevTools answers.
+        let mut browser = self.browser.clone();
+        let before = browser.borrow().generation;
+        let loaded = self.extensions.load(unpacked);
+        let restarted = browser.wait_for(|s| {
+            (s.generation > before && s.devtools == DevtoolsState::Ready)
+                || s.devtools == DevtoolsState::Failed
+        });
+        match tokio::time::timeout(DEFAULT_WAIT, restarted).await {
+            Ok(Ok(state)) if state.devtools == DevtoolsState::Ready => {
+                Ok(Response::new(LoadExtensionsResponse { loaded }))
+            }
+            _ => Err(Status::unavailable(
+                "Chromium did not come back with the extensions",
+            )),
+        }
     }
 
     async fn shutdown(

@@ -25,6 +25,17 @@ pub struct NewSession {
     pub viewport_width: i64,
     pub viewport_height: i64,
     pub viewport_refresh_rate: Option<i64>,
+    /// Library extensions to load from the start.
+    pub extensions: Vec<LibraryExtension>,
+}
+
+/// An extension of the organization's library, resolved for loading.
+#[derive(Clone, Debug)]
+pub struct LibraryExtension {
+    pub id: String,
+    /// Its directory name in the browser: the extension's name, or its id.
+    pub name: String,
+    pub archive: std::path::PathBuf,
 }
 
 /// When a session was last used and how many CDP connections it has open. Kept in
@@ -123,12 +134,17 @@ impl Sessions {
         // client timeout) it still finishes and records its outcome, so no session is
         // left half-started and no browser is left without a session.
         let this = self.clone();
-        tokio::spawn(async move { this.launch(record).await })
+        let extensions = new.extensions;
+        tokio::spawn(async move { this.launch(record, extensions).await })
             .await
             .map_err(|error| ApiError::Internal(anyhow::anyhow!("launch task failed: {error}")))?
     }
 
-    async fn launch(&self, record: SessionRecord) -> Result<SessionRecord, ApiError> {
+    async fn launch(
+        &self,
+        record: SessionRecord,
+        extensions: Vec<LibraryExtension>,
+    ) -> Result<SessionRecord, ApiError> {
         let spec = LaunchSpec {
             session_id: record.id.clone(),
             headless: record.headless,
@@ -136,6 +152,10 @@ impl Sessions {
             height: record.viewport_height as u32,
             kiosk: record.kiosk_mode,
             stealth: record.stealth,
+            extensions: extensions
+                .iter()
+                .map(|e| (e.name.clone(), e.archive.clone()))
+                .collect(),
         };
         let location = match self.runtime.launch(&spec).await {
             Ok(location) => location,
@@ -167,6 +187,10 @@ impl Sessions {
             return Err(ApiError::NotFound(
                 "the browser session was deleted while starting".into(),
             ));
+        }
+        if !extensions.is_empty() {
+            let ids: Vec<String> = extensions.iter().map(|e| e.id.clone()).collect();
+            self.store.mark_extensions_used(&ids, Utc::now()).await?;
         }
         self.touch(&record.id);
         Ok(SessionRecord {

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import subprocess
 import zipfile
+from pathlib import Path
 
 import httpx
 import kernel
@@ -11,6 +13,7 @@ import pytest
 from kernel import Kernel
 
 from extensions_kit import make_extension
+from harness import vm_root
 
 
 def test_library_upload_list_download_delete(control_plane, client):
@@ -97,3 +100,84 @@ def test_archives_over_the_limit_are_413(tmp_path):
         assert [p.name for p in (tmp_path / "data/blobs/.incoming").iterdir()] == []
     finally:
         server.reap_everything()
+
+
+def _page_marks(cdp_ws_url: str, page_url: str, markers: list[str]) -> tuple[dict, list[str]]:
+    """Opens `page_url` over CDP; answers each marker's attribute value and the URLs of
+    the extension service workers CDP lists."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(cdp_ws_url)
+        page = browser.contexts[0].new_page()
+        page.goto(page_url)
+        marks = {m: page.evaluate(f"document.documentElement.getAttribute('data-{m}')") for m in markers}
+        targets = browser.new_browser_cdp_session().send("Target.getTargets")["targetInfos"]
+        browser.close()
+    workers = [t["url"] for t in targets if t["type"] == "service_worker" and t["url"].startswith("chrome-extension://")]
+    return marks, workers
+
+
+def test_extensions_load_at_creation_and_into_a_running_browser(control_plane, client, test_page_url, tmp_path):
+    library = client.extensions.upload(file=("created.zip", make_extension("at-create")), name="at-create")
+    session = client.browsers.create(extensions=[{"name": "at-create"}], timeout_seconds=300)
+    try:
+        marks, workers = _page_marks(session.cdp_ws_url, test_page_url, ["at-create"])
+        assert marks == {"at-create": "loaded"} and len(workers) == 1
+        used = {e.id: e for e in client.extensions.list()}[library.id]
+        assert used.last_used_at is not None
+
+        # Python SDK (positional multipart encoding).
+        client.browsers.load_extensions(session.session_id, extensions=[
+            {"name": "from-python", "zip_file": ("p.zip", make_extension("from-python", top_folder="inner"))},
+        ])
+        marks, workers = _page_marks(session.cdp_ws_url, test_page_url, ["at-create", "from-python"])
+        assert marks == {"at-create": "loaded", "from-python": "loaded"} and len(workers) == 2
+
+        # TypeScript SDK (indexed multipart encoding); earlier extensions are kept.
+        archive = tmp_path / "ts.zip"
+        archive.write_bytes(make_extension("from-typescript"))
+        script = Path(__file__).parent / "node-clients" / "load_extensions.mjs"
+        result = subprocess.run(["node", str(script), control_plane.base_url, control_plane.api_key,
+                                 session.session_id, "from-typescript", str(archive)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        marks, workers = _page_marks(session.cdp_ws_url, test_page_url,
+                                     ["at-create", "from-python", "from-typescript"])
+        assert set(marks.values()) == {"loaded"} and len(workers) == 3
+        unpacked = vm_root(control_plane, session.session_id) / "home/kernel/extensions"
+        assert sorted(p.name for p in unpacked.iterdir()) == ["at-create", "from-python", "from-typescript"]
+    finally:
+        client.browsers.delete_by_id(session.session_id)
+        client.extensions.delete(library.id)
+
+
+def test_loading_bad_extensions_answers_the_error_shape(control_plane, client):
+    with pytest.raises(kernel.BadRequestError, match="no extension"):
+        client.browsers.create(extensions=[{"name": "never-uploaded"}], headless=True)
+    with pytest.raises(kernel.BadRequestError):
+        client.browsers.create(extensions=[{}], headless=True)
+    session = client.browsers.create(headless=True)
+    try:
+        base = f"{control_plane.base_url}/browsers/{session.session_id}/extensions"
+        auth = {"Authorization": f"Bearer {control_plane.api_key}"}
+        no_manifest = io.BytesIO()
+        with zipfile.ZipFile(no_manifest, "w") as archive:
+            archive.writestr("readme.txt", "no manifest here")
+        good = make_extension("bad-input")
+        cases = [
+            ([("extensions[][zip_file]", ("a.zip", good))], 400, "no name"),
+            ([("extensions[][name]", (None, "lonely"))], 400, "zip_file"),
+            ([("extensions[][name]", (None, "bad name")), ("extensions[][zip_file]", ("a.zip", good))], 400, "name"),
+            ([("extensions[][name]", (None, "notzip")), ("extensions[][zip_file]", ("a.zip", b"plain text"))], 400, "ZIP"),
+            ([("extensions[][name]", (None, "nomanifest")),
+              ("extensions[][zip_file]", ("a.zip", no_manifest.getvalue()))], 400, "manifest.json"),
+            ([("something", (None, "x"))], 400, "something"),
+        ]
+        for files, status, named in cases:
+            response = httpx.post(base, headers=auth, files=files, timeout=60)
+            assert response.status_code == status, (files[0][0], response.status_code, response.text)
+            assert named in response.json()["message"], response.json()
+        # The browser still works after the refused loads.
+        assert client.browsers.retrieve(session.session_id).session_id == session.session_id
+    finally:
+        client.browsers.delete_by_id(session.session_id)

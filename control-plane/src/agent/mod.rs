@@ -7,10 +7,10 @@ use browser_agent_proto::AUTHORIZATION_METADATA;
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
     CdpFrame, CdpOpen, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
-    DragMouseRequest, Empty, ExtractZipChunk, ExtractZipResponse, FileInfo, MoveMouseRequest,
-    MovePathRequest, PathRequest, Point, PressKeysRequest, ScreenshotRequest, ScrollRequest,
-    SetPermissionsRequest, ShutdownRequest, StatusRequest, StatusResponse, TypeTextRequest,
-    WriteFileChunk, cdp_frame::Kind,
+    DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo,
+    LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
+    PressKeysRequest, ScreenshotRequest, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
+    StatusRequest, StatusResponse, TypeTextRequest, WriteFileChunk, cdp_frame::Kind,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -328,5 +328,18 @@ impl AgentClient {
             .await?
             .into_inner()
             .png)
+    }
+
+    /// Chromium restarts during this call; it answers when the new DevTools answers.
+    pub async fn load_extensions(
+        &self,
+        chunks: mpsc::Receiver<ExtensionUploadChunk>,
+    ) -> Result<LoadExtensionsResponse, AgentError> {
+        Ok(self
+            .inner
+            .clone()
+            .load_extensions(ReceiverStream::new(chunks))
+            .await?
+            .into_inner())
     }
 }

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody, ErrorDetail};
-use crate::sessions::NewSession;
+use crate::sessions::{LibraryExtension, NewSession};
 use crate::state::AppState;
 use crate::store::{SessionFilter, SessionRecord, SessionStatus};
 
@@ -47,15 +47,24 @@ pub struct CreateBrowserRequest {
     pub gpu: Option<bool>,
     /// Accepted for compatibility; invocations are not part of this server.
     pub invocation_id: Option<String>,
-    /// Extensions to load, by id or name.
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub extensions: Option<Vec<serde_json::Value>>,
+    /// Extensions of the organization's library to load, each by id or by name.
+    pub extensions: Option<Vec<ExtensionReference>>,
     /// Proxy to route the browser's traffic through.
     pub proxy_id: Option<String>,
     /// Profile to load, by id or name.
     #[schema(value_type = Option<Object>)]
     pub profile: Option<serde_json::Value>,
 }
+
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtensionReference {
+    pub id: Option<String>,
+    pub name: Option<String>,
+}
+
+/// Most extensions one browser may load.
+pub const MAX_EXTENSIONS: usize = 20;
 
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -127,7 +136,8 @@ impl BrowserSession {
     }
 }
 
-fn validate(request: CreateBrowserRequest) -> Result<NewSession, ApiError> {
+/// A valid request, and the extension references it makes (ids or names, unresolved).
+fn validate(request: CreateBrowserRequest) -> Result<(NewSession, Vec<String>), ApiError> {
     let mut problems = Vec::new();
     let timeout_seconds = request.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
     if !(MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&timeout_seconds) {
@@ -165,17 +175,25 @@ fn validate(request: CreateBrowserRequest) -> Result<NewSession, ApiError> {
             "gpu: this server has no GPU browsers",
         ));
     }
-    // Extensions, proxies and profiles are resources of the organization; none can be
-    // referenced until their APIs exist, so every reference names a missing resource.
-    if request
-        .extensions
-        .as_ref()
-        .is_some_and(|list| !list.is_empty())
-    {
-        problems.push(ErrorDetail::invalid_input(
-            "extensions: no such extension in this organization",
-        ));
+    let mut extension_references = Vec::new();
+    let requested = request.extensions.unwrap_or_default();
+    if requested.len() > MAX_EXTENSIONS {
+        problems.push(ErrorDetail::invalid_input(format!(
+            "extensions: at most {MAX_EXTENSIONS} per browser"
+        )));
     }
+    for (index, reference) in requested.into_iter().enumerate() {
+        match (reference.id, reference.name) {
+            (Some(key), None) | (None, Some(key)) if !key.is_empty() => {
+                extension_references.push(key)
+            }
+            _ => problems.push(ErrorDetail::invalid_input(format!(
+                "extensions[{index}] must have exactly one of id or name"
+            ))),
+        }
+    }
+    // Proxies and profiles are resources of the organization; none can be referenced
+    // until their APIs exist, so every reference names a missing resource.
     if let Some(proxy_id) = &request.proxy_id {
         problems.push(ErrorDetail::invalid_input(format!(
             "proxy_id: proxy {proxy_id} not found"
@@ -189,7 +207,7 @@ fn validate(request: CreateBrowserRequest) -> Result<NewSession, ApiError> {
     if !problems.is_empty() {
         return Err(ApiError::invalid(problems));
     }
-    Ok(NewSession {
+    let new = NewSession {
         persistent_id: request.persistence.map(|p| p.id),
         headless: request.headless.unwrap_or(false),
         stealth: request.stealth.unwrap_or(false),
@@ -198,7 +216,44 @@ fn validate(request: CreateBrowserRequest) -> Result<NewSession, ApiError> {
         viewport_width: width,
         viewport_height: height,
         viewport_refresh_rate: refresh_rate,
-    })
+        extensions: Vec::new(),
+    };
+    Ok((new, extension_references))
+}
+
+/// Finds the referenced library extensions of the caller's organization.
+async fn resolve_extensions(
+    state: &AppState,
+    caller: &Caller,
+    references: &[String],
+) -> Result<Vec<LibraryExtension>, ApiError> {
+    let mut resolved: Vec<LibraryExtension> = Vec::new();
+    let mut problems = Vec::new();
+    for (index, reference) in references.iter().enumerate() {
+        let Some(record) = state.store.extension(&caller.org_id, reference).await? else {
+            problems.push(ErrorDetail::invalid_input(format!(
+                "extensions[{index}]: no extension {reference:?} in this organization"
+            )));
+            continue;
+        };
+        let Some(archive) = state.blobs.local_path(&record.blob_key) else {
+            return Err(ApiError::Internal(anyhow::anyhow!(
+                "the blob store is not local"
+            )));
+        };
+        if resolved.iter().all(|known| known.id != record.id) {
+            resolved.push(LibraryExtension {
+                name: record.name.clone().unwrap_or_else(|| record.id.clone()),
+                id: record.id,
+                archive,
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(resolved)
+    } else {
+        Err(ApiError::invalid(problems))
+    }
 }
 
 /// Create a browser session. Answers once Chromium's DevTools endpoint is ready.
@@ -211,7 +266,8 @@ pub async fn create(
     caller: Caller,
     JsonBody(request): JsonBody<CreateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
-    let new = validate(request)?;
+    let (mut new, references) = validate(request)?;
+    new.extensions = resolve_extensions(&state, &caller, &references).await?;
     let session = state.sessions.create(&caller.org_id, new).await?;
     Ok(Json(BrowserSession::from_record(&state, &session)))
 }
@@ -386,7 +442,7 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_sdk_documentation() {
-        let new = validate(CreateBrowserRequest::default()).expect("defaults are valid");
+        let (new, _) = validate(CreateBrowserRequest::default()).expect("defaults are valid");
         assert_eq!(new.timeout_seconds, 60);
         assert_eq!((new.viewport_width, new.viewport_height), (1920, 1080));
         assert!(!new.headless);

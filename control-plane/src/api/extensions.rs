@@ -299,3 +299,197 @@ mod tests {
         }
     }
 }
+
+/// Where an extension part of `POST /browsers/{id}/extensions` belongs. The Python SDK
+/// sends `extensions[][name]` parts, then `extensions[][zip_file]` parts (paired by
+/// position); the TypeScript SDK sends `extensions[N][name]` and `extensions[N][zip_file]`
+/// (paired by index).
+#[derive(Debug, PartialEq, Eq)]
+enum ExtensionPart {
+    Name(Option<String>),
+    Archive(Option<String>),
+}
+
+fn extension_part(field: &str) -> Option<ExtensionPart> {
+    let rest = field.strip_prefix("extensions[")?;
+    let (index, rest) = rest.split_once(']')?;
+    let index = match index {
+        "" => None,
+        digits if digits.len() <= 4 && digits.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(digits.to_owned())
+        }
+        _ => return None,
+    };
+    match rest {
+        "[name]" => Some(ExtensionPart::Name(index)),
+        "[zip_file]" => Some(ExtensionPart::Archive(index)),
+        _ => None,
+    }
+}
+
+/// Upload unpacked extensions into a running browser (seed 4.7). Chromium restarts with
+/// every extension loaded so far; the answer comes once its new DevTools endpoint
+/// answers. Open CDP connections are closed by the restart.
+#[utoipa::path(post, path = "/browsers/{id}/extensions", tag = "browsers", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Browser session ID")),
+    request_body(content_type = "multipart/form-data",
+        description = "`extensions[][name]` + `extensions[][zip_file]` (by position) or `extensions[N][name]` + `extensions[N][zip_file]` (by index)"),
+    responses((status = 200, description = "Loaded; the browser has restarted"), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn load_into_browser(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<StatusCode, ApiError> {
+    use browser_agent_proto::v1::{
+        ExtensionName, ExtensionUploadChunk, extension_upload_chunk::Kind,
+    };
+
+    let mut multipart = multipart.map_err(|rejection| {
+        ApiError::UnsupportedMediaType(format!(
+            "expected multipart/form-data: {}",
+            rejection.body_text()
+        ))
+    })?;
+    let session = state.sessions.live(&caller.org_id, &id).await?;
+    let agent = state.sessions.agent(&session)?;
+    let limit = state.max_extension_bytes;
+    let bad_part = |error: axum::extract::multipart::MultipartError| {
+        ApiError::invalid_field(format!(
+            "the multipart body could not be read: {}",
+            error.body_text()
+        ))
+    };
+
+    let (sender, receiver) = tokio::sync::mpsc::channel(8);
+    let call = tokio::spawn(async move { agent.load_extensions(receiver).await });
+    let send = |kind| {
+        let sender = sender.clone();
+        async move {
+            sender
+                .send(ExtensionUploadChunk { kind: Some(kind) })
+                .await
+                .is_ok()
+        }
+    };
+    let (mut names_by_position, mut archives_by_position) = (0usize, 0usize);
+    let mut slots = std::collections::HashSet::new();
+    let mut named = std::collections::HashSet::new();
+    let fed: Result<(), ApiError> = async {
+        while let Some(mut field) = multipart.next_field().await.map_err(bad_part)? {
+            let field_name = field.name().unwrap_or_default().to_owned();
+            let part = extension_part(&field_name).ok_or_else(|| {
+                ApiError::invalid_field(format!(
+                    "unexpected multipart part {field_name:?}; expected extensions[][name] and extensions[][zip_file]"
+                ))
+            })?;
+            match part {
+                ExtensionPart::Name(index) => {
+                    let slot = index.map(|n| format!("i{n}")).unwrap_or_else(|| {
+                        names_by_position += 1;
+                        format!("p{}", names_by_position - 1)
+                    });
+                    let mut text = Vec::new();
+                    while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
+                        text.extend_from_slice(&chunk);
+                        if text.len() > MAX_NAME_BYTES {
+                            return Err(ApiError::invalid_field(format!("{field_name} is longer than {MAX_NAME_BYTES} bytes")));
+                        }
+                    }
+                    let name = String::from_utf8(text).map_err(|_| ApiError::invalid_field(format!("{field_name} is not UTF-8")))?;
+                    if let Some(problem) = name_problem(&field_name, &name) {
+                        return Err(ApiError::invalid_field(problem));
+                    }
+                    named.insert(slot.clone());
+                    if !send(Kind::Name(ExtensionName { slot, name })).await {
+                        return Ok(());
+                    }
+                }
+                ExtensionPart::Archive(index) => {
+                    let slot = index.map(|n| format!("i{n}")).unwrap_or_else(|| {
+                        archives_by_position += 1;
+                        format!("p{}", archives_by_position - 1)
+                    });
+                    if !slots.insert(slot.clone()) {
+                        return Err(ApiError::invalid_field(format!("{field_name} appears twice")));
+                    }
+                    if slots.len() > super::browsers::MAX_EXTENSIONS {
+                        return Err(ApiError::invalid_field(format!(
+                            "at most {} extensions per call",
+                            super::browsers::MAX_EXTENSIONS
+                        )));
+                    }
+                    if !send(Kind::BeginSlot(slot)).await {
+                        return Ok(());
+                    }
+                    let mut size = 0u64;
+                    while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
+                        size += chunk.len() as u64;
+                        if size > limit {
+                            return Err(ApiError::PayloadTooLarge(format!("extension archives are limited to {limit} bytes")));
+                        }
+                        if !send(Kind::Data(chunk.to_vec())).await {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+        if slots.is_empty() {
+            return Err(ApiError::invalid_field("extensions: at least one extensions[][zip_file] is required"));
+        }
+        if let Some(slot) = slots.iter().find(|slot| !named.contains(*slot)) {
+            return Err(ApiError::invalid_field(format!("the extension in slot {slot} has no name")));
+        }
+        if let Some(slot) = named.iter().find(|slot| !slots.contains(*slot)) {
+            return Err(ApiError::invalid_field(format!("the name in slot {slot} has no zip_file")));
+        }
+        send(Kind::Commit(Default::default())).await;
+        Ok(())
+    }
+    .await;
+    // Without `commit` the agent changes nothing.
+    drop(sender);
+    if let Err(error) = fed {
+        call.abort();
+        return Err(error);
+    }
+    call.await
+        .map_err(|error| ApiError::Internal(error.into()))??;
+    state.sessions.touch(&id);
+    Ok(StatusCode::OK)
+}
+
+#[cfg(test)]
+mod part_tests {
+    use super::*;
+
+    #[test]
+    fn both_sdk_encodings_are_recognised() {
+        assert_eq!(
+            extension_part("extensions[][name]"),
+            Some(ExtensionPart::Name(None))
+        );
+        assert_eq!(
+            extension_part("extensions[][zip_file]"),
+            Some(ExtensionPart::Archive(None))
+        );
+        assert_eq!(
+            extension_part("extensions[3][name]"),
+            Some(ExtensionPart::Name(Some("3".into())))
+        );
+        assert_eq!(
+            extension_part("extensions[0][zip_file]"),
+            Some(ExtensionPart::Archive(Some("0".into())))
+        );
+        for other in [
+            "extensions",
+            "extensions[x][name]",
+            "extensions[][other]",
+            "zip_file",
+        ] {
+            assert_eq!(extension_part(other), None, "{other}");
+        }
+    }
+}

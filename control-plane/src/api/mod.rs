@@ -86,6 +86,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
                 .routes(routes!(fs::write_file))
                 .routes(routes!(fs::upload_zip))
                 .routes(routes!(extensions::upload))
+                .routes(routes!(extensions::load_into_browser))
                 .layer(DefaultBodyLimit::disable()),
         )
         .routes(routes!(health::healthz))

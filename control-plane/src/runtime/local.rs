@@ -110,6 +110,11 @@ impl LocalRuntime {
         if spec.headless {
             command.arg("--headless");
         }
+        for (name, archive) in &spec.extensions {
+            command
+                .arg("--extension")
+                .arg(format!("{name}={}", archive.display()));
+        }
         if spec.kiosk {
             command.arg("--kiosk");
         }

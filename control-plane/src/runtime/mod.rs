@@ -22,6 +22,8 @@ pub struct LaunchSpec {
     pub height: u32,
     pub kiosk: bool,
     pub stealth: bool,
+    /// Extensions to load from the start: (name, archive on this host).
+    pub extensions: Vec<(String, std::path::PathBuf)>,
 }
 
 #[derive(Debug, thiserror::Error)]
