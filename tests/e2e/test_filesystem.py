@@ -12,7 +12,7 @@ import httpx
 import kernel
 import pytest
 
-from harness import ControlPlane, vm_root
+from harness import ControlPlane, vm_root, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +275,9 @@ def test_uploads_over_the_limit_are_413_and_write_nothing(tmp_path):
         with pytest.raises(kernel.APIStatusError) as refused:
             client.browsers.fs.upload_zip(session.session_id, dest_path="/z", zip_file=os.urandom(5000))
         assert refused.value.status_code == 413
-        assert sorted(os.listdir(root)) == ["user-data"]
+        # The refused write's hidden temporary file goes when the cancelled call reaches
+        # the agent, a moment after the answer.
+        assert wait_until(lambda: sorted(os.listdir(root)) == ["user-data"], 5), os.listdir(root)
         client.browsers.delete_by_id(session.session_id)
     finally:
         server.reap_everything()
