@@ -37,8 +37,9 @@ pub struct BrowserState {
     pub browser_ws_url: String,
     pub restarts: u32,
     pub last_exit: String,
-    /// Counts successful launches, so a caller can wait for the *next* ready browser.
-    pub generation: u64,
+    /// Version of the extension set the running Chromium was launched with, so a caller
+    /// can wait until its extensions are really loaded.
+    pub extensions_version: u64,
 }
 
 impl BrowserState {
@@ -46,7 +47,7 @@ impl BrowserState {
         Self::starting(0, String::new(), 0)
     }
 
-    fn starting(restarts: u32, last_exit: String, generation: u64) -> Self {
+    fn starting(restarts: u32, last_exit: String, extensions_version: u64) -> Self {
         Self {
             devtools: DevtoolsState::Starting,
             pid: 0,
@@ -54,7 +55,7 @@ impl BrowserState {
             browser_ws_url: String::new(),
             restarts,
             last_exit,
-            generation,
+            extensions_version,
         }
     }
 }
@@ -63,18 +64,21 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consecutive failed starts after which the agent gives up and reports FAILED.
 const MAX_FAILED_STARTS: u32 = 5;
 
+/// A version of the extension set and its directories of unpacked extensions.
+pub type ExtensionSet = (u64, Vec<PathBuf>);
+
 /// Keeps Chromium running until `shutdown` is cancelled, publishing its state. A change
-/// of `extensions` (directories of unpacked extensions) restarts it with the new set.
+/// of `extensions` restarts it with the new set.
 pub async fn supervise(
     config: LaunchConfig,
-    mut extensions: watch::Receiver<Vec<PathBuf>>,
+    mut extensions: watch::Receiver<ExtensionSet>,
     state: watch::Sender<BrowserState>,
     shutdown: CancellationToken,
 ) {
     let mut restarts = 0;
     let mut failed_starts = 0;
     loop {
-        let loaded = extensions.borrow_and_update().clone();
+        let (version, loaded) = extensions.borrow_and_update().clone();
         let started = match spawn(&config, &loaded) {
             Ok(mut chromium) => {
                 state.send_modify(|s| {
@@ -109,7 +113,7 @@ pub async fn supervise(
                     s.devtools = DevtoolsState::Ready;
                     s.devtools_port = port;
                     s.browser_ws_url = browser_ws_url;
-                    s.generation += 1;
+                    s.extensions_version = version;
                 });
                 chromium
             }
@@ -144,8 +148,7 @@ pub async fn supervise(
                 // A deliberate restart with the new extension set, not a crash.
                 tracing::info!("restarting Chromium to load extensions");
                 chromium.terminate(Duration::from_secs(2)).await;
-                let generation = state.borrow().generation;
-                state.send_replace(BrowserState::starting(restarts, String::new(), generation));
+                state.send_replace(BrowserState::starting(restarts, String::new(), version));
                 if changed.is_err() {
                     // The sender is gone only when the agent stops.
                     shutdown.cancelled().await;
@@ -161,8 +164,7 @@ pub async fn supervise(
                 chromium.terminate(Duration::from_millis(200)).await;
                 restarts += 1;
                 tracing::warn!(%reason, restarts, "restarting Chromium");
-                let generation = state.borrow().generation;
-                state.send_replace(BrowserState::starting(restarts, reason, generation));
+                state.send_replace(BrowserState::starting(restarts, reason, version));
             }
         }
     }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+use crate::chromium::ExtensionSet;
 use crate::fs::{FsError, VmFs, ZipLimits};
 
 pub const EXTENSIONS_DIR: &str = "/home/kernel/extensions";
@@ -17,9 +18,10 @@ pub struct Extensions {
     fs: Arc<VmFs>,
     vm_root: PathBuf,
     limits: ZipLimits,
-    /// Name → directory (on this host) holding the extension's manifest.json.
-    loaded: Mutex<BTreeMap<String, PathBuf>>,
-    set: watch::Sender<Vec<PathBuf>>,
+    /// Name → directory (on this host) holding the extension's manifest.json, and the
+    /// version of that set.
+    loaded: Mutex<(u64, BTreeMap<String, PathBuf>)>,
+    set: watch::Sender<ExtensionSet>,
 }
 
 impl Extensions {
@@ -28,8 +30,8 @@ impl Extensions {
         fs: Arc<VmFs>,
         vm_root: &Path,
         limits: ZipLimits,
-    ) -> (Self, watch::Receiver<Vec<PathBuf>>) {
-        let (set, watched) = watch::channel(Vec::new());
+    ) -> (Self, watch::Receiver<ExtensionSet>) {
+        let (set, watched) = watch::channel((0, Vec::new()));
         let extensions = Self {
             fs,
             vm_root: vm_root.to_owned(),
@@ -96,12 +98,17 @@ impl Extensions {
     }
 
     /// Adds unpacked extensions to the loaded set; Chromium restarts with all of them.
-    pub fn load(&self, unpacked: Vec<(String, PathBuf)>) -> Vec<String> {
+    /// Answers the names now loaded and the set's version: the restart is done once
+    /// Chromium runs with that version (or a later one).
+    pub fn load(&self, unpacked: Vec<(String, PathBuf)>) -> (Vec<String>, u64) {
         let Ok(mut loaded) = self.loaded.lock() else {
-            return Vec::new();
+            return (Vec::new(), 0);
         };
-        loaded.extend(unpacked);
-        self.set.send_replace(loaded.values().cloned().collect());
-        loaded.keys().cloned().collect()
+        let (version, extensions) = &mut *loaded;
+        extensions.extend(unpacked);
+        *version += 1;
+        self.set
+            .send_replace((*version, extensions.values().cloned().collect()));
+        (extensions.keys().cloned().collect(), *version)
     }
 }

@@ -168,7 +168,9 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         })
         .await??
     };
-    extensions.load(preloaded);
+    if !preloaded.is_empty() {
+        extensions.load(preloaded);
+    }
     let supervisor = {
         let config = LaunchConfig {
             chromium_path: args.chromium_path.clone(),

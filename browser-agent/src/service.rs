@@ -608,10 +608,11 @@ impl BrowserAgent for AgentService {
 
         // Restart with everything loaded so far; answer when the new DevTools answers.
         let mut browser = self.browser.clone();
-        let before = browser.borrow().generation;
-        let loaded = self.extensions.load(unpacked);
+        let (loaded, version) = self.extensions.load(unpacked);
+        // Done once Chromium runs with this set or a later one (a concurrent load may
+        // have restarted it with ours included).
         let restarted = browser.wait_for(|s| {
-            (s.generation > before && s.devtools == DevtoolsState::Ready)
+            (s.extensions_version >= version && s.devtools == DevtoolsState::Ready)
                 || s.devtools == DevtoolsState::Failed
         });
         match tokio::time::timeout(DEFAULT_WAIT, restarted).await {
