@@ -1,7 +1,7 @@
 //! Launches Chromium, decides when it is ready (its DevTools `/json/version` answers),
 //! and starts it again when it dies.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -18,6 +18,8 @@ use crate::process::GroupLeader;
 #[derive(Clone, Debug)]
 pub struct LaunchConfig {
     pub chromium_path: String,
+    /// Extensions must resolve inside it.
+    pub vm_root: PathBuf,
     pub user_data_dir: PathBuf,
     /// `None` for headless browsers.
     pub display: Option<String>,
@@ -220,7 +222,28 @@ fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// The extension directories that really lie inside the VM root, resolved. A user can
+/// rearrange the VM's files (and plant symlinks) after an extension was unpacked; Chromium
+/// runs as root, so it must only ever be handed real paths beneath the root.
+fn confined(vm_root: &Path, extensions: &[PathBuf]) -> Vec<PathBuf> {
+    let Ok(root) = vm_root.canonicalize() else {
+        return Vec::new();
+    };
+    extensions
+        .iter()
+        .filter_map(|dir| match dir.canonicalize() {
+            Ok(real) if real.starts_with(&root) && real.join("manifest.json").is_file() => Some(real),
+            _ => {
+                tracing::warn!(dir = %dir.display(), "extension directory moved or left the VM root; not loading it");
+                None
+            }
+        })
+        .collect()
+}
+
 fn spawn(config: &LaunchConfig, extensions: &[PathBuf]) -> anyhow::Result<GroupLeader> {
+    let extensions = confined(&config.vm_root, extensions);
+    let extensions = extensions.as_slice();
     std::fs::create_dir_all(&config.user_data_dir)
         .with_context(|| format!("creating {}", config.user_data_dir.display()))?;
     let mut command = std::process::Command::new(&config.chromium_path);
@@ -302,6 +325,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_extension_directories_inside_the_root_are_loaded() {
+        let root = tempfile::tempdir().expect("root");
+        let outside = tempfile::tempdir().expect("outside");
+        for dir in [root.path().join("inside"), outside.path().join("elsewhere")] {
+            std::fs::create_dir_all(&dir).expect("dir");
+            std::fs::write(dir.join("manifest.json"), "{}").expect("manifest");
+        }
+        // A symlink planted inside the root that points outside it.
+        std::os::unix::fs::symlink(
+            outside.path().join("elsewhere"),
+            root.path().join("planted"),
+        )
+        .expect("link");
+        let dirs = [
+            root.path().join("inside"),
+            root.path().join("planted"),
+            root.path().join("missing"),
+        ];
+        let loaded = confined(root.path(), &dirs);
+        assert_eq!(
+            loaded,
+            vec![root.path().join("inside").canonicalize().expect("real")]
+        );
+    }
+
+    #[test]
     fn parses_the_devtools_announcement() {
         assert_eq!(
             devtools_port_from_log_line(
@@ -319,6 +368,7 @@ mod tests {
     fn headless_and_headful_arguments_differ_only_where_they_must() {
         let mut config = LaunchConfig {
             chromium_path: "chromium".into(),
+            vm_root: "/tmp".into(),
             user_data_dir: "/tmp/x".into(),
             display: Some(":5".into()),
             width: 1280,

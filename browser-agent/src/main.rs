@@ -148,32 +148,29 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         extensions::Extensions::new(vm_fs.clone(), &args.vm_root, zip_limits);
     let extensions = std::sync::Arc::new(extensions);
     // Extensions asked for at creation are in place before Chromium's first start.
-    let preloaded = {
+    if !args.extensions.is_empty() {
         let (extensions, requested) = (extensions.clone(), args.extensions.clone());
-        tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(String, PathBuf)>> {
-            requested
-                .iter()
-                .map(|spec| {
-                    let (name, path) = spec
-                        .split_once('=')
-                        .with_context(|| format!("--extension must be NAME=ZIP, got {spec:?}"))?;
-                    let archive =
-                        std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
-                    let dir = extensions
-                        .unpack(name, archive)
-                        .map_err(|e| anyhow::anyhow!("{e}"))?;
-                    Ok((name.to_owned(), dir))
-                })
-                .collect()
+        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            let mut batch = Vec::new();
+            for spec in &requested {
+                let (name, path) = spec
+                    .split_once('=')
+                    .with_context(|| format!("--extension must be NAME=ZIP, got {spec:?}"))?;
+                let archive =
+                    std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+                batch.push((name.to_owned(), archive));
+            }
+            extensions
+                .install(batch)
+                .map_err(|error| anyhow::anyhow!("{error}"))?;
+            Ok(())
         })
-        .await??
-    };
-    if !preloaded.is_empty() {
-        extensions.load(preloaded);
+        .await??;
     }
     let supervisor = {
         let config = LaunchConfig {
             chromium_path: args.chromium_path.clone(),
+            vm_root: args.vm_root.clone(),
             user_data_dir: args.vm_root.join("user-data"),
             display: display_name.clone(),
             width: args.width,

@@ -588,29 +588,27 @@ impl BrowserAgent for AgentService {
             )));
         }
 
+        if batch.len() > crate::extensions::MAX_LOADED {
+            return Err(Status::invalid_argument("too many extensions in one call"));
+        }
         let extensions = self.extensions.clone();
-        let unpacked = blocking(move || {
-            batch
-                .into_iter()
-                .map(|(name, mut archive)| {
-                    archive
-                        .seek(SeekFrom::Start(0))
-                        .map_err(|error| FsError::Io {
-                            context: "scratch file".into(),
-                            source: error,
-                        })?;
-                    let dir = extensions.unpack(&name, archive)?;
-                    Ok((name, dir))
-                })
-                .collect::<Result<Vec<_>, FsError>>()
+        let mut browser = self.browser.clone();
+        let (loaded, version) = blocking(move || {
+            let mut archives = Vec::new();
+            for (name, mut archive) in batch {
+                archive
+                    .seek(SeekFrom::Start(0))
+                    .map_err(|error| FsError::Io {
+                        context: "scratch file".into(),
+                        source: error,
+                    })?;
+                archives.push((name, archive));
+            }
+            extensions.install(archives)
         })
         .await?;
-
-        // Restart with everything loaded so far; answer when the new DevTools answers.
-        let mut browser = self.browser.clone();
-        let (loaded, version) = self.extensions.load(unpacked);
         // Done once Chromium runs with this set or a later one (a concurrent load may
-        // have restarted it with ours included).
+        // have restarted it with ours included). Open CDP connections end with the restart.
         let restarted = browser.wait_for(|s| {
             (s.extensions_version >= version && s.devtools == DevtoolsState::Ready)
                 || s.devtools == DevtoolsState::Failed

@@ -66,6 +66,12 @@ def test_library_bad_input_answers_the_error_shape(control_plane, client):
     with zipfile.ZipFile(no_manifest, "w") as archive:
         archive.writestr("a/manifest.json", "{}")
         archive.writestr("b/other.txt", "two top-level folders")
+    with_symlink = io.BytesIO()
+    with zipfile.ZipFile(with_symlink, "w") as archive:
+        archive.writestr("manifest.json", "{}")
+        link = zipfile.ZipInfo("escape")
+        link.external_attr = 0o120777 << 16
+        archive.writestr(link, "/etc")
     good = make_extension("dup")
     client.extensions.upload(file=("dup.zip", good), name="dup")
     cases = [
@@ -73,6 +79,8 @@ def test_library_bad_input_answers_the_error_shape(control_plane, client):
         (httpx.post(base, headers=auth, files={"file": ("a.zip", b"not a zip")}), 400, "ZIP"),
         (httpx.post(base, headers=auth, files={"file": ("a.zip", no_manifest.getvalue())}), 400, "manifest.json"),
         (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "name": (None, "bad name!")}), 400, "name"),
+        (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "name": (None, "..")}), 400, "name"),
+        (httpx.post(base, headers=auth, files={"file": ("a.zip", with_symlink.getvalue())}), 400, "symlink"),
         (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "name": (None, "x" * 256)}), 400, "name"),
         (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "name": (None, "dup")}), 409, "dup"),
         (httpx.post(base, headers=auth, files={"file": ("a.zip", good), "other": (None, "?")}), 400, "other"),
@@ -177,6 +185,16 @@ def test_loading_bad_extensions_answers_the_error_shape(control_plane, client):
             response = httpx.post(base, headers=auth, files=files, timeout=60)
             assert response.status_code == status, (files[0][0], response.status_code, response.text)
             assert named in response.json()["message"], response.json()
+        # A refused re-load of a loaded extension leaves the loaded one as it was.
+        client.browsers.load_extensions(session.session_id, extensions=[
+            {"name": "keeper", "zip_file": ("k.zip", make_extension("keeper"))}])
+        unpacked = vm_root(control_plane, session.session_id) / "home/kernel/extensions"
+        before = (unpacked / "keeper/mark.js").read_bytes()
+        response = httpx.post(base, headers=auth, timeout=60, files=[
+            ("extensions[][name]", (None, "keeper")), ("extensions[][zip_file]", ("k.zip", no_manifest.getvalue()))])
+        assert response.status_code == 400, response.text
+        assert (unpacked / "keeper/mark.js").read_bytes() == before
+        assert sorted(p.name for p in unpacked.iterdir()) == ["keeper"]
         # The browser still works after the refused loads.
         assert client.browsers.retrieve(session.session_id).session_id == session.session_id
     finally:

@@ -49,7 +49,10 @@ impl From<ExtensionRecord> for Extension {
 
 /// Whether `name` matches `^[A-Za-z0-9._-]{1,255}$`.
 pub fn valid_name(name: &str) -> bool {
-    (1..=MAX_NAME_BYTES).contains(&name.len())
+    // `.` and `..` match the pattern but cannot name a directory.
+    name != "."
+        && name != ".."
+        && (1..=MAX_NAME_BYTES).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -63,8 +66,28 @@ pub fn name_problem(field: &str, name: &str) -> Option<String> {
 /// Where an unpacked extension's manifest is: `manifest.json` at the root of the archive,
 /// or inside its single top-level folder. Blocking.
 pub fn find_manifest(archive: std::fs::File) -> Result<(), String> {
-    let archive = zip::ZipArchive::new(std::io::BufReader::new(archive))
+    let mut archive = zip::ZipArchive::new(std::io::BufReader::new(archive))
         .map_err(|error| format!("not a readable ZIP archive: {error}"))?;
+    // What a browser's agent would refuse to unpack is refused now, not at first use.
+    for index in 0..archive.len() {
+        let entry = archive
+            .by_index(index)
+            .map_err(|error| format!("not a readable ZIP archive: {error}"))?;
+        let raw = entry
+            .name()
+            .map(|name| name.into_owned())
+            .unwrap_or_default();
+        if raw.starts_with(['/', '\\']) || entry.enclosed_name().is_none() {
+            return Err(format!(
+                "entry {raw:?} would land outside the extension's directory"
+            ));
+        }
+        if entry.is_symlink() {
+            return Err(format!(
+                "entry {raw:?} is a symlink; extensions cannot contain symlinks"
+            ));
+        }
+    }
     let names: Vec<String> = archive
         .file_names()
         .map(|name| name.map(|name| name.into_owned()))
@@ -188,21 +211,29 @@ pub async fn upload(
         created_at: Utc::now(),
         last_used_at: None,
     };
-    state
-        .blobs
-        .put(&record.blob_key, temporary)
+    // Blob and record are stored by a task of their own: a client that goes away in
+    // between must not leave a blob without a record.
+    let stored = tokio::spawn(async move {
+        state
+            .blobs
+            .put(&record.blob_key, temporary)
+            .await
+            .map_err(|error| ApiError::Internal(error.into()))?;
+        if let Err(error) = state.store.insert_extension(&record).await {
+            let _ = state.blobs.delete(&record.blob_key).await;
+            return Err(match error {
+                StoreError::Conflict(_) => ApiError::Conflict(format!(
+                    "an extension named {:?} already exists",
+                    record.name.unwrap_or_default()
+                )),
+                other => other.into(),
+            });
+        }
+        Ok(record)
+    });
+    let record = stored
         .await
-        .map_err(|error| ApiError::Internal(error.into()))?;
-    if let Err(error) = state.store.insert_extension(&record).await {
-        let _ = state.blobs.delete(&record.blob_key).await;
-        return Err(match error {
-            StoreError::Conflict(_) => ApiError::Conflict(format!(
-                "an extension named {:?} already exists",
-                record.name.unwrap_or_default()
-            )),
-            other => other.into(),
-        });
-    }
+        .map_err(|error| ApiError::Internal(error.into()))??;
     Ok(Json(record.into()))
 }
 
@@ -243,7 +274,13 @@ pub async fn download(
         .blobs
         .open(&record.blob_key)
         .await
-        .map_err(|error| ApiError::Internal(error.into()))?;
+        .map_err(|error| match error.kind() {
+            // Deleted between the lookup and now.
+            std::io::ErrorKind::NotFound => {
+                ApiError::NotFound(format!("extension {id_or_name} not found"))
+            }
+            _ => ApiError::Internal(error.into()),
+        })?;
     let filename = format!("{}.zip", record.name.as_deref().unwrap_or(&record.id));
     let headers = [
         (CONTENT_TYPE, "application/zip".to_owned()),
@@ -294,7 +331,15 @@ mod tests {
         for good in ["adblock", "My.Ext_1-2", &"a".repeat(255)] {
             assert!(valid_name(good), "{good}");
         }
-        for bad in ["", "with space", "slash/name", "ünï", &"a".repeat(256)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "with space",
+            "slash/name",
+            "ünï",
+            &"a".repeat(256),
+        ] {
             assert!(!valid_name(bad), "{bad}");
         }
     }
@@ -402,6 +447,12 @@ pub async fn load_into_browser(
                         return Err(ApiError::invalid_field(problem));
                     }
                     named.insert(slot.clone());
+                    if named.len() > super::browsers::MAX_EXTENSIONS {
+                        return Err(ApiError::invalid_field(format!(
+                            "at most {} extensions per call",
+                            super::browsers::MAX_EXTENSIONS
+                        )));
+                    }
                     if !send(Kind::Name(ExtensionName { slot, name })).await {
                         return Ok(());
                     }
