@@ -46,6 +46,15 @@ struct Activity {
     open_cdp_connections: usize,
 }
 
+/// The session's activity record; a session first seen now (new, or adopted after a
+/// restart) starts a fresh inactivity period.
+fn activity_of<'a>(activity: &'a mut HashMap<String, Activity>, id: &str) -> &'a mut Activity {
+    activity.entry(id.to_owned()).or_insert_with(|| Activity {
+        last: Instant::now(),
+        open_cdp_connections: 0,
+    })
+}
+
 pub struct Sessions {
     store: Arc<dyn Store>,
     runtime: Arc<dyn Runtime>,
@@ -319,13 +328,7 @@ impl Sessions {
 
     pub fn touch(&self, id: &str) {
         if let Ok(mut activity) = self.activity.lock() {
-            activity
-                .entry(id.to_owned())
-                .and_modify(|a| a.last = Instant::now())
-                .or_insert(Activity {
-                    last: Instant::now(),
-                    open_cdp_connections: 0,
-                });
+            activity_of(&mut activity, id).last = Instant::now();
         }
     }
 
@@ -333,10 +336,7 @@ impl Sessions {
     /// connection keeps the session from timing out.
     pub fn cdp_connection_opened(self: &Arc<Self>, id: &str) -> CdpConnectionGuard {
         if let Ok(mut activity) = self.activity.lock() {
-            let entry = activity.entry(id.to_owned()).or_insert(Activity {
-                last: Instant::now(),
-                open_cdp_connections: 0,
-            });
+            let entry = activity_of(&mut activity, id);
             entry.open_cdp_connections += 1;
             entry.last = Instant::now();
         }
@@ -351,10 +351,7 @@ impl Sessions {
         let Ok(mut activity) = self.activity.lock() else {
             return false;
         };
-        let entry = activity.entry(id.to_owned()).or_insert(Activity {
-            last: Instant::now(),
-            open_cdp_connections: 0,
-        });
+        let entry = activity_of(&mut activity, id);
         entry.open_cdp_connections == 0 && entry.last.elapsed() >= timeout
     }
 

@@ -4,7 +4,6 @@
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::extract::multipart::{Multipart, MultipartRejection};
 use axum::http::StatusCode;
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
@@ -13,7 +12,7 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use utoipa::ToSchema;
 
-use super::extract::PathParam;
+use super::extract::{MultipartBody, PathParam, capped_text, unreadable_part};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::ids;
@@ -118,42 +117,16 @@ pub fn find_manifest(archive: std::fs::File) -> Result<(), String> {
 pub async fn upload(
     State(state): State<AppState>,
     caller: Caller,
-    multipart: Result<Multipart, MultipartRejection>,
+    MultipartBody(mut multipart): MultipartBody,
 ) -> Result<Json<Extension>, ApiError> {
-    let mut multipart = multipart.map_err(|rejection| {
-        ApiError::UnsupportedMediaType(format!(
-            "expected multipart/form-data: {}",
-            rejection.body_text()
-        ))
-    })?;
     let limit = state.max_extension_bytes;
     let too_large =
         || ApiError::PayloadTooLarge(format!("extension archives are limited to {limit} bytes"));
-    let bad_part = |error: axum::extract::multipart::MultipartError| {
-        ApiError::invalid_field(format!(
-            "the multipart body could not be read: {}",
-            error.body_text()
-        ))
-    };
     let mut name = None;
     let mut archive: Option<(tempfile::NamedTempFile, u64)> = None;
-    while let Some(mut field) = multipart.next_field().await.map_err(bad_part)? {
+    while let Some(mut field) = multipart.next_field().await.map_err(unreadable_part)? {
         match field.name() {
-            Some("name") => {
-                let mut text = Vec::new();
-                while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
-                    text.extend_from_slice(&chunk);
-                    if text.len() > MAX_NAME_BYTES {
-                        return Err(ApiError::invalid_field(format!(
-                            "name is longer than {MAX_NAME_BYTES} bytes"
-                        )));
-                    }
-                }
-                name = Some(
-                    String::from_utf8(text)
-                        .map_err(|_| ApiError::invalid_field("name is not UTF-8"))?,
-                );
-            }
+            Some("name") => name = Some(capped_text(&mut field, "name", MAX_NAME_BYTES).await?),
             Some("file") if archive.is_none() => {
                 let temporary = state
                     .blobs
@@ -165,7 +138,7 @@ pub async fn upload(
                         .map_err(|error| ApiError::Internal(error.into()))?,
                 );
                 let mut size: u64 = 0;
-                while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
+                while let Some(chunk) = field.chunk().await.map_err(unreadable_part)? {
                     size += chunk.len() as u64;
                     if size > limit {
                         return Err(too_large());
@@ -372,6 +345,15 @@ fn extension_part(field: &str) -> Option<ExtensionPart> {
     }
 }
 
+/// The agent-side slot of a part: `i<N>` for an indexed part, `p<k>` for the k-th
+/// positional part of its kind (names and archives are counted separately).
+fn slot_of(index: Option<String>, positional_count: &mut usize) -> String {
+    index.map(|n| format!("i{n}")).unwrap_or_else(|| {
+        *positional_count += 1;
+        format!("p{}", *positional_count - 1)
+    })
+}
+
 /// Upload unpacked extensions into a running browser (seed 4.7). Chromium restarts with
 /// every extension loaded so far; the answer comes once its new DevTools endpoint
 /// answers. Open CDP connections are closed by the restart.
@@ -385,28 +367,15 @@ pub async fn load_into_browser(
     State(state): State<AppState>,
     caller: Caller,
     PathParam(id): PathParam<String>,
-    multipart: Result<Multipart, MultipartRejection>,
+    MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
     use browser_agent_proto::v1::{
         ExtensionName, ExtensionUploadChunk, extension_upload_chunk::Kind,
     };
 
-    let mut multipart = multipart.map_err(|rejection| {
-        ApiError::UnsupportedMediaType(format!(
-            "expected multipart/form-data: {}",
-            rejection.body_text()
-        ))
-    })?;
     let session = state.sessions.live(&caller.org_id, &id).await?;
     let agent = state.sessions.agent(&session)?;
     let limit = state.max_extension_bytes;
-    let bad_part = |error: axum::extract::multipart::MultipartError| {
-        ApiError::invalid_field(format!(
-            "the multipart body could not be read: {}",
-            error.body_text()
-        ))
-    };
-
     let (sender, receiver) = tokio::sync::mpsc::channel(8);
     let call = tokio::spawn(async move { agent.load_extensions(receiver).await });
     let send = |kind| {
@@ -422,7 +391,7 @@ pub async fn load_into_browser(
     let mut slots = std::collections::HashSet::new();
     let mut named = std::collections::HashSet::new();
     let fed: Result<(), ApiError> = async {
-        while let Some(mut field) = multipart.next_field().await.map_err(bad_part)? {
+        while let Some(mut field) = multipart.next_field().await.map_err(unreadable_part)? {
             let field_name = field.name().unwrap_or_default().to_owned();
             let part = extension_part(&field_name).ok_or_else(|| {
                 ApiError::invalid_field(format!(
@@ -431,18 +400,8 @@ pub async fn load_into_browser(
             })?;
             match part {
                 ExtensionPart::Name(index) => {
-                    let slot = index.map(|n| format!("i{n}")).unwrap_or_else(|| {
-                        names_by_position += 1;
-                        format!("p{}", names_by_position - 1)
-                    });
-                    let mut text = Vec::new();
-                    while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
-                        text.extend_from_slice(&chunk);
-                        if text.len() > MAX_NAME_BYTES {
-                            return Err(ApiError::invalid_field(format!("{field_name} is longer than {MAX_NAME_BYTES} bytes")));
-                        }
-                    }
-                    let name = String::from_utf8(text).map_err(|_| ApiError::invalid_field(format!("{field_name} is not UTF-8")))?;
+                    let slot = slot_of(index, &mut names_by_position);
+                    let name = capped_text(&mut field, &field_name, MAX_NAME_BYTES).await?;
                     if let Some(problem) = name_problem(&field_name, &name) {
                         return Err(ApiError::invalid_field(problem));
                     }
@@ -458,10 +417,7 @@ pub async fn load_into_browser(
                     }
                 }
                 ExtensionPart::Archive(index) => {
-                    let slot = index.map(|n| format!("i{n}")).unwrap_or_else(|| {
-                        archives_by_position += 1;
-                        format!("p{}", archives_by_position - 1)
-                    });
+                    let slot = slot_of(index, &mut archives_by_position);
                     if !slots.insert(slot.clone()) {
                         return Err(ApiError::invalid_field(format!("{field_name} appears twice")));
                     }
@@ -475,7 +431,7 @@ pub async fn load_into_browser(
                         return Ok(());
                     }
                     let mut size = 0u64;
-                    while let Some(chunk) = field.chunk().await.map_err(bad_part)? {
+                    while let Some(chunk) = field.chunk().await.map_err(unreadable_part)? {
                         size += chunk.len() as u64;
                         if size > limit {
                             return Err(ApiError::PayloadTooLarge(format!("extension archives are limited to {limit} bytes")));

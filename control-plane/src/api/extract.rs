@@ -2,6 +2,7 @@
 //! (axum's own `Json` rejects with plain-text bodies).
 
 use axum::body::Bytes;
+use axum::extract::multipart::{Field, Multipart, MultipartError};
 use axum::extract::{FromRequest, Request};
 use axum::http::header::CONTENT_TYPE;
 use serde::de::DeserializeOwned;
@@ -126,4 +127,50 @@ where
                 ApiError::invalid_field(format!("path: {}", rejection.body_text()))
             })
     }
+}
+
+/// A multipart/form-data body; anything else is an Error-shape 415.
+pub struct MultipartBody(pub Multipart);
+
+impl<S: Send + Sync> FromRequest<S> for MultipartBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        Multipart::from_request(request, state)
+            .await
+            .map(MultipartBody)
+            .map_err(|rejection| {
+                ApiError::UnsupportedMediaType(format!(
+                    "expected multipart/form-data: {}",
+                    rejection.body_text()
+                ))
+            })
+    }
+}
+
+/// A multipart part that could not be read.
+pub fn unreadable_part(error: MultipartError) -> ApiError {
+    ApiError::invalid_field(format!(
+        "the multipart body could not be read: {}",
+        error.body_text()
+    ))
+}
+
+/// Reads a text part of at most `max_bytes`. Upload routes have no body limit, so an
+/// unbounded text part could otherwise fill memory.
+pub async fn capped_text(
+    field: &mut Field<'_>,
+    label: &str,
+    max_bytes: usize,
+) -> Result<String, ApiError> {
+    let mut text = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(unreadable_part)? {
+        text.extend_from_slice(&chunk);
+        if text.len() > max_bytes {
+            return Err(ApiError::invalid_field(format!(
+                "{label} is longer than {max_bytes} bytes"
+            )));
+        }
+    }
+    String::from_utf8(text).map_err(|_| ApiError::invalid_field(format!("{label} is not UTF-8")))
 }

@@ -5,7 +5,6 @@
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::extract::multipart::{Multipart, MultipartRejection};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +19,9 @@ use tokio::sync::mpsc;
 use tonic::Streaming;
 use utoipa::{IntoParams, ToSchema};
 
-use super::extract::{JsonBody, PathParam, QueryParams};
+use super::extract::{
+    JsonBody, MultipartBody, PathParam, QueryParams, capped_text, unreadable_part,
+};
 use crate::agent::{AgentClient, AgentError};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody, ErrorDetail};
@@ -277,7 +278,11 @@ pub async fn write_file(
         let mut stream = body.into_data_stream();
         let mut total: u64 = 0;
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|error| FeedError::Client(error.to_string()))?;
+            let chunk = chunk.map_err(|error| {
+                FeedError::Client(ApiError::invalid_field(format!(
+                    "the request body could not be read: {error}"
+                )))
+            })?;
             total += chunk.len() as u64;
             if total > limit {
                 return Err(FeedError::TooLarge);
@@ -299,7 +304,8 @@ pub async fn write_file(
 
 enum FeedError {
     TooLarge,
-    Client(String),
+    /// The client's request is at fault.
+    Client(ApiError),
     /// The agent ended the call early; its answer says why.
     AgentGone,
 }
@@ -314,11 +320,9 @@ async fn finish_upload<T>(
             call.abort();
             Err(too_large(limit))
         }
-        Err(FeedError::Client(message)) => {
+        Err(FeedError::Client(error)) => {
             call.abort();
-            Err(ApiError::invalid_field(format!(
-                "the request body could not be read: {message}"
-            )))
+            Err(error)
         }
         Ok(()) | Err(FeedError::AgentGone) => call
             .await
@@ -340,14 +344,8 @@ pub async fn upload_zip(
     caller: Caller,
     PathParam(id): PathParam<String>,
     headers: HeaderMap,
-    multipart: Result<Multipart, MultipartRejection>,
+    MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
-    let mut multipart = multipart.map_err(|rejection| {
-        ApiError::UnsupportedMediaType(format!(
-            "expected multipart/form-data: {}",
-            rejection.body_text()
-        ))
-    })?;
     let limit = state.max_upload_bytes;
     if declared_length(&headers).is_some_and(|length| length > limit) {
         return Err(too_large(limit));
@@ -358,24 +356,15 @@ pub async fn upload_zip(
     let mut dest_path = None;
     let mut archive_seen = false;
     let fed = async {
-        let multipart_error =
-            |error: axum::extract::multipart::MultipartError| FeedError::Client(error.body_text());
+        let multipart_error = |error| FeedError::Client(unreadable_part(error));
         let mut total: u64 = 0;
         while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
             match field.name() {
                 Some("dest_path") => {
-                    // Read with a cap: this part is not counted against the upload limit.
-                    let mut text = Vec::new();
-                    while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
-                        text.extend_from_slice(&chunk);
-                        if text.len() > MAX_PATH_BYTES {
-                            return Err(FeedError::Client(format!(
-                                "dest_path is longer than {MAX_PATH_BYTES} bytes"
-                            )));
-                        }
-                    }
-                    let text = String::from_utf8(text)
-                        .map_err(|_| FeedError::Client("dest_path is not UTF-8".into()))?;
+                    // Capped: this part is not counted against the upload limit.
+                    let text = capped_text(&mut field, "dest_path", MAX_PATH_BYTES)
+                        .await
+                        .map_err(FeedError::Client)?;
                     dest_path = Some(text);
                 }
                 Some("zip_file") if !archive_seen => {
@@ -394,15 +383,15 @@ pub async fn upload_zip(
                     }
                 }
                 Some("zip_file") => {
-                    return Err(FeedError::Client(
-                        "only one zip_file part is allowed".into(),
-                    ));
+                    return Err(FeedError::Client(ApiError::invalid_field(
+                        "only one zip_file part is allowed",
+                    )));
                 }
                 other => {
-                    return Err(FeedError::Client(format!(
+                    return Err(FeedError::Client(ApiError::invalid_field(format!(
                         "unexpected multipart part {:?}",
                         other.unwrap_or("")
-                    )));
+                    ))));
                 }
             }
         }
