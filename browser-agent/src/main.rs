@@ -11,6 +11,7 @@ mod extensions;
 mod fs;
 mod input;
 mod process;
+mod recording;
 mod service;
 
 use std::net::SocketAddr;
@@ -65,6 +66,13 @@ struct Args {
     /// temporary directory.
     #[arg(long, env = "BROWSER_AGENT_SCRATCH_DIR")]
     scratch_dir: Option<PathBuf>,
+    /// Where screen recordings are written; outside the VM root. Default: `recordings`
+    /// in the scratch directory.
+    #[arg(long, env = "BROWSER_AGENT_RECORDINGS_DIR")]
+    recordings_dir: Option<PathBuf>,
+    /// The ffmpeg that encodes recordings.
+    #[arg(long, env = "BROWSER_AGENT_FFMPEG", default_value = "ffmpeg")]
+    ffmpeg_path: String,
     /// An extension to load from the start, as NAME=PATH of its ZIP archive (repeatable).
     #[arg(long = "extension", value_name = "NAME=ZIP")]
     extensions: Vec<String>,
@@ -200,7 +208,17 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         Some(name) => Some(input::Input::start(name, args.width, args.height)?),
         None => None,
     };
+    let recordings = std::sync::Arc::new(recording::Recordings::new(
+        display_name.clone(),
+        args.width,
+        args.height,
+        args.recordings_dir
+            .clone()
+            .unwrap_or_else(|| scratch_dir.join("recordings")),
+        args.ffmpeg_path.clone(),
+    ));
     let service = service::AgentService {
+        recordings,
         input,
         fs: vm_fs,
         zip_limits,

@@ -10,10 +10,10 @@ use browser_agent_proto::v1::{
     CdpFrame, ClickKind, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
     DevtoolsState, DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk,
     ExtractZipResponse, FileInfo, FileList, LoadExtensionsResponse, MouseButton, MoveMouseRequest,
-    MovePathRequest, PathRequest, Point, PressKeysRequest, ScreenshotRequest, ScreenshotResponse,
-    ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, StatusRequest,
-    StatusResponse, TypeTextRequest, WriteFileChunk, cdp_frame::Kind, extension_upload_chunk,
-    extract_zip_chunk, write_file_chunk,
+    MovePathRequest, PathRequest, Point, PressKeysRequest, RecordingRequest, RecordingState,
+    ScreenshotRequest, ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
+    ShutdownResponse, StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest,
+    WriteFileChunk, cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek, SeekFrom};
@@ -30,6 +30,7 @@ use crate::chromium::BrowserState;
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{self, Action, Input, InputError};
+use crate::recording::{Progress, RecordingError, RecordingInfo, Recordings};
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
@@ -47,6 +48,54 @@ pub struct AgentService {
     pub extensions: Arc<Extensions>,
     /// Where uploads wait before extraction (outside the VM root).
     pub scratch_dir: PathBuf,
+    pub recordings: Arc<Recordings>,
+}
+
+impl From<RecordingError> for Status {
+    fn from(error: RecordingError) -> Self {
+        let message = error.to_string();
+        match error {
+            RecordingError::Invalid(_) => Status::invalid_argument(message),
+            RecordingError::Headless | RecordingError::StillRunning(_) => {
+                Status::failed_precondition(message)
+            }
+            RecordingError::NotFound(_) => Status::not_found(message),
+            RecordingError::Exists(_) => Status::already_exists(message),
+            RecordingError::TooMany => Status::resource_exhausted(message),
+            RecordingError::Failed(_) => Status::internal(message),
+        }
+    }
+}
+
+fn unix_ms(at: std::time::SystemTime) -> i64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+fn recording_info(info: RecordingInfo) -> browser_agent_proto::v1::RecordingInfo {
+    let mut message = browser_agent_proto::v1::RecordingInfo {
+        recording_id: info.id,
+        started_at_unix_ms: unix_ms(info.started_at),
+        ..Default::default()
+    };
+    let state = match info.progress {
+        Progress::Recording => RecordingState::Recording,
+        Progress::Finalizing => RecordingState::Finalizing,
+        Progress::Finished { at, bytes, frames } => {
+            message.finished_at_unix_ms = unix_ms(at);
+            message.size_bytes = bytes;
+            message.frames = frames;
+            RecordingState::Finished
+        }
+        Progress::Failed { at, message: error } => {
+            message.finished_at_unix_ms = unix_ms(at);
+            message.error = error;
+            RecordingState::Failed
+        }
+    };
+    message.set_state(state);
+    message
 }
 
 impl From<InputError> for Status {
@@ -521,6 +570,59 @@ impl BrowserAgent for AgentService {
             .await
             .map_err(|error| Status::internal(format!("capture task failed: {error}")))??;
         Ok(Response::new(ScreenshotResponse { png }))
+    }
+
+    async fn start_recording(
+        &self,
+        request: Request<StartRecordingRequest>,
+    ) -> Result<Response<browser_agent_proto::v1::RecordingInfo>, Status> {
+        let request = request.into_inner();
+        let info = self
+            .recordings
+            .start(
+                &request.recording_id,
+                request.framerate,
+                Duration::from_secs(request.max_duration_seconds.into()),
+            )
+            .await?;
+        Ok(Response::new(recording_info(info)))
+    }
+
+    async fn stop_recording(
+        &self,
+        request: Request<RecordingRequest>,
+    ) -> Result<Response<browser_agent_proto::v1::RecordingInfo>, Status> {
+        let info = self
+            .recordings
+            .stop(&request.into_inner().recording_id)
+            .await?;
+        Ok(Response::new(recording_info(info)))
+    }
+
+    async fn get_recording(
+        &self,
+        request: Request<RecordingRequest>,
+    ) -> Result<Response<browser_agent_proto::v1::RecordingInfo>, Status> {
+        let info = self.recordings.info(&request.into_inner().recording_id)?;
+        Ok(Response::new(recording_info(info)))
+    }
+
+    type ReadRecordingStream = DataStream;
+
+    async fn read_recording(
+        &self,
+        request: Request<RecordingRequest>,
+    ) -> Result<Response<Self::ReadRecordingStream>, Status> {
+        let file = self.recordings.open(&request.into_inner().recording_id)?;
+        Ok(Response::new(stream_file(file)))
+    }
+
+    async fn delete_recording(
+        &self,
+        request: Request<RecordingRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        self.recordings.delete(&request.into_inner().recording_id)?;
+        Ok(Response::new(Empty {}))
     }
 
     async fn load_extensions(

@@ -8,7 +8,10 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
-use browser_agent_proto::v1::{DevtoolsState, ShutdownRequest, StatusRequest};
+use browser_agent_proto::v1::{
+    DevtoolsState, RecordingRequest, RecordingState, ShutdownRequest, StartRecordingRequest,
+    StatusRequest,
+};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -42,7 +45,7 @@ impl Drop for Agent {
     }
 }
 
-fn start_agent(secret: &str) -> Agent {
+fn start_agent(secret: &str, args: &[&str]) -> Agent {
     let dir = tempfile::tempdir().expect("temp dir");
     let addr_file = dir.path().join("agent.addr");
     let child = Command::new(agent_binary())
@@ -50,7 +53,7 @@ fn start_agent(secret: &str) -> Agent {
         .arg(dir.path().join("root"))
         .arg("--addr-file")
         .arg(&addr_file)
-        .args(["--headless", "--width=800", "--height=600"])
+        .args(args)
         .env("BROWSER_AGENT_SECRET", secret)
         .spawn()
         .expect("start agent");
@@ -97,7 +100,10 @@ fn is_running(pid: u32) -> bool {
 
 #[tokio::test]
 async fn agent_demands_its_credential_supervises_chromium_and_shuts_down() {
-    let mut agent = start_agent("right-secret");
+    let mut agent = start_agent(
+        "right-secret",
+        &["--headless", "--width=800", "--height=600"],
+    );
     let mut client = client(&agent).await;
 
     for request in [
@@ -204,4 +210,180 @@ async fn agent_without_a_control_plane_shuts_itself_down() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(exited.success(), "{exited:?}");
+}
+
+/// ffprobe's view of a video file: (codec, frame rate, frames, duration in seconds).
+fn probe(path: &std::path::Path) -> (String, String, u64, f64) {
+    let output = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0", "-count_frames"])
+        .args([
+            "-show_entries",
+            "stream=codec_name,r_frame_rate,nb_read_frames:format=duration",
+        ])
+        .args(["-of", "default=noprint_wrappers=1"])
+        .arg(path)
+        .output()
+        .expect("run ffprobe");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("ffprobe said no {name}: {text}"))
+            .to_owned()
+    };
+    (
+        field("codec_name"),
+        field("r_frame_rate"),
+        field("nb_read_frames").parse().expect("frame count"),
+        field("duration").parse().expect("duration"),
+    )
+}
+
+#[tokio::test]
+async fn agent_records_the_display_into_a_faststart_mp4() {
+    let secret = "s";
+    // Odd sides: the encoder needs even ones and must crop, not fail.
+    let agent = start_agent(secret, &["--width=641", "--height=481"]);
+    let mut client = client(&agent).await;
+    let start = |id: &str, framerate, max_duration_seconds| {
+        with_secret(
+            StartRecordingRequest {
+                recording_id: id.into(),
+                framerate,
+                max_duration_seconds,
+            },
+            secret,
+        )
+    };
+    let bad_id = client.start_recording(start("../x", 10, 5)).await;
+    assert_eq!(bad_id.expect_err("bad id").code(), Code::InvalidArgument);
+    let bad_rate = client.start_recording(start("r0", 0, 5)).await;
+    assert_eq!(
+        bad_rate.expect_err("bad rate").code(),
+        Code::InvalidArgument
+    );
+
+    // One recording ends by itself at its maximum duration, exactly 2 s of 10 fps.
+    let before = std::time::SystemTime::now();
+    let started = client
+        .start_recording(start("r1", 10, 2))
+        .await
+        .expect("start")
+        .into_inner();
+    let started_ms = before
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    assert!((started.started_at_unix_ms - started_ms).abs() < 5_000);
+    assert_eq!(started.state(), RecordingState::Recording);
+    let again = client.start_recording(start("r1", 10, 2)).await;
+    assert_eq!(again.expect_err("same id").code(), Code::AlreadyExists);
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let finished = loop {
+        let info = client
+            .get_recording(with_secret(
+                RecordingRequest {
+                    recording_id: "r1".into(),
+                },
+                secret,
+            ))
+            .await
+            .expect("get")
+            .into_inner();
+        if info.state() == RecordingState::Finished {
+            break info;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "did not finish by itself: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(finished.frames, 20);
+    // Stop is idempotent on a finished recording.
+    let stopped = client
+        .stop_recording(with_secret(
+            RecordingRequest {
+                recording_id: "r1".into(),
+            },
+            secret,
+        ))
+        .await
+        .expect("stop")
+        .into_inner();
+    assert_eq!(
+        (stopped.state(), stopped.size_bytes),
+        (RecordingState::Finished, finished.size_bytes)
+    );
+
+    let mut stream = client
+        .read_recording(with_secret(
+            RecordingRequest {
+                recording_id: "r1".into(),
+            },
+            secret,
+        ))
+        .await
+        .expect("read")
+        .into_inner();
+    let mut video = Vec::new();
+    while let Some(chunk) = stream.message().await.expect("chunk") {
+        video.extend_from_slice(&chunk.data);
+    }
+    assert_eq!(video.len() as u64, finished.size_bytes);
+    // faststart: the index (moov) comes before the media data (mdat).
+    let position = |atom: &[u8]| video.windows(4).position(|w| w == atom).expect("atom");
+    assert!(position(b"moov") < position(b"mdat"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("r1.mp4");
+    std::fs::write(&path, &video).expect("write");
+    let (codec, rate, frames, duration) = probe(&path);
+    assert_eq!(
+        (codec.as_str(), rate.as_str(), frames),
+        ("h264", "10/1", 20)
+    );
+    assert!((duration - 2.0).abs() < 0.2, "duration {duration}");
+
+    // Delete forgets it; a second delete is NOT_FOUND.
+    let delete = || {
+        with_secret(
+            RecordingRequest {
+                recording_id: "r1".into(),
+            },
+            secret,
+        )
+    };
+    client.delete_recording(delete()).await.expect("delete");
+    let gone = client.delete_recording(delete()).await;
+    assert_eq!(gone.expect_err("deleted").code(), Code::NotFound);
+
+    // At most four at once.
+    for id in ["a", "b", "c", "d"] {
+        client
+            .start_recording(start(id, 5, 60))
+            .await
+            .expect("start");
+    }
+    let fifth = client.start_recording(start("e", 5, 60)).await;
+    assert_eq!(fifth.expect_err("fifth").code(), Code::ResourceExhausted);
+    for id in ["a", "b", "c", "d"] {
+        let info = client
+            .stop_recording(with_secret(
+                RecordingRequest {
+                    recording_id: id.into(),
+                },
+                secret,
+            ))
+            .await
+            .expect("stop")
+            .into_inner();
+        assert_eq!(info.state(), RecordingState::Finished, "{info:?}");
+        assert!(info.frames >= 1);
+    }
 }

@@ -1,0 +1,521 @@
+//! Screen recordings. Each recording is a thread that grabs frames on a fixed schedule and
+//! pipes them, raw, into an ffmpeg child that encodes H.264 into fragmented MP4: whatever
+//! was recorded up to a crash stays playable (if the agent dies, ffmpeg reads EOF and
+//! closes the file properly). When the recording ends (stop, its maximum duration, or a
+//! failure) the file is remuxed into a regular MP4 with its index at the front.
+//!
+//! Files live in the agent's recordings directory, outside the VM root:
+//! `<id>.recording.mp4` while recording, `<id>.mp4` once finished.
+
+mod grabber;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{oneshot, watch};
+
+pub use grabber::Grabber;
+
+/// Recordings of one display capturing at the same time.
+pub const MAX_CONCURRENT: usize = 4;
+/// Frame rates the agent accepts (the control plane's public bound is lower).
+const FRAMERATES: std::ops::RangeInclusive<u32> = 1..=60;
+/// How long a stop waits for ffmpeg to flush and the file to be remuxed.
+const FINALIZE_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordingError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("this browser is headless: it has no display to record")]
+    Headless,
+    #[error("recording {0} not found")]
+    NotFound(String),
+    #[error("recording {0} already exists")]
+    Exists(String),
+    #[error("{MAX_CONCURRENT} recordings of this browser are already running")]
+    TooMany,
+    #[error("recording {0} is still running")]
+    StillRunning(String),
+    #[error("recording failed: {0}")]
+    Failed(String),
+}
+
+/// Where a recording is in its life.
+#[derive(Clone, Debug)]
+pub enum Progress {
+    Recording,
+    /// Capture ended; ffmpeg is flushing and the file is being remuxed.
+    Finalizing,
+    Finished {
+        at: SystemTime,
+        bytes: u64,
+        frames: u64,
+    },
+    Failed {
+        at: SystemTime,
+        message: String,
+    },
+}
+
+impl Progress {
+    fn is_over(&self) -> bool {
+        matches!(self, Self::Finished { .. } | Self::Failed { .. })
+    }
+}
+
+/// A recording as seen from outside.
+#[derive(Clone, Debug)]
+pub struct RecordingInfo {
+    pub id: String,
+    pub started_at: SystemTime,
+    pub progress: Progress,
+}
+
+struct Recording {
+    /// Dropping (or sending on) the sender ends the capture.
+    stop: Mutex<Option<mpsc::Sender<()>>>,
+    progress: watch::Receiver<Progress>,
+    started_at: OnceLock<SystemTime>,
+}
+
+impl Recording {
+    fn info(&self, id: &str) -> RecordingInfo {
+        RecordingInfo {
+            id: id.to_owned(),
+            started_at: self
+                .started_at
+                .get()
+                .copied()
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+            progress: self.progress.borrow().clone(),
+        }
+    }
+}
+
+pub struct Recordings {
+    /// `None` for headless browsers.
+    display: Option<String>,
+    width: u32,
+    height: u32,
+    dir: PathBuf,
+    ffmpeg: String,
+    recordings: Mutex<HashMap<String, Arc<Recording>>>,
+}
+
+/// What one recording thread needs.
+struct Job {
+    id: String,
+    display: String,
+    width: u32,
+    height: u32,
+    framerate: u32,
+    max_frames: u64,
+    dir: PathBuf,
+    ffmpeg: String,
+    stop: mpsc::Receiver<()>,
+}
+
+impl Recordings {
+    pub fn new(
+        display: Option<String>,
+        width: u32,
+        height: u32,
+        dir: PathBuf,
+        ffmpeg: String,
+    ) -> Self {
+        Self {
+            display,
+            width,
+            height,
+            dir,
+            ffmpeg,
+            recordings: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Recording>>> {
+        // A panic while holding this lock cannot leave the map inconsistent.
+        self.recordings
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Recording>, RecordingError> {
+        self.lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RecordingError::NotFound(id.to_owned()))
+    }
+
+    /// Starts recording; answers once the first frame is in the encoder.
+    pub async fn start(
+        &self,
+        id: &str,
+        framerate: u32,
+        max_duration: Duration,
+    ) -> Result<RecordingInfo, RecordingError> {
+        valid_id(id)?;
+        if !FRAMERATES.contains(&framerate) {
+            return Err(RecordingError::Invalid(format!(
+                "framerate must be between {} and {}",
+                FRAMERATES.start(),
+                FRAMERATES.end()
+            )));
+        }
+        if max_duration.is_zero() {
+            return Err(RecordingError::Invalid(
+                "the maximum duration must be positive".into(),
+            ));
+        }
+        let display = self.display.clone().ok_or(RecordingError::Headless)?;
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|error| RecordingError::Failed(format!("recordings directory: {error}")))?;
+
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let (progress_tx, progress_rx) = watch::channel(Progress::Recording);
+        let recording = Arc::new(Recording {
+            stop: Mutex::new(Some(stop_tx)),
+            progress: progress_rx,
+            started_at: OnceLock::new(),
+        });
+        {
+            let mut recordings = self.lock();
+            if recordings.contains_key(id) {
+                return Err(RecordingError::Exists(id.to_owned()));
+            }
+            let running = recordings
+                .values()
+                .filter(|r| matches!(*r.progress.borrow(), Progress::Recording))
+                .count();
+            if running >= MAX_CONCURRENT {
+                return Err(RecordingError::TooMany);
+            }
+            recordings.insert(id.to_owned(), recording.clone());
+        }
+
+        let job = Job {
+            id: id.to_owned(),
+            display,
+            width: self.width,
+            height: self.height,
+            framerate,
+            max_frames: (max_duration.as_secs_f64() * f64::from(framerate)).ceil() as u64,
+            dir: self.dir.clone(),
+            ffmpeg: self.ffmpeg.clone(),
+            stop: stop_rx,
+        };
+        let (started_tx, started_rx) = oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name(format!("recorder-{id}"))
+            .spawn(move || run(job, started_tx, progress_tx));
+        let started = match spawned {
+            Ok(_) => started_rx
+                .await
+                .unwrap_or_else(|_| Err("the recorder stopped".into())),
+            Err(error) => Err(format!("starting the recorder thread: {error}")),
+        };
+        match started {
+            Ok(at) => {
+                let _ = recording.started_at.set(at);
+                Ok(recording.info(id))
+            }
+            Err(message) => {
+                self.lock().remove(id);
+                Err(RecordingError::Failed(message))
+            }
+        }
+    }
+
+    /// Ends the capture (if still running) and waits until the file is final.
+    /// Stopping a finished recording answers its final state.
+    pub async fn stop(&self, id: &str) -> Result<RecordingInfo, RecordingError> {
+        let recording = self.get(id)?;
+        if let Some(stop) = recording
+            .stop
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+        {
+            let _ = stop.send(());
+        }
+        let mut progress = recording.progress.clone();
+        match tokio::time::timeout(FINALIZE_TIMEOUT, progress.wait_for(Progress::is_over)).await {
+            Ok(Ok(_)) => Ok(recording.info(id)),
+            Ok(Err(_)) => Err(RecordingError::Failed("the recorder vanished".into())),
+            Err(_) => Err(RecordingError::Failed(
+                "finalizing the recording timed out".into(),
+            )),
+        }
+    }
+
+    pub fn info(&self, id: &str) -> Result<RecordingInfo, RecordingError> {
+        Ok(self.get(id)?.info(id))
+    }
+
+    /// The recording's file as it is now: the final MP4, or while recording the
+    /// fragmented MP4 written so far.
+    pub fn open(&self, id: &str) -> Result<std::fs::File, RecordingError> {
+        let recording = self.get(id)?;
+        let (final_path, recording_path) =
+            (final_path(&self.dir, id), recording_path(&self.dir, id));
+        let open = |path: &Path| std::fs::File::open(path);
+        let file = match *recording.progress.borrow() {
+            Progress::Finished { .. } => open(&final_path),
+            // Finalizing renames the fragmented file away at its end.
+            _ => open(&recording_path).or_else(|_| open(&final_path)),
+        };
+        file.map_err(|error| RecordingError::Failed(format!("opening the recording: {error}")))
+    }
+
+    /// Forgets a finished recording and removes its file (after the control plane has
+    /// copied it).
+    pub fn delete(&self, id: &str) -> Result<(), RecordingError> {
+        let mut recordings = self.lock();
+        let recording = recordings
+            .get(id)
+            .ok_or_else(|| RecordingError::NotFound(id.to_owned()))?;
+        if !recording.progress.borrow().is_over() {
+            return Err(RecordingError::StillRunning(id.to_owned()));
+        }
+        recordings.remove(id);
+        for path in [final_path(&self.dir, id), recording_path(&self.dir, id)] {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    }
+}
+
+/// Recording ids become file names: letters, digits, `_` and `-` only.
+fn valid_id(id: &str) -> Result<(), RecordingError> {
+    if id.is_empty()
+        || id.len() > 128
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(RecordingError::Invalid(format!(
+            "invalid recording id {id:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn recording_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.recording.mp4"))
+}
+
+fn final_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.mp4"))
+}
+
+/// The recording thread: capture, then finalize, reporting progress throughout.
+fn run(
+    job: Job,
+    started: oneshot::Sender<Result<SystemTime, String>>,
+    progress: watch::Sender<Progress>,
+) {
+    let mut started = Some(started);
+    let captured = capture(&job, &mut started);
+    if let Some(started) = started.take() {
+        // Not even one frame: the start call reports the failure.
+        let message = match captured {
+            Err((_, message)) => message,
+            Ok(_) => "no frame was captured".into(),
+        };
+        let _ = std::fs::remove_file(recording_path(&job.dir, &job.id));
+        let _ = progress.send(Progress::Failed {
+            at: SystemTime::now(),
+            message: message.clone(),
+        });
+        let _ = started.send(Err(message));
+        return;
+    }
+    let frames = match captured {
+        Ok(frames) => frames,
+        Err((frames, message)) => {
+            tracing::warn!(id = %job.id, %message, "recording ended early; keeping what was captured");
+            frames
+        }
+    };
+    let _ = progress.send(Progress::Finalizing);
+    let outcome = match finalize(&job) {
+        Ok(bytes) => Progress::Finished {
+            at: SystemTime::now(),
+            bytes,
+            frames,
+        },
+        Err(message) => Progress::Failed {
+            at: SystemTime::now(),
+            message,
+        },
+    };
+    tracing::info!(id = %job.id, ?outcome, "recording over");
+    let _ = progress.send(outcome);
+}
+
+/// ffmpeg arguments that encode raw frames from stdin into fragmented MP4. The benchmark
+/// gives `ffmpeg -f x11grab` the same encoder settings (`bench/scenarios/record_cpu.py`).
+fn encoder_args(job: &Job) -> Vec<String> {
+    let framerate = job.framerate.to_string();
+    let mut args: Vec<String> = [
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-f",
+        "rawvideo",
+        "-pixel_format",
+        "bgr0",
+        "-video_size",
+        &format!("{}x{}", job.width, job.height),
+        "-framerate",
+        &framerate,
+        "-i",
+        "pipe:0",
+    ]
+    .map(str::to_owned)
+    .into();
+    // 4:2:0 chroma needs even sides: drop an odd last row or column.
+    if job.width % 2 == 1 || job.height % 2 == 1 {
+        args.extend([
+            "-vf".into(),
+            format!("crop={}:{}:0:0", job.width & !1, job.height & !1),
+        ]);
+    }
+    args.extend(
+        [
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-pix_fmt",
+            "yuv420p",
+            // A keyframe, and so a fragment, every second: a crash loses at most that.
+            "-g",
+            &framerate,
+            "-movflags",
+            "+frag_keyframe+empty_moov+default_base_moof",
+            "-f",
+            "mp4",
+            "-y",
+        ]
+        .map(str::to_owned),
+    );
+    args.push(recording_path(&job.dir, &job.id).display().to_string());
+    args
+}
+
+/// Grabs frames on the job's schedule and feeds them to ffmpeg until stopped, the
+/// maximum duration, or a failure. Video time comes from the frame count, so when a grab
+/// comes late its frame is written once for every slot that passed. Returns the frames
+/// written, or with an error the frames written before it.
+fn capture(
+    job: &Job,
+    started: &mut Option<oneshot::Sender<Result<SystemTime, String>>>,
+) -> Result<u64, (u64, String)> {
+    let mut grabber =
+        Grabber::connect(&job.display, job.width, job.height).map_err(|error| (0, error))?;
+    let log = std::fs::File::create(job.dir.join(format!("{}.ffmpeg.log", job.id)))
+        .map_err(|error| (0, format!("creating the encoder log: {error}")))?;
+    // Not in its own process group and without a parent-death signal, on purpose: if
+    // the agent is killed, ffmpeg reads EOF and completes the file; the runtime's kill
+    // of the agent's process group still reaps it.
+    let mut ffmpeg = Command::new(&job.ffmpeg)
+        .args(encoder_args(job))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|error| (0, format!("starting {}: {error}", job.ffmpeg)))?;
+    let mut encoder = ffmpeg.stdin.take();
+    let period = Duration::from_secs(1) / job.framerate;
+    let start = Instant::now();
+    let mut written = 0u64;
+    let result = loop {
+        let frame = match grabber.grab() {
+            Ok(frame) => frame,
+            Err(error) => break Err(error),
+        };
+        let due = ((start.elapsed().as_nanos() / period.as_nanos()) as u64 + 1).min(job.max_frames);
+        let mut failed = None;
+        while written < due {
+            if let Some(Err(error)) = encoder.as_mut().map(|stdin| stdin.write_all(frame)) {
+                failed = Some(format!("the encoder stopped taking frames: {error}"));
+                break;
+            }
+            written += 1;
+        }
+        if let Some(error) = failed {
+            break Err(error);
+        }
+        if let Some(started) = started.take() {
+            let _ = started.send(Ok(SystemTime::now() - start.elapsed()));
+        }
+        if written >= job.max_frames {
+            break Ok(());
+        }
+        let next = start + period * written as u32;
+        match job
+            .stop
+            .recv_timeout(next.saturating_duration_since(Instant::now()))
+        {
+            Err(RecvTimeoutError::Timeout) => continue,
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break Ok(()),
+        }
+    };
+    // EOF makes ffmpeg flush its last frames and close the file.
+    drop(encoder);
+    let encoded = match ffmpeg.wait() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("the encoder failed ({status}); see its log")),
+        Err(error) => Err(format!("waiting for the encoder: {error}")),
+    };
+    match result.and(encoded) {
+        Ok(()) => Ok(written),
+        Err(error) => Err((written, error)),
+    }
+}
+
+/// Remuxes the fragmented recording into a regular MP4 with the index at the front
+/// (`+faststart`). If the remux fails, the fragmented file, itself a playable MP4,
+/// becomes the result. Returns the final size.
+fn finalize(job: &Job) -> Result<u64, String> {
+    let (recorded, finished) = (
+        recording_path(&job.dir, &job.id),
+        final_path(&job.dir, &job.id),
+    );
+    let remuxing = job.dir.join(format!("{}.finalizing.mp4", job.id));
+    let remuxed = Command::new(&job.ffmpeg)
+        .args(["-hide_banner", "-loglevel", "error", "-y", "-i"])
+        .arg(&recorded)
+        .args(["-c", "copy", "-movflags", "+faststart", "-f", "mp4"])
+        .arg(&remuxing)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    let source = match remuxed {
+        Ok(output) if output.status.success() => {
+            let _ = std::fs::remove_file(&recorded);
+            remuxing
+        }
+        outcome => {
+            let reason = match outcome {
+                Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+                Err(error) => error.to_string(),
+            };
+            tracing::warn!(id = %job.id, %reason, "remux failed; keeping the fragmented MP4");
+            let _ = std::fs::remove_file(&remuxing);
+            recorded
+        }
+    };
+    std::fs::rename(&source, &finished)
+        .and_then(|()| std::fs::metadata(&finished))
+        .map(|metadata| metadata.len())
+        .map_err(|error| format!("nothing playable was recorded: {error}"))
+}
