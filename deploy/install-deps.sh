@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the service needs on a Debian/Ubuntu machine, skipping what is present.
-#   deploy/install-deps.sh          runtime + build: Chromium, Xvfb, pkg-config
+#   deploy/install-deps.sh          runtime + build: Chromium, Xvfb, ffmpeg, pkg-config
 #   deploy/install-deps.sh --tests  also PostgreSQL, Python venv and Node.js for the tests,
 #                                   and the benchmarks' references
 set -euo pipefail
 
-packages=(chromium xvfb pkg-config ca-certificates procps
+# ffmpeg encodes screen recordings (agents) and salvages those of crashed agents.
+packages=(chromium xvfb ffmpeg pkg-config ca-certificates procps
   # xcap (screenshots) always compiles its Wayland/PipeWire code, so it needs these to build.
   libwayland-dev libpipewire-0.3-dev libgbm-dev libclang-dev libxcb1-dev libegl-dev)
 if [[ "${1:-}" == "--tests" ]]; then
