@@ -66,6 +66,10 @@ pub struct ServeConfig {
     pub chromium: String,
     #[arg(long, env = "CONTROL_PLANE_XVFB", default_value = "Xvfb")]
     pub xvfb: String,
+    /// The ffmpeg that agents encode recordings with (and that salvages the recordings
+    /// of crashed agents).
+    #[arg(long, env = "CONTROL_PLANE_FFMPEG", default_value = "ffmpeg")]
+    pub ffmpeg: String,
     /// Agents shut themselves down after this many seconds without hearing from a
     /// control plane (so a control plane that never comes back orphans nothing for long).
     #[arg(

@@ -58,6 +58,8 @@ pub enum ApiError {
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
+    RangeNotSatisfiable(String),
+    #[error("{0}")]
     AgentUnavailable(String),
     #[error("{0}")]
     Timeout(String),
@@ -90,6 +92,9 @@ impl ApiError {
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::UnsupportedMediaType(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            Self::RangeNotSatisfiable(_) => {
+                (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
             }
             Self::AgentUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable"),
             Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),

@@ -9,11 +9,12 @@ use axum::serve::ListenerExt;
 
 use crate::blobs::LocalBlobStore;
 use crate::config::ServeConfig;
+use crate::replays::Replays;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
 use crate::sessions::Sessions;
 use crate::state::AppState;
 use crate::store::Store;
-use crate::tokens::CdpTokens;
+use crate::tokens::Tokens;
 use crate::{api, auth, store};
 
 pub const BOOTSTRAP_KEY_FILE: &str = "bootstrap-api-key";
@@ -41,6 +42,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         agent_binary,
         chromium: config.chromium.clone(),
         xvfb: config.xvfb.clone(),
+        ffmpeg: config.ffmpeg.clone(),
         agent_idle_grace,
         zip_limits: ZipLimits {
             max_entries: config.zip_max_entries,
@@ -48,11 +50,21 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_ratio: config.zip_max_ratio,
         },
     }));
-    let sessions = Arc::new(Sessions::new(store.clone(), runtime));
+    let replays = Arc::new(Replays::new(
+        store.clone(),
+        blobs.clone(),
+        runtime.clone(),
+        config.ffmpeg.clone(),
+    ));
+    let sessions = Arc::new(Sessions::new(store.clone(), runtime, replays.clone()));
     sessions
         .reconcile()
         .await
         .context("reconciling browser sessions")?;
+    replays
+        .resume(&sessions)
+        .await
+        .context("resuming replays")?;
     tokio::spawn(sessions.clone().run_inactivity_reaper());
     // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
     tokio::spawn(sessions.clone().run_heartbeats(agent_idle_grace / 4));
@@ -69,9 +81,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .to_owned();
     let state = AppState {
         key_cache: Default::default(),
-        cdp_tokens: Arc::new(CdpTokens::load(store.as_ref()).await?),
+        tokens: Arc::new(Tokens::load(store.as_ref()).await?),
         store,
         sessions,
+        replays,
         public_url: public_url.clone(),
         max_upload_bytes: config.max_upload_bytes,
         blobs,

@@ -11,6 +11,7 @@ use chrono::Utc;
 use crate::agent::AgentClient;
 use crate::error::ApiError;
 use crate::ids;
+use crate::replays::Replays;
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
 use crate::store::{SessionRecord, SessionStatus, Store, StoreError};
 
@@ -58,6 +59,7 @@ fn activity_of<'a>(activity: &'a mut HashMap<String, Activity>, id: &str) -> &'a
 pub struct Sessions {
     store: Arc<dyn Store>,
     runtime: Arc<dyn Runtime>,
+    replays: Arc<Replays>,
     activity: Mutex<HashMap<String, Activity>>,
     clients: Mutex<HashMap<String, AgentClient>>,
     running: Mutex<RunningCache>,
@@ -84,10 +86,11 @@ const STARTING_WAIT: Duration = Duration::from_secs(60);
 const STALE_START: Duration = Duration::from_secs(180);
 
 impl Sessions {
-    pub fn new(store: Arc<dyn Store>, runtime: Arc<dyn Runtime>) -> Self {
+    pub fn new(store: Arc<dyn Store>, runtime: Arc<dyn Runtime>, replays: Arc<Replays>) -> Self {
         Self {
             store,
             runtime,
+            replays,
             activity: Mutex::default(),
             clients: Mutex::default(),
             running: Mutex::default(),
@@ -286,6 +289,12 @@ impl Sessions {
         }
         tracing::info!(session_id = %session.id, reason, "ending browser session");
         self.forget(&session.id);
+        // Recordings are finalized and kept before their browser goes.
+        let agent = session
+            .agent
+            .as_ref()
+            .and_then(|location| AgentClient::new(location).ok());
+        self.replays.finish_all(session, agent).await;
         self.runtime
             .destroy(&session.id, session.agent.as_ref())
             .await;

@@ -4,16 +4,18 @@ use std::sync::Arc;
 
 use crate::auth::KeyCache;
 use crate::blobs::BlobStore;
+use crate::replays::Replays;
 use crate::sessions::Sessions;
 use crate::store::Store;
-use crate::tokens::CdpTokens;
+use crate::tokens::Tokens;
 
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub key_cache: Arc<KeyCache>,
     pub sessions: Arc<Sessions>,
-    pub cdp_tokens: Arc<CdpTokens>,
+    pub replays: Arc<Replays>,
+    pub tokens: Arc<Tokens>,
     /// Base of the URLs we hand out, without a trailing slash (e.g. `http://127.0.0.1:8080`).
     pub public_url: String,
     /// Largest body of `write_file` and `upload_zip`.

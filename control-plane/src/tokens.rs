@@ -1,7 +1,12 @@
-//! Signed tokens carried in `cdp_ws_url`. A token names one session of one organization;
-//! it carries no expiry because it is only honoured while that session lives (checked
-//! against the store on every connection), and session ids are never reused.
+//! Signed tokens (HS256 JWTs) in the URLs we hand out. Each kind has its own audience, so
+//! a token of one kind is never accepted as another.
+//! - `cdp_ws_url`: names one session of one organization. No expiry: it is honoured only
+//!   while that session lives (checked against the store on every connection), and
+//!   session ids are never reused.
+//! - `replay_view_url`: names one replay of one session and organization, and expires
+//!   (`REPLAY_VIEW_TTL`): anyone holding the URL can watch the video until then.
 
+use chrono::{DateTime, Utc};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +14,10 @@ use crate::store::{Store, StoreResult};
 
 const SIGNING_KEY_SETTING: &str = "cdp_token_signing_key";
 const CDP_AUDIENCE: &str = "cdp";
+const REPLAY_VIEW_AUDIENCE: &str = "replay-view";
+/// How long a `replay_view_url` works after it was issued (every response that carries
+/// one issues a fresh one).
+pub const REPLAY_VIEW_TTL: chrono::Duration = chrono::Duration::hours(24);
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct CdpClaims {
@@ -19,13 +28,26 @@ pub struct CdpClaims {
     pub iat: i64,
 }
 
-pub struct CdpTokens {
-    encoding: EncodingKey,
-    decoding: DecodingKey,
-    validation: Validation,
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ReplayViewClaims {
+    /// Replay id.
+    pub sub: String,
+    pub org: String,
+    /// Session id.
+    pub sid: String,
+    pub aud: String,
+    pub iat: i64,
+    pub exp: i64,
 }
 
-impl CdpTokens {
+pub struct Tokens {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    cdp: Validation,
+    replay_view: Validation,
+}
+
+impl Tokens {
     /// Loads the signing key shared by all replicas, creating it on first start.
     pub async fn load(store: &dyn Store) -> StoreResult<Self> {
         let candidate = crate::ids::new_secret(64);
@@ -36,32 +58,64 @@ impl CdpTokens {
     }
 
     pub fn from_secret(secret: &[u8]) -> Self {
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.set_audience(&[CDP_AUDIENCE]);
-        validation.set_required_spec_claims(&["sub", "aud"]);
-        validation.validate_exp = false;
+        let mut cdp = Validation::new(Algorithm::HS256);
+        cdp.set_audience(&[CDP_AUDIENCE]);
+        cdp.set_required_spec_claims(&["sub", "aud"]);
+        cdp.validate_exp = false;
+        let mut replay_view = Validation::new(Algorithm::HS256);
+        replay_view.set_audience(&[REPLAY_VIEW_AUDIENCE]);
+        replay_view.set_required_spec_claims(&["sub", "aud", "exp"]);
+        replay_view.leeway = 0;
         Self {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
-            validation,
+            cdp,
+            replay_view,
         }
     }
 
-    pub fn issue(&self, session_id: &str, org_id: &str) -> String {
-        let claims = CdpClaims {
-            sub: session_id.to_owned(),
-            org: org_id.to_owned(),
-            aud: CDP_AUDIENCE.to_owned(),
-            iat: chrono::Utc::now().timestamp(),
-        };
+    fn sign(&self, claims: &impl Serialize) -> String {
         // HS256 encoding of a small struct cannot fail.
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
             .unwrap_or_default()
     }
 
-    /// The claims of a genuine token, or `None`.
-    pub fn verify(&self, token: &str) -> Option<CdpClaims> {
-        jsonwebtoken::decode::<CdpClaims>(token, &self.decoding, &self.validation)
+    pub fn issue_cdp(&self, session_id: &str, org_id: &str) -> String {
+        self.sign(&CdpClaims {
+            sub: session_id.to_owned(),
+            org: org_id.to_owned(),
+            aud: CDP_AUDIENCE.to_owned(),
+            iat: Utc::now().timestamp(),
+        })
+    }
+
+    /// The claims of a genuine CDP token, or `None`.
+    pub fn verify_cdp(&self, token: &str) -> Option<CdpClaims> {
+        jsonwebtoken::decode::<CdpClaims>(token, &self.decoding, &self.cdp)
+            .ok()
+            .map(|data| data.claims)
+    }
+
+    pub fn issue_replay_view(
+        &self,
+        replay_id: &str,
+        session_id: &str,
+        org_id: &str,
+        expires_at: DateTime<Utc>,
+    ) -> String {
+        self.sign(&ReplayViewClaims {
+            sub: replay_id.to_owned(),
+            org: org_id.to_owned(),
+            sid: session_id.to_owned(),
+            aud: REPLAY_VIEW_AUDIENCE.to_owned(),
+            iat: Utc::now().timestamp(),
+            exp: expires_at.timestamp(),
+        })
+    }
+
+    /// The claims of a genuine, unexpired replay-view token, or `None`.
+    pub fn verify_replay_view(&self, token: &str) -> Option<ReplayViewClaims> {
+        jsonwebtoken::decode::<ReplayViewClaims>(token, &self.decoding, &self.replay_view)
             .ok()
             .map(|data| data.claims)
     }
@@ -73,20 +127,43 @@ mod tests {
 
     #[test]
     fn a_token_verifies_only_with_its_key_and_untouched() {
-        let tokens = CdpTokens::from_secret(b"one key");
-        let token = tokens.issue("session1", "org_a");
-        let claims = tokens.verify(&token);
+        let tokens = Tokens::from_secret(b"one key");
+        let token = tokens.issue_cdp("session1", "org_a");
+        let claims = tokens.verify_cdp(&token);
         assert_eq!(
             claims.map(|c| (c.sub, c.org)),
             Some(("session1".into(), "org_a".into()))
         );
         assert!(
-            CdpTokens::from_secret(b"another key")
-                .verify(&token)
+            Tokens::from_secret(b"another key")
+                .verify_cdp(&token)
                 .is_none()
         );
         let mut tampered = token.clone();
         tampered.insert(token.len() / 2, 'x');
-        assert!(tokens.verify(&tampered).is_none());
+        assert!(tokens.verify_cdp(&tampered).is_none());
+    }
+
+    #[test]
+    fn replay_view_tokens_expire_and_are_not_cdp_tokens() {
+        let tokens = Tokens::from_secret(b"one key");
+        let later = Utc::now() + chrono::Duration::minutes(5);
+        let view = tokens.issue_replay_view("rpl_1", "session1", "org_a", later);
+        let claims = tokens.verify_replay_view(&view);
+        assert_eq!(
+            claims.map(|c| (c.sub, c.sid, c.org)),
+            Some(("rpl_1".into(), "session1".into(), "org_a".into()))
+        );
+        let expired = tokens.issue_replay_view(
+            "rpl_1",
+            "session1",
+            "org_a",
+            Utc::now() - chrono::Duration::seconds(1),
+        );
+        assert!(tokens.verify_replay_view(&expired).is_none());
+        // Neither kind passes as the other.
+        assert!(tokens.verify_cdp(&view).is_none());
+        let cdp = tokens.issue_cdp("session1", "org_a");
+        assert!(tokens.verify_replay_view(&cdp).is_none());
     }
 }

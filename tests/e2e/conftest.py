@@ -41,10 +41,25 @@ for (const type of ["mousedown", "mouseup", "click", "dblclick", "contextmenu", 
 </script></body></html>"""
 
 
+# Paints the whole page one of three colours chosen by the wall clock's second, so a
+# recording's frame can be checked against the time it was captured.
+COLOURS_PAGE = """<!doctype html><html><head><title>colours</title><style>
+html, body { margin: 0; height: 100%; }
+</style></head><body><script>
+const colours = ["rgb(255, 0, 0)", "rgb(0, 255, 0)", "rgb(0, 0, 255)"];
+(function paint() {
+  document.body.style.background = colours[Math.floor(Date.now() / 1000) % 3];
+  requestAnimationFrame(paint);
+})();
+</script></body></html>"""
+
+
 class _Page(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path.startswith("/events.html"):
             body = EVENTS_PAGE.encode()
+        elif self.path.startswith("/colours.html"):
+            body = COLOURS_PAGE.encode()
         else:
             body = f"<!doctype html><title>{TEST_PAGE_TITLE}</title><h1>hello</h1>".encode()
         self.send_response(200)

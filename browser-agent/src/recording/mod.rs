@@ -400,6 +400,10 @@ fn encoder_args(job: &Job) -> Vec<String> {
             &framerate,
             "-movflags",
             "+frag_keyframe+empty_moov+default_base_moof",
+            // Each fragment reaches the file when it is complete, not when ffmpeg's
+            // 32 KiB buffer fills: downloads in progress and crashes see it.
+            "-flush_packets",
+            "1",
             "-f",
             "mp4",
             "-y",

@@ -9,8 +9,9 @@ use browser_agent_proto::v1::{
     CdpFrame, CdpOpen, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
     DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo,
     LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
-    PressKeysRequest, ScreenshotRequest, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
-    StatusRequest, StatusResponse, TypeTextRequest, WriteFileChunk, cdp_frame::Kind,
+    PressKeysRequest, RecordingInfo, RecordingRequest, ScreenshotRequest, ScrollRequest,
+    SetPermissionsRequest, ShutdownRequest, StartRecordingRequest, StatusRequest, StatusResponse,
+    TypeTextRequest, WriteFileChunk, cdp_frame::Kind,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -27,6 +28,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Filesystem calls may walk large trees (recursive delete, listing).
 const FS_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Stopping a recording waits for ffmpeg to flush and the file to be remuxed.
+const FINALIZE_TIMEOUT: Duration = Duration::from_secs(310);
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -54,7 +57,7 @@ impl From<Status> for AgentError {
                 Self::InvalidArgument(message)
             }
             Code::NotFound => Self::NotFound(message),
-            Code::AlreadyExists => Self::Conflict(message),
+            Code::AlreadyExists | Code::ResourceExhausted => Self::Conflict(message),
             Code::PermissionDenied => Self::Forbidden(message),
             Code::DeadlineExceeded => Self::Timeout(message),
             Code::Unavailable | Code::Unknown | Code::Cancelled => Self::Unavailable(message),
@@ -341,5 +344,69 @@ impl AgentClient {
             .load_extensions(ReceiverStream::new(chunks))
             .await?
             .into_inner())
+    }
+
+    /// Answers once the first frame is captured.
+    pub async fn start_recording(
+        &self,
+        recording_id: &str,
+        framerate: u32,
+        max_duration_seconds: u32,
+    ) -> Result<RecordingInfo, AgentError> {
+        let mut request = tonic::Request::new(StartRecordingRequest {
+            recording_id: recording_id.to_owned(),
+            framerate,
+            max_duration_seconds,
+        });
+        request.set_timeout(CALL_TIMEOUT);
+        Ok(self
+            .inner
+            .clone()
+            .start_recording(request)
+            .await?
+            .into_inner())
+    }
+
+    fn recording_request(
+        recording_id: &str,
+        timeout: Duration,
+    ) -> tonic::Request<RecordingRequest> {
+        let mut request = tonic::Request::new(RecordingRequest {
+            recording_id: recording_id.to_owned(),
+        });
+        request.set_timeout(timeout);
+        request
+    }
+
+    /// Ends the recording and waits until its file is final.
+    pub async fn stop_recording(&self, recording_id: &str) -> Result<RecordingInfo, AgentError> {
+        let request = Self::recording_request(recording_id, FINALIZE_TIMEOUT);
+        Ok(self
+            .inner
+            .clone()
+            .stop_recording(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn read_recording(
+        &self,
+        recording_id: &str,
+    ) -> Result<Streaming<DataChunk>, AgentError> {
+        let request = tonic::Request::new(RecordingRequest {
+            recording_id: recording_id.to_owned(),
+        });
+        Ok(self
+            .inner
+            .clone()
+            .read_recording(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn delete_recording(&self, recording_id: &str) -> Result<(), AgentError> {
+        let request = Self::recording_request(recording_id, CALL_TIMEOUT);
+        self.inner.clone().delete_recording(request).await?;
+        Ok(())
     }
 }

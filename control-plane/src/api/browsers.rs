@@ -111,7 +111,7 @@ pub struct BrowserSession {
 
 impl BrowserSession {
     fn from_record(state: &AppState, session: &SessionRecord) -> Self {
-        let token = state.cdp_tokens.issue(&session.id, &session.org_id);
+        let token = state.tokens.issue_cdp(&session.id, &session.org_id);
         Self {
             session_id: session.id.clone(),
             cdp_ws_url: format!(

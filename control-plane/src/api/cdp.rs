@@ -50,7 +50,7 @@ pub async fn connect(
     let claims = query
         .jwt
         .as_deref()
-        .and_then(|token| state.cdp_tokens.verify(token))
+        .and_then(|token| state.tokens.verify_cdp(token))
         .filter(|claims| claims.sub == id)
         .ok_or_else(|| ApiError::Unauthorized("missing or invalid jwt for this session".into()))?;
     let upgrade = upgrade.map_err(|rejection| {

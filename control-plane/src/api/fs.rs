@@ -116,7 +116,7 @@ fn mode_string(mode: u32) -> String {
 }
 
 /// The streamed bytes of a file from the agent, as an HTTP body.
-fn body_of(stream: Streaming<DataChunk>) -> Body {
+pub(super) fn body_of(stream: Streaming<DataChunk>) -> Body {
     Body::from_stream(stream.map(|chunk| {
         chunk
             .map(|chunk| Bytes::from(chunk.data))

@@ -9,6 +9,7 @@ pub mod extensions;
 pub mod extract;
 pub mod fs;
 pub mod health;
+pub mod replays;
 
 use axum::Json;
 use axum::Router;
@@ -63,6 +64,11 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cdp::connect))
         .routes(routes!(extensions::list))
         .routes(routes!(extensions::download, extensions::delete))
+        .routes(routes!(replays::start, replays::list))
+        .routes(routes!(replays::stop))
+        .routes(routes!(replays::download))
+        .routes(routes!(replays::view_page))
+        .routes(routes!(replays::view_video))
         .routes(routes!(computer::click_mouse))
         .routes(routes!(computer::drag_mouse))
         .routes(routes!(computer::get_mouse_position))
@@ -133,9 +139,10 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+    use crate::replays::Replays;
     use crate::runtime::{LocalRuntime, LocalRuntimeConfig};
     use crate::sessions::Sessions;
-    use crate::tokens::CdpTokens;
+    use crate::tokens::Tokens;
 
     /// Every endpoint of the Kernel API contract (API-CONTRACT.md), whether built yet or
     /// not. Path parameters are filled with `x`.
@@ -212,6 +219,7 @@ mod tests {
             agent_binary: "/nonexistent/browser-agent".into(),
             chromium: "chromium".into(),
             xvfb: "Xvfb".into(),
+            ffmpeg: "ffmpeg".into(),
             agent_idle_grace: std::time::Duration::from_secs(60),
             zip_limits: crate::runtime::ZipLimits {
                 max_entries: 1,
@@ -219,14 +227,23 @@ mod tests {
                 max_ratio: 1,
             },
         }));
+        let blobs: Arc<dyn crate::blobs::BlobStore> =
+            Arc::new(crate::blobs::LocalBlobStore::open(&dir.join("blobs")).expect("blobs"));
+        let replays = Arc::new(Replays::new(
+            store.clone(),
+            blobs.clone(),
+            runtime.clone(),
+            "ffmpeg".into(),
+        ));
         router(AppState {
-            sessions: Arc::new(Sessions::new(store.clone(), runtime)),
+            sessions: Arc::new(Sessions::new(store.clone(), runtime, replays.clone())),
+            replays,
             key_cache: Default::default(),
-            cdp_tokens: Arc::new(CdpTokens::from_secret(b"test")),
+            tokens: Arc::new(Tokens::from_secret(b"test")),
             store,
             public_url: "http://test".into(),
             max_upload_bytes: 1024,
-            blobs: Arc::new(crate::blobs::LocalBlobStore::open(&dir.join("blobs")).expect("blobs")),
+            blobs,
             max_extension_bytes: 1024,
         })
     }

@@ -27,6 +27,7 @@ pub struct LocalRuntimeConfig {
     pub agent_binary: PathBuf,
     pub chromium: String,
     pub xvfb: String,
+    pub ffmpeg: String,
     /// An agent shuts itself down after this long without hearing from a control plane.
     pub agent_idle_grace: Duration,
     pub zip_limits: ZipLimits,
@@ -53,6 +54,8 @@ const SCRATCH_DIR: &str = "scratch";
 const PID_FILE: &str = "agent.pid";
 const ADDR_FILE: &str = "agent.addr";
 const LOG_FILE: &str = "agent.log";
+/// Beside the root: where the agent writes screen recordings.
+const RECORDINGS_DIR: &str = "recordings";
 
 impl LocalRuntime {
     pub fn new(config: LocalRuntimeConfig) -> Self {
@@ -86,6 +89,8 @@ impl LocalRuntime {
             ))
             .arg("--scratch-dir")
             .arg(dir.join(SCRATCH_DIR))
+            .arg("--recordings-dir")
+            .arg(dir.join(RECORDINGS_DIR))
             .arg(format!(
                 "--zip-max-entries={}",
                 self.config.zip_limits.max_entries
@@ -101,6 +106,7 @@ impl LocalRuntime {
             .env("BROWSER_AGENT_SECRET", &secret)
             .env("BROWSER_AGENT_CHROMIUM", &self.config.chromium)
             .env("BROWSER_AGENT_XVFB", &self.config.xvfb)
+            .env("BROWSER_AGENT_FFMPEG", &self.config.ffmpeg)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -261,6 +267,19 @@ impl Runtime for LocalRuntime {
         location
             .pid
             .map(|pid| is_running(pid) && is_agent_for(pid, root))
+    }
+
+    fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<PathBuf> {
+        // Names as the agent writes them (browser-agent/src/recording): finished, then
+        // still recording (or cut short while finalizing).
+        let dir = self.browser_dir(session_id).join(RECORDINGS_DIR);
+        [
+            format!("{recording_id}.mp4"),
+            format!("{recording_id}.recording.mp4"),
+        ]
+        .into_iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
     }
 
     async fn reap_strays(&self, live_session_ids: &HashSet<String>) {

@@ -6,6 +6,7 @@ mod local;
 pub mod processes;
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 
 use async_trait::async_trait;
 
@@ -48,4 +49,9 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Reaps VMs that belong to none of `live_session_ids` (left by a crash).
     async fn reap_strays(&self, live_session_ids: &HashSet<String>);
+
+    /// The file of a recording that a session's agent left on this host (finished, or
+    /// the fragmented MP4 of one cut short), for collecting it when the agent is gone.
+    /// Valid until `destroy`.
+    fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<PathBuf>;
 }

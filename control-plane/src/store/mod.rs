@@ -111,6 +111,63 @@ pub struct ExtensionRecord {
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayStatus {
+    Recording,
+    /// Being finalized and copied into the blob store.
+    Stopping,
+    /// The video is in the blob store.
+    Finished,
+    /// Ended without a video (`failure` says why).
+    Lost,
+}
+
+impl ReplayStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Recording => "recording",
+            Self::Stopping => "stopping",
+            Self::Finished => "finished",
+            Self::Lost => "lost",
+        }
+    }
+
+    pub fn parse(text: &str) -> StoreResult<Self> {
+        match text {
+            "recording" => Ok(Self::Recording),
+            "stopping" => Ok(Self::Stopping),
+            "finished" => Ok(Self::Finished),
+            "lost" => Ok(Self::Lost),
+            other => Err(StoreError::Backend(format!(
+                "unknown replay status {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A screen recording of a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayRecord {
+    pub id: String,
+    pub org_id: String,
+    pub session_id: String,
+    pub framerate: i64,
+    pub max_duration_seconds: i64,
+    pub status: ReplayStatus,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub size_bytes: Option<i64>,
+    pub blob_key: Option<String>,
+    pub failure: Option<String>,
+}
+
+/// How a recording ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayOutcome {
+    Video { size_bytes: i64, blob_key: String },
+    Lost(String),
+}
+
 /// Which sessions a listing returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SessionFilter {
@@ -188,6 +245,44 @@ pub trait Store: Send + Sync + 'static {
     /// Returns whether it existed.
     async fn delete_extension(&self, org_id: &str, id: &str) -> StoreResult<bool>;
     async fn mark_extensions_used(&self, ids: &[String], at: DateTime<Utc>) -> StoreResult<()>;
+
+    async fn insert_replay(&self, replay: &ReplayRecord) -> StoreResult<()>;
+    async fn replay(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<ReplayRecord>>;
+    /// Oldest first.
+    async fn list_replays(&self, org_id: &str, session_id: &str) -> StoreResult<Vec<ReplayRecord>>;
+    /// Recording or stopping replays of every organization (after a restart).
+    async fn unfinished_replays(&self) -> StoreResult<Vec<ReplayRecord>>;
+    /// Moves a recording replay to `stopping`; returns false if it was not recording, so
+    /// exactly one caller finalizes it.
+    async fn begin_replay_stop(&self, id: &str) -> StoreResult<bool>;
+    /// Records how a stopping replay ended.
+    async fn finish_replay(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        outcome: &ReplayOutcome,
+    ) -> StoreResult<()>;
+}
+
+const REPLAY_COLUMNS: &str = "id, org_id, session_id, framerate, max_duration_seconds, status, \
+    started_at, finished_at, size_bytes, blob_key, failure";
+
+impl ReplayOutcome {
+    /// (status, size_bytes, blob_key, failure) as stored.
+    fn columns(&self) -> (&'static str, Option<i64>, Option<&str>, Option<&str>) {
+        match self {
+            Self::Video {
+                size_bytes,
+                blob_key,
+            } => ("finished", Some(*size_bytes), Some(blob_key), None),
+            Self::Lost(why) => ("lost", None, None, Some(why)),
+        }
+    }
 }
 
 const EXTENSION_COLUMNS: &str = "id, org_id, name, size_bytes, blob_key, created_at, last_used_at";

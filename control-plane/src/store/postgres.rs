@@ -8,8 +8,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, SESSION_COLUMNS,
-    SessionFilter, SessionRecord, SessionStatus, Store, StoreError, StoreResult,
+    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, REPLAY_COLUMNS,
+    ReplayOutcome, ReplayRecord, ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionRecord,
+    SessionStatus, Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -63,6 +64,24 @@ fn map_error(error: tokio_postgres::Error) -> StoreError {
     }
     // tokio-postgres' Display says only "db error"; Debug carries the server's message.
     StoreError::Backend(format!("{error:?}"))
+}
+
+fn replay_from_row(row: &Row) -> StoreResult<ReplayRecord> {
+    let get = |error: tokio_postgres::Error| map_error(error);
+    let status: String = row.try_get(5).map_err(get)?;
+    Ok(ReplayRecord {
+        id: row.try_get(0).map_err(get)?,
+        org_id: row.try_get(1).map_err(get)?,
+        session_id: row.try_get(2).map_err(get)?,
+        framerate: row.try_get(3).map_err(get)?,
+        max_duration_seconds: row.try_get(4).map_err(get)?,
+        status: ReplayStatus::parse(&status)?,
+        started_at: row.try_get(6).map_err(get)?,
+        finished_at: row.try_get(7).map_err(get)?,
+        size_bytes: row.try_get(8).map_err(get)?,
+        blob_key: row.try_get(9).map_err(get)?,
+        failure: row.try_get(10).map_err(get)?,
+    })
 }
 
 fn session_from_row(row: &Row) -> StoreResult<SessionRecord> {
@@ -417,6 +436,103 @@ impl Store for PostgresStore {
             .execute(
                 "UPDATE extensions SET last_used_at = $2 WHERE id = ANY($1)",
                 &[&ids, &at],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn insert_replay(&self, r: &ReplayRecord) -> StoreResult<()> {
+        self.client()
+            .await?
+            .execute(
+                &format!("INSERT INTO replays ({REPLAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"),
+                &[
+                    &r.id, &r.org_id, &r.session_id, &r.framerate, &r.max_duration_seconds,
+                    &r.status.as_str(), &r.started_at, &r.finished_at, &r.size_bytes, &r.blob_key, &r.failure,
+                ],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn replay(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<ReplayRecord>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                &format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE org_id = $1 AND session_id = $2 AND id = $3"),
+                &[&org_id, &session_id, &id],
+            )
+            .await
+            .map_err(map_error)?;
+        row.as_ref().map(replay_from_row).transpose()
+    }
+
+    async fn list_replays(&self, org_id: &str, session_id: &str) -> StoreResult<Vec<ReplayRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "SELECT {REPLAY_COLUMNS} FROM replays WHERE org_id = $1 AND session_id = $2 \
+                     ORDER BY started_at, id"
+                ),
+                &[&org_id, &session_id],
+            )
+            .await
+            .map_err(map_error)?;
+        rows.iter().map(replay_from_row).collect()
+    }
+
+    async fn unfinished_replays(&self) -> StoreResult<Vec<ReplayRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "SELECT {REPLAY_COLUMNS} FROM replays WHERE status IN ('recording', 'stopping') \
+                     ORDER BY started_at, id"
+                ),
+                &[],
+            )
+            .await
+            .map_err(map_error)?;
+        rows.iter().map(replay_from_row).collect()
+    }
+
+    async fn begin_replay_stop(&self, id: &str) -> StoreResult<bool> {
+        let changed = self
+            .client()
+            .await?
+            .execute(
+                "UPDATE replays SET status = 'stopping' WHERE id = $1 AND status = 'recording'",
+                &[&id],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(changed == 1)
+    }
+
+    async fn finish_replay(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        outcome: &ReplayOutcome,
+    ) -> StoreResult<()> {
+        let (status, size_bytes, blob_key, failure) = outcome.columns();
+        self.client()
+            .await?
+            .execute(
+                "UPDATE replays SET status = $2, finished_at = $3, size_bytes = $4, blob_key = $5, \
+                 failure = $6 WHERE id = $1",
+                &[&id, &status, &at, &size_bytes, &blob_key, &failure],
             )
             .await
             .map_err(map_error)?;

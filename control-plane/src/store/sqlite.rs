@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{
-    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, SESSION_COLUMNS,
-    SessionFilter, SessionRecord, SessionStatus, Store, StoreError, StoreResult,
+    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, REPLAY_COLUMNS,
+    ReplayOutcome, ReplayRecord, ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionRecord,
+    SessionStatus, Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -78,6 +79,26 @@ fn extension_from_row(row: &Row<'_>) -> rusqlite::Result<ExtensionRecord> {
         blob_key: row.get(4)?,
         created_at: row.get(5)?,
         last_used_at: row.get(6)?,
+    })
+}
+
+fn replay_from_row(row: &Row<'_>) -> rusqlite::Result<ReplayRecord> {
+    let status: String = row.get(5)?;
+    let status = ReplayStatus::parse(&status).map_err(|error| {
+        rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, error.into())
+    })?;
+    Ok(ReplayRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        session_id: row.get(2)?,
+        framerate: row.get(3)?,
+        max_duration_seconds: row.get(4)?,
+        status,
+        started_at: row.get(6)?,
+        finished_at: row.get(7)?,
+        size_bytes: row.get(8)?,
+        blob_key: row.get(9)?,
+        failure: row.get(10)?,
     })
 }
 
@@ -401,6 +422,96 @@ impl Store for SqliteStore {
                 )?;
             }
             transaction.commit()
+        })
+        .await
+    }
+
+    async fn insert_replay(&self, r: &ReplayRecord) -> StoreResult<()> {
+        let r = r.clone();
+        self.call(move |connection| {
+            connection.execute(
+                &format!("INSERT INTO replays ({REPLAY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+                params![
+                    r.id, r.org_id, r.session_id, r.framerate, r.max_duration_seconds,
+                    r.status.as_str(), r.started_at, r.finished_at, r.size_bytes, r.blob_key, r.failure
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn replay(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<ReplayRecord>> {
+        let (org_id, session_id, id) = (org_id.to_owned(), session_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE org_id = ?1 AND session_id = ?2 AND id = ?3"),
+                    params![org_id, session_id, id],
+                    replay_from_row,
+                )
+                .optional()
+        })
+        .await
+    }
+
+    async fn list_replays(&self, org_id: &str, session_id: &str) -> StoreResult<Vec<ReplayRecord>> {
+        let (org_id, session_id) = (org_id.to_owned(), session_id.to_owned());
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {REPLAY_COLUMNS} FROM replays WHERE org_id = ?1 AND session_id = ?2 \
+                 ORDER BY started_at, id"
+            ))?;
+            let rows = statement.query_map(params![org_id, session_id], replay_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn unfinished_replays(&self) -> StoreResult<Vec<ReplayRecord>> {
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {REPLAY_COLUMNS} FROM replays WHERE status IN ('recording', 'stopping') \
+                 ORDER BY started_at, id"
+            ))?;
+            let rows = statement.query_map([], replay_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn begin_replay_stop(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.call(move |connection| {
+            let changed = connection.execute(
+                "UPDATE replays SET status = 'stopping' WHERE id = ?1 AND status = 'recording'",
+                params![id],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn finish_replay(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        outcome: &ReplayOutcome,
+    ) -> StoreResult<()> {
+        let (id, outcome) = (id.to_owned(), outcome.clone());
+        self.call(move |connection| {
+            let (status, size_bytes, blob_key, failure) = outcome.columns();
+            connection.execute(
+                "UPDATE replays SET status = ?2, finished_at = ?3, size_bytes = ?4, blob_key = ?5, \
+                 failure = ?6 WHERE id = ?1",
+                params![id, status, at, size_bytes, blob_key, failure],
+            )?;
+            Ok(())
         })
         .await
     }

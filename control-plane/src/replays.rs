@@ -1,0 +1,434 @@
+//! Replays: screen recordings of browser sessions. The agent records; this module starts
+//! recordings, and finishes them: on a stop, at their maximum duration, or when their
+//! browser ends. Finishing copies the final video from the agent into the blob store
+//! (streamed), so it outlives the browser. When the agent is gone (crashed), what it
+//! left on this host is salvaged instead. State lives in the store; `resume` picks up
+//! recordings after a control-plane restart.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use browser_agent_proto::v1::RecordingState;
+use chrono::{DateTime, TimeZone, Utc};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+
+use crate::agent::{AgentClient, AgentError};
+use crate::blobs::BlobStore;
+use crate::error::ApiError;
+use crate::ids;
+use crate::runtime::Runtime;
+use crate::sessions::Sessions;
+use crate::store::{
+    ReplayOutcome, ReplayRecord, ReplayStatus, SessionRecord, SessionStatus, Store, StoreError,
+};
+
+pub const DEFAULT_FRAMERATE: u32 = 10;
+/// Without a GPU, more than 20 fps at 1080p costs more than a core.
+pub const MAX_FRAMERATE: u32 = 20;
+pub const DEFAULT_MAX_DURATION_SECONDS: u32 = 3600;
+pub const MAX_MAX_DURATION_SECONDS: u32 = 4 * 3600;
+
+pub struct Replays {
+    store: Arc<dyn Store>,
+    blobs: Arc<dyn BlobStore>,
+    runtime: Arc<dyn Runtime>,
+    /// Remuxes recordings salvaged from crashed agents.
+    ffmpeg: String,
+    /// Replays this process is finishing right now, and a signal when one is done.
+    finishing: Mutex<HashSet<String>>,
+    finished: Notify,
+}
+
+/// Something that kept a video from reaching the blob store.
+#[derive(Debug, thiserror::Error)]
+enum CollectError {
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error("storing the video failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Recorder(String),
+}
+
+fn from_unix_ms(ms: i64) -> Option<DateTime<Utc>> {
+    Utc.timestamp_millis_opt(ms).single().filter(|_| ms > 0)
+}
+
+impl Replays {
+    pub fn new(
+        store: Arc<dyn Store>,
+        blobs: Arc<dyn BlobStore>,
+        runtime: Arc<dyn Runtime>,
+        ffmpeg: String,
+    ) -> Self {
+        Self {
+            store,
+            blobs,
+            runtime,
+            ffmpeg,
+            finishing: Mutex::default(),
+            finished: Notify::new(),
+        }
+    }
+
+    /// Starts recording the session's display; answers once the first frame is captured.
+    pub async fn start(
+        self: &Arc<Self>,
+        session: &SessionRecord,
+        agent: AgentClient,
+        framerate: u32,
+        max_duration_seconds: u32,
+    ) -> Result<ReplayRecord, ApiError> {
+        if session.headless {
+            return Err(ApiError::invalid_field(format!(
+                "browser session {} is headless: it has no display to record",
+                session.id
+            )));
+        }
+        let id = ids::new_id("rpl");
+        let info = agent
+            .start_recording(&id, framerate, max_duration_seconds)
+            .await?;
+        let replay = ReplayRecord {
+            id: id.clone(),
+            org_id: session.org_id.clone(),
+            session_id: session.id.clone(),
+            framerate: framerate.into(),
+            max_duration_seconds: max_duration_seconds.into(),
+            status: ReplayStatus::Recording,
+            started_at: from_unix_ms(info.started_at_unix_ms).unwrap_or_else(Utc::now),
+            finished_at: None,
+            size_bytes: None,
+            blob_key: None,
+            failure: None,
+        };
+        if let Err(error) = self.store.insert_replay(&replay).await {
+            // Unrecorded, the recording would never be finished or found: drop it.
+            let _ = agent.stop_recording(&id).await;
+            let _ = agent.delete_recording(&id).await;
+            return Err(error.into());
+        }
+        self.finish_at_deadline(session.clone(), agent, replay.clone());
+        Ok(replay)
+    }
+
+    /// The agent ends a recording at its maximum duration by itself; this collects it
+    /// then (unless something else finished it first).
+    fn finish_at_deadline(
+        self: &Arc<Self>,
+        session: SessionRecord,
+        agent: AgentClient,
+        replay: ReplayRecord,
+    ) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let deadline = replay.started_at
+                + chrono::Duration::seconds(replay.max_duration_seconds)
+                - Utc::now();
+            tokio::time::sleep(deadline.to_std().unwrap_or_default()).await;
+            match this.claim(&replay).await {
+                Ok(true) => {
+                    if let Err(error) = this.finish(&session, Some(agent), replay).await {
+                        tracing::warn!(%error, "could not finish a replay at its maximum duration");
+                    }
+                }
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, "could not finish a replay"),
+            }
+        });
+    }
+
+    /// A caller's stop: finishes the replay and answers it; 409 if it is not recording.
+    pub async fn stop(
+        &self,
+        session: &SessionRecord,
+        agent: Option<AgentClient>,
+        replay: ReplayRecord,
+    ) -> Result<ReplayRecord, ApiError> {
+        if !self.claim(&replay).await? {
+            return Err(ApiError::Conflict(format!(
+                "replay {} is not recording: it has already been stopped",
+                replay.id
+            )));
+        }
+        self.finish(session, agent, replay).await
+    }
+
+    /// Claims a replay for finishing; true for exactly one caller. A recording replay
+    /// moves to `stopping` in the store; a `stopping` one qualifies only if no task of
+    /// this process is finishing it (a previous process was cut off).
+    async fn claim(&self, replay: &ReplayRecord) -> Result<bool, StoreError> {
+        let newly_claimed_here = self
+            .finishing
+            .lock()
+            .map(|mut finishing| finishing.insert(replay.id.clone()))
+            .unwrap_or(false);
+        if !newly_claimed_here {
+            return Ok(false);
+        }
+        let claimed = match replay.status {
+            ReplayStatus::Recording => self.store.begin_replay_stop(&replay.id).await,
+            ReplayStatus::Stopping => Ok(true),
+            ReplayStatus::Finished | ReplayStatus::Lost => Ok(false),
+        };
+        if !matches!(claimed, Ok(true)) {
+            self.release(&replay.id);
+        }
+        claimed
+    }
+
+    fn release(&self, id: &str) {
+        if let Ok(mut finishing) = self.finishing.lock() {
+            finishing.remove(id);
+        }
+        self.finished.notify_waiters();
+    }
+
+    /// Finishes a replay this caller claimed: collects the video from the agent or,
+    /// with the agent gone, from what it left behind, and records the outcome.
+    async fn finish(
+        &self,
+        session: &SessionRecord,
+        agent: Option<AgentClient>,
+        replay: ReplayRecord,
+    ) -> Result<ReplayRecord, ApiError> {
+        let id = replay.id.clone();
+        let finished = self.finish_inner(session, agent, replay).await;
+        self.release(&id);
+        finished
+    }
+
+    async fn finish_inner(
+        &self,
+        session: &SessionRecord,
+        agent: Option<AgentClient>,
+        replay: ReplayRecord,
+    ) -> Result<ReplayRecord, ApiError> {
+        let collected = match &agent {
+            Some(agent) => self.collect(agent, &replay).await,
+            None => Err(CollectError::Recorder("the browser's agent is gone".into())),
+        };
+        let (finished_at, outcome) = match collected {
+            Ok(done) => done,
+            Err(error) => {
+                tracing::warn!(replay_id = %replay.id, %error, "collecting from the agent failed; salvaging");
+                (Utc::now(), self.salvage(session, &replay, &error).await)
+            }
+        };
+        self.store
+            .finish_replay(&replay.id, finished_at, &outcome)
+            .await?;
+        if let (Some(agent), ReplayOutcome::Video { .. }) = (&agent, &outcome) {
+            // The copy is safe in the blob store; free the VM's disk.
+            let _ = agent.delete_recording(&replay.id).await;
+        }
+        let (status, size_bytes, blob_key, failure) = match outcome {
+            ReplayOutcome::Video {
+                size_bytes,
+                blob_key,
+            } => (
+                ReplayStatus::Finished,
+                Some(size_bytes),
+                Some(blob_key),
+                None,
+            ),
+            ReplayOutcome::Lost(why) => (ReplayStatus::Lost, None, None, Some(why)),
+        };
+        Ok(ReplayRecord {
+            status,
+            finished_at: Some(finished_at),
+            size_bytes,
+            blob_key,
+            failure,
+            ..replay
+        })
+    }
+
+    /// Stops the recording on the agent (waiting until its file is final) and streams
+    /// the file into the blob store.
+    async fn collect(
+        &self,
+        agent: &AgentClient,
+        replay: &ReplayRecord,
+    ) -> Result<(DateTime<Utc>, ReplayOutcome), CollectError> {
+        let info = agent.stop_recording(&replay.id).await?;
+        let finished_at = from_unix_ms(info.finished_at_unix_ms).unwrap_or_else(Utc::now);
+        match info.state() {
+            RecordingState::Finished => {}
+            RecordingState::Failed => {
+                return Ok((finished_at, ReplayOutcome::Lost(info.error)));
+            }
+            other => {
+                return Err(CollectError::Recorder(format!(
+                    "the recording is {other:?} after its stop"
+                )));
+            }
+        }
+        let mut video = agent.read_recording(&replay.id).await?;
+        let temporary = self.blobs.incoming()?;
+        let mut out = tokio::fs::File::from_std(temporary.reopen()?);
+        let mut size = 0u64;
+        while let Some(chunk) = video.message().await.map_err(AgentError::from)? {
+            size += chunk.data.len() as u64;
+            out.write_all(&chunk.data).await?;
+        }
+        out.flush().await?;
+        if size != info.size_bytes {
+            return Err(CollectError::Recorder(format!(
+                "copied {size} of the video's {} bytes",
+                info.size_bytes
+            )));
+        }
+        let blob_key = blob_key(replay);
+        self.blobs.put(&blob_key, temporary).await?;
+        Ok((
+            finished_at,
+            ReplayOutcome::Video {
+                size_bytes: size as i64,
+                blob_key,
+            },
+        ))
+    }
+
+    /// Keeps what a crashed agent left on this host: remuxed into a regular MP4 (which
+    /// also drops a fragment cut off mid-write) or, if that fails, as the fragmented MP4
+    /// it is, itself playable.
+    async fn salvage(
+        &self,
+        session: &SessionRecord,
+        replay: &ReplayRecord,
+        why: &CollectError,
+    ) -> ReplayOutcome {
+        let Some(leftover) = self.runtime.leftover_recording(&session.id, &replay.id) else {
+            return ReplayOutcome::Lost(format!("the recording was lost: {why}"));
+        };
+        match self.store_salvaged(replay, &leftover).await {
+            Ok(outcome) => outcome,
+            Err(error) => ReplayOutcome::Lost(format!(
+                "the recording was cut short ({why}) and could not be kept: {error}"
+            )),
+        }
+    }
+
+    async fn store_salvaged(
+        &self,
+        replay: &ReplayRecord,
+        leftover: &Path,
+    ) -> std::io::Result<ReplayOutcome> {
+        let temporary = self.blobs.incoming()?;
+        let remuxed = tokio::process::Command::new(&self.ffmpeg)
+            .args(["-hide_banner", "-loglevel", "error", "-y", "-i"])
+            .arg(leftover)
+            .args(["-c", "copy", "-movflags", "+faststart", "-f", "mp4"])
+            .arg(temporary.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .status()
+            .await;
+        if !matches!(remuxed, Ok(status) if status.success()) {
+            tracing::warn!(replay_id = %replay.id, "remuxing a salvaged recording failed; keeping it as it is");
+            tokio::fs::copy(leftover, temporary.path()).await?;
+        }
+        let size_bytes = temporary.as_file().metadata()?.len() as i64;
+        let blob_key = blob_key(replay);
+        self.blobs.put(&blob_key, temporary).await?;
+        Ok(ReplayOutcome::Video {
+            size_bytes,
+            blob_key,
+        })
+    }
+
+    /// Finishes every unfinished replay of a session that is ending; called before its
+    /// browser is destroyed. Waits for finishes already under way.
+    pub async fn finish_all(&self, session: &SessionRecord, agent: Option<AgentClient>) {
+        let replays = match self.store.list_replays(&session.org_id, &session.id).await {
+            Ok(replays) => replays,
+            Err(error) => {
+                tracing::warn!(session_id = %session.id, %error, "could not list the session's replays");
+                return;
+            }
+        };
+        let mut finishing = Vec::new();
+        let mut under_way = Vec::new();
+        for replay in replays {
+            if matches!(replay.status, ReplayStatus::Finished | ReplayStatus::Lost) {
+                continue;
+            }
+            if self.claim(&replay).await.unwrap_or(false) {
+                finishing.push(self.finish(session, agent.clone(), replay));
+            } else {
+                under_way.push(replay.id);
+            }
+        }
+        for outcome in futures::future::join_all(finishing).await {
+            if let Err(error) = outcome {
+                tracing::warn!(session_id = %session.id, %error, "could not finish a replay");
+            }
+        }
+        for id in under_way {
+            self.wait_until_finished(&id).await;
+        }
+    }
+
+    fn is_finishing(&self, id: &str) -> bool {
+        self.finishing
+            .lock()
+            .map(|finishing| finishing.contains(id))
+            .unwrap_or(false)
+    }
+
+    async fn wait_until_finished(&self, id: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(330);
+        loop {
+            let notified = self.finished.notified();
+            if !self.is_finishing(id) || tokio::time::Instant::now() > deadline {
+                return;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+        }
+    }
+
+    /// After a restart (and after `Sessions::reconcile`): keeps the maximum-duration
+    /// deadline of recordings whose browser lives, and finishes the others.
+    pub async fn resume(self: &Arc<Self>, sessions: &Arc<Sessions>) -> anyhow::Result<()> {
+        for replay in self.store.unfinished_replays().await? {
+            let Some(session) = self
+                .store
+                .session(&replay.org_id, &replay.session_id)
+                .await?
+            else {
+                continue;
+            };
+            let agent = match session.status {
+                SessionStatus::Running => sessions.agent(&session).ok(),
+                _ => None,
+            };
+            match (replay.status, agent) {
+                (ReplayStatus::Recording, Some(agent)) => {
+                    self.finish_at_deadline(session, agent, replay);
+                }
+                (_, agent) => {
+                    if !self.claim(&replay).await? {
+                        continue;
+                    }
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        if let Err(error) = this.finish(&session, agent, replay).await {
+                            tracing::warn!(%error, "could not finish a replay after a restart");
+                        }
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn blob_key(replay: &ReplayRecord) -> String {
+    format!("replays/{}/{}.mp4", replay.org_id, replay.id)
+}

@@ -1,0 +1,329 @@
+"""Replays through the official SDK: real recordings of a real display, checked with
+ffprobe and by the colours of decoded frames; their life after the browser (delete,
+crash), Range downloads, the public view page in a real browser, and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import kernel
+import pytest
+from kernel import Kernel
+from playwright.sync_api import sync_playwright
+
+from harness import REPO, ControlPlane, processes_mentioning, session_processes, wait_until
+
+WIDTH, HEIGHT = 1280, 720
+# The page's colour at each second of the wall clock (conftest COLOURS_PAGE).
+COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+ARTIFACTS = Path(os.environ.get("E2E_ARTIFACTS", REPO / "tests" / "e2e" / "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory):
+    # Short agent grace: heartbeats every second notice a killed agent quickly.
+    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data", agent_idle_grace_seconds=4).start()
+    yield server
+    server.reap_everything()
+
+
+def colour_session(client: Kernel, test_page_url: str, playwright):
+    """A headful browser showing the colour-cycling page; returns (session, cdp browser)."""
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=300)
+    browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+    context = browser.contexts[0]
+    page = context.pages[0] if context.pages else context.new_page()
+    page.goto(test_page_url.replace("page.html", "colours.html"))
+    page.bring_to_front()
+    return session, browser
+
+
+def timestamp(value) -> float:
+    return (value if isinstance(value, datetime) else datetime.fromisoformat(value)).timestamp()
+
+
+def probe(path: Path) -> dict:
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames",
+         "-show_entries", "stream=codec_name,r_frame_rate,nb_read_frames,width,height:format=duration,format_name",
+         "-of", "json", str(path)],
+        check=True, capture_output=True, text=True,
+    )
+    data = json.loads(out.stdout)
+    return {**data["streams"][0], **data["format"]}
+
+
+def decodes_cleanly(path: Path) -> bool:
+    done = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-f", "null", "-"],
+                          capture_output=True, text=True)
+    return done.returncode == 0 and not done.stderr.strip()
+
+
+def pixel_at(path: Path, seconds: float, x: int, y: int) -> tuple[int, int, int]:
+    """The RGB colour at (x, y) of the frame shown at `seconds` into the video."""
+    frame = subprocess.run(
+        ["ffmpeg", "-v", "error", "-ss", f"{seconds:.3f}", "-i", str(path), "-frames:v", "1",
+         "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+        check=True, capture_output=True,
+    ).stdout
+    offset = (y * WIDTH + x) * 3
+    return tuple(frame[offset:offset + 3])
+
+
+def close_to(actual, expected, tolerance: int = 40) -> bool:
+    return all(abs(a - e) <= tolerance for a, e in zip(actual, expected))
+
+
+def download(client: Kernel, session_id: str, replay_id: str, path: Path) -> Path:
+    path.write_bytes(client.browsers.replays.download(replay_id, id=session_id).read())
+    return path
+
+
+def wait_finished(client: Kernel, session_id: str, replay_id: str, timeout: float):
+    found = {}
+
+    def finished() -> bool:
+        replays = {r.replay_id: r for r in client.browsers.replays.list(session_id)}
+        found["replay"] = replays.get(replay_id)
+        return found["replay"] is not None and found["replay"].finished_at is not None
+
+    assert wait_until(finished, timeout, interval=0.25), found
+    return found["replay"]
+
+
+def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_url, tmp_path):
+    with sync_playwright() as playwright:
+        session, browser = colour_session(client, test_page_url, playwright)
+        sid = session.session_id
+        default = client.browsers.replays.start(sid)
+        slow = client.browsers.replays.start(sid, framerate=5, max_duration_in_seconds=60)
+        assert default.finished_at is None
+        for replay in (default, slow):
+            assert f"replay_id={replay.replay_id}" in replay.replay_view_url
+            assert "jwt=" in replay.replay_view_url
+        time.sleep(5)
+        stop_sent = time.time()
+        client.browsers.replays.stop(default.replay_id, id=sid)
+        client.browsers.replays.stop(slow.replay_id, id=sid)
+        browser.close()
+
+    listed = {r.replay_id: r for r in client.browsers.replays.list(sid)}
+    assert set(listed) == {default.replay_id, slow.replay_id}
+    for replay in listed.values():
+        assert replay.started_at is not None and replay.finished_at is not None
+        assert timestamp(replay.started_at) <= timestamp(replay.finished_at)
+
+    for replay, rate in ((default, "10/1"), (slow, "5/1")):
+        video = download(client, sid, replay.replay_id, tmp_path / f"{replay.replay_id}.mp4")
+        info = probe(video)
+        started = timestamp(listed[replay.replay_id].started_at)
+        wall = stop_sent - started
+        assert info["codec_name"] == "h264", info
+        assert info["r_frame_rate"] == rate, info
+        assert (int(info["width"]), int(info["height"])) == (WIDTH, HEIGHT)
+        duration = float(info["duration"])
+        assert abs(duration - wall) <= 0.1 * wall, (duration, wall)
+        # Frames shown half a second into a wall-clock second have that second's colour
+        # (half a second of slack either way). Sampled away from the cursor.
+        checked = 0
+        for second in range(math.ceil(started), math.floor(started + duration - 0.5)):
+            at = second + 0.5 - started
+            expected = COLOURS[second % 3]
+            actual = pixel_at(video, at, WIDTH // 4, HEIGHT * 3 // 4)
+            assert close_to(actual, expected), (replay.replay_id, at, actual, expected)
+            checked += 1
+        assert checked >= 3
+    client.browsers.delete_by_id(sid)
+
+
+def test_a_recording_ends_at_its_maximum_duration(client, tmp_path):
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
+    replay = client.browsers.replays.start(session.session_id, max_duration_in_seconds=3)
+    finished = wait_finished(client, session.session_id, replay.replay_id, timeout=20)
+    assert 2.5 <= timestamp(finished.finished_at) - timestamp(finished.started_at) <= 8
+    video = download(client, session.session_id, replay.replay_id, tmp_path / "max.mp4")
+    info = probe(video)
+    assert abs(float(info["duration"]) - 3.0) < 0.25, info
+    assert int(info["nb_read_frames"]) == 30
+    # The moov atom leads: the file is faststart.
+    head = video.read_bytes()
+    assert head.find(b"moov") < head.find(b"mdat")
+    with pytest.raises(kernel.ConflictError):
+        client.browsers.replays.stop(replay.replay_id, id=session.session_id)
+    client.browsers.delete_by_id(session.session_id)
+
+
+def test_deleting_the_browser_keeps_a_playable_recording(client, tmp_path):
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
+    replay = client.browsers.replays.start(session.session_id)
+    time.sleep(2)
+    client.browsers.delete_by_id(session.session_id)
+    # Finalized and stored before the browser went: no waiting needed.
+    finished = {r.replay_id: r for r in client.browsers.replays.list(session.session_id)}[replay.replay_id]
+    assert finished.finished_at is not None
+    video = download(client, session.session_id, replay.replay_id, tmp_path / "deleted.mp4")
+    info = probe(video)
+    assert info["codec_name"] == "h264"
+    assert float(info["duration"]) >= 1.5
+    assert decodes_cleanly(video)
+
+
+def test_a_killed_agent_still_leaves_a_playable_recording(control_plane, client, tmp_path):
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
+    sid = session.session_id
+    replay = client.browsers.replays.start(sid)
+    time.sleep(3)
+    (agent,) = session_processes(control_plane, sid)["agent"]
+    os.kill(agent, signal.SIGKILL)
+    # The control plane notices the dead agent, ends the session and salvages the file.
+    wait_finished(client, sid, replay.replay_id, timeout=30)
+    video = download(client, sid, replay.replay_id, tmp_path / "killed.mp4")
+    info = probe(video)
+    assert info["codec_name"] == "h264"
+    assert float(info["duration"]) >= 1.5, info
+    assert decodes_cleanly(video)
+    # The encoder finished the file on EOF and exited; nothing of the browser is left.
+    browser_dir = str(control_plane.data_dir / "browsers" / sid)
+    assert wait_until(lambda: not processes_mentioning(browser_dir), 10), processes_mentioning(browser_dir)
+
+
+def test_the_view_page_plays_the_video_and_refuses_a_tampered_link(client, control_plane, tmp_path):
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
+    replay = client.browsers.replays.start(session.session_id)
+    time.sleep(2)
+    client.browsers.replays.stop(replay.replay_id, id=session.session_id)
+    url = client.browsers.replays.list(session.session_id)[0].replay_view_url
+    jwt = url.split("jwt=", 1)[1]
+    middle = len(jwt) // 2
+    tampered = url.replace(jwt, jwt[:middle] + ("A" if jwt[middle] != "A" else "B") + jwt[middle + 1:])
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        viewer = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        page = viewer.new_page()
+        response = page.goto(url)
+        assert response is not None and response.status == 200
+        page.wait_for_function(
+            "() => { const v = document.querySelector('video'); return v && v.readyState >= 2 && v.duration > 0; }",
+            timeout=20_000,
+        )
+        page.screenshot(path=str(ARTIFACTS / "replay-view.png"))
+
+        refused = page.goto(tampered)
+        assert refused is not None and refused.status == 401
+        assert page.locator("video").count() == 0
+        viewer.close()
+
+    # The video itself needs the same token: no key, a tampered or a missing jwt get no bytes.
+    video_url = url.replace("/replays/view?", "/replays/view/video?")
+    assert httpx.get(video_url).headers["content-type"] == "video/mp4"
+    for bad in (tampered.replace("/replays/view?", "/replays/view/video?"),
+                video_url.split("&jwt=")[0]):
+        answer = httpx.get(bad)
+        assert answer.status_code == 401
+        assert answer.json()["code"] == "unauthorized"
+    client.browsers.delete_by_id(session.session_id)
+
+
+def test_range_requests_and_organizations(client, control_plane, tmp_path):
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
+    sid = session.session_id
+    replay = client.browsers.replays.start(sid)
+    time.sleep(1.5)
+    client.browsers.replays.stop(replay.replay_id, id=sid)
+    full = client.browsers.replays.download(replay.replay_id, id=sid).read()
+    url = f"{control_plane.base_url}/browsers/{sid}/replays/{replay.replay_id}"
+    auth = {"authorization": f"Bearer {control_plane.api_key}"}
+    for header, expected, content_range in (
+        ("bytes=0-99", full[:100], f"bytes 0-99/{len(full)}"),
+        ("bytes=100-", full[100:], f"bytes 100-{len(full) - 1}/{len(full)}"),
+        ("bytes=-50", full[-50:], f"bytes {len(full) - 50}-{len(full) - 1}/{len(full)}"),
+    ):
+        answer = httpx.get(url, headers={**auth, "range": header})
+        assert answer.status_code == 206, header
+        assert answer.content == expected, header
+        assert answer.headers["content-range"] == content_range
+        assert answer.headers["content-type"] == "video/mp4"
+    beyond = httpx.get(url, headers={**auth, "range": f"bytes={len(full) + 10}-"})
+    assert beyond.status_code == 416
+    assert beyond.json()["code"] == "range_not_satisfiable"
+    plain = httpx.get(url, headers=auth)
+    assert plain.status_code == 200 and plain.content == full
+    assert plain.headers["accept-ranges"] == "bytes"
+
+    other = Kernel(api_key=control_plane.create_api_key("replays-org-b"),
+                   base_url=control_plane.base_url, max_retries=0)
+    with pytest.raises(kernel.NotFoundError):
+        other.browsers.replays.list(sid)
+    with pytest.raises(kernel.NotFoundError):
+        other.browsers.replays.download(replay.replay_id, id=sid)
+    with pytest.raises(kernel.NotFoundError):
+        other.browsers.replays.stop(replay.replay_id, id=sid)
+    with pytest.raises(kernel.NotFoundError):
+        other.browsers.replays.start(sid)
+    client.browsers.delete_by_id(sid)
+
+
+def test_a_download_while_recording_answers_what_exists_so_far(client, control_plane, tmp_path):
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
+    sid = session.session_id
+    replay = client.browsers.replays.start(sid)
+    time.sleep(3)
+    url = f"{control_plane.base_url}/browsers/{sid}/replays/{replay.replay_id}"
+    so_far = httpx.get(url, headers={"authorization": f"Bearer {control_plane.api_key}"})
+    assert so_far.status_code == 200
+    assert so_far.headers["x-replay-status"] == "recording"
+    partial = tmp_path / "so-far.mp4"
+    partial.write_bytes(so_far.content)
+    assert probe(partial)["codec_name"] == "h264"
+    client.browsers.delete_by_id(sid)
+
+
+def test_bad_replay_input_is_an_error_shape(client, control_plane):
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
+    sid = session.session_id
+    for fields in ({"framerate": 0}, {"framerate": 21}, {"max_duration_in_seconds": -1},
+                   {"max_duration_in_seconds": 0}):
+        with pytest.raises(kernel.BadRequestError) as refused:
+            client.browsers.replays.start(sid, **fields)
+        body = refused.value.body
+        assert body["code"] == "bad_request" and body["details"][0]["code"] == "invalid_input", body
+        assert next(iter(fields)) in body["message"]
+    url = f"{control_plane.base_url}/browsers/{sid}/replays"
+    auth = {"authorization": f"Bearer {control_plane.api_key}"}
+    for raw in ('{"framerate": "ten"}', '{"fps": 10}', "{", '{"framerate": 1.5}'):
+        answer = httpx.post(url, headers={**auth, "content-type": "application/json"}, content=raw)
+        assert answer.status_code == 400 and answer.json()["code"] == "bad_request", raw
+    with pytest.raises(kernel.NotFoundError):
+        client.browsers.replays.stop("rpl_doesnotexist", id=sid)
+    with pytest.raises(kernel.NotFoundError):
+        client.browsers.replays.download("rpl_doesnotexist", id=sid)
+    with pytest.raises(kernel.NotFoundError):
+        client.browsers.replays.start("no-such-browser")
+
+    replay = client.browsers.replays.start(sid, framerate=2)
+    client.browsers.replays.stop(replay.replay_id, id=sid)
+    with pytest.raises(kernel.ConflictError) as twice:
+        client.browsers.replays.stop(replay.replay_id, id=sid)
+    assert twice.value.body["code"] == "conflict"
+
+    # At most four recordings of one browser at once.
+    running = [client.browsers.replays.start(sid, framerate=1) for _ in range(4)]
+    with pytest.raises(kernel.ConflictError):
+        client.browsers.replays.start(sid, framerate=1)
+    for replay in running:
+        client.browsers.replays.stop(replay.replay_id, id=sid)
+    client.browsers.delete_by_id(sid)
+
+    headless = client.browsers.create(headless=True)
+    with pytest.raises(kernel.BadRequestError) as refused:
+        client.browsers.replays.start(headless.session_id)
+    assert "headless" in refused.value.body["message"]
+    client.browsers.delete_by_id(headless.session_id)
