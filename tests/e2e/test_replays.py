@@ -195,6 +195,28 @@ def test_a_killed_agent_still_leaves_a_playable_recording(control_plane, client,
     assert wait_until(lambda: not processes_mentioning(browser_dir), 10), processes_mentioning(browser_dir)
 
 
+def test_recordings_survive_a_control_plane_restart(control_plane, client, tmp_path):
+    session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=300)
+    sid = session.session_id
+    stopped_later = client.browsers.replays.start(sid)
+    ends_by_itself = client.browsers.replays.start(sid, max_duration_in_seconds=4)
+    # Killed, not stopped: nothing gets a chance to finish anything.
+    control_plane.stop(signal.SIGKILL)
+    control_plane.start()
+    # The restarted control plane keeps the maximum duration of the one...
+    finished = wait_finished(client, sid, ends_by_itself.replay_id, timeout=20)
+    assert finished.finished_at is not None
+    short = probe(download(client, sid, ends_by_itself.replay_id, tmp_path / "short.mp4"))
+    assert abs(float(short["duration"]) - 4.0) < 0.3, short
+    # ...and the other is still recording and can be stopped.
+    running = {r.replay_id: r for r in client.browsers.replays.list(sid)}[stopped_later.replay_id]
+    assert running.finished_at is None
+    client.browsers.replays.stop(stopped_later.replay_id, id=sid)
+    info = probe(download(client, sid, stopped_later.replay_id, tmp_path / "long.mp4"))
+    assert float(info["duration"]) >= 4.0, info
+    client.browsers.delete_by_id(sid)
+
+
 def test_the_view_page_plays_the_video_and_refuses_a_tampered_link(client, control_plane, tmp_path):
     session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
     replay = client.browsers.replays.start(session.session_id)
