@@ -60,6 +60,8 @@ pub enum ApiError {
     #[error("{0}")]
     RangeNotSatisfiable(String),
     #[error("{0}")]
+    PreconditionFailed(String),
+    #[error("{0}")]
     AgentUnavailable(String),
     #[error("{0}")]
     Timeout(String),
@@ -93,6 +95,7 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
+            Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
             Self::RangeNotSatisfiable(_) => {
                 (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
             }

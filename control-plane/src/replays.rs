@@ -30,6 +30,10 @@ pub const DEFAULT_FRAMERATE: u32 = 10;
 pub const MAX_FRAMERATE: u32 = 20;
 pub const DEFAULT_MAX_DURATION_SECONDS: u32 = 3600;
 pub const MAX_MAX_DURATION_SECONDS: u32 = 4 * 3600;
+/// A copy from the agent that receives nothing for this long has failed.
+const COPY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a salvage waits for a crashed agent's encoder to finish its file.
+const SALVAGE_SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Replays {
     store: Arc<dyn Store>,
@@ -75,6 +79,8 @@ impl Replays {
     }
 
     /// Starts recording the session's display; answers once the first frame is captured.
+    /// Runs in a task of its own, so a caller that goes away cannot leave a recording
+    /// running on the agent without a record.
     pub async fn start(
         self: &Arc<Self>,
         session: &SessionRecord,
@@ -88,10 +94,41 @@ impl Replays {
                 session.id
             )));
         }
+        let (this, session) = (self.clone(), session.clone());
+        tokio::spawn(async move {
+            this.start_inner(session, agent, framerate, max_duration_seconds)
+                .await
+        })
+        .await
+        .map_err(|error| ApiError::Internal(anyhow::anyhow!("start task failed: {error}")))?
+    }
+
+    async fn start_inner(
+        self: &Arc<Self>,
+        session: SessionRecord,
+        agent: AgentClient,
+        framerate: u32,
+        max_duration_seconds: u32,
+    ) -> Result<ReplayRecord, ApiError> {
         let id = ids::new_id("rpl");
-        let info = agent
+        let info = match agent
             .start_recording(&id, framerate, max_duration_seconds)
-            .await?;
+            .await
+        {
+            Ok(info) => info,
+            Err(error) => {
+                if matches!(error, AgentError::Timeout(_) | AgentError::Unavailable(_)) {
+                    // The agent may have started it after all: make sure it does not run on.
+                    let agent = agent.clone();
+                    let id = id.clone();
+                    tokio::spawn(async move {
+                        let _ = agent.stop_recording(&id).await;
+                        let _ = agent.delete_recording(&id).await;
+                    });
+                }
+                return Err(error.into());
+            }
+        };
         let replay = ReplayRecord {
             id: id.clone(),
             org_id: session.org_id.clone(),
@@ -111,7 +148,20 @@ impl Replays {
             let _ = agent.delete_recording(&id).await;
             return Err(error.into());
         }
-        self.finish_at_deadline(session.clone(), agent, replay.clone());
+        // A session that ended meanwhile may have finished its replays before this one
+        // was on record: finish it now rather than lose it.
+        let ended = !matches!(
+            self.store.session(&session.org_id, &session.id).await,
+            Ok(Some(current)) if current.status != SessionStatus::Ended
+        );
+        if ended && self.claim(&replay).await.unwrap_or(false) {
+            let _ = self.finish(&session, Some(agent), replay).await;
+            return Err(ApiError::NotFound(format!(
+                "browser session {} ended while the recording started",
+                session.id
+            )));
+        }
+        self.finish_at_deadline(session, agent, replay.clone());
         Ok(replay)
     }
 
@@ -142,19 +192,26 @@ impl Replays {
     }
 
     /// A caller's stop: finishes the replay and answers it; 409 if it is not recording.
+    /// Runs in a task of its own: a caller that goes away mid-finish must not leave the
+    /// replay claimed and half-finished.
     pub async fn stop(
-        &self,
+        self: &Arc<Self>,
         session: &SessionRecord,
         agent: Option<AgentClient>,
         replay: ReplayRecord,
     ) -> Result<ReplayRecord, ApiError> {
-        if !self.claim(&replay).await? {
-            return Err(ApiError::Conflict(format!(
-                "replay {} is not recording: it has already been stopped",
-                replay.id
-            )));
-        }
-        self.finish(session, agent, replay).await
+        let (this, session) = (self.clone(), session.clone());
+        tokio::spawn(async move {
+            if !this.claim(&replay).await? {
+                return Err(ApiError::Conflict(format!(
+                    "replay {} is not recording: it has already been stopped",
+                    replay.id
+                )));
+            }
+            this.finish(&session, agent, replay).await
+        })
+        .await
+        .map_err(|error| ApiError::Internal(anyhow::anyhow!("stop task failed: {error}")))?
     }
 
     /// Claims a replay for finishing; true for exactly one caller. A recording replay
@@ -171,7 +228,15 @@ impl Replays {
         }
         let claimed = match replay.status {
             ReplayStatus::Recording => self.store.begin_replay_stop(&replay.id).await,
-            ReplayStatus::Stopping => Ok(true),
+            // Read again now that no task here can finish it: `replay` may be older than
+            // a finish that has completed meanwhile.
+            ReplayStatus::Stopping => self
+                .store
+                .replay(&replay.org_id, &replay.session_id, &replay.id)
+                .await
+                .map(|current| {
+                    current.is_some_and(|current| current.status == ReplayStatus::Stopping)
+                }),
             ReplayStatus::Finished | ReplayStatus::Lost => Ok(false),
         };
         if !matches!(claimed, Ok(true)) {
@@ -218,11 +283,20 @@ impl Replays {
                 (Utc::now(), self.salvage(session, &replay, &error).await)
             }
         };
-        self.store
+        if !self
+            .store
             .finish_replay(&replay.id, finished_at, &outcome)
-            .await?;
-        if let (Some(agent), ReplayOutcome::Video { .. }) = (&agent, &outcome) {
-            // The copy is safe in the blob store; free the VM's disk.
+            .await?
+        {
+            // Another replica finished it first; what it stored stands.
+            return self
+                .store
+                .replay(&replay.org_id, &replay.session_id, &replay.id)
+                .await?
+                .ok_or_else(|| ApiError::NotFound(format!("replay {} not found", replay.id)));
+        }
+        if let Some(agent) = &agent {
+            // The outcome is on record (the video in the blob store): free the VM's disk.
             let _ = agent.delete_recording(&replay.id).await;
         }
         let (status, size_bytes, blob_key, failure) = match outcome {
@@ -271,7 +345,12 @@ impl Replays {
         let temporary = self.blobs.incoming()?;
         let mut out = tokio::fs::File::from_std(temporary.reopen()?);
         let mut size = 0u64;
-        while let Some(chunk) = video.message().await.map_err(AgentError::from)? {
+        loop {
+            let chunk = tokio::time::timeout(COPY_IDLE_TIMEOUT, video.message())
+                .await
+                .map_err(|_| CollectError::Recorder("the agent stopped sending the video".into()))?
+                .map_err(AgentError::from)?;
+            let Some(chunk) = chunk else { break };
             size += chunk.data.len() as u64;
             out.write_all(&chunk.data).await?;
         }
@@ -305,6 +384,7 @@ impl Replays {
         let Some(leftover) = self.runtime.leftover_recording(&session.id, &replay.id) else {
             return ReplayOutcome::Lost(format!("the recording was lost: {why}"));
         };
+        wait_until_settled(&leftover).await;
         match self.store_salvaged(replay, &leftover).await {
             Ok(outcome) => outcome,
             Err(error) => ReplayOutcome::Lost(format!(
@@ -359,7 +439,11 @@ impl Replays {
             if matches!(replay.status, ReplayStatus::Finished | ReplayStatus::Lost) {
                 continue;
             }
-            if self.claim(&replay).await.unwrap_or(false) {
+            let claimed = self.claim(&replay).await.unwrap_or_else(|error| {
+                tracing::warn!(replay_id = %replay.id, %error, "could not claim a replay to finish");
+                false
+            });
+            if claimed {
                 finishing.push(self.finish(session, agent.clone(), replay));
             } else {
                 under_way.push(replay.id);
@@ -426,6 +510,22 @@ impl Replays {
             }
         }
         Ok(())
+    }
+}
+
+/// Waits (bounded) until a file has stopped growing: an agent killed mid-recording
+/// leaves its encoder to read EOF, flush its last frames and close the file.
+async fn wait_until_settled(path: &Path) {
+    let size = || std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + SALVAGE_SETTLE_TIMEOUT;
+    let mut last = size();
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = size();
+        if now == last {
+            return;
+        }
+        last = now;
     }
 }
 

@@ -12,3 +12,17 @@ pub mod v1 {
 
 /// Metadata key that carries the agent credential on every call.
 pub const AUTHORIZATION_METADATA: &str = "authorization";
+
+/// File names of a recording in an agent's recordings directory. Runtimes that can reach
+/// that directory collect from it the recordings of agents that died.
+pub mod recording_files {
+    /// While recording: fragmented MP4, playable up to its last complete fragment.
+    pub fn in_progress(recording_id: &str) -> String {
+        format!("{recording_id}.recording.mp4")
+    }
+
+    /// Once finished: a regular MP4 with its index at the front.
+    pub fn finished(recording_id: &str) -> String {
+        format!("{recording_id}.mp4")
+    }
+}

@@ -326,10 +326,25 @@ async fn replay_contract(store: &dyn Store, a: &str, b: &str) {
         size_bytes: 4096,
         blob_key: "replays/a/rpl_1.mp4".into(),
     };
-    store
-        .finish_replay("rpl_1", finished_at, &video)
-        .await
-        .expect("finish");
+    assert!(
+        !store
+            .finish_replay("rpl_2", finished_at, &video)
+            .await
+            .expect("not stopping")
+    );
+    assert!(
+        store
+            .finish_replay("rpl_1", finished_at, &video)
+            .await
+            .expect("finish")
+    );
+    // Finished once: a late second finish changes nothing.
+    assert!(
+        !store
+            .finish_replay("rpl_1", finished_at, &ReplayOutcome::Lost("late".into()))
+            .await
+            .expect("finish again")
+    );
     let finished = store
         .replay(a, "s1", "rpl_1")
         .await
@@ -352,14 +367,16 @@ async fn replay_contract(store: &dyn Store, a: &str, b: &str) {
     assert!(!store.begin_replay_stop("rpl_1").await.expect("finished"));
 
     assert!(store.begin_replay_stop("rpl_2").await.expect("stop"));
-    store
-        .finish_replay(
-            "rpl_2",
-            finished_at,
-            &ReplayOutcome::Lost("agent gone".into()),
-        )
-        .await
-        .expect("lose");
+    assert!(
+        store
+            .finish_replay(
+                "rpl_2",
+                finished_at,
+                &ReplayOutcome::Lost("agent gone".into())
+            )
+            .await
+            .expect("lose")
+    );
     let lost = store
         .replay(a, "s1", "rpl_2")
         .await

@@ -17,6 +17,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use browser_agent_proto::recording_files;
 use tokio::sync::{oneshot, watch};
 
 pub use grabber::Grabber;
@@ -25,6 +26,8 @@ pub use grabber::Grabber;
 pub const MAX_CONCURRENT: usize = 4;
 /// Frame rates the agent accepts (the control plane's public bound is lower).
 const FRAMERATES: std::ops::RangeInclusive<u32> = 1..=60;
+/// Longest recording the agent accepts (the control plane's public bound is lower).
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 /// How long a stop waits for ffmpeg to flush and the file to be remuxed.
 const FINALIZE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -168,10 +171,11 @@ impl Recordings {
                 FRAMERATES.end()
             )));
         }
-        if max_duration.is_zero() {
-            return Err(RecordingError::Invalid(
-                "the maximum duration must be positive".into(),
-            ));
+        if max_duration.is_zero() || max_duration > MAX_DURATION {
+            return Err(RecordingError::Invalid(format!(
+                "the maximum duration must be between 1 s and {} s",
+                MAX_DURATION.as_secs()
+            )));
         }
         let display = self.display.clone().ok_or(RecordingError::Headless)?;
         std::fs::create_dir_all(&self.dir)
@@ -284,7 +288,12 @@ impl Recordings {
             return Err(RecordingError::StillRunning(id.to_owned()));
         }
         recordings.remove(id);
-        for path in [final_path(&self.dir, id), recording_path(&self.dir, id)] {
+        for path in [
+            final_path(&self.dir, id),
+            recording_path(&self.dir, id),
+            remuxing_path(&self.dir, id),
+            encoder_log_path(&self.dir, id),
+        ] {
             let _ = std::fs::remove_file(path);
         }
         Ok(())
@@ -307,21 +316,46 @@ fn valid_id(id: &str) -> Result<(), RecordingError> {
 }
 
 fn recording_path(dir: &Path, id: &str) -> PathBuf {
-    dir.join(format!("{id}.recording.mp4"))
+    dir.join(recording_files::in_progress(id))
 }
 
 fn final_path(dir: &Path, id: &str) -> PathBuf {
-    dir.join(format!("{id}.mp4"))
+    dir.join(recording_files::finished(id))
 }
 
-/// The recording thread: capture, then finalize, reporting progress throughout.
+fn remuxing_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.finalizing.mp4"))
+}
+
+fn encoder_log_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.ffmpeg.log"))
+}
+
+/// The recording thread: capture, then finalize, reporting progress throughout. Even a
+/// panic ends in a final state, so the recording does not hold a slot forever.
 fn run(
     job: Job,
     started: oneshot::Sender<Result<SystemTime, String>>,
     progress: watch::Sender<Progress>,
 ) {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        record_and_finalize(&job, started, &progress)
+    }));
+    if ran.is_err() {
+        let _ = progress.send(Progress::Failed {
+            at: SystemTime::now(),
+            message: "the recorder failed unexpectedly".into(),
+        });
+    }
+}
+
+fn record_and_finalize(
+    job: &Job,
+    started: oneshot::Sender<Result<SystemTime, String>>,
+    progress: &watch::Sender<Progress>,
+) {
     let mut started = Some(started);
-    let captured = capture(&job, &mut started);
+    let captured = capture(job, &mut started);
     if let Some(started) = started.take() {
         // Not even one frame: the start call reports the failure.
         let message = match captured {
@@ -344,7 +378,7 @@ fn run(
         }
     };
     let _ = progress.send(Progress::Finalizing);
-    let outcome = match finalize(&job) {
+    let outcome = match finalize(job) {
         Ok(bytes) => Progress::Finished {
             at: SystemTime::now(),
             bytes,
@@ -479,19 +513,21 @@ fn capture(
 ) -> Result<u64, (u64, String)> {
     let mut grabber =
         Grabber::connect(&job.display, job.width, job.height).map_err(|error| (0, error))?;
-    let log = std::fs::File::create(job.dir.join(format!("{}.ffmpeg.log", job.id)))
+    let log = std::fs::File::create(encoder_log_path(&job.dir, &job.id))
         .map_err(|error| (0, format!("creating the encoder log: {error}")))?;
     // Not in its own process group and without a parent-death signal, on purpose: if
     // the agent is killed, ffmpeg reads EOF and completes the file; the runtime's kill
     // of the agent's process group still reaps it.
-    let mut ffmpeg = Command::new(&job.ffmpeg)
-        .args(encoder_args(job))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|error| (0, format!("starting {}: {error}", job.ffmpeg)))?;
-    let mut encoder = ffmpeg.stdin.take();
+    let mut ffmpeg = Encoder(
+        Command::new(&job.ffmpeg)
+            .args(encoder_args(job))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|error| (0, format!("starting {}: {error}", job.ffmpeg)))?,
+    );
+    let mut encoder = ffmpeg.0.stdin.take();
     let mut converter = I420Converter::new(job.width, job.height);
     let period = Duration::from_secs(1) / job.framerate;
     let start = Instant::now();
@@ -519,7 +555,7 @@ fn capture(
         if written >= job.max_frames {
             break Ok(());
         }
-        let next = start + period * written as u32;
+        let next = start + Duration::from_nanos((period.as_nanos() * u128::from(written)) as u64);
         match job
             .stop
             .recv_timeout(next.saturating_duration_since(Instant::now()))
@@ -530,7 +566,7 @@ fn capture(
     };
     // EOF makes ffmpeg flush its last frames and close the file.
     drop(encoder);
-    let encoded = match ffmpeg.wait() {
+    let encoded = match ffmpeg.0.wait() {
         Ok(status) if status.success() => Ok(()),
         Ok(status) => Err(format!("the encoder failed ({status}); see its log")),
         Err(error) => Err(format!("waiting for the encoder: {error}")),
@@ -538,6 +574,18 @@ fn capture(
     match result.and(encoded) {
         Ok(()) => Ok(written),
         Err(error) => Err((written, error)),
+    }
+}
+
+/// The encoder child, reaped whatever happens to the recording thread (a panic
+/// included): killed if still running, then waited for. After a normal `wait` both are
+/// no-ops.
+struct Encoder(std::process::Child);
+
+impl Drop for Encoder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -549,7 +597,7 @@ fn finalize(job: &Job) -> Result<u64, String> {
         recording_path(&job.dir, &job.id),
         final_path(&job.dir, &job.id),
     );
-    let remuxing = job.dir.join(format!("{}.finalizing.mp4", job.id));
+    let remuxing = remuxing_path(&job.dir, &job.id);
     let remuxed = Command::new(&job.ffmpeg)
         .args(["-hide_banner", "-loglevel", "error", "-y", "-i"])
         .arg(&recorded)
@@ -560,10 +608,7 @@ fn finalize(job: &Job) -> Result<u64, String> {
         .stderr(Stdio::piped())
         .output();
     let source = match remuxed {
-        Ok(output) if output.status.success() => {
-            let _ = std::fs::remove_file(&recorded);
-            remuxing
-        }
+        Ok(output) if output.status.success() => remuxing,
         outcome => {
             let reason = match outcome {
                 Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
@@ -571,11 +616,14 @@ fn finalize(job: &Job) -> Result<u64, String> {
             };
             tracing::warn!(id = %job.id, %reason, "remux failed; keeping the fragmented MP4");
             let _ = std::fs::remove_file(&remuxing);
-            recorded
+            recorded.clone()
         }
     };
-    std::fs::rename(&source, &finished)
+    // Renamed before the fragmented file goes, so a usable file exists at every moment.
+    let size = std::fs::rename(&source, &finished)
         .and_then(|()| std::fs::metadata(&finished))
         .map(|metadata| metadata.len())
-        .map_err(|error| format!("nothing playable was recorded: {error}"))
+        .map_err(|error| format!("nothing playable was recorded: {error}"))?;
+    let _ = std::fs::remove_file(&recorded);
+    Ok(size)
 }

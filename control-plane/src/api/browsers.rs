@@ -382,7 +382,13 @@ pub async fn delete(
 }
 
 async fn end_requested(state: &AppState, session: &SessionRecord) -> Result<StatusCode, ApiError> {
-    if state.sessions.end(session, "deleted by the API").await? {
+    // In a task of its own: a client that disconnects must not cut the end short (the
+    // session would be marked ended with its browser still running).
+    let (sessions, ending) = (state.sessions.clone(), session.clone());
+    let ended = tokio::spawn(async move { sessions.end(&ending, "deleted by the API").await })
+        .await
+        .map_err(|error| ApiError::Internal(anyhow::anyhow!("end task failed: {error}")))??;
+    if ended {
         Ok(StatusCode::NO_CONTENT)
     } else {
         // Ended concurrently (another delete or the inactivity timeout).

@@ -19,6 +19,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::fs::body_of;
+use crate::agent::AgentClient;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::replays::{
@@ -168,13 +169,15 @@ pub async fn stop(
 ) -> Result<Json<Replay>, ApiError> {
     let session = session_of(&state, &caller, &id).await?;
     let replay = replay_in(&state, &session, &replay_id).await?;
-    let agent = match session.status {
-        SessionStatus::Running => {
-            state.sessions.touch(&session.id);
-            state.sessions.agent(&session).ok()
-        }
-        _ => None,
-    };
+    if session.status == SessionStatus::Running {
+        state.sessions.touch(&session.id);
+    }
+    // Also for a session being ended: its agent may still be finalizing; if it is gone,
+    // the call fails and what it left is salvaged.
+    let agent = session
+        .agent
+        .as_ref()
+        .and_then(|location| AgentClient::new(location).ok());
     let record = state.replays.stop(&session, agent, replay).await?;
     Ok(Json(replay_of(&state, &record)))
 }
@@ -271,6 +274,12 @@ async fn ranged_file(
         StatusCode::NOT_FOUND => Err(ApiError::NotFound(format!(
             "the video of replay {replay_id} is gone"
         ))),
+        StatusCode::PRECONDITION_FAILED => Err(ApiError::PreconditionFailed(
+            "the video does not match the request's preconditions".into(),
+        )),
+        status if status.is_client_error() || status.is_server_error() => Err(ApiError::Internal(
+            anyhow::anyhow!("serving the video answered {status}"),
+        )),
         _ => Ok(response.map(Body::new)),
     }
 }
@@ -307,6 +316,22 @@ async fn viewed_replay(
     Ok(replay.map(|replay| (session, replay)))
 }
 
+/// Text safe inside HTML element content and double-quoted attributes.
+fn escape_html(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&#39;"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
 const DENIED_PAGE: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <title>Replay unavailable</title></head><body><h1>This replay link is invalid or has expired</h1>\
 <p>Ask for a new <code>replay_view_url</code>.</p></body></html>";
@@ -327,12 +352,11 @@ pub async fn view_page(
     let Some((_, replay)) = viewed_replay(&state, &query).await? else {
         return Ok(denied());
     };
-    // The token and id were verified, and consist of URL-safe characters only.
-    let source = format!(
+    let source = escape_html(&format!(
         "/replays/view/video?replay_id={}&jwt={}",
         replay.id,
         query.jwt.as_deref().unwrap_or_default()
-    );
+    ));
     let status = match replay.status {
         ReplayStatus::Recording | ReplayStatus::Stopping => {
             "Still recording: this is the video so far."
@@ -376,5 +400,10 @@ pub async fn view_video(
             "the replay link is invalid or has expired".into(),
         ));
     };
-    video(&state, &session, &replay, headers).await
+    let mut response = video(&state, &session, &replay, headers).await?;
+    // Granted by a URL, not by a credential that caches would know to respect.
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    Ok(response)
 }

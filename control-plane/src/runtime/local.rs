@@ -9,12 +9,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use browser_agent_proto::recording_files;
 use browser_agent_proto::v1::DevtoolsState;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
-use super::processes::{is_agent_for, is_running};
+use super::processes::{group_members_mentioning, is_agent_for, is_running};
 use super::{LaunchSpec, Runtime, RuntimeError};
 use crate::agent::AgentClient;
 use crate::ids;
@@ -270,12 +271,11 @@ impl Runtime for LocalRuntime {
     }
 
     fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<PathBuf> {
-        // Names as the agent writes them (browser-agent/src/recording): finished, then
-        // still recording (or cut short while finalizing).
+        // Finished, or else still recording (or cut short while finalizing).
         let dir = self.browser_dir(session_id).join(RECORDINGS_DIR);
         [
-            format!("{recording_id}.mp4"),
-            format!("{recording_id}.recording.mp4"),
+            recording_files::finished(recording_id),
+            recording_files::in_progress(recording_id),
         ]
         .into_iter()
         .map(|name| dir.join(name))
@@ -315,5 +315,12 @@ async fn stop_agent_process(pid: i64, root: &Path, shutdown_accepted: bool) {
             terminated = true;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A leader killed on its own leaves its group behind: a recording's encoder stays
+    // (to finish its file on EOF), and is reaped here.
+    if let Some(browser_dir) = root.parent() {
+        for member in group_members_mentioning(pid, browser_dir) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(member as i32), Signal::SIGKILL);
+        }
     }
 }

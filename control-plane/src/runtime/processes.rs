@@ -27,3 +27,31 @@ pub fn is_agent_for(pid: i64, vm_root: &Path) -> bool {
         .is_some_and(|program| program.ends_with(b"browser-agent"));
     is_agent && arguments.contains(&root)
 }
+
+/// Live members of process group `group` whose command line mentions `path`: what is
+/// left of an agent's group after the agent itself died (a recording's encoder). Checking
+/// the command line keeps an unrelated group that reused the number out of reach.
+pub fn group_members_mentioning(group: i64, path: &Path) -> Vec<i64> {
+    let needle = path.as_os_str().as_encoded_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i64>().ok())
+        .filter(|&pid| {
+            let in_group = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // After the command name: state, ppid, pgrp.
+                    let (_, rest) = stat.rsplit_once(") ")?;
+                    rest.split_whitespace().nth(2)?.parse::<i64>().ok()
+                })
+                == Some(group);
+            in_group
+                && is_running(pid)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|cmdline| cmdline.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
+}

@@ -260,13 +260,14 @@ pub trait Store: Send + Sync + 'static {
     /// Moves a recording replay to `stopping`; returns false if it was not recording, so
     /// exactly one caller finalizes it.
     async fn begin_replay_stop(&self, id: &str) -> StoreResult<bool>;
-    /// Records how a stopping replay ended.
+    /// Records how a stopping replay ended; returns false (changing nothing) if it was
+    /// not stopping.
     async fn finish_replay(
         &self,
         id: &str,
         at: DateTime<Utc>,
         outcome: &ReplayOutcome,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<bool>;
 }
 
 const REPLAY_COLUMNS: &str = "id, org_id, session_id, framerate, max_duration_seconds, status, \

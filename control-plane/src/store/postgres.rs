@@ -525,17 +525,18 @@ impl Store for PostgresStore {
         id: &str,
         at: DateTime<Utc>,
         outcome: &ReplayOutcome,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         let (status, size_bytes, blob_key, failure) = outcome.columns();
-        self.client()
+        let changed = self
+            .client()
             .await?
             .execute(
                 "UPDATE replays SET status = $2, finished_at = $3, size_bytes = $4, blob_key = $5, \
-                 failure = $6 WHERE id = $1",
+                 failure = $6 WHERE id = $1 AND status = 'stopping'",
                 &[&id, &status, &at, &size_bytes, &blob_key, &failure],
             )
             .await
             .map_err(map_error)?;
-        Ok(())
+        Ok(changed == 1)
     }
 }

@@ -502,16 +502,16 @@ impl Store for SqliteStore {
         id: &str,
         at: DateTime<Utc>,
         outcome: &ReplayOutcome,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         let (id, outcome) = (id.to_owned(), outcome.clone());
         self.call(move |connection| {
             let (status, size_bytes, blob_key, failure) = outcome.columns();
-            connection.execute(
+            let changed = connection.execute(
                 "UPDATE replays SET status = ?2, finished_at = ?3, size_bytes = ?4, blob_key = ?5, \
-                 failure = ?6 WHERE id = ?1",
+                 failure = ?6 WHERE id = ?1 AND status = 'stopping'",
                 params![id, status, at, size_bytes, blob_key, failure],
             )?;
-            Ok(())
+            Ok(changed == 1)
         })
         .await
     }
