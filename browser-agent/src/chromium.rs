@@ -27,6 +27,15 @@ pub struct LaunchConfig {
     pub height: u32,
     pub kiosk: bool,
     pub stealth: bool,
+    /// Route all traffic through this proxy (`http://127.0.0.1:port`, the agent's
+    /// forwarder), except the bypassed hosts.
+    pub proxy: Option<ProxyRoute>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProxyRoute {
+    pub server: String,
+    pub bypass_hosts: Vec<String>,
 }
 
 /// What the rest of the agent can observe about Chromium.
@@ -214,6 +223,15 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
         // by default need this, and it is harmless elsewhere.
         args.push("--disable-features=DisableLoadExtensionCommandLineSwitch".to_owned());
     }
+    if let Some(proxy) = &config.proxy {
+        args.push(format!("--proxy-server={}", proxy.server));
+        // `<-loopback>` removes Chromium's implicit bypass of localhost: all traffic
+        // goes through the proxy, except what the session's bypass list names.
+        let bypass: Vec<&str> = std::iter::once("<-loopback>")
+            .chain(proxy.bypass_hosts.iter().map(String::as_str))
+            .collect();
+        args.push(format!("--proxy-bypass-list={}", bypass.join(";")));
+    }
     args.push("about:blank".to_owned());
     args
 }
@@ -375,8 +393,18 @@ mod tests {
             height: 800,
             kiosk: false,
             stealth: false,
+            proxy: None,
         };
         let headful = arguments(&config, &[]);
+        assert!(!headful.iter().any(|a| a.starts_with("--proxy")));
+        config.proxy = Some(ProxyRoute {
+            server: "http://127.0.0.1:9".into(),
+            bypass_hosts: vec!["intranet.test".into()],
+        });
+        let proxied = arguments(&config, &[]);
+        assert!(proxied.contains(&"--proxy-server=http://127.0.0.1:9".to_owned()));
+        assert!(proxied.contains(&"--proxy-bypass-list=<-loopback>;intranet.test".to_owned()));
+        config.proxy = None;
         assert!(headful.contains(&"--window-size=1280,800".to_owned()));
         assert!(!headful.iter().any(|a| a.starts_with("--headless")));
         config.display = None;

@@ -11,6 +11,7 @@ mod extensions;
 mod fs;
 mod input;
 mod process;
+mod proxy;
 mod recording;
 mod service;
 
@@ -73,6 +74,17 @@ struct Args {
     /// The ffmpeg that encodes recordings.
     #[arg(long, env = "BROWSER_AGENT_FFMPEG", default_value = "ffmpeg")]
     ffmpeg_path: String,
+    /// Send all of Chromium's traffic through this HTTP proxy (`host:port`), via a local
+    /// forwarder that adds the credentials below.
+    #[arg(long)]
+    proxy_upstream: Option<String>,
+    #[arg(long, env = "BROWSER_AGENT_PROXY_USERNAME", hide_env_values = true)]
+    proxy_username: Option<String>,
+    #[arg(long, env = "BROWSER_AGENT_PROXY_PASSWORD", hide_env_values = true)]
+    proxy_password: Option<String>,
+    /// A host that bypasses the proxy (repeatable).
+    #[arg(long = "proxy-bypass", value_name = "HOST")]
+    proxy_bypass: Vec<String>,
     /// An extension to load from the start, as NAME=PATH of its ZIP archive (repeatable).
     #[arg(long = "extension", value_name = "NAME=ZIP")]
     extensions: Vec<String>,
@@ -175,8 +187,26 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         })
         .await??;
     }
+    let proxy = match &args.proxy_upstream {
+        Some(address) => {
+            let upstream = proxy::Upstream {
+                address: address.clone(),
+                username: args.proxy_username.clone(),
+                password: args.proxy_password.clone(),
+            };
+            let local = proxy::start(upstream, shutdown.clone())
+                .await
+                .context("starting the proxy forwarder")?;
+            Some(chromium::ProxyRoute {
+                server: format!("http://{local}"),
+                bypass_hosts: args.proxy_bypass.clone(),
+            })
+        }
+        None => None,
+    };
     let supervisor = {
         let config = LaunchConfig {
+            proxy,
             chromium_path: args.chromium_path.clone(),
             vm_root: args.vm_root.clone(),
             user_data_dir: args.vm_root.join("user-data"),

@@ -19,7 +19,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the API server.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Manage API keys.
     #[command(subcommand, name = "api-keys")]
     ApiKeys(ApiKeysCommand),
@@ -91,6 +91,18 @@ pub struct ServeConfig {
     /// beyond: a zip bomb).
     #[arg(long, env = "CONTROL_PLANE_ZIP_MAX_RATIO", default_value_t = 200)]
     pub zip_max_ratio: u64,
+    /// JSON file mapping proxy types (datacenter, isp, residential, mobile) and optionally
+    /// countries to upstream proxy URLs: `{"datacenter": {"default": "http://u:p@host:port"}}`.
+    /// Types it does not name are refused; `custom` proxies always work.
+    #[arg(long, env = "CONTROL_PLANE_PROXY_UPSTREAMS")]
+    pub proxy_upstreams: Option<PathBuf>,
+    /// What `POST /proxies/{id}/check` fetches through the proxy (http://).
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_PROXY_CHECK_URL",
+        default_value = "http://example.com/"
+    )]
+    pub proxy_check_url: String,
     /// Largest extension archive accepted by `POST /extensions` (413 beyond).
     #[arg(long, env = "CONTROL_PLANE_MAX_EXTENSION_BYTES", default_value_t = 100 * 1024 * 1024)]
     pub max_extension_bytes: u64,

@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
-        Command::Serve(config) => server::serve(config).await,
+        Command::Serve(config) => server::serve(*config).await,
         Command::ApiKeys(ApiKeysCommand::Create { org, storage }) => {
             let store = store::open(storage.database_url.as_deref(), &storage.data_dir).await?;
             let key = auth::create_api_key(store.as_ref(), &org).await?;

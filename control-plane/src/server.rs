@@ -9,6 +9,7 @@ use axum::serve::ListenerExt;
 
 use crate::blobs::LocalBlobStore;
 use crate::config::ServeConfig;
+use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
 use crate::sessions::Sessions;
@@ -69,6 +70,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
     tokio::spawn(sessions.clone().run_heartbeats(agent_idle_grace / 4));
 
+    let proxy_upstreams = match &config.proxy_upstreams {
+        Some(path) => ProxyUpstreams::load(path)
+            .with_context(|| format!("reading proxy upstreams from {}", path.display()))?,
+        None => ProxyUpstreams::default(),
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -89,6 +95,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         max_upload_bytes: config.max_upload_bytes,
         blobs,
         max_extension_bytes: config.max_extension_bytes,
+        proxy_upstreams: Arc::new(proxy_upstreams),
+        proxy_check_url: config.proxy_check_url.clone(),
     };
     // Tests and scripts read this line to learn the chosen port.
     println!("listening on {public_url}");

@@ -11,9 +11,10 @@ use chrono::Utc;
 use crate::agent::AgentClient;
 use crate::error::ApiError;
 use crate::ids;
+use crate::proxies::ProxyRoute;
 use crate::replays::Replays;
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
-use crate::store::{SessionRecord, SessionStatus, Store, StoreError};
+use crate::store::{PoolLease, SessionRecord, SessionStatus, Store, StoreError};
 
 /// What a caller asked for, validated.
 #[derive(Clone, Debug)]
@@ -28,6 +29,10 @@ pub struct NewSession {
     pub viewport_refresh_rate: Option<i64>,
     /// Library extensions to load from the start.
     pub extensions: Vec<LibraryExtension>,
+    /// The proxy all traffic goes through: its id and where it routes.
+    pub proxy: Option<(String, ProxyRoute)>,
+    /// The pool the browser is created for (it starts idle there).
+    pub pool_id: Option<String>,
 }
 
 /// An extension of the organization's library, resolved for loading.
@@ -124,6 +129,9 @@ impl Sessions {
             ended_at: None,
             end_reason: None,
             agent: None,
+            proxy_id: new.proxy.as_ref().map(|(id, _)| id.clone()),
+            pool_lease: new.pool_id.as_ref().map(|_| PoolLease::Idle),
+            pool_id: new.pool_id.clone(),
         };
         match self.store.insert_session(&record).await {
             Ok(()) => {}
@@ -146,8 +154,8 @@ impl Sessions {
         // client timeout) it still finishes and records its outcome, so no session is
         // left half-started and no browser is left without a session.
         let this = self.clone();
-        let extensions = new.extensions;
-        tokio::spawn(async move { this.launch(record, extensions).await })
+        let (extensions, proxy) = (new.extensions, new.proxy.map(|(_, route)| route));
+        tokio::spawn(async move { this.launch(record, extensions, proxy).await })
             .await
             .map_err(|error| ApiError::Internal(anyhow::anyhow!("launch task failed: {error}")))?
     }
@@ -156,8 +164,10 @@ impl Sessions {
         &self,
         record: SessionRecord,
         extensions: Vec<LibraryExtension>,
+        proxy: Option<ProxyRoute>,
     ) -> Result<SessionRecord, ApiError> {
         let spec = LaunchSpec {
+            proxy,
             session_id: record.id.clone(),
             headless: record.headless,
             width: record.viewport_width as u32,

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::auth::KeyCache;
 use crate::blobs::BlobStore;
+use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
 use crate::sessions::Sessions;
 use crate::store::Store;
@@ -23,6 +24,9 @@ pub struct AppState {
     pub blobs: Arc<dyn BlobStore>,
     /// Largest extension archive.
     pub max_extension_bytes: u64,
+    pub proxy_upstreams: Arc<ProxyUpstreams>,
+    /// What proxy checks fetch.
+    pub proxy_check_url: String,
 }
 
 impl AppState {

@@ -30,6 +30,9 @@ fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64
         ended_at: None,
         end_reason: None,
         agent: None,
+        proxy_id: None,
+        pool_id: None,
+        pool_lease: None,
     }
 }
 

@@ -11,6 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::proxies::{self, ProxyRoute};
 use crate::sessions::{LibraryExtension, NewSession};
 use crate::state::AppState;
 use crate::store::{SessionFilter, SessionRecord, SessionStatus};
@@ -107,6 +108,9 @@ pub struct BrowserSession {
     /// Set once the session has ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<DateTime<Utc>>,
+    /// The proxy the browser's traffic goes through (kept if the proxy is deleted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_id: Option<String>,
 }
 
 impl BrowserSession {
@@ -132,12 +136,17 @@ impl BrowserSession {
                 refresh_rate: session.viewport_refresh_rate,
             },
             deleted_at: session.ended_at,
+            proxy_id: session.proxy_id.clone(),
         }
     }
 }
 
 /// A valid request, and the extension references it makes (ids or names, unresolved).
-fn validate(request: CreateBrowserRequest) -> Result<(NewSession, Vec<String>), ApiError> {
+/// A valid request, the extension references it makes (ids or names, unresolved) and
+/// the proxy it names.
+fn validate(
+    request: CreateBrowserRequest,
+) -> Result<(NewSession, Vec<String>, Option<String>), ApiError> {
     let mut problems = Vec::new();
     let timeout_seconds = request.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
     if !(MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&timeout_seconds) {
@@ -192,13 +201,8 @@ fn validate(request: CreateBrowserRequest) -> Result<(NewSession, Vec<String>), 
             ))),
         }
     }
-    // Proxies and profiles are resources of the organization; none can be referenced
-    // until their APIs exist, so every reference names a missing resource.
-    if let Some(proxy_id) = &request.proxy_id {
-        problems.push(ErrorDetail::invalid_input(format!(
-            "proxy_id: proxy {proxy_id} not found"
-        )));
-    }
+    // Profiles are resources of the organization; none can be referenced until their
+    // API exists, so every reference names a missing resource.
     if request.profile.is_some() {
         problems.push(ErrorDetail::invalid_input(
             "profile: no such profile in this organization",
@@ -217,8 +221,25 @@ fn validate(request: CreateBrowserRequest) -> Result<(NewSession, Vec<String>), 
         viewport_height: height,
         viewport_refresh_rate: refresh_rate,
         extensions: Vec::new(),
+        proxy: None,
+        pool_id: None,
     };
-    Ok((new, extension_references))
+    Ok((new, extension_references, request.proxy_id))
+}
+
+/// Where the organization's (not deleted) proxy sends traffic.
+pub async fn resolve_proxy(
+    state: &AppState,
+    caller: &Caller,
+    proxy_id: &str,
+) -> Result<ProxyRoute, ApiError> {
+    let proxy = state
+        .store
+        .proxy(&caller.org_id, proxy_id)
+        .await?
+        .ok_or_else(|| ApiError::invalid_field(format!("proxy_id: proxy {proxy_id} not found")))?;
+    proxies::route_of(&proxy, &state.proxy_upstreams)
+        .map_err(|reason| ApiError::invalid_field(format!("proxy_id: {reason}")))
 }
 
 /// Finds the referenced library extensions of the caller's organization.
@@ -266,8 +287,14 @@ pub async fn create(
     caller: Caller,
     JsonBody(request): JsonBody<CreateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
-    let (mut new, references) = validate(request)?;
+    let (mut new, references, proxy_id) = validate(request)?;
     new.extensions = resolve_extensions(&state, &caller, &references).await?;
+    if let Some(proxy_id) = proxy_id {
+        new.proxy = Some((
+            proxy_id.clone(),
+            resolve_proxy(&state, &caller, &proxy_id).await?,
+        ));
+    }
     let session = state.sessions.create(&caller.org_id, new).await?;
     Ok(Json(BrowserSession::from_record(&state, &session)))
 }
@@ -448,7 +475,7 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_sdk_documentation() {
-        let (new, _) = validate(CreateBrowserRequest::default()).expect("defaults are valid");
+        let (new, _, _) = validate(CreateBrowserRequest::default()).expect("defaults are valid");
         assert_eq!(new.timeout_seconds, 60);
         assert_eq!((new.viewport_width, new.viewport_height), (1920, 1080));
         assert!(!new.headless);

@@ -9,6 +9,7 @@ pub mod extensions;
 pub mod extract;
 pub mod fs;
 pub mod health;
+pub mod proxies;
 pub mod replays;
 
 use axum::Json;
@@ -69,6 +70,9 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(replays::download))
         .routes(routes!(replays::view_page))
         .routes(routes!(replays::view_video))
+        .routes(routes!(proxies::create, proxies::list))
+        .routes(routes!(proxies::retrieve, proxies::delete))
+        .routes(routes!(proxies::check))
         .routes(routes!(computer::click_mouse))
         .routes(routes!(computer::drag_mouse))
         .routes(routes!(computer::get_mouse_position))
@@ -245,6 +249,8 @@ mod tests {
             max_upload_bytes: 1024,
             blobs,
             max_extension_bytes: 1024,
+            proxy_upstreams: Default::default(),
+            proxy_check_url: "http://example.com/".into(),
         })
     }
 

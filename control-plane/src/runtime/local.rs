@@ -125,6 +125,19 @@ impl LocalRuntime {
         if spec.kiosk {
             command.arg("--kiosk");
         }
+        if let Some(proxy) = &spec.proxy {
+            command.arg("--proxy-upstream").arg(&proxy.address);
+            // Credentials in the environment: the process list shows arguments.
+            if let Some(username) = &proxy.username {
+                command.env("BROWSER_AGENT_PROXY_USERNAME", username);
+            }
+            if let Some(password) = &proxy.password {
+                command.env("BROWSER_AGENT_PROXY_PASSWORD", password);
+            }
+            for host in &proxy.bypass_hosts {
+                command.arg(format!("--proxy-bypass={host}"));
+            }
+        }
         if spec.stealth {
             command.arg("--stealth");
         }

@@ -25,6 +25,8 @@ pub struct LaunchSpec {
     pub stealth: bool,
     /// Extensions to load from the start: (name, archive on this host).
     pub extensions: Vec<(String, std::path::PathBuf)>,
+    /// Send all of the browser's traffic through this proxy.
+    pub proxy: Option<crate::proxies::ProxyRoute>,
 }
 
 #[derive(Debug, thiserror::Error)]

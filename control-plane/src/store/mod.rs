@@ -97,6 +97,67 @@ pub struct SessionRecord {
     pub ended_at: Option<DateTime<Utc>>,
     pub end_reason: Option<String>,
     pub agent: Option<AgentLocation>,
+    pub proxy_id: Option<String>,
+    /// The pool this browser belongs to, and its lease state there.
+    pub pool_id: Option<String>,
+    pub pool_lease: Option<PoolLease>,
+}
+
+/// Where a pool's browser is in its cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolLease {
+    /// Ready to be acquired.
+    Idle,
+    Leased,
+    /// Released with reuse: its state is being cleared before it is idle again.
+    Resetting,
+}
+
+impl PoolLease {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Leased => "leased",
+            Self::Resetting => "resetting",
+        }
+    }
+
+    pub fn parse(text: &str) -> StoreResult<Self> {
+        match text {
+            "idle" => Ok(Self::Idle),
+            "leased" => Ok(Self::Leased),
+            "resetting" => Ok(Self::Resetting),
+            other => Err(StoreError::Backend(format!("unknown pool lease {other:?}"))),
+        }
+    }
+}
+
+/// A proxy of an organization.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyRecord {
+    pub id: String,
+    pub org_id: String,
+    pub name: Option<String>,
+    /// datacenter, isp, residential, mobile or custom.
+    pub kind: String,
+    pub protocol: String,
+    pub bypass_hosts: Vec<String>,
+    /// As given at creation, secrets included.
+    pub config: serde_json::Value,
+    pub status: Option<String>,
+    pub last_checked: Option<DateTime<Utc>>,
+    pub ip_address: Option<String>,
+    pub check_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The result of a proxy check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyCheck {
+    pub status: String,
+    pub at: DateTime<Utc>,
+    pub ip_address: Option<String>,
+    pub error: Option<String>,
 }
 
 /// An extension archive in an organization's library; the bytes are in the blob store.
@@ -191,7 +252,8 @@ impl SessionFilter {
 /// Columns of `browser_sessions` in the order both backends read and write them.
 const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
     timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
-    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root";
+    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root, proxy_id, pool_id, \
+    pool_lease";
 
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -246,6 +308,15 @@ pub trait Store: Send + Sync + 'static {
     async fn delete_extension(&self, org_id: &str, id: &str) -> StoreResult<bool>;
     async fn mark_extensions_used(&self, ids: &[String], at: DateTime<Utc>) -> StoreResult<()>;
 
+    async fn insert_proxy(&self, proxy: &ProxyRecord) -> StoreResult<()>;
+    /// A proxy that is not deleted.
+    async fn proxy(&self, org_id: &str, id: &str) -> StoreResult<Option<ProxyRecord>>;
+    /// Proxies that are not deleted, oldest first.
+    async fn list_proxies(&self, org_id: &str) -> StoreResult<Vec<ProxyRecord>>;
+    /// Soft delete; returns whether a live proxy was deleted.
+    async fn delete_proxy(&self, org_id: &str, id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
+    async fn record_proxy_check(&self, id: &str, check: &ProxyCheck) -> StoreResult<()>;
+
     async fn insert_replay(&self, replay: &ReplayRecord) -> StoreResult<()>;
     async fn replay(
         &self,
@@ -285,6 +356,9 @@ impl ReplayOutcome {
         }
     }
 }
+
+const PROXY_COLUMNS: &str = "id, org_id, name, type, protocol, bypass_hosts, config, status, \
+    last_checked, ip_address, check_error, created_at";
 
 const EXTENSION_COLUMNS: &str = "id, org_id, name, size_bytes, blob_key, created_at, last_used_at";
 

@@ -8,9 +8,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, REPLAY_COLUMNS,
-    ReplayOutcome, ReplayRecord, ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionRecord,
-    SessionStatus, Store, StoreError, StoreResult,
+    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, PROXY_COLUMNS,
+    PoolLease, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord, ReplayStatus,
+    SESSION_COLUMNS, SessionFilter, SessionRecord, SessionStatus, Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -118,6 +118,37 @@ fn session_from_row(row: &Row) -> StoreResult<SessionRecord> {
         ended_at: row.try_get(12).map_err(get)?,
         end_reason: row.try_get(13).map_err(get)?,
         agent,
+        proxy_id: row.try_get(18).map_err(get)?,
+        pool_id: row.try_get(19).map_err(get)?,
+        pool_lease: row
+            .try_get::<_, Option<String>>(20)
+            .map_err(get)?
+            .map(|lease| PoolLease::parse(&lease))
+            .transpose()?,
+    })
+}
+
+fn json_column<T: serde::de::DeserializeOwned>(row: &Row, index: usize) -> StoreResult<T> {
+    let text: String = row.try_get(index).map_err(map_error)?;
+    serde_json::from_str(&text)
+        .map_err(|error| StoreError::Backend(format!("column {index} is not JSON: {error}")))
+}
+
+fn proxy_from_row(row: &Row) -> StoreResult<ProxyRecord> {
+    let get = |error: tokio_postgres::Error| map_error(error);
+    Ok(ProxyRecord {
+        id: row.try_get(0).map_err(get)?,
+        org_id: row.try_get(1).map_err(get)?,
+        name: row.try_get(2).map_err(get)?,
+        kind: row.try_get(3).map_err(get)?,
+        protocol: row.try_get(4).map_err(get)?,
+        bypass_hosts: json_column(row, 5)?,
+        config: json_column(row, 6)?,
+        status: row.try_get(7).map_err(get)?,
+        last_checked: row.try_get(8).map_err(get)?,
+        ip_address: row.try_get(9).map_err(get)?,
+        check_error: row.try_get(10).map_err(get)?,
+        created_at: row.try_get(11).map_err(get)?,
     })
 }
 
@@ -229,12 +260,14 @@ impl Store for PostgresStore {
         let secret = agent.map(|a| a.secret.clone());
         let pid = agent.and_then(|a| a.pid);
         let vm_root = agent.map(|a| a.vm_root.clone());
+        let pool_lease = s.pool_lease.map(PoolLease::as_str);
         self.client()
             .await?
             .execute(
                 &format!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES \
-                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+                     $19, $20, $21)"
                 ),
                 &[
                     &s.id,
@@ -255,6 +288,9 @@ impl Store for PostgresStore {
                     &secret,
                     &pid,
                     &vm_root,
+                    &s.proxy_id,
+                    &s.pool_id,
+                    &pool_lease,
                 ],
             )
             .await
@@ -538,5 +574,73 @@ impl Store for PostgresStore {
             .await
             .map_err(map_error)?;
         Ok(changed == 1)
+    }
+
+    async fn insert_proxy(&self, p: &ProxyRecord) -> StoreResult<()> {
+        let bypass_hosts = serde_json::to_string(&p.bypass_hosts).unwrap_or_default();
+        let config = p.config.to_string();
+        self.client()
+            .await?
+            .execute(
+                &format!("INSERT INTO proxies ({PROXY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"),
+                &[
+                    &p.id, &p.org_id, &p.name, &p.kind, &p.protocol, &bypass_hosts, &config,
+                    &p.status, &p.last_checked, &p.ip_address, &p.check_error, &p.created_at,
+                ],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn proxy(&self, org_id: &str, id: &str) -> StoreResult<Option<ProxyRecord>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                &format!("SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND id = $2 AND deleted_at IS NULL"),
+                &[&org_id, &id],
+            )
+            .await
+            .map_err(map_error)?;
+        row.as_ref().map(proxy_from_row).transpose()
+    }
+
+    async fn list_proxies(&self, org_id: &str) -> StoreResult<Vec<ProxyRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!("SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND deleted_at IS NULL ORDER BY created_at, id"),
+                &[&org_id],
+            )
+            .await
+            .map_err(map_error)?;
+        rows.iter().map(proxy_from_row).collect()
+    }
+
+    async fn delete_proxy(&self, org_id: &str, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
+        let changed = self
+            .client()
+            .await?
+            .execute(
+                "UPDATE proxies SET deleted_at = $3 WHERE org_id = $1 AND id = $2 AND deleted_at IS NULL",
+                &[&org_id, &id, &at],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(changed == 1)
+    }
+
+    async fn record_proxy_check(&self, id: &str, check: &ProxyCheck) -> StoreResult<()> {
+        self.client()
+            .await?
+            .execute(
+                "UPDATE proxies SET status = $2, last_checked = $3, ip_address = $4, check_error = $5 WHERE id = $1",
+                &[&id, &check.status, &check.at, &check.ip_address, &check.error],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
     }
 }

@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{
-    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, REPLAY_COLUMNS,
-    ReplayOutcome, ReplayRecord, ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionRecord,
-    SessionStatus, Store, StoreError, StoreResult,
+    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, PROXY_COLUMNS,
+    PoolLease, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord, ReplayStatus,
+    SESSION_COLUMNS, SessionFilter, SessionRecord, SessionStatus, Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -133,6 +133,43 @@ fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
         ended_at: row.get(12)?,
         end_reason: row.get(13)?,
         agent,
+        proxy_id: row.get(18)?,
+        pool_id: row.get(19)?,
+        pool_lease: row
+            .get::<_, Option<String>>(20)?
+            .map(|lease| PoolLease::parse(&lease))
+            .transpose()
+            .map_err(|error| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    20,
+                    rusqlite::types::Type::Text,
+                    error.into(),
+                )
+            })?,
+    })
+}
+
+fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    serde_json::from_str(&text).map_err(|error| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, error.into())
+    })
+}
+
+fn proxy_from_row(row: &Row<'_>) -> rusqlite::Result<ProxyRecord> {
+    Ok(ProxyRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        kind: row.get(3)?,
+        protocol: row.get(4)?,
+        bypass_hosts: json_column(row, 5)?,
+        config: json_column(row, 6)?,
+        status: row.get(7)?,
+        last_checked: row.get(8)?,
+        ip_address: row.get(9)?,
+        check_error: row.get(10)?,
+        created_at: row.get(11)?,
     })
 }
 
@@ -227,7 +264,8 @@ impl Store for SqliteStore {
             connection.execute(
                 &format!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES \
-                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+                 ?19, ?20, ?21)"
                 ),
                 params![
                     s.id,
@@ -248,6 +286,9 @@ impl Store for SqliteStore {
                     agent.map(|a| a.secret.clone()),
                     agent.and_then(|a| a.pid),
                     agent.map(|a| a.vm_root.clone()),
+                    s.proxy_id,
+                    s.pool_id,
+                    s.pool_lease.map(PoolLease::as_str),
                 ],
             )?;
             Ok(())
@@ -512,6 +553,72 @@ impl Store for SqliteStore {
                 params![id, status, at, size_bytes, blob_key, failure],
             )?;
             Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn insert_proxy(&self, p: &ProxyRecord) -> StoreResult<()> {
+        let p = p.clone();
+        self.call(move |connection| {
+            connection.execute(
+                &format!("INSERT INTO proxies ({PROXY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+                params![
+                    p.id, p.org_id, p.name, p.kind, p.protocol,
+                    serde_json::to_string(&p.bypass_hosts).unwrap_or_default(),
+                    p.config.to_string(), p.status, p.last_checked, p.ip_address, p.check_error, p.created_at
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn proxy(&self, org_id: &str, id: &str) -> StoreResult<Option<ProxyRecord>> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!("SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = ?1 AND id = ?2 AND deleted_at IS NULL"),
+                    params![org_id, id],
+                    proxy_from_row,
+                )
+                .optional()
+        })
+        .await
+    }
+
+    async fn list_proxies(&self, org_id: &str) -> StoreResult<Vec<ProxyRecord>> {
+        let org_id = org_id.to_owned();
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = ?1 AND deleted_at IS NULL ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map(params![org_id], proxy_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn delete_proxy(&self, org_id: &str, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            let changed = connection.execute(
+                "UPDATE proxies SET deleted_at = ?3 WHERE org_id = ?1 AND id = ?2 AND deleted_at IS NULL",
+                params![org_id, id, at],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn record_proxy_check(&self, id: &str, check: &ProxyCheck) -> StoreResult<()> {
+        let (id, check) = (id.to_owned(), check.clone());
+        self.call(move |connection| {
+            connection.execute(
+                "UPDATE proxies SET status = ?2, last_checked = ?3, ip_address = ?4, check_error = ?5 WHERE id = ?1",
+                params![id, check.status, check.at, check.ip_address, check.error],
+            )?;
+            Ok(())
         })
         .await
     }

@@ -1,0 +1,273 @@
+//! Proxies (seed 4.9): `/proxies`. Browsers created with a `proxy_id` send all their
+//! traffic through it. Passwords are stored and used, never returned.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::extract::{JsonBody, PathParam};
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::ids;
+use crate::proxies::{self, TYPES};
+use crate::state::AppState;
+use crate::store::{ProxyCheck, ProxyRecord};
+
+const MAX_NAME_BYTES: usize = 255;
+const MAX_BYPASS_HOSTS: usize = 100;
+const MAX_HOST_BYTES: usize = 253;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProxyRequest {
+    /// datacenter, isp, residential, mobile or custom.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub name: Option<String>,
+    /// Only `http` (the default): the browser speaks plain HTTP proxy protocol to it.
+    pub protocol: Option<String>,
+    /// Hosts that go direct, bypassing the proxy (Chromium bypass-list syntax).
+    pub bypass_hosts: Option<Vec<String>>,
+    /// custom: `{host, port, username?, password?}`; other types: `{country?, …}`.
+    #[schema(value_type = Option<Object>)]
+    pub config: Option<Map<String, Value>>,
+}
+
+/// A proxy as the SDKs read it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Proxy {
+    pub id: String,
+    pub name: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub protocol: String,
+    pub bypass_hosts: Vec<String>,
+    /// custom: `{host, port, username, has_password}`; never the password.
+    #[schema(value_type = Object)]
+    pub config: Value,
+    /// `available` or `unavailable` after a check; null before the first.
+    pub status: Option<String>,
+    pub last_checked: Option<DateTime<Utc>>,
+    pub ip_address: Option<String>,
+    /// Why the last check failed.
+    pub check_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<ProxyRecord> for Proxy {
+    fn from(record: ProxyRecord) -> Self {
+        let config = if record.kind == "custom" {
+            let field = |key: &str| record.config.get(key).cloned().unwrap_or(Value::Null);
+            serde_json::json!({
+                "host": field("host"),
+                "port": field("port"),
+                "username": field("username"),
+                "has_password": record.config.get("password").is_some_and(|p| !p.is_null()),
+            })
+        } else {
+            record.config.clone()
+        };
+        Self {
+            id: record.id,
+            name: record.name,
+            kind: record.kind,
+            protocol: record.protocol,
+            bypass_hosts: record.bypass_hosts,
+            config,
+            status: record.status,
+            last_checked: record.last_checked,
+            ip_address: record.ip_address,
+            check_error: record.check_error,
+            created_at: record.created_at,
+        }
+    }
+}
+
+fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> {
+    let mut problems = Vec::new();
+    let mut problem = |message: String| problems.push(ErrorDetail::invalid_input(message));
+    if !TYPES.contains(&request.kind.as_str()) {
+        problem(format!(
+            "type must be one of {}, got {:?}",
+            TYPES.join(", "),
+            request.kind
+        ));
+    } else if !state.proxy_upstreams.serves(&request.kind) {
+        problem(format!("type: {}", proxies::not_configured(&request.kind)));
+    }
+    if let Some(name) = &request.name
+        && (name.is_empty() || name.len() > MAX_NAME_BYTES)
+    {
+        problem(format!("name must be 1 to {MAX_NAME_BYTES} bytes"));
+    }
+    match request.protocol.as_deref() {
+        None | Some("http") => {}
+        Some("https") => problem("protocol: https proxies are not supported; use http".into()),
+        Some(other) => problem(format!("protocol must be http, got {other:?}")),
+    }
+    let bypass_hosts = request.bypass_hosts.as_deref().unwrap_or_default();
+    if bypass_hosts.len() > MAX_BYPASS_HOSTS {
+        problem(format!("bypass_hosts: at most {MAX_BYPASS_HOSTS}"));
+    }
+    for (index, host) in bypass_hosts.iter().enumerate() {
+        // One entry of Chromium's `;`-separated bypass list each.
+        if host.is_empty()
+            || host.len() > MAX_HOST_BYTES
+            || host.contains([';', ' ', '\t', '\r', '\n', ','])
+        {
+            problem(format!(
+                "bypass_hosts[{index}] must be a host pattern without spaces, commas or semicolons"
+            ));
+        }
+    }
+    let config = request.config.clone().unwrap_or_default();
+    if request.kind == "custom" {
+        match config.get("host").and_then(Value::as_str) {
+            Some(host)
+                if !host.is_empty()
+                    && host.len() <= MAX_HOST_BYTES
+                    && !host.contains(['/', '@', ' ', '\r', '\n']) => {}
+            _ => problem("config.host is required: a host name or IP address".into()),
+        }
+        match config.get("port").and_then(Value::as_u64) {
+            Some(port) if (1..=65535).contains(&port) => {}
+            _ => problem("config.port is required: 1 to 65535".into()),
+        }
+        for key in ["username", "password"] {
+            if config.get(key).is_some_and(|value| !value.is_string()) {
+                problem(format!("config.{key} must be a string"));
+            }
+        }
+        for key in config.keys() {
+            if !["host", "port", "username", "password"].contains(&key.as_str()) {
+                problem(format!("config.{key}: unknown field for a custom proxy"));
+            }
+        }
+    } else if let Some(country) = config.get("country")
+        && !country
+            .as_str()
+            .is_some_and(|c| c.len() == 2 && c.bytes().all(|b| b.is_ascii_alphabetic()))
+    {
+        problem("config.country must be an ISO 3166 two-letter code".into());
+    }
+    problems
+}
+
+/// Create a proxy.
+#[utoipa::path(post, path = "/proxies", tag = "proxies", security(("bearer" = [])),
+    request_body = CreateProxyRequest,
+    responses((status = 200, body = Proxy), (status = 400, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(request): JsonBody<CreateProxyRequest>,
+) -> Result<Json<Proxy>, ApiError> {
+    let problems = validate(&state, &request);
+    if !problems.is_empty() {
+        return Err(ApiError::invalid(problems));
+    }
+    let record = ProxyRecord {
+        id: ids::new_id("proxy"),
+        org_id: caller.org_id.clone(),
+        name: request.name,
+        kind: request.kind,
+        protocol: request.protocol.unwrap_or_else(|| "http".into()),
+        bypass_hosts: request.bypass_hosts.unwrap_or_default(),
+        config: Value::Object(request.config.unwrap_or_default()),
+        status: None,
+        last_checked: None,
+        ip_address: None,
+        check_error: None,
+        created_at: Utc::now(),
+    };
+    state.store.insert_proxy(&record).await?;
+    Ok(Json(record.into()))
+}
+
+/// The organization's proxies, oldest first (deleted ones are gone).
+#[utoipa::path(get, path = "/proxies", tag = "proxies", security(("bearer" = [])),
+    responses((status = 200, body = Vec<Proxy>)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<Proxy>>, ApiError> {
+    let records = state.store.list_proxies(&caller.org_id).await?;
+    Ok(Json(records.into_iter().map(Into::into).collect()))
+}
+
+async fn find(state: &AppState, caller: &Caller, id: &str) -> Result<ProxyRecord, ApiError> {
+    state
+        .store
+        .proxy(&caller.org_id, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("proxy {id} not found")))
+}
+
+#[utoipa::path(get, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Proxy ID")),
+    responses((status = 200, body = Proxy), (status = 404, body = ErrorBody)))]
+pub async fn retrieve(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<Proxy>, ApiError> {
+    Ok(Json(find(&state, &caller, &id).await?.into()))
+}
+
+/// Delete a proxy (seed 4.9). Soft: sessions that use it keep their `proxy_id` and their
+/// route until they end; new sessions and pools cannot reference it.
+#[utoipa::path(delete, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Proxy ID")),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+) -> Result<StatusCode, ApiError> {
+    if state
+        .store
+        .delete_proxy(&caller.org_id, &id, Utc::now())
+        .await?
+    {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("proxy {id} not found")))
+    }
+}
+
+/// Fetch the server's check URL through the proxy; answers the proxy with its fresh
+/// `status` and `last_checked`, and `check_error` when the request failed.
+#[utoipa::path(post, path = "/proxies/{id}/check", tag = "proxies", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Proxy ID")),
+    responses((status = 200, body = Proxy), (status = 404, body = ErrorBody)))]
+pub async fn check(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<Proxy>, ApiError> {
+    let mut record = find(&state, &caller, &id).await?;
+    let outcome = match proxies::route_of(&record, &state.proxy_upstreams) {
+        Ok(route) => proxies::check(&route, &state.proxy_check_url).await,
+        Err(reason) => Err(reason),
+    };
+    let result = ProxyCheck {
+        status: if outcome.is_ok() {
+            "available"
+        } else {
+            "unavailable"
+        }
+        .into(),
+        at: Utc::now(),
+        ip_address: None,
+        error: outcome.err(),
+    };
+    state.store.record_proxy_check(&record.id, &result).await?;
+    record.status = Some(result.status);
+    record.last_checked = Some(result.at);
+    record.check_error = result.error;
+    Ok(Json(record.into()))
+}

@@ -1,0 +1,181 @@
+"""Proxies through the official SDK: a real forward proxy requiring basic auth, started
+here on loopback, sees every request of a browser created with a custom proxy; soft
+delete, checks, organizations and bad input."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import http.server
+import threading
+import urllib.parse
+
+import kernel
+import pytest
+from kernel import Kernel
+from playwright.sync_api import sync_playwright
+
+from conftest import TEST_PAGE_TITLE
+from harness import ControlPlane
+
+USERNAME, PASSWORD = "proxy-user", "s3cret pass"
+
+
+class ForwardProxy:
+    """An HTTP forward proxy on loopback that demands basic auth and records what it
+    forwarded (absolute-form GETs; enough for http:// pages)."""
+
+    def __init__(self, username: str, password: str):
+        expected = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+        seen: list[str] = []
+        refused: list[str] = []
+        self.seen, self.refused = seen, refused
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.headers.get("Proxy-Authorization") != expected:
+                    refused.append(self.path)
+                    self.send_response(407)
+                    self.send_header("Proxy-Authenticate", 'Basic realm="test"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                seen.append(self.path)
+                target = urllib.parse.urlsplit(self.path)
+                upstream = http.client.HTTPConnection(target.hostname, target.port or 80, timeout=10)
+                upstream.request("GET", target.path or "/", headers={"Host": target.netloc})
+                answer = upstream.getresponse()
+                body = answer.read()
+                self.send_response(answer.status)
+                self.send_header("Content-Type", answer.getheader("Content-Type", "text/html"))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def forward_proxy():
+    proxy = ForwardProxy(USERNAME, PASSWORD)
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory, test_page_url):
+    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data",
+                          extra_args=["--proxy-check-url", test_page_url]).start()
+    yield server
+    server.reap_everything()
+
+
+def custom(client: Kernel, port: int, password: str = PASSWORD, **fields):
+    return client.proxies.create(
+        type="custom", name="loopback", config={"host": "127.0.0.1", "port": port,
+                                                 "username": USERNAME, "password": password},
+        **fields)
+
+
+def page_title_through(session, url: str) -> str:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+        context = browser.contexts[0]
+        page = context.pages[0] if context.pages else context.new_page()
+        page.goto(url)
+        title = page.title()
+        browser.close()
+    return title
+
+
+def test_a_browser_on_a_custom_proxy_sends_its_traffic_through_it(client, forward_proxy, test_page_url):
+    proxy = custom(client, forward_proxy.port)
+    assert proxy.type == "custom"
+    assert proxy.config.has_password is True
+    assert "password" not in proxy.model_dump(exclude_none=True)["config"]
+    session = client.browsers.create(proxy_id=proxy.id, headless=True)
+    assert client.browsers.retrieve(session.session_id).proxy_id == proxy.id
+
+    url = test_page_url.replace("page.html", "via-proxy.html")
+    assert page_title_through(session, url) == TEST_PAGE_TITLE
+    assert url in forward_proxy.seen
+    assert not forward_proxy.refused
+
+    # Deleting the proxy is soft: gone from get and list, but the session keeps its
+    # reference and its route.
+    client.proxies.delete(proxy.id)
+    with pytest.raises(kernel.NotFoundError):
+        client.proxies.retrieve(proxy.id)
+    assert proxy.id not in [p.id for p in client.proxies.list()]
+    with pytest.raises(kernel.NotFoundError):
+        client.proxies.delete(proxy.id)
+    assert client.browsers.retrieve(session.session_id).proxy_id == proxy.id
+    after = test_page_url.replace("page.html", "after-delete.html")
+    assert page_title_through(session, after) == TEST_PAGE_TITLE
+    assert after in forward_proxy.seen
+    # New sessions cannot use it.
+    with pytest.raises(kernel.BadRequestError) as refused:
+        client.browsers.create(proxy_id=proxy.id, headless=True)
+    assert "proxy_id" in refused.value.body["message"]
+    client.browsers.delete_by_id(session.session_id)
+
+
+def test_check_reports_whether_the_proxy_works(client, forward_proxy, test_page_url):
+    good = custom(client, forward_proxy.port)
+    checked = client.proxies.check(good.id)
+    assert checked.status == "available", checked
+    assert checked.last_checked is not None
+    assert test_page_url in forward_proxy.seen
+    assert client.proxies.retrieve(good.id).status == "available"
+
+    wrong_password = custom(client, forward_proxy.port, password="nope")
+    checked = client.proxies.check(wrong_password.id)
+    assert checked.status == "unavailable"
+    assert "407" in checked.model_extra["check_error"]
+
+    nobody_listens = client.proxies.create(type="custom", config={"host": "127.0.0.1", "port": 9})
+    checked = client.proxies.check(nobody_listens.id)
+    assert checked.status == "unavailable"
+    assert "connecting to the proxy" in checked.model_extra["check_error"]
+
+
+def test_proxies_are_private_to_their_organization(client, control_plane, forward_proxy):
+    proxy = custom(client, forward_proxy.port)
+    other = Kernel(api_key=control_plane.create_api_key("proxies-org-b"),
+                   base_url=control_plane.base_url, max_retries=0)
+    assert proxy.id not in [p.id for p in other.proxies.list()]
+    with pytest.raises(kernel.NotFoundError):
+        other.proxies.retrieve(proxy.id)
+    with pytest.raises(kernel.NotFoundError):
+        other.proxies.check(proxy.id)
+    with pytest.raises(kernel.NotFoundError):
+        other.proxies.delete(proxy.id)
+    with pytest.raises(kernel.BadRequestError):
+        other.browsers.create(proxy_id=proxy.id, headless=True)
+    assert client.proxies.retrieve(proxy.id).id == proxy.id
+
+
+@pytest.mark.parametrize("fields, mentions", [
+    ({"type": "carrier-pigeon"}, "type"),
+    ({"type": "datacenter", "config": {"country": "US"}}, "not configured"),
+    ({"type": "custom"}, "config.host"),
+    ({"type": "custom", "config": {"host": "h.test", "port": 70000}}, "config.port"),
+    ({"type": "custom", "config": {"host": "h.test", "port": 8080, "password": 5}}, "config.password"),
+    ({"type": "custom", "config": {"host": "h.test", "port": 8080}, "protocol": "https"}, "protocol"),
+    ({"type": "custom", "config": {"host": "h.test", "port": 8080}, "bypass_hosts": ["a;b"]}, "bypass_hosts"),
+    ({"type": "custom", "config": {"host": "h.test", "port": 8080}, "colour": "red"}, "colour"),
+])
+def test_bad_proxy_input_is_an_error_shape(client, fields, mentions):
+    with pytest.raises(kernel.BadRequestError) as refused:
+        client.post("/proxies", body=fields, cast_to=object)
+    body = refused.value.body
+    assert body["code"] == "bad_request", body
+    assert mentions in body["message"] or any(mentions in d["message"] for d in body.get("details", [])), body
