@@ -51,14 +51,21 @@ pub struct BrowserState {
     /// Version of the extension set the running Chromium was launched with, so a caller
     /// can wait until its extensions are really loaded.
     pub extensions_version: u64,
+    /// How many resets (fresh profile) the running Chromium has behind it.
+    pub reset_generation: u64,
 }
 
 impl BrowserState {
     pub fn initial() -> Self {
-        Self::starting(0, String::new(), 0)
+        Self::starting(0, String::new(), 0, 0)
     }
 
-    fn starting(restarts: u32, last_exit: String, extensions_version: u64) -> Self {
+    fn starting(
+        restarts: u32,
+        last_exit: String,
+        extensions_version: u64,
+        reset_generation: u64,
+    ) -> Self {
         Self {
             devtools: DevtoolsState::Starting,
             pid: 0,
@@ -67,6 +74,7 @@ impl BrowserState {
             restarts,
             last_exit,
             extensions_version,
+            reset_generation,
         }
     }
 }
@@ -79,10 +87,12 @@ const MAX_FAILED_STARTS: u32 = 5;
 pub type ExtensionSet = (u64, Vec<PathBuf>);
 
 /// Keeps Chromium running until `shutdown` is cancelled, publishing its state. A change
-/// of `extensions` restarts it with the new set.
+/// of `extensions` restarts it with the new set; a new `resets` generation restarts it
+/// with a fresh profile (no tabs, cookies, storage or cache).
 pub async fn supervise(
     config: LaunchConfig,
     mut extensions: watch::Receiver<ExtensionSet>,
+    mut resets: watch::Receiver<u64>,
     state: watch::Sender<BrowserState>,
     shutdown: CancellationToken,
 ) {
@@ -90,6 +100,7 @@ pub async fn supervise(
     let mut failed_starts = 0;
     loop {
         let (version, loaded) = extensions.borrow_and_update().clone();
+        let generation = *resets.borrow_and_update();
         let started = match spawn(&config, &loaded) {
             Ok(mut chromium) => {
                 state.send_modify(|s| {
@@ -125,6 +136,7 @@ pub async fn supervise(
                     s.devtools_port = port;
                     s.browser_ws_url = browser_ws_url;
                     s.extensions_version = version;
+                    s.reset_generation = generation;
                 });
                 chromium
             }
@@ -159,9 +171,35 @@ pub async fn supervise(
                 // A deliberate restart with the new extension set, not a crash.
                 tracing::info!("restarting Chromium to load extensions");
                 chromium.terminate(Duration::from_secs(2)).await;
-                state.send_replace(BrowserState::starting(restarts, String::new(), version));
+                state.send_replace(BrowserState::starting(restarts, String::new(), version, generation));
                 if changed.is_err() {
                     // The sender is gone only when the agent stops.
+                    shutdown.cancelled().await;
+                    return;
+                }
+            }
+            changed = resets.changed() => {
+                tracing::info!("restarting Chromium with a fresh profile");
+                chromium.terminate(Duration::from_secs(2)).await;
+                let profile = config.user_data_dir.clone();
+                let wiped = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&profile) {
+                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+                    _ => Ok(()),
+                })
+                .await;
+                if !matches!(wiped, Ok(Ok(()))) {
+                    // The next user must never see the previous one's data: give up.
+                    tracing::error!(?wiped, "could not wipe the profile");
+                    state.send_modify(|s| {
+                        s.devtools = DevtoolsState::Failed;
+                        s.pid = 0;
+                        s.last_exit = "could not wipe the profile for a reset".into();
+                    });
+                    shutdown.cancelled().await;
+                    return;
+                }
+                state.send_replace(BrowserState::starting(restarts, String::new(), version, generation));
+                if changed.is_err() {
                     shutdown.cancelled().await;
                     return;
                 }
@@ -175,7 +213,7 @@ pub async fn supervise(
                 chromium.terminate(Duration::from_millis(200)).await;
                 restarts += 1;
                 tracing::warn!(%reason, restarts, "restarting Chromium");
-                state.send_replace(BrowserState::starting(restarts, reason, version));
+                state.send_replace(BrowserState::starting(restarts, reason, version, generation));
             }
         }
     }

@@ -204,6 +204,7 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         }
         None => None,
     };
+    let (resets, resets_rx) = watch::channel(0u64);
     let supervisor = {
         let config = LaunchConfig {
             proxy,
@@ -219,6 +220,7 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         tokio::spawn(chromium::supervise(
             config,
             extension_set,
+            resets_rx,
             state_tx,
             shutdown.clone(),
         ))
@@ -249,6 +251,7 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
     ));
     let service = service::AgentService {
         recordings,
+        resets,
         input,
         fs: vm_fs,
         zip_limits,

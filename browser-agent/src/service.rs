@@ -49,6 +49,8 @@ pub struct AgentService {
     /// Where uploads wait before extraction (outside the VM root).
     pub scratch_dir: PathBuf,
     pub recordings: Arc<Recordings>,
+    /// Bumped to restart Chromium with a fresh profile.
+    pub resets: watch::Sender<u64>,
 }
 
 impl From<RecordingError> for Status {
@@ -623,6 +625,25 @@ impl BrowserAgent for AgentService {
     ) -> Result<Response<Empty>, Status> {
         self.recordings.delete(&request.into_inner().recording_id)?;
         Ok(Response::new(Empty {}))
+    }
+
+    async fn reset_browser(&self, _: Request<Empty>) -> Result<Response<Empty>, Status> {
+        let mut generation = 0;
+        self.resets.send_modify(|g| {
+            *g += 1;
+            generation = *g;
+        });
+        let mut browser = self.browser.clone();
+        let restarted = browser.wait_for(|s| {
+            (s.reset_generation >= generation && s.devtools == DevtoolsState::Ready)
+                || s.devtools == DevtoolsState::Failed
+        });
+        match tokio::time::timeout(DEFAULT_WAIT, restarted).await {
+            Ok(Ok(state)) if state.devtools == DevtoolsState::Ready => Ok(Response::new(Empty {})),
+            _ => Err(Status::unavailable(
+                "Chromium did not come back with a fresh profile",
+            )),
+        }
     }
 
     async fn load_extensions(

@@ -103,6 +103,9 @@ pub struct ServeConfig {
         default_value = "http://example.com/"
     )]
     pub proxy_check_url: String,
+    /// Most browsers the pools of one organization may hold together (sum of sizes).
+    #[arg(long, env = "CONTROL_PLANE_MAX_POOLED_BROWSERS", default_value_t = 50)]
+    pub max_pooled_browsers: i64,
     /// Largest extension archive accepted by `POST /extensions` (413 beyond).
     #[arg(long, env = "CONTROL_PLANE_MAX_EXTENSION_BYTES", default_value_t = 100 * 1024 * 1024)]
     pub max_extension_bytes: u64,

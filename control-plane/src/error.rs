@@ -61,6 +61,9 @@ pub enum ApiError {
     RangeNotSatisfiable(String),
     #[error("{0}")]
     PreconditionFailed(String),
+    /// No pooled browser became available in time (423: the SDKs do not retry it).
+    #[error("{0}")]
+    NoBrowserAvailable(String),
     #[error("{0}")]
     AgentUnavailable(String),
     #[error("{0}")]
@@ -96,6 +99,7 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
+            Self::NoBrowserAvailable(_) => (StatusCode::LOCKED, "no_browser_available"),
             Self::RangeNotSatisfiable(_) => {
                 (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
             }

@@ -7,6 +7,7 @@ pub mod blobs;
 pub mod config;
 pub mod error;
 pub mod ids;
+pub mod pools;
 pub mod proxies;
 pub mod replays;
 pub mod runtime;

@@ -97,7 +97,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         max_extension_bytes: config.max_extension_bytes,
         proxy_upstreams: Arc::new(proxy_upstreams),
         proxy_check_url: config.proxy_check_url.clone(),
+        pools: Default::default(),
+        max_pooled_browsers: config.max_pooled_browsers,
     };
+    tokio::spawn(crate::pools::run_reconciler(state.clone()));
     // Tests and scripts read this line to learn the chosen port.
     println!("listening on {public_url}");
     tracing::info!(%bound, %public_url, "control plane listening");

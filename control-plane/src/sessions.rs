@@ -387,12 +387,19 @@ impl Sessions {
                 }
             };
             for session in live {
+                // Pool browsers waiting to be leased (or being reset) are not in use by
+                // anyone: only leased ones time out.
+                let waiting_in_pool = matches!(
+                    session.pool_lease,
+                    Some(PoolLease::Idle | PoolLease::Resetting)
+                );
                 let reason = match session.status {
                     SessionStatus::Running
-                        if self.is_idle(
-                            &session.id,
-                            Duration::from_secs(session.timeout_seconds.max(0) as u64),
-                        ) =>
+                        if !waiting_in_pool
+                            && self.is_idle(
+                                &session.id,
+                                Duration::from_secs(session.timeout_seconds.max(0) as u64),
+                            ) =>
                     {
                         "inactivity timeout"
                     }

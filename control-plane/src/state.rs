@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::auth::KeyCache;
 use crate::blobs::BlobStore;
+use crate::pools::PoolSignals;
 use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
 use crate::sessions::Sessions;
@@ -27,6 +28,9 @@ pub struct AppState {
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     /// What proxy checks fetch.
     pub proxy_check_url: String,
+    pub pools: Arc<PoolSignals>,
+    /// Most browsers all pools of one organization may hold together.
+    pub max_pooled_browsers: i64,
 }
 
 impl AppState {

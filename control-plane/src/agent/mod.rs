@@ -346,6 +346,14 @@ impl AgentClient {
             .into_inner())
     }
 
+    /// Restarts Chromium with a fresh profile; answers once it is ready again.
+    pub async fn reset_browser(&self) -> Result<(), AgentError> {
+        let mut request = tonic::Request::new(Empty {});
+        request.set_timeout(Duration::from_secs(45));
+        self.inner.clone().reset_browser(request).await?;
+        Ok(())
+    }
+
     /// Answers once the first frame is captured.
     pub async fn start_recording(
         &self,

@@ -111,10 +111,19 @@ pub struct BrowserSession {
     /// The proxy the browser's traffic goes through (kept if the proxy is deleted).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy_id: Option<String>,
+    /// The pool the browser belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolRef>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PoolRef {
+    pub id: String,
+    pub name: Option<String>,
 }
 
 impl BrowserSession {
-    fn from_record(state: &AppState, session: &SessionRecord) -> Self {
+    pub fn from_record(state: &AppState, session: &SessionRecord) -> Self {
         let token = state.tokens.issue_cdp(&session.id, &session.org_id);
         Self {
             session_id: session.id.clone(),
@@ -137,6 +146,7 @@ impl BrowserSession {
             },
             deleted_at: session.ended_at,
             proxy_id: session.proxy_id.clone(),
+            pool: session.pool_id.clone().map(|id| PoolRef { id, name: None }),
         }
     }
 }
@@ -227,17 +237,32 @@ fn validate(
     Ok((new, extension_references, request.proxy_id))
 }
 
-/// Where the organization's (not deleted) proxy sends traffic.
-pub async fn resolve_proxy(
+/// A validated request with its library extensions and proxy resolved (400 when they
+/// are not the organization's).
+pub async fn new_session(
     state: &AppState,
-    caller: &Caller,
+    org_id: &str,
+    request: CreateBrowserRequest,
+) -> Result<NewSession, ApiError> {
+    let (mut new, references, proxy_id) = validate(request)?;
+    new.extensions = resolve_extensions(state, org_id, &references).await?;
+    if let Some(proxy_id) = proxy_id {
+        let route = resolve_proxy(state, org_id, &proxy_id).await?;
+        new.proxy = Some((proxy_id, route));
+    }
+    Ok(new)
+}
+
+/// Where the organization's (not deleted) proxy sends traffic.
+async fn resolve_proxy(
+    state: &AppState,
+    org_id: &str,
     proxy_id: &str,
 ) -> Result<ProxyRoute, ApiError> {
-    let proxy = state
-        .store
-        .proxy(&caller.org_id, proxy_id)
-        .await?
-        .ok_or_else(|| ApiError::invalid_field(format!("proxy_id: proxy {proxy_id} not found")))?;
+    let proxy =
+        state.store.proxy(org_id, proxy_id).await?.ok_or_else(|| {
+            ApiError::invalid_field(format!("proxy_id: proxy {proxy_id} not found"))
+        })?;
     proxies::route_of(&proxy, &state.proxy_upstreams)
         .map_err(|reason| ApiError::invalid_field(format!("proxy_id: {reason}")))
 }
@@ -245,13 +270,13 @@ pub async fn resolve_proxy(
 /// Finds the referenced library extensions of the caller's organization.
 async fn resolve_extensions(
     state: &AppState,
-    caller: &Caller,
+    org_id: &str,
     references: &[String],
 ) -> Result<Vec<LibraryExtension>, ApiError> {
     let mut resolved: Vec<LibraryExtension> = Vec::new();
     let mut problems = Vec::new();
     for (index, reference) in references.iter().enumerate() {
-        let Some(record) = state.store.extension(&caller.org_id, reference).await? else {
+        let Some(record) = state.store.extension(org_id, reference).await? else {
             problems.push(ErrorDetail::invalid_input(format!(
                 "extensions[{index}]: no extension {reference:?} in this organization"
             )));
@@ -287,14 +312,7 @@ pub async fn create(
     caller: Caller,
     JsonBody(request): JsonBody<CreateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
-    let (mut new, references, proxy_id) = validate(request)?;
-    new.extensions = resolve_extensions(&state, &caller, &references).await?;
-    if let Some(proxy_id) = proxy_id {
-        new.proxy = Some((
-            proxy_id.clone(),
-            resolve_proxy(&state, &caller, &proxy_id).await?,
-        ));
-    }
+    let new = new_session(&state, &caller.org_id, request).await?;
     let session = state.sessions.create(&caller.org_id, new).await?;
     Ok(Json(BrowserSession::from_record(&state, &session)))
 }

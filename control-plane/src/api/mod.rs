@@ -9,6 +9,7 @@ pub mod extensions;
 pub mod extract;
 pub mod fs;
 pub mod health;
+pub mod pools;
 pub mod proxies;
 pub mod replays;
 
@@ -73,6 +74,11 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(proxies::create, proxies::list))
         .routes(routes!(proxies::retrieve, proxies::delete))
         .routes(routes!(proxies::check))
+        .routes(routes!(pools::create, pools::list))
+        .routes(routes!(pools::retrieve, pools::update, pools::delete))
+        .routes(routes!(pools::acquire))
+        .routes(routes!(pools::release))
+        .routes(routes!(pools::flush))
         .routes(routes!(computer::click_mouse))
         .routes(routes!(computer::drag_mouse))
         .routes(routes!(computer::get_mouse_position))
@@ -251,6 +257,8 @@ mod tests {
             max_extension_bytes: 1024,
             proxy_upstreams: Default::default(),
             proxy_check_url: "http://example.com/".into(),
+            pools: Default::default(),
+            max_pooled_browsers: 10,
         })
     }
 

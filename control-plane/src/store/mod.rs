@@ -151,6 +151,18 @@ pub struct ProxyRecord {
     pub created_at: DateTime<Utc>,
 }
 
+/// A browser pool of an organization.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolRecord {
+    pub id: String,
+    pub org_id: String,
+    pub name: Option<String>,
+    pub size: i64,
+    /// The browsers' configuration as the API reads it back.
+    pub config: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
 /// The result of a proxy check.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProxyCheck {
@@ -316,6 +328,29 @@ pub trait Store: Send + Sync + 'static {
     /// Soft delete; returns whether a live proxy was deleted.
     async fn delete_proxy(&self, org_id: &str, id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
     async fn record_proxy_check(&self, id: &str, check: &ProxyCheck) -> StoreResult<()>;
+
+    /// Fails with `Conflict` when the organization has a pool of that name.
+    async fn insert_pool(&self, pool: &PoolRecord) -> StoreResult<()>;
+    /// A pool that is not deleted, by id first, then by name.
+    async fn pool(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<PoolRecord>>;
+    /// The organization's pools, oldest first; every organization's with `None`.
+    async fn list_pools(&self, org_id: Option<&str>) -> StoreResult<Vec<PoolRecord>>;
+    /// Replaces name, size and config; `Conflict` on a taken name.
+    async fn update_pool(&self, pool: &PoolRecord) -> StoreResult<()>;
+    async fn delete_pool(&self, id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
+    /// Live (starting or running) browsers of a pool, oldest first.
+    async fn pool_members(&self, pool_id: &str) -> StoreResult<Vec<SessionRecord>>;
+    /// Leases one idle running browser of the pool, atomically: no browser is leased
+    /// twice, also with concurrent callers (and replicas: `FOR UPDATE SKIP LOCKED`).
+    async fn lease_pool_browser(&self, pool_id: &str) -> StoreResult<Option<SessionRecord>>;
+    /// Moves a pool browser from one lease state to another; false if it was not in
+    /// `from` (or is not live).
+    async fn set_pool_lease(
+        &self,
+        session_id: &str,
+        from: PoolLease,
+        to: PoolLease,
+    ) -> StoreResult<bool>;
 
     async fn insert_replay(&self, replay: &ReplayRecord) -> StoreResult<()>;
     async fn replay(

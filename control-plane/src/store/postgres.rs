@@ -9,8 +9,9 @@ use tokio_postgres::{NoTls, Row};
 
 use super::{
     AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, PROXY_COLUMNS,
-    PoolLease, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord, ReplayStatus,
-    SESSION_COLUMNS, SessionFilter, SessionRecord, SessionStatus, Store, StoreError, StoreResult,
+    PoolLease, PoolRecord, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord,
+    ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionRecord, SessionStatus, Store, StoreError,
+    StoreResult,
 };
 
 mod embedded {
@@ -132,6 +133,20 @@ fn json_column<T: serde::de::DeserializeOwned>(row: &Row, index: usize) -> Store
     let text: String = row.try_get(index).map_err(map_error)?;
     serde_json::from_str(&text)
         .map_err(|error| StoreError::Backend(format!("column {index} is not JSON: {error}")))
+}
+
+const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at";
+
+fn pool_from_row(row: &Row) -> StoreResult<PoolRecord> {
+    let get = |error: tokio_postgres::Error| map_error(error);
+    Ok(PoolRecord {
+        id: row.try_get(0).map_err(get)?,
+        org_id: row.try_get(1).map_err(get)?,
+        name: row.try_get(2).map_err(get)?,
+        size: row.try_get(3).map_err(get)?,
+        config: json_column(row, 4)?,
+        created_at: row.try_get(5).map_err(get)?,
+    })
 }
 
 fn proxy_from_row(row: &Row) -> StoreResult<ProxyRecord> {
@@ -642,5 +657,134 @@ impl Store for PostgresStore {
             .await
             .map_err(map_error)?;
         Ok(())
+    }
+
+    async fn insert_pool(&self, p: &PoolRecord) -> StoreResult<()> {
+        let config = p.config.to_string();
+        self.client()
+            .await?
+            .execute(
+                &format!(
+                    "INSERT INTO browser_pools ({POOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"
+                ),
+                &[&p.id, &p.org_id, &p.name, &p.size, &config, &p.created_at],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn pool(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<PoolRecord>> {
+        let client = self.client().await?;
+        for column in ["id", "name"] {
+            let row = client
+                .query_opt(
+                    &format!("SELECT {POOL_COLUMNS} FROM browser_pools WHERE org_id = $1 AND {column} = $2 AND deleted_at IS NULL"),
+                    &[&org_id, &id_or_name],
+                )
+                .await
+                .map_err(map_error)?;
+            if let Some(row) = row {
+                return pool_from_row(&row).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    async fn list_pools(&self, org_id: Option<&str>) -> StoreResult<Vec<PoolRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "SELECT {POOL_COLUMNS} FROM browser_pools WHERE deleted_at IS NULL \
+                     AND ($1::TEXT IS NULL OR org_id = $1) ORDER BY created_at, id"
+                ),
+                &[&org_id],
+            )
+            .await
+            .map_err(map_error)?;
+        rows.iter().map(pool_from_row).collect()
+    }
+
+    async fn update_pool(&self, p: &PoolRecord) -> StoreResult<()> {
+        let config = p.config.to_string();
+        self.client()
+            .await?
+            .execute(
+                "UPDATE browser_pools SET name = $2, size = $3, config = $4 WHERE id = $1 AND deleted_at IS NULL",
+                &[&p.id, &p.name, &p.size, &config],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn delete_pool(&self, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
+        let changed = self
+            .client()
+            .await?
+            .execute(
+                "UPDATE browser_pools SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL",
+                &[&id, &at],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(changed == 1)
+    }
+
+    async fn pool_members(&self, pool_id: &str) -> StoreResult<Vec<SessionRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE pool_id = $1 AND status <> 'ended' \
+                     ORDER BY created_at, id"
+                ),
+                &[&pool_id],
+            )
+            .await
+            .map_err(map_error)?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    async fn lease_pool_browser(&self, pool_id: &str) -> StoreResult<Option<SessionRecord>> {
+        // SKIP LOCKED: concurrent acquirers (on any replica) each take a different row
+        // instead of waiting for, and then re-checking, the same one.
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                &format!(
+                    "UPDATE browser_sessions SET pool_lease = 'leased' WHERE id = (\
+                     SELECT id FROM browser_sessions WHERE pool_id = $1 AND pool_lease = 'idle' \
+                     AND status = 'running' ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                     RETURNING {SESSION_COLUMNS}"
+                ),
+                &[&pool_id],
+            )
+            .await
+            .map_err(map_error)?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn set_pool_lease(
+        &self,
+        session_id: &str,
+        from: PoolLease,
+        to: PoolLease,
+    ) -> StoreResult<bool> {
+        let changed = self
+            .client()
+            .await?
+            .execute(
+                "UPDATE browser_sessions SET pool_lease = $3 WHERE id = $1 AND pool_lease = $2 \
+                 AND status <> 'ended'",
+                &[&session_id, &from.as_str(), &to.as_str()],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(changed == 1)
     }
 }

@@ -9,8 +9,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{
     AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, PROXY_COLUMNS,
-    PoolLease, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord, ReplayStatus,
-    SESSION_COLUMNS, SessionFilter, SessionRecord, SessionStatus, Store, StoreError, StoreResult,
+    PoolLease, PoolRecord, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord,
+    ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionRecord, SessionStatus, Store, StoreError,
+    StoreResult,
 };
 
 mod embedded {
@@ -153,6 +154,19 @@ fn json_column<T: serde::de::DeserializeOwned>(row: &Row<'_>, index: usize) -> r
     let text: String = row.get(index)?;
     serde_json::from_str(&text).map_err(|error| {
         rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, error.into())
+    })
+}
+
+const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at";
+
+fn pool_from_row(row: &Row<'_>) -> rusqlite::Result<PoolRecord> {
+    Ok(PoolRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        size: row.get(3)?,
+        config: json_column(row, 4)?,
+        created_at: row.get(5)?,
     })
 }
 
@@ -619,6 +633,135 @@ impl Store for SqliteStore {
                 params![id, check.status, check.at, check.ip_address, check.error],
             )?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn insert_pool(&self, p: &PoolRecord) -> StoreResult<()> {
+        let p = p.clone();
+        self.call(move |connection| {
+            connection.execute(
+                &format!(
+                    "INSERT INTO browser_pools ({POOL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+                ),
+                params![
+                    p.id,
+                    p.org_id,
+                    p.name,
+                    p.size,
+                    p.config.to_string(),
+                    p.created_at
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn pool(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<PoolRecord>> {
+        let (org_id, key) = (org_id.to_owned(), id_or_name.to_owned());
+        self.call(move |connection| {
+            let by = |column: &str| {
+                connection
+                    .query_row(
+                        &format!("SELECT {POOL_COLUMNS} FROM browser_pools WHERE org_id = ?1 AND {column} = ?2 AND deleted_at IS NULL"),
+                        params![org_id, key],
+                        pool_from_row,
+                    )
+                    .optional()
+            };
+            match by("id")? {
+                Some(found) => Ok(Some(found)),
+                None => by("name"),
+            }
+        })
+        .await
+    }
+
+    async fn list_pools(&self, org_id: Option<&str>) -> StoreResult<Vec<PoolRecord>> {
+        let org_id = org_id.map(str::to_owned);
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {POOL_COLUMNS} FROM browser_pools WHERE deleted_at IS NULL \
+                 AND (?1 IS NULL OR org_id = ?1) ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map(params![org_id], pool_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn update_pool(&self, p: &PoolRecord) -> StoreResult<()> {
+        let p = p.clone();
+        self.call(move |connection| {
+            connection.execute(
+                "UPDATE browser_pools SET name = ?2, size = ?3, config = ?4 WHERE id = ?1 AND deleted_at IS NULL",
+                params![p.id, p.name, p.size, p.config.to_string()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_pool(&self, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.call(move |connection| {
+            let changed = connection.execute(
+                "UPDATE browser_pools SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL",
+                params![id, at],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn pool_members(&self, pool_id: &str) -> StoreResult<Vec<SessionRecord>> {
+        let pool_id = pool_id.to_owned();
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE pool_id = ?1 AND status <> 'ended' \
+                 ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map(params![pool_id], session_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn lease_pool_browser(&self, pool_id: &str) -> StoreResult<Option<SessionRecord>> {
+        let pool_id = pool_id.to_owned();
+        // One connection behind a mutex: the statement runs alone.
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!(
+                        "UPDATE browser_sessions SET pool_lease = 'leased' WHERE id = (\
+                         SELECT id FROM browser_sessions WHERE pool_id = ?1 AND pool_lease = 'idle' \
+                         AND status = 'running' ORDER BY created_at, id LIMIT 1) \
+                         RETURNING {SESSION_COLUMNS}"
+                    ),
+                    params![pool_id],
+                    session_from_row,
+                )
+                .optional()
+        })
+        .await
+    }
+
+    async fn set_pool_lease(
+        &self,
+        session_id: &str,
+        from: PoolLease,
+        to: PoolLease,
+    ) -> StoreResult<bool> {
+        let session_id = session_id.to_owned();
+        self.call(move |connection| {
+            let changed = connection.execute(
+                "UPDATE browser_sessions SET pool_lease = ?3 WHERE id = ?1 AND pool_lease = ?2 \
+                 AND status <> 'ended'",
+                params![session_id, from.as_str(), to.as_str()],
+            )?;
+            Ok(changed == 1)
         })
         .await
     }
