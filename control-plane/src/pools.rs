@@ -205,7 +205,6 @@ pub async fn acquire(
         if let Some(session) = state.store.lease_pool_browser(&pool.id).await? {
             // A fresh inactivity period starts with the lease.
             state.sessions.touch(&session.id);
-            state.pools.changed();
             return Ok(session);
         }
         if tokio::time::Instant::now() >= deadline {

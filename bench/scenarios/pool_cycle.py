@@ -1,0 +1,146 @@
+"""A warm pool's lease cycle: acquire → Playwright connect over CDP → open a local page →
+release (with reuse), next to the same connect → open → close against a bare Chromium
+(the same binary and flags, headless, launched once) in the same run; and acquire alone.
+Cycles alternate between the two so both see the same machine state."""
+
+from __future__ import annotations
+
+import http.client as http_client
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import sync_playwright
+
+from harness import ControlPlane
+
+CYCLES = 50
+POOL_SIZE = 5
+ACQUIRES = 30
+PAGE = b"<!doctype html><title>bench</title><h1>hello</h1>"
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(PAGE)))
+        self.end_headers()
+        self.wfile.write(PAGE)
+
+    def log_message(self, *args):
+        pass
+
+
+def _bare_chromium(user_data_dir: str) -> tuple[subprocess.Popen, str]:
+    flags = [
+        "--headless=new", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+        f"--user-data-dir={user_data_dir}", "--no-first-run", "--no-default-browser-check",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", "--password-store=basic", "--window-size=1920,1080",
+    ]
+    if os.geteuid() == 0:
+        flags += ["--no-sandbox", "--test-type"]
+    chromium = subprocess.Popen(["chromium", *flags, "about:blank"], stderr=subprocess.PIPE,
+                                start_new_session=True)
+    assert chromium.stderr is not None
+    for line in chromium.stderr:
+        match = re.search(rb"DevTools listening on (ws://\S+)", line)
+        if match:
+            threading.Thread(target=chromium.stderr.read, daemon=True).start()
+            return chromium, match.group(1).decode()
+    raise RuntimeError("Chromium did not announce DevTools")
+
+
+def _visit(playwright, cdp_url: str, page_url: str) -> None:
+    browser = playwright.chromium.connect_over_cdp(cdp_url)
+    context = browser.contexts[0]
+    page = context.pages[0] if context.pages else context.new_page()
+    page.goto(page_url)
+    assert page.title() == "bench"
+    browser.close()
+
+
+def run(work_dir: Path, report) -> None:
+    page_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    threading.Thread(target=page_server.serve_forever, daemon=True).start()
+    page_url = f"http://127.0.0.1:{page_server.server_address[1]}/"
+    server = ControlPlane(work_dir / "data").start()
+    user_data_dir = tempfile.mkdtemp(prefix="bench-chromium-")
+    chromium, bare_url = _bare_chromium(user_data_dir)
+    try:
+        api = httpx.Client(base_url=server.base_url, timeout=60,
+                            headers={"Authorization": f"Bearer {server.api_key}"})
+        pool = api.post("/browser_pools", json={
+            "size": POOL_SIZE, "headless": True, "fill_rate_per_minute": 6000,
+        }).json()
+        deadline = time.monotonic() + 120
+        while api.get(f"/browser_pools/{pool['id']}").json()["available_count"] < POOL_SIZE:
+            assert time.monotonic() < deadline, "the pool did not fill"
+            time.sleep(0.2)
+        # The standard library's client on one kept-alive connection for acquire and
+        # release (it sends a small request in one segment), so the figures are the
+        # service's, not the client's.
+        connection = http_client.HTTPConnection("127.0.0.1", server.port)
+        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+
+        def call(path: str, body: dict) -> dict | None:
+            connection.request("POST", f"/browser_pools/{pool['id']}/{path}", json.dumps(body), headers)
+            response = connection.getresponse()
+            data = response.read()
+            assert response.status in (200, 204), (response.status, data)
+            return json.loads(data) if data else None
+
+        cycles, acquires, bare = [], [], []
+        with sync_playwright() as playwright:
+            for index in range(CYCLES + 3):  # three untimed rounds warm both up
+                started = time.perf_counter()
+                session = call("acquire", {"acquire_timeout_seconds": 30})
+                acquired = time.perf_counter()
+                _visit(playwright, session["cdp_ws_url"], page_url)
+                call("release", {"session_id": session["session_id"], "reuse": True})
+                ended = time.perf_counter()
+
+                reference_started = time.perf_counter()
+                _visit(playwright, bare_url, page_url)
+                reference = time.perf_counter() - reference_started
+                if index >= 3:
+                    cycles.append(ended - started)
+                    acquires.append(acquired - started)
+                    bare.append(reference)
+        report("acquire → connect → open page → release", cycles,
+               {"connect → open page → close, bare Chromium": bare})
+
+        # Acquire alone, on a pool at rest (no reset running): acquire, release, wait
+        # until the browser is idle again and has settled.
+        quiet = []
+        for _ in range(ACQUIRES):
+            while api.get(f"/browser_pools/{pool['id']}").json()["available_count"] < POOL_SIZE:
+                time.sleep(0.05)
+            # A freshly restarted Chromium keeps both cores busy for a moment after its
+            # DevTools answers; let it settle so the figure is the acquire's own.
+            time.sleep(1.0)
+            started = time.perf_counter()
+            session = call("acquire", {"acquire_timeout_seconds": 30})
+            quiet.append(time.perf_counter() - started)
+            call("release", {"session_id": session["session_id"]})
+        ordered = sorted(quiet)
+        print(f"\nacquire alone on a pool at rest ({ACQUIRES} runs): median {ordered[len(ordered) // 2] * 1000:.2f} ms, "
+              f"p90 {ordered[int(len(ordered) * 0.9) - 1] * 1000:.2f} ms")
+        ordered = sorted(acquires)
+        print(f"acquire during the cycles above (resets of released browsers running): "
+              f"median {ordered[len(ordered) // 2] * 1000:.2f} ms")
+    finally:
+        os.killpg(chromium.pid, 9)
+        chromium.wait()
+        shutil.rmtree(user_data_dir, ignore_errors=True)
+        page_server.shutdown()
+        server.reap_everything()
