@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use chrono::{Duration, Utc};
 use control_plane::store::{
-    self, AgentLocation, ApiKeyRecord, ExtensionRecord, ReplayOutcome, ReplayRecord, ReplayStatus,
-    SessionFilter, SessionRecord, SessionStatus, Store, StoreError,
+    self, AgentLocation, ApiKeyRecord, ExtensionRecord, PoolLease, PoolRecord, ProxyCheck,
+    ProxyRecord, ReplayOutcome, ReplayRecord, ReplayStatus, SessionFilter, SessionRecord,
+    SessionStatus, Store, StoreError,
 };
 
 fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64) -> SessionRecord {
@@ -242,6 +243,165 @@ async fn contract(store: Arc<dyn Store>) {
 
     extension_contract(store.as_ref(), &a.id, &b.id).await;
     replay_contract(store.as_ref(), &a.id, &b.id).await;
+    proxy_contract(store.as_ref(), &a.id, &b.id).await;
+    pool_contract(store.clone(), &a.id, &b.id).await;
+}
+
+async fn proxy_contract(store: &dyn Store, a: &str, b: &str) {
+    let proxy = ProxyRecord {
+        id: "proxy_1".into(),
+        org_id: a.into(),
+        name: Some("office".into()),
+        kind: "custom".into(),
+        protocol: "http".into(),
+        bypass_hosts: vec!["intranet.test".into()],
+        config: serde_json::json!({"host": "10.0.0.1", "port": 3128, "password": "pw"}),
+        status: None,
+        last_checked: None,
+        ip_address: None,
+        check_error: None,
+        created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
+    };
+    store.insert_proxy(&proxy).await.expect("insert");
+    assert_eq!(store.proxy(a, "proxy_1").await.expect("get"), Some(proxy.clone()));
+    assert_eq!(store.proxy(b, "proxy_1").await.expect("foreign"), None);
+    let check = ProxyCheck {
+        status: "unavailable".into(),
+        at: chrono::DateTime::from_timestamp(1_800_000_100, 0).expect("time"),
+        ip_address: None,
+        error: Some("refused".into()),
+    };
+    store.record_proxy_check("proxy_1", &check).await.expect("check");
+    let checked = store.proxy(a, "proxy_1").await.expect("get").expect("exists");
+    assert_eq!(
+        (checked.status.as_deref(), checked.last_checked, checked.check_error.as_deref()),
+        (Some("unavailable"), Some(check.at), Some("refused"))
+    );
+    assert_eq!(store.list_proxies(a).await.expect("list").len(), 1);
+    assert!(!store.delete_proxy(b, "proxy_1", check.at).await.expect("foreign delete"));
+    assert!(store.delete_proxy(a, "proxy_1", check.at).await.expect("delete"));
+    assert!(!store.delete_proxy(a, "proxy_1", check.at).await.expect("again"));
+    assert_eq!(store.proxy(a, "proxy_1").await.expect("deleted"), None);
+    assert!(store.list_proxies(a).await.expect("list").is_empty());
+}
+
+async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
+    let pool = PoolRecord {
+        id: "pool_1".into(),
+        org_id: a.into(),
+        name: Some("warm".into()),
+        size: 3,
+        config: serde_json::json!({"size": 3, "headless": true}),
+        created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
+    };
+    store.insert_pool(&pool).await.expect("insert");
+    let same_name = PoolRecord {
+        id: "pool_2".into(),
+        ..pool.clone()
+    };
+    assert!(matches!(
+        store.insert_pool(&same_name).await,
+        Err(StoreError::Conflict(_))
+    ));
+    store
+        .insert_pool(&PoolRecord {
+            id: "pool_3".into(),
+            org_id: b.into(),
+            ..pool.clone()
+        })
+        .await
+        .expect("same name, other organization");
+    assert_eq!(store.pool(a, "warm").await.expect("by name"), Some(pool.clone()));
+    assert_eq!(store.pool(a, "pool_1").await.expect("by id"), Some(pool.clone()));
+    assert_eq!(store.pool(b, "pool_1").await.expect("foreign"), None);
+    assert_eq!(store.list_pools(Some(a)).await.expect("list").len(), 1);
+    assert_eq!(store.list_pools(None).await.expect("all").len(), 2);
+    let resized = PoolRecord {
+        size: 5,
+        ..pool.clone()
+    };
+    store.update_pool(&resized).await.expect("update");
+    assert_eq!(store.pool(a, "pool_1").await.expect("get").map(|p| p.size), Some(5));
+
+    // Members: three running idle browsers and one still starting.
+    for (index, status) in [
+        SessionStatus::Running,
+        SessionStatus::Running,
+        SessionStatus::Running,
+        SessionStatus::Starting,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut member = session(&format!("p{index}"), a, None, 10 - index as i64);
+        member.pool_id = Some("pool_1".into());
+        member.pool_lease = Some(PoolLease::Idle);
+        store.insert_session(&member).await.expect("member");
+        if status == SessionStatus::Running {
+            store
+                .set_session_running(&member.id, &location(9000 + index as u16))
+                .await
+                .expect("running");
+        }
+    }
+    assert_eq!(store.pool_members("pool_1").await.expect("members").len(), 4);
+
+    // Eight concurrent leases of three running idle browsers: exactly three succeed,
+    // each a different browser.
+    let leases = (0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.lease_pool_browser("pool_1").await })
+    });
+    let mut leased: Vec<String> = futures::future::join_all(leases)
+        .await
+        .into_iter()
+        .filter_map(|outcome| outcome.expect("task").expect("lease"))
+        .map(|session| {
+            assert_eq!(session.pool_lease, Some(PoolLease::Leased));
+            session.id
+        })
+        .collect();
+    leased.sort();
+    assert_eq!(leased, ["p0", "p1", "p2"]);
+
+    assert!(
+        store
+            .set_pool_lease("p0", PoolLease::Leased, PoolLease::Resetting)
+            .await
+            .expect("release")
+    );
+    assert!(
+        !store
+            .set_pool_lease("p0", PoolLease::Leased, PoolLease::Resetting)
+            .await
+            .expect("twice")
+    );
+    assert_eq!(store.lease_pool_browser("pool_1").await.expect("none idle"), None);
+    assert!(
+        store
+            .set_pool_lease("p0", PoolLease::Resetting, PoolLease::Idle)
+            .await
+            .expect("reset")
+    );
+    assert_eq!(
+        store
+            .lease_pool_browser("pool_1")
+            .await
+            .expect("lease")
+            .map(|s| s.id),
+        Some("p0".into())
+    );
+    assert!(store.delete_pool("pool_1", Utc::now()).await.expect("delete"));
+    assert!(!store.delete_pool("pool_1", Utc::now()).await.expect("again"));
+    assert_eq!(store.pool(a, "warm").await.expect("deleted"), None);
+    // The name is free again.
+    store
+        .insert_pool(&PoolRecord {
+            id: "pool_4".into(),
+            ..pool
+        })
+        .await
+        .expect("name reused");
 }
 
 fn replay(id: &str, org_id: &str, session_id: &str, age_seconds: i64) -> ReplayRecord {
