@@ -83,6 +83,17 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consecutive failed starts after which the agent gives up and reports FAILED.
 const MAX_FAILED_STARTS: u32 = 5;
 
+/// Removes Chromium's profile directory (a missing one is fine).
+async fn wipe_profile(profile: &std::path::Path) -> std::io::Result<()> {
+    let profile = profile.to_owned();
+    tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&profile) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
 /// A version of the extension set and its directories of unpacked extensions.
 pub type ExtensionSet = (u64, Vec<PathBuf>);
 
@@ -98,9 +109,26 @@ pub async fn supervise(
 ) {
     let mut restarts = 0;
     let mut failed_starts = 0;
+    // The reset generation whose fresh profile is on disk. A reset that arrives while
+    // Chromium is down (restarting for extensions, after a crash) is caught here too.
+    let mut wiped_generation = 0;
     loop {
         let (version, loaded) = extensions.borrow_and_update().clone();
         let generation = *resets.borrow_and_update();
+        if generation != wiped_generation {
+            if let Err(error) = wipe_profile(&config.user_data_dir).await {
+                // The next user must never see the previous one's data: give up.
+                tracing::error!(%error, "could not wipe the profile");
+                state.send_modify(|s| {
+                    s.devtools = DevtoolsState::Failed;
+                    s.pid = 0;
+                    s.last_exit = "could not wipe the profile for a reset".into();
+                });
+                shutdown.cancelled().await;
+                return;
+            }
+            wiped_generation = generation;
+        }
         let started = match spawn(&config, &loaded) {
             Ok(mut chromium) => {
                 state.send_modify(|s| {
@@ -180,24 +208,8 @@ pub async fn supervise(
             }
             changed = resets.changed() => {
                 tracing::info!("restarting Chromium with a fresh profile");
+                // The profile is wiped at the top of the loop, before the next start.
                 chromium.terminate(Duration::from_secs(2)).await;
-                let profile = config.user_data_dir.clone();
-                let wiped = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&profile) {
-                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
-                    _ => Ok(()),
-                })
-                .await;
-                if !matches!(wiped, Ok(Ok(()))) {
-                    // The next user must never see the previous one's data: give up.
-                    tracing::error!(?wiped, "could not wipe the profile");
-                    state.send_modify(|s| {
-                        s.devtools = DevtoolsState::Failed;
-                        s.pid = 0;
-                        s.last_exit = "could not wipe the profile for a reset".into();
-                    });
-                    shutdown.cancelled().await;
-                    return;
-                }
                 state.send_replace(BrowserState::starting(restarts, String::new(), version, generation));
                 if changed.is_err() {
                     shutdown.cancelled().await;
@@ -269,6 +281,8 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
             .chain(proxy.bypass_hosts.iter().map(String::as_str))
             .collect();
         args.push(format!("--proxy-bypass-list={}", bypass.join(";")));
+        // WebRTC's UDP would otherwise go direct and reveal the real address.
+        args.push("--force-webrtc-ip-handling-policy=disable_non_proxied_udp".to_owned());
     }
     args.push("about:blank".to_owned());
     args
@@ -306,6 +320,10 @@ fn spawn(config: &LaunchConfig, extensions: &[PathBuf]) -> anyhow::Result<GroupL
     command
         .args(arguments(config, extensions))
         .env_remove("WAYLAND_DISPLAY")
+        // The agent's own secrets are not Chromium's business.
+        .env_remove("BROWSER_AGENT_SECRET")
+        .env_remove("BROWSER_AGENT_PROXY_USERNAME")
+        .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
         .env_remove("XDG_SESSION_TYPE")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

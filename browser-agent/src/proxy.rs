@@ -74,7 +74,9 @@ async fn forward(
     let mut server = match TcpStream::connect(upstream).await {
         Ok(server) => server,
         Err(error) => {
-            let reason = format!("the upstream proxy {upstream} is unreachable: {error}");
+            // The upstream's address may be the operator's: log it, do not show it.
+            tracing::warn!(%upstream, %error, "the upstream proxy is unreachable");
+            let reason = "the upstream proxy is unreachable";
             let answer = format!(
                 "HTTP/1.1 502 Bad Gateway\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reason}",
                 reason.len()

@@ -87,8 +87,12 @@ struct Budget {
 /// Keeps every pool at its size. Runs forever.
 pub async fn run_reconciler(state: AppState) {
     let budgets: Arc<Mutex<HashMap<String, Budget>>> = Arc::default();
+    // Resets a previous process left unfinished are resumed once, at the start (later
+    // passes would race this process's own reset tasks).
+    let mut first_pass = true;
     loop {
-        if let Err(error) = reconcile_once(&state, &budgets).await {
+        let first = std::mem::take(&mut first_pass);
+        if let Err(error) = reconcile_once(&state, &budgets, first).await {
             tracing::warn!(%error, "pool reconciliation failed");
         }
         tokio::select! {
@@ -101,6 +105,7 @@ pub async fn run_reconciler(state: AppState) {
 async fn reconcile_once(
     state: &AppState,
     budgets: &Arc<Mutex<HashMap<String, Budget>>>,
+    first_pass: bool,
 ) -> Result<(), ApiError> {
     let pools = state.store.list_pools(None).await?;
     if let Ok(mut budgets) = budgets.lock() {
@@ -108,15 +113,24 @@ async fn reconcile_once(
     }
     for pool in pools {
         let members = state.store.pool_members(&pool.id).await?;
-        resume_resets(state, &members);
+        if first_pass {
+            resume_resets(state, &members);
+        }
         // Smaller than it was: idle browsers beyond the size go, newest first.
         let excess = members.len().saturating_sub(pool.size.max(0) as usize);
         let idle_newest_first = members
             .iter()
             .rev()
             .filter(|m| m.pool_lease == Some(PoolLease::Idle));
-        for member in idle_newest_first.take(excess) {
-            end_in_background(state, member.clone(), "pool shrunk");
+        let mut retired = 0;
+        for member in idle_newest_first {
+            if retired == excess {
+                break;
+            }
+            if retire(state, member).await {
+                end_in_background(state, member.clone(), "pool shrunk");
+                retired += 1;
+            }
         }
         let launches = {
             let Ok(mut budgets) = budgets.lock() else {
@@ -167,8 +181,17 @@ async fn reconcile_once(
                 (state.clone(), budgets.clone(), new.clone(), pool.clone());
             tokio::spawn(async move {
                 let created = state.sessions.create(&pool.org_id, new).await;
-                if let Err(error) = &created {
-                    tracing::warn!(pool_id = %pool.id, %error, "launching a pool browser failed");
+                match &created {
+                    Err(error) => {
+                        tracing::warn!(pool_id = %pool.id, %error, "launching a pool browser failed")
+                    }
+                    // Deleted while this browser started: nothing else would end it.
+                    Ok(session)
+                        if matches!(state.store.pool(&pool.org_id, &pool.id).await, Ok(None)) =>
+                    {
+                        let _ = state.sessions.end(session, "pool deleted").await;
+                    }
+                    Ok(_) => {}
                 }
                 if let Ok(mut budgets) = budgets.lock()
                     && let Some(budget) = budgets.get_mut(&pool.id)
@@ -181,6 +204,16 @@ async fn reconcile_once(
         }
     }
     Ok(())
+}
+
+/// Claims an idle browser for ending, so that no acquire can lease it meanwhile; false
+/// if it is no longer idle (leased since it was listed).
+async fn retire(state: &AppState, session: &SessionRecord) -> bool {
+    state
+        .store
+        .set_pool_lease(&session.id, PoolLease::Idle, PoolLease::Retiring)
+        .await
+        .unwrap_or(false)
 }
 
 fn end_in_background(state: &AppState, session: SessionRecord, reason: &'static str) {
@@ -292,6 +325,11 @@ fn reset_in_background(state: &AppState, session: SessionRecord) {
     }
     let state = state.clone();
     tokio::spawn(async move {
+        // Recordings the previous lessee started end with its lease.
+        state
+            .replays
+            .finish_all(&session, state.sessions.agent(&session).ok())
+            .await;
         let reset = match state.sessions.agent(&session) {
             Ok(agent) => agent.reset_browser().await.map_err(ApiError::from),
             Err(error) => Err(error),
@@ -307,7 +345,14 @@ fn reset_in_background(state: &AppState, session: SessionRecord) {
                 false
             }
         };
-        if !idle {
+        // Not reset: end it, unless something else already claimed it.
+        if !idle
+            && state
+                .store
+                .set_pool_lease(&session.id, PoolLease::Resetting, PoolLease::Retiring)
+                .await
+                .unwrap_or(false)
+        {
             let _ = state
                 .sessions
                 .end(&session, "could not be reset for reuse")
@@ -321,20 +366,20 @@ fn reset_in_background(state: &AppState, session: SessionRecord) {
     });
 }
 
-/// Ends every idle browser of the pool (leased ones stay); returns how many.
+/// Ends every idle browser of the pool (leased ones stay, also those leased while this
+/// runs); returns how many.
 pub async fn end_idle(
     state: &AppState,
     pool: &PoolRecord,
     reason: &str,
 ) -> Result<usize, ApiError> {
-    let idle: Vec<SessionRecord> = state
-        .store
-        .pool_members(&pool.id)
-        .await?
-        .into_iter()
-        .filter(|m| m.pool_lease == Some(PoolLease::Idle))
-        .collect();
-    end_all(state, idle, reason).await
+    let mut claimed = Vec::new();
+    for member in state.store.pool_members(&pool.id).await? {
+        if member.pool_lease == Some(PoolLease::Idle) && retire(state, &member).await {
+            claimed.push(member);
+        }
+    }
+    end_all(state, claimed, reason).await
 }
 
 /// Ends the sessions (in parallel, in a task of their own so that a caller going away

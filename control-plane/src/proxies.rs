@@ -72,15 +72,12 @@ impl ProxyUpstreams {
 
 /// `http://[user[:password]@]host:port` → route parts.
 fn parse_proxy_url(text: &str) -> Result<(String, Option<String>, Option<String>), String> {
-    let url = url::Url::parse(text).map_err(|error| format!("bad proxy URL {text:?}: {error}"))?;
+    // Messages never quote the URL: it may carry credentials.
+    let url = url::Url::parse(text).map_err(|error| format!("bad proxy URL: {error}"))?;
     if url.scheme() != "http" {
-        return Err(format!(
-            "proxy URL {text:?}: only http:// upstreams are supported"
-        ));
+        return Err("proxy URL: only http:// upstreams are supported".into());
     }
-    let host = url
-        .host_str()
-        .ok_or_else(|| format!("proxy URL {text:?} has no host"))?;
+    let host = url.host_str().ok_or("proxy URL without a host")?;
     let port = url.port_or_known_default().unwrap_or(80);
     let decode = |part: &str| percent_decode(part);
     let username = (!url.username().is_empty()).then(|| decode(url.username()));
@@ -192,8 +189,13 @@ async fn check_inner(route: &ProxyRoute, url: &str) -> Result<(), String> {
     if (200..400).contains(&code) {
         Ok(())
     } else {
+        let printable: String = status_line
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
         Err(format!(
-            "the request through the proxy answered {status_line}"
+            "the request through the proxy answered {printable}"
         ))
     }
 }

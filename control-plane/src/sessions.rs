@@ -391,7 +391,7 @@ impl Sessions {
                 // anyone: only leased ones time out.
                 let waiting_in_pool = matches!(
                     session.pool_lease,
-                    Some(PoolLease::Idle | PoolLease::Resetting)
+                    Some(PoolLease::Idle | PoolLease::Resetting | PoolLease::Retiring)
                 );
                 let reason = match session.status {
                     SessionStatus::Running

@@ -263,7 +263,10 @@ async fn proxy_contract(store: &dyn Store, a: &str, b: &str) {
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
     };
     store.insert_proxy(&proxy).await.expect("insert");
-    assert_eq!(store.proxy(a, "proxy_1").await.expect("get"), Some(proxy.clone()));
+    assert_eq!(
+        store.proxy(a, "proxy_1").await.expect("get"),
+        Some(proxy.clone())
+    );
     assert_eq!(store.proxy(b, "proxy_1").await.expect("foreign"), None);
     let check = ProxyCheck {
         status: "unavailable".into(),
@@ -271,16 +274,42 @@ async fn proxy_contract(store: &dyn Store, a: &str, b: &str) {
         ip_address: None,
         error: Some("refused".into()),
     };
-    store.record_proxy_check("proxy_1", &check).await.expect("check");
-    let checked = store.proxy(a, "proxy_1").await.expect("get").expect("exists");
+    store
+        .record_proxy_check("proxy_1", &check)
+        .await
+        .expect("check");
+    let checked = store
+        .proxy(a, "proxy_1")
+        .await
+        .expect("get")
+        .expect("exists");
     assert_eq!(
-        (checked.status.as_deref(), checked.last_checked, checked.check_error.as_deref()),
+        (
+            checked.status.as_deref(),
+            checked.last_checked,
+            checked.check_error.as_deref()
+        ),
         (Some("unavailable"), Some(check.at), Some("refused"))
     );
     assert_eq!(store.list_proxies(a).await.expect("list").len(), 1);
-    assert!(!store.delete_proxy(b, "proxy_1", check.at).await.expect("foreign delete"));
-    assert!(store.delete_proxy(a, "proxy_1", check.at).await.expect("delete"));
-    assert!(!store.delete_proxy(a, "proxy_1", check.at).await.expect("again"));
+    assert!(
+        !store
+            .delete_proxy(b, "proxy_1", check.at)
+            .await
+            .expect("foreign delete")
+    );
+    assert!(
+        store
+            .delete_proxy(a, "proxy_1", check.at)
+            .await
+            .expect("delete")
+    );
+    assert!(
+        !store
+            .delete_proxy(a, "proxy_1", check.at)
+            .await
+            .expect("again")
+    );
     assert_eq!(store.proxy(a, "proxy_1").await.expect("deleted"), None);
     assert!(store.list_proxies(a).await.expect("list").is_empty());
 }
@@ -311,8 +340,14 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
         })
         .await
         .expect("same name, other organization");
-    assert_eq!(store.pool(a, "warm").await.expect("by name"), Some(pool.clone()));
-    assert_eq!(store.pool(a, "pool_1").await.expect("by id"), Some(pool.clone()));
+    assert_eq!(
+        store.pool(a, "warm").await.expect("by name"),
+        Some(pool.clone())
+    );
+    assert_eq!(
+        store.pool(a, "pool_1").await.expect("by id"),
+        Some(pool.clone())
+    );
     assert_eq!(store.pool(b, "pool_1").await.expect("foreign"), None);
     assert_eq!(store.list_pools(Some(a)).await.expect("list").len(), 1);
     assert_eq!(store.list_pools(None).await.expect("all").len(), 2);
@@ -321,7 +356,10 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
         ..pool.clone()
     };
     store.update_pool(&resized).await.expect("update");
-    assert_eq!(store.pool(a, "pool_1").await.expect("get").map(|p| p.size), Some(5));
+    assert_eq!(
+        store.pool(a, "pool_1").await.expect("get").map(|p| p.size),
+        Some(5)
+    );
 
     // Members: three running idle browsers and one still starting.
     for (index, status) in [
@@ -344,7 +382,10 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
                 .expect("running");
         }
     }
-    assert_eq!(store.pool_members("pool_1").await.expect("members").len(), 4);
+    assert_eq!(
+        store.pool_members("pool_1").await.expect("members").len(),
+        4
+    );
 
     // Eight concurrent leases of three running idle browsers: exactly three succeed,
     // each a different browser.
@@ -376,7 +417,10 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
             .await
             .expect("twice")
     );
-    assert_eq!(store.lease_pool_browser("pool_1").await.expect("none idle"), None);
+    assert_eq!(
+        store.lease_pool_browser("pool_1").await.expect("none idle"),
+        None
+    );
     assert!(
         store
             .set_pool_lease("p0", PoolLease::Resetting, PoolLease::Idle)
@@ -391,8 +435,18 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
             .map(|s| s.id),
         Some("p0".into())
     );
-    assert!(store.delete_pool("pool_1", Utc::now()).await.expect("delete"));
-    assert!(!store.delete_pool("pool_1", Utc::now()).await.expect("again"));
+    assert!(
+        store
+            .delete_pool("pool_1", Utc::now())
+            .await
+            .expect("delete")
+    );
+    assert!(
+        !store
+            .delete_pool("pool_1", Utc::now())
+            .await
+            .expect("again")
+    );
     assert_eq!(store.pool(a, "warm").await.expect("deleted"), None);
     // The name is free again.
     store

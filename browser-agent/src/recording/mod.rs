@@ -521,6 +521,9 @@ fn capture(
     let mut ffmpeg = Encoder(
         Command::new(&job.ffmpeg)
             .args(encoder_args(job))
+            .env_remove("BROWSER_AGENT_SECRET")
+            .env_remove("BROWSER_AGENT_PROXY_USERNAME")
+            .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(log)

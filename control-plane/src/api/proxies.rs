@@ -100,9 +100,11 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
         problem(format!("type: {}", proxies::not_configured(&request.kind)));
     }
     if let Some(name) = &request.name
-        && (name.is_empty() || name.len() > MAX_NAME_BYTES)
+        && (name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control))
     {
-        problem(format!("name must be 1 to {MAX_NAME_BYTES} bytes"));
+        problem(format!(
+            "name must be 1 to {MAX_NAME_BYTES} bytes without control characters"
+        ));
     }
     match request.protocol.as_deref() {
         None | Some("http") => {}
@@ -117,7 +119,9 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
         // One entry of Chromium's `;`-separated bypass list each.
         if host.is_empty()
             || host.len() > MAX_HOST_BYTES
-            || host.contains([';', ' ', '\t', '\r', '\n', ','])
+            || host.starts_with('-')
+            || host.contains([';', ' ', ','])
+            || host.chars().any(char::is_control)
         {
             problem(format!(
                 "bypass_hosts[{index}] must be a host pattern without spaces, commas or semicolons"
@@ -130,7 +134,9 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
             Some(host)
                 if !host.is_empty()
                     && host.len() <= MAX_HOST_BYTES
-                    && !host.contains(['/', '@', ' ', '\r', '\n']) => {}
+                    && !host.starts_with('-')
+                    && !host.contains(['/', '@', ' '])
+                    && !host.chars().any(char::is_control) => {}
             _ => problem("config.host is required: a host name or IP address".into()),
         }
         match config.get("port").and_then(Value::as_u64) {
@@ -138,8 +144,12 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
             _ => problem("config.port is required: 1 to 65535".into()),
         }
         for key in ["username", "password"] {
-            if config.get(key).is_some_and(|value| !value.is_string()) {
-                problem(format!("config.{key} must be a string"));
+            match config.get(key) {
+                None => {}
+                Some(Value::String(text)) if !text.chars().any(char::is_control) => {}
+                Some(_) => problem(format!(
+                    "config.{key} must be a string without control characters"
+                )),
             }
         }
         for key in config.keys() {

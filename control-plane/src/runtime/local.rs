@@ -126,7 +126,7 @@ impl LocalRuntime {
             command.arg("--kiosk");
         }
         if let Some(proxy) = &spec.proxy {
-            command.arg("--proxy-upstream").arg(&proxy.address);
+            command.arg(format!("--proxy-upstream={}", proxy.address));
             // Credentials in the environment: the process list shows arguments.
             if let Some(username) = &proxy.username {
                 command.env("BROWSER_AGENT_PROXY_USERNAME", username);

@@ -111,6 +111,8 @@ pub enum PoolLease {
     Leased,
     /// Released with reuse: its state is being cleared before it is idle again.
     Resetting,
+    /// Claimed for ending (flush, shrink, failed reset): never leased again.
+    Retiring,
 }
 
 impl PoolLease {
@@ -119,6 +121,7 @@ impl PoolLease {
             Self::Idle => "idle",
             Self::Leased => "leased",
             Self::Resetting => "resetting",
+            Self::Retiring => "retiring",
         }
     }
 
@@ -127,6 +130,7 @@ impl PoolLease {
             "idle" => Ok(Self::Idle),
             "leased" => Ok(Self::Leased),
             "resetting" => Ok(Self::Resetting),
+            "retiring" => Ok(Self::Retiring),
             other => Err(StoreError::Backend(format!("unknown pool lease {other:?}"))),
         }
     }
