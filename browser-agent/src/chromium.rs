@@ -195,23 +195,20 @@ pub async fn supervise(
                 chromium.terminate(Duration::from_secs(2)).await;
                 return;
             }
-            changed = extensions.changed() => {
-                // A deliberate restart with the new extension set, not a crash.
-                tracing::info!("restarting Chromium to load extensions");
-                chromium.terminate(Duration::from_secs(2)).await;
-                state.send_replace(BrowserState::starting(restarts, String::new(), version, generation));
-                if changed.is_err() {
-                    // The sender is gone only when the agent stops.
-                    shutdown.cancelled().await;
-                    return;
+            // A deliberate restart, not a crash: the new extension set, or a fresh profile
+            // (wiped at the top of the loop, before the next start).
+            changed = async {
+                tokio::select! {
+                    changed = extensions.changed() => ("to load extensions", changed),
+                    changed = resets.changed() => ("with a fresh profile", changed),
                 }
-            }
-            changed = resets.changed() => {
-                tracing::info!("restarting Chromium with a fresh profile");
-                // The profile is wiped at the top of the loop, before the next start.
+            } => {
+                let (why, changed) = changed;
+                tracing::info!("restarting Chromium {why}");
                 chromium.terminate(Duration::from_secs(2)).await;
                 state.send_replace(BrowserState::starting(restarts, String::new(), version, generation));
                 if changed.is_err() {
+                    // A sender is gone only when the agent stops.
                     shutdown.cancelled().await;
                     return;
                 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::api::browsers::{CreateBrowserRequest, new_session};
+use crate::api::pools::DEFAULT_FILL_RATE;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::{PoolLease, PoolRecord, SessionRecord, SessionStatus};
@@ -74,7 +75,7 @@ pub fn fill_rate(pool: &PoolRecord) -> i64 {
     pool.config
         .get("fill_rate_per_minute")
         .and_then(|v| v.as_i64())
-        .unwrap_or(10)
+        .unwrap_or(DEFAULT_FILL_RATE)
 }
 
 /// Per-pool launch budget: a token bucket refilled at the pool's launch rate.
@@ -325,12 +326,13 @@ fn reset_in_background(state: &AppState, session: SessionRecord) {
     }
     let state = state.clone();
     tokio::spawn(async move {
+        let agent = state.sessions.agent(&session);
         // Recordings the previous lessee started end with its lease.
         state
             .replays
-            .finish_all(&session, state.sessions.agent(&session).ok())
+            .finish_all(&session, agent.as_ref().ok().cloned())
             .await;
-        let reset = match state.sessions.agent(&session) {
+        let reset = match agent {
             Ok(agent) => agent.reset_browser().await.map_err(ApiError::from),
             Err(error) => Err(error),
         };

@@ -299,24 +299,13 @@ impl Replays {
             // The outcome is on record (the video in the blob store): free the VM's disk.
             let _ = agent.delete_recording(&replay.id).await;
         }
-        let (status, size_bytes, blob_key, failure) = match outcome {
-            ReplayOutcome::Video {
-                size_bytes,
-                blob_key,
-            } => (
-                ReplayStatus::Finished,
-                Some(size_bytes),
-                Some(blob_key),
-                None,
-            ),
-            ReplayOutcome::Lost(why) => (ReplayStatus::Lost, None, None, Some(why)),
-        };
+        let (status, size_bytes, blob_key, failure) = outcome.columns();
         Ok(ReplayRecord {
             status,
             finished_at: Some(finished_at),
             size_bytes,
-            blob_key,
-            failure,
+            blob_key: blob_key.map(str::to_owned),
+            failure: failure.map(str::to_owned),
             ..replay
         })
     }

@@ -361,25 +361,23 @@ pub async fn acquire(
     PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<AcquireRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
-    let timeout = match request.acquire_timeout_seconds {
+    let requested = match request.acquire_timeout_seconds {
         Some(seconds) if (0..=MAX_ACQUIRE_TIMEOUT_SECONDS).contains(&seconds) => {
-            Duration::from_secs(seconds as u64)
+            Some(Duration::from_secs(seconds as u64))
         }
         Some(seconds) => {
             return Err(ApiError::invalid_field(format!(
                 "acquire_timeout_seconds must be between 0 and {MAX_ACQUIRE_TIMEOUT_SECONDS}, got {seconds}"
             )));
         }
-        None => Duration::ZERO,
+        None => None,
     };
     let record = find(&state, &caller, &id_or_name).await?;
-    let timeout = if request.acquire_timeout_seconds.is_some() {
-        timeout
-    } else {
+    let timeout = requested.unwrap_or_else(|| {
         let per_minute = pools::launches_per_minute(record.size, pools::fill_rate(&record));
         Duration::from_secs_f64(record.size as f64 / per_minute * 60.0)
             .min(DEFAULT_ACQUIRE_TIMEOUT_CAP)
-    };
+    });
     let session = pools::acquire(&state, &record, timeout).await?;
     let mut answer = BrowserSession::from_record(&state, &session);
     answer.pool = Some(PoolRef {

@@ -384,14 +384,19 @@ const REPLAY_COLUMNS: &str = "id, org_id, session_id, framerate, max_duration_se
     started_at, finished_at, size_bytes, blob_key, failure";
 
 impl ReplayOutcome {
-    /// (status, size_bytes, blob_key, failure) as stored.
-    fn columns(&self) -> (&'static str, Option<i64>, Option<&str>, Option<&str>) {
+    /// The replay's (status, size_bytes, blob_key, failure) after this outcome.
+    pub fn columns(&self) -> (ReplayStatus, Option<i64>, Option<&str>, Option<&str>) {
         match self {
             Self::Video {
                 size_bytes,
                 blob_key,
-            } => ("finished", Some(*size_bytes), Some(blob_key), None),
-            Self::Lost(why) => ("lost", None, None, Some(why)),
+            } => (
+                ReplayStatus::Finished,
+                Some(*size_bytes),
+                Some(blob_key),
+                None,
+            ),
+            Self::Lost(why) => (ReplayStatus::Lost, None, None, Some(why)),
         }
     }
 }

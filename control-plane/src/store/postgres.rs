@@ -578,6 +578,7 @@ impl Store for PostgresStore {
         outcome: &ReplayOutcome,
     ) -> StoreResult<bool> {
         let (status, size_bytes, blob_key, failure) = outcome.columns();
+        let status = status.as_str();
         let changed = self
             .client()
             .await?

@@ -564,6 +564,7 @@ impl Store for SqliteStore {
         let (id, outcome) = (id.to_owned(), outcome.clone());
         self.call(move |connection| {
             let (status, size_bytes, blob_key, failure) = outcome.columns();
+            let status = status.as_str();
             let changed = connection.execute(
                 "UPDATE replays SET status = ?2, finished_at = ?3, size_bytes = ?4, blob_key = ?5, \
                  failure = ?6 WHERE id = ?1 AND status = 'stopping'",
