@@ -30,6 +30,9 @@ pub struct LaunchConfig {
     /// Route all traffic through this proxy (`http://127.0.0.1:port`, the agent's
     /// forwarder), except the bypassed hosts.
     pub proxy: Option<ProxyRoute>,
+    /// A stored profile (ZIP of user data) to start from, and to start from again after
+    /// each reset.
+    pub profile_seed: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug)]
@@ -79,9 +82,14 @@ impl BrowserState {
     }
 }
 
+/// Chromium's user data (the profile), inside the VM root.
+pub const USER_DATA_DIR: &str = "user-data";
+
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consecutive failed starts after which the agent gives up and reports FAILED.
 const MAX_FAILED_STARTS: u32 = 5;
+/// How long a clean exit (writing cookies and storage) may take before Chromium is killed.
+const CLEAN_EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Removes Chromium's profile directory (a missing one is fine).
 async fn wipe_profile(profile: &std::path::Path) -> std::io::Result<()> {
@@ -94,16 +102,28 @@ async fn wipe_profile(profile: &std::path::Path) -> std::io::Result<()> {
     .map_err(std::io::Error::other)?
 }
 
+/// Unpacks the profile seed, if any, into the (empty) user-data directory.
+async fn seed_profile(config: &LaunchConfig) -> anyhow::Result<()> {
+    let Some(archive) = config.profile_seed.clone() else {
+        return Ok(());
+    };
+    let dir = config.user_data_dir.clone();
+    tokio::task::spawn_blocking(move || crate::profile::seed(&archive, &dir)).await?
+}
+
 /// A version of the extension set and its directories of unpacked extensions.
 pub type ExtensionSet = (u64, Vec<PathBuf>);
 
 /// Keeps Chromium running until `shutdown` is cancelled, publishing its state. A change
 /// of `extensions` restarts it with the new set; a new `resets` generation restarts it
-/// with a fresh profile (no tabs, cookies, storage or cache).
+/// with a fresh profile (no tabs, cookies, storage or cache; the profile seed again, if
+/// there is one). Once `stop` turns true, Chromium exits cleanly (its profile complete
+/// on disk) and is not started again.
 pub async fn supervise(
     config: LaunchConfig,
     mut extensions: watch::Receiver<ExtensionSet>,
     mut resets: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
     state: watch::Sender<BrowserState>,
     shutdown: CancellationToken,
 ) {
@@ -111,23 +131,36 @@ pub async fn supervise(
     let mut failed_starts = 0;
     // The reset generation whose fresh profile is on disk. A reset that arrives while
     // Chromium is down (restarting for extensions, after a crash) is caught here too.
-    let mut wiped_generation = 0;
+    // `None` until the profile seed is in place.
+    let mut wiped_generation = None;
     loop {
+        let stop_now = *stop.borrow();
+        if stop_now {
+            stopped(&state, &shutdown).await;
+            return;
+        }
         let (version, loaded) = extensions.borrow_and_update().clone();
         let generation = *resets.borrow_and_update();
-        if generation != wiped_generation {
-            if let Err(error) = wipe_profile(&config.user_data_dir).await {
+        if wiped_generation != Some(generation) {
+            let wiped = match wipe_profile(&config.user_data_dir).await {
+                Ok(()) => seed_profile(&config).await,
+                Err(error) => Err(error.into()),
+            };
+            if let Err(error) = wiped {
                 // The next user must never see the previous one's data: give up.
-                tracing::error!(%error, "could not wipe the profile");
+                tracing::error!(
+                    error = format!("{error:#}"),
+                    "could not prepare the profile"
+                );
                 state.send_modify(|s| {
                     s.devtools = DevtoolsState::Failed;
                     s.pid = 0;
-                    s.last_exit = "could not wipe the profile for a reset".into();
+                    s.last_exit = format!("could not prepare the profile: {error:#}");
                 });
                 shutdown.cancelled().await;
                 return;
             }
-            wiped_generation = generation;
+            wiped_generation = Some(generation);
         }
         let started = match spawn(&config, &loaded) {
             Ok(mut chromium) => {
@@ -156,17 +189,17 @@ pub async fn supervise(
             }
             Err(error) => Err(error),
         };
-        let mut chromium = match started {
+        let (mut chromium, browser_ws_url) = match started {
             Ok((chromium, (port, browser_ws_url))) => {
                 failed_starts = 0;
                 state.send_modify(|s| {
                     s.devtools = DevtoolsState::Ready;
                     s.devtools_port = port;
-                    s.browser_ws_url = browser_ws_url;
+                    s.browser_ws_url = browser_ws_url.clone();
                     s.extensions_version = version;
                     s.reset_generation = generation;
                 });
-                chromium
+                (chromium, browser_ws_url)
             }
             Err(error) => {
                 failed_starts += 1;
@@ -193,6 +226,13 @@ pub async fn supervise(
         tokio::select! {
             () = shutdown.cancelled() => {
                 chromium.terminate(Duration::from_secs(2)).await;
+                return;
+            }
+            // (The guard `wait_for` returns must not live across the awaits below.)
+            () = async { let _ = stop.wait_for(|stop| *stop).await; } => {
+                tracing::info!("stopping Chromium for good");
+                close_cleanly(&mut chromium, &browser_ws_url).await;
+                stopped(&state, &shutdown).await;
                 return;
             }
             // A deliberate restart, not a crash: the new extension set, or a fresh profile
@@ -226,6 +266,40 @@ pub async fn supervise(
             }
         }
     }
+}
+
+/// Closes Chromium the way its own UI does (CDP `Browser.close`), so that it writes its
+/// cookie database and storage before exiting; on signals it skips some of that.
+/// Falls back to SIGTERM, then kills the group.
+async fn close_cleanly(chromium: &mut GroupLeader, browser_ws_url: &str) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let asked = async {
+        let (mut socket, _) = tokio_tungstenite::connect_async(browser_ws_url)
+            .await
+            .ok()?;
+        let close = r#"{"id":1,"method":"Browser.close"}"#;
+        socket.send(Message::text(close)).await.ok()?;
+        // Chromium answers, then drops the connection as it exits.
+        while let Some(Ok(_)) = socket.next().await {}
+        Some(())
+    };
+    let asked = tokio::time::timeout(Duration::from_secs(5), asked).await;
+    if !matches!(asked, Ok(Some(()))) {
+        tracing::warn!("Browser.close failed; stopping Chromium with SIGTERM");
+    }
+    chromium.exit_cleanly(CLEAN_EXIT_TIMEOUT).await;
+}
+
+/// Publishes that Chromium is stopped for good and waits for the agent to end.
+async fn stopped(state: &watch::Sender<BrowserState>, shutdown: &CancellationToken) {
+    state.send_modify(|s| {
+        s.devtools = DevtoolsState::Stopped;
+        s.pid = 0;
+        s.devtools_port = 0;
+        s.browser_ws_url.clear();
+    });
+    shutdown.cancelled().await;
 }
 
 fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
@@ -447,6 +521,7 @@ mod tests {
             kiosk: false,
             stealth: false,
             proxy: None,
+            profile_seed: None,
         };
         let headful = arguments(&config, &[]);
         assert!(!headful.iter().any(|a| a.starts_with("--proxy")));

@@ -11,6 +11,7 @@ mod extensions;
 mod fs;
 mod input;
 mod process;
+mod profile;
 mod proxy;
 mod recording;
 mod service;
@@ -88,6 +89,10 @@ struct Args {
     /// An extension to load from the start, as NAME=PATH of its ZIP archive (repeatable).
     #[arg(long = "extension", value_name = "NAME=ZIP")]
     extensions: Vec<String>,
+    /// A stored profile (ZIP of Chromium user data) that Chromium starts from, and starts
+    /// from again after each reset.
+    #[arg(long)]
+    profile_archive: Option<PathBuf>,
     /// upload_zip: most entries an archive may have.
     #[arg(long, default_value_t = 100_000)]
     zip_max_entries: u64,
@@ -205,22 +210,25 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         None => None,
     };
     let (resets, resets_rx) = watch::channel(0u64);
+    let (stop_chromium, stop_chromium_rx) = watch::channel(false);
     let supervisor = {
         let config = LaunchConfig {
             proxy,
             chromium_path: args.chromium_path.clone(),
             vm_root: args.vm_root.clone(),
-            user_data_dir: args.vm_root.join("user-data"),
+            user_data_dir: args.vm_root.join(chromium::USER_DATA_DIR),
             display: display_name.clone(),
             width: args.width,
             height: args.height,
             kiosk: args.kiosk,
             stealth: args.stealth,
+            profile_seed: args.profile_archive.clone(),
         };
         tokio::spawn(chromium::supervise(
             config,
             extension_set,
             resets_rx,
+            stop_chromium_rx,
             state_tx,
             shutdown.clone(),
         ))
@@ -252,6 +260,7 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
     let service = service::AgentService {
         recordings,
         resets,
+        stop_chromium,
         input,
         fs: vm_fs,
         zip_limits,

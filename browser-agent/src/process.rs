@@ -78,6 +78,21 @@ impl GroupLeader {
         .await;
         let _ = self.child.wait().await;
     }
+
+    /// Gives the leader `grace` to exit by itself, asking it with SIGTERM if it has not
+    /// started to (only the leader: a signal to the whole group would kill its helpers,
+    /// such as the network service holding the cookies, before it could shut them down
+    /// in order), then reaps the group.
+    pub async fn exit_cleanly(&mut self, grace: Duration) {
+        if tokio::time::timeout(grace / 2, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = nix::sys::signal::kill(self.group, Signal::SIGTERM);
+            let _ = tokio::time::timeout(grace / 2, self.child.wait()).await;
+        }
+        self.terminate(Duration::from_millis(500)).await;
+    }
 }
 
 /// A blocking (`std`) child leading its own group, for processes started before the

@@ -26,7 +26,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::capture::{self, CaptureError};
 use crate::cdp;
-use crate::chromium::BrowserState;
+use crate::chromium::{BrowserState, USER_DATA_DIR};
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{self, Action, Input, InputError};
@@ -51,6 +51,8 @@ pub struct AgentService {
     pub recordings: Arc<Recordings>,
     /// Bumped to restart Chromium with a fresh profile.
     pub resets: watch::Sender<u64>,
+    /// Set to stop Chromium for good (a clean exit), before exporting its profile.
+    pub stop_chromium: watch::Sender<bool>,
 }
 
 impl From<RecordingError> for Status {
@@ -644,6 +646,28 @@ impl BrowserAgent for AgentService {
                 "Chromium did not come back with a fresh profile",
             )),
         }
+    }
+
+    type ExportProfileStream = DataStream;
+
+    async fn export_profile(&self, _: Request<Empty>) -> Result<Response<DataStream>, Status> {
+        self.stop_chromium.send_replace(true);
+        let mut browser = self.browser.clone();
+        let stopped = browser.wait_for(|s| s.devtools == DevtoolsState::Stopped);
+        match tokio::time::timeout(DEFAULT_WAIT, stopped).await {
+            Ok(Ok(_)) => {}
+            _ => return Err(Status::unavailable("Chromium did not stop in time")),
+        }
+        let (dir, scratch_dir) = (self.vm_root.join(USER_DATA_DIR), self.scratch_dir.clone());
+        let archive = tokio::task::spawn_blocking(move || {
+            let mut archive = crate::profile::export(&dir, tempfile::tempfile_in(&scratch_dir)?)?;
+            archive.seek(SeekFrom::Start(0))?;
+            anyhow::Ok(archive)
+        })
+        .await
+        .map_err(|error| Status::internal(error.to_string()))?
+        .map_err(|error| Status::internal(format!("exporting the profile failed: {error:#}")))?;
+        Ok(Response::new(stream_file(archive)))
     }
 
     async fn load_extensions(

@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod ids;
 pub mod pools;
+pub mod profiles;
 pub mod proxies;
 pub mod replays;
 pub mod runtime;

@@ -279,7 +279,10 @@ pub async fn release(
             pool.name.as_deref().unwrap_or(&pool.id)
         )));
     }
-    if !reuse {
+    // A browser that saves into its profile ends (saving): a reset would start it again
+    // from the profile's state as of before that save.
+    let saves_profile = session.profile.as_ref().is_some_and(|p| p.save_changes);
+    if !reuse || saves_profile {
         // The caller may go away; the end must not be cut short.
         let sessions = state.sessions.clone();
         tokio::spawn(async move { sessions.end(&session, "released from its pool").await })

@@ -9,6 +9,7 @@ use axum::serve::ListenerExt;
 
 use crate::blobs::LocalBlobStore;
 use crate::config::ServeConfig;
+use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
@@ -57,7 +58,13 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         runtime.clone(),
         config.ffmpeg.clone(),
     ));
-    let sessions = Arc::new(Sessions::new(store.clone(), runtime, replays.clone()));
+    let profiles = Arc::new(Profiles::new(store.clone(), blobs.clone()));
+    let sessions = Arc::new(Sessions::new(
+        store.clone(),
+        runtime,
+        replays.clone(),
+        profiles.clone(),
+    ));
     sessions
         .reconcile()
         .await
@@ -91,6 +98,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         store,
         sessions,
         replays,
+        profiles,
         public_url: public_url.clone(),
         max_upload_bytes: config.max_upload_bytes,
         blobs,

@@ -2,6 +2,7 @@
 //! inactivity timeout, agent heartbeats, and reconciliation after a restart.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,10 +12,11 @@ use chrono::Utc;
 use crate::agent::AgentClient;
 use crate::error::ApiError;
 use crate::ids;
+use crate::profiles::Profiles;
 use crate::proxies::ProxyRoute;
 use crate::replays::Replays;
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
-use crate::store::{PoolLease, SessionRecord, SessionStatus, Store, StoreError};
+use crate::store::{PoolLease, SessionProfile, SessionRecord, SessionStatus, Store, StoreError};
 
 /// What a caller asked for, validated.
 #[derive(Clone, Debug)]
@@ -33,6 +35,8 @@ pub struct NewSession {
     pub proxy: Option<(String, ProxyRoute)>,
     /// The pool the browser is created for (it starts idle there).
     pub pool_id: Option<String>,
+    /// The profile to start from (and the archive of its stored state, if it has one).
+    pub profile: Option<(SessionProfile, Option<PathBuf>)>,
 }
 
 /// An extension of the organization's library, resolved for loading.
@@ -65,6 +69,7 @@ pub struct Sessions {
     store: Arc<dyn Store>,
     runtime: Arc<dyn Runtime>,
     replays: Arc<Replays>,
+    profiles: Arc<Profiles>,
     activity: Mutex<HashMap<String, Activity>>,
     clients: Mutex<HashMap<String, AgentClient>>,
     running: Mutex<RunningCache>,
@@ -91,11 +96,17 @@ const STARTING_WAIT: Duration = Duration::from_secs(60);
 const STALE_START: Duration = Duration::from_secs(180);
 
 impl Sessions {
-    pub fn new(store: Arc<dyn Store>, runtime: Arc<dyn Runtime>, replays: Arc<Replays>) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        runtime: Arc<dyn Runtime>,
+        replays: Arc<Replays>,
+        profiles: Arc<Profiles>,
+    ) -> Self {
         Self {
             store,
             runtime,
             replays,
+            profiles,
             activity: Mutex::default(),
             clients: Mutex::default(),
             running: Mutex::default(),
@@ -132,6 +143,7 @@ impl Sessions {
             proxy_id: new.proxy.as_ref().map(|(id, _)| id.clone()),
             pool_lease: new.pool_id.as_ref().map(|_| PoolLease::Idle),
             pool_id: new.pool_id.clone(),
+            profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
         };
         match self.store.insert_session(&record).await {
             Ok(()) => {}
@@ -155,9 +167,13 @@ impl Sessions {
         // left half-started and no browser is left without a session.
         let this = self.clone();
         let (extensions, proxy) = (new.extensions, new.proxy.map(|(_, route)| route));
-        tokio::spawn(async move { this.launch(record, extensions, proxy).await })
-            .await
-            .map_err(|error| ApiError::Internal(anyhow::anyhow!("launch task failed: {error}")))?
+        let profile_archive = new.profile.and_then(|(_, archive)| archive);
+        tokio::spawn(async move {
+            this.launch(record, extensions, proxy, profile_archive)
+                .await
+        })
+        .await
+        .map_err(|error| ApiError::Internal(anyhow::anyhow!("launch task failed: {error}")))?
     }
 
     async fn launch(
@@ -165,9 +181,11 @@ impl Sessions {
         record: SessionRecord,
         extensions: Vec<LibraryExtension>,
         proxy: Option<ProxyRoute>,
+        profile_archive: Option<PathBuf>,
     ) -> Result<SessionRecord, ApiError> {
         let spec = LaunchSpec {
             proxy,
+            profile_archive,
             session_id: record.id.clone(),
             headless: record.headless,
             width: record.viewport_width as u32,
@@ -213,6 +231,11 @@ impl Sessions {
         if !extensions.is_empty() {
             let ids: Vec<String> = extensions.iter().map(|e| e.id.clone()).collect();
             self.store.mark_extensions_used(&ids, Utc::now()).await?;
+        }
+        if let Some(profile) = &record.profile {
+            self.store
+                .mark_profile_used(&profile.id, Utc::now())
+                .await?;
         }
         self.touch(&record.id);
         Ok(SessionRecord {
@@ -304,11 +327,29 @@ impl Sessions {
             .agent
             .as_ref()
             .and_then(|location| AgentClient::new(location).ok());
-        self.replays.finish_all(session, agent).await;
+        self.replays.finish_all(session, agent.clone()).await;
+        if let (Some(profile), Some(agent)) = (&session.profile, &agent)
+            && profile.save_changes
+        {
+            self.save_profile(&session.id, &profile.id, agent).await;
+        }
         self.runtime
             .destroy(&session.id, session.agent.as_ref())
             .await;
         Ok(true)
+    }
+
+    /// Saves the browser's state into the profile; a failure keeps the profile's previous
+    /// state (and is logged: the session ends either way).
+    pub async fn save_profile(&self, session_id: &str, profile_id: &str, agent: &AgentClient) {
+        if let Err(error) = self.profiles.save_from(profile_id, agent).await {
+            tracing::warn!(
+                session_id,
+                profile_id,
+                error = format!("{error:#}"),
+                "the profile was not saved; it keeps its previous state"
+            );
+        }
     }
 
     fn forget(&self, id: &str) {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::auth::KeyCache;
 use crate::blobs::BlobStore;
 use crate::pools::PoolSignals;
+use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
 use crate::sessions::Sessions;
@@ -17,6 +18,7 @@ pub struct AppState {
     pub key_cache: Arc<KeyCache>,
     pub sessions: Arc<Sessions>,
     pub replays: Arc<Replays>,
+    pub profiles: Arc<Profiles>,
     pub tokens: Arc<Tokens>,
     /// Base of the URLs we hand out, without a trailing slash (e.g. `http://127.0.0.1:8080`).
     pub public_url: String,

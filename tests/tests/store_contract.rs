@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use chrono::{Duration, Utc};
 use control_plane::store::{
-    self, AgentLocation, ApiKeyRecord, ExtensionRecord, PoolLease, PoolRecord, ProxyCheck,
-    ProxyRecord, ReplayOutcome, ReplayRecord, ReplayStatus, SessionFilter, SessionRecord,
-    SessionStatus, Store, StoreError,
+    self, AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, PoolLease,
+    PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, ReplayStatus,
+    SessionFilter, SessionProfile, SessionRecord, SessionStatus, Store, StoreError,
 };
 
 fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64) -> SessionRecord {
@@ -34,6 +34,7 @@ fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64
         proxy_id: None,
         pool_id: None,
         pool_lease: None,
+        profile: None,
     }
 }
 
@@ -245,6 +246,136 @@ async fn contract(store: Arc<dyn Store>) {
     replay_contract(store.as_ref(), &a.id, &b.id).await;
     proxy_contract(store.as_ref(), &a.id, &b.id).await;
     pool_contract(store.clone(), &a.id, &b.id).await;
+    profile_contract(store.as_ref(), &a.id, &b.id).await;
+    auth_connection_contract(store.as_ref(), &a.id, &b.id).await;
+}
+
+fn micros(at: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
+    chrono::DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap()
+}
+
+async fn profile_contract(store: &dyn Store, a: &str, b: &str) {
+    let profile = |id: &str, org: &str, name: Option<&str>, age: i64| ProfileRecord {
+        id: id.into(),
+        org_id: org.into(),
+        name: name.map(str::to_owned),
+        created_at: micros(Utc::now() - Duration::seconds(age)),
+        updated_at: None,
+        last_used_at: None,
+        size_bytes: None,
+    };
+    let older = profile("prof_1", a, Some("work"), 20);
+    let newer = profile("prof_2", a, None, 10);
+    store.insert_profile(&newer).await.unwrap();
+    store.insert_profile(&older).await.unwrap();
+    // Names are unique per organization, not across them.
+    assert!(matches!(
+        store
+            .insert_profile(&profile("prof_3", a, Some("work"), 0))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    store
+        .insert_profile(&profile("prof_4", b, Some("work"), 0))
+        .await
+        .unwrap();
+    assert_eq!(store.profile(a, "work").await.unwrap(), Some(older.clone()));
+    assert_eq!(
+        store.profile(a, "prof_2").await.unwrap(),
+        Some(newer.clone())
+    );
+    assert_eq!(store.profile(b, "prof_1").await.unwrap(), None);
+    let listed: Vec<String> = store
+        .list_profiles(a)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(listed, ["prof_1", "prof_2"]);
+
+    let at = micros(Utc::now());
+    assert!(store.profile_saved("prof_1", at, 1234).await.unwrap());
+    store.mark_profile_used("prof_1", at).await.unwrap();
+    let saved = store.profile(a, "prof_1").await.unwrap().unwrap();
+    assert_eq!(
+        (saved.updated_at, saved.last_used_at, saved.size_bytes),
+        (Some(at), Some(at), Some(1234))
+    );
+    assert!(!store.delete_profile(b, "prof_1").await.unwrap());
+    assert!(store.delete_profile(a, "prof_1").await.unwrap());
+    assert!(!store.profile_saved("prof_1", at, 1).await.unwrap());
+
+    // A session remembers its profile and whether it saves into it.
+    let mut with_profile = session("sess_profile", a, None, 0);
+    with_profile.profile = Some(SessionProfile {
+        id: "prof_2".into(),
+        save_changes: true,
+    });
+    let with_profile = truncate_to_micros(with_profile);
+    store.insert_session(&with_profile).await.unwrap();
+    assert_eq!(
+        store.session(a, "sess_profile").await.unwrap(),
+        Some(with_profile)
+    );
+}
+
+async fn auth_connection_contract(store: &dyn Store, a: &str, b: &str) {
+    let connection = |id: &str, org: &str, profile: &str, age: i64| AuthConnectionRecord {
+        id: id.into(),
+        org_id: org.into(),
+        domain: "example.com".into(),
+        profile_name: profile.into(),
+        created_at: micros(Utc::now() - Duration::seconds(age)),
+        document: r#"{"status":"NEEDS_AUTH"}"#.into(),
+        credentials: None,
+    };
+    let first = connection("auth_1", a, "p1", 20);
+    store
+        .insert_auth_connection(&connection("auth_2", a, "p2", 10))
+        .await
+        .unwrap();
+    store.insert_auth_connection(&first).await.unwrap();
+    store
+        .insert_auth_connection(&connection("auth_3", b, "p1", 0))
+        .await
+        .unwrap();
+    // One connection per profile and domain in an organization.
+    assert!(matches!(
+        store
+            .insert_auth_connection(&connection("auth_4", a, "p1", 0))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.auth_connection(a, "auth_1").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(store.auth_connection(b, "auth_1").await.unwrap(), None);
+    let ids = |list: Vec<AuthConnectionRecord>| list.into_iter().map(|c| c.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_auth_connections(Some(a)).await.unwrap()),
+        ["auth_1", "auth_2"]
+    );
+    assert_eq!(
+        ids(store.list_auth_connections(None).await.unwrap()),
+        ["auth_1", "auth_2", "auth_3"]
+    );
+
+    let updated = AuthConnectionRecord {
+        document: r#"{"status":"AUTHENTICATED"}"#.into(),
+        credentials: Some(vec![0, 1, 2, 255]),
+        ..first
+    };
+    assert!(store.update_auth_connection(&updated).await.unwrap());
+    assert_eq!(
+        store.auth_connection(a, "auth_1").await.unwrap(),
+        Some(updated.clone())
+    );
+    assert!(!store.delete_auth_connection(b, "auth_1").await.unwrap());
+    assert!(store.delete_auth_connection(a, "auth_1").await.unwrap());
+    assert!(!store.delete_auth_connection(a, "auth_1").await.unwrap());
+    assert!(!store.update_auth_connection(&updated).await.unwrap());
 }
 
 async fn proxy_contract(store: &dyn Store, a: &str, b: &str) {

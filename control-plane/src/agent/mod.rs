@@ -346,6 +346,18 @@ impl AgentClient {
             .into_inner())
     }
 
+    /// Stops Chromium for good (a clean exit) and streams its profile as a ZIP.
+    pub async fn export_profile(&self) -> Result<Streaming<DataChunk>, AgentError> {
+        let mut request = tonic::Request::new(Empty {});
+        request.set_timeout(Duration::from_secs(120));
+        Ok(self
+            .inner
+            .clone()
+            .export_profile(request)
+            .await?
+            .into_inner())
+    }
+
     /// Restarts Chromium with a fresh profile; answers once it is ready again.
     pub async fn reset_browser(&self) -> Result<(), AgentError> {
         let mut request = tonic::Request::new(Empty {});

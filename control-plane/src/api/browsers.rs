@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -14,7 +14,7 @@ use crate::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::proxies::{self, ProxyRoute};
 use crate::sessions::{LibraryExtension, NewSession};
 use crate::state::AppState;
-use crate::store::{SessionFilter, SessionRecord, SessionStatus};
+use crate::store::{SessionFilter, SessionProfile, SessionRecord, SessionStatus};
 
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 60;
 pub const MIN_TIMEOUT_SECONDS: i64 = 10;
@@ -52,9 +52,18 @@ pub struct CreateBrowserRequest {
     pub extensions: Option<Vec<ExtensionReference>>,
     /// Proxy to route the browser's traffic through.
     pub proxy_id: Option<String>,
-    /// Profile to load, by id or name.
-    #[schema(value_type = Option<Object>)]
-    pub profile: Option<serde_json::Value>,
+    /// Profile to start from, by id or name; with `save_changes` the browser's state is
+    /// saved back into it when the session ends.
+    pub profile: Option<ProfileReference>,
+}
+
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileReference {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    /// Default false.
+    pub save_changes: Option<bool>,
 }
 
 #[derive(Clone, Debug, Deserialize, ToSchema)]
@@ -114,6 +123,15 @@ pub struct BrowserSession {
     /// The pool the browser belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolRef>,
+    /// The profile the browser started from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<SessionProfileRef>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionProfileRef {
+    pub id: String,
+    pub save_changes: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -147,16 +165,24 @@ impl BrowserSession {
             deleted_at: session.ended_at,
             proxy_id: session.proxy_id.clone(),
             pool: session.pool_id.clone().map(|id| PoolRef { id, name: None }),
+            profile: session.profile.as_ref().map(|p| SessionProfileRef {
+                id: p.id.clone(),
+                save_changes: p.save_changes,
+            }),
         }
     }
 }
 
-/// A valid request, and the extension references it makes (ids or names, unresolved).
-/// A valid request, the extension references it makes (ids or names, unresolved) and
-/// the proxy it names.
-fn validate(
-    request: CreateBrowserRequest,
-) -> Result<(NewSession, Vec<String>, Option<String>), ApiError> {
+/// What a create request refers to by id or name, unresolved.
+struct References {
+    extensions: Vec<String>,
+    proxy_id: Option<String>,
+    /// Profile id or name, and save_changes.
+    profile: Option<(String, bool)>,
+}
+
+/// A valid request and the resources it refers to.
+fn validate(request: CreateBrowserRequest) -> Result<(NewSession, References), ApiError> {
     let mut problems = Vec::new();
     let timeout_seconds = request.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
     if !(MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&timeout_seconds) {
@@ -211,13 +237,20 @@ fn validate(
             ))),
         }
     }
-    // Profiles are resources of the organization; none can be referenced until their
-    // API exists, so every reference names a missing resource.
-    if request.profile.is_some() {
-        problems.push(ErrorDetail::invalid_input(
-            "profile: no such profile in this organization",
-        ));
-    }
+    let profile = match request.profile {
+        None => None,
+        Some(reference) => match (reference.id, reference.name) {
+            (Some(key), None) | (None, Some(key)) if !key.is_empty() => {
+                Some((key, reference.save_changes.unwrap_or(false)))
+            }
+            _ => {
+                problems.push(ErrorDetail::invalid_input(
+                    "profile must have exactly one of id or name",
+                ));
+                None
+            }
+        },
+    };
     if !problems.is_empty() {
         return Err(ApiError::invalid(problems));
     }
@@ -233,8 +266,14 @@ fn validate(
         extensions: Vec::new(),
         proxy: None,
         pool_id: None,
+        profile: None,
     };
-    Ok((new, extension_references, request.proxy_id))
+    let references = References {
+        extensions: extension_references,
+        proxy_id: request.proxy_id,
+        profile,
+    };
+    Ok((new, references))
 }
 
 /// A validated request with its library extensions and proxy resolved (400 when they
@@ -244,11 +283,24 @@ pub async fn new_session(
     org_id: &str,
     request: CreateBrowserRequest,
 ) -> Result<NewSession, ApiError> {
-    let (mut new, references, proxy_id) = validate(request)?;
-    new.extensions = resolve_extensions(state, org_id, &references).await?;
-    if let Some(proxy_id) = proxy_id {
+    let (mut new, references) = validate(request)?;
+    new.extensions = resolve_extensions(state, org_id, &references.extensions).await?;
+    if let Some(proxy_id) = references.proxy_id {
         let route = resolve_proxy(state, org_id, &proxy_id).await?;
         new.proxy = Some((proxy_id, route));
+    }
+    if let Some((key, save_changes)) = references.profile {
+        let profile = state.store.profile(org_id, &key).await?.ok_or_else(|| {
+            ApiError::invalid_field(format!("profile: no profile {key:?} in this organization"))
+        })?;
+        let archive = state.profiles.launch_archive(&profile);
+        new.profile = Some((
+            SessionProfile {
+                id: profile.id,
+                save_changes,
+            },
+            archive,
+        ));
     }
     Ok(new)
 }
@@ -364,16 +416,7 @@ pub async fn list(
         .await?;
     let has_more = sessions.len() > limit as usize;
     sessions.truncate(limit as usize);
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        "x-has-more",
-        HeaderValue::from_static(if has_more { "true" } else { "false" }),
-    );
-    // The official SDKs request the next page at `X-Next-Offset + items on this page`,
-    // so the header carries this page's offset; with it their auto-paging is exact.
-    if has_more && let Ok(this_page) = HeaderValue::from_str(&offset.to_string()) {
-        headers.insert("x-next-offset", this_page);
-    }
+    let headers = super::page_headers(offset, has_more);
     let body: Vec<BrowserSession> = sessions
         .iter()
         .map(|s| BrowserSession::from_record(&state, s))
@@ -493,7 +536,7 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_sdk_documentation() {
-        let (new, _, _) = validate(CreateBrowserRequest::default()).expect("defaults are valid");
+        let (new, _) = validate(CreateBrowserRequest::default()).expect("defaults are valid");
         assert_eq!(new.timeout_seconds, 60);
         assert_eq!((new.viewport_width, new.viewport_height), (1920, 1080));
         assert!(!new.headless);

@@ -10,13 +10,14 @@ pub mod extract;
 pub mod fs;
 pub mod health;
 pub mod pools;
+pub mod profiles;
 pub mod proxies;
 pub mod replays;
 
 use axum::Json;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Method, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::OpenApi as OpenApiDocument;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -79,6 +80,9 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(pools::acquire))
         .routes(routes!(pools::release))
         .routes(routes!(pools::flush))
+        .routes(routes!(profiles::create, profiles::list))
+        .routes(routes!(profiles::retrieve, profiles::delete))
+        .routes(routes!(profiles::download))
         .routes(routes!(computer::click_mouse))
         .routes(routes!(computer::drag_mouse))
         .routes(routes!(computer::get_mouse_position))
@@ -108,6 +112,46 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi_json))
+}
+
+/// `X-Has-More` and `X-Next-Offset` of a page of a list that the SDKs page through. They
+/// request the next page at `X-Next-Offset + items on this page`, so the header carries
+/// this page's offset; with it their auto-paging is exact.
+pub fn page_headers(offset: u32, has_more: bool) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "x-has-more",
+        HeaderValue::from_static(if has_more { "true" } else { "false" }),
+    );
+    if has_more && let Ok(this_page) = HeaderValue::from_str(&offset.to_string()) {
+        headers.insert("x-next-offset", this_page);
+    }
+    headers
+}
+
+/// One page (`limit` items from `offset`) of `items`, with its paging headers; `limit`
+/// defaults to 20 and must be 1 to 100.
+pub fn page_of<T>(
+    items: Vec<T>,
+    limit: Option<u32>,
+    offset: Option<u32>,
+) -> Result<(HeaderMap, Vec<T>), ApiError> {
+    let limit = limit.unwrap_or(browsers::DEFAULT_LIST_LIMIT);
+    if !(1..=browsers::MAX_LIST_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid_field(format!(
+            "limit must be between 1 and {}",
+            browsers::MAX_LIST_LIMIT
+        )));
+    }
+    let offset = offset.unwrap_or(0);
+    let total = items.len();
+    let page: Vec<T> = items
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
+    let has_more = (offset as usize).saturating_add(page.len()) < total;
+    Ok((page_headers(offset, has_more), page))
 }
 
 /// The OpenAPI 3.1 document of every route this server serves.
@@ -245,8 +289,15 @@ mod tests {
             runtime.clone(),
             "ffmpeg".into(),
         ));
+        let profiles = Arc::new(crate::profiles::Profiles::new(store.clone(), blobs.clone()));
         router(AppState {
-            sessions: Arc::new(Sessions::new(store.clone(), runtime, replays.clone())),
+            sessions: Arc::new(Sessions::new(
+                store.clone(),
+                runtime,
+                replays.clone(),
+                profiles.clone(),
+            )),
+            profiles,
             replays,
             key_cache: Default::default(),
             tokens: Arc::new(Tokens::from_secret(b"test")),

@@ -125,6 +125,9 @@ impl LocalRuntime {
         if spec.kiosk {
             command.arg("--kiosk");
         }
+        if let Some(archive) = &spec.profile_archive {
+            command.arg("--profile-archive").arg(archive);
+        }
         if let Some(proxy) = &spec.proxy {
             command.arg(format!("--proxy-upstream={}", proxy.address));
             // Credentials in the environment: the process list shows arguments.

@@ -27,6 +27,8 @@ pub struct LaunchSpec {
     pub extensions: Vec<(String, std::path::PathBuf)>,
     /// Send all of the browser's traffic through this proxy.
     pub proxy: Option<crate::proxies::ProxyRoute>,
+    /// The stored profile (ZIP of user data) Chromium starts from.
+    pub profile_archive: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -101,6 +101,51 @@ pub struct SessionRecord {
     /// The pool this browser belongs to, and its lease state there.
     pub pool_id: Option<String>,
     pub pool_lease: Option<PoolLease>,
+    /// The profile the browser started with.
+    pub profile: Option<SessionProfile>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionProfile {
+    pub id: String,
+    /// Save the browser's state back into the profile when the session ends.
+    pub save_changes: bool,
+}
+
+/// A browser profile; its stored state is the blob `blob_key()`, once saved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileRecord {
+    pub id: String,
+    pub org_id: String,
+    pub name: Option<String>,
+    pub created_at: DateTime<Utc>,
+    /// When a session last saved state into it; `None` while it has none.
+    pub updated_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub size_bytes: Option<i64>,
+}
+
+impl ProfileRecord {
+    pub fn blob_key(&self) -> String {
+        profile_blob_key(&self.id)
+    }
+}
+
+pub fn profile_blob_key(profile_id: &str) -> String {
+    format!("profiles/{profile_id}.zip")
+}
+
+/// An auth connection. The store keeps its settings and workflow state as an opaque
+/// JSON `document` (the auth module's); `credentials` are encrypted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthConnectionRecord {
+    pub id: String,
+    pub org_id: String,
+    pub domain: String,
+    pub profile_name: String,
+    pub created_at: DateTime<Utc>,
+    pub document: String,
+    pub credentials: Option<Vec<u8>>,
 }
 
 /// Where a pool's browser is in its cycle.
@@ -269,7 +314,12 @@ impl SessionFilter {
 const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
     timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
     ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root, proxy_id, pool_id, \
-    pool_lease";
+    pool_lease, profile_id, profile_save_changes";
+
+const PROFILE_COLUMNS: &str = "id, org_id, name, created_at, updated_at, last_used_at, size_bytes";
+
+const AUTH_CONNECTION_COLUMNS: &str =
+    "id, org_id, domain, profile_name, created_at, document, credentials";
 
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -355,6 +405,39 @@ pub trait Store: Send + Sync + 'static {
         from: PoolLease,
         to: PoolLease,
     ) -> StoreResult<bool>;
+
+    /// Fails with `Conflict` when the organization has a profile of that name.
+    async fn insert_profile(&self, profile: &ProfileRecord) -> StoreResult<()>;
+    /// By id first, then by name.
+    async fn profile(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProfileRecord>>;
+    /// Oldest first.
+    async fn list_profiles(&self, org_id: &str) -> StoreResult<Vec<ProfileRecord>>;
+    async fn delete_profile(&self, org_id: &str, id: &str) -> StoreResult<bool>;
+    /// Records a saved state; false if the profile is gone.
+    async fn profile_saved(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        size_bytes: i64,
+    ) -> StoreResult<bool>;
+    async fn mark_profile_used(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
+
+    /// Fails with `Conflict` when the organization has a connection for the same profile
+    /// and domain.
+    async fn insert_auth_connection(&self, connection: &AuthConnectionRecord) -> StoreResult<()>;
+    async fn auth_connection(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<AuthConnectionRecord>>;
+    /// Oldest first; every organization's with `None`.
+    async fn list_auth_connections(
+        &self,
+        org_id: Option<&str>,
+    ) -> StoreResult<Vec<AuthConnectionRecord>>;
+    /// Replaces `document` and `credentials`; false if the connection is gone.
+    async fn update_auth_connection(&self, connection: &AuthConnectionRecord) -> StoreResult<bool>;
+    async fn delete_auth_connection(&self, org_id: &str, id: &str) -> StoreResult<bool>;
 
     async fn insert_replay(&self, replay: &ReplayRecord) -> StoreResult<()>;
     async fn replay(

@@ -8,10 +8,11 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, PROXY_COLUMNS,
-    PoolLease, PoolRecord, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord,
-    ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionRecord, SessionStatus, Store, StoreError,
-    StoreResult,
+    AUTH_CONNECTION_COLUMNS, AgentLocation, ApiKeyRecord, AuthConnectionRecord, EXTENSION_COLUMNS,
+    ExtensionRecord, Organization, PROFILE_COLUMNS, PROXY_COLUMNS, PoolLease, PoolRecord,
+    ProfileRecord, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord,
+    ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionProfile, SessionRecord, SessionStatus,
+    Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -126,6 +127,40 @@ fn session_from_row(row: &Row) -> StoreResult<SessionRecord> {
             .map_err(get)?
             .map(|lease| PoolLease::parse(&lease))
             .transpose()?,
+        profile: match row.try_get::<_, Option<String>>(21).map_err(get)? {
+            Some(id) => Some(SessionProfile {
+                id,
+                save_changes: row
+                    .try_get::<_, Option<bool>>(22)
+                    .map_err(get)?
+                    .unwrap_or(false),
+            }),
+            None => None,
+        },
+    })
+}
+
+fn profile_from_row(row: &Row) -> StoreResult<ProfileRecord> {
+    Ok(ProfileRecord {
+        id: row.try_get(0).map_err(map_error)?,
+        org_id: row.try_get(1).map_err(map_error)?,
+        name: row.try_get(2).map_err(map_error)?,
+        created_at: row.try_get(3).map_err(map_error)?,
+        updated_at: row.try_get(4).map_err(map_error)?,
+        last_used_at: row.try_get(5).map_err(map_error)?,
+        size_bytes: row.try_get(6).map_err(map_error)?,
+    })
+}
+
+fn auth_connection_from_row(row: &Row) -> StoreResult<AuthConnectionRecord> {
+    Ok(AuthConnectionRecord {
+        id: row.try_get(0).map_err(map_error)?,
+        org_id: row.try_get(1).map_err(map_error)?,
+        domain: row.try_get(2).map_err(map_error)?,
+        profile_name: row.try_get(3).map_err(map_error)?,
+        created_at: row.try_get(4).map_err(map_error)?,
+        document: row.try_get(5).map_err(map_error)?,
+        credentials: row.try_get(6).map_err(map_error)?,
     })
 }
 
@@ -276,13 +311,15 @@ impl Store for PostgresStore {
         let pid = agent.and_then(|a| a.pid);
         let vm_root = agent.map(|a| a.vm_root.clone());
         let pool_lease = s.pool_lease.map(PoolLease::as_str);
+        let profile_id = s.profile.as_ref().map(|p| p.id.clone());
+        let profile_save_changes = s.profile.as_ref().map(|p| p.save_changes);
         self.client()
             .await?
             .execute(
                 &format!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES \
                      ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-                     $19, $20, $21)"
+                     $19, $20, $21, $22, $23)"
                 ),
                 &[
                     &s.id,
@@ -306,6 +343,8 @@ impl Store for PostgresStore {
                     &s.proxy_id,
                     &s.pool_id,
                     &pool_lease,
+                    &profile_id,
+                    &profile_save_changes,
                 ],
             )
             .await
@@ -491,6 +530,177 @@ impl Store for PostgresStore {
             .await
             .map_err(map_error)?;
         Ok(())
+    }
+
+    async fn insert_profile(&self, p: &ProfileRecord) -> StoreResult<()> {
+        self.client()
+            .await?
+            .execute(
+                &format!(
+                    "INSERT INTO profiles ({PROFILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                ),
+                &[
+                    &p.id,
+                    &p.org_id,
+                    &p.name,
+                    &p.created_at,
+                    &p.updated_at,
+                    &p.last_used_at,
+                    &p.size_bytes,
+                ],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn profile(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProfileRecord>> {
+        let client = self.client().await?;
+        for column in ["id", "name"] {
+            let row = client
+                .query_opt(
+                    &format!(
+                        "SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 AND {column} = $2"
+                    ),
+                    &[&org_id, &id_or_name],
+                )
+                .await
+                .map_err(map_error)?;
+            if let Some(row) = row {
+                return profile_from_row(&row).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    async fn list_profiles(&self, org_id: &str) -> StoreResult<Vec<ProfileRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!("SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 ORDER BY created_at, id"),
+                &[&org_id],
+            )
+            .await
+            .map_err(map_error)?;
+        rows.iter().map(profile_from_row).collect()
+    }
+
+    async fn delete_profile(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let deleted = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM profiles WHERE org_id = $1 AND id = $2",
+                &[&org_id, &id],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(deleted == 1)
+    }
+
+    async fn profile_saved(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        size_bytes: i64,
+    ) -> StoreResult<bool> {
+        let updated = self
+            .client()
+            .await?
+            .execute(
+                "UPDATE profiles SET updated_at = $2, size_bytes = $3 WHERE id = $1",
+                &[&id, &at, &size_bytes],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(updated == 1)
+    }
+
+    async fn mark_profile_used(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        self.client()
+            .await?
+            .execute(
+                "UPDATE profiles SET last_used_at = $2 WHERE id = $1",
+                &[&id, &at],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn insert_auth_connection(&self, c: &AuthConnectionRecord) -> StoreResult<()> {
+        self.client()
+            .await?
+            .execute(
+                &format!("INSERT INTO auth_connections ({AUTH_CONNECTION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
+                &[&c.id, &c.org_id, &c.domain, &c.profile_name, &c.created_at, &c.document, &c.credentials],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn auth_connection(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<AuthConnectionRecord>> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                &format!("SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections WHERE org_id = $1 AND id = $2"),
+                &[&org_id, &id],
+            )
+            .await
+            .map_err(map_error)?;
+        row.as_ref().map(auth_connection_from_row).transpose()
+    }
+
+    async fn list_auth_connections(
+        &self,
+        org_id: Option<&str>,
+    ) -> StoreResult<Vec<AuthConnectionRecord>> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections \
+                     WHERE $1::TEXT IS NULL OR org_id = $1 ORDER BY created_at, id"
+                ),
+                &[&org_id],
+            )
+            .await
+            .map_err(map_error)?;
+        rows.iter().map(auth_connection_from_row).collect()
+    }
+
+    async fn update_auth_connection(&self, c: &AuthConnectionRecord) -> StoreResult<bool> {
+        let updated = self
+            .client()
+            .await?
+            .execute(
+                "UPDATE auth_connections SET document = $2, credentials = $3 WHERE id = $1",
+                &[&c.id, &c.document, &c.credentials],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(updated == 1)
+    }
+
+    async fn delete_auth_connection(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let deleted = self
+            .client()
+            .await?
+            .execute(
+                "DELETE FROM auth_connections WHERE org_id = $1 AND id = $2",
+                &[&org_id, &id],
+            )
+            .await
+            .map_err(map_error)?;
+        Ok(deleted == 1)
     }
 
     async fn insert_replay(&self, r: &ReplayRecord) -> StoreResult<()> {

@@ -8,10 +8,11 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{
-    AgentLocation, ApiKeyRecord, EXTENSION_COLUMNS, ExtensionRecord, Organization, PROXY_COLUMNS,
-    PoolLease, PoolRecord, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord,
-    ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionRecord, SessionStatus, Store, StoreError,
-    StoreResult,
+    AUTH_CONNECTION_COLUMNS, AgentLocation, ApiKeyRecord, AuthConnectionRecord, EXTENSION_COLUMNS,
+    ExtensionRecord, Organization, PROFILE_COLUMNS, PROXY_COLUMNS, PoolLease, PoolRecord,
+    ProfileRecord, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord,
+    ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionProfile, SessionRecord, SessionStatus,
+    Store, StoreError, StoreResult,
 };
 
 mod embedded {
@@ -150,6 +151,37 @@ fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
                     error.into(),
                 )
             })?,
+        profile: match row.get::<_, Option<String>>(21)? {
+            Some(id) => Some(SessionProfile {
+                id,
+                save_changes: row.get::<_, Option<bool>>(22)?.unwrap_or(false),
+            }),
+            None => None,
+        },
+    })
+}
+
+fn profile_from_row(row: &Row<'_>) -> rusqlite::Result<ProfileRecord> {
+    Ok(ProfileRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        created_at: row.get(3)?,
+        updated_at: row.get(4)?,
+        last_used_at: row.get(5)?,
+        size_bytes: row.get(6)?,
+    })
+}
+
+fn auth_connection_from_row(row: &Row<'_>) -> rusqlite::Result<AuthConnectionRecord> {
+    Ok(AuthConnectionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        domain: row.get(2)?,
+        profile_name: row.get(3)?,
+        created_at: row.get(4)?,
+        document: row.get(5)?,
+        credentials: row.get(6)?,
     })
 }
 
@@ -282,7 +314,7 @@ impl Store for SqliteStore {
                 &format!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES \
                  (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-                 ?19, ?20, ?21)"
+                 ?19, ?20, ?21, ?22, ?23)"
                 ),
                 params![
                     s.id,
@@ -306,6 +338,8 @@ impl Store for SqliteStore {
                     s.proxy_id,
                     s.pool_id,
                     s.pool_lease.map(PoolLease::as_str),
+                    s.profile.as_ref().map(|p| p.id.clone()),
+                    s.profile.as_ref().map(|p| p.save_changes),
                 ],
             )?;
             Ok(())
@@ -480,6 +514,171 @@ impl Store for SqliteStore {
                 )?;
             }
             transaction.commit()
+        })
+        .await
+    }
+
+    async fn insert_profile(&self, p: &ProfileRecord) -> StoreResult<()> {
+        let p = p.clone();
+        self.call(move |connection| {
+            connection.execute(
+                &format!(
+                    "INSERT INTO profiles ({PROFILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                ),
+                params![
+                    p.id,
+                    p.org_id,
+                    p.name,
+                    p.created_at,
+                    p.updated_at,
+                    p.last_used_at,
+                    p.size_bytes
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn profile(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProfileRecord>> {
+        let (org_id, key) = (org_id.to_owned(), id_or_name.to_owned());
+        self.call(move |connection| {
+            let by = |column: &str| {
+                connection
+                    .query_row(
+                        &format!("SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = ?1 AND {column} = ?2"),
+                        params![org_id, key],
+                        profile_from_row,
+                    )
+                    .optional()
+            };
+            match by("id")? {
+                Some(found) => Ok(Some(found)),
+                None => by("name"),
+            }
+        })
+        .await
+    }
+
+    async fn list_profiles(&self, org_id: &str) -> StoreResult<Vec<ProfileRecord>> {
+        let org_id = org_id.to_owned();
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = ?1 ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map(params![org_id], profile_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn delete_profile(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            let deleted = connection.execute(
+                "DELETE FROM profiles WHERE org_id = ?1 AND id = ?2",
+                params![org_id, id],
+            )?;
+            Ok(deleted == 1)
+        })
+        .await
+    }
+
+    async fn profile_saved(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        size_bytes: i64,
+    ) -> StoreResult<bool> {
+        let id = id.to_owned();
+        self.call(move |connection| {
+            let updated = connection.execute(
+                "UPDATE profiles SET updated_at = ?2, size_bytes = ?3 WHERE id = ?1",
+                params![id, at, size_bytes],
+            )?;
+            Ok(updated == 1)
+        })
+        .await
+    }
+
+    async fn mark_profile_used(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.call(move |connection| {
+            connection.execute(
+                "UPDATE profiles SET last_used_at = ?2 WHERE id = ?1",
+                params![id, at],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn insert_auth_connection(&self, c: &AuthConnectionRecord) -> StoreResult<()> {
+        let c = c.clone();
+        self.call(move |connection| {
+            connection.execute(
+                &format!("INSERT INTO auth_connections ({AUTH_CONNECTION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                params![c.id, c.org_id, c.domain, c.profile_name, c.created_at, c.document, c.credentials],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn auth_connection(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<AuthConnectionRecord>> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!("SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections WHERE org_id = ?1 AND id = ?2"),
+                    params![org_id, id],
+                    auth_connection_from_row,
+                )
+                .optional()
+        })
+        .await
+    }
+
+    async fn list_auth_connections(
+        &self,
+        org_id: Option<&str>,
+    ) -> StoreResult<Vec<AuthConnectionRecord>> {
+        let org_id = org_id.map(str::to_owned);
+        self.call(move |connection| {
+            let mut statement = connection.prepare(&format!(
+                "SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections \
+                 WHERE ?1 IS NULL OR org_id = ?1 ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map(params![org_id], auth_connection_from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn update_auth_connection(&self, c: &AuthConnectionRecord) -> StoreResult<bool> {
+        let c = c.clone();
+        self.call(move |connection| {
+            let updated = connection.execute(
+                "UPDATE auth_connections SET document = ?2, credentials = ?3 WHERE id = ?1",
+                params![c.id, c.document, c.credentials],
+            )?;
+            Ok(updated == 1)
+        })
+        .await
+    }
+
+    async fn delete_auth_connection(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let (org_id, id) = (org_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            let deleted = connection.execute(
+                "DELETE FROM auth_connections WHERE org_id = ?1 AND id = ?2",
+                params![org_id, id],
+            )?;
+            Ok(deleted == 1)
         })
         .await
     }

@@ -1,0 +1,200 @@
+"""Profiles through the official SDK, with real browsers: state saved on session end and
+loaded into new browsers (cookies, local storage, IndexedDB), atomic saves, concurrent
+savers, organizations and bad input."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+import zipfile
+
+import kernel
+import pytest
+from kernel import Kernel
+from playwright.sync_api import sync_playwright
+
+from harness import session_processes, wait_until
+
+# Writes `value` into a persistent cookie, local storage and IndexedDB of the test page's
+# origin, and reads the three back.
+WRITE_STATE = """async (value) => {
+  document.cookie = `probe=${value}; max-age=86400; path=/`;
+  localStorage.setItem('probe', value);
+  const db = await new Promise((ok, fail) => {
+    const open = indexedDB.open('probe-db', 1);
+    open.onupgradeneeded = () => open.result.createObjectStore('kv');
+    open.onsuccess = () => ok(open.result);
+    open.onerror = () => fail(open.error);
+  });
+  await new Promise((ok, fail) => {
+    const tx = db.transaction('kv', 'readwrite');
+    tx.objectStore('kv').put(value, 'probe');
+    tx.oncomplete = ok;
+    tx.onerror = () => fail(tx.error);
+  });
+  db.close();
+}"""
+
+READ_STATE = """async () => {
+  const cookie = (document.cookie.split('; ').find((c) => c.startsWith('probe=')) || '').slice(6);
+  const db = await new Promise((ok, fail) => {
+    const open = indexedDB.open('probe-db', 1);
+    open.onupgradeneeded = () => open.result.createObjectStore('kv');
+    open.onsuccess = () => ok(open.result);
+    open.onerror = () => fail(open.error);
+  });
+  const idb = await new Promise((ok) => {
+    const get = db.transaction('kv').objectStore('kv').get('probe');
+    get.onsuccess = () => ok(get.result === undefined ? '' : get.result);
+    get.onerror = () => ok('');
+  });
+  db.close();
+  return { cookie, local: localStorage.getItem('probe') || '', idb };
+}"""
+
+
+def on_page(session, url: str, script: str, arg=None):
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+        context = browser.contexts[0]
+        page = context.pages[0] if context.pages else context.new_page()
+        page.goto(url)
+        result = page.evaluate(script, arg)
+        browser.close()
+        return result
+
+
+def write_state(session, url: str, value: str) -> None:
+    on_page(session, url, WRITE_STATE, value)
+
+
+def read_state(client: Kernel, profile_id: str, url: str) -> dict:
+    """What a new browser started from the profile (without saving) finds."""
+    session = client.browsers.create(headless=True, profile={"id": profile_id})
+    try:
+        return on_page(session, url, READ_STATE)
+    finally:
+        client.browsers.delete_by_id(session.session_id)
+
+
+def test_save_changes_round_trip_keeps_cookies_local_storage_and_indexeddb(client, test_page_url):
+    profile = client.profiles.create(name="round-trip")
+    assert profile.updated_at is None
+    session = client.browsers.create(headless=True, profile={"name": "round-trip", "save_changes": True})
+    assert session.profile is not None and session.profile.id == profile.id
+    write_state(session, test_page_url, "first")
+    client.browsers.delete_by_id(session.session_id)
+
+    saved = client.profiles.retrieve(profile.id)
+    assert saved.updated_at is not None
+    assert saved.last_used_at is not None
+    archive = zipfile.ZipFile(io.BytesIO(client.profiles.download(profile.id).read()))
+    names = archive.namelist()
+    assert any(name.endswith("Cookies") for name in names), names
+    assert not any("/Cache/" in name for name in names), names
+
+    assert read_state(client, profile.id, test_page_url) == {"cookie": "first", "local": "first", "idb": "first"}
+    # Reading without save_changes left the stored state alone.
+    assert client.profiles.retrieve(profile.id).updated_at == saved.updated_at
+
+
+def test_a_failed_save_keeps_the_previous_state(client, control_plane, test_page_url):
+    profile = client.profiles.create(name="atomic")
+    first = client.browsers.create(headless=True, profile={"id": profile.id, "save_changes": True})
+    write_state(first, test_page_url, "good")
+    client.browsers.delete_by_id(first.session_id)
+    good = client.profiles.retrieve(profile.id)
+    assert good.updated_at is not None
+
+    second = client.browsers.create(headless=True, profile={"id": profile.id, "save_changes": True})
+    write_state(second, test_page_url, "lost")
+    # The agent dies: the export cannot happen, the save fails.
+    for pid in session_processes(control_plane, second.session_id)["agent"]:
+        os.kill(pid, signal.SIGKILL)
+    client.browsers.delete_by_id(second.session_id)
+
+    after = client.profiles.retrieve(profile.id)
+    assert after.updated_at == good.updated_at
+    assert after.size_bytes == good.size_bytes
+    assert read_state(client, profile.id, test_page_url) == {"cookie": "good", "local": "good", "idb": "good"}
+
+
+def test_two_sessions_saving_one_profile_are_serialized(client, test_page_url):
+    profile = client.profiles.create(name="shared")
+    sessions = [client.browsers.create(headless=True, profile={"id": profile.id, "save_changes": True})
+                for _ in range(2)]
+    for index, session in enumerate(sessions):
+        write_state(session, test_page_url, f"writer{index}")
+    errors = []
+
+    def end(session_id):
+        try:
+            client.browsers.delete_by_id(session_id)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=end, args=(s.session_id,)) for s in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    # One complete save won: all three stores agree on one writer.
+    state = read_state(client, profile.id, test_page_url)
+    assert state["cookie"] in ("writer0", "writer1"), state
+    assert state == {"cookie": state["cookie"], "local": state["cookie"], "idb": state["cookie"]}
+
+
+def test_profiles_list_get_delete_and_download_of_a_new_profile(client):
+    created = [client.profiles.create(name=f"listed-{i}") for i in range(3)]
+    unnamed = client.profiles.create()
+    assert unnamed.name is None
+    ids = [p.id for p in client.profiles.list(query="listed-")]
+    assert ids == [p.id for p in created]
+    page = client.profiles.list(query="listed-", limit=2)
+    assert [p.id for p in page.items] == ids[:2] and page.has_next_page()
+    assert [p.id for p in page.get_next_page().items] == ids[2:]
+    assert client.profiles.retrieve("listed-1").id == created[1].id
+    # A profile never saved downloads as an empty archive.
+    assert zipfile.ZipFile(io.BytesIO(client.profiles.download(unnamed.id).read())).namelist() == []
+
+    client.profiles.delete("listed-0")
+    with pytest.raises(kernel.NotFoundError):
+        client.profiles.retrieve(created[0].id)
+    with pytest.raises(kernel.NotFoundError):
+        client.profiles.delete(created[0].id)
+    with pytest.raises(kernel.BadRequestError):
+        client.browsers.create(headless=True, profile={"id": created[0].id})
+
+
+def test_another_organization_cannot_see_or_use_a_profile(client, control_plane):
+    mine = client.profiles.create(name="private")
+    other = Kernel(api_key=control_plane.create_api_key("org-b"), base_url=control_plane.base_url, max_retries=0)
+    assert [p.id for p in other.profiles.list()] == []
+    for call in (lambda: other.profiles.retrieve(mine.id), lambda: other.profiles.retrieve("private"),
+                 lambda: other.profiles.download(mine.id), lambda: other.profiles.delete(mine.id)):
+        with pytest.raises(kernel.NotFoundError):
+            call()
+    with pytest.raises(kernel.BadRequestError) as refused:
+        other.browsers.create(headless=True, profile={"id": mine.id})
+    assert "no profile" in refused.value.body["details"][0]["message"]
+    # The same name is free in the other organization.
+    assert other.profiles.create(name="private").id != mine.id
+    assert client.profiles.retrieve(mine.id).name == "private"
+
+
+def test_bad_profile_input_answers_the_error_shape(client):
+    client.profiles.create(name="taken")
+    with pytest.raises(kernel.ConflictError):
+        client.profiles.create(name="taken")
+    for body in ({"name": ""}, {"name": "x" * 256}, {"name": "tab\there"}, {"nme": "typo"}):
+        with pytest.raises(kernel.BadRequestError) as bad:
+            client.post("/profiles", body=body, cast_to=object)
+        assert bad.value.body["code"] == "bad_request", body
+    for profile in ({}, {"id": "a", "name": "b"}, {"id": ""}, {"id": "x", "save": True}):
+        with pytest.raises(kernel.BadRequestError):
+            client.browsers.create(headless=True, profile=profile)
+    with pytest.raises(kernel.BadRequestError):
+        client.profiles.list(limit=0)
