@@ -109,4 +109,13 @@ pub struct ServeConfig {
     /// Largest extension archive accepted by `POST /extensions` (413 beyond).
     #[arg(long, env = "CONTROL_PLANE_MAX_EXTENSION_BYTES", default_value_t = 100 * 1024 * 1024)]
     pub max_extension_bytes: u64,
+    /// Key that encrypts the login values auth connections save (base64 of 32 bytes).
+    /// Default: a key generated once into `<data-dir>/credential.key`. Replicas sharing
+    /// a database must share it.
+    #[arg(long, env = "CONTROL_PLANE_CREDENTIAL_KEY", hide_env_values = true)]
+    pub credential_key: Option<String>,
+    /// Shortest `health_check_interval` an auth connection may ask for, in seconds.
+    #[arg(long, env = "CONTROL_PLANE_MIN_HEALTH_CHECK_INTERVAL", default_value_t = 300,
+        value_parser = clap::value_parser!(i64).range(1..=86_400))]
+    pub min_health_check_interval: i64,
 }

@@ -7,6 +7,7 @@ pub mod blobs;
 pub mod config;
 pub mod error;
 pub mod ids;
+pub mod managed_auth;
 pub mod pools;
 pub mod profiles;
 pub mod proxies;

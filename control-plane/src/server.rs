@@ -9,6 +9,8 @@ use axum::serve::ListenerExt;
 
 use crate::blobs::LocalBlobStore;
 use crate::config::ServeConfig;
+use crate::managed_auth::ManagedAuth;
+use crate::managed_auth::vault::Vault;
 use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
@@ -99,6 +101,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         sessions,
         replays,
         profiles,
+        managed_auth: Arc::new(ManagedAuth::new(
+            Vault::open(config.credential_key.as_deref(), &data_dir)
+                .context("opening the credential key")?,
+            config.min_health_check_interval,
+        )),
         public_url: public_url.clone(),
         max_upload_bytes: config.max_upload_bytes,
         blobs,
@@ -109,6 +116,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         max_pooled_browsers: config.max_pooled_browsers,
     };
     tokio::spawn(crate::pools::run_reconciler(state.clone()));
+    state
+        .managed_auth
+        .resume_all(&state)
+        .await
+        .context("resuming auth connection workflows")?;
     // Tests and scripts read this line to learn the chosen port.
     println!("listening on {public_url}");
     tracing::info!(%bound, %public_url, "control plane listening");

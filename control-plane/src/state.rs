@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::auth::KeyCache;
 use crate::blobs::BlobStore;
+use crate::managed_auth::ManagedAuth;
 use crate::pools::PoolSignals;
 use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
@@ -19,6 +20,7 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     pub replays: Arc<Replays>,
     pub profiles: Arc<Profiles>,
+    pub managed_auth: Arc<ManagedAuth>,
     pub tokens: Arc<Tokens>,
     /// Base of the URLs we hand out, without a trailing slash (e.g. `http://127.0.0.1:8080`).
     pub public_url: String,

@@ -15,6 +15,7 @@ use crate::store::{Store, StoreResult};
 const SIGNING_KEY_SETTING: &str = "cdp_token_signing_key";
 const CDP_AUDIENCE: &str = "cdp";
 const REPLAY_VIEW_AUDIENCE: &str = "replay-view";
+const HOSTED_LOGIN_AUDIENCE: &str = "hosted-login";
 /// How long a `replay_view_url` works after it was issued (every response that carries
 /// one issues a fresh one).
 pub const REPLAY_VIEW_TTL: chrono::Duration = chrono::Duration::hours(24);
@@ -40,11 +41,24 @@ pub struct ReplayViewClaims {
     pub exp: i64,
 }
 
+/// A login flow's `hosted_url`: names one auth connection of one organization and
+/// expires with the flow.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HostedLoginClaims {
+    /// Auth connection id.
+    pub sub: String,
+    pub org: String,
+    pub aud: String,
+    pub iat: i64,
+    pub exp: i64,
+}
+
 pub struct Tokens {
     encoding: EncodingKey,
     decoding: DecodingKey,
     cdp: Validation,
     replay_view: Validation,
+    hosted_login: Validation,
 }
 
 impl Tokens {
@@ -66,11 +80,14 @@ impl Tokens {
         replay_view.set_audience(&[REPLAY_VIEW_AUDIENCE]);
         replay_view.set_required_spec_claims(&["sub", "aud", "exp"]);
         replay_view.leeway = 0;
+        let mut hosted_login = replay_view.clone();
+        hosted_login.set_audience(&[HOSTED_LOGIN_AUDIENCE]);
         Self {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
             cdp,
             replay_view,
+            hosted_login,
         }
     }
 
@@ -111,6 +128,28 @@ impl Tokens {
             iat: Utc::now().timestamp(),
             exp: expires_at.timestamp(),
         })
+    }
+
+    pub fn issue_hosted_login(
+        &self,
+        connection_id: &str,
+        org_id: &str,
+        expires_at: DateTime<Utc>,
+    ) -> String {
+        self.sign(&HostedLoginClaims {
+            sub: connection_id.to_owned(),
+            org: org_id.to_owned(),
+            aud: HOSTED_LOGIN_AUDIENCE.to_owned(),
+            iat: Utc::now().timestamp(),
+            exp: expires_at.timestamp(),
+        })
+    }
+
+    /// The claims of a genuine, unexpired hosted-login token, or `None`.
+    pub fn verify_hosted_login(&self, token: &str) -> Option<HostedLoginClaims> {
+        jsonwebtoken::decode::<HostedLoginClaims>(token, &self.decoding, &self.hosted_login)
+            .ok()
+            .map(|data| data.claims)
     }
 
     /// The claims of a genuine, unexpired replay-view token, or `None`.

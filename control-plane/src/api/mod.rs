@@ -2,6 +2,7 @@
 //! registered through `utoipa_axum`, so the OpenAPI document at `/openapi.json` is
 //! generated from the same code that serves the routes.
 
+pub mod auth_connections;
 pub mod browsers;
 pub mod cdp;
 pub mod computer;
@@ -83,6 +84,18 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(profiles::create, profiles::list))
         .routes(routes!(profiles::retrieve, profiles::delete))
         .routes(routes!(profiles::download))
+        .routes(routes!(auth_connections::create, auth_connections::list))
+        .routes(routes!(
+            auth_connections::retrieve,
+            auth_connections::delete
+        ))
+        .routes(routes!(auth_connections::login))
+        .routes(routes!(auth_connections::submit))
+        .routes(routes!(auth_connections::events))
+        .routes(routes!(
+            auth_connections::hosted_page,
+            auth_connections::hosted_submit
+        ))
         .routes(routes!(computer::click_mouse))
         .routes(routes!(computer::drag_mouse))
         .routes(routes!(computer::get_mouse_position))
@@ -298,6 +311,10 @@ mod tests {
                 profiles.clone(),
             )),
             profiles,
+            managed_auth: Arc::new(crate::managed_auth::ManagedAuth::new(
+                crate::managed_auth::vault::Vault::open(None, dir).expect("vault"),
+                300,
+            )),
             replays,
             key_cache: Default::default(),
             tokens: Arc::new(Tokens::from_secret(b"test")),

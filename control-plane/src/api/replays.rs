@@ -317,7 +317,7 @@ async fn viewed_replay(
 }
 
 /// Text safe inside HTML element content and double-quoted attributes.
-fn escape_html(text: &str) -> String {
+pub(super) fn escape_html(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -1,0 +1,649 @@
+//! `/auth/connections`: managed auth (see `crate::managed_auth` for the workflow).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::header::CACHE_CONTROL;
+use axum::response::sse::{Event, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::{Form, extract::Query};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use utoipa::{IntoParams, ToSchema};
+
+use super::extract::{JsonBody, PathParam, QueryParams};
+use super::profiles::{create_profile, name_problem};
+use super::replays::escape_html;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::ids;
+use crate::managed_auth::{
+    AuthStatus, DEFAULT_HEALTH_CHECK_INTERVAL, Document, FlowStep, MAX_HEALTH_CHECK_INTERVAL,
+    state_event,
+};
+use crate::state::AppState;
+use crate::store::{AuthConnectionRecord, StoreError};
+
+/// Between heartbeats of an events stream.
+const SSE_HEARTBEAT: Duration = Duration::from_secs(5);
+const MAX_ALLOWED_DOMAINS: usize = 50;
+const MAX_URL_LENGTH: usize = 2048;
+/// Longest submitted value.
+const MAX_FIELD_VALUE: usize = 4096;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceReference {
+    pub id: Option<String>,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAuthConnectionRequest {
+    /// The site's domain, optionally with a port (`example.com`, `127.0.0.1:8080`).
+    pub domain: String,
+    /// Created if the organization has no profile of that name.
+    pub profile_name: String,
+    /// The login page; without it the domain's home page and its login link are tried.
+    pub login_url: Option<String>,
+    /// Further domains the login may pass through or end on (`*.example.com` allowed).
+    pub allowed_domains: Option<Vec<String>>,
+    /// Not supported: credential stores and providers are not part of this server.
+    #[schema(value_type = Option<Object>)]
+    pub credential: Option<Value>,
+    /// Seconds between health checks; default 3600, from the server's minimum
+    /// (`--min-health-check-interval`, default 300) to 86400.
+    pub health_check_interval: Option<i64>,
+    pub proxy: Option<ResourceReference>,
+    /// Keep the submitted values (encrypted; never one-time codes) to log in again by
+    /// itself. Default true.
+    pub save_credentials: Option<bool>,
+}
+
+fn domain_problem(field: &str, domain: &str, wildcard: bool) -> Option<String> {
+    let bare = if wildcard {
+        domain.strip_prefix("*.").unwrap_or(domain)
+    } else {
+        domain
+    };
+    let valid = !bare.is_empty()
+        && bare.len() <= 253
+        && bare
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        && url::Url::parse(&format!("http://{bare}/"))
+            .is_ok_and(|url| url.host_str().is_some() && url.path() == "/");
+    (!valid).then(|| format!("{field} must be a host name, optionally with a port (no scheme or path), got {domain:?}"))
+}
+
+fn url_problem(field: &str, value: &str) -> Option<String> {
+    let valid = value.len() <= MAX_URL_LENGTH
+        && url::Url::parse(value)
+            .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some());
+    (!valid).then(|| {
+        format!("{field} must be an http or https URL of at most {MAX_URL_LENGTH} characters")
+    })
+}
+
+/// An auth connection as the SDKs read it (`ManagedAuth`).
+fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Value, ApiError> {
+    let document = Document::parse(record)?;
+    let has_credentials = record.credentials.is_some();
+    let mut body = json!({
+        "id": record.id,
+        "domain": record.domain,
+        "profile_name": record.profile_name,
+        "status": document.status,
+        "save_credentials": document.save_credentials,
+        "allowed_domains": document.allowed_domains,
+        "login_url": document.login_url,
+        "health_check_interval": document.health_check_interval,
+        "proxy_id": document.proxy_id,
+        "last_auth_at": document.last_auth_at,
+        "post_login_url": document.post_login_url,
+        "created_at": record.created_at,
+        "next_health_check_at": document.next_health_check_at,
+        "can_reauth": has_credentials,
+        "can_reauth_reason": if has_credentials {
+            "credentials from a successful login are saved"
+        } else {
+            "no saved credentials: log in once with save_credentials"
+        },
+    });
+    if let Some(flow) = &document.flow {
+        body["flow_type"] = json!(flow.flow_type);
+        body["flow_status"] = json!(flow.status);
+        body["flow_step"] = json!(flow.step);
+        body["error_code"] = json!(flow.error_code);
+        body["error_message"] = json!(flow.error_message);
+        body["website_error"] = json!(flow.website_error);
+        if flow.in_progress() {
+            body["flow_expires_at"] = json!(flow.expires_at);
+            body["hosted_url"] = json!(hosted_url(state, record, flow.expires_at));
+            if flow.step == FlowStep::AwaitingInput {
+                body["discovered_fields"] = json!(flow.discovered_fields);
+            }
+        }
+    }
+    Ok(body)
+}
+
+fn hosted_url(
+    state: &AppState,
+    record: &AuthConnectionRecord,
+    expires_at: DateTime<Utc>,
+) -> String {
+    let token = state
+        .tokens
+        .issue_hosted_login(&record.id, &record.org_id, expires_at);
+    format!(
+        "{}/auth/connections/{}/hosted?jwt={token}",
+        state.public_url, record.id
+    )
+}
+
+async fn find(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<AuthConnectionRecord, ApiError> {
+    state
+        .store
+        .auth_connection(&caller.org_id, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("auth connection {id} not found")))
+}
+
+/// Create an auth connection: a profile kept logged in to a domain. Its workflow starts
+/// at once (first health check after `health_check_interval`); log in with `login`.
+#[utoipa::path(post, path = "/auth/connections", tag = "managed auth",
+    request_body = CreateAuthConnectionRequest, security(("bearer" = [])),
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(request): JsonBody<CreateAuthConnectionRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let mut problems = Vec::new();
+    let mut problem = |message: Option<String>| {
+        if let Some(message) = message {
+            problems.push(ErrorDetail::invalid_input(message));
+        }
+    };
+    problem(domain_problem("domain", &request.domain, false));
+    problem(name_problem(&request.profile_name).map(|p| format!("profile_name: {p}")));
+    if let Some(login_url) = &request.login_url {
+        problem(url_problem("login_url", login_url));
+    }
+    let allowed_domains = request.allowed_domains.unwrap_or_default();
+    if allowed_domains.len() > MAX_ALLOWED_DOMAINS {
+        problem(Some(format!(
+            "allowed_domains: at most {MAX_ALLOWED_DOMAINS}"
+        )));
+    }
+    for (index, domain) in allowed_domains.iter().enumerate() {
+        problem(domain_problem(
+            &format!("allowed_domains[{index}]"),
+            domain,
+            true,
+        ));
+    }
+    let minimum = state.managed_auth.min_health_check_interval;
+    let interval = request
+        .health_check_interval
+        .unwrap_or(DEFAULT_HEALTH_CHECK_INTERVAL.max(minimum));
+    if !(minimum..=MAX_HEALTH_CHECK_INTERVAL).contains(&interval) {
+        problem(Some(format!(
+            "health_check_interval must be between {minimum} and {MAX_HEALTH_CHECK_INTERVAL} seconds, got {interval}"
+        )));
+    }
+    if request.credential.is_some() {
+        problem(Some(
+            "credential: credential stores and providers are not supported by this server; \
+             log in once with save_credentials to let it log in again by itself"
+                .into(),
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid(problems));
+    }
+    let proxy_id = match request.proxy {
+        None => None,
+        Some(reference) => Some(resolve_proxy(&state, &caller.org_id, reference).await?),
+    };
+    let profile = match state
+        .store
+        .profile(&caller.org_id, &request.profile_name)
+        .await?
+    {
+        Some(profile) => profile,
+        None => match create_profile(&state, &caller.org_id, Some(request.profile_name.clone()))
+            .await
+        {
+            Ok(profile) => profile,
+            // Created concurrently: use that one.
+            Err(ApiError::Conflict(_)) => state
+                .store
+                .profile(&caller.org_id, &request.profile_name)
+                .await?
+                .ok_or_else(|| ApiError::Conflict("the profile is being changed; retry".into()))?,
+            Err(error) => return Err(error),
+        },
+    };
+    let now = Utc::now();
+    let document = Document {
+        profile_id: profile.id,
+        login_url: request.login_url,
+        allowed_domains,
+        health_check_interval: interval,
+        proxy_id,
+        save_credentials: request.save_credentials.unwrap_or(true),
+        status: AuthStatus::NeedsAuth,
+        last_auth_at: None,
+        post_login_url: None,
+        next_health_check_at: now + chrono::Duration::seconds(interval),
+        flow: None,
+    };
+    let record = AuthConnectionRecord {
+        id: ids::new_id("auth"),
+        org_id: caller.org_id.clone(),
+        domain: request.domain.to_ascii_lowercase(),
+        profile_name: request.profile_name,
+        created_at: now,
+        document: serde_json::to_string(&document)
+            .map_err(|error| ApiError::Internal(error.into()))?,
+        credentials: None,
+    };
+    match state.store.insert_auth_connection(&record).await {
+        Ok(()) => {}
+        Err(StoreError::Conflict(_)) => {
+            return Err(ApiError::Conflict(format!(
+                "profile {:?} already has an auth connection for {}",
+                record.profile_name, record.domain
+            )));
+        }
+        Err(error) => return Err(error.into()),
+    }
+    state.managed_auth.spawn(&state, record.clone());
+    Ok(Json(view(&state, &record)?))
+}
+
+async fn resolve_proxy(
+    state: &AppState,
+    org_id: &str,
+    reference: ResourceReference,
+) -> Result<String, ApiError> {
+    let proxies = state.store.list_proxies(org_id).await?;
+    let found = match (&reference.id, &reference.name) {
+        (Some(id), None) => proxies.iter().find(|p| &p.id == id),
+        (None, Some(name)) => proxies
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name.as_str())),
+        _ => {
+            return Err(ApiError::invalid_field(
+                "proxy must have exactly one of id or name",
+            ));
+        }
+    };
+    let proxy = found
+        .ok_or_else(|| ApiError::invalid_field("proxy: no such proxy in this organization"))?;
+    crate::proxies::route_of(proxy, &state.proxy_upstreams)
+        .map_err(|reason| ApiError::invalid_field(format!("proxy: {reason}")))?;
+    Ok(proxy.id.clone())
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    pub domain: Option<String>,
+    pub profile_name: Option<String>,
+    /// Default 20, maximum 100.
+    pub limit: Option<u32>,
+    pub offset: Option<u32>,
+}
+
+/// List the organization's auth connections, oldest first (paged with `limit`/`offset`).
+#[utoipa::path(get, path = "/auth/connections", tag = "managed auth", params(ListQuery),
+    security(("bearer" = [])),
+    responses((status = 200, body = Vec<Object>), (status = 400, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let mut connections = state
+        .store
+        .list_auth_connections(Some(&caller.org_id))
+        .await?;
+    if let Some(domain) = &query.domain {
+        connections.retain(|c| c.domain.eq_ignore_ascii_case(domain));
+    }
+    if let Some(profile_name) = &query.profile_name {
+        connections.retain(|c| &c.profile_name == profile_name);
+    }
+    let (headers, page) = super::page_of(connections, query.limit, query.offset)?;
+    let body = page
+        .iter()
+        .map(|record| view(&state, record))
+        .collect::<Result<Vec<Value>, ApiError>>()?;
+    Ok((headers, Json(body)))
+}
+
+/// Get an auth connection, with its current flow.
+#[utoipa::path(get, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Auth connection id")),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+pub async fn retrieve(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<Value>, ApiError> {
+    let record = find(&state, &caller, &id).await?;
+    Ok(Json(view(&state, &record)?))
+}
+
+/// Delete an auth connection (seed 4.13): the record goes, its workflow stops, and a
+/// login flow in progress is canceled (followers get CANCELED; its browser ends).
+/// Answers once that is done. The profile stays.
+#[utoipa::path(delete, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Auth connection id")),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+) -> Result<StatusCode, ApiError> {
+    if !state
+        .store
+        .delete_auth_connection(&caller.org_id, &id)
+        .await?
+    {
+        return Err(ApiError::NotFound(format!(
+            "auth connection {id} not found"
+        )));
+    }
+    // The caller may go away; the cancellation must not be cut short.
+    let managed_auth = state.managed_auth.clone();
+    tokio::spawn(async move { managed_auth.stop(&id).await })
+        .await
+        .map_err(|error| ApiError::Internal(anyhow::anyhow!("stop task failed: {error}")))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    /// Not supported per flow: set the proxy on the connection.
+    pub proxy: Option<ResourceReference>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LoginResponse {
+    pub id: String,
+    /// LOGIN or REAUTH.
+    pub flow_type: String,
+    pub flow_expires_at: DateTime<Utc>,
+    /// A page of this server showing the flow, where a person can enter the values.
+    pub hosted_url: String,
+}
+
+/// Start a login flow: a browser with the profile opens the login page and its fields
+/// are discovered (follow with `events`, answer with `submit`). 409 while one is in
+/// progress.
+#[utoipa::path(post, path = "/auth/connections/{id}/login", tag = "managed auth",
+    request_body = LoginRequest, security(("bearer" = [])),
+    params(("id" = String, Path, description = "Auth connection id")),
+    responses((status = 200, body = LoginResponse), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn login(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+    JsonBody(request): JsonBody<LoginRequest>,
+) -> Result<Json<LoginResponse>, ApiError> {
+    if request.proxy.is_some() {
+        return Err(ApiError::invalid_field(
+            "proxy: a login flow uses its connection's proxy; set it when creating the connection",
+        ));
+    }
+    find(&state, &caller, &id).await?;
+    state.managed_auth.login(&id).await?;
+    let record = find(&state, &caller, &id).await?;
+    let document = Document::parse(&record)?;
+    let flow = document
+        .flow
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the started flow is not recorded")))?;
+    Ok(Json(LoginResponse {
+        id: record.id.clone(),
+        flow_type: json!(flow.flow_type)
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        flow_expires_at: flow.expires_at,
+        hosted_url: hosted_url(&state, &record, flow.expires_at),
+    }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// Discovered field name → value.
+    pub fields: Option<BTreeMap<String, String>>,
+    /// Not supported.
+    pub mfa_option_id: Option<String>,
+    /// Not supported.
+    pub sso_button_selector: Option<String>,
+}
+
+fn check_values(fields: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if fields.is_empty() {
+        return Err(ApiError::invalid_field(
+            "fields must name at least one field",
+        ));
+    }
+    for (name, value) in fields {
+        if value.len() > MAX_FIELD_VALUE || value.contains('\0') {
+            return Err(ApiError::invalid_field(format!(
+                "fields.{name}: at most {MAX_FIELD_VALUE} bytes, without NUL characters"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Submit values for the discovered fields. Answers `accepted` once the flow took them;
+/// the outcome follows in the events (SUCCESS, or AWAITING_INPUT with `website_error`).
+#[utoipa::path(post, path = "/auth/connections/{id}/submit", tag = "managed auth",
+    request_body = SubmitRequest, security(("bearer" = [])),
+    params(("id" = String, Path, description = "Auth connection id")),
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+    JsonBody(request): JsonBody<SubmitRequest>,
+) -> Result<Json<Value>, ApiError> {
+    if request.mfa_option_id.is_some() || request.sso_button_selector.is_some() {
+        return Err(ApiError::invalid_field(
+            "mfa_option_id and sso_button_selector are not supported; submit fields",
+        ));
+    }
+    let fields = request.fields.unwrap_or_default();
+    check_values(&fields)?;
+    find(&state, &caller, &id).await?;
+    state.managed_auth.submit(&id, fields).await?;
+    Ok(Json(json!({"accepted": true})))
+}
+
+/// Follow the connection's login flow: server-sent `managed_auth_state` events for every
+/// state change (the current state first), `sse_heartbeat` events every 5 s; the stream
+/// ends after a flow's final state.
+#[utoipa::path(get, path = "/auth/connections/{id}/events", tag = "managed auth",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "Auth connection id")),
+    responses((status = 200, content_type = "text/event-stream", body = String),
+        (status = 404, body = ErrorBody)))]
+pub async fn events(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParam(id): PathParam<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    // Subscribed before reading the state, so no change falls in between.
+    let mut changes = state
+        .managed_auth
+        .subscribe(&id)
+        .ok_or_else(|| ApiError::NotFound(format!("auth connection {id} not found")))?;
+    let record = find(&state, &caller, &id).await?;
+    let current = state_event(&Document::parse(&record)?, None);
+    let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(16);
+    tokio::spawn(async move {
+        let send = |value: &Value| {
+            let name = value["event"].as_str().unwrap_or("message").to_owned();
+            Event::default().event(name).json_data(value).ok().map(Ok)
+        };
+        let finished = |value: &Value| value["flow_status"] != "IN_PROGRESS";
+        if let Some(current) = &current {
+            let Some(event) = send(current) else { return };
+            if sender.send(event).await.is_err() || finished(current) {
+                return;
+            }
+        }
+        let mut heartbeat = tokio::time::interval(SSE_HEARTBEAT);
+        heartbeat.tick().await;
+        loop {
+            let value = tokio::select! {
+                () = sender.closed() => return,
+                _ = heartbeat.tick() => json!({"event": "sse_heartbeat", "timestamp": Utc::now()}),
+                change = changes.recv() => match change {
+                    Ok(value) => value,
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            let Some(event) = send(&value) else { return };
+            if sender.send(event).await.is_err() {
+                return;
+            }
+            if value["event"] == "managed_auth_state" && finished(&value) {
+                return;
+            }
+        }
+    });
+    Ok(Sse::new(ReceiverStream::new(receiver)))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HostedQuery {
+    pub jwt: Option<String>,
+}
+
+/// The connection of a genuine hosted-login token for `id`.
+async fn hosted_connection(
+    state: &AppState,
+    id: &str,
+    jwt: Option<&str>,
+) -> Result<Option<AuthConnectionRecord>, ApiError> {
+    let Some(claims) = jwt.and_then(|jwt| state.tokens.verify_hosted_login(jwt)) else {
+        return Ok(None);
+    };
+    if claims.sub != id {
+        return Ok(None);
+    }
+    Ok(state.store.auth_connection(&claims.org, id).await?)
+}
+
+const HOSTED_DENIED: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<title>Login link expired</title></head><body><h1>This login link is invalid or has expired</h1>\
+<p>Start a new login flow.</p></body></html>";
+
+/// The page behind `hosted_url`: the flow's state and, while it waits for input, a form
+/// with the discovered fields. Needs no API key; the `jwt` grants this flow until it
+/// expires.
+#[utoipa::path(get, path = "/auth/connections/{id}/hosted", tag = "managed auth",
+    params(("id" = String, Path, description = "Auth connection id"), HostedQuery),
+    responses((status = 200, content_type = "text/html", body = String),
+        (status = 401, content_type = "text/html", body = String)))]
+pub async fn hosted_page(
+    State(state): State<AppState>,
+    PathParam(id): PathParam<String>,
+    Query(query): Query<HostedQuery>,
+) -> Result<Response, ApiError> {
+    let Some(record) = hosted_connection(&state, &id, query.jwt.as_deref()).await? else {
+        return Ok((StatusCode::UNAUTHORIZED, Html(HOSTED_DENIED)).into_response());
+    };
+    let document = Document::parse(&record)?;
+    let mut body = String::new();
+    match &document.flow {
+        Some(flow) if flow.in_progress() && flow.step == FlowStep::AwaitingInput => {
+            if let Some(error) = &flow.website_error {
+                body.push_str(&format!("<p class=\"error\">{}</p>", escape_html(error)));
+            }
+            body.push_str("<form method=\"post\">");
+            for field in flow.discovered_fields.iter().flatten() {
+                let kind = if field.kind == "password" {
+                    "password"
+                } else {
+                    "text"
+                };
+                body.push_str(&format!(
+                    "<p><label>{label}<br><input type=\"{kind}\" name=\"{name}\" autocomplete=\"off\"></label></p>",
+                    label = escape_html(&field.label),
+                    name = escape_html(&field.name),
+                ));
+            }
+            body.push_str("<p><button type=\"submit\">Log in</button></p></form>");
+        }
+        Some(flow) if flow.in_progress() => {
+            body.push_str("<p>Working…</p><meta http-equiv=\"refresh\" content=\"1\">");
+        }
+        Some(flow) => body.push_str(&format!(
+            "<p>The login flow ended: {}.</p>",
+            escape_html(json!(flow.status).as_str().unwrap_or_default())
+        )),
+        None => body.push_str("<p>No login flow was started.</p>"),
+    }
+    let page = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Log in to {domain}</title>\
+<style>body{{font-family:sans-serif;max-width:420px;margin:40px auto}}.error{{color:#b00}}</style></head>\
+<body><h1>Log in to {domain}</h1>{body}</body></html>",
+        domain = escape_html(&record.domain),
+    );
+    Ok(([(CACHE_CONTROL, "no-store")], Html(page)).into_response())
+}
+
+/// The hosted page's form: submits the values to the flow, then shows the page again.
+#[utoipa::path(post, path = "/auth/connections/{id}/hosted", tag = "managed auth",
+    params(("id" = String, Path, description = "Auth connection id"), HostedQuery),
+    responses((status = 303), (status = 401, content_type = "text/html", body = String)))]
+pub async fn hosted_submit(
+    State(state): State<AppState>,
+    PathParam(id): PathParam<String>,
+    Query(query): Query<HostedQuery>,
+    Form(fields): Form<BTreeMap<String, String>>,
+) -> Result<Response, ApiError> {
+    if hosted_connection(&state, &id, query.jwt.as_deref())
+        .await?
+        .is_none()
+    {
+        return Ok((StatusCode::UNAUTHORIZED, Html(HOSTED_DENIED)).into_response());
+    }
+    check_values(&fields)?;
+    state.managed_auth.submit(&id, fields).await?;
+    let back = format!(
+        "/auth/connections/{id}/hosted?jwt={}",
+        query.jwt.unwrap_or_default()
+    );
+    Ok(Redirect::to(&back).into_response())
+}

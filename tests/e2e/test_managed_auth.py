@@ -1,0 +1,414 @@
+"""Managed auth (auth connections) through the official SDK, with real browsers against a
+real login website on loopback: login flows with form discovery, a site's error message,
+success saved into the profile, health checks and re-authentication by itself, delete
+during a flow, control-plane restarts, organizations and bad input."""
+
+from __future__ import annotations
+
+import http.server
+import secrets
+import signal
+import threading
+import time
+import urllib.parse
+
+import httpx
+import kernel
+import pytest
+from kernel import Kernel
+from playwright.sync_api import sync_playwright
+
+from harness import ControlPlane, session_processes, wait_until
+
+USERNAME = "alice"
+PASSWORD = "correct-horse-battery-staple-7351"
+
+LOGIN_PAGE = """<!doctype html><html><head><title>Sign in</title></head><body>
+<h1>Sign in to Example</h1>{error}
+<form method="post" action="/login">
+  <label for="username">Username</label> <input id="username" name="username" autocomplete="username" required>
+  <label for="password">Password</label> <input id="password" name="password" type="password" required>
+  <button type="submit">Sign in</button>
+</form></body></html>"""
+
+HOME_PAGE = """<!doctype html><html><head><title>Home</title></head><body>
+<h1 id="welcome">Welcome {user}</h1><form action="/search"><input name="q" placeholder="Search"></form>
+</body></html>"""
+
+
+class LoginSite:
+    """A website with a login form, a session cookie and server-side sessions that the
+    test can expire."""
+
+    def __init__(self):
+        self.sessions: dict[str, str] = {}
+        self.successful_logins = 0
+        self.requests = 0
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _send(self, status, body="", headers=()):
+                data = body.encode()
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _user(self):
+                for part in self.headers.get("cookie", "").split(";"):
+                    name, _, value = part.strip().partition("=")
+                    if name == "sid" and value in site.sessions:
+                        return site.sessions[value]
+                return None
+
+            def do_GET(self):
+                site.requests += 1
+                if self.path.startswith("/login"):
+                    self._send(200, LOGIN_PAGE.format(error=""))
+                elif (user := self._user()) is not None:
+                    self._send(200, HOME_PAGE.format(user=user))
+                else:
+                    self._send(303, headers=[("location", "/login")])
+
+            def do_POST(self):
+                site.requests += 1
+                length = int(self.headers.get("content-length", "0"))
+                form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                if self.path == "/admin/expire":
+                    site.sessions.clear()
+                    return self._send(204)
+                if form.get("username") == [USERNAME] and form.get("password") == [PASSWORD]:
+                    sid = secrets.token_hex(16)
+                    site.sessions[sid] = USERNAME
+                    site.successful_logins += 1
+                    return self._send(303, headers=[
+                        ("location", "/"), ("set-cookie", f"sid={sid}; Max-Age=86400; Path=/; HttpOnly")])
+                error = '<p class="error" role="alert">Invalid username or password.</p>'
+                self._send(401, LOGIN_PAGE.format(error=error))
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.domain = f"127.0.0.1:{self.server.server_address[1]}"
+        self.base = f"http://{self.domain}"
+        self.login_url = f"{self.base}/login"
+
+    def expire_sessions(self):
+        httpx.post(f"{self.base}/admin/expire")
+
+
+@pytest.fixture(scope="module")
+def site():
+    site = LoginSite()
+    yield site
+    site.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory):
+    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data",
+                          extra_args=["--min-health-check-interval", "2"]).start()
+    yield server
+    server.reap_everything()
+
+
+class Follower:
+    """Follows a connection's events in the background (as a user's app would)."""
+
+    def __init__(self, client: Kernel, connection_id: str):
+        self.events = []
+        self.ended = threading.Event()
+
+        def follow():
+            try:
+                for event in client.auth.connections.follow(connection_id):
+                    self.events.append(event)
+            finally:
+                self.ended.set()
+
+        threading.Thread(target=follow, daemon=True).start()
+
+    def states(self):
+        return [e for e in self.events if e.event == "managed_auth_state"]
+
+    def wait_for(self, predicate, timeout=60):
+        assert wait_until(lambda: any(predicate(e) for e in self.states()), timeout), self.states()
+
+
+def wait_for_step(client: Kernel, connection_id: str, step: str, timeout: float = 60, **expected):
+    found = {}
+
+    def reached():
+        found["c"] = client.auth.connections.retrieve(connection_id)
+        return found["c"].flow_step == step and all(getattr(found["c"], k) == v for k, v in expected.items())
+
+    assert wait_until(reached, timeout, interval=0.25), found.get("c")
+    return found["c"]
+
+
+def wait_for_success(client: Kernel, connection_id: str, timeout: float = 60):
+    found = {}
+
+    def done():
+        found["c"] = client.auth.connections.retrieve(connection_id)
+        return found["c"].flow_status in ("SUCCESS", "FAILED")
+
+    assert wait_until(done, timeout, interval=0.25), found.get("c")
+    assert found["c"].flow_status == "SUCCESS", found["c"]
+    return found["c"]
+
+
+def log_in(client: Kernel, connection_id: str):
+    client.auth.connections.login(connection_id)
+    wait_for_step(client, connection_id, "AWAITING_INPUT")
+    client.auth.connections.submit(connection_id, fields={"username": USERNAME, "password": PASSWORD})
+    return wait_for_success(client, connection_id)
+
+
+def page_text(client: Kernel, profile_name: str, url: str) -> str:
+    session = client.browsers.create(headless=True, profile={"name": profile_name})
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+            context = browser.contexts[0]
+            page = context.pages[0] if context.pages else context.new_page()
+            page.goto(url)
+            text = page.inner_text("body")
+            browser.close()
+            return text
+    finally:
+        client.browsers.delete_by_id(session.session_id)
+
+
+def test_login_flow_discovers_reports_the_site_error_and_logs_the_profile_in(client, control_plane, site):
+    connection = client.auth.connections.create(
+        domain=site.domain, profile_name="shop", login_url=site.login_url)
+    assert connection.status == "NEEDS_AUTH" and connection.flow_status is None
+    assert connection.save_credentials is True and connection.health_check_interval == 3600
+    assert client.profiles.retrieve("shop").name == "shop"  # created with the connection
+    follower = Follower(client, connection.id)
+
+    started = client.auth.connections.login(connection.id)
+    assert started.flow_type == "LOGIN" and started.id == connection.id
+    assert started.hosted_url.startswith(control_plane.base_url)
+    assert started.flow_expires_at.timestamp() > time.time() + 60
+
+    awaiting = wait_for_step(client, connection.id, "AWAITING_INPUT")
+    assert awaiting.flow_status == "IN_PROGRESS"
+    fields = {f.name: f for f in awaiting.discovered_fields}
+    assert set(fields) == {"username", "password"}
+    assert (fields["username"].type, fields["username"].label, fields["username"].selector) == ("text", "Username", "#username")
+    assert (fields["password"].type, fields["password"].label, fields["password"].selector) == ("password", "Password", "#password")
+    # The hosted page shows the same form to a person.
+    hosted = httpx.get(started.hosted_url)
+    assert hosted.status_code == 200 and 'name="password"' in hosted.text
+
+    assert client.auth.connections.submit(connection.id, fields={"username": USERNAME, "password": "wrong"}).accepted
+    rejected = wait_for_step(client, connection.id, "AWAITING_INPUT", website_error="Invalid username or password.")
+    assert rejected.flow_status == "IN_PROGRESS"
+    assert {f.name for f in rejected.discovered_fields} == {"username", "password"}
+
+    client.auth.connections.submit(connection.id, fields={"username": USERNAME, "password": PASSWORD})
+    done = wait_for_success(client, connection.id)
+    assert done.status == "AUTHENTICATED" and done.flow_step == "COMPLETED"
+    assert done.post_login_url == f"{site.base}/" and done.last_auth_at is not None
+    assert done.can_reauth is True
+
+    # The follower saw every step, in order, and its stream ended with the flow.
+    assert follower.ended.wait(10)
+    steps = [(e.flow_status, e.flow_step, e.website_error) for e in follower.states()]
+    assert steps[0][:2] in (("IN_PROGRESS", "DISCOVERING"), ("IN_PROGRESS", "AWAITING_INPUT"))
+    assert ("IN_PROGRESS", "SUBMITTING", None) in steps
+    assert ("IN_PROGRESS", "AWAITING_INPUT", "Invalid username or password.") in steps
+    assert steps[-1] == ("SUCCESS", "COMPLETED", None)
+    awaiting_events = [e for e in follower.states() if e.flow_step == "AWAITING_INPUT"]
+    assert {f.name for f in awaiting_events[0].discovered_fields} == {"username", "password"}
+
+    # A new browser with the profile is logged in to the site.
+    assert f"Welcome {USERNAME}" in page_text(client, "shop", site.base + "/")
+
+    # The password is in no response, no log and not readable in the database.
+    responses = [client.auth.connections.retrieve(connection.id).to_json(),
+                 *(c.to_json() for c in client.auth.connections.list())]
+    assert not any(PASSWORD in text for text in responses)
+    assert PASSWORD.encode() not in (control_plane.data_dir / "control-plane.log").read_bytes()
+    for path in control_plane.data_dir.glob("control-plane.db*"):
+        assert PASSWORD.encode() not in path.read_bytes(), path
+    for log in (control_plane.data_dir / "browsers").glob("*/agent.log"):
+        assert PASSWORD.encode() not in log.read_bytes(), log
+
+
+def test_health_check_notices_an_expired_session_and_reauthenticates_by_itself(client, site):
+    connection = client.auth.connections.create(
+        domain=site.domain, profile_name="reauth", login_url=site.login_url, health_check_interval=3)
+    first = log_in(client, connection.id)
+    logins = site.successful_logins
+    site.expire_sessions()
+
+    def reauthenticated():
+        current = client.auth.connections.retrieve(connection.id)
+        return (current.flow_type == "REAUTH" and current.flow_status == "SUCCESS"
+                and current.status == "AUTHENTICATED" and current.last_auth_at > first.last_auth_at)
+
+    assert wait_until(reauthenticated, 60, interval=0.5), client.auth.connections.retrieve(connection.id)
+    assert site.successful_logins == logins + 1
+    assert f"Welcome {USERNAME}" in page_text(client, "reauth", site.base + "/")
+    # Its frequent health checks must not disturb the other tests.
+    client.auth.connections.delete(connection.id)
+
+
+def test_without_saved_credentials_a_health_check_sets_needs_auth(client, site):
+    connection = client.auth.connections.create(
+        domain=site.domain, profile_name="no-save", login_url=site.login_url,
+        health_check_interval=2, save_credentials=False)
+    assert log_in(client, connection.id).can_reauth is False
+    site.expire_sessions()
+    assert wait_until(lambda: client.auth.connections.retrieve(connection.id).status == "NEEDS_AUTH", 30)
+    current = client.auth.connections.retrieve(connection.id)
+    assert current.flow_type == "LOGIN"  # no REAUTH flow without saved values
+    client.auth.connections.delete(connection.id)
+
+
+def test_delete_during_a_flow_cancels_it_ends_its_browser_and_stops_the_workflow(client, control_plane, site):
+    connection = client.auth.connections.create(
+        domain=site.domain, profile_name="deleted", login_url=site.login_url, health_check_interval=2)
+    before = {b.session_id for b in client.browsers.list()}
+    client.auth.connections.login(connection.id)
+    wait_for_step(client, connection.id, "AWAITING_INPUT")
+    flow_browsers = {b.session_id for b in client.browsers.list()} - before
+    assert len(flow_browsers) == 1
+    flow_browser = flow_browsers.pop()
+    processes = session_processes(control_plane, flow_browser)
+    assert processes["chromium"]
+    follower = Follower(client, connection.id)
+    follower.wait_for(lambda e: e.flow_step == "AWAITING_INPUT")
+
+    client.auth.connections.delete(connection.id)
+    follower.wait_for(lambda e: e.flow_status == "CANCELED", timeout=10)
+    assert follower.ended.wait(10)
+    gone = set().union(*processes.values())
+    assert wait_until(lambda: not any(_alive(pid) for pid in gone), 10)
+    assert client.browsers.retrieve(flow_browser, include_deleted=True).deleted_at is not None
+    with pytest.raises(kernel.NotFoundError):
+        client.auth.connections.retrieve(connection.id)
+    with pytest.raises(kernel.NotFoundError):
+        client.auth.connections.delete(connection.id)
+    # No more health checks: no browser is started for it and the site hears nothing.
+    sessions = len(client.browsers.list(status="all", limit=100).items)
+    requests = site.requests
+    time.sleep(5)
+    assert len(client.browsers.list(status="all", limit=100).items) == sessions
+    assert site.requests == requests
+
+
+def _alive(pid: int) -> bool:
+    from harness import is_alive
+    return is_alive(pid)
+
+
+def test_a_restart_during_a_flow_and_between_health_checks_loses_nothing(tmp_path, site):
+    server = ControlPlane(tmp_path / "data", extra_args=["--min-health-check-interval", "2"]).start()
+    try:
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        connection = client.auth.connections.create(
+            domain=site.domain, profile_name="durable", login_url=site.login_url, health_check_interval=4)
+        client.auth.connections.login(connection.id)
+        wait_for_step(client, connection.id, "AWAITING_INPUT")
+
+        server.stop(signal.SIGKILL)
+        server.start()
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        resumed = wait_for_step(client, connection.id, "AWAITING_INPUT")
+        assert resumed.flow_status == "IN_PROGRESS" and resumed.flow_type == "LOGIN"
+        client.auth.connections.submit(connection.id, fields={"username": USERNAME, "password": PASSWORD})
+        first = wait_for_success(client, connection.id)
+        logins = site.successful_logins
+
+        # Between health checks: the schedule and the saved values survive the restart.
+        server.stop(signal.SIGTERM)
+        site.expire_sessions()
+        server.start()
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+
+        def reauthenticated():
+            current = client.auth.connections.retrieve(connection.id)
+            return current.flow_type == "REAUTH" and current.flow_status == "SUCCESS" \
+                and current.last_auth_at > first.last_auth_at
+
+        assert wait_until(reauthenticated, 60, interval=0.5), client.auth.connections.retrieve(connection.id)
+        assert site.successful_logins == logins + 1
+    finally:
+        server.reap_everything()
+
+
+def test_another_organization_cannot_see_or_touch_a_connection(client, control_plane, site):
+    mine = client.auth.connections.create(domain=site.domain, profile_name="private-auth", login_url=site.login_url)
+    other = Kernel(api_key=control_plane.create_api_key("org-auth-b"), base_url=control_plane.base_url, max_retries=0)
+    assert list(other.auth.connections.list()) == []
+    for call in (lambda: other.auth.connections.retrieve(mine.id),
+                 lambda: other.auth.connections.login(mine.id),
+                 lambda: other.auth.connections.submit(mine.id, fields={"username": "x"}),
+                 lambda: list(other.auth.connections.follow(mine.id)),
+                 lambda: other.auth.connections.delete(mine.id)):
+        with pytest.raises(kernel.NotFoundError):
+            call()
+    with pytest.raises(kernel.BadRequestError):
+        other.browsers.create(headless=True, profile={"name": "private-auth"})
+    assert client.auth.connections.retrieve(mine.id).id == mine.id
+
+
+def test_lists_filter_and_page(client, site):
+    created = [client.auth.connections.create(domain=f"filter{i}.example", profile_name="listed-auth")
+               for i in range(3)]
+    assert [c.id for c in client.auth.connections.list(profile_name="listed-auth")] == [c.id for c in created]
+    assert [c.id for c in client.auth.connections.list(domain="filter1.example")] == [created[1].id]
+    page = client.auth.connections.list(profile_name="listed-auth", limit=2)
+    assert len(page.items) == 2 and page.has_next_page()
+    # The profile of a connection cannot be deleted under it.
+    with pytest.raises(kernel.ConflictError):
+        client.profiles.delete("listed-auth")
+
+
+def test_bad_input_answers_the_error_shape(client, site):
+    bad_creates = [
+        {"profile_name": "p"},
+        {"domain": site.domain},
+        {"domain": "https://example.com", "profile_name": "p"},
+        {"domain": "example.com/login", "profile_name": "p"},
+        {"domain": "example.com", "profile_name": ""},
+        {"domain": "example.com", "profile_name": "p", "login_url": "ftp://example.com/"},
+        {"domain": "example.com", "profile_name": "p", "health_check_interval": 1},
+        {"domain": "example.com", "profile_name": "p", "health_check_interval": 86401},
+        {"domain": "example.com", "profile_name": "p", "allowed_domains": ["bad domain"]},
+        {"domain": "example.com", "profile_name": "p", "credential": {"name": "vault-item"}},
+        {"domain": "example.com", "profile_name": "p", "proxy": {"id": "nope"}},
+        {"domain": "example.com", "profile_name": "p", "unknown": True},
+    ]
+    for body in bad_creates:
+        with pytest.raises(kernel.BadRequestError) as bad:
+            client.post("/auth/connections", body=body, cast_to=object)
+        assert bad.value.body["code"] == "bad_request", body
+    connection = client.auth.connections.create(domain=site.domain, profile_name="bad-input", login_url=site.login_url)
+    with pytest.raises(kernel.ConflictError):
+        client.auth.connections.create(domain=site.domain, profile_name="bad-input")
+    with pytest.raises(kernel.ConflictError):  # no flow to submit to
+        client.auth.connections.submit(connection.id, fields={"username": "x"})
+    client.auth.connections.login(connection.id)
+    with pytest.raises(kernel.ConflictError):  # one flow at a time
+        client.auth.connections.login(connection.id)
+    wait_for_step(client, connection.id, "AWAITING_INPUT")
+    for fields in ({}, {"nope": "x", "password": "y"}, {"username": "only"}, {"username": "a", "password": "\0"}):
+        with pytest.raises(kernel.BadRequestError):
+            client.auth.connections.submit(connection.id, fields=fields)
+    with pytest.raises(kernel.BadRequestError):
+        client.post(f"/auth/connections/{connection.id}/submit", body={"fields": {"username": 1}}, cast_to=object)
+    with pytest.raises(kernel.NotFoundError):
+        client.auth.connections.retrieve("auth_missing")
+    denied = httpx.get(f"{str(client.base_url).rstrip('/')}/auth/connections/{connection.id}/hosted?jwt=forged")
+    assert denied.status_code == 401
+    client.auth.connections.delete(connection.id)
