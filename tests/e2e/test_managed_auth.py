@@ -287,6 +287,8 @@ def test_delete_during_a_flow_cancels_it_ends_its_browser_and_stops_the_workflow
     assert processes["chromium"]
     follower = Follower(client, connection.id)
     follower.wait_for(lambda e: e.flow_step == "AWAITING_INPUT")
+    # A waiting follower hears heartbeats (every 5 s).
+    assert wait_until(lambda: any(e.event == "sse_heartbeat" for e in follower.events), 8)
 
     client.auth.connections.delete(connection.id)
     follower.wait_for(lambda e: e.flow_status == "CANCELED", timeout=10)
