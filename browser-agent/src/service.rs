@@ -654,7 +654,9 @@ impl BrowserAgent for AgentService {
         self.stop_chromium.send_replace(true);
         let mut browser = self.browser.clone();
         let stopped = browser.wait_for(|s| s.devtools == DevtoolsState::Stopped);
-        match tokio::time::timeout(DEFAULT_WAIT, stopped).await {
+        // A stop that arrives while Chromium is starting waits for the start, then the
+        // clean exit.
+        match tokio::time::timeout(2 * DEFAULT_WAIT, stopped).await {
             Ok(Ok(_)) => {}
             _ => return Err(Status::unavailable("Chromium did not stop in time")),
         }

@@ -22,6 +22,8 @@ use crate::store::{ProfileRecord, Store, profile_blob_key};
 
 /// Longest a save may take: Chromium's clean exit plus archiving and the transfer.
 const SAVE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest stored profile; a bigger export is refused (the previous state stays).
+const MAX_PROFILE_BYTES: i64 = 1024 * 1024 * 1024;
 
 pub struct Profiles {
     store: Arc<dyn Store>,
@@ -81,6 +83,9 @@ impl Profiles {
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.context("the export was cut short")?;
             size += chunk.data.len() as i64;
+            if size > MAX_PROFILE_BYTES {
+                anyhow::bail!("the profile is larger than {MAX_PROFILE_BYTES} bytes");
+            }
             file.write_all(&chunk.data).await?;
         }
         file.flush().await?;

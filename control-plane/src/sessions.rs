@@ -328,8 +328,12 @@ impl Sessions {
             .as_ref()
             .and_then(|location| AgentClient::new(location).ok());
         self.replays.finish_all(session, agent.clone()).await;
+        // A pool browser never leased (idle, or claimed while idle) holds only the state
+        // it started from: saving it would put that back over newer saves.
+        let used = matches!(session.pool_lease, None | Some(PoolLease::Leased));
         if let (Some(profile), Some(agent)) = (&session.profile, &agent)
             && profile.save_changes
+            && used
         {
             self.save_profile(&session.id, &profile.id, agent).await;
         }

@@ -43,6 +43,20 @@ pub const FLOW_TTL: chrono::Duration = chrono::Duration::minutes(10);
 const PAGE_SETTLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long an API call waits for a busy workflow (for example during a health check).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a submission may take to leave the login page.
+const SUBMIT_NAVIGATION_WAIT: Duration = Duration::from_secs(10);
+
+/// A URL without its query and fragment (which may carry a form's values), for messages.
+fn strip_query(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            parsed.to_string()
+        }
+        Err(_) => String::new(),
+    }
+}
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -357,6 +371,11 @@ impl Workflow {
         &self.record.id
     }
 
+    /// What saved values are bound to: this connection of this organization.
+    fn vault_owner(&self) -> String {
+        format!("{}/{}", self.record.org_id, self.record.id)
+    }
+
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         // A flow already expired is finished by the loop below.
         if self
@@ -399,13 +418,15 @@ impl Workflow {
         }
     }
 
-    /// Runs an operation unless the connection is deleted meanwhile.
+    /// Runs an operation to its end (never dropped halfway: a browser being started or
+    /// ended must not be left behind), then says whether the connection was deleted
+    /// meanwhile. Operations are bounded (page loads, launches), so a delete waits seconds.
     async fn cancellable(&mut self, operation: Operation) -> Outcome {
-        let cancel = self.cancel.clone();
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => Outcome::Canceled,
-            () = self.perform(operation) => Outcome::Done,
+        self.perform(operation).await;
+        if self.cancel.is_cancelled() {
+            Outcome::Canceled
+        } else {
+            Outcome::Done
         }
     }
 
@@ -426,6 +447,13 @@ impl Workflow {
 
     /// Answers a command; returns the operation it starts.
     async fn accept(&mut self, command: Command) -> Option<Operation> {
+        // A caller that gave up waiting (COMMAND_TIMEOUT) was told it failed.
+        let abandoned = match &command {
+            Command::Login { reply } | Command::Submit { reply, .. } => reply.is_closed(),
+        };
+        if abandoned {
+            return None;
+        }
         match command {
             Command::Login { reply } => {
                 if self.document.flow_in_progress().is_some() {
@@ -461,6 +489,9 @@ impl Workflow {
                 "no login flow is in progress; start one with login".into(),
             ));
         };
+        if flow.expires_at <= Utc::now() {
+            return Err(ApiError::Conflict("the login flow has expired".into()));
+        }
         if flow.step != FlowStep::AwaitingInput {
             return Err(ApiError::Conflict(format!(
                 "the login flow is not waiting for input (step {:?})",
@@ -520,9 +551,7 @@ impl Workflow {
             Ok(document) => self.record.document = document,
             Err(error) => tracing::error!(%error, "serializing an auth connection failed"),
         }
-        if let Err(error) = self.state.store.update_auth_connection(&self.record).await {
-            tracing::error!(connection_id = %self.id(), %error, "saving an auth connection failed");
-        }
+        self.write().await;
         if let Some(event) = state_event(&self.document, None) {
             let _ = self.events.send(event);
         }
@@ -571,11 +600,11 @@ impl Workflow {
             return self
                 .fail(
                     "login_form_not_found",
-                    &format!("no login form on {}", assessment.url),
+                    &format!("no login form on {}", strip_query(&assessment.url)),
                 )
                 .await;
         }
-        self.await_input(assessment.fields, None).await;
+        Box::pin(self.await_input(&assessment.url, assessment.fields, None)).await;
     }
 
     async fn follow_login_link(&mut self) -> anyhow::Result<Option<Assessment>> {
@@ -589,7 +618,20 @@ impl Workflow {
     }
 
     /// AWAITING_INPUT with these fields; a REAUTH flow submits saved values itself once.
-    async fn await_input(&mut self, fields: Vec<DiscoveredField>, website_error: Option<String>) {
+    async fn await_input(
+        &mut self,
+        url: &str,
+        fields: Vec<DiscoveredField>,
+        website_error: Option<String>,
+    ) {
+        // A form outside the domain and allowed domains is never filled.
+        if !self.inside(url) {
+            let message = format!(
+                "the login form is outside the allowed domains, at {}",
+                strip_query(url)
+            );
+            return self.fail("left_allowed_domains", &message).await;
+        }
         if let Some(flow) = self.flow_mut() {
             flow.step = FlowStep::AwaitingInput;
             flow.discovered_fields = Some(fields.clone());
@@ -625,7 +667,7 @@ impl Workflow {
 
     fn saved_credentials(&self) -> Credentials {
         match &self.record.credentials {
-            Some(sealed) => self.state.managed_auth.vault.open_sealed(sealed).unwrap_or_else(|error| {
+            Some(sealed) => self.state.managed_auth.vault.open_sealed(sealed, &self.vault_owner()).unwrap_or_else(|error| {
                 tracing::warn!(connection_id = %self.id(), %error, "saved credentials unusable");
                 Credentials::new()
             }),
@@ -655,8 +697,12 @@ impl Workflow {
         if let Err(error) = browser.page.fill_and_submit(&values).await {
             return self.fail("submit_failed", &format!("{error:#}")).await;
         }
-        // Give the submission time to leave the page before judging the result.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Judge the result only once the submission has left the page (or, for a page
+        // that answers without navigating, after a while).
+        browser
+            .page
+            .wait_for_new_document(SUBMIT_NAVIGATION_WAIT)
+            .await;
         let assessment = match browser.page.settled(PAGE_SETTLE_TIMEOUT).await {
             Ok(assessment) => assessment,
             Err(error) => return self.fail("navigation_failed", &format!("{error:#}")).await,
@@ -668,22 +714,22 @@ impl Workflow {
             } else {
                 assessment.fields
             };
-            return Box::pin(self.await_input(fields, Some(error))).await;
+            return Box::pin(self.await_input(&assessment.url, fields, Some(error))).await;
         }
         if assessment.password_field || assessment.fields.iter().any(DiscoveredField::is_one_time) {
-            return Box::pin(self.await_input(assessment.fields, None)).await;
+            return Box::pin(self.await_input(&assessment.url, assessment.fields, None)).await;
         }
         if self.inside(&assessment.url) {
             return self.succeed(assessment.url).await;
         }
         if !assessment.fields.is_empty() {
-            return Box::pin(self.await_input(assessment.fields, None)).await;
+            return Box::pin(self.await_input(&assessment.url, assessment.fields, None)).await;
         }
         self.fail(
             "left_allowed_domains",
             &format!(
                 "the login ended outside the allowed domains, at {}",
-                assessment.url
+                strip_query(&assessment.url)
             ),
         )
         .await
@@ -717,7 +763,12 @@ impl Workflow {
         if self.document.save_credentials && !self.submitted.is_empty() {
             let mut credentials = self.saved_credentials();
             credentials.extend(std::mem::take(&mut self.submitted));
-            match self.state.managed_auth.vault.seal(&credentials) {
+            match self
+                .state
+                .managed_auth
+                .vault
+                .seal(&credentials, &self.vault_owner())
+            {
                 Ok(sealed) => self.record.credentials = Some(sealed),
                 Err(error) => {
                     tracing::error!(connection_id = %self.id(), %error, "could not seal credentials")
@@ -831,8 +882,18 @@ impl Workflow {
         if let Ok(document) = serde_json::to_string(&self.document) {
             self.record.document = document;
         }
-        if let Err(error) = self.state.store.update_auth_connection(&self.record).await {
-            tracing::error!(connection_id = %self.id(), %error, "saving an auth connection failed");
+        self.write().await;
+    }
+
+    /// Stores the record. A record gone from the store (deleted while this workflow did
+    /// not hear of it: a delete racing the creation, another replica) stops the workflow.
+    async fn write(&self) {
+        match self.state.store.update_auth_connection(&self.record).await {
+            Ok(true) => {}
+            Ok(false) => self.cancel.cancel(),
+            Err(error) => {
+                tracing::error!(connection_id = %self.id(), %error, "saving an auth connection failed")
+            }
         }
     }
 
@@ -908,13 +969,14 @@ impl Workflow {
 
     async fn end_browser(&self, browser: FlowBrowser) {
         let FlowBrowser { session, .. } = browser;
-        if let Err(error) = self
-            .state
-            .sessions
-            .end(&session, "managed auth is done with it")
-            .await
-        {
-            tracing::warn!(session_id = %session.id, %error, "ending a managed-auth browser failed");
+        // In a task of its own: an end is never cut off halfway.
+        let sessions = self.state.sessions.clone();
+        let ended =
+            tokio::spawn(
+                async move { sessions.end(&session, "managed auth is done with it").await },
+            );
+        if let Ok(Err(error)) = ended.await {
+            tracing::warn!(%error, "ending a managed-auth browser failed");
         }
     }
 

@@ -171,6 +171,22 @@ impl Page {
         }
     }
 
+    /// Waits until the page holds a document loaded after `fill_and_submit` marked the
+    /// old one, or `within` passes (a page that answers a submission without navigating).
+    pub async fn wait_for_new_document(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Between documents the evaluation fails; a new one has no marker.
+            let marked = self
+                .evaluate("window.__managedAuthSubmitted === true")
+                .await;
+            if let Ok(Value::Bool(false)) = marked {
+                return;
+            }
+        }
+    }
+
     /// Fills the discovered fields and submits their form.
     pub async fn fill_and_submit(
         &self,
@@ -302,6 +318,7 @@ const ASSESS_SCRIPT: &str = r#"(() => {
 /// events, so frameworks notice), then submits the form of the last field: its submit
 /// button if it has one (a click runs the site's handlers), else `requestSubmit`.
 const FILL_AND_SUBMIT_SCRIPT: &str = r#"(fields) => {
+  window.__managedAuthSubmitted = true;
   let last = null;
   for (const { selector, value } of fields) {
     const el = document.querySelector(selector);

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use aes_gcm::aead::{Aead, KeyInit};
+use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use anyhow::{Context, anyhow, bail};
 use base64::Engine;
@@ -46,19 +46,26 @@ impl Vault {
         Ok(Self { cipher })
     }
 
-    /// Random nonce, then ciphertext with its tag.
-    pub fn seal(&self, credentials: &Credentials) -> anyhow::Result<Vec<u8>> {
+    /// Random nonce, then ciphertext with its tag. `owner` (the connection) is bound in as
+    /// associated data: sealed values copied to another connection do not open there.
+    pub fn seal(&self, credentials: &Credentials, owner: &str) -> anyhow::Result<Vec<u8>> {
         let plaintext = serde_json::to_vec(credentials)?;
         let mut nonce = [0u8; NONCE_BYTES];
         rand::rng().fill(&mut nonce);
         let ciphertext = self
             .cipher
-            .encrypt(&Nonce::from(nonce), plaintext.as_slice())
+            .encrypt(
+                &Nonce::from(nonce),
+                Payload {
+                    msg: &plaintext,
+                    aad: owner.as_bytes(),
+                },
+            )
             .map_err(|_| anyhow!("encryption failed"))?;
         Ok([nonce.as_slice(), &ciphertext].concat())
     }
 
-    pub fn open_sealed(&self, sealed: &[u8]) -> anyhow::Result<Credentials> {
+    pub fn open_sealed(&self, sealed: &[u8], owner: &str) -> anyhow::Result<Credentials> {
         if sealed.len() < NONCE_BYTES {
             bail!("sealed credentials are too short");
         }
@@ -66,7 +73,13 @@ impl Vault {
         let nonce: [u8; NONCE_BYTES] = nonce.try_into()?;
         let plaintext = self
             .cipher
-            .decrypt(&Nonce::from(nonce), ciphertext)
+            .decrypt(
+                &Nonce::from(nonce),
+                Payload {
+                    msg: ciphertext,
+                    aad: owner.as_bytes(),
+                },
+            )
             .map_err(|_| anyhow!("the credentials do not decrypt with this server's key"))?;
         Ok(serde_json::from_slice(&plaintext)?)
     }
@@ -103,18 +116,17 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let vault = Vault::open(None, dir.path())?;
         let credentials = Credentials::from([("password".to_owned(), "hunter2".to_owned())]);
-        let sealed = vault.seal(&credentials)?;
+        let sealed = vault.seal(&credentials, "org/auth_1")?;
         assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
         // The key file is reused on the next start.
-        assert_eq!(
-            Vault::open(None, dir.path())?.open_sealed(&sealed)?,
-            credentials
-        );
+        let reopened = Vault::open(None, dir.path())?;
+        assert_eq!(reopened.open_sealed(&sealed, "org/auth_1")?, credentials);
+        assert!(reopened.open_sealed(&sealed, "org/auth_2").is_err());
         let other = Vault::open(Some(&STANDARD.encode([7u8; 32])), dir.path())?;
-        assert!(other.open_sealed(&sealed).is_err());
+        assert!(other.open_sealed(&sealed, "org/auth_1").is_err());
         let mut tampered = sealed.clone();
         tampered[NONCE_BYTES] ^= 1;
-        assert!(vault.open_sealed(&tampered).is_err());
+        assert!(vault.open_sealed(&tampered, "org/auth_1").is_err());
         Ok(())
     }
 }
