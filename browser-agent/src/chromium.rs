@@ -107,6 +107,11 @@ async fn seed_profile(config: &LaunchConfig) -> anyhow::Result<()> {
     let Some(archive) = config.profile_seed.clone() else {
         return Ok(());
     };
+    if !archive.exists() {
+        // The profile was deleted since this browser was launched: start empty.
+        tracing::warn!(archive = %archive.display(), "the profile's state is gone; starting without it");
+        return Ok(());
+    }
     let dir = config.user_data_dir.clone();
     tokio::task::spawn_blocking(move || crate::profile::seed(&archive, &dir)).await?
 }
