@@ -18,6 +18,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
+use super::browsers::ResourceReference;
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::profiles::{create_profile, name_problem};
 use super::replays::escape_html;
@@ -25,8 +26,8 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::ids;
 use crate::managed_auth::{
-    AuthStatus, DEFAULT_HEALTH_CHECK_INTERVAL, Document, FlowStep, MAX_HEALTH_CHECK_INTERVAL,
-    state_event,
+    AuthStatus, DEFAULT_HEALTH_CHECK_INTERVAL, Document, FlowStep, FlowType,
+    MAX_HEALTH_CHECK_INTERVAL, state_event,
 };
 use crate::state::AppState;
 use crate::store::{AuthConnectionRecord, StoreError};
@@ -37,13 +38,6 @@ const MAX_ALLOWED_DOMAINS: usize = 50;
 const MAX_URL_LENGTH: usize = 2048;
 /// Longest submitted value.
 const MAX_FIELD_VALUE: usize = 4096;
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResourceReference {
-    pub id: Option<String>,
-    pub name: Option<String>,
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -390,7 +384,8 @@ pub struct LoginRequest {
 pub struct LoginResponse {
     pub id: String,
     /// LOGIN or REAUTH.
-    pub flow_type: String,
+    #[schema(value_type = String)]
+    pub flow_type: FlowType,
     pub flow_expires_at: DateTime<Utc>,
     /// A page of this server showing the flow, where a person can enter the values.
     pub hosted_url: String,
@@ -424,10 +419,7 @@ pub async fn login(
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the started flow is not recorded")))?;
     Ok(Json(LoginResponse {
         id: record.id.clone(),
-        flow_type: json!(flow.flow_type)
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
+        flow_type: flow.flow_type,
         flow_expires_at: flow.expires_at,
         hosted_url: hosted_url(&state, &record, flow.expires_at),
     }))

@@ -49,7 +49,7 @@ pub struct CreateBrowserRequest {
     /// Accepted for compatibility; invocations are not part of this server.
     pub invocation_id: Option<String>,
     /// Extensions of the organization's library to load, each by id or by name.
-    pub extensions: Option<Vec<ExtensionReference>>,
+    pub extensions: Option<Vec<ResourceReference>>,
     /// Proxy to route the browser's traffic through.
     pub proxy_id: Option<String>,
     /// Profile to start from, by id or name; with `save_changes` the browser's state is
@@ -66,11 +66,20 @@ pub struct ProfileReference {
     pub save_changes: Option<bool>,
 }
 
+/// A resource of the organization, by id or by name.
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ExtensionReference {
+pub struct ResourceReference {
     pub id: Option<String>,
     pub name: Option<String>,
+}
+
+/// The id or the name, when exactly one of them is given and not empty.
+fn one_of<'a>(id: &'a Option<String>, name: &'a Option<String>) -> Option<&'a str> {
+    match (id, name) {
+        (Some(key), None) | (None, Some(key)) if !key.is_empty() => Some(key),
+        _ => None,
+    }
 }
 
 /// Most extensions one browser may load.
@@ -227,23 +236,19 @@ fn validate(request: CreateBrowserRequest) -> Result<(NewSession, References), A
             "extensions: at most {MAX_EXTENSIONS} per browser"
         )));
     }
-    for (index, reference) in requested.into_iter().enumerate() {
-        match (reference.id, reference.name) {
-            (Some(key), None) | (None, Some(key)) if !key.is_empty() => {
-                extension_references.push(key)
-            }
-            _ => problems.push(ErrorDetail::invalid_input(format!(
+    for (index, reference) in requested.iter().enumerate() {
+        match one_of(&reference.id, &reference.name) {
+            Some(key) => extension_references.push(key.to_owned()),
+            None => problems.push(ErrorDetail::invalid_input(format!(
                 "extensions[{index}] must have exactly one of id or name"
             ))),
         }
     }
-    let profile = match request.profile {
+    let profile = match &request.profile {
         None => None,
-        Some(reference) => match (reference.id, reference.name) {
-            (Some(key), None) | (None, Some(key)) if !key.is_empty() => {
-                Some((key, reference.save_changes.unwrap_or(false)))
-            }
-            _ => {
+        Some(reference) => match one_of(&reference.id, &reference.name) {
+            Some(key) => Some((key.to_owned(), reference.save_changes.unwrap_or(false))),
+            None => {
                 problems.push(ErrorDetail::invalid_input(
                     "profile must have exactly one of id or name",
                 ));
@@ -403,12 +408,7 @@ pub async fn list(
             )));
         }
     };
-    let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
-    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid_field(format!(
-            "limit must be between 1 and {MAX_LIST_LIMIT}"
-        )));
-    }
+    let limit = super::list_limit(query.limit)?;
     let offset = query.offset.unwrap_or(0);
     let mut sessions = state
         .store

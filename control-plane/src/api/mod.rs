@@ -142,13 +142,8 @@ pub fn page_headers(offset: u32, has_more: bool) -> HeaderMap {
     headers
 }
 
-/// One page (`limit` items from `offset`) of `items`, with its paging headers; `limit`
-/// defaults to 20 and must be 1 to 100.
-pub fn page_of<T>(
-    items: Vec<T>,
-    limit: Option<u32>,
-    offset: Option<u32>,
-) -> Result<(HeaderMap, Vec<T>), ApiError> {
+/// A list's page size: default 20, 1 to 100.
+pub fn list_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     let limit = limit.unwrap_or(browsers::DEFAULT_LIST_LIMIT);
     if !(1..=browsers::MAX_LIST_LIMIT).contains(&limit) {
         return Err(ApiError::invalid_field(format!(
@@ -156,6 +151,17 @@ pub fn page_of<T>(
             browsers::MAX_LIST_LIMIT
         )));
     }
+    Ok(limit)
+}
+
+/// One page (`limit` items from `offset`) of `items`, with its paging headers; `limit`
+/// defaults to 20 and must be 1 to 100.
+pub fn page_of<T>(
+    items: Vec<T>,
+    limit: Option<u32>,
+    offset: Option<u32>,
+) -> Result<(HeaderMap, Vec<T>), ApiError> {
+    let limit = list_limit(limit)?;
     let offset = offset.unwrap_or(0);
     let total = items.len();
     let page: Vec<T> = items

@@ -547,11 +547,7 @@ impl Workflow {
 
     /// Writes the document and tells the followers.
     async fn save(&mut self) {
-        match serde_json::to_string(&self.document) {
-            Ok(document) => self.record.document = document,
-            Err(error) => tracing::error!(%error, "serializing an auth connection failed"),
-        }
-        self.write().await;
+        self.save_quietly().await;
         if let Some(event) = state_event(&self.document, None) {
             let _ = self.events.send(event);
         }
@@ -800,11 +796,7 @@ impl Workflow {
 
     /// Ends the flow (failed or expired) and its browser.
     async fn finish_flow(&mut self, status: FlowStatus, error: Option<(&str, &str)>) {
-        if let Some(browser) = self.browser.take() {
-            self.end_browser(browser).await;
-        } else if let Some(session_id) = self.flow_mut().and_then(|flow| flow.session_id.clone()) {
-            self.end_session(&session_id).await;
-        }
+        self.end_flow_browser().await;
         self.submitted.clear();
         if let Some(flow) = self.flow_mut() {
             flow.status = status;
@@ -819,11 +811,7 @@ impl Workflow {
     /// The connection was deleted: the followers learn that the flow was canceled, and
     /// the flow's browser ends. Nothing is written (the record is gone).
     async fn canceled(mut self) {
-        if let Some(browser) = self.browser.take() {
-            self.end_browser(browser).await;
-        } else if let Some(session_id) = self.flow_mut().and_then(|flow| flow.session_id.clone()) {
-            self.end_session(&session_id).await;
-        }
+        self.end_flow_browser().await;
         if let Some(flow) = self
             .document
             .flow
@@ -879,8 +867,9 @@ impl Workflow {
 
     /// Writes the document without an event (no flow changed).
     async fn save_quietly(&mut self) {
-        if let Ok(document) = serde_json::to_string(&self.document) {
-            self.record.document = document;
+        match serde_json::to_string(&self.document) {
+            Ok(document) => self.record.document = document,
+            Err(error) => tracing::error!(%error, "serializing an auth connection failed"),
         }
         self.write().await;
     }
@@ -977,6 +966,16 @@ impl Workflow {
             );
         if let Ok(Err(error)) = ended.await {
             tracing::warn!(%error, "ending a managed-auth browser failed");
+        }
+    }
+
+    /// Ends the flow's browser: the one this workflow drives, or the session the flow
+    /// recorded (after a restart, before it was re-attached).
+    async fn end_flow_browser(&mut self) {
+        if let Some(browser) = self.browser.take() {
+            self.end_browser(browser).await;
+        } else if let Some(session_id) = self.flow_mut().and_then(|flow| flow.session_id.clone()) {
+            self.end_session(&session_id).await;
         }
     }
 
