@@ -1,162 +1,82 @@
-//! The one error type of the HTTP API. Every failure becomes the Error shape
-//! `{code, message, details?}`; 5xx bodies are generic and the cause goes to the log.
-
-use axum::Json;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
+//! The one error type of the services. It says what went wrong in the domain's terms; the
+//! HTTP layer maps it to a status and the Error shape in one place (`api::error`).
 
 use crate::agent::AgentError;
 use crate::store::StoreError;
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// Machine-readable error code, such as `bad_request` or `not_found`.
-    pub code: String,
-    /// Human-readable description.
-    pub message: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub details: Vec<ErrorDetail>,
-}
-
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
-    pub code: String,
-    pub message: String,
-}
-
-impl ErrorDetail {
-    /// A validation problem; the message names the field.
-    pub fn invalid_input(message: impl Into<String>) -> Self {
-        Self {
-            code: "invalid_input".into(),
-            message: message.into(),
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error("{message}")]
-    BadRequest {
-        message: String,
-        details: Vec<ErrorDetail>,
-    },
-    #[error("{0}")]
-    Unauthorized(String),
-    #[error("{0}")]
-    Forbidden(String),
+pub enum ServiceError {
+    /// The caller's input is wrong; one message per problem, each naming its field.
+    #[error("{}", invalid_summary(.0))]
+    Invalid(Vec<String>),
+    /// The resource does not exist for this organization (foreign ones neither).
     #[error("{0}")]
     NotFound(String),
-    #[error("{0}")]
-    MethodNotAllowed(String),
+    /// The resource's current state does not allow the operation (or a name is taken).
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
-    PayloadTooLarge(String),
+    Forbidden(String),
+    /// A browser's agent (or the browser itself) cannot be reached now.
     #[error("{0}")]
-    UnsupportedMediaType(String),
-    #[error("{0}")]
-    RangeNotSatisfiable(String),
-    #[error("{0}")]
-    PreconditionFailed(String),
-    /// No pooled browser became available in time (423: the SDKs do not retry it).
-    #[error("{0}")]
-    NoBrowserAvailable(String),
-    #[error("{0}")]
-    AgentUnavailable(String),
+    Unavailable(String),
     #[error("{0}")]
     Timeout(String),
+    /// A bug or a broken dependency; the details go to the log, never to the caller.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
 
-impl ApiError {
-    /// A 400 with one `invalid_input` detail per problem.
-    pub fn invalid(details: Vec<ErrorDetail>) -> Self {
-        let message = match details.as_slice() {
-            [only] => only.message.clone(),
-            _ => "the request has invalid fields".into(),
-        };
-        Self::BadRequest { message, details }
-    }
+pub type ServiceResult<T> = Result<T, ServiceError>;
 
-    pub fn invalid_field(message: impl Into<String>) -> Self {
-        Self::invalid(vec![ErrorDetail::invalid_input(message)])
-    }
-
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
-        match self {
-            Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
-            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
-            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            Self::UnsupportedMediaType(_) => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-            }
-            Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
-            Self::NoBrowserAvailable(_) => (StatusCode::LOCKED, "no_browser_available"),
-            Self::RangeNotSatisfiable(_) => {
-                (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
-            }
-            Self::AgentUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable"),
-            Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
-            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
-        }
+fn invalid_summary(problems: &[String]) -> String {
+    match problems {
+        [only] => only.clone(),
+        _ => "the request has invalid fields".into(),
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
-        let (message, details) = match self {
-            Self::BadRequest { message, details } => (message, details),
-            Self::Internal(error) => {
-                tracing::error!(error = format!("{error:#}"), "internal error");
-                ("internal server error".to_owned(), Vec::new())
-            }
-            other => {
-                if status.is_server_error() {
-                    tracing::warn!(error = %other, "request failed");
-                }
-                (other.to_string(), Vec::new())
-            }
-        };
-        (
-            status,
-            Json(ErrorBody {
-                code: code.into(),
-                message,
-                details,
-            }),
-        )
-            .into_response()
+impl ServiceError {
+    /// One invalid field; the message names it.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::Invalid(vec![message.into()])
+    }
+
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::Internal(anyhow::anyhow!("{message}"))
     }
 }
 
-impl From<StoreError> for ApiError {
+impl From<StoreError> for ServiceError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Conflict(message) => Self::Conflict(message),
-            StoreError::Backend(message) => Self::Internal(anyhow::anyhow!("store: {message}")),
+            StoreError::Backend(message) => Self::internal(format!("store: {message}")),
         }
     }
 }
 
-impl From<AgentError> for ApiError {
+impl From<AgentError> for ServiceError {
     fn from(error: AgentError) -> Self {
         match error {
-            AgentError::Unavailable(message) => Self::AgentUnavailable(message),
+            AgentError::Unavailable(message) => Self::Unavailable(message),
             AgentError::Timeout(message) => Self::Timeout(message),
-            AgentError::InvalidArgument(message) => Self::invalid_field(message),
+            AgentError::InvalidArgument(message) => Self::invalid(message),
             AgentError::NotFound(message) => Self::NotFound(message),
             AgentError::Conflict(message) => Self::Conflict(message),
             AgentError::Forbidden(message) => Self::Forbidden(message),
-            AgentError::Internal(message) => Self::Internal(anyhow::anyhow!("agent: {message}")),
+            AgentError::Internal(message) => Self::internal(format!("agent: {message}")),
         }
     }
+}
+
+/// Runs `work` to its end in a task of its own and answers its outcome. For operations
+/// that must not stop halfway when their caller goes away (a client disconnects, a
+/// request times out): ending a browser, launching one, finishing a recording.
+pub async fn run_to_completion<T: Send + 'static>(
+    work: impl Future<Output = ServiceResult<T>> + Send + 'static,
+) -> ServiceResult<T> {
+    tokio::spawn(work)
+        .await
+        .map_err(|error| ServiceError::internal(format!("task failed: {error}")))?
 }

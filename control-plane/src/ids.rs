@@ -1,4 +1,4 @@
-//! Identifiers and secrets.
+//! Identifiers, names and secrets.
 
 use rand::RngExt;
 use rand::distr::Alphanumeric;
@@ -29,4 +29,46 @@ pub fn new_secret(length: usize) -> String {
         .take(length)
         .map(char::from)
         .collect()
+}
+
+/// Longest name of an extension or pool (extension names become directory names).
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Whether `name` matches `^[A-Za-z0-9._-]{1,255}$`.
+pub fn valid_name(name: &str) -> bool {
+    // `.` and `..` match the pattern but cannot name a directory.
+    name != "."
+        && name != ".."
+        && (1..=MAX_NAME_BYTES).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+pub fn name_problem(field: &str, name: &str) -> Option<String> {
+    (!valid_name(name))
+        .then(|| format!("{field} must match ^[A-Za-z0-9._-]{{1,255}}$, got {name:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_documented_pattern() {
+        for good in ["adblock", "My.Ext_1-2", &"a".repeat(255)] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "with space",
+            "slash/name",
+            "ünï",
+            &"a".repeat(256),
+        ] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
 }

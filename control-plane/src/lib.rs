@@ -2,7 +2,8 @@
 
 pub mod agent;
 pub mod api;
-pub mod auth;
+pub mod api_keys;
+pub mod app;
 pub mod blobs;
 pub mod config;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod replays;
 pub mod runtime;
 pub mod server;
 pub mod sessions;
-pub mod state;
 pub mod store;
+#[cfg(test)]
+pub mod testing;
 pub mod tokens;

@@ -1,6 +1,6 @@
 use clap::Parser;
 use control_plane::config::{ApiKeysCommand, Cli, Command};
-use control_plane::{auth, server, store};
+use control_plane::{api_keys, server, store};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -17,7 +17,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(config) => server::serve(*config).await,
         Command::ApiKeys(ApiKeysCommand::Create { org, storage }) => {
             let store = store::open(storage.database_url.as_deref(), &storage.data_dir).await?;
-            let key = auth::create_api_key(store.as_ref(), &org).await?;
+            let key = api_keys::create_api_key(store.as_ref(), &org).await?;
             println!("{key}");
             Ok(())
         }

@@ -18,7 +18,23 @@ use tokio::io::AsyncWriteExt;
 
 use crate::agent::AgentClient;
 use crate::blobs::BlobStore;
-use crate::store::{ProfileRecord, Store, profile_blob_key};
+use crate::error::{ServiceError, ServiceResult};
+use crate::ids;
+use crate::store::{ProfileRecord, Store, StoreError, profile_blob_key};
+
+/// Longest profile name.
+pub const MAX_NAME_LENGTH: usize = 255;
+
+/// The problem with a profile name, if any.
+pub fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() || name.chars().count() > MAX_NAME_LENGTH {
+        return Some(format!("name must be 1 to {MAX_NAME_LENGTH} characters"));
+    }
+    if name.chars().any(char::is_control) {
+        return Some("name must not contain control characters".into());
+    }
+    None
+}
 
 /// Longest a save may take: Chromium's clean exit plus archiving and the transfer.
 const SAVE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -38,6 +54,31 @@ impl Profiles {
             store,
             blobs,
             saving: Mutex::default(),
+        }
+    }
+
+    /// Creates a profile of the organization (empty until a session saves into it);
+    /// `Conflict` when the name is taken.
+    pub async fn create(&self, org_id: &str, name: Option<String>) -> ServiceResult<ProfileRecord> {
+        if let Some(problem) = name.as_deref().and_then(name_problem) {
+            return Err(ServiceError::invalid(problem));
+        }
+        let record = ProfileRecord {
+            id: ids::new_id("prof"),
+            org_id: org_id.to_owned(),
+            name,
+            created_at: Utc::now(),
+            updated_at: None,
+            last_used_at: None,
+            size_bytes: None,
+        };
+        match self.store.insert_profile(&record).await {
+            Ok(()) => Ok(record),
+            Err(StoreError::Conflict(_)) => Err(ServiceError::Conflict(format!(
+                "a profile named {:?} already exists",
+                record.name.unwrap_or_default()
+            ))),
+            Err(error) => Err(error.into()),
         }
     }
 

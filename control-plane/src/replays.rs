@@ -15,12 +15,11 @@ use chrono::{DateTime, TimeZone, Utc};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
-use crate::agent::{AgentClient, AgentError};
+use crate::agent::{AgentClient, AgentClients, AgentError};
 use crate::blobs::BlobStore;
-use crate::error::ApiError;
+use crate::error::{ServiceError, ServiceResult, run_to_completion};
 use crate::ids;
 use crate::runtime::Runtime;
-use crate::sessions::Sessions;
 use crate::store::{
     ReplayOutcome, ReplayRecord, ReplayStatus, SessionRecord, SessionStatus, Store, StoreError,
 };
@@ -39,6 +38,7 @@ pub struct Replays {
     store: Arc<dyn Store>,
     blobs: Arc<dyn BlobStore>,
     runtime: Arc<dyn Runtime>,
+    agents: Arc<AgentClients>,
     /// Remuxes recordings salvaged from crashed agents.
     ffmpeg: String,
     /// Replays this process is finishing right now, and a signal when one is done.
@@ -66,12 +66,14 @@ impl Replays {
         store: Arc<dyn Store>,
         blobs: Arc<dyn BlobStore>,
         runtime: Arc<dyn Runtime>,
+        agents: Arc<AgentClients>,
         ffmpeg: String,
     ) -> Self {
         Self {
             store,
             blobs,
             runtime,
+            agents,
             ffmpeg,
             finishing: Mutex::default(),
             finished: Notify::new(),
@@ -87,20 +89,19 @@ impl Replays {
         agent: AgentClient,
         framerate: u32,
         max_duration_seconds: u32,
-    ) -> Result<ReplayRecord, ApiError> {
+    ) -> ServiceResult<ReplayRecord> {
         if session.headless {
-            return Err(ApiError::invalid_field(format!(
+            return Err(ServiceError::invalid(format!(
                 "browser session {} is headless: it has no display to record",
                 session.id
             )));
         }
         let (this, session) = (self.clone(), session.clone());
-        tokio::spawn(async move {
+        run_to_completion(async move {
             this.start_inner(session, agent, framerate, max_duration_seconds)
                 .await
         })
         .await
-        .map_err(|error| ApiError::Internal(anyhow::anyhow!("start task failed: {error}")))?
     }
 
     async fn start_inner(
@@ -109,7 +110,7 @@ impl Replays {
         agent: AgentClient,
         framerate: u32,
         max_duration_seconds: u32,
-    ) -> Result<ReplayRecord, ApiError> {
+    ) -> ServiceResult<ReplayRecord> {
         let id = ids::new_id("rpl");
         let info = match agent
             .start_recording(&id, framerate, max_duration_seconds)
@@ -156,7 +157,7 @@ impl Replays {
         );
         if ended && self.claim(&replay).await.unwrap_or(false) {
             let _ = self.finish(&session, Some(agent), replay).await;
-            return Err(ApiError::NotFound(format!(
+            return Err(ServiceError::NotFound(format!(
                 "browser session {} ended while the recording started",
                 session.id
             )));
@@ -199,11 +200,11 @@ impl Replays {
         session: &SessionRecord,
         agent: Option<AgentClient>,
         replay: ReplayRecord,
-    ) -> Result<ReplayRecord, ApiError> {
+    ) -> ServiceResult<ReplayRecord> {
         let (this, session) = (self.clone(), session.clone());
-        tokio::spawn(async move {
+        run_to_completion(async move {
             if !this.claim(&replay).await? {
-                return Err(ApiError::Conflict(format!(
+                return Err(ServiceError::Conflict(format!(
                     "replay {} is not recording: it has already been stopped",
                     replay.id
                 )));
@@ -211,7 +212,6 @@ impl Replays {
             this.finish(&session, agent, replay).await
         })
         .await
-        .map_err(|error| ApiError::Internal(anyhow::anyhow!("stop task failed: {error}")))?
     }
 
     /// Claims a replay for finishing; true for exactly one caller. A recording replay
@@ -259,7 +259,7 @@ impl Replays {
         session: &SessionRecord,
         agent: Option<AgentClient>,
         replay: ReplayRecord,
-    ) -> Result<ReplayRecord, ApiError> {
+    ) -> ServiceResult<ReplayRecord> {
         let id = replay.id.clone();
         let finished = self.finish_inner(session, agent, replay).await;
         self.release(&id);
@@ -271,7 +271,7 @@ impl Replays {
         session: &SessionRecord,
         agent: Option<AgentClient>,
         replay: ReplayRecord,
-    ) -> Result<ReplayRecord, ApiError> {
+    ) -> ServiceResult<ReplayRecord> {
         let collected = match &agent {
             Some(agent) => self.collect(agent, &replay).await,
             None => Err(CollectError::Recorder("the browser's agent is gone".into())),
@@ -280,7 +280,7 @@ impl Replays {
             Ok(done) => done,
             Err(error) => {
                 tracing::warn!(replay_id = %replay.id, %error, "collecting from the agent failed; salvaging");
-                (Utc::now(), self.salvage(session, &replay, &error).await)
+                self.salvage(session, &replay, &error).await
             }
         };
         if !self
@@ -293,7 +293,7 @@ impl Replays {
                 .store
                 .replay(&replay.org_id, &replay.session_id, &replay.id)
                 .await?
-                .ok_or_else(|| ApiError::NotFound(format!("replay {} not found", replay.id)));
+                .ok_or_else(|| ServiceError::NotFound(format!("replay {} not found", replay.id)));
         }
         if let Some(agent) = &agent {
             // The outcome is on record (the video in the blob store): free the VM's disk.
@@ -363,23 +363,34 @@ impl Replays {
 
     /// Keeps what a crashed agent left on this host: remuxed into a regular MP4 (which
     /// also drops a fragment cut off mid-write) or, if that fails, as the fragmented MP4
-    /// it is, itself playable.
+    /// it is, itself playable. It finished when its encoder last wrote to the file (the
+    /// encoder completes the file as soon as the agent dies), not when this runs.
     async fn salvage(
         &self,
         session: &SessionRecord,
         replay: &ReplayRecord,
         why: &CollectError,
-    ) -> ReplayOutcome {
+    ) -> (DateTime<Utc>, ReplayOutcome) {
         let Some(leftover) = self.runtime.leftover_recording(&session.id, &replay.id) else {
-            return ReplayOutcome::Lost(format!("the recording was lost: {why}"));
+            return (
+                Utc::now(),
+                ReplayOutcome::Lost(format!("the recording was lost: {why}")),
+            );
         };
         wait_until_settled(&leftover).await;
-        match self.store_salvaged(replay, &leftover).await {
+        let last_written = std::fs::metadata(&leftover)
+            .and_then(|metadata| metadata.modified())
+            .map(DateTime::<Utc>::from)
+            .unwrap_or_else(|_| Utc::now())
+            .min(Utc::now())
+            .max(replay.started_at);
+        let outcome = match self.store_salvaged(replay, &leftover).await {
             Ok(outcome) => outcome,
             Err(error) => ReplayOutcome::Lost(format!(
                 "the recording was cut short ({why}) and could not be kept: {error}"
             )),
-        }
+        };
+        (last_written, outcome)
     }
 
     async fn store_salvaged(
@@ -468,7 +479,7 @@ impl Replays {
 
     /// After a restart (and after `Sessions::reconcile`): keeps the maximum-duration
     /// deadline of recordings whose browser lives, and finishes the others.
-    pub async fn resume(self: &Arc<Self>, sessions: &Arc<Sessions>) -> anyhow::Result<()> {
+    pub async fn resume(self: &Arc<Self>) -> anyhow::Result<()> {
         for replay in self.store.unfinished_replays().await? {
             let Some(session) = self
                 .store
@@ -478,7 +489,7 @@ impl Replays {
                 continue;
             };
             let agent = match session.status {
-                SessionStatus::Running => sessions.agent(&session).ok(),
+                SessionStatus::Running => self.agents.get(&session.id, session.agent.as_ref()).ok(),
                 _ => None,
             };
             match (replay.status, agent) {

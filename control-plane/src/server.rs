@@ -1,4 +1,4 @@
-//! Assembles and runs the server: store, bootstrap key, runtime, background loops, HTTP.
+//! Runs the server: store, bootstrap key, runtime, the services (`crate::app`), HTTP.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,19 +7,16 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 
+use crate::api::state::{AppState, HttpSettings};
+use crate::app::{ServiceSettings, Services};
 use crate::blobs::LocalBlobStore;
 use crate::config::ServeConfig;
-use crate::managed_auth::ManagedAuth;
 use crate::managed_auth::vault::Vault;
-use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
-use crate::replays::Replays;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
-use crate::sessions::Sessions;
-use crate::state::AppState;
 use crate::store::Store;
 use crate::tokens::Tokens;
-use crate::{api, auth, store};
+use crate::{api, api_keys, store};
 
 pub const BOOTSTRAP_KEY_FILE: &str = "bootstrap-api-key";
 const BOOTSTRAP_ORGANIZATION: &str = "default";
@@ -54,36 +51,27 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_ratio: config.zip_max_ratio,
         },
     }));
-    let replays = Arc::new(Replays::new(
-        store.clone(),
-        blobs.clone(),
-        runtime.clone(),
-        config.ffmpeg.clone(),
-    ));
-    let profiles = Arc::new(Profiles::new(store.clone(), blobs.clone()));
-    let sessions = Arc::new(Sessions::new(
-        store.clone(),
-        runtime,
-        replays.clone(),
-        profiles.clone(),
-    ));
-    sessions
-        .reconcile()
-        .await
-        .context("reconciling browser sessions")?;
-    replays
-        .resume(&sessions)
-        .await
-        .context("resuming replays")?;
-    tokio::spawn(sessions.clone().run_inactivity_reaper());
-    // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
-    tokio::spawn(sessions.clone().run_heartbeats(agent_idle_grace / 4));
-
     let proxy_upstreams = match &config.proxy_upstreams {
         Some(path) => ProxyUpstreams::load(path)
             .with_context(|| format!("reading proxy upstreams from {}", path.display()))?,
         None => ProxyUpstreams::default(),
     };
+    let services = Services::new(
+        store.clone(),
+        blobs.clone(),
+        runtime,
+        ServiceSettings {
+            ffmpeg: config.ffmpeg.clone(),
+            proxy_upstreams: Arc::new(proxy_upstreams),
+            max_pooled_browsers: config.max_pooled_browsers,
+            vault: Vault::open(config.credential_key.as_deref(), &data_dir)
+                .context("opening the credential key")?,
+            min_health_check_interval: config.min_health_check_interval,
+        },
+    );
+    // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
+    services.start(agent_idle_grace / 4).await?;
+
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -94,33 +82,16 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .unwrap_or_else(|| format!("http://{bound}"))
         .trim_end_matches('/')
         .to_owned();
-    let state = AppState {
-        key_cache: Default::default(),
-        tokens: Arc::new(Tokens::load(store.as_ref()).await?),
-        store,
-        sessions,
-        replays,
-        profiles,
-        managed_auth: Arc::new(ManagedAuth::new(
-            Vault::open(config.credential_key.as_deref(), &data_dir)
-                .context("opening the credential key")?,
-            config.min_health_check_interval,
-        )),
-        public_url: public_url.clone(),
-        max_upload_bytes: config.max_upload_bytes,
-        blobs,
-        max_extension_bytes: config.max_extension_bytes,
-        proxy_upstreams: Arc::new(proxy_upstreams),
-        proxy_check_url: config.proxy_check_url.clone(),
-        pools: Default::default(),
-        max_pooled_browsers: config.max_pooled_browsers,
-    };
-    tokio::spawn(crate::pools::run_reconciler(state.clone()));
-    state
-        .managed_auth
-        .resume_all(&state)
-        .await
-        .context("resuming auth connection workflows")?;
+    let state = AppState::new(
+        services,
+        Tokens::load(store.as_ref()).await?,
+        HttpSettings {
+            public_url: public_url.clone(),
+            max_upload_bytes: config.max_upload_bytes,
+            max_extension_bytes: config.max_extension_bytes,
+            proxy_check_url: config.proxy_check_url.clone(),
+        },
+    );
     // Tests and scripts read this line to learn the chosen port.
     println!("listening on {public_url}");
     tracing::info!(%bound, %public_url, "control plane listening");
@@ -141,7 +112,7 @@ async fn bootstrap_api_key(store: &dyn Store, data_dir: &Path) -> anyhow::Result
     if store.api_key_count().await? > 0 {
         return Ok(());
     }
-    let key = auth::create_api_key(store, BOOTSTRAP_ORGANIZATION).await?;
+    let key = api_keys::create_api_key(store, BOOTSTRAP_ORGANIZATION).await?;
     let path = data_dir.join(BOOTSTRAP_KEY_FILE);
     write_private_file(&path, &key)?;
     println!("created organization `{BOOTSTRAP_ORGANIZATION}` with API key: {key}");

@@ -1,6 +1,8 @@
 //! The one place that speaks gRPC to browser agents: credentials, deadlines and the
 //! mapping of `tonic::Status` to errors the API can answer.
 
+mod clients;
+
 use std::time::Duration;
 
 use browser_agent_proto::AUTHORIZATION_METADATA;
@@ -21,6 +23,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
 use crate::store::AgentLocation;
+
+pub use clients::AgentClients;
 
 /// CDP messages can be large (screenshots, DOM snapshots); matches the agent's limit.
 pub const MAX_CDP_MESSAGE_BYTES: usize = 256 * 1024 * 1024;

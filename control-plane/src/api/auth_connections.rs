@@ -18,18 +18,19 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
-use super::browsers::ResourceReference;
+use super::caller::Caller;
+use super::error::{ApiError, ErrorBody, ErrorDetail};
 use super::extract::{JsonBody, PathParam, QueryParams};
-use super::profiles::{create_profile, name_problem};
 use super::replays::escape_html;
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody, ErrorDetail};
+use super::state::AppState;
+use crate::error::ServiceError;
 use crate::ids;
 use crate::managed_auth::{
     AuthStatus, DEFAULT_HEALTH_CHECK_INTERVAL, Document, FlowStep, FlowType,
     MAX_HEALTH_CHECK_INTERVAL, state_event,
 };
-use crate::state::AppState;
+use crate::profiles::name_problem;
+use crate::sessions::ResourceReference;
 use crate::store::{AuthConnectionRecord, StoreError};
 
 /// Between heartbeats of an events stream.
@@ -140,7 +141,7 @@ fn hosted_url(
         .issue_hosted_login(&record.id, &record.org_id, expires_at);
     format!(
         "{}/auth/connections/{}/hosted?jwt={token}",
-        state.public_url, record.id
+        state.settings.public_url, record.id
     )
 }
 
@@ -220,17 +221,19 @@ pub async fn create(
         .await?
     {
         Some(profile) => profile,
-        None => match create_profile(&state, &caller.org_id, Some(request.profile_name.clone()))
+        None => match state
+            .profiles
+            .create(&caller.org_id, Some(request.profile_name.clone()))
             .await
         {
             Ok(profile) => profile,
             // Created concurrently: use that one.
-            Err(ApiError::Conflict(_)) => state
+            Err(ServiceError::Conflict(_)) => state
                 .store
                 .profile(&caller.org_id, &request.profile_name)
                 .await?
                 .ok_or_else(|| ApiError::Conflict("the profile is being changed; retry".into()))?,
-            Err(error) => return Err(error),
+            Err(error) => return Err(error.into()),
         },
     };
     let now = Utc::now();
@@ -267,7 +270,7 @@ pub async fn create(
         }
         Err(error) => return Err(error.into()),
     }
-    state.managed_auth.spawn(&state, record.clone());
+    state.managed_auth.spawn(record.clone());
     Ok(Json(view(&state, &record)?))
 }
 

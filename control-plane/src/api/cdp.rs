@@ -16,11 +16,11 @@ use tokio::sync::mpsc;
 use tonic::Streaming;
 use utoipa::IntoParams;
 
+use super::error::{ApiError, ErrorBody};
 use super::extract::{PathParam, QueryParams};
+use super::state::AppState;
 use crate::agent::MAX_CDP_MESSAGE_BYTES;
-use crate::error::{ApiError, ErrorBody};
 use crate::sessions::CdpConnectionGuard;
-use crate::state::AppState;
 
 const TUNNEL_OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// We ping idle clients this often; one that has sent nothing (not even a pong) for

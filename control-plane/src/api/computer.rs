@@ -16,11 +16,11 @@ use browser_agent_proto::v1::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::caller::Caller;
+use super::error::{ApiError, ErrorBody, ErrorDetail};
 use super::extract::{JsonBody, PathParam};
+use super::state::AppState;
 use crate::agent::AgentClient;
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody, ErrorDetail};
-use crate::state::AppState;
 use crate::store::SessionRecord;
 
 /// Upper bounds that keep one request from occupying a browser's input for long.

@@ -12,14 +12,12 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use utoipa::ToSchema;
 
+use super::caller::Caller;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{MultipartBody, PathParam, capped_text, unreadable_part};
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
-use crate::ids;
-use crate::state::AppState;
+use super::state::AppState;
+use crate::ids::{self, MAX_NAME_BYTES, name_problem};
 use crate::store::{ExtensionRecord, StoreError};
-
-pub const MAX_NAME_BYTES: usize = 255;
 
 /// A browser extension stored for an organization.
 #[derive(Debug, Serialize, ToSchema)]
@@ -44,22 +42,6 @@ impl From<ExtensionRecord> for Extension {
             last_used_at: record.last_used_at,
         }
     }
-}
-
-/// Whether `name` matches `^[A-Za-z0-9._-]{1,255}$`.
-pub fn valid_name(name: &str) -> bool {
-    // `.` and `..` match the pattern but cannot name a directory.
-    name != "."
-        && name != ".."
-        && (1..=MAX_NAME_BYTES).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
-pub fn name_problem(field: &str, name: &str) -> Option<String> {
-    (!valid_name(name))
-        .then(|| format!("{field} must match ^[A-Za-z0-9._-]{{1,255}}$, got {name:?}"))
 }
 
 /// Where an unpacked extension's manifest is: `manifest.json` at the root of the archive,
@@ -119,7 +101,7 @@ pub async fn upload(
     caller: Caller,
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<Json<Extension>, ApiError> {
-    let limit = state.max_extension_bytes;
+    let limit = state.settings.max_extension_bytes;
     let too_large =
         || ApiError::PayloadTooLarge(format!("extension archives are limited to {limit} bytes"));
     let mut name = None;
@@ -295,29 +277,6 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_the_documented_pattern() {
-        for good in ["adblock", "My.Ext_1-2", &"a".repeat(255)] {
-            assert!(valid_name(good), "{good}");
-        }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "with space",
-            "slash/name",
-            "ünï",
-            &"a".repeat(256),
-        ] {
-            assert!(!valid_name(bad), "{bad}");
-        }
-    }
-}
-
 /// Where an extension part of `POST /browsers/{id}/extensions` belongs. The Python SDK
 /// sends `extensions[][name]` parts, then `extensions[][zip_file]` parts (paired by
 /// position); the TypeScript SDK sends `extensions[N][name]` and `extensions[N][zip_file]`
@@ -375,7 +334,7 @@ pub async fn load_into_browser(
 
     let session = state.sessions.live(&caller.org_id, &id).await?;
     let agent = state.sessions.agent(&session)?;
-    let limit = state.max_extension_bytes;
+    let limit = state.settings.max_extension_bytes;
     let (sender, receiver) = tokio::sync::mpsc::channel(8);
     let call = tokio::spawn(async move { agent.load_extensions(receiver).await });
     let send = |kind| {
@@ -406,10 +365,10 @@ pub async fn load_into_browser(
                         return Err(ApiError::invalid_field(problem));
                     }
                     named.insert(slot.clone());
-                    if named.len() > super::browsers::MAX_EXTENSIONS {
+                    if named.len() > crate::sessions::MAX_EXTENSIONS {
                         return Err(ApiError::invalid_field(format!(
                             "at most {} extensions per call",
-                            super::browsers::MAX_EXTENSIONS
+                            crate::sessions::MAX_EXTENSIONS
                         )));
                     }
                     if !send(Kind::Name(ExtensionName { slot, name })).await {
@@ -421,10 +380,10 @@ pub async fn load_into_browser(
                     if !slots.insert(slot.clone()) {
                         return Err(ApiError::invalid_field(format!("{field_name} appears twice")));
                     }
-                    if slots.len() > super::browsers::MAX_EXTENSIONS {
+                    if slots.len() > crate::sessions::MAX_EXTENSIONS {
                         return Err(ApiError::invalid_field(format!(
                             "at most {} extensions per call",
-                            super::browsers::MAX_EXTENSIONS
+                            crate::sessions::MAX_EXTENSIONS
                         )));
                     }
                     if !send(Kind::BeginSlot(slot)).await {

@@ -7,7 +7,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::header::CONTENT_TYPE;
 use serde::de::DeserializeOwned;
 
-use crate::error::{ApiError, ErrorDetail};
+use super::error::{ApiError, ErrorDetail};
 
 pub struct JsonBody<T>(pub T);
 

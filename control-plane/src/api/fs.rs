@@ -19,13 +19,13 @@ use tokio::sync::mpsc;
 use tonic::Streaming;
 use utoipa::{IntoParams, ToSchema};
 
+use super::caller::Caller;
+use super::error::{ApiError, ErrorBody, ErrorDetail};
 use super::extract::{
     JsonBody, MultipartBody, PathParam, QueryParams, capped_text, unreadable_part,
 };
+use super::state::AppState;
 use crate::agent::{AgentClient, AgentError};
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody, ErrorDetail};
-use crate::state::AppState;
 
 /// Longest path accepted (the agent enforces the same).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -68,7 +68,7 @@ fn parse_mode(field: &str, value: &str) -> Result<u32, ApiError> {
 
 async fn agent_of(state: &AppState, caller: &Caller, id: &str) -> Result<AgentClient, ApiError> {
     let session = state.sessions.live(&caller.org_id, id).await?;
-    state.sessions.agent(&session)
+    Ok(state.sessions.agent(&session)?)
 }
 
 /// A file or directory of the browser's filesystem.
@@ -262,7 +262,7 @@ pub async fn write_file(
         .map(|m| parse_mode("mode", m))
         .transpose()?
         .unwrap_or(0o644);
-    let limit = state.max_upload_bytes;
+    let limit = state.settings.max_upload_bytes;
     if declared_length(&headers).is_some_and(|length| length > limit) {
         return Err(too_large(limit));
     }
@@ -346,7 +346,7 @@ pub async fn upload_zip(
     headers: HeaderMap,
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
-    let limit = state.max_upload_bytes;
+    let limit = state.settings.max_upload_bytes;
     if declared_length(&headers).is_some_and(|length| length > limit) {
         return Err(too_large(limit));
     }

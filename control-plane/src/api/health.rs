@@ -5,8 +5,8 @@ use axum::extract::State;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::error::{ApiError, ErrorBody};
-use crate::state::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::state::AppState;
 
 #[derive(Serialize, ToSchema)]
 pub struct Health {

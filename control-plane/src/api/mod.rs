@@ -4,8 +4,10 @@
 
 pub mod auth_connections;
 pub mod browsers;
+pub mod caller;
 pub mod cdp;
 pub mod computer;
+pub mod error;
 pub mod extensions;
 pub mod extract;
 pub mod fs;
@@ -14,6 +16,7 @@ pub mod pools;
 pub mod profiles;
 pub mod proxies;
 pub mod replays;
+pub mod state;
 
 use axum::Json;
 use axum::Router;
@@ -26,8 +29,8 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody, ErrorDetail};
-use crate::state::AppState;
+use error::{ApiError, ErrorBody, ErrorDetail};
+use state::AppState;
 
 /// Largest JSON request body accepted.
 pub const MAX_JSON_BODY_BYTES: usize = 1024 * 1024;
@@ -205,16 +208,11 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
     use tower::ServiceExt;
 
     use super::*;
-    use crate::replays::Replays;
-    use crate::runtime::{LocalRuntime, LocalRuntimeConfig};
-    use crate::sessions::Sessions;
     use crate::tokens::Tokens;
 
     /// Every endpoint of the Kernel API contract (API-CONTRACT.md), whether built yet or
@@ -286,54 +284,17 @@ mod tests {
     ];
 
     async fn test_router(dir: &std::path::Path) -> Router {
-        let store = crate::store::open(None, dir).await.expect("store");
-        let runtime = Arc::new(LocalRuntime::new(LocalRuntimeConfig {
-            browsers_dir: dir.join("browsers"),
-            agent_binary: "/nonexistent/browser-agent".into(),
-            chromium: "chromium".into(),
-            xvfb: "Xvfb".into(),
-            ffmpeg: "ffmpeg".into(),
-            agent_idle_grace: std::time::Duration::from_secs(60),
-            zip_limits: crate::runtime::ZipLimits {
-                max_entries: 1,
-                max_expanded_bytes: 1,
-                max_ratio: 1,
+        let (services, _, _) = crate::testing::services(dir).await;
+        router(AppState::new(
+            services,
+            Tokens::from_secret(b"test"),
+            state::HttpSettings {
+                public_url: "http://test".into(),
+                max_upload_bytes: 1024,
+                max_extension_bytes: 1024,
+                proxy_check_url: "http://example.com/".into(),
             },
-        }));
-        let blobs: Arc<dyn crate::blobs::BlobStore> =
-            Arc::new(crate::blobs::LocalBlobStore::open(&dir.join("blobs")).expect("blobs"));
-        let replays = Arc::new(Replays::new(
-            store.clone(),
-            blobs.clone(),
-            runtime.clone(),
-            "ffmpeg".into(),
-        ));
-        let profiles = Arc::new(crate::profiles::Profiles::new(store.clone(), blobs.clone()));
-        router(AppState {
-            sessions: Arc::new(Sessions::new(
-                store.clone(),
-                runtime,
-                replays.clone(),
-                profiles.clone(),
-            )),
-            profiles,
-            managed_auth: Arc::new(crate::managed_auth::ManagedAuth::new(
-                crate::managed_auth::vault::Vault::open(None, dir).expect("vault"),
-                300,
-            )),
-            replays,
-            key_cache: Default::default(),
-            tokens: Arc::new(Tokens::from_secret(b"test")),
-            store,
-            public_url: "http://test".into(),
-            max_upload_bytes: 1024,
-            blobs,
-            max_extension_bytes: 1024,
-            proxy_upstreams: Default::default(),
-            proxy_check_url: "http://example.com/".into(),
-            pools: Default::default(),
-            max_pooled_browsers: 10,
-        })
+        ))
     }
 
     /// Whether the router serves `method path` (anything but our "no route" answers).

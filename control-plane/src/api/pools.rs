@@ -12,20 +12,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use super::browsers::{BrowserSession, PoolRef, new_session};
-use super::extensions::name_problem;
+use super::browsers::{BrowserSession, PoolRef};
+use super::caller::Caller;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams, parse};
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody, ErrorDetail};
-use crate::ids;
-use crate::pools::{self, DEFAULT_ACQUIRE_TIMEOUT_CAP};
-use crate::state::AppState;
-use crate::store::{PoolLease, PoolRecord, SessionStatus, StoreError};
+use super::state::AppState;
+use crate::pools::{PoolChanges, PoolView};
+use crate::sessions::BrowserConfig;
 
-pub const MAX_POOL_SIZE: i64 = 100;
-pub const DEFAULT_FILL_RATE: i64 = 10;
-pub const MAX_FILL_RATE: i64 = 10_000;
-pub const DEFAULT_POOL_TIMEOUT_SECONDS: i64 = 600;
 pub const MAX_ACQUIRE_TIMEOUT_SECONDS: i64 = 300;
 
 /// Fields of `POST /browser_pools` and `PATCH /browser_pools/{id_or_name}`.
@@ -69,121 +63,46 @@ pub struct BrowserPool {
     pub browser_pool_config: Value,
 }
 
-async fn pool_of(state: &AppState, record: PoolRecord) -> Result<BrowserPool, ApiError> {
-    let members = state.store.pool_members(&record.id).await?;
-    let count = |lease: PoolLease| {
-        members
-            .iter()
-            .filter(|m| m.pool_lease == Some(lease) && m.status == SessionStatus::Running)
-            .count() as i64
-    };
-    Ok(BrowserPool {
-        acquired_count: count(PoolLease::Leased),
-        available_count: count(PoolLease::Idle),
-        id: record.id,
-        name: record.name,
-        created_at: record.created_at,
-        browser_pool_config: record.config,
-    })
+impl From<PoolView> for BrowserPool {
+    fn from(view: PoolView) -> Self {
+        Self {
+            // The stored configuration serializes as it was given.
+            browser_pool_config: serde_json::to_value(&view.config).unwrap_or_default(),
+            acquired_count: view.acquired_count,
+            available_count: view.available_count,
+            id: view.record.id,
+            name: view.record.name,
+            created_at: view.record.created_at,
+        }
+    }
 }
 
-/// Merges `request` over `base` (a stored configuration, or empty for a create),
-/// validates everything and answers the complete configuration to store.
-async fn configure(
-    state: &AppState,
-    caller: &Caller,
-    base: &Map<String, Value>,
-    request: PoolRequest,
-    own_id: Option<&str>,
-) -> Result<Map<String, Value>, ApiError> {
-    let mut config = base.clone();
-    let mut set = |key: &str, value: Option<Value>| {
-        if let Some(value) = value {
-            config.insert(key.to_owned(), value);
-        }
-    };
-    set("size", request.size.map(Value::from));
-    set("name", request.name.map(Value::from));
-    set(
-        "fill_rate_per_minute",
-        request.fill_rate_per_minute.map(Value::from),
-    );
-    set("timeout_seconds", request.timeout_seconds.map(Value::from));
-    set("headless", request.headless.map(Value::from));
-    set("stealth", request.stealth.map(Value::from));
-    set("kiosk_mode", request.kiosk_mode.map(Value::from));
-    set("viewport", request.viewport);
-    set("extensions", request.extensions);
-    set("proxy_id", request.proxy_id.map(Value::from));
-    set("profile", request.profile);
-    config
-        .entry("fill_rate_per_minute")
-        .or_insert(DEFAULT_FILL_RATE.into());
-    config
-        .entry("timeout_seconds")
-        .or_insert(DEFAULT_POOL_TIMEOUT_SECONDS.into());
-
-    let mut problems = Vec::new();
-    let size = config.get("size").and_then(Value::as_i64);
-    match size {
-        Some(size) if (1..=MAX_POOL_SIZE).contains(&size) => {}
-        Some(size) => problems.push(ErrorDetail::invalid_input(format!(
-            "size must be between 1 and {MAX_POOL_SIZE}, got {size}"
-        ))),
-        None => problems.push(ErrorDetail::invalid_input("size is required")),
-    }
-    let fill = config
-        .get("fill_rate_per_minute")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    if !(1..=MAX_FILL_RATE).contains(&fill) {
-        problems.push(ErrorDetail::invalid_input(format!(
-            "fill_rate_per_minute must be between 1 and {MAX_FILL_RATE} (percent of size per minute), got {fill}"
-        )));
-    }
-    if let Some(name) = config.get("name").and_then(Value::as_str)
-        && let Some(problem) = name_problem("name", name)
-    {
-        problems.push(ErrorDetail::invalid_input(problem));
-    }
-    if !problems.is_empty() {
-        return Err(ApiError::invalid(problems));
-    }
-    // The browsers' own fields, validated as a create would validate them (extensions
-    // and proxy must exist in the organization).
-    let record = PoolRecord {
-        id: String::new(),
-        org_id: caller.org_id.clone(),
-        name: None,
-        size: size.unwrap_or_default(),
-        config: Value::Object(config.clone()),
-        created_at: Utc::now(),
-    };
-    new_session(state, &caller.org_id, pools::browser_request(&record)?).await?;
-
-    let others: i64 = state
-        .store
-        .list_pools(Some(&caller.org_id))
-        .await?
-        .iter()
-        .filter(|pool| Some(pool.id.as_str()) != own_id)
-        .map(|pool| pool.size)
-        .sum();
-    let limit = state.max_pooled_browsers;
-    if others + size.unwrap_or_default() > limit {
-        return Err(ApiError::invalid_field(format!(
-            "size: the organization's pools may hold {limit} browsers in all; {others} are in its other pools"
-        )));
-    }
-    Ok(config)
-}
-
-fn conflict_on_name(error: StoreError) -> ApiError {
-    match error {
-        StoreError::Conflict(_) => {
-            ApiError::Conflict("the organization already has a pool of that name".into())
-        }
-        other => other.into(),
+impl PoolRequest {
+    /// What the request sets. The browsers' fields are read as a create would read them.
+    fn into_changes(self) -> Result<(PoolChanges, Option<bool>), ApiError> {
+        let mut browser = Map::new();
+        let mut set = |key: &str, value: Option<Value>| {
+            if let Some(value) = value.filter(|v| !v.is_null()) {
+                browser.insert(key.to_owned(), value);
+            }
+        };
+        set("timeout_seconds", self.timeout_seconds.map(Value::from));
+        set("headless", self.headless.map(Value::from));
+        set("stealth", self.stealth.map(Value::from));
+        set("kiosk_mode", self.kiosk_mode.map(Value::from));
+        set("viewport", self.viewport);
+        set("extensions", self.extensions);
+        set("proxy_id", self.proxy_id.map(Value::from));
+        set("profile", self.profile);
+        let browser: BrowserConfig = serde_json::from_value(Value::Object(browser))
+            .map_err(|error| ApiError::invalid_field(format!("pool configuration: {error}")))?;
+        let changes = PoolChanges {
+            size: self.size,
+            name: self.name,
+            fill_rate_per_minute: self.fill_rate_per_minute,
+            browser,
+        };
+        Ok((changes, self.discard_all_idle))
     }
 }
 
@@ -196,33 +115,14 @@ pub async fn create(
     caller: Caller,
     JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
-    if request.discard_all_idle.is_some() {
+    let (changes, discard_all_idle) = request.into_changes()?;
+    if discard_all_idle.is_some() {
         return Err(ApiError::invalid_field(
             "discard_all_idle: only for updating a pool",
         ));
     }
-    let config = configure(&state, &caller, &Map::new(), request, None).await?;
-    let record = PoolRecord {
-        id: ids::new_id("pool"),
-        org_id: caller.org_id.clone(),
-        name: config
-            .get("name")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        size: config
-            .get("size")
-            .and_then(Value::as_i64)
-            .unwrap_or_default(),
-        config: Value::Object(config),
-        created_at: Utc::now(),
-    };
-    state
-        .store
-        .insert_pool(&record)
-        .await
-        .map_err(conflict_on_name)?;
-    state.pools.changed();
-    Ok(Json(pool_of(&state, record).await?))
+    let pool = state.pools.create(&caller.org_id, changes).await?;
+    Ok(Json(pool.into()))
 }
 
 #[utoipa::path(get, path = "/browser_pools", tag = "browser_pools", security(("bearer" = [])),
@@ -231,19 +131,8 @@ pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<Vec<BrowserPool>>, ApiError> {
-    let mut pools = Vec::new();
-    for record in state.store.list_pools(Some(&caller.org_id)).await? {
-        pools.push(pool_of(&state, record).await?);
-    }
-    Ok(Json(pools))
-}
-
-async fn find(state: &AppState, caller: &Caller, id_or_name: &str) -> Result<PoolRecord, ApiError> {
-    state
-        .store
-        .pool(&caller.org_id, id_or_name)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("browser pool {id_or_name} not found")))
+    let pools = state.pools.list(&caller.org_id).await?;
+    Ok(Json(pools.into_iter().map(BrowserPool::from).collect()))
 }
 
 #[utoipa::path(get, path = "/browser_pools/{id_or_name}", tag = "browser_pools", security(("bearer" = [])),
@@ -254,8 +143,9 @@ pub async fn retrieve(
     caller: Caller,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<BrowserPool>, ApiError> {
-    let record = find(&state, &caller, &id_or_name).await?;
-    Ok(Json(pool_of(&state, record).await?))
+    Ok(Json(
+        state.pools.get(&caller.org_id, &id_or_name).await?.into(),
+    ))
 }
 
 /// Change a pool's size and browser configuration. Idle browsers keep the old
@@ -270,29 +160,17 @@ pub async fn update(
     PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
-    let mut record = find(&state, &caller, &id_or_name).await?;
-    let discard = request.discard_all_idle.unwrap_or(false);
-    let base = record.config.as_object().cloned().unwrap_or_default();
-    let config = configure(&state, &caller, &base, request, Some(&record.id)).await?;
-    record.name = config
-        .get("name")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    record.size = config
-        .get("size")
-        .and_then(Value::as_i64)
-        .unwrap_or(record.size);
-    record.config = Value::Object(config);
-    state
-        .store
-        .update_pool(&record)
-        .await
-        .map_err(conflict_on_name)?;
-    if discard {
-        pools::end_idle(&state, &record, "pool configuration changed").await?;
-    }
-    state.pools.changed();
-    Ok(Json(pool_of(&state, record).await?))
+    let (changes, discard_all_idle) = request.into_changes()?;
+    let pool = state
+        .pools
+        .update(
+            &caller.org_id,
+            &id_or_name,
+            changes,
+            discard_all_idle.unwrap_or(false),
+        )
+        .await?;
+    Ok(Json(pool.into()))
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams, ToSchema)]
@@ -320,23 +198,10 @@ pub async fn delete(
         parse(&body)?
     };
     let force = from_body.force.or(query.force).unwrap_or(false);
-    let record = find(&state, &caller, &id_or_name).await?;
-    let members = state.store.pool_members(&record.id).await?;
-    let leased = members
-        .iter()
-        .filter(|m| m.pool_lease == Some(PoolLease::Leased))
-        .count();
-    if leased > 0 && !force {
-        return Err(ApiError::Conflict(format!(
-            "{leased} browsers of the pool are leased; release them or delete with force=true"
-        )));
-    }
-    if !state.store.delete_pool(&record.id, Utc::now()).await? {
-        return Err(ApiError::NotFound(format!(
-            "browser pool {id_or_name} not found"
-        )));
-    }
-    pools::end_all(&state, members, "pool deleted").await?;
+    state
+        .pools
+        .delete(&caller.org_id, &id_or_name, force)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -372,17 +237,20 @@ pub async fn acquire(
         }
         None => None,
     };
-    let record = find(&state, &caller, &id_or_name).await?;
-    let timeout = requested.unwrap_or_else(|| {
-        let per_minute = pools::launches_per_minute(record.size, pools::fill_rate(&record));
-        Duration::from_secs_f64(record.size as f64 / per_minute * 60.0)
-            .min(DEFAULT_ACQUIRE_TIMEOUT_CAP)
-    });
-    let session = pools::acquire(&state, &record, timeout).await?;
+    let (pool, session) = state
+        .pools
+        .acquire(&caller.org_id, &id_or_name, requested)
+        .await?;
+    let pool_name = pool.name.as_deref().unwrap_or(&pool.id);
+    let session = session.ok_or_else(|| {
+        ApiError::NoBrowserAvailable(format!(
+            "no browser of pool {pool_name} became available in time; retry, or raise the pool's size"
+        ))
+    })?;
     let mut answer = BrowserSession::from_record(&state, &session);
     answer.pool = Some(PoolRef {
-        id: record.id,
-        name: record.name,
+        id: pool.id,
+        name: pool.name,
     });
     Ok(Json(answer))
 }
@@ -408,14 +276,15 @@ pub async fn release(
     PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<ReleaseRequest>,
 ) -> Result<StatusCode, ApiError> {
-    let record = find(&state, &caller, &id_or_name).await?;
-    pools::release(
-        &state,
-        &record,
-        &request.session_id,
-        request.reuse.unwrap_or(true),
-    )
-    .await?;
+    state
+        .pools
+        .release(
+            &caller.org_id,
+            &id_or_name,
+            &request.session_id,
+            request.reuse.unwrap_or(true),
+        )
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -429,7 +298,6 @@ pub async fn flush(
     caller: Caller,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
-    let record = find(&state, &caller, &id_or_name).await?;
-    pools::end_idle(&state, &record, "pool flushed").await?;
+    state.pools.flush(&caller.org_id, &id_or_name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

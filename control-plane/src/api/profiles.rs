@@ -10,15 +10,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::caller::Caller;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams};
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
-use crate::ids;
-use crate::state::AppState;
-use crate::store::{ProfileRecord, StoreError};
-
-/// Longest profile name.
-pub const MAX_NAME_LENGTH: usize = 255;
+use super::state::AppState;
+use crate::store::ProfileRecord;
 
 /// A profile as the SDKs read it (plus the size of its stored state).
 #[derive(Debug, Serialize, ToSchema)]
@@ -53,42 +49,6 @@ pub struct CreateProfileRequest {
     pub name: Option<String>,
 }
 
-/// The name problem, if any.
-pub fn name_problem(name: &str) -> Option<String> {
-    if name.is_empty() || name.chars().count() > MAX_NAME_LENGTH {
-        return Some(format!("name must be 1 to {MAX_NAME_LENGTH} characters"));
-    }
-    if name.chars().any(char::is_control) {
-        return Some("name must not contain control characters".into());
-    }
-    None
-}
-
-/// Creates a profile of the organization; `Conflict` when the name is taken.
-pub async fn create_profile(
-    state: &AppState,
-    org_id: &str,
-    name: Option<String>,
-) -> Result<ProfileRecord, ApiError> {
-    let record = ProfileRecord {
-        id: ids::new_id("prof"),
-        org_id: org_id.to_owned(),
-        name,
-        created_at: Utc::now(),
-        updated_at: None,
-        last_used_at: None,
-        size_bytes: None,
-    };
-    match state.store.insert_profile(&record).await {
-        Ok(()) => Ok(record),
-        Err(StoreError::Conflict(_)) => Err(ApiError::Conflict(format!(
-            "a profile named {:?} already exists",
-            record.name.unwrap_or_default()
-        ))),
-        Err(error) => Err(error.into()),
-    }
-}
-
 /// Create a profile (empty until a session saves state into it).
 #[utoipa::path(post, path = "/profiles", tag = "profiles", request_body = CreateProfileRequest,
     security(("bearer" = [])),
@@ -99,10 +59,7 @@ pub async fn create(
     caller: Caller,
     JsonBody(request): JsonBody<CreateProfileRequest>,
 ) -> Result<Json<Profile>, ApiError> {
-    if let Some(problem) = request.name.as_deref().and_then(name_problem) {
-        return Err(ApiError::invalid_field(problem));
-    }
-    let record = create_profile(&state, &caller.org_id, request.name).await?;
+    let record = state.profiles.create(&caller.org_id, request.name).await?;
     Ok(Json(record.into()))
 }
 

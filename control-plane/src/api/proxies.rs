@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::caller::Caller;
+use super::error::{ApiError, ErrorBody, ErrorDetail};
 use super::extract::{JsonBody, PathParam};
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody, ErrorDetail};
+use super::state::AppState;
 use crate::ids;
 use crate::proxies::{self, TYPES};
-use crate::state::AppState;
 use crate::store::{ProxyCheck, ProxyRecord};
 
 const MAX_NAME_BYTES: usize = 255;
@@ -261,7 +261,7 @@ pub async fn check(
 ) -> Result<Json<Proxy>, ApiError> {
     let mut record = find(&state, &caller, &id).await?;
     let outcome = match proxies::route_of(&record, &state.proxy_upstreams) {
-        Ok(route) => proxies::check(&route, &state.proxy_check_url).await,
+        Ok(route) => proxies::check(&route, &state.settings.proxy_check_url).await,
         Err(reason) => Err(reason),
     };
     let result = ProxyCheck {

@@ -17,15 +17,15 @@ use tower::ServiceExt;
 use tower_http::services::ServeFile;
 use utoipa::{IntoParams, ToSchema};
 
+use super::caller::Caller;
+use super::error::{ApiError, ErrorBody, ErrorDetail};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::fs::body_of;
+use super::state::AppState;
 use crate::agent::AgentClient;
-use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::replays::{
     DEFAULT_FRAMERATE, DEFAULT_MAX_DURATION_SECONDS, MAX_FRAMERATE, MAX_MAX_DURATION_SECONDS,
 };
-use crate::state::AppState;
 use crate::store::{ReplayRecord, ReplayStatus, SessionRecord, SessionStatus};
 use crate::tokens::REPLAY_VIEW_TTL;
 
@@ -55,7 +55,7 @@ fn replay_of(state: &AppState, record: &ReplayRecord) -> Replay {
         finished_at: record.finished_at,
         replay_view_url: format!(
             "{}/replays/view?replay_id={}&jwt={jwt}",
-            state.public_url, record.id
+            state.settings.public_url, record.id
         ),
     }
 }

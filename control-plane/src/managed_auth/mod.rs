@@ -18,7 +18,7 @@ pub mod page;
 pub mod vault;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -27,11 +27,10 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::browsers::{CreateBrowserRequest, ProfileReference, new_session};
-use crate::error::ApiError;
-use crate::sessions::CdpConnectionGuard;
-use crate::state::AppState;
-use crate::store::{AuthConnectionRecord, SessionRecord};
+use crate::error::{ServiceError, ServiceResult};
+use crate::profiles::Profiles;
+use crate::sessions::{BrowserConfig, CdpConnectionGuard, ProfileReference, Sessions};
+use crate::store::{AuthConnectionRecord, SessionRecord, Store};
 use page::{Assessment, DiscoveredField, Page};
 use vault::{Credentials, Vault};
 
@@ -132,9 +131,9 @@ impl Flow {
 }
 
 impl Document {
-    pub fn parse(record: &AuthConnectionRecord) -> Result<Self, ApiError> {
+    pub fn parse(record: &AuthConnectionRecord) -> ServiceResult<Self> {
         serde_json::from_str(&record.document).map_err(|error| {
-            ApiError::Internal(anyhow::anyhow!("auth connection {}: {error}", record.id))
+            ServiceError::internal(format!("auth connection {}: {error}", record.id))
         })
     }
 
@@ -208,11 +207,11 @@ pub fn in_domains(url: &str, domain: &str, allowed: &[String]) -> bool {
 
 enum Command {
     Login {
-        reply: oneshot::Sender<Result<(), ApiError>>,
+        reply: oneshot::Sender<ServiceResult<()>>,
     },
     Submit {
         fields: Credentials,
-        reply: oneshot::Sender<Result<(), ApiError>>,
+        reply: oneshot::Sender<ServiceResult<()>>,
     },
 }
 
@@ -226,31 +225,43 @@ struct Worker {
 
 /// The workflows of this process's auth connections.
 pub struct ManagedAuth {
-    pub vault: Vault,
+    pub vault: Arc<Vault>,
     /// Shortest health-check interval an organization may ask for.
     pub min_health_check_interval: i64,
+    store: Arc<dyn Store>,
+    sessions: Arc<Sessions>,
+    profiles: Arc<Profiles>,
     workers: Mutex<HashMap<String, Worker>>,
 }
 
 impl ManagedAuth {
-    pub fn new(vault: Vault, min_health_check_interval: i64) -> Self {
+    pub fn new(
+        vault: Vault,
+        min_health_check_interval: i64,
+        store: Arc<dyn Store>,
+        sessions: Arc<Sessions>,
+        profiles: Arc<Profiles>,
+    ) -> Self {
         Self {
-            vault,
+            vault: Arc::new(vault),
             min_health_check_interval,
+            store,
+            sessions,
+            profiles,
             workers: Mutex::default(),
         }
     }
 
     /// Resumes the workflow of every stored connection (at start).
-    pub async fn resume_all(&self, state: &AppState) -> anyhow::Result<()> {
-        for record in state.store.list_auth_connections(None).await? {
-            self.spawn(state, record);
+    pub async fn resume_all(&self) -> anyhow::Result<()> {
+        for record in self.store.list_auth_connections(None).await? {
+            self.spawn(record);
         }
         Ok(())
     }
 
     /// Starts the workflow of a connection.
-    pub fn spawn(&self, state: &AppState, record: AuthConnectionRecord) {
+    pub fn spawn(&self, record: AuthConnectionRecord) {
         let (commands, commands_rx) = mpsc::channel(8);
         let (events, _) = broadcast::channel(64);
         let cancel = CancellationToken::new();
@@ -260,7 +271,10 @@ impl ManagedAuth {
             return;
         };
         let workflow = Workflow {
-            state: state.clone(),
+            store: self.store.clone(),
+            sessions: self.sessions.clone(),
+            profiles: self.profiles.clone(),
+            vault: self.vault.clone(),
             record,
             document,
             events: events.clone(),
@@ -297,34 +311,34 @@ impl ManagedAuth {
     async fn command(
         &self,
         id: &str,
-        make: impl FnOnce(oneshot::Sender<Result<(), ApiError>>) -> Command,
-    ) -> Result<(), ApiError> {
+        make: impl FnOnce(oneshot::Sender<ServiceResult<()>>) -> Command,
+    ) -> ServiceResult<()> {
         let sender = self
             .worker(id, |worker| worker.commands.clone())
-            .ok_or_else(|| ApiError::NotFound(format!("auth connection {id} not found")))?;
+            .ok_or_else(|| ServiceError::NotFound(format!("auth connection {id} not found")))?;
         let (reply, answer) = oneshot::channel();
         sender
             .send(make(reply))
             .await
-            .map_err(|_| ApiError::NotFound(format!("auth connection {id} not found")))?;
+            .map_err(|_| ServiceError::NotFound(format!("auth connection {id} not found")))?;
         match tokio::time::timeout(COMMAND_TIMEOUT, answer).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(ApiError::NotFound(format!(
+            Ok(Err(_)) => Err(ServiceError::NotFound(format!(
                 "auth connection {id} not found"
             ))),
-            Err(_) => Err(ApiError::Timeout(
+            Err(_) => Err(ServiceError::Timeout(
                 "the auth connection is busy (a health check is running); retry".into(),
             )),
         }
     }
 
     /// Starts a login flow; answers once it is recorded (DISCOVERING).
-    pub async fn login(&self, id: &str) -> Result<(), ApiError> {
+    pub async fn login(&self, id: &str) -> ServiceResult<()> {
         self.command(id, |reply| Command::Login { reply }).await
     }
 
     /// Hands values to the flow waiting for input; answers once they are accepted.
-    pub async fn submit(&self, id: &str, fields: Credentials) -> Result<(), ApiError> {
+    pub async fn submit(&self, id: &str, fields: Credentials) -> ServiceResult<()> {
         self.command(id, |reply| Command::Submit { fields, reply })
             .await
     }
@@ -356,7 +370,10 @@ enum Outcome {
 }
 
 struct Workflow {
-    state: AppState,
+    store: Arc<dyn Store>,
+    sessions: Arc<Sessions>,
+    profiles: Arc<Profiles>,
+    vault: Arc<Vault>,
     record: AuthConnectionRecord,
     document: Document,
     events: broadcast::Sender<Value>,
@@ -457,7 +474,7 @@ impl Workflow {
         match command {
             Command::Login { reply } => {
                 if self.document.flow_in_progress().is_some() {
-                    let _ = reply.send(Err(ApiError::Conflict(
+                    let _ = reply.send(Err(ServiceError::Conflict(
                         "a login flow is already in progress for this connection".into(),
                     )));
                     return None;
@@ -483,17 +500,17 @@ impl Workflow {
     fn check_submission(
         &self,
         fields: &Credentials,
-    ) -> Result<Vec<(DiscoveredField, String)>, ApiError> {
+    ) -> ServiceResult<Vec<(DiscoveredField, String)>> {
         let Some(flow) = self.document.flow_in_progress() else {
-            return Err(ApiError::Conflict(
+            return Err(ServiceError::Conflict(
                 "no login flow is in progress; start one with login".into(),
             ));
         };
         if flow.expires_at <= Utc::now() {
-            return Err(ApiError::Conflict("the login flow has expired".into()));
+            return Err(ServiceError::Conflict("the login flow has expired".into()));
         }
         if flow.step != FlowStep::AwaitingInput {
-            return Err(ApiError::Conflict(format!(
+            return Err(ServiceError::Conflict(format!(
                 "the login flow is not waiting for input (step {:?})",
                 flow.step
             )));
@@ -502,21 +519,16 @@ impl Workflow {
         let mut problems = Vec::new();
         for name in fields.keys() {
             if !discovered.iter().any(|field| &field.name == name) {
-                problems.push(crate::error::ErrorDetail::invalid_input(format!(
-                    "fields.{name}: not a field of this login form"
-                )));
+                problems.push(format!("fields.{name}: not a field of this login form"));
             }
         }
         for field in &discovered {
             if (field.required || field.kind == "password") && !fields.contains_key(&field.name) {
-                problems.push(crate::error::ErrorDetail::invalid_input(format!(
-                    "fields.{}: required",
-                    field.name
-                )));
+                problems.push(format!("fields.{}: required", field.name));
             }
         }
         if !problems.is_empty() {
-            return Err(ApiError::invalid(problems));
+            return Err(ServiceError::Invalid(problems));
         }
         Ok(discovered
             .into_iter()
@@ -663,7 +675,7 @@ impl Workflow {
 
     fn saved_credentials(&self) -> Credentials {
         match &self.record.credentials {
-            Some(sealed) => self.state.managed_auth.vault.open_sealed(sealed, &self.vault_owner()).unwrap_or_else(|error| {
+            Some(sealed) => self.vault.open_sealed(sealed, &self.vault_owner()).unwrap_or_else(|error| {
                 tracing::warn!(connection_id = %self.id(), %error, "saved credentials unusable");
                 Credentials::new()
             }),
@@ -738,10 +750,9 @@ impl Workflow {
                 .fail("browser_failed", "the flow's browser is gone")
                 .await;
         };
-        let saved = match self.state.sessions.agent(&browser.session) {
+        let saved = match self.sessions.agent(&browser.session) {
             Ok(agent) => {
-                self.state
-                    .profiles
+                self.profiles
                     .save_from(&self.document.profile_id, &agent)
                     .await
             }
@@ -759,12 +770,7 @@ impl Workflow {
         if self.document.save_credentials && !self.submitted.is_empty() {
             let mut credentials = self.saved_credentials();
             credentials.extend(std::mem::take(&mut self.submitted));
-            match self
-                .state
-                .managed_auth
-                .vault
-                .seal(&credentials, &self.vault_owner())
-            {
+            match self.vault.seal(&credentials, &self.vault_owner()) {
                 Ok(sealed) => self.record.credentials = Some(sealed),
                 Err(error) => {
                     tracing::error!(connection_id = %self.id(), %error, "could not seal credentials")
@@ -877,7 +883,7 @@ impl Workflow {
     /// Stores the record. A record gone from the store (deleted while this workflow did
     /// not hear of it: a delete racing the creation, another replica) stops the workflow.
     async fn write(&self) {
-        match self.state.store.update_auth_connection(&self.record).await {
+        match self.store.update_auth_connection(&self.record).await {
             Ok(true) => {}
             Ok(false) => self.cancel.cancel(),
             Err(error) => {
@@ -914,13 +920,13 @@ impl Workflow {
         }
         let org_id = self.record.org_id.clone();
         let reused = match reuse {
-            Some(session_id) => self.state.sessions.live(&org_id, session_id).await.ok(),
+            Some(session_id) => self.sessions.live(&org_id, session_id).await.ok(),
             None => None,
         };
         let session = match reused {
             Some(session) => session,
             None => {
-                let request = CreateBrowserRequest {
+                let config = BrowserConfig {
                     headless: Some(true),
                     timeout_seconds: Some(FLOW_TTL.num_seconds() + 60),
                     proxy_id: self.document.proxy_id.clone(),
@@ -931,17 +937,19 @@ impl Workflow {
                     }),
                     ..Default::default()
                 };
-                let new = new_session(&self.state, &org_id, request).await?;
-                self.state.sessions.create(&org_id, new).await?
+                let spec = self
+                    .sessions
+                    .spec(&org_id, &config, None, Vec::new())
+                    .await?;
+                self.sessions.create(&org_id, spec).await?
             }
         };
-        let in_use = self.state.sessions.cdp_connection_opened(&session.id);
-        let agent = self.state.sessions.agent(&session)?;
+        let in_use = self.sessions.cdp_connection_opened(&session.id);
+        let agent = self.sessions.agent(&session)?;
         let page = match Page::attach(&agent).await {
             Ok(page) => page,
             Err(error) => {
                 let _ = self
-                    .state
                     .sessions
                     .end(&session, "managed auth could not drive it")
                     .await;
@@ -958,13 +966,11 @@ impl Workflow {
 
     async fn end_browser(&self, browser: FlowBrowser) {
         let FlowBrowser { session, .. } = browser;
-        // In a task of its own: an end is never cut off halfway.
-        let sessions = self.state.sessions.clone();
-        let ended =
-            tokio::spawn(
-                async move { sessions.end(&session, "managed auth is done with it").await },
-            );
-        if let Ok(Err(error)) = ended.await {
+        if let Err(error) = self
+            .sessions
+            .end(&session, "managed auth is done with it")
+            .await
+        {
             tracing::warn!(%error, "ending a managed-auth browser failed");
         }
     }
@@ -980,14 +986,8 @@ impl Workflow {
     }
 
     async fn end_session(&self, session_id: &str) {
-        if let Ok(session) = self
-            .state
-            .sessions
-            .live(&self.record.org_id, session_id)
-            .await
-        {
+        if let Ok(session) = self.sessions.live(&self.record.org_id, session_id).await {
             let _ = self
-                .state
                 .sessions
                 .end(&session, "managed auth is done with it")
                 .await;

@@ -49,6 +49,8 @@ pub struct LocalRuntime {
 const ADDRESS_TIMEOUT: Duration = Duration::from_secs(10);
 const READY_TIMEOUT: Duration = Duration::from_secs(45);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a live agent's process is checked: a dead agent's session ends within this.
+const EXIT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 const ROOT_DIR: &str = "root";
 /// Beside the root, not in it: uploads wait here before extraction.
 const SCRATCH_DIR: &str = "scratch";
@@ -284,6 +286,13 @@ impl Runtime for LocalRuntime {
         location
             .pid
             .map(|pid| is_running(pid) && is_agent_for(pid, root))
+    }
+
+    async fn wait_for_exit(&self, location: &AgentLocation) {
+        // Polled, not waited for: after a restart the agent is not our child.
+        while self.agent_exists(location) != Some(false) {
+            tokio::time::sleep(EXIT_POLL_INTERVAL).await;
+        }
     }
 
     fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<PathBuf> {

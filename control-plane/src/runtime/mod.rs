@@ -51,6 +51,13 @@ pub trait Runtime: Send + Sync + 'static {
     /// Whether the agent still exists, if this runtime can tell without asking it.
     fn agent_exists(&self, location: &AgentLocation) -> Option<bool>;
 
+    /// Resolves once the agent is gone (exited, killed); never, if this runtime cannot
+    /// tell (its agents are then judged by heartbeats).
+    async fn wait_for_exit(&self, location: &AgentLocation) {
+        let _ = location;
+        std::future::pending::<()>().await
+    }
+
     /// Reaps VMs that belong to none of `live_session_ids` (left by a crash).
     async fn reap_strays(&self, live_session_ids: &HashSet<String>);
 

@@ -2,15 +2,11 @@
 //! and a SHA-256 of the secret (keys are random, so a fast hash is enough), and the
 //! presented secret is compared in constant time.
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use chrono::Utc;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::error::ApiError;
 use crate::ids;
-use crate::state::AppState;
 use crate::store::{ApiKeyRecord, Store, StoreResult};
 
 const KEY_PREFIX: &str = "sk";
@@ -83,35 +79,4 @@ pub async fn organization_for_key(
     };
     let matches: bool = hash_secret(secret).ct_eq(&record.secret_hash).into();
     Ok(matches.then_some(record.org_id))
-}
-
-/// The caller's organization, from `Authorization: Bearer <key>`. Handlers that take it
-/// are authenticated; everything they touch is scoped to `org_id`.
-#[derive(Clone, Debug)]
-pub struct Caller {
-    pub org_id: String,
-}
-
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .ok_or_else(|| {
-                ApiError::Unauthorized("missing Authorization: Bearer <api key> header".into())
-            })?;
-        let key = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .ok_or_else(|| {
-                ApiError::Unauthorized("the Authorization header must be `Bearer <api key>`".into())
-            })?;
-        match organization_for_key(state.store.as_ref(), &state.key_cache, key.trim()).await? {
-            Some(org_id) => Ok(Self { org_id }),
-            None => Err(ApiError::Unauthorized("invalid API key".into())),
-        }
-    }
 }

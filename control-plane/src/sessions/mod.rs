@@ -1,52 +1,31 @@
 //! Browser sessions: creation through the runtime, lookup, ending and reaping, the
 //! inactivity timeout, agent heartbeats, and reconciliation after a restart.
 
+mod spec;
+#[cfg(test)]
+mod tests;
+
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use browser_agent_proto::v1::DevtoolsState;
 use chrono::Utc;
 
-use crate::agent::AgentClient;
-use crate::error::ApiError;
+pub use spec::{
+    BrowserConfig, BrowserSpec, LibraryExtension, MAX_EXTENSIONS, ProfileReference,
+    ResourceReference, Viewport,
+};
+
+use crate::agent::{AgentClient, AgentClients};
+use crate::blobs::BlobStore;
+use crate::error::{ServiceError, ServiceResult, run_to_completion};
 use crate::ids;
 use crate::profiles::Profiles;
-use crate::proxies::ProxyRoute;
+use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
-use crate::store::{PoolLease, SessionProfile, SessionRecord, SessionStatus, Store, StoreError};
-
-/// What a caller asked for, validated.
-#[derive(Clone, Debug)]
-pub struct NewSession {
-    pub persistent_id: Option<String>,
-    pub headless: bool,
-    pub stealth: bool,
-    pub kiosk_mode: bool,
-    pub timeout_seconds: i64,
-    pub viewport_width: i64,
-    pub viewport_height: i64,
-    pub viewport_refresh_rate: Option<i64>,
-    /// Library extensions to load from the start.
-    pub extensions: Vec<LibraryExtension>,
-    /// The proxy all traffic goes through: its id and where it routes.
-    pub proxy: Option<(String, ProxyRoute)>,
-    /// The pool the browser is created for (it starts idle there).
-    pub pool_id: Option<String>,
-    /// The profile to start from (and the archive of its stored state, if it has one).
-    pub profile: Option<(SessionProfile, Option<PathBuf>)>,
-}
-
-/// An extension of the organization's library, resolved for loading.
-#[derive(Clone, Debug)]
-pub struct LibraryExtension {
-    pub id: String,
-    /// Its directory name in the browser: the extension's name, or its id.
-    pub name: String,
-    pub archive: std::path::PathBuf,
-}
+use crate::store::{PoolLease, SessionRecord, SessionStatus, Store, StoreError};
 
 /// When a session was last used and how many CDP connections it has open. Kept in
 /// memory: after a restart every adopted session starts a fresh inactivity period.
@@ -68,11 +47,25 @@ fn activity_of<'a>(activity: &'a mut HashMap<String, Activity>, id: &str) -> &'a
 pub struct Sessions {
     store: Arc<dyn Store>,
     runtime: Arc<dyn Runtime>,
+    agents: Arc<AgentClients>,
     replays: Arc<Replays>,
     profiles: Arc<Profiles>,
+    /// Where library extensions' archives are.
+    blobs: Arc<dyn BlobStore>,
+    proxy_upstreams: Arc<ProxyUpstreams>,
     activity: Mutex<HashMap<String, Activity>>,
-    clients: Mutex<HashMap<String, AgentClient>>,
     running: Mutex<RunningCache>,
+}
+
+/// What `Sessions` works with.
+pub struct SessionsDeps {
+    pub store: Arc<dyn Store>,
+    pub runtime: Arc<dyn Runtime>,
+    pub agents: Arc<AgentClients>,
+    pub replays: Arc<Replays>,
+    pub profiles: Arc<Profiles>,
+    pub blobs: Arc<dyn BlobStore>,
+    pub proxy_upstreams: Arc<ProxyUpstreams>,
 }
 
 /// Running sessions recently read from the store, so the hot path (a click) needs no
@@ -96,19 +89,25 @@ const STARTING_WAIT: Duration = Duration::from_secs(60);
 const STALE_START: Duration = Duration::from_secs(180);
 
 impl Sessions {
-    pub fn new(
-        store: Arc<dyn Store>,
-        runtime: Arc<dyn Runtime>,
-        replays: Arc<Replays>,
-        profiles: Arc<Profiles>,
-    ) -> Self {
+    pub fn new(deps: SessionsDeps) -> Self {
+        let SessionsDeps {
+            store,
+            runtime,
+            agents,
+            replays,
+            profiles,
+            blobs,
+            proxy_upstreams,
+        } = deps;
         Self {
             store,
             runtime,
+            agents,
             replays,
             profiles,
+            blobs,
+            proxy_upstreams,
             activity: Mutex::default(),
-            clients: Mutex::default(),
             running: Mutex::default(),
         }
     }
@@ -117,8 +116,8 @@ impl Sessions {
     pub async fn create(
         self: &Arc<Self>,
         org_id: &str,
-        new: NewSession,
-    ) -> Result<SessionRecord, ApiError> {
+        new: BrowserSpec,
+    ) -> ServiceResult<SessionRecord> {
         if let Some(persistent_id) = &new.persistent_id
             && let Some(existing) = self.running_persistent(org_id, persistent_id).await?
         {
@@ -154,7 +153,7 @@ impl Sessions {
                     .running_persistent(org_id, persistent_id)
                     .await?
                     .ok_or_else(|| {
-                        ApiError::Conflict(
+                        ServiceError::Conflict(
                             "a session with this persistent id is being created or ended; retry"
                                 .into(),
                         )
@@ -166,23 +165,16 @@ impl Sessions {
         // client timeout) it still finishes and records its outcome, so no session is
         // left half-started and no browser is left without a session.
         let this = self.clone();
-        let (extensions, proxy) = (new.extensions, new.proxy.map(|(_, route)| route));
-        let profile_archive = new.profile.and_then(|(_, archive)| archive);
-        tokio::spawn(async move {
-            this.launch(record, extensions, proxy, profile_archive)
-                .await
-        })
-        .await
-        .map_err(|error| ApiError::Internal(anyhow::anyhow!("launch task failed: {error}")))?
+        run_to_completion(async move { this.launch(record, new).await }).await
     }
 
     async fn launch(
-        &self,
+        self: &Arc<Self>,
         record: SessionRecord,
-        extensions: Vec<LibraryExtension>,
-        proxy: Option<ProxyRoute>,
-        profile_archive: Option<PathBuf>,
-    ) -> Result<SessionRecord, ApiError> {
+        new: BrowserSpec,
+    ) -> ServiceResult<SessionRecord> {
+        let (extensions, proxy) = (new.extensions, new.proxy.map(|(_, route)| route));
+        let profile_archive = new.profile.and_then(|(_, archive)| archive);
         let spec = LaunchSpec {
             proxy,
             profile_archive,
@@ -207,13 +199,13 @@ impl Sessions {
                 if !ended_here {
                     // A delete ended it first (and stopped the agent, failing the launch):
                     // a 5xx here would make the SDKs retry and start another browser.
-                    return Err(ApiError::NotFound(
+                    return Err(ServiceError::NotFound(
                         "the browser session was deleted while starting".into(),
                     ));
                 }
                 return Err(match error {
-                    RuntimeError::LaunchFailed(message) => ApiError::AgentUnavailable(message),
-                    RuntimeError::Io(error) => ApiError::Internal(error.into()),
+                    RuntimeError::LaunchFailed(message) => ServiceError::Unavailable(message),
+                    RuntimeError::Io(error) => ServiceError::Internal(error.into()),
                 });
             }
         };
@@ -224,7 +216,7 @@ impl Sessions {
         {
             // Deleted while it was starting: the deleter could not reach the agent yet.
             self.runtime.destroy(&record.id, Some(&location)).await;
-            return Err(ApiError::NotFound(
+            return Err(ServiceError::NotFound(
                 "the browser session was deleted while starting".into(),
             ));
         }
@@ -238,11 +230,13 @@ impl Sessions {
                 .await?;
         }
         self.touch(&record.id);
-        Ok(SessionRecord {
+        let running = SessionRecord {
             status: SessionStatus::Running,
             agent: Some(location),
             ..record
-        })
+        };
+        self.watch_agent(running.clone());
+        Ok(running)
     }
 
     /// The live session with this persistent id, waiting while a concurrent create of
@@ -251,7 +245,7 @@ impl Sessions {
         &self,
         org_id: &str,
         persistent_id: &str,
-    ) -> Result<Option<SessionRecord>, ApiError> {
+    ) -> ServiceResult<Option<SessionRecord>> {
         let deadline = Instant::now() + STARTING_WAIT;
         loop {
             match self
@@ -267,7 +261,7 @@ impl Sessions {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Some(_) => {
-                    return Err(ApiError::Conflict(
+                    return Err(ServiceError::Conflict(
                         "the session with this persistent id is still starting; retry".into(),
                     ));
                 }
@@ -277,7 +271,7 @@ impl Sessions {
     }
 
     /// A live session of the organization (foreign or ended: 404). Counts as activity.
-    pub async fn live(&self, org_id: &str, id: &str) -> Result<SessionRecord, ApiError> {
+    pub async fn live(&self, org_id: &str, id: &str) -> ServiceResult<SessionRecord> {
         let cached = self.running.lock().ok().and_then(|running| {
             running
                 .sessions
@@ -304,15 +298,35 @@ impl Sessions {
                 self.touch(id);
                 Ok(session)
             }
-            _ => Err(ApiError::NotFound(format!(
+            _ => Err(ServiceError::NotFound(format!(
                 "browser session {id} not found"
             ))),
         }
     }
 
     /// Ends a session and reaps its browser. Only the caller that actually ends it
-    /// reaps; returns whether this call did.
-    pub async fn end(&self, session: &SessionRecord, reason: &str) -> Result<bool, ApiError> {
+    /// reaps; returns whether this call did. Runs to its end even if the caller goes away:
+    /// a session marked ended with its browser still running would never be reaped.
+    pub async fn end(
+        self: &Arc<Self>,
+        session: &SessionRecord,
+        reason: &str,
+    ) -> ServiceResult<bool> {
+        let (this, session, reason) = (self.clone(), session.clone(), reason.to_owned());
+        run_to_completion(async move { this.end_now(&session, &reason).await }).await
+    }
+
+    /// Ends the sessions in parallel; returns how many this call ended.
+    pub async fn end_all(self: &Arc<Self>, sessions: Vec<SessionRecord>, reason: &str) -> usize {
+        let ends = sessions.iter().map(|session| self.end(session, reason));
+        futures::future::join_all(ends)
+            .await
+            .into_iter()
+            .filter(|outcome| matches!(outcome, Ok(true)))
+            .count()
+    }
+
+    async fn end_now(&self, session: &SessionRecord, reason: &str) -> ServiceResult<bool> {
         if !self
             .store
             .end_session(&session.id, Utc::now(), reason)
@@ -367,27 +381,28 @@ impl Sessions {
         if let Ok(mut activity) = self.activity.lock() {
             activity.remove(id);
         }
-        if let Ok(mut clients) = self.clients.lock() {
-            clients.remove(id);
-        }
+        self.agents.forget(id);
     }
 
     /// The gRPC client of a running session's agent (connections are reused).
-    pub fn agent(&self, session: &SessionRecord) -> Result<AgentClient, ApiError> {
-        let location = session
-            .agent
-            .as_ref()
-            .ok_or_else(|| ApiError::AgentUnavailable("the browser is still starting".into()))?;
-        let mut clients = self
-            .clients
-            .lock()
-            .map_err(|_| ApiError::Internal(anyhow::anyhow!("agent client cache poisoned")))?;
-        if let Some(client) = clients.get(&session.id) {
-            return Ok(client.clone());
-        }
-        let client = AgentClient::new(location)?;
-        clients.insert(session.id.clone(), client.clone());
-        Ok(client)
+    pub fn agent(&self, session: &SessionRecord) -> ServiceResult<AgentClient> {
+        Ok(self.agents.get(&session.id, session.agent.as_ref())?)
+    }
+
+    /// Ends the session as soon as the runtime sees its agent gone (killed, crashed), so
+    /// that the session stops answering as live and its recordings are kept as they were
+    /// when it died.
+    fn watch_agent(self: &Arc<Self>, session: SessionRecord) {
+        let Some(location) = session.agent.clone() else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.runtime.wait_for_exit(&location).await;
+            if let Err(error) = this.end(&session, "browser agent exited").await {
+                tracing::warn!(session_id = %session.id, %error, "could not end a session whose agent exited");
+            }
+        });
     }
 
     pub fn touch(&self, id: &str) {
@@ -517,7 +532,7 @@ impl Sessions {
     /// reaps browsers that no live session owns. Assumes one control plane per store:
     /// with several replicas, `starting` sessions of another replica would be ended here
     /// (replicas need per-replica ownership of launches first).
-    pub async fn reconcile(&self) -> anyhow::Result<()> {
+    pub async fn reconcile(self: &Arc<Self>) -> anyhow::Result<()> {
         let mut adopted = HashSet::new();
         for session in self.store.live_sessions().await? {
             let alive = match (&session.status, &session.agent) {
@@ -532,6 +547,7 @@ impl Sessions {
                 tracing::info!(session_id = %session.id, "re-adopted running browser session");
                 self.touch(&session.id);
                 adopted.insert(session.id.clone());
+                self.watch_agent(session);
             } else {
                 tracing::info!(session_id = %session.id, "browser of a session is gone; ending it");
                 self.end(&session, "lost during a control-plane restart")

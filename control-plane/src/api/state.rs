@@ -1,0 +1,63 @@
+//! Everything a request handler may use: the services (`crate::app`) and the settings
+//! only the HTTP layer has.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::api_keys::KeyCache;
+use crate::app::Services;
+use crate::tokens::Tokens;
+
+/// What only the HTTP layer is configured with.
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    /// Base of the URLs we hand out, without a trailing slash (e.g. `http://127.0.0.1:8080`).
+    pub public_url: String,
+    /// Largest body of `write_file` and `upload_zip`.
+    pub max_upload_bytes: u64,
+    /// Largest extension archive.
+    pub max_extension_bytes: u64,
+    /// What proxy checks fetch.
+    pub proxy_check_url: String,
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub services: Services,
+    pub key_cache: Arc<KeyCache>,
+    /// Signs and checks the tokens in `cdp_ws_url` and `replay_view_url`.
+    pub tokens: Arc<Tokens>,
+    pub settings: Arc<HttpSettings>,
+}
+
+impl AppState {
+    pub fn new(services: Services, tokens: Tokens, settings: HttpSettings) -> Self {
+        Self {
+            services,
+            key_cache: Default::default(),
+            tokens: Arc::new(tokens),
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// `ws://…` or `wss://…` form of the public URL.
+    pub fn public_ws_url(&self) -> String {
+        let public_url = &self.settings.public_url;
+        if let Some(rest) = public_url.strip_prefix("https://") {
+            format!("wss://{rest}")
+        } else if let Some(rest) = public_url.strip_prefix("http://") {
+            format!("ws://{rest}")
+        } else {
+            public_url.clone()
+        }
+    }
+}
+
+/// Handlers reach the services as `state.sessions`, `state.store`, …
+impl Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.services
+    }
+}

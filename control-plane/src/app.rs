@@ -1,0 +1,116 @@
+//! The services, wired together once: by `serve` over the real runtime and store, and by
+//! tests over a fake runtime. The HTTP layer receives them in its `AppState`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::agent::AgentClients;
+use crate::blobs::BlobStore;
+use crate::managed_auth::ManagedAuth;
+use crate::managed_auth::vault::Vault;
+use crate::pools::Pools;
+use crate::profiles::Profiles;
+use crate::proxies::ProxyUpstreams;
+use crate::replays::Replays;
+use crate::runtime::Runtime;
+use crate::sessions::{Sessions, SessionsDeps};
+use crate::store::Store;
+
+/// What the services are configured with.
+pub struct ServiceSettings {
+    /// Remuxes recordings salvaged from crashed agents.
+    pub ffmpeg: String,
+    pub proxy_upstreams: Arc<ProxyUpstreams>,
+    /// Most browsers all pools of one organization may hold together.
+    pub max_pooled_browsers: i64,
+    pub vault: Vault,
+    /// Shortest health-check interval an organization may ask for.
+    pub min_health_check_interval: i64,
+}
+
+#[derive(Clone)]
+pub struct Services {
+    pub store: Arc<dyn Store>,
+    pub blobs: Arc<dyn BlobStore>,
+    pub runtime: Arc<dyn Runtime>,
+    pub agents: Arc<AgentClients>,
+    pub replays: Arc<Replays>,
+    pub profiles: Arc<Profiles>,
+    pub sessions: Arc<Sessions>,
+    pub pools: Arc<Pools>,
+    pub managed_auth: Arc<ManagedAuth>,
+    pub proxy_upstreams: Arc<ProxyUpstreams>,
+}
+
+impl Services {
+    pub fn new(
+        store: Arc<dyn Store>,
+        blobs: Arc<dyn BlobStore>,
+        runtime: Arc<dyn Runtime>,
+        settings: ServiceSettings,
+    ) -> Self {
+        let agents = Arc::new(AgentClients::default());
+        let replays = Arc::new(Replays::new(
+            store.clone(),
+            blobs.clone(),
+            runtime.clone(),
+            agents.clone(),
+            settings.ffmpeg,
+        ));
+        let profiles = Arc::new(Profiles::new(store.clone(), blobs.clone()));
+        let sessions = Arc::new(Sessions::new(SessionsDeps {
+            store: store.clone(),
+            runtime: runtime.clone(),
+            agents: agents.clone(),
+            replays: replays.clone(),
+            profiles: profiles.clone(),
+            blobs: blobs.clone(),
+            proxy_upstreams: settings.proxy_upstreams.clone(),
+        }));
+        let pools = Arc::new(Pools::new(
+            store.clone(),
+            sessions.clone(),
+            replays.clone(),
+            settings.max_pooled_browsers,
+        ));
+        let managed_auth = Arc::new(ManagedAuth::new(
+            settings.vault,
+            settings.min_health_check_interval,
+            store.clone(),
+            sessions.clone(),
+            profiles.clone(),
+        ));
+        Self {
+            store,
+            blobs,
+            runtime,
+            agents,
+            replays,
+            profiles,
+            sessions,
+            pools,
+            managed_auth,
+            proxy_upstreams: settings.proxy_upstreams,
+        }
+    }
+
+    /// Picks up what a previous process left (sessions, recordings, workflows) and starts
+    /// the background loops. `heartbeat` is how often agents are called.
+    pub async fn start(&self, heartbeat: Duration) -> anyhow::Result<()> {
+        self.sessions
+            .reconcile()
+            .await
+            .context("reconciling browser sessions")?;
+        self.replays.resume().await.context("resuming replays")?;
+        tokio::spawn(self.sessions.clone().run_inactivity_reaper());
+        tokio::spawn(self.sessions.clone().run_heartbeats(heartbeat));
+        tokio::spawn(self.pools.clone().run_reconciler());
+        self.managed_auth
+            .resume_all()
+            .await
+            .context("resuming auth connection workflows")?;
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! Keeps every pool at its size: retires idle browsers beyond it, launches the missing
+//! ones within the pool's fill rate, and resumes resets a previous process left.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{PoolConfig, Pools};
+use crate::error::ServiceResult;
+use crate::sessions::BrowserSpec;
+use crate::store::{PoolLease, PoolRecord, SessionRecord, SessionStatus};
+
+/// How often the reconciler looks at every pool (it is also woken by changes).
+const RECONCILE_INTERVAL: Duration = Duration::from_millis(500);
+/// Launches of one pool running at once.
+const MAX_CONCURRENT_LAUNCHES: usize = 4;
+
+/// Per-pool launch budget: a token bucket refilled at the pool's launch rate.
+struct Budget {
+    tokens: f64,
+    refilled: Instant,
+    launching: usize,
+}
+
+type Budgets = Arc<Mutex<HashMap<String, Budget>>>;
+
+impl Pools {
+    /// Keeps every pool at its size. Runs forever.
+    pub async fn run_reconciler(self: Arc<Self>) {
+        let budgets: Budgets = Arc::default();
+        // Resets a previous process left unfinished are resumed once, at the start (later
+        // passes would race this process's own reset tasks).
+        let mut first_pass = true;
+        loop {
+            let first = std::mem::take(&mut first_pass);
+            if let Err(error) = self.reconcile_once(&budgets, first).await {
+                tracing::warn!(%error, "pool reconciliation failed");
+            }
+            tokio::select! {
+                () = self.changed.notified() => {}
+                () = tokio::time::sleep(RECONCILE_INTERVAL) => {}
+            }
+        }
+    }
+
+    async fn reconcile_once(
+        self: &Arc<Self>,
+        budgets: &Budgets,
+        first_pass: bool,
+    ) -> ServiceResult<()> {
+        let pools = self.store.list_pools(None).await?;
+        if let Ok(mut budgets) = budgets.lock() {
+            budgets.retain(|id, _| pools.iter().any(|pool| &pool.id == id));
+        }
+        for pool in pools {
+            let members = self.store.pool_members(&pool.id).await?;
+            if first_pass {
+                self.resume_resets(&members);
+            }
+            self.retire_excess(&pool, &members).await;
+            let config = match PoolConfig::stored(&pool) {
+                Ok(config) => config,
+                Err(error) => {
+                    tracing::warn!(pool_id = %pool.id, %error, "the pool's browsers cannot be created");
+                    continue;
+                }
+            };
+            let launches = take_launches(budgets, &pool, &config, members.len());
+            if launches == 0 {
+                continue;
+            }
+            let spec = match self
+                .sessions
+                .spec(&pool.org_id, &config.browser, None, Vec::new())
+                .await
+            {
+                Ok(spec) => BrowserSpec {
+                    pool_id: Some(pool.id.clone()),
+                    ..spec
+                },
+                Err(error) => {
+                    tracing::warn!(pool_id = %pool.id, %error, "the pool's browsers cannot be created");
+                    if let Ok(mut budgets) = budgets.lock()
+                        && let Some(budget) = budgets.get_mut(&pool.id)
+                    {
+                        budget.launching -= launches;
+                    }
+                    continue;
+                }
+            };
+            for _ in 0..launches {
+                self.launch_in_background(budgets.clone(), pool.clone(), spec.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Smaller than it was: idle browsers beyond the size go, newest first.
+    async fn retire_excess(&self, pool: &PoolRecord, members: &[SessionRecord]) {
+        let excess = members.len().saturating_sub(pool.size.max(0) as usize);
+        let idle_newest_first = members
+            .iter()
+            .rev()
+            .filter(|m| m.pool_lease == Some(PoolLease::Idle));
+        let mut retired = 0;
+        for member in idle_newest_first {
+            if retired == excess {
+                break;
+            }
+            if self.retire(member).await {
+                let (sessions, member) = (self.sessions.clone(), member.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = sessions.end(&member, "pool shrunk").await {
+                        tracing::warn!(session_id = %member.id, %error, "could not end a pool browser");
+                    }
+                });
+                retired += 1;
+            }
+        }
+    }
+
+    fn launch_in_background(
+        self: &Arc<Self>,
+        budgets: Budgets,
+        pool: PoolRecord,
+        spec: BrowserSpec,
+    ) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let created = this.sessions.create(&pool.org_id, spec).await;
+            match &created {
+                Err(error) => {
+                    tracing::warn!(pool_id = %pool.id, %error, "launching a pool browser failed")
+                }
+                // Deleted while this browser started: nothing else would end it.
+                Ok(session)
+                    if matches!(this.store.pool(&pool.org_id, &pool.id).await, Ok(None)) =>
+                {
+                    let _ = this.sessions.end(session, "pool deleted").await;
+                }
+                Ok(_) => {}
+            }
+            if let Ok(mut budgets) = budgets.lock()
+                && let Some(budget) = budgets.get_mut(&pool.id)
+            {
+                budget.launching = budget.launching.saturating_sub(1);
+            }
+            this.idle.notify_waiters();
+            this.changed();
+        });
+    }
+
+    /// Resets browsers left `resetting` by a previous process.
+    fn resume_resets(self: &Arc<Self>, members: &[SessionRecord]) {
+        for member in members {
+            if member.pool_lease == Some(PoolLease::Resetting)
+                && member.status == SessionStatus::Running
+            {
+                self.reset_in_background(member.clone());
+            }
+        }
+    }
+}
+
+/// How many browsers the pool may launch now (missing ones, within its budget and the
+/// concurrency limit); they count as launching until each is done.
+fn take_launches(
+    budgets: &Budgets,
+    pool: &PoolRecord,
+    config: &PoolConfig,
+    members: usize,
+) -> usize {
+    let Ok(mut budgets) = budgets.lock() else {
+        return 0;
+    };
+    let per_minute = config.launches_per_minute();
+    let budget = budgets.entry(pool.id.clone()).or_insert(Budget {
+        tokens: per_minute,
+        refilled: Instant::now(),
+        launching: 0,
+    });
+    let minutes = budget.refilled.elapsed().as_secs_f64() / 60.0;
+    budget.tokens = (budget.tokens + minutes * per_minute).min(per_minute);
+    budget.refilled = Instant::now();
+    let missing = (pool.size.max(0) as usize).saturating_sub(members + budget.launching);
+    let allowed = missing
+        .min(budget.tokens.floor() as usize)
+        .min(MAX_CONCURRENT_LAUNCHES.saturating_sub(budget.launching));
+    budget.tokens -= allowed as f64;
+    budget.launching += allowed;
+    allowed
+}

@@ -1,0 +1,202 @@
+//! Races between leasing, releasing, timeouts and flushes, over a fake runtime.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::*;
+use crate::app::Services;
+use crate::testing::{eventually, services};
+
+async fn started_pool(services: &Services, size: i64) -> (String, PoolView) {
+    services
+        .start(Duration::from_secs(3600))
+        .await
+        .expect("services start");
+    let org_id = services
+        .store
+        .ensure_organization("acme")
+        .await
+        .expect("org")
+        .id;
+    let pool = services
+        .pools
+        .create(
+            &org_id,
+            PoolChanges {
+                size: Some(size),
+                fill_rate_per_minute: Some(10_000),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("pool created");
+    let filled = async || {
+        services
+            .pools
+            .get(&org_id, &pool.record.id)
+            .await
+            .expect("pool")
+            .available_count
+            == size
+    };
+    eventually("the pool is full", filled).await;
+    (org_id, pool)
+}
+
+async fn members(services: &Services, pool: &PoolView) -> Vec<SessionRecord> {
+    services
+        .store
+        .pool_members(&pool.record.id)
+        .await
+        .expect("members")
+}
+
+#[tokio::test]
+async fn a_release_racing_the_lease_timeout_leaves_one_outcome_and_the_pool_refills() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, _) = services(dir.path()).await;
+    let (org_id, pool) = started_pool(&services, 1).await;
+    let (_, leased) = services
+        .pools
+        .acquire(&org_id, &pool.record.id, Some(Duration::ZERO))
+        .await
+        .expect("acquire");
+    let leased = leased.expect("an idle browser was leased");
+
+    let (released, timed_out) = tokio::join!(
+        services
+            .pools
+            .release(&org_id, &pool.record.id, &leased.id, true),
+        services.sessions.end(&leased, "inactivity timeout"),
+    );
+    // Whichever came second finds the browser ended or being released: a 4xx, never 5xx.
+    if let Err(error) = &released {
+        assert!(
+            matches!(
+                error,
+                ServiceError::NotFound(_) | ServiceError::Conflict(_) | ServiceError::Invalid(_)
+            ),
+            "{error:?}"
+        );
+    }
+    assert!(timed_out.is_ok(), "{timed_out:?}");
+    let ended = services
+        .store
+        .session(&org_id, &leased.id)
+        .await
+        .expect("store")
+        .expect("on record");
+    assert_eq!(ended.status, SessionStatus::Ended, "the timeout ended it");
+    let refilled = async || {
+        let members = members(&services, &pool).await;
+        members.len() == 1
+            && members[0].id != leased.id
+            && members[0].pool_lease == Some(PoolLease::Idle)
+            && members[0].status == SessionStatus::Running
+    };
+    eventually("a fresh idle browser replaced it", refilled).await;
+}
+
+#[tokio::test]
+async fn a_flush_racing_acquires_never_ends_a_leased_browser() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, runtime, _) = services(dir.path()).await;
+    let (org_id, pool) = started_pool(&services, 3).await;
+    let (flushed, first, second) = tokio::join!(
+        services.pools.flush(&org_id, &pool.record.id),
+        services
+            .pools
+            .acquire(&org_id, &pool.record.id, Some(Duration::ZERO)),
+        services
+            .pools
+            .acquire(&org_id, &pool.record.id, Some(Duration::ZERO)),
+    );
+    flushed.expect("flush");
+    for (_, leased) in [first.expect("acquire"), second.expect("acquire")] {
+        let Some(leased) = leased else { continue };
+        let now = services
+            .store
+            .session(&org_id, &leased.id)
+            .await
+            .expect("store")
+            .expect("on record");
+        assert_eq!(
+            now.status,
+            SessionStatus::Running,
+            "a leased browser was ended"
+        );
+        assert_eq!(now.pool_lease, Some(PoolLease::Leased));
+        assert!(!runtime.was_destroyed(&leased.id));
+    }
+    let no_old_idle = async || {
+        members(&services, &pool).await.iter().all(|member| {
+            member.pool_lease != Some(PoolLease::Idle) || !runtime.was_destroyed(&member.id)
+        })
+    };
+    eventually("no flushed browser counts as idle", no_old_idle).await;
+}
+
+#[tokio::test]
+async fn a_release_for_reuse_resets_the_browser_and_makes_it_idle_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, agent) = services(dir.path()).await;
+    let (org_id, pool) = started_pool(&services, 1).await;
+    let (_, leased) = services
+        .pools
+        .acquire(&org_id, &pool.record.id, Some(Duration::ZERO))
+        .await
+        .expect("acquire");
+    let leased = leased.expect("leased");
+    services
+        .pools
+        .release(&org_id, &pool.record.id, &leased.id, true)
+        .await
+        .expect("released");
+    let idle_again = async || {
+        members(&services, &pool)
+            .await
+            .iter()
+            .any(|m| m.id == leased.id && m.pool_lease == Some(PoolLease::Idle))
+    };
+    eventually("the same browser is idle again", idle_again).await;
+    assert_eq!(agent.resets.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_restart_resumes_the_resets_a_previous_process_left() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, agent) = services(dir.path()).await;
+    let (org_id, pool) = started_pool(&services, 1).await;
+    let (_, leased) = services
+        .pools
+        .acquire(&org_id, &pool.record.id, Some(Duration::ZERO))
+        .await
+        .expect("acquire");
+    let leased = leased.expect("leased");
+    // The previous process marked it resetting and was cut off before resetting it.
+    assert!(
+        services
+            .store
+            .set_pool_lease(&leased.id, PoolLease::Leased, PoolLease::Resetting)
+            .await
+            .expect("store")
+    );
+    let (after, _, after_agent) =
+        crate::testing::services_over(services.store.clone(), dir.path()).await;
+    after
+        .start(Duration::from_secs(3600))
+        .await
+        .expect("restarted");
+    let idle_again = async || {
+        members(&after, &pool)
+            .await
+            .iter()
+            .any(|m| m.id == leased.id && m.pool_lease == Some(PoolLease::Idle))
+    };
+    eventually("the reset is resumed", idle_again).await;
+    // The adopted browser still names the first fake agent, which did the reset.
+    assert_eq!(
+        agent.resets.load(Ordering::SeqCst) + after_agent.resets.load(Ordering::SeqCst),
+        1
+    );
+}

@@ -1,0 +1,352 @@
+//! What a browser should be: the configuration callers give (`BrowserConfig`, also what
+//! pools store and managed auth builds), its validation, and its resolution against the
+//! organization's extensions, proxies and profiles into a `BrowserSpec` ready to launch.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::Sessions;
+use crate::error::{ServiceError, ServiceResult};
+use crate::proxies::{self, ProxyRoute};
+use crate::store::SessionProfile;
+
+pub const DEFAULT_TIMEOUT_SECONDS: i64 = 60;
+pub const MIN_TIMEOUT_SECONDS: i64 = 10;
+pub const MAX_TIMEOUT_SECONDS: i64 = 259_200;
+pub const DEFAULT_VIEWPORT: (i64, i64) = (1920, 1080);
+/// Xvfb allocates the whole framebuffer up front; 8K is plenty.
+pub const MAX_VIEWPORT_SIDE: i64 = 7680;
+pub const MIN_VIEWPORT_SIDE: i64 = 100;
+pub const MAX_PERSISTENT_ID_LENGTH: usize = 255;
+/// Most extensions one browser may load.
+pub const MAX_EXTENSIONS: usize = 20;
+
+/// A browser's configuration as callers give it: every field optional (defaults apply),
+/// extensions, proxy and profile by reference. Serialized as pools store it (absent
+/// fields are left out, so a stored configuration reads back as it was given).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BrowserConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headless: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stealth: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kiosk_mode: Option<bool>,
+    /// Inactivity timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub viewport: Option<Viewport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Vec<ResourceReference>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileReference>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Viewport {
+    pub width: i64,
+    pub height: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_rate: Option<i64>,
+}
+
+/// A resource of the organization, by id or by name (exactly one). Its wire shape is
+/// part of the API, hence the schema.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl ResourceReference {
+    /// The id or the name, when exactly one of them is given and not empty.
+    pub fn key(&self) -> Option<&str> {
+        match (&self.id, &self.name) {
+            (Some(key), None) | (None, Some(key)) if !key.is_empty() => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// The profile a browser starts from; with `save_changes` its state is saved back into
+/// the profile when the session ends.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save_changes: Option<bool>,
+}
+
+/// A browser ready to launch: validated, with defaults applied and every reference
+/// resolved to what the runtime needs.
+#[derive(Clone, Debug)]
+pub struct BrowserSpec {
+    pub persistent_id: Option<String>,
+    pub headless: bool,
+    pub stealth: bool,
+    pub kiosk_mode: bool,
+    pub timeout_seconds: i64,
+    pub viewport_width: i64,
+    pub viewport_height: i64,
+    pub viewport_refresh_rate: Option<i64>,
+    /// Library extensions to load from the start.
+    pub extensions: Vec<LibraryExtension>,
+    /// The proxy all traffic goes through: its id and where it routes.
+    pub proxy: Option<(String, ProxyRoute)>,
+    /// The pool the browser is created for (it starts idle there).
+    pub pool_id: Option<String>,
+    /// The profile to start from (and the archive of its stored state, if it has one).
+    pub profile: Option<(SessionProfile, Option<PathBuf>)>,
+}
+
+/// An extension of the organization's library, resolved for loading.
+#[derive(Clone, Debug)]
+pub struct LibraryExtension {
+    pub id: String,
+    /// Its directory name in the browser: the extension's name, or its id.
+    pub name: String,
+    pub archive: PathBuf,
+}
+
+/// What a configuration refers to by id or name, not yet looked up.
+struct References {
+    extensions: Vec<String>,
+    proxy_id: Option<String>,
+    /// Profile id or name, and save_changes.
+    profile: Option<(String, bool)>,
+}
+
+/// Every problem of the configuration (each message names its field), or the spec with
+/// its references still to resolve.
+fn validate(
+    config: &BrowserConfig,
+    persistent_id: Option<&str>,
+) -> Result<(BrowserSpec, References), Vec<String>> {
+    let mut problems = Vec::new();
+    let timeout_seconds = config.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    if !(MIN_TIMEOUT_SECONDS..=MAX_TIMEOUT_SECONDS).contains(&timeout_seconds) {
+        problems.push(format!(
+            "timeout_seconds must be between {MIN_TIMEOUT_SECONDS} and {MAX_TIMEOUT_SECONDS}, got {timeout_seconds}"
+        ));
+    }
+    let (width, height, refresh_rate) = match &config.viewport {
+        Some(viewport) => (viewport.width, viewport.height, viewport.refresh_rate),
+        None => (DEFAULT_VIEWPORT.0, DEFAULT_VIEWPORT.1, None),
+    };
+    for (field, value) in [("viewport.width", width), ("viewport.height", height)] {
+        if !(MIN_VIEWPORT_SIDE..=MAX_VIEWPORT_SIDE).contains(&value) {
+            problems.push(format!(
+                "{field} must be between {MIN_VIEWPORT_SIDE} and {MAX_VIEWPORT_SIDE}, got {value}"
+            ));
+        }
+    }
+    if let Some(rate) = refresh_rate
+        && !(1..=240).contains(&rate)
+    {
+        problems.push(format!(
+            "viewport.refresh_rate must be between 1 and 240, got {rate}"
+        ));
+    }
+    if let Some(id) = persistent_id
+        && (id.is_empty() || id.len() > MAX_PERSISTENT_ID_LENGTH)
+    {
+        problems.push(format!(
+            "persistence.id must be 1 to {MAX_PERSISTENT_ID_LENGTH} characters"
+        ));
+    }
+    let requested = config.extensions.as_deref().unwrap_or_default();
+    if requested.len() > MAX_EXTENSIONS {
+        problems.push(format!("extensions: at most {MAX_EXTENSIONS} per browser"));
+    }
+    let mut extensions = Vec::new();
+    for (index, reference) in requested.iter().enumerate() {
+        match reference.key() {
+            Some(key) => extensions.push(key.to_owned()),
+            None => problems.push(format!(
+                "extensions[{index}] must have exactly one of id or name"
+            )),
+        }
+    }
+    let profile = match &config.profile {
+        None => None,
+        Some(reference) => {
+            let by = ResourceReference {
+                id: reference.id.clone(),
+                name: reference.name.clone(),
+            };
+            match by.key() {
+                Some(key) => Some((key.to_owned(), reference.save_changes.unwrap_or(false))),
+                None => {
+                    problems.push("profile must have exactly one of id or name".into());
+                    None
+                }
+            }
+        }
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let spec = BrowserSpec {
+        persistent_id: persistent_id.map(str::to_owned),
+        headless: config.headless.unwrap_or(false),
+        stealth: config.stealth.unwrap_or(false),
+        kiosk_mode: config.kiosk_mode.unwrap_or(false),
+        timeout_seconds,
+        viewport_width: width,
+        viewport_height: height,
+        viewport_refresh_rate: refresh_rate,
+        extensions: Vec::new(),
+        proxy: None,
+        pool_id: None,
+        profile: None,
+    };
+    let references = References {
+        extensions,
+        proxy_id: config.proxy_id.clone(),
+        profile,
+    };
+    Ok((spec, references))
+}
+
+impl Sessions {
+    /// The configuration validated (all problems at once, plus `more_problems` the caller
+    /// found in fields of its own) and resolved: extensions, proxy and profile must be
+    /// the organization's (a 400 otherwise, as for any invalid field).
+    pub async fn spec(
+        &self,
+        org_id: &str,
+        config: &BrowserConfig,
+        persistent_id: Option<&str>,
+        more_problems: Vec<String>,
+    ) -> ServiceResult<BrowserSpec> {
+        let (mut spec, references) = match validate(config, persistent_id) {
+            Ok(valid) if more_problems.is_empty() => valid,
+            Ok(_) => return Err(ServiceError::Invalid(more_problems)),
+            Err(mut problems) => {
+                problems.extend(more_problems);
+                return Err(ServiceError::Invalid(problems));
+            }
+        };
+        spec.extensions = self
+            .resolve_extensions(org_id, &references.extensions)
+            .await?;
+        if let Some(proxy_id) = references.proxy_id {
+            let route = self.resolve_proxy(org_id, &proxy_id).await?;
+            spec.proxy = Some((proxy_id, route));
+        }
+        if let Some((key, save_changes)) = references.profile {
+            let profile = self.store.profile(org_id, &key).await?.ok_or_else(|| {
+                ServiceError::invalid(format!("profile: no profile {key:?} in this organization"))
+            })?;
+            let archive = self.profiles.launch_archive(&profile);
+            spec.profile = Some((
+                SessionProfile {
+                    id: profile.id,
+                    save_changes,
+                },
+                archive,
+            ));
+        }
+        Ok(spec)
+    }
+
+    /// Where the organization's (not deleted) proxy sends traffic.
+    async fn resolve_proxy(&self, org_id: &str, proxy_id: &str) -> ServiceResult<ProxyRoute> {
+        let proxy = self.store.proxy(org_id, proxy_id).await?.ok_or_else(|| {
+            ServiceError::invalid(format!("proxy_id: proxy {proxy_id} not found"))
+        })?;
+        proxies::route_of(&proxy, &self.proxy_upstreams)
+            .map_err(|reason| ServiceError::invalid(format!("proxy_id: {reason}")))
+    }
+
+    /// Finds the referenced library extensions of the organization.
+    async fn resolve_extensions(
+        &self,
+        org_id: &str,
+        references: &[String],
+    ) -> ServiceResult<Vec<LibraryExtension>> {
+        let mut resolved: Vec<LibraryExtension> = Vec::new();
+        let mut problems = Vec::new();
+        for (index, reference) in references.iter().enumerate() {
+            let Some(record) = self.store.extension(org_id, reference).await? else {
+                problems.push(format!(
+                    "extensions[{index}]: no extension {reference:?} in this organization"
+                ));
+                continue;
+            };
+            let Some(archive) = self.blobs.local_path(&record.blob_key) else {
+                return Err(ServiceError::internal("the blob store is not local"));
+            };
+            if resolved.iter().all(|known| known.id != record.id) {
+                resolved.push(LibraryExtension {
+                    name: record.name.clone().unwrap_or_else(|| record.id.clone()),
+                    id: record.id,
+                    archive,
+                });
+            }
+        }
+        if problems.is_empty() {
+            Ok(resolved)
+        } else {
+            Err(ServiceError::Invalid(problems))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_sdk_documentation() {
+        let (spec, _) = validate(&BrowserConfig::default(), None).expect("defaults are valid");
+        assert_eq!(spec.timeout_seconds, 60);
+        assert_eq!((spec.viewport_width, spec.viewport_height), (1920, 1080));
+        assert!(!spec.headless);
+    }
+
+    #[test]
+    fn every_invalid_field_is_reported() {
+        let config = BrowserConfig {
+            timeout_seconds: Some(5),
+            viewport: Some(Viewport {
+                width: 0,
+                height: 99_999,
+                refresh_rate: None,
+            }),
+            ..Default::default()
+        };
+        let Err(problems) = validate(&config, None) else {
+            panic!("expected a validation error");
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].starts_with("timeout_seconds"));
+        assert!(problems[1].starts_with("viewport.width"));
+        assert!(problems[2].starts_with("viewport.height"));
+    }
+
+    #[test]
+    fn a_stored_configuration_reads_back_as_given() {
+        let given = serde_json::json!({
+            "headless": true,
+            "viewport": {"width": 800, "height": 600},
+            "extensions": [{"name": "ext"}],
+            "profile": {"id": "pro_1", "save_changes": true},
+        });
+        let config: BrowserConfig = serde_json::from_value(given.clone()).expect("valid");
+        assert_eq!(serde_json::to_value(&config).expect("serializes"), given);
+    }
+}

@@ -1,0 +1,184 @@
+//! Races of the session lifecycle, over a fake runtime (no Chromium).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::store::AgentLocation;
+use crate::testing::{eventually, services, services_over};
+
+async fn organization(store: &dyn Store) -> String {
+    store.ensure_organization("acme").await.expect("org").id
+}
+
+async fn stored(store: &dyn Store, org_id: &str, id: &str) -> SessionRecord {
+    store
+        .session(org_id, id)
+        .await
+        .expect("store")
+        .expect("the session is on record")
+}
+
+async fn default_spec(sessions: &Sessions, org_id: &str) -> BrowserSpec {
+    sessions
+        .spec(org_id, &BrowserConfig::default(), None, Vec::new())
+        .await
+        .expect("the default configuration is valid")
+}
+
+#[tokio::test]
+async fn an_end_racing_a_launch_ends_the_session_and_reaps_the_browser() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, runtime, _) = services(dir.path()).await;
+    let org_id = organization(services.store.as_ref()).await;
+    let gate = runtime.hold_launches();
+    let spec = default_spec(&services.sessions, &org_id).await;
+    let sessions = services.sessions.clone();
+    let (org, creating) = (org_id.clone(), spec.clone());
+    let create = tokio::spawn(async move { sessions.create(&org, creating).await });
+    eventually("the launch has begun", async || {
+        !runtime.launched.lock().expect("lock").is_empty()
+    })
+    .await;
+    let id = runtime.launched.lock().expect("lock")[0].clone();
+    let starting = stored(services.store.as_ref(), &org_id, &id).await;
+    assert_eq!(starting.status, SessionStatus::Starting);
+
+    assert!(
+        services
+            .sessions
+            .end(&starting, "deleted by the API")
+            .await
+            .expect("end"),
+        "the first end ends it"
+    );
+    gate.add_permits(1);
+    let created = create.await.expect("create task");
+    assert!(
+        matches!(created, Err(ServiceError::NotFound(_))),
+        "a launch overtaken by an end answers 404 (a 5xx would make SDKs retry): {created:?}"
+    );
+    let ended = stored(services.store.as_ref(), &org_id, &id).await;
+    assert_eq!(ended.status, SessionStatus::Ended);
+    assert_eq!(ended.end_reason.as_deref(), Some("deleted by the API"));
+    assert!(runtime.was_destroyed(&id), "the launched browser is reaped");
+}
+
+#[tokio::test]
+async fn concurrent_ends_end_a_session_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, _) = services(dir.path()).await;
+    let org_id = organization(services.store.as_ref()).await;
+    let spec = default_spec(&services.sessions, &org_id).await;
+    let session = services
+        .sessions
+        .create(&org_id, spec)
+        .await
+        .expect("created");
+    let (first, second) = tokio::join!(
+        services.sessions.end(&session, "deleted by the API"),
+        services.sessions.end(&session, "inactivity timeout"),
+    );
+    let ended_here = [first.expect("end"), second.expect("end")];
+    assert_eq!(
+        ended_here.iter().filter(|here| **here).count(),
+        1,
+        "{ended_here:?}"
+    );
+    assert!(matches!(
+        services.sessions.live(&org_id, &session.id).await,
+        Err(ServiceError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_session_whose_agent_dies_ends_within_two_seconds() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, runtime, _) = services(dir.path()).await;
+    let org_id = organization(services.store.as_ref()).await;
+    let spec = default_spec(&services.sessions, &org_id).await;
+    let session = services
+        .sessions
+        .create(&org_id, spec)
+        .await
+        .expect("created");
+    let killed = Instant::now();
+    runtime.kill(&session.id);
+    eventually("the session has ended", async || {
+        stored(services.store.as_ref(), &org_id, &session.id)
+            .await
+            .status
+            == SessionStatus::Ended
+    })
+    .await;
+    assert!(
+        killed.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        killed.elapsed()
+    );
+    let ended = stored(services.store.as_ref(), &org_id, &session.id).await;
+    assert_eq!(ended.end_reason.as_deref(), Some("browser agent exited"));
+}
+
+#[tokio::test]
+async fn a_restart_adopts_browsers_that_answer_and_ends_the_others() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (before, runtime, _) = services(dir.path()).await;
+    let org_id = organization(before.store.as_ref()).await;
+    let spec = default_spec(&before.sessions, &org_id).await;
+    let alive = before
+        .sessions
+        .create(&org_id, spec.clone())
+        .await
+        .expect("created");
+    let dead = before
+        .sessions
+        .create(&org_id, spec)
+        .await
+        .expect("created");
+    // A previous process lost this agent (nothing listens there any more) and left a
+    // launch unfinished.
+    let unreachable = AgentLocation {
+        endpoint: "http://127.0.0.1:9".into(),
+        ..runtime.location(&dead.id)
+    };
+    assert!(
+        before
+            .store
+            .set_session_running(&dead.id, &unreachable)
+            .await
+            .expect("store")
+    );
+    let half_started = SessionRecord {
+        id: ids::new_session_id(),
+        status: SessionStatus::Starting,
+        agent: None,
+        ..alive.clone()
+    };
+    before
+        .store
+        .insert_session(&half_started)
+        .await
+        .expect("store");
+
+    let (after, after_runtime, _) = services_over(before.store.clone(), dir.path()).await;
+    after.sessions.reconcile().await.expect("reconciled");
+
+    let status = async |id: &str| stored(after.store.as_ref(), &org_id, id).await.status;
+    assert_eq!(status(&alive.id).await, SessionStatus::Running);
+    assert_eq!(status(&dead.id).await, SessionStatus::Ended);
+    assert_eq!(status(&half_started.id).await, SessionStatus::Ended);
+    let kept = after_runtime.kept_by_reap.lock().expect("lock").clone();
+    assert_eq!(
+        kept,
+        Some(HashSet::from([alive.id.clone()])),
+        "strays are reaped"
+    );
+    assert!(after.sessions.live(&org_id, &alive.id).await.is_ok());
+    assert_eq!(runtime.launches.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        after_runtime.launches.load(Ordering::SeqCst),
+        0,
+        "nothing relaunched"
+    );
+}
