@@ -110,9 +110,12 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
             assert f"replay_id={replay.replay_id}" in replay.replay_view_url
             assert "jwt=" in replay.replay_view_url
         time.sleep(5)
-        stop_sent = time.time()
-        client.browsers.replays.stop(default.replay_id, id=sid)
-        client.browsers.replays.stop(slow.replay_id, id=sid)
+        # Each stop returns only once its video is final and stored, so the second stop
+        # is requested well after the first: each recording ends at its own request.
+        stop_requested = {}
+        for replay in (default, slow):
+            stop_requested[replay.replay_id] = time.time()
+            client.browsers.replays.stop(replay.replay_id, id=sid)
         browser.close()
 
     listed = {r.replay_id: r for r in client.browsers.replays.list(sid)}
@@ -125,7 +128,7 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
         video = download(client, sid, replay.replay_id, tmp_path / f"{replay.replay_id}.mp4")
         info = probe(video)
         started = timestamp(listed[replay.replay_id].started_at)
-        wall = stop_sent - started
+        wall = stop_requested[replay.replay_id] - started
         assert info["codec_name"] == "h264", info
         assert info["r_frame_rate"] == rate, info
         assert (int(info["width"]), int(info["height"])) == (WIDTH, HEIGHT)
@@ -211,9 +214,12 @@ def test_recordings_survive_a_control_plane_restart(control_plane, client, tmp_p
     # ...and the other is still recording and can be stopped.
     running = {r.replay_id: r for r in client.browsers.replays.list(sid)}[stopped_later.replay_id]
     assert running.finished_at is None
+    stop_requested = time.time()
     client.browsers.replays.stop(stopped_later.replay_id, id=sid)
     info = probe(download(client, sid, stopped_later.replay_id, tmp_path / "long.mp4"))
-    assert float(info["duration"]) >= 4.0, info
+    # It covers the restart: from its own first frame to its own stop request.
+    wall = stop_requested - timestamp(running.started_at)
+    assert wall >= 4.0 and abs(float(info["duration"]) - wall) <= 0.1 * wall, (info, wall)
     client.browsers.delete_by_id(sid)
 
 
