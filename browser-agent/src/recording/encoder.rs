@@ -72,7 +72,7 @@ impl FrameWriter {
                     let micros = frame.slot * 1_000_000 / framerate;
                     matroska::block_prefix(&mut frame.bytes, micros);
                     stdin.write_all(&frame.bytes).map_err(broken)?;
-                    // The recorder may be gone already (it is finishing); nothing to do then.
+                    // Only a recorder that panicked is gone; its buffers are of no use then.
                     let _ = returned_tx.send(frame);
                 }
                 Ok(())
