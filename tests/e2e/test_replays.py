@@ -9,6 +9,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -110,9 +111,12 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
             assert f"replay_id={replay.replay_id}" in replay.replay_view_url
             assert "jwt=" in replay.replay_view_url
         time.sleep(5)
-        stop_sent = time.time()
-        client.browsers.replays.stop(default.replay_id, id=sid)
-        client.browsers.replays.stop(slow.replay_id, id=sid)
+        # Each stop returns only once its video is final and stored, so the second stop
+        # is requested well after the first: each recording ends at its own request.
+        stop_requested = {}
+        for replay in (default, slow):
+            stop_requested[replay.replay_id] = time.time()
+            client.browsers.replays.stop(replay.replay_id, id=sid)
         browser.close()
 
     listed = {r.replay_id: r for r in client.browsers.replays.list(sid)}
@@ -125,7 +129,7 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
         video = download(client, sid, replay.replay_id, tmp_path / f"{replay.replay_id}.mp4")
         info = probe(video)
         started = timestamp(listed[replay.replay_id].started_at)
-        wall = stop_sent - started
+        wall = stop_requested[replay.replay_id] - started
         assert info["codec_name"] == "h264", info
         assert info["r_frame_rate"] == rate, info
         assert (int(info["width"]), int(info["height"])) == (WIDTH, HEIGHT)
@@ -141,6 +145,72 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
             assert close_to(actual, expected), (replay.replay_id, at, actual, expected)
             checked += 1
         assert checked >= 3
+    client.browsers.delete_by_id(sid)
+
+
+# Spins one core until killed, and by itself after the given number of seconds at most.
+CPU_HOG = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass"
+
+
+def paint(page, colour: str) -> None:
+    """Sets the page's background and returns once a frame with it has been drawn."""
+    page.evaluate(
+        """c => new Promise(done => {
+             document.documentElement.style.background = c;
+             document.body.style.background = c;
+             requestAnimationFrame(() => requestAnimationFrame(done));
+           })""",
+        colour,
+    )
+
+
+def test_a_recording_under_cpu_load_ends_at_its_stop(client, test_page_url, tmp_path):
+    """Every core busy: the encoder falls behind the display, yet the video covers the
+    time from its first frame to the stop request (not the time the encoder needed to
+    catch up), and shows the display's colours in order."""
+    red, blue = (255, 0, 0), (0, 0, 255)
+    hogs: list[subprocess.Popen] = []
+    try:
+        with sync_playwright() as playwright:
+            session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=300)
+            sid = session.session_id
+            browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+            context = browser.contexts[0]
+            page = context.pages[0] if context.pages else context.new_page()
+            page.goto(test_page_url)
+            page.bring_to_front()
+            paint(page, "rgb(255, 0, 0)")
+            # One per core (both cores here): Chromium, the agent and its encoder compete.
+            hogs = [subprocess.Popen([sys.executable, "-c", CPU_HOG, "90"]) for _ in range(os.cpu_count() or 2)]
+            replay = client.browsers.replays.start(sid)
+            time.sleep(2)
+            blue_requested = time.time()
+            paint(page, "rgb(0, 0, 255)")
+            blue_drawn = time.time()
+            time.sleep(2)
+            stop_requested = time.time()
+            client.browsers.replays.stop(replay.replay_id, id=sid)
+            browser.close()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+    listed = {r.replay_id: r for r in client.browsers.replays.list(sid)}[replay.replay_id]
+    started = timestamp(listed.started_at)
+    video = download(client, sid, replay.replay_id, tmp_path / "loaded.mp4")
+    info = probe(video)
+    duration, wall = float(info["duration"]), stop_requested - started
+    assert abs(duration - wall) <= 0.1 * wall, (duration, wall)
+    assert info["r_frame_rate"] == "10/1", info
+    assert decodes_cleanly(video)
+    # Red until blue was asked for, blue once it was drawn (video time is wall time).
+    until_blue, since_blue = blue_requested - started, blue_drawn - started
+    for at, expected in ((until_blue * 0.25, red), (until_blue * 0.75, red),
+                         (since_blue + (duration - since_blue) * 0.5, blue),
+                         (since_blue + (duration - since_blue) * 0.9, blue)):
+        actual = pixel_at(video, at, WIDTH // 4, HEIGHT * 3 // 4)
+        assert close_to(actual, expected), (at, actual, expected, duration, wall)
     client.browsers.delete_by_id(sid)
 
 
@@ -211,9 +281,12 @@ def test_recordings_survive_a_control_plane_restart(control_plane, client, tmp_p
     # ...and the other is still recording and can be stopped.
     running = {r.replay_id: r for r in client.browsers.replays.list(sid)}[stopped_later.replay_id]
     assert running.finished_at is None
+    stop_requested = time.time()
     client.browsers.replays.stop(stopped_later.replay_id, id=sid)
     info = probe(download(client, sid, stopped_later.replay_id, tmp_path / "long.mp4"))
-    assert float(info["duration"]) >= 4.0, info
+    # It covers the restart: from its own first frame to its own stop request.
+    wall = stop_requested - timestamp(running.started_at)
+    assert wall >= 4.0 and abs(float(info["duration"]) - wall) <= 0.1 * wall, (info, wall)
     client.browsers.delete_by_id(sid)
 
 

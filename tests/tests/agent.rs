@@ -322,20 +322,7 @@ async fn agent_records_the_display_into_a_faststart_mp4() {
         (RecordingState::Finished, finished.size_bytes)
     );
 
-    let mut stream = client
-        .read_recording(with_secret(
-            RecordingRequest {
-                recording_id: "r1".into(),
-            },
-            secret,
-        ))
-        .await
-        .expect("read")
-        .into_inner();
-    let mut video = Vec::new();
-    while let Some(chunk) = stream.message().await.expect("chunk") {
-        video.extend_from_slice(&chunk.data);
-    }
+    let video = read_video(&mut client, secret, "r1").await;
     assert_eq!(video.len() as u64, finished.size_bytes);
     // faststart: the index (moov) comes before the media data (mdat).
     let position = |atom: &[u8]| video.windows(4).position(|w| w == atom).expect("atom");
@@ -386,4 +373,96 @@ async fn agent_records_the_display_into_a_faststart_mp4() {
         assert_eq!(info.state(), RecordingState::Finished, "{info:?}");
         assert!(info.frames >= 1);
     }
+}
+
+/// Reads a whole recording over gRPC.
+async fn read_video(client: &mut BrowserAgentClient<Channel>, secret: &str, id: &str) -> Vec<u8> {
+    let mut stream = client
+        .read_recording(with_secret(
+            RecordingRequest {
+                recording_id: id.into(),
+            },
+            secret,
+        ))
+        .await
+        .expect("read")
+        .into_inner();
+    let mut video = Vec::new();
+    while let Some(chunk) = stream.message().await.expect("chunk") {
+        video.extend_from_slice(&chunk.data);
+    }
+    video
+}
+
+#[tokio::test]
+async fn a_recording_fed_to_a_slow_encoder_still_ends_at_its_stop() {
+    // An encoder taking frames at about 1.3 MB/s: 2.8 of the 640x480 frames a second,
+    // where the recording makes 10.
+    let tools = tempfile::tempdir().expect("temp dir");
+    let slow_ffmpeg = tools.path().join("slow-ffmpeg");
+    std::fs::write(
+        &slow_ffmpeg,
+        "#!/bin/sh\npython3 -c '\nimport sys, time\nwhile chunk := sys.stdin.buffer.read1(65536):\n    \
+         sys.stdout.buffer.write(chunk); sys.stdout.buffer.flush(); time.sleep(0.05)\n' | ffmpeg \"$@\"\n",
+    )
+    .expect("write the slow encoder");
+    let mut permissions = std::fs::metadata(&slow_ffmpeg)
+        .expect("metadata")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&slow_ffmpeg, permissions).expect("chmod");
+    let secret = "s";
+    let ffmpeg_arg = format!("--ffmpeg-path={}", slow_ffmpeg.display());
+    let agent = start_agent(secret, &["--width=640", "--height=480", &ffmpeg_arg]);
+    let mut client = client(&agent).await;
+
+    let started = client
+        .start_recording(with_secret(
+            StartRecordingRequest {
+                recording_id: "slow".into(),
+                framerate: 10,
+                max_duration_seconds: 60,
+            },
+            secret,
+        ))
+        .await
+        .expect("start")
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stop_asked = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let asked = Instant::now();
+    let stopped = client
+        .stop_recording(with_secret(
+            RecordingRequest {
+                recording_id: "slow".into(),
+            },
+            secret,
+        ))
+        .await
+        .expect("stop")
+        .into_inner();
+    assert_eq!(stopped.state(), RecordingState::Finished, "{stopped:?}");
+    // Only the frames queued at the stop are left to encode, not seconds of repeats.
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+
+    let wall = (stop_asked - started.started_at_unix_ms) as f64 / 1000.0;
+    let video = read_video(&mut client, secret, "slow").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("slow.mp4");
+    std::fs::write(&path, &video).expect("write");
+    let (codec, rate, frames, duration) = probe(&path);
+    assert_eq!((codec.as_str(), rate.as_str()), ("h264", "10/1"));
+    // One frame per slot from the first frame to the stop, however few the encoder took.
+    assert!(
+        (duration - wall).abs() <= 0.1 * wall,
+        "duration {duration} for {wall} s"
+    );
+    assert_eq!(frames, stopped.frames, "{stopped:?}");
 }

@@ -1,16 +1,17 @@
 //! Screen recordings. Each recording is a thread that grabs frames on a fixed schedule and
-//! pipes them, raw, into an ffmpeg child that encodes H.264 into fragmented MP4: whatever
-//! was recorded up to a crash stays playable (if the agent dies, ffmpeg reads EOF and
-//! closes the file properly). When the recording ends (stop, its maximum duration, or a
-//! failure) the file is remuxed into a regular MP4 with its index at the front.
+//! hands them, raw and timestamped with their slot, to a writer thread feeding an ffmpeg
+//! child that encodes H.264 into fragmented MP4 (`encoder`): whatever was recorded up to
+//! a crash stays playable (if the agent dies, ffmpeg reads EOF and closes the file
+//! properly). When the recording ends (stop, its maximum duration, or a failure) the file
+//! is remuxed into a regular MP4 with its index at the front.
 //!
 //! Files live in the agent's recordings directory, outside the VM root:
 //! `<id>.recording.mp4` while recording, `<id>.mp4` once finished.
 
+mod encoder;
 mod grabber;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -81,8 +82,9 @@ pub struct RecordingInfo {
 }
 
 struct Recording {
-    /// Dropping (or sending on) the sender ends the capture.
-    stop: Mutex<Option<mpsc::Sender<()>>>,
+    /// Dropping the sender, or sending the instant the stop was asked for, ends the
+    /// capture: the video ends at that instant however late the recorder sees it.
+    stop: Mutex<Option<mpsc::Sender<Instant>>>,
     progress: watch::Receiver<Progress>,
     started_at: OnceLock<SystemTime>,
 }
@@ -121,7 +123,7 @@ struct Job {
     max_frames: u64,
     dir: PathBuf,
     ffmpeg: String,
-    stop: mpsc::Receiver<()>,
+    stop: mpsc::Receiver<Instant>,
 }
 
 impl Recordings {
@@ -246,7 +248,7 @@ impl Recordings {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take()
         {
-            let _ = stop.send(());
+            let _ = stop.send(Instant::now());
         }
         let mut progress = recording.progress.clone();
         match tokio::time::timeout(FINALIZE_TIMEOUT, progress.wait_for(Progress::is_over)).await {
@@ -401,21 +403,19 @@ struct I420Converter {
     width: u32,
     height: u32,
     source_stride: usize,
-    frame: Vec<u8>,
 }
 
 impl I420Converter {
     fn new(width: u32, height: u32) -> Self {
-        let (even_width, even_height) = (width & !1, height & !1);
         Self {
-            width: even_width,
-            height: even_height,
+            width: width & !1,
+            height: height & !1,
             source_stride: width as usize * grabber::BYTES_PER_PIXEL,
-            frame: vec![0; even_width as usize * even_height as usize * 3 / 2],
         }
     }
 
-    fn convert(&mut self, bgrx: &[u8]) -> Result<&[u8], String> {
+    /// Converts into `frame`, which holds `width * height * 3 / 2` bytes.
+    fn convert(&self, bgrx: &[u8], frame: &mut [u8]) -> Result<(), String> {
         use dcv_color_primitives::{ColorSpace, ImageFormat, PixelFormat, convert_image};
         let source = ImageFormat {
             pixel_format: PixelFormat::Bgra,
@@ -429,7 +429,7 @@ impl I420Converter {
         };
         // The planes Y, U, V one after the other: ffmpeg's yuv420p layout.
         let luma = self.width as usize * self.height as usize;
-        let (y, chroma) = self.frame.split_at_mut(luma);
+        let (y, chroma) = frame.split_at_mut(luma);
         let (u, v) = chroma.split_at_mut(luma / 4);
         convert_image(
             self.width,
@@ -441,72 +441,18 @@ impl I420Converter {
             None,
             &mut [y, u, v],
         )
-        .map_err(|error| format!("converting a frame: {error:?}"))?;
-        Ok(&self.frame)
+        .map_err(|error| format!("converting a frame: {error:?}"))
     }
 }
 
-/// ffmpeg arguments that encode I420 frames from stdin into fragmented MP4. The benchmark
-/// gives `ffmpeg -f x11grab` the same encoder settings (`bench/scenarios/record_cpu.py`).
-fn encoder_args(job: &Job) -> Vec<String> {
-    let framerate = job.framerate.to_string();
-    let mut args: Vec<String> = [
-        "-hide_banner",
-        "-loglevel",
-        "error",
-        "-f",
-        "rawvideo",
-        "-pixel_format",
-        "yuv420p",
-        "-video_size",
-        &format!("{}x{}", job.width & !1, job.height & !1),
-        "-framerate",
-        &framerate,
-        "-i",
-        "pipe:0",
-    ]
-    .map(str::to_owned)
-    .into();
-    args.extend(
-        [
-            "-c:v",
-            "libx264",
-            "-preset",
-            "veryfast",
-            "-pix_fmt",
-            "yuv420p",
-            // Say what the frames are, so players convert the colours back exactly.
-            "-colorspace",
-            "bt709",
-            "-color_primaries",
-            "bt709",
-            "-color_trc",
-            "bt709",
-            "-color_range",
-            "tv",
-            // A keyframe, and so a fragment, every second: a crash loses at most that.
-            "-g",
-            &framerate,
-            "-movflags",
-            "+frag_keyframe+empty_moov+default_base_moof",
-            // Each fragment reaches the file when it is complete, not when ffmpeg's
-            // 32 KiB buffer fills: downloads in progress and crashes see it.
-            "-flush_packets",
-            "1",
-            "-f",
-            "mp4",
-            "-y",
-        ]
-        .map(str::to_owned),
-    );
-    args.push(recording_path(&job.dir, &job.id).display().to_string());
-    args
-}
-
-/// Grabs frames on the job's schedule and feeds them to ffmpeg until stopped, the
-/// maximum duration, or a failure. Video time comes from the frame count, so when a grab
-/// comes late its frame is written once for every slot that passed. Returns the frames
-/// written, or with an error the frames written before it.
+/// Grabs frames on the job's schedule and hands them to the encoder until stopped, the
+/// maximum duration, or a failure. Each frame carries its slot on the schedule, and the
+/// encoder shows it until the next frame's slot: a late frame covers the slots that
+/// passed, and while the encoder is behind (every buffer still queued for it) slots are
+/// skipped rather than queued, so the recorder never floods a slow encoder and always
+/// sees a stop at once. The video ends at the stop instant (or the maximum duration):
+/// its frames are the slots begun by then. Returns the video's frames, or with an error
+/// the frames handed to the encoder before it.
 fn capture(
     job: &Job,
     started: &mut Option<oneshot::Sender<Result<SystemTime, String>>>,
@@ -515,80 +461,126 @@ fn capture(
         Grabber::connect(&job.display, job.width, job.height).map_err(|error| (0, error))?;
     let log = std::fs::File::create(encoder_log_path(&job.dir, &job.id))
         .map_err(|error| (0, format!("creating the encoder log: {error}")))?;
-    // Not in its own process group and without a parent-death signal, on purpose: if
-    // the agent is killed, ffmpeg reads EOF and completes the file; the runtime's kill
-    // of the agent's process group still reaps it.
-    let mut ffmpeg = Encoder(
-        Command::new(&job.ffmpeg)
-            .args(encoder_args(job))
-            .env_remove("BROWSER_AGENT_SECRET")
-            .env_remove("BROWSER_AGENT_PROXY_USERNAME")
-            .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|error| (0, format!("starting {}: {error}", job.ffmpeg)))?,
-    );
-    let mut encoder = ffmpeg.0.stdin.take();
-    let mut converter = I420Converter::new(job.width, job.height);
-    let period = Duration::from_secs(1) / job.framerate;
-    let start = Instant::now();
-    let mut written = 0u64;
-    let result = loop {
-        let frame = match grabber.grab().and_then(|frame| converter.convert(frame)) {
-            Ok(frame) => frame,
-            Err(error) => break Err(error),
-        };
-        let due = ((start.elapsed().as_nanos() / period.as_nanos()) as u64 + 1).min(job.max_frames);
-        let mut failed = None;
-        while written < due {
-            if let Some(Err(error)) = encoder.as_mut().map(|stdin| stdin.write_all(frame)) {
-                failed = Some(format!("the encoder stopped taking frames: {error}"));
-                break;
+    let converter = I420Converter::new(job.width, job.height);
+    let format = encoder::Format {
+        width: converter.width,
+        height: converter.height,
+        framerate: job.framerate,
+    };
+    let args = encoder::encoder_args(&format, &recording_path(&job.dir, &job.id));
+    let mut ffmpeg = encoder::spawn(&job.ffmpeg, &args, log).map_err(|error| (0, error))?;
+    let stdin = ffmpeg
+        .0
+        .stdin
+        .take()
+        .ok_or_else(|| (0, "the encoder has no stdin".to_owned()))?;
+    let mut writer =
+        encoder::FrameWriter::spawn(stdin, &format, &job.id).map_err(|error| (0, error))?;
+
+    let schedule = Schedule {
+        start: Instant::now(),
+        period: Duration::from_secs(1) / job.framerate,
+    };
+    let mut grab_into = |frame: &mut encoder::Frame| {
+        grabber
+            .grab()
+            .and_then(|bgrx| converter.convert(bgrx, frame.image_mut()))
+    };
+    // The last slot handed to the encoder.
+    let mut last: Option<u64> = None;
+    // The slots the video covers; `Err(None)` when the writer ended (it says why).
+    let ended: Result<u64, Option<String>> = loop {
+        let slot = schedule.slot_at(Instant::now());
+        if slot >= job.max_frames {
+            break Ok(job.max_frames);
+        }
+        match writer.free_buffer() {
+            Ok(Some(mut frame)) => {
+                if let Err(error) = grab_into(&mut frame) {
+                    break Err(Some(error));
+                }
+                if writer.send(slot, frame).is_err() {
+                    break Err(None);
+                }
+                last = Some(slot);
             }
-            written += 1;
+            // The encoder is behind: the previous frame covers this slot too.
+            Ok(None) => {}
+            Err(encoder::WriterGone) => break Err(None),
         }
-        if let Some(error) = failed {
-            break Err(error);
+        if started.is_some() {
+            // The start is answered once the first frame is in the encoder: that proves
+            // the encoder runs. Until then a failure is the start's.
+            if writer.wait_written().is_err() {
+                break Err(None);
+            }
+            if let Some(started) = started.take() {
+                let _ = started.send(Ok(SystemTime::now() - schedule.start.elapsed()));
+            }
         }
-        if let Some(started) = started.take() {
-            let _ = started.send(Ok(SystemTime::now() - start.elapsed()));
+        if slot + 1 >= job.max_frames {
+            break Ok(job.max_frames);
         }
-        if written >= job.max_frames {
-            break Ok(());
-        }
-        let next = start + Duration::from_nanos((period.as_nanos() * u128::from(written)) as u64);
+        let next = schedule.slot_start(slot + 1);
         match job
             .stop
             .recv_timeout(next.saturating_duration_since(Instant::now()))
         {
             Err(RecvTimeoutError::Timeout) => continue,
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => break Ok(()),
+            Ok(asked) => break Ok(schedule.slot_at(asked) + 1),
+            Err(RecvTimeoutError::Disconnected) => {
+                break Ok(schedule.slot_at(Instant::now()) + 1);
+            }
         }
     };
-    // EOF makes ffmpeg flush its last frames and close the file.
-    drop(encoder);
+    // The video's last slot needs a frame of its own if it was skipped, or the video
+    // would end at the last frame handed over. Grabbed now: the display at the end.
+    let ended = ended.and_then(|slots| {
+        let slots = slots
+            .min(job.max_frames)
+            .max(last.map_or(0, |slot| slot + 1));
+        let final_slot = slots.saturating_sub(1);
+        if last.is_some_and(|slot| slot < final_slot) {
+            let mut frame = writer.wait_buffer().map_err(|_| None)?;
+            grab_into(&mut frame).map_err(Some)?;
+            writer.send(final_slot, frame).map_err(|_| None)?;
+            last = Some(final_slot);
+        }
+        Ok(slots)
+    });
+    let handed = last.map_or(0, |slot| slot + 1);
+    // The writer writes what is queued and closes stdin: EOF makes ffmpeg flush its last
+    // frames and close the file.
+    let written = writer.finish();
     let encoded = match ffmpeg.0.wait() {
         Ok(status) if status.success() => Ok(()),
         Ok(status) => Err(format!("the encoder failed ({status}); see its log")),
         Err(error) => Err(format!("waiting for the encoder: {error}")),
     };
-    match result.and(encoded) {
-        Ok(()) => Ok(written),
-        Err(error) => Err((written, error)),
-    }
+    let captured = match ended {
+        Ok(slots) => written.map(|()| slots),
+        Err(Some(error)) => Err(error),
+        Err(None) => written.and(Err("the encoder's writer ended early".to_owned())),
+    };
+    captured
+        .and_then(|slots| encoded.map(|()| slots))
+        .map_err(|error| (handed, error))
 }
 
-/// The encoder child, reaped whatever happens to the recording thread (a panic
-/// included): killed if still running, then waited for. After a normal `wait` both are
-/// no-ops.
-struct Encoder(std::process::Child);
+/// The recording's fixed schedule: slot `n` begins `n` periods after the start.
+struct Schedule {
+    start: Instant,
+    period: Duration,
+}
 
-impl Drop for Encoder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+impl Schedule {
+    /// The slot under way at `at`.
+    fn slot_at(&self, at: Instant) -> u64 {
+        (at.saturating_duration_since(self.start).as_nanos() / self.period.as_nanos()) as u64
+    }
+
+    fn slot_start(&self, slot: u64) -> Instant {
+        self.start + Duration::from_nanos((self.period.as_nanos() * u128::from(slot)) as u64)
     }
 }
 

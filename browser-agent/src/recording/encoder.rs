@@ -1,0 +1,448 @@
+//! The ffmpeg encoder of one recording and the thread that feeds it.
+//!
+//! Frames travel to ffmpeg as raw I420 in a minimal Matroska stream, each with the
+//! timestamp of its slot on the recording's schedule, and ffmpeg's `fps` filter repeats a
+//! frame over the slots that have no frame of their own. So the recorder never writes a
+//! frame twice: when the encoder falls behind (a busy machine), slots are simply skipped
+//! and cost neither a grab nor a copy through the pipe, yet video time stays wall time.
+//!
+//! Writing happens on a thread of its own with a pool of [`POOL`] frame buffers, so a
+//! write blocked on a slow encoder never delays the schedule or the noticing of a stop:
+//! the recorder takes a free buffer for each slot, or skips the slot when none is free.
+
+use std::io::Write;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::thread::JoinHandle;
+
+/// Frame buffers per recording: one being written into the pipe and one waiting for it.
+/// More would only queue stale frames behind a slow encoder.
+pub const POOL: usize = 2;
+
+/// The writer thread has ended: it failed (or panicked); [`FrameWriter::finish`] says why.
+#[derive(Debug)]
+pub struct WriterGone;
+
+/// One frame buffer: room for the Matroska block header, then the I420 image.
+pub struct Frame {
+    slot: u64,
+    bytes: Vec<u8>,
+}
+
+impl Frame {
+    pub fn image_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[matroska::BLOCK_PREFIX..]
+    }
+}
+
+/// Hands frames to the writer thread and gets their buffers back once written.
+pub struct FrameWriter {
+    frames: Option<SyncSender<Frame>>,
+    returned: Receiver<Frame>,
+    /// Buffers back from the writer (or never used yet).
+    idle: Vec<Frame>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+}
+
+/// What the Matroska stream says about the frames.
+pub struct Format {
+    pub width: u32,
+    pub height: u32,
+    pub framerate: u32,
+}
+
+impl FrameWriter {
+    /// Starts the writer thread on the encoder's stdin. Dropping the writer (or
+    /// [`finish`](Self::finish)) closes stdin once the frames sent are written: ffmpeg
+    /// reads EOF and completes the file.
+    pub fn spawn(stdin: ChildStdin, format: &Format, name: &str) -> Result<Self, String> {
+        let image_bytes = format.width as usize * format.height as usize * 3 / 2;
+        let header = matroska::stream_header(format);
+        let framerate = u64::from(format.framerate);
+        let (frames_tx, frames_rx) = mpsc::sync_channel::<Frame>(POOL);
+        let (returned_tx, returned_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("encoder-{name}"))
+            .spawn(move || {
+                let mut stdin = stdin;
+                let broken =
+                    |error: std::io::Error| format!("the encoder stopped taking frames: {error}");
+                stdin.write_all(&header).map_err(broken)?;
+                for mut frame in frames_rx {
+                    let micros = frame.slot * 1_000_000 / framerate;
+                    matroska::block_prefix(&mut frame.bytes, micros);
+                    stdin.write_all(&frame.bytes).map_err(broken)?;
+                    // Only a recorder that panicked is gone; its buffers are of no use then.
+                    let _ = returned_tx.send(frame);
+                }
+                Ok(())
+            })
+            .map_err(|error| format!("starting the encoder's writer thread: {error}"))?;
+        let idle = (0..POOL)
+            .map(|_| Frame {
+                slot: 0,
+                bytes: vec![0; matroska::BLOCK_PREFIX + image_bytes],
+            })
+            .collect();
+        Ok(Self {
+            frames: Some(frames_tx),
+            returned: returned_rx,
+            idle,
+            thread: Some(thread),
+        })
+    }
+
+    /// A buffer for the next frame, or `None` while every buffer is still queued for the
+    /// encoder or being written into it (the encoder is behind; skip this slot).
+    pub fn free_buffer(&mut self) -> Result<Option<Frame>, WriterGone> {
+        loop {
+            match self.returned.try_recv() {
+                Ok(frame) => self.idle.push(frame),
+                Err(TryRecvError::Empty) => break,
+                // Buffers still in flight never come back: the writer ended.
+                Err(TryRecvError::Disconnected) if self.idle.is_empty() => return Err(WriterGone),
+                Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        Ok(self.idle.pop())
+    }
+
+    /// Waits for a buffer for the next frame.
+    pub fn wait_buffer(&mut self) -> Result<Frame, WriterGone> {
+        match self.idle.pop() {
+            Some(frame) => Ok(frame),
+            None => self.returned.recv().map_err(|_| WriterGone),
+        }
+    }
+
+    /// Waits until every frame sent has been written into the encoder's pipe.
+    pub fn wait_written(&mut self) -> Result<(), WriterGone> {
+        while self.idle.len() < POOL {
+            let frame = self.returned.recv().map_err(|_| WriterGone)?;
+            self.idle.push(frame);
+        }
+        Ok(())
+    }
+
+    /// Queues a frame for the encoder as the image of `slot` (and of the slots after it
+    /// up to the next frame's). Never blocks: there are no more buffers than room.
+    pub fn send(&mut self, slot: u64, mut frame: Frame) -> Result<(), WriterGone> {
+        frame.slot = slot;
+        self.frames
+            .as_ref()
+            .ok_or(WriterGone)?
+            .try_send(frame)
+            .map_err(|_| WriterGone)
+    }
+
+    /// Lets the writer write what is queued, close the encoder's stdin and end; answers
+    /// how it ended.
+    pub fn finish(mut self) -> Result<(), String> {
+        self.frames = None;
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(written)) => written,
+            Some(Err(_)) => Err("the encoder's writer thread failed unexpectedly".into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// ffmpeg arguments that encode the writer's stream from stdin into fragmented MP4. The
+/// benchmark gives `ffmpeg -f x11grab` the same encoder settings
+/// (`bench/scenarios/record_cpu.py`).
+pub fn encoder_args(format: &Format, output: &std::path::Path) -> Vec<String> {
+    let framerate = format.framerate.to_string();
+    let mut args: Vec<String> = [
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-f",
+        "matroska",
+        "-i",
+        "pipe:0",
+        // One output frame per slot, each the latest frame at or before its time: frames
+        // repeat over skipped slots, so video time is wall time. The filter, not the
+        // muxer's frame-rate conversion, because it places every frame at its exact
+        // slot and ends at the last one (ffmpeg 5's `-fps_mode cfr` shifts frames by a
+        // slot and pads the end).
+        "-vf",
+        &format!("fps={framerate}"),
+        "-fps_mode",
+        "passthrough",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-pix_fmt",
+        "yuv420p",
+        // Say what the frames are, so players convert the colours back exactly.
+        "-colorspace",
+        "bt709",
+        "-color_primaries",
+        "bt709",
+        "-color_trc",
+        "bt709",
+        "-color_range",
+        "tv",
+        // A keyframe, and so a fragment, every second: a crash loses at most that.
+        "-g",
+        &framerate,
+        "-movflags",
+        "+frag_keyframe+empty_moov+default_base_moof",
+        // Each fragment reaches the file when it is complete, not when ffmpeg's
+        // 32 KiB buffer fills: downloads in progress and crashes see it.
+        "-flush_packets",
+        "1",
+        "-f",
+        "mp4",
+        "-y",
+    ]
+    .map(str::to_owned)
+    .into();
+    args.push(output.display().to_string());
+    args
+}
+
+/// Starts ffmpeg on `args` with its stdin piped and its messages in `log`.
+///
+/// Not in its own process group and without a parent-death signal, on purpose: if the
+/// agent is killed, ffmpeg reads EOF and completes the file; the runtime's kill of the
+/// agent's process group still reaps it.
+pub fn spawn(ffmpeg: &str, args: &[String], log: std::fs::File) -> Result<Encoder, String> {
+    Command::new(ffmpeg)
+        .args(args)
+        .env_remove("BROWSER_AGENT_SECRET")
+        .env_remove("BROWSER_AGENT_PROXY_USERNAME")
+        .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map(Encoder)
+        .map_err(|error| format!("starting {ffmpeg}: {error}"))
+}
+
+/// The encoder child, reaped whatever happens to the recording thread (a panic
+/// included): killed if still running, then waited for. After a normal `wait` both are
+/// no-ops.
+pub struct Encoder(pub std::process::Child);
+
+impl Drop for Encoder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Just enough Matroska (EBML) for ffmpeg's demuxer to read timestamped raw frames from
+/// a pipe: a header with one uncompressed I420 video track, then one cluster per frame
+/// (a cluster's timestamp is absolute, so any gap between frames is fine). The segment
+/// has the "unknown" size of live streams; everything else has its real size.
+mod matroska {
+    use super::Format;
+
+    /// Cluster (id, size, timestamp) and SimpleBlock (id, size, block header) before
+    /// each image.
+    pub const BLOCK_PREFIX: usize = 4 + 8 + TIMESTAMP + 1 + 8 + 4;
+    /// The cluster's Timestamp element: id, size, an 8-byte unsigned integer.
+    const TIMESTAMP: usize = 1 + 1 + 8;
+    /// Nanoseconds per timestamp unit: microseconds, exact enough for any frame rate.
+    const TIMESTAMP_SCALE: u64 = 1_000;
+
+    /// An 8-byte EBML size (any size fits; ffmpeg accepts long forms).
+    fn size(bytes: u64) -> [u8; 8] {
+        (bytes | 1 << 56).to_be_bytes()
+    }
+
+    fn element(out: &mut Vec<u8>, id: &[u8], payload: &[u8]) {
+        out.extend_from_slice(id);
+        out.extend_from_slice(&size(payload.len() as u64));
+        out.extend_from_slice(payload);
+    }
+
+    fn unsigned(out: &mut Vec<u8>, id: &[u8], value: u64) {
+        element(out, id, &value.to_be_bytes());
+    }
+
+    fn master(out: &mut Vec<u8>, id: &[u8], children: impl FnOnce(&mut Vec<u8>)) {
+        let mut payload = Vec::new();
+        children(&mut payload);
+        element(out, id, &payload);
+    }
+
+    pub fn stream_header(format: &Format) -> Vec<u8> {
+        let mut out = Vec::new();
+        master(&mut out, &[0x1A, 0x45, 0xDF, 0xA3], |ebml| {
+            unsigned(ebml, &[0x42, 0x86], 1); // EBMLVersion
+            unsigned(ebml, &[0x42, 0xF7], 1); // EBMLReadVersion
+            unsigned(ebml, &[0x42, 0xF2], 4); // EBMLMaxIDLength
+            unsigned(ebml, &[0x42, 0xF3], 8); // EBMLMaxSizeLength
+            element(ebml, &[0x42, 0x82], b"matroska"); // DocType
+            unsigned(ebml, &[0x42, 0x87], 4); // DocTypeVersion
+            unsigned(ebml, &[0x42, 0x85], 2); // DocTypeReadVersion
+        });
+        // Segment, of unknown size: it lasts until EOF.
+        out.extend_from_slice(&[
+            0x18, 0x53, 0x80, 0x67, 0x01, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+        ]);
+        master(&mut out, &[0x15, 0x49, 0xA9, 0x66], |info| {
+            unsigned(info, &[0x2A, 0xD7, 0xB1], TIMESTAMP_SCALE);
+            element(info, &[0x4D, 0x80], b"browser-agent"); // MuxingApp
+            element(info, &[0x57, 0x41], b"browser-agent"); // WritingApp
+        });
+        master(&mut out, &[0x16, 0x54, 0xAE, 0x6B], |tracks| {
+            master(tracks, &[0xAE], |track| {
+                unsigned(track, &[0xD7], 1); // TrackNumber
+                unsigned(track, &[0x73, 0xC5], 1); // TrackUID
+                unsigned(track, &[0x83], 1); // TrackType: video
+                unsigned(track, &[0x9C], 0); // FlagLacing
+                // DefaultDuration: the nominal frame rate, so ffmpeg need not measure it
+                // from the first frames before it starts encoding.
+                unsigned(
+                    track,
+                    &[0x23, 0xE3, 0x83],
+                    1_000_000_000 / u64::from(format.framerate),
+                );
+                element(track, &[0x86], b"V_UNCOMPRESSED"); // CodecID
+                master(track, &[0xE0], |video| {
+                    unsigned(video, &[0xB0], u64::from(format.width)); // PixelWidth
+                    unsigned(video, &[0xBA], u64::from(format.height)); // PixelHeight
+                    element(video, &[0x2E, 0xB5, 0x24], b"I420"); // ColourSpace (FourCC)
+                });
+            });
+        });
+        out
+    }
+
+    /// Fills the first [`BLOCK_PREFIX`] bytes of `frame` (prefix and image) with the
+    /// headers of a cluster at `timestamp` holding the image as its one keyframe.
+    pub fn block_prefix(frame: &mut [u8], timestamp: u64) {
+        let image = (frame.len() - BLOCK_PREFIX) as u64;
+        let block = 4 + image;
+        let cluster = TIMESTAMP as u64 + 1 + 8 + block;
+        let parts: [&[u8]; 7] = [
+            &[0x1F, 0x43, 0xB6, 0x75], // Cluster
+            &size(cluster),
+            &[0xE7, 0x88], // Timestamp, 8 bytes
+            &timestamp.to_be_bytes(),
+            &[0xA3], // SimpleBlock
+            &size(block),
+            // Track 1, no offset from the cluster's timestamp, keyframe.
+            &[0x81, 0x00, 0x00, 0x80],
+        ];
+        let mut at = 0;
+        for part in parts {
+            frame[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORMAT: Format = Format {
+        width: 64,
+        height: 48,
+        framerate: 10,
+    };
+
+    fn image_bytes() -> usize {
+        FORMAT.width as usize * FORMAT.height as usize * 3 / 2
+    }
+
+    /// A flat grey frame of luma `y`.
+    fn fill(frame: &mut Frame, y: u8) {
+        let luma = FORMAT.width as usize * FORMAT.height as usize;
+        let image = frame.image_mut();
+        image[..luma].fill(y);
+        image[luma..].fill(128);
+    }
+
+    #[test]
+    fn frames_cover_their_slots_until_the_next_frame_and_the_video_ends_at_the_last() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let output = dir.path().join("out.mp4");
+        let log = std::fs::File::create(dir.path().join("log")).expect("log");
+        let mut ffmpeg = spawn("ffmpeg", &encoder_args(&FORMAT, &output), log).expect("ffmpeg");
+        let stdin = ffmpeg.0.stdin.take().expect("stdin");
+        let mut writer = FrameWriter::spawn(stdin, &FORMAT, "test").expect("writer");
+        // Gaps of several slots, as when the encoder was behind, then the final slot.
+        let frames = [
+            (0, 20),
+            (1, 50),
+            (2, 80),
+            (5, 110),
+            (6, 140),
+            (20, 170),
+            (29, 200),
+        ];
+        for (slot, y) in frames {
+            let mut frame = writer.wait_buffer().expect("buffer");
+            fill(&mut frame, y);
+            writer.send(slot, frame).expect("send");
+        }
+        writer.finish().expect("written");
+        assert!(ffmpeg.0.wait().expect("wait").success());
+
+        let decoded = Command::new("ffmpeg")
+            .args(["-v", "error", "-i"])
+            .arg(&output)
+            .args(["-f", "rawvideo", "-pix_fmt", "yuv420p", "-"])
+            .output()
+            .expect("decode");
+        assert!(decoded.status.success());
+        let shown: Vec<u8> = decoded
+            .stdout
+            .chunks(image_bytes())
+            .map(|frame| frame[FORMAT.width as usize * 24 + 32])
+            .collect();
+        let expected: Vec<u8> = (0..30)
+            .map(|slot| {
+                frames
+                    .iter()
+                    .rev()
+                    .find(|(at, _)| *at <= slot)
+                    .map_or(0, |(_, y)| *y)
+            })
+            .collect();
+        assert_eq!(shown.len(), expected.len(), "one frame per slot: {shown:?}");
+        for (slot, (shown, expected)) in shown.iter().zip(&expected).enumerate() {
+            assert!(
+                shown.abs_diff(*expected) <= 3,
+                "slot {slot}: {shown:?} != {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_busy_encoder_gets_no_more_frames_than_the_pool_and_its_failure_is_reported() {
+        // An "encoder" that never reads: the pipe fills and the writer blocks.
+        let mut child = Encoder(
+            Command::new("sleep")
+                .arg("30")
+                .stdin(Stdio::piped())
+                .spawn()
+                .expect("sleep"),
+        );
+        let big = Format {
+            width: 640,
+            height: 480,
+            framerate: 10,
+        };
+        let stdin = child.0.stdin.take().expect("stdin");
+        let mut writer = FrameWriter::spawn(stdin, &big, "test").expect("writer");
+        for slot in 0..POOL as u64 {
+            let frame = writer.free_buffer().expect("alive").expect("a free buffer");
+            writer.send(slot, frame).expect("send");
+        }
+        // Every buffer is queued or being written: the next slot is to be skipped.
+        assert!(writer.free_buffer().expect("alive").is_none());
+
+        child.0.kill().expect("kill");
+        let _ = child.0.wait();
+        let error = writer.finish().expect_err("the encoder is gone");
+        assert!(error.contains("stopped taking frames"), "{error}");
+    }
+}
