@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import kernel
 import pytest
-from kernel import Kernel
+from kernel import Kernel, NotFoundError
 from playwright.sync_api import sync_playwright
 
 from harness import REPO, ControlPlane, processes_mentioning, session_processes, wait_until
@@ -263,6 +263,40 @@ def test_a_killed_agent_still_leaves_a_playable_recording(control_plane, client,
     # The encoder finished the file on EOF and exited; nothing of the browser is left.
     browser_dir = str(control_plane.data_dir / "browsers" / sid)
     assert wait_until(lambda: not processes_mentioning(browser_dir), 10), processes_mentioning(browser_dir)
+
+
+def test_a_killed_agent_is_noticed_at_once_and_its_replay_ends_where_the_video_ends(tmp_path):
+    # The default agent grace (60 s): heartbeats come only every 15 s, so the session must
+    # end because the runtime sees its agent gone, not because a heartbeat failed.
+    server = ControlPlane(tmp_path / "data").start()
+    try:
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
+        sid = session.session_id
+        replay = client.browsers.replays.start(sid)
+        time.sleep(3)
+        (agent,) = session_processes(server, sid)["agent"]
+        os.kill(agent, signal.SIGKILL)
+        killed = time.time()
+
+        def gone() -> bool:
+            try:
+                client.browsers.retrieve(sid)
+                return False
+            except NotFoundError:
+                return True
+
+        assert wait_until(gone, 10, interval=0.05)
+        assert time.time() - killed < 2.0, "the session still answered as live"
+        finished = wait_finished(client, sid, replay.replay_id, timeout=30)
+        video = download(client, sid, replay.replay_id, tmp_path / "killed.mp4")
+        duration = float(probe(video)["duration"])
+        recorded_for = timestamp(finished.finished_at) - timestamp(finished.started_at)
+        # finished_at is the end of what was recorded (the kill), not when it was reaped.
+        assert abs(recorded_for - duration) < 1.0, (recorded_for, duration)
+        assert timestamp(finished.finished_at) <= killed + 1.0, (finished.finished_at, killed)
+    finally:
+        server.reap_everything()
 
 
 def test_recordings_survive_a_control_plane_restart(control_plane, client, tmp_path):
