@@ -12,9 +12,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use browser_agent_proto::fake_v1::browser_agent_server::{BrowserAgent, BrowserAgentServer};
 use browser_agent_proto::fake_v1::{
-    DevtoolsState, Empty, ShutdownRequest, ShutdownResponse, StatusRequest, StatusResponse,
+    DataChunk, DevtoolsState, Empty, RecordingInfo, RecordingRequest, RecordingState,
+    ShutdownRequest, ShutdownResponse, StartRecordingRequest, StatusRequest, StatusResponse,
 };
 use tokio::sync::{Notify, Semaphore};
+use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use crate::app::{ServiceSettings, Services};
@@ -22,10 +24,31 @@ use crate::managed_auth::vault::Vault;
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
 use crate::store::AgentLocation;
 
-/// An agent that is always ready and resets instantly; counts its resets.
+/// An agent that is always ready, resets instantly and records a tiny "video"; counts
+/// what it was asked. With `recordings_unreachable` its recording calls fail as those of
+/// a dead agent do.
 #[derive(Clone, Default)]
 pub struct FakeAgent {
     pub resets: Arc<AtomicUsize>,
+    pub recording_stops: Arc<AtomicUsize>,
+    pub recording_reads: Arc<AtomicUsize>,
+    pub recordings_unreachable: Arc<AtomicBool>,
+}
+
+/// What the fake agent records.
+pub const FAKE_VIDEO: &[u8] = b"fake video";
+
+fn unix_ms_now() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl FakeAgent {
+    fn reachable(&self) -> Result<(), Status> {
+        if self.recordings_unreachable.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("connection refused"));
+        }
+        Ok(())
+    }
 }
 
 #[tonic::async_trait]
@@ -49,6 +72,53 @@ impl BrowserAgent for FakeAgent {
 
     async fn reset_browser(&self, _request: Request<Empty>) -> Result<Response<Empty>, Status> {
         self.resets.fetch_add(1, Ordering::SeqCst);
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn start_recording(
+        &self,
+        request: Request<StartRecordingRequest>,
+    ) -> Result<Response<RecordingInfo>, Status> {
+        self.reachable()?;
+        Ok(Response::new(RecordingInfo {
+            recording_id: request.into_inner().recording_id,
+            state: RecordingState::Recording.into(),
+            started_at_unix_ms: unix_ms_now(),
+            ..Default::default()
+        }))
+    }
+
+    async fn stop_recording(
+        &self,
+        request: Request<RecordingRequest>,
+    ) -> Result<Response<RecordingInfo>, Status> {
+        self.reachable()?;
+        self.recording_stops.fetch_add(1, Ordering::SeqCst);
+        Ok(Response::new(RecordingInfo {
+            recording_id: request.into_inner().recording_id,
+            state: RecordingState::Finished.into(),
+            finished_at_unix_ms: unix_ms_now(),
+            size_bytes: FAKE_VIDEO.len() as u64,
+            ..Default::default()
+        }))
+    }
+
+    async fn read_recording(
+        &self,
+        _request: Request<RecordingRequest>,
+    ) -> Result<Response<BoxStream<DataChunk>>, Status> {
+        self.reachable()?;
+        self.recording_reads.fetch_add(1, Ordering::SeqCst);
+        let chunk = DataChunk {
+            data: FAKE_VIDEO.to_vec(),
+        };
+        Ok(Response::new(Box::pin(tokio_stream::iter([Ok(chunk)]))))
+    }
+
+    async fn delete_recording(
+        &self,
+        _request: Request<RecordingRequest>,
+    ) -> Result<Response<Empty>, Status> {
         Ok(Response::new(Empty {}))
     }
 }
@@ -83,6 +153,8 @@ pub struct FakeRuntime {
     exit: Notify,
     /// What the last `reap_strays` was told to keep.
     pub kept_by_reap: Mutex<Option<HashSet<String>>>,
+    /// The file a dead agent "left" for every recording.
+    pub leftover: Mutex<Option<PathBuf>>,
 }
 
 impl FakeRuntime {
@@ -97,6 +169,7 @@ impl FakeRuntime {
             exited: Mutex::default(),
             exit: Notify::new(),
             kept_by_reap: Mutex::default(),
+            leftover: Mutex::default(),
         }
     }
 
@@ -184,7 +257,7 @@ impl Runtime for FakeRuntime {
     }
 
     fn leftover_recording(&self, _session_id: &str, _recording_id: &str) -> Option<PathBuf> {
-        None
+        self.leftover.lock().expect("lock").clone()
     }
 }
 

@@ -5,6 +5,9 @@
 //! left on this host is salvaged instead. State lives in the store; `resume` picks up
 //! recordings after a control-plane restart.
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};

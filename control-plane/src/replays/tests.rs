@@ -1,0 +1,137 @@
+//! Finishing recordings when stops, session ends and dead agents race, over a fake
+//! runtime and a fake agent.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::app::Services;
+use crate::sessions::BrowserConfig;
+use crate::testing::{FAKE_VIDEO, FakeAgent, FakeRuntime, services};
+
+async fn recording_session(
+    dir: &Path,
+) -> (
+    Services,
+    Arc<FakeRuntime>,
+    FakeAgent,
+    SessionRecord,
+    ReplayRecord,
+) {
+    let (services, runtime, agent) = services(dir).await;
+    let org_id = services
+        .store
+        .ensure_organization("acme")
+        .await
+        .expect("org")
+        .id;
+    let spec = services
+        .sessions
+        .spec(&org_id, &BrowserConfig::default(), None, Vec::new())
+        .await
+        .expect("spec");
+    let session = services
+        .sessions
+        .create(&org_id, spec)
+        .await
+        .expect("created");
+    let client = services.sessions.agent(&session).expect("agent");
+    let replay = services
+        .replays
+        .start(&session, client, 10, 60)
+        .await
+        .expect("recording");
+    (services, runtime, agent, session, replay)
+}
+
+async fn stored(services: &Services, replay: &ReplayRecord) -> ReplayRecord {
+    services
+        .store
+        .replay(&replay.org_id, &replay.session_id, &replay.id)
+        .await
+        .expect("store")
+        .expect("on record")
+}
+
+fn stored_video(services: &Services, replay: &ReplayRecord) -> Vec<u8> {
+    let key = replay.blob_key.as_deref().expect("a video is stored");
+    let path = services.blobs.local_path(key).expect("local blob");
+    std::fs::read(path).expect("the video is readable")
+}
+
+#[tokio::test]
+async fn a_stop_racing_the_end_of_its_session_finishes_the_replay_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, agent, session, replay) = recording_session(dir.path()).await;
+    let client = services.sessions.agent(&session).ok();
+    let (stopped, ended) = tokio::join!(
+        services.replays.stop(&session, client, replay.clone()),
+        services.sessions.end(&session, "deleted by the API"),
+    );
+    assert!(ended.expect("end"), "the end ended the session");
+    match stopped {
+        Ok(answered) => assert_eq!(answered.status, ReplayStatus::Finished),
+        // The end claimed it first.
+        Err(ServiceError::Conflict(_)) => {}
+        Err(other) => panic!("a racing stop must answer the replay or 409: {other:?}"),
+    }
+    let finished = stored(&services, &replay).await;
+    assert_eq!(finished.status, ReplayStatus::Finished);
+    assert_eq!(finished.size_bytes, Some(FAKE_VIDEO.len() as i64));
+    assert_eq!(stored_video(&services, &finished), FAKE_VIDEO);
+    assert_eq!(
+        agent.recording_reads.load(Ordering::SeqCst),
+        1,
+        "collected once"
+    );
+}
+
+#[tokio::test]
+async fn a_replay_whose_agent_died_keeps_what_was_left_and_ends_when_it_was_written() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, runtime, agent, session, replay) = recording_session(dir.path()).await;
+    // The agent died 200 ms into the recording; its encoder completed the file then.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let leftover = dir.path().join("left.recording.mp4");
+    std::fs::write(&leftover, b"salvaged bytes").expect("leftover");
+    let died_at = SystemTime::from(replay.started_at) + Duration::from_millis(200);
+    std::fs::File::options()
+        .write(true)
+        .open(&leftover)
+        .and_then(|file| file.set_modified(died_at))
+        .expect("mtime");
+    *runtime.leftover.lock().expect("lock") = Some(leftover);
+    agent.recordings_unreachable.store(true, Ordering::SeqCst);
+
+    services
+        .sessions
+        .end(&session, "browser agent exited")
+        .await
+        .expect("end");
+
+    let finished = stored(&services, &replay).await;
+    assert_eq!(finished.status, ReplayStatus::Finished);
+    assert_eq!(stored_video(&services, &finished), b"salvaged bytes");
+    let finished_at = finished.finished_at.expect("finished");
+    assert_eq!(
+        finished_at.timestamp_millis(),
+        DateTime::<Utc>::from(died_at).timestamp_millis(),
+        "finished_at is the end of what was recorded, not the reap"
+    );
+}
+
+#[tokio::test]
+async fn a_headless_browser_has_nothing_to_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, _, session, _) = recording_session(dir.path()).await;
+    let headless = SessionRecord {
+        headless: true,
+        ..session.clone()
+    };
+    let client = services.sessions.agent(&session).expect("agent");
+    let refused = services.replays.start(&headless, client, 10, 60).await;
+    assert!(
+        matches!(refused, Err(ServiceError::Invalid(_))),
+        "{refused:?}"
+    );
+}
