@@ -302,3 +302,32 @@ pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The id of a test organization.
+pub async fn organization(services: &Services) -> String {
+    services
+        .store
+        .ensure_organization("acme")
+        .await
+        .expect("org")
+        .id
+}
+
+/// A running browser of the organization, with the default configuration.
+pub async fn running_session(services: &Services, org_id: &str) -> crate::store::SessionRecord {
+    let spec = services
+        .sessions
+        .spec(
+            org_id,
+            &crate::sessions::BrowserConfig::default(),
+            None,
+            Vec::new(),
+        )
+        .await
+        .expect("the default configuration is valid");
+    services
+        .sessions
+        .create(org_id, spec)
+        .await
+        .expect("created")
+}

@@ -246,13 +246,20 @@ def test_deleting_the_browser_keeps_a_playable_recording(client, tmp_path):
     assert decodes_cleanly(video)
 
 
-def test_a_killed_agent_still_leaves_a_playable_recording(control_plane, client, tmp_path):
+def record_then_kill_the_agent(server: ControlPlane, client: Kernel):
+    """A browser recording for 3 s whose agent is then SIGKILLed; answers (session id,
+    replay, the time of the kill)."""
     session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
     sid = session.session_id
     replay = client.browsers.replays.start(sid)
     time.sleep(3)
-    (agent,) = session_processes(control_plane, sid)["agent"]
+    (agent,) = session_processes(server, sid)["agent"]
     os.kill(agent, signal.SIGKILL)
+    return sid, replay, time.time()
+
+
+def test_a_killed_agent_still_leaves_a_playable_recording(control_plane, client, tmp_path):
+    sid, replay, _ = record_then_kill_the_agent(control_plane, client)
     # The control plane notices the dead agent, ends the session and salvages the file.
     wait_finished(client, sid, replay.replay_id, timeout=30)
     video = download(client, sid, replay.replay_id, tmp_path / "killed.mp4")
@@ -271,13 +278,7 @@ def test_a_killed_agent_is_noticed_at_once_and_its_replay_ends_where_the_video_e
     server = ControlPlane(tmp_path / "data").start()
     try:
         client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
-        session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
-        sid = session.session_id
-        replay = client.browsers.replays.start(sid)
-        time.sleep(3)
-        (agent,) = session_processes(server, sid)["agent"]
-        os.kill(agent, signal.SIGKILL)
-        killed = time.time()
+        sid, replay, killed = record_then_kill_the_agent(server, client)
 
         def gone() -> bool:
             try:

@@ -5,19 +5,14 @@ use std::time::Duration;
 
 use super::*;
 use crate::app::Services;
-use crate::testing::{eventually, services};
+use crate::testing::{eventually, organization, services};
 
 async fn started_pool(services: &Services, size: i64) -> (String, PoolView) {
     services
         .start(Duration::from_secs(3600))
         .await
         .expect("services start");
-    let org_id = services
-        .store
-        .ensure_organization("acme")
-        .await
-        .expect("org")
-        .id;
+    let org_id = organization(services).await;
     let pool = services
         .pools
         .create(
@@ -51,17 +46,28 @@ async fn members(services: &Services, pool: &PoolView) -> Vec<SessionRecord> {
         .expect("members")
 }
 
+async fn lease(services: &Services, org_id: &str, pool: &PoolView) -> SessionRecord {
+    let (_, leased) = services
+        .pools
+        .acquire(org_id, &pool.record.id, Some(Duration::ZERO))
+        .await
+        .expect("acquire");
+    leased.expect("an idle browser was leased")
+}
+
+async fn is_idle_again(services: &Services, pool: &PoolView, id: &str) -> bool {
+    members(services, pool)
+        .await
+        .iter()
+        .any(|m| m.id == id && m.pool_lease == Some(PoolLease::Idle))
+}
+
 #[tokio::test]
 async fn a_release_racing_the_lease_timeout_leaves_one_outcome_and_the_pool_refills() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, _, _) = services(dir.path()).await;
     let (org_id, pool) = started_pool(&services, 1).await;
-    let (_, leased) = services
-        .pools
-        .acquire(&org_id, &pool.record.id, Some(Duration::ZERO))
-        .await
-        .expect("acquire");
-    let leased = leased.expect("an idle browser was leased");
+    let leased = lease(&services, &org_id, &pool).await;
 
     let (released, timed_out) = tokio::join!(
         services
@@ -141,23 +147,13 @@ async fn a_release_for_reuse_resets_the_browser_and_makes_it_idle_again() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, _, agent) = services(dir.path()).await;
     let (org_id, pool) = started_pool(&services, 1).await;
-    let (_, leased) = services
-        .pools
-        .acquire(&org_id, &pool.record.id, Some(Duration::ZERO))
-        .await
-        .expect("acquire");
-    let leased = leased.expect("leased");
+    let leased = lease(&services, &org_id, &pool).await;
     services
         .pools
         .release(&org_id, &pool.record.id, &leased.id, true)
         .await
         .expect("released");
-    let idle_again = async || {
-        members(&services, &pool)
-            .await
-            .iter()
-            .any(|m| m.id == leased.id && m.pool_lease == Some(PoolLease::Idle))
-    };
+    let idle_again = async || is_idle_again(&services, &pool, &leased.id).await;
     eventually("the same browser is idle again", idle_again).await;
     assert_eq!(agent.resets.load(Ordering::SeqCst), 1);
 }
@@ -167,12 +163,7 @@ async fn a_restart_resumes_the_resets_a_previous_process_left() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, _, agent) = services(dir.path()).await;
     let (org_id, pool) = started_pool(&services, 1).await;
-    let (_, leased) = services
-        .pools
-        .acquire(&org_id, &pool.record.id, Some(Duration::ZERO))
-        .await
-        .expect("acquire");
-    let leased = leased.expect("leased");
+    let leased = lease(&services, &org_id, &pool).await;
     // The previous process marked it resetting and was cut off before resetting it.
     assert!(
         services
@@ -187,12 +178,7 @@ async fn a_restart_resumes_the_resets_a_previous_process_left() {
         .start(Duration::from_secs(3600))
         .await
         .expect("restarted");
-    let idle_again = async || {
-        members(&after, &pool)
-            .await
-            .iter()
-            .any(|m| m.id == leased.id && m.pool_lease == Some(PoolLease::Idle))
-    };
+    let idle_again = async || is_idle_again(&after, &pool, &leased.id).await;
     eventually("the reset is resumed", idle_again).await;
     // The adopted browser still names the first fake agent, which did the reset.
     assert_eq!(

@@ -6,8 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::app::Services;
-use crate::sessions::BrowserConfig;
-use crate::testing::{FAKE_VIDEO, FakeAgent, FakeRuntime, services};
+use crate::testing::{FAKE_VIDEO, FakeAgent, FakeRuntime, organization, running_session, services};
 
 async fn recording_session(
     dir: &Path,
@@ -19,22 +18,8 @@ async fn recording_session(
     ReplayRecord,
 ) {
     let (services, runtime, agent) = services(dir).await;
-    let org_id = services
-        .store
-        .ensure_organization("acme")
-        .await
-        .expect("org")
-        .id;
-    let spec = services
-        .sessions
-        .spec(&org_id, &BrowserConfig::default(), None, Vec::new())
-        .await
-        .expect("spec");
-    let session = services
-        .sessions
-        .create(&org_id, spec)
-        .await
-        .expect("created");
+    let org_id = organization(&services).await;
+    let session = running_session(&services, &org_id).await;
     let client = services.sessions.agent(&session).expect("agent");
     let replay = services
         .replays

@@ -90,23 +90,14 @@ const STALE_START: Duration = Duration::from_secs(180);
 
 impl Sessions {
     pub fn new(deps: SessionsDeps) -> Self {
-        let SessionsDeps {
-            store,
-            runtime,
-            agents,
-            replays,
-            profiles,
-            blobs,
-            proxy_upstreams,
-        } = deps;
         Self {
-            store,
-            runtime,
-            agents,
-            replays,
-            profiles,
-            blobs,
-            proxy_upstreams,
+            store: deps.store,
+            runtime: deps.runtime,
+            agents: deps.agents,
+            replays: deps.replays,
+            profiles: deps.profiles,
+            blobs: deps.blobs,
+            proxy_upstreams: deps.proxy_upstreams,
             activity: Mutex::default(),
             running: Mutex::default(),
         }

@@ -5,11 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::store::AgentLocation;
-use crate::testing::{eventually, services, services_over};
-
-async fn organization(store: &dyn Store) -> String {
-    store.ensure_organization("acme").await.expect("org").id
-}
+use crate::testing::{eventually, organization, running_session, services, services_over};
 
 async fn stored(store: &dyn Store, org_id: &str, id: &str) -> SessionRecord {
     store
@@ -19,20 +15,17 @@ async fn stored(store: &dyn Store, org_id: &str, id: &str) -> SessionRecord {
         .expect("the session is on record")
 }
 
-async fn default_spec(sessions: &Sessions, org_id: &str) -> BrowserSpec {
-    sessions
-        .spec(org_id, &BrowserConfig::default(), None, Vec::new())
-        .await
-        .expect("the default configuration is valid")
-}
-
 #[tokio::test]
 async fn an_end_racing_a_launch_ends_the_session_and_reaps_the_browser() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, runtime, _) = services(dir.path()).await;
-    let org_id = organization(services.store.as_ref()).await;
+    let org_id = organization(&services).await;
     let gate = runtime.hold_launches();
-    let spec = default_spec(&services.sessions, &org_id).await;
+    let spec = services
+        .sessions
+        .spec(&org_id, &BrowserConfig::default(), None, Vec::new())
+        .await
+        .expect("valid");
     let sessions = services.sessions.clone();
     let (org, creating) = (org_id.clone(), spec.clone());
     let create = tokio::spawn(async move { sessions.create(&org, creating).await });
@@ -68,13 +61,8 @@ async fn an_end_racing_a_launch_ends_the_session_and_reaps_the_browser() {
 async fn concurrent_ends_end_a_session_once() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, _, _) = services(dir.path()).await;
-    let org_id = organization(services.store.as_ref()).await;
-    let spec = default_spec(&services.sessions, &org_id).await;
-    let session = services
-        .sessions
-        .create(&org_id, spec)
-        .await
-        .expect("created");
+    let org_id = organization(&services).await;
+    let session = running_session(&services, &org_id).await;
     let (first, second) = tokio::join!(
         services.sessions.end(&session, "deleted by the API"),
         services.sessions.end(&session, "inactivity timeout"),
@@ -95,13 +83,8 @@ async fn concurrent_ends_end_a_session_once() {
 async fn a_session_whose_agent_dies_ends_within_two_seconds() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, runtime, _) = services(dir.path()).await;
-    let org_id = organization(services.store.as_ref()).await;
-    let spec = default_spec(&services.sessions, &org_id).await;
-    let session = services
-        .sessions
-        .create(&org_id, spec)
-        .await
-        .expect("created");
+    let org_id = organization(&services).await;
+    let session = running_session(&services, &org_id).await;
     let killed = Instant::now();
     runtime.kill(&session.id);
     eventually("the session has ended", async || {
@@ -124,18 +107,9 @@ async fn a_session_whose_agent_dies_ends_within_two_seconds() {
 async fn a_restart_adopts_browsers_that_answer_and_ends_the_others() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (before, runtime, _) = services(dir.path()).await;
-    let org_id = organization(before.store.as_ref()).await;
-    let spec = default_spec(&before.sessions, &org_id).await;
-    let alive = before
-        .sessions
-        .create(&org_id, spec.clone())
-        .await
-        .expect("created");
-    let dead = before
-        .sessions
-        .create(&org_id, spec)
-        .await
-        .expect("created");
+    let org_id = organization(&before).await;
+    let alive = running_session(&before, &org_id).await;
+    let dead = running_session(&before, &org_id).await;
     // A previous process lost this agent (nothing listens there any more) and left a
     // launch unfinished.
     let unreachable = AgentLocation {
