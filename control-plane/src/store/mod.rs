@@ -1,9 +1,10 @@
 //! Durable state. `Store` is the only way the rest of the control plane reads or writes
-//! it; SQLite (embedded, the default) and PostgreSQL (many replicas) implement it, and one
-//! contract test suite (`tests/tests/store_contract.rs`) runs against both.
+//! it. `SqlStore` implements it once, over SQLite (embedded, the default) or PostgreSQL
+//! (many replicas); one contract test suite (`tests/tests/store_contract.rs`) runs
+//! against both.
 
-mod postgres;
-mod sqlite;
+mod database;
+mod sql;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,8 +12,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-pub use postgres::PostgresStore;
-pub use sqlite::SqliteStore;
+pub use sql::SqlStore;
+
+use database::Database;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -299,17 +301,6 @@ pub enum SessionFilter {
     All,
 }
 
-impl SessionFilter {
-    /// The SQL condition (both dialects) appended to `WHERE org_id = …`.
-    fn sql_condition(self) -> &'static str {
-        match self {
-            Self::Live => "AND status <> 'ended'",
-            Self::Ended => "AND status = 'ended'",
-            Self::All => "",
-        }
-    }
-}
-
 /// Columns of `browser_sessions` in the order both backends read and write them.
 const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
     timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
@@ -493,16 +484,15 @@ const EXTENSION_COLUMNS: &str = "id, org_id, name, size_bytes, blob_key, created
 /// PostgreSQL, otherwise (or when absent) the SQLite file `<data_dir>/control-plane.db`.
 /// Applies pending migrations.
 pub async fn open(database_url: Option<&str>, data_dir: &Path) -> anyhow::Result<Arc<dyn Store>> {
-    match database_url {
+    let database = match database_url {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            Ok(Arc::new(PostgresStore::connect(url).await?))
+            Database::connect_postgres(url).await
         }
         Some(url) => {
             let path = url.strip_prefix("sqlite://").unwrap_or(url);
-            Ok(Arc::new(SqliteStore::open(Path::new(path)).await?))
+            Database::open_sqlite(Path::new(path)).await
         }
-        None => Ok(Arc::new(
-            SqliteStore::open(&data_dir.join("control-plane.db")).await?,
-        )),
-    }
+        None => Database::open_sqlite(&data_dir.join("control-plane.db")).await,
+    }?;
+    Ok(Arc::new(SqlStore::new(database)))
 }

@@ -1,0 +1,414 @@
+//! The two database backends behind one small interface: run a statement with
+//! parameters, read rows by column index. Everything above (the SQL text, the row
+//! mappings) is written once in `sql.rs`; only connecting, migrating and moving values
+//! in and out of each driver lives here.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+use tokio_postgres::types::{IsNull, Type, to_sql_checked};
+
+use super::{StoreError, StoreResult};
+
+mod sqlite_migrations {
+    refinery::embed_migrations!("migrations/sqlite");
+}
+
+mod postgres_migrations {
+    refinery::embed_migrations!("migrations/postgres");
+}
+
+/// Connections a PostgreSQL store keeps open.
+const POSTGRES_POOL_SIZE: usize = 16;
+
+/// Prepared statements SQLite keeps: more than the store has, so none is prepared twice.
+const SQLITE_STATEMENT_CACHE: usize = 128;
+
+/// PostgreSQL's row-lock clause. SQLite has no row locks, and needs none: its one
+/// connection runs each statement alone.
+const POSTGRES_ROW_LOCK: &str = " FOR UPDATE SKIP LOCKED";
+
+/// One SQL statement, written in PostgreSQL's dialect (`$N` placeholders), with its
+/// SQLite spelling (`?N`, no row locks) derived once. Made with the `sql!` macro.
+pub struct Statement {
+    postgres: String,
+    sqlite: String,
+}
+
+impl Statement {
+    pub fn new(postgres: String) -> Self {
+        let sqlite = postgres.replace(POSTGRES_ROW_LOCK, "").replace('$', "?");
+        Self { postgres, sqlite }
+    }
+}
+
+/// A statement built once per call site, on first use: `sql!("SELECT … {COLUMNS} …")`.
+macro_rules! sql {
+    ($($format:tt)+) => {{
+        static STATEMENT: std::sync::LazyLock<$crate::store::database::Statement> =
+            std::sync::LazyLock::new(|| $crate::store::database::Statement::new(format!($($format)+)));
+        &*STATEMENT
+    }};
+}
+pub(crate) use sql;
+
+/// A statement parameter, owned so that SQLite's blocking thread can take it.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Null,
+    Text(String),
+    Int(i64),
+    Bool(bool),
+    Time(DateTime<Utc>),
+    Bytes(Vec<u8>),
+}
+
+/// Anything that can be a statement parameter; see the `params!` macro.
+pub trait ToValue {
+    fn to_value(&self) -> Value;
+}
+
+impl ToValue for str {
+    fn to_value(&self) -> Value {
+        Value::Text(self.to_owned())
+    }
+}
+
+impl ToValue for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+
+impl ToValue for i64 {
+    fn to_value(&self) -> Value {
+        Value::Int(*self)
+    }
+}
+
+impl ToValue for u32 {
+    fn to_value(&self) -> Value {
+        Value::Int(i64::from(*self))
+    }
+}
+
+impl ToValue for bool {
+    fn to_value(&self) -> Value {
+        Value::Bool(*self)
+    }
+}
+
+impl ToValue for DateTime<Utc> {
+    fn to_value(&self) -> Value {
+        Value::Time(*self)
+    }
+}
+
+impl ToValue for Vec<u8> {
+    fn to_value(&self) -> Value {
+        Value::Bytes(self.clone())
+    }
+}
+
+impl<T: ToValue + ?Sized> ToValue for &T {
+    fn to_value(&self) -> Value {
+        (**self).to_value()
+    }
+}
+
+impl<T: ToValue> ToValue for Option<T> {
+    fn to_value(&self) -> Value {
+        self.as_ref().map_or(Value::Null, ToValue::to_value)
+    }
+}
+
+/// `params![a, b, …]`: the statement's parameters `$1, $2, …`, in order.
+macro_rules! params {
+    ($($value:expr),* $(,)?) => {
+        vec![$($crate::store::database::ToValue::to_value(&$value)),*]
+    };
+}
+pub(crate) use params;
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Self::Null => Ok(rusqlite::types::Null.into()),
+            Self::Text(text) => text.to_sql(),
+            Self::Int(int) => int.to_sql(),
+            Self::Bool(flag) => flag.to_sql(),
+            // rusqlite's own text form, which is what the existing databases hold.
+            Self::Time(time) => time.to_sql(),
+            Self::Bytes(bytes) => bytes.to_sql(),
+        }
+    }
+}
+
+impl tokio_postgres::types::ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        // Checked: a value of the wrong type for its column is an error, not bad bytes.
+        match self {
+            Self::Null => Ok(IsNull::Yes),
+            Self::Text(text) => text.to_sql_checked(ty, out),
+            Self::Int(int) => int.to_sql_checked(ty, out),
+            Self::Bool(flag) => flag.to_sql_checked(ty, out),
+            Self::Time(time) => time.to_sql_checked(ty, out),
+            Self::Bytes(bytes) => bytes.to_sql_checked(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+/// A column type both drivers can read.
+pub trait Column: rusqlite::types::FromSql + for<'a> tokio_postgres::types::FromSql<'a> {}
+
+impl<T> Column for T where T: rusqlite::types::FromSql + for<'a> tokio_postgres::types::FromSql<'a> {}
+
+/// A result row of either backend.
+pub enum Row<'a> {
+    Sqlite(&'a rusqlite::Row<'a>),
+    Postgres(&'a tokio_postgres::Row),
+}
+
+impl Row<'_> {
+    pub fn get<T: Column>(&self, index: usize) -> StoreResult<T> {
+        match self {
+            Self::Sqlite(row) => row.get(index).map_err(sqlite_error),
+            Self::Postgres(row) => row.try_get(index).map_err(postgres_error),
+        }
+    }
+
+    /// A TEXT column holding JSON.
+    pub fn json<T: serde::de::DeserializeOwned>(&self, index: usize) -> StoreResult<T> {
+        let text: String = self.get(index)?;
+        serde_json::from_str(&text)
+            .map_err(|error| StoreError::Backend(format!("column {index} is not JSON: {error}")))
+    }
+}
+
+/// How a row becomes a record.
+pub type Mapper<T> = fn(&Row<'_>) -> StoreResult<T>;
+
+pub enum Database {
+    /// One connection, used from blocking threads.
+    Sqlite(Arc<Mutex<rusqlite::Connection>>),
+    Postgres(Pool),
+}
+
+impl Database {
+    /// Opens (creating if needed) the SQLite file and applies pending migrations.
+    pub async fn open_sqlite(path: &Path) -> anyhow::Result<Self> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let path = path.to_owned();
+        let connection = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut connection = rusqlite::Connection::open(&path)?;
+            connection.pragma_update(None, "journal_mode", "WAL")?;
+            // With WAL, NORMAL never corrupts the database; only a power loss (not a
+            // crash of this process) can lose the last commits. Spares an fsync per write.
+            connection.pragma_update(None, "synchronous", "NORMAL")?;
+            connection.pragma_update(None, "foreign_keys", "ON")?;
+            connection.busy_timeout(std::time::Duration::from_secs(5))?;
+            connection.set_prepared_statement_cache_capacity(SQLITE_STATEMENT_CACHE);
+            sqlite_migrations::migrations::runner().run(&mut connection)?;
+            Ok(connection)
+        })
+        .await??;
+        Ok(Self::Sqlite(Arc::new(Mutex::new(connection))))
+    }
+
+    /// Connects to PostgreSQL and applies pending migrations.
+    pub async fn connect_postgres(url: &str) -> anyhow::Result<Self> {
+        let config = tokio_postgres::Config::from_str(url)?;
+        {
+            // Migrations run on a connection of their own, before the pool hands any out.
+            let (mut client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(|error| anyhow::anyhow!("connecting to PostgreSQL failed: {error:?}"))?;
+            let driver = tokio::spawn(connection);
+            postgres_migrations::migrations::runner()
+                .run_async(&mut client)
+                .await?;
+            drop(client);
+            let _ = driver.await;
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POSTGRES_POOL_SIZE)
+            .build()?;
+        Ok(Self::Postgres(pool))
+    }
+
+    /// Runs a statement; returns how many rows it changed.
+    pub async fn execute(
+        &self,
+        statement: &'static Statement,
+        params: Vec<Value>,
+    ) -> StoreResult<u64> {
+        match self {
+            Self::Sqlite(connection) => {
+                sqlite_call(connection, move |connection| {
+                    let mut prepared = connection
+                        .prepare_cached(&statement.sqlite)
+                        .map_err(sqlite_error)?;
+                    let changed = prepared
+                        .execute(rusqlite::params_from_iter(params.iter()))
+                        .map_err(sqlite_error)?;
+                    Ok(changed as u64)
+                })
+                .await
+            }
+            Self::Postgres(pool) => {
+                let client = postgres_client(pool).await?;
+                let prepared = client
+                    .prepare_cached(&statement.postgres)
+                    .await
+                    .map_err(postgres_error)?;
+                client
+                    .execute(&prepared, &postgres_params(&params))
+                    .await
+                    .map_err(postgres_error)
+            }
+        }
+    }
+
+    /// Runs a query; maps every row.
+    pub async fn query<T: Send + 'static>(
+        &self,
+        statement: &'static Statement,
+        params: Vec<Value>,
+        map: Mapper<T>,
+    ) -> StoreResult<Vec<T>> {
+        match self {
+            Self::Sqlite(connection) => {
+                sqlite_call(connection, move |connection| {
+                    let mut prepared = connection
+                        .prepare_cached(&statement.sqlite)
+                        .map_err(sqlite_error)?;
+                    let mut rows = prepared
+                        .query(rusqlite::params_from_iter(params.iter()))
+                        .map_err(sqlite_error)?;
+                    let mut records = Vec::new();
+                    while let Some(row) = rows.next().map_err(sqlite_error)? {
+                        records.push(map(&Row::Sqlite(row))?);
+                    }
+                    Ok(records)
+                })
+                .await
+            }
+            Self::Postgres(pool) => {
+                let client = postgres_client(pool).await?;
+                let prepared = client
+                    .prepare_cached(&statement.postgres)
+                    .await
+                    .map_err(postgres_error)?;
+                let rows = client
+                    .query(&prepared, &postgres_params(&params))
+                    .await
+                    .map_err(postgres_error)?;
+                rows.iter().map(|row| map(&Row::Postgres(row))).collect()
+            }
+        }
+    }
+
+    /// Runs a query that answers at most one row.
+    pub async fn query_opt<T: Send + 'static>(
+        &self,
+        statement: &'static Statement,
+        params: Vec<Value>,
+        map: Mapper<T>,
+    ) -> StoreResult<Option<T>> {
+        let mut records = self.query(statement, params, map).await?;
+        if records.len() > 1 {
+            return Err(StoreError::Backend(format!(
+                "a statement meant to answer one row answered {}",
+                records.len()
+            )));
+        }
+        Ok(records.pop())
+    }
+
+    /// Runs a query that answers exactly one row.
+    pub async fn query_one<T: Send + 'static>(
+        &self,
+        statement: &'static Statement,
+        params: Vec<Value>,
+        map: Mapper<T>,
+    ) -> StoreResult<T> {
+        self.query_opt(statement, params, map)
+            .await?
+            .ok_or_else(|| {
+                StoreError::Backend("a statement meant to answer one row answered none".into())
+            })
+    }
+}
+
+async fn sqlite_call<T: Send + 'static>(
+    connection: &Arc<Mutex<rusqlite::Connection>>,
+    work: impl FnOnce(&mut rusqlite::Connection) -> StoreResult<T> + Send + 'static,
+) -> StoreResult<T> {
+    let connection = connection.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut connection = connection
+            .lock()
+            .map_err(|_| StoreError::Backend("SQLite connection lock poisoned".into()))?;
+        work(&mut connection)
+    })
+    .await
+    .map_err(|error| StoreError::Backend(error.to_string()))?
+}
+
+async fn postgres_client(pool: &Pool) -> StoreResult<deadpool_postgres::Object> {
+    pool.get()
+        .await
+        .map_err(|error| StoreError::Backend(format!("PostgreSQL pool: {error:?}")))
+}
+
+fn postgres_params(params: &[Value]) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+    params
+        .iter()
+        .map(|value| value as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect()
+}
+
+fn sqlite_error(error: rusqlite::Error) -> StoreError {
+    match &error {
+        // Only uniqueness is a conflict; other constraint failures are bugs, as on PostgreSQL.
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY =>
+        {
+            StoreError::Conflict(error.to_string())
+        }
+        _ => StoreError::Backend(error.to_string()),
+    }
+}
+
+fn postgres_error(error: tokio_postgres::Error) -> StoreError {
+    if error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+        return StoreError::Conflict(format!("{error:?}"));
+    }
+    // tokio-postgres' Display says only "db error"; Debug carries the server's message.
+    StoreError::Backend(format!("{error:?}"))
+}

@@ -1,0 +1,904 @@
+//! `Store` over SQL, for both backends: every statement is written here once, in
+//! PostgreSQL's dialect (see `database::Statement` for SQLite's spelling), and every
+//! record is mapped from its row once.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::database::{Database, Row, params, sql};
+use super::{
+    AUTH_CONNECTION_COLUMNS, AgentLocation, ApiKeyRecord, AuthConnectionRecord, EXTENSION_COLUMNS,
+    ExtensionRecord, Organization, PROFILE_COLUMNS, PROXY_COLUMNS, PoolLease, PoolRecord,
+    ProfileRecord, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord,
+    ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionProfile, SessionRecord, SessionStatus,
+    Store, StoreResult,
+};
+
+const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at";
+
+/// Looks a row up by id first, then by name, in one statement: a name that equals another
+/// row's id never shadows that row.
+const ID_FIRST: &str =
+    "(id = $2 OR name = $2) ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 1";
+
+pub struct SqlStore {
+    database: Database,
+}
+
+impl SqlStore {
+    pub fn new(database: Database) -> Self {
+        Self { database }
+    }
+}
+
+fn organization_from_row(row: &Row<'_>) -> StoreResult<Organization> {
+    Ok(Organization {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        created_at: row.get(2)?,
+    })
+}
+
+fn api_key_from_row(row: &Row<'_>) -> StoreResult<ApiKeyRecord> {
+    Ok(ApiKeyRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        secret_hash: row.get(2)?,
+        created_at: row.get(3)?,
+    })
+}
+
+fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
+    let agent = match row.get::<Option<String>>(14)? {
+        Some(endpoint) => Some(AgentLocation {
+            endpoint,
+            secret: row.get::<Option<String>>(15)?.unwrap_or_default(),
+            pid: row.get(16)?,
+            vm_root: row.get::<Option<String>>(17)?.unwrap_or_default(),
+        }),
+        None => None,
+    };
+    let profile = match row.get::<Option<String>>(21)? {
+        Some(id) => Some(SessionProfile {
+            id,
+            save_changes: row.get::<Option<bool>>(22)?.unwrap_or(false),
+        }),
+        None => None,
+    };
+    Ok(SessionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        persistent_id: row.get(2)?,
+        headless: row.get(3)?,
+        stealth: row.get(4)?,
+        kiosk_mode: row.get(5)?,
+        timeout_seconds: row.get(6)?,
+        viewport_width: row.get(7)?,
+        viewport_height: row.get(8)?,
+        viewport_refresh_rate: row.get(9)?,
+        status: SessionStatus::parse(&row.get::<String>(10)?)?,
+        created_at: row.get(11)?,
+        ended_at: row.get(12)?,
+        end_reason: row.get(13)?,
+        agent,
+        proxy_id: row.get(18)?,
+        pool_id: row.get(19)?,
+        pool_lease: row
+            .get::<Option<String>>(20)?
+            .map(|lease| PoolLease::parse(&lease))
+            .transpose()?,
+        profile,
+    })
+}
+
+fn extension_from_row(row: &Row<'_>) -> StoreResult<ExtensionRecord> {
+    Ok(ExtensionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        size_bytes: row.get(3)?,
+        blob_key: row.get(4)?,
+        created_at: row.get(5)?,
+        last_used_at: row.get(6)?,
+    })
+}
+
+fn replay_from_row(row: &Row<'_>) -> StoreResult<ReplayRecord> {
+    Ok(ReplayRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        session_id: row.get(2)?,
+        framerate: row.get(3)?,
+        max_duration_seconds: row.get(4)?,
+        status: ReplayStatus::parse(&row.get::<String>(5)?)?,
+        started_at: row.get(6)?,
+        finished_at: row.get(7)?,
+        size_bytes: row.get(8)?,
+        blob_key: row.get(9)?,
+        failure: row.get(10)?,
+    })
+}
+
+fn profile_from_row(row: &Row<'_>) -> StoreResult<ProfileRecord> {
+    Ok(ProfileRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        created_at: row.get(3)?,
+        updated_at: row.get(4)?,
+        last_used_at: row.get(5)?,
+        size_bytes: row.get(6)?,
+    })
+}
+
+fn auth_connection_from_row(row: &Row<'_>) -> StoreResult<AuthConnectionRecord> {
+    Ok(AuthConnectionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        domain: row.get(2)?,
+        profile_name: row.get(3)?,
+        created_at: row.get(4)?,
+        document: row.get(5)?,
+        credentials: row.get(6)?,
+    })
+}
+
+fn pool_from_row(row: &Row<'_>) -> StoreResult<PoolRecord> {
+    Ok(PoolRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        size: row.get(3)?,
+        config: row.json(4)?,
+        created_at: row.get(5)?,
+    })
+}
+
+fn proxy_from_row(row: &Row<'_>) -> StoreResult<ProxyRecord> {
+    Ok(ProxyRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        kind: row.get(3)?,
+        protocol: row.get(4)?,
+        bypass_hosts: row.json(5)?,
+        config: row.json(6)?,
+        status: row.get(7)?,
+        last_checked: row.get(8)?,
+        ip_address: row.get(9)?,
+        check_error: row.get(10)?,
+        created_at: row.get(11)?,
+    })
+}
+
+fn text_from_row(row: &Row<'_>) -> StoreResult<String> {
+    row.get(0)
+}
+
+fn count_from_row(row: &Row<'_>) -> StoreResult<i64> {
+    row.get(0)
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    async fn ensure_organization(&self, name: &str) -> StoreResult<Organization> {
+        let now = Utc::now();
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO organizations (id, name, created_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (name) DO NOTHING"
+                ),
+                params![crate::ids::new_id("org"), name, now],
+            )
+            .await?;
+        self.database
+            .query_one(
+                sql!("SELECT id, name, created_at FROM organizations WHERE name = $1"),
+                params![name],
+                organization_from_row,
+            )
+            .await
+    }
+
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO api_keys (id, org_id, secret_hash, created_at) \
+                     VALUES ($1, $2, $3, $4)"
+                ),
+                params![key.id, key.org_id, key.secret_hash, key.created_at],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn api_key(&self, id: &str) -> StoreResult<Option<ApiKeyRecord>> {
+        self.database
+            .query_opt(
+                sql!("SELECT id, org_id, secret_hash, created_at FROM api_keys WHERE id = $1"),
+                params![id],
+                api_key_from_row,
+            )
+            .await
+    }
+
+    async fn api_key_count(&self) -> StoreResult<u64> {
+        let count = self
+            .database
+            .query_one(
+                sql!("SELECT COUNT(*) FROM api_keys"),
+                params![],
+                count_from_row,
+            )
+            .await?;
+        Ok(count as u64)
+    }
+
+    async fn setting_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING"
+                ),
+                params![key, value],
+            )
+            .await?;
+        self.database
+            .query_one(
+                sql!("SELECT value FROM settings WHERE key = $1"),
+                params![key],
+                text_from_row,
+            )
+            .await
+    }
+
+    async fn insert_session(&self, s: &SessionRecord) -> StoreResult<()> {
+        let agent = s.agent.as_ref();
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
+                     $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
+                     $22, $23)"
+                ),
+                params![
+                    s.id,
+                    s.org_id,
+                    s.persistent_id,
+                    s.headless,
+                    s.stealth,
+                    s.kiosk_mode,
+                    s.timeout_seconds,
+                    s.viewport_width,
+                    s.viewport_height,
+                    s.viewport_refresh_rate,
+                    s.status.as_str(),
+                    s.created_at,
+                    s.ended_at,
+                    s.end_reason,
+                    agent.map(|a| &a.endpoint),
+                    agent.map(|a| &a.secret),
+                    agent.and_then(|a| a.pid),
+                    agent.map(|a| &a.vm_root),
+                    s.proxy_id,
+                    s.pool_id,
+                    s.pool_lease.map(PoolLease::as_str),
+                    s.profile.as_ref().map(|p| &p.id),
+                    s.profile.as_ref().map(|p| p.save_changes),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn session(&self, org_id: &str, id: &str) -> StoreResult<Option<SessionRecord>> {
+        self.database
+            .query_opt(
+                sql!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND id = $2"
+                ),
+                params![org_id, id],
+                session_from_row,
+            )
+            .await
+    }
+
+    async fn live_session_by_persistent_id(
+        &self,
+        org_id: &str,
+        persistent_id: &str,
+    ) -> StoreResult<Option<SessionRecord>> {
+        self.database
+            .query_opt(
+                sql!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions \
+                     WHERE org_id = $1 AND persistent_id = $2 AND status <> 'ended'"
+                ),
+                params![org_id, persistent_id],
+                session_from_row,
+            )
+            .await
+    }
+
+    async fn list_sessions(
+        &self,
+        org_id: &str,
+        filter: SessionFilter,
+        limit: u32,
+        offset: u32,
+    ) -> StoreResult<Vec<SessionRecord>> {
+        const PAGE: &str = "ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4";
+        // `$2` picks the filter, so that one statement serves all three.
+        let statement = sql!(
+            "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND \
+             ($2 = 'all' OR ($2 = 'ended') = (status = 'ended')) {PAGE}"
+        );
+        let filter = match filter {
+            SessionFilter::Live => "live",
+            SessionFilter::Ended => "ended",
+            SessionFilter::All => "all",
+        };
+        self.database
+            .query(
+                statement,
+                params![org_id, filter, limit, offset],
+                session_from_row,
+            )
+            .await
+    }
+
+    async fn live_sessions(&self) -> StoreResult<Vec<SessionRecord>> {
+        self.database
+            .query(
+                sql!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE status <> 'ended' \
+                     ORDER BY created_at"
+                ),
+                params![],
+                session_from_row,
+            )
+            .await
+    }
+
+    async fn set_session_running(&self, id: &str, agent: &AgentLocation) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE browser_sessions SET status = 'running', agent_endpoint = $2, \
+                     agent_secret = $3, agent_pid = $4, vm_root = $5 \
+                     WHERE id = $1 AND status <> 'ended'"
+                ),
+                params![id, agent.endpoint, agent.secret, agent.pid, agent.vm_root],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE browser_sessions SET status = 'ended', ended_at = $2, end_reason = $3 \
+                     WHERE id = $1 AND status <> 'ended'"
+                ),
+                params![id, at, reason],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn insert_extension(&self, e: &ExtensionRecord) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!("INSERT INTO extensions ({EXTENSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
+                params![e.id, e.org_id, e.name, e.size_bytes, e.blob_key, e.created_at, e.last_used_at],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn extension(
+        &self,
+        org_id: &str,
+        id_or_name: &str,
+    ) -> StoreResult<Option<ExtensionRecord>> {
+        self.database
+            .query_opt(
+                sql!("SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 AND {ID_FIRST}"),
+                params![org_id, id_or_name],
+                extension_from_row,
+            )
+            .await
+    }
+
+    async fn list_extensions(&self, org_id: &str) -> StoreResult<Vec<ExtensionRecord>> {
+        self.database
+            .query(
+                sql!("SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 ORDER BY created_at, id"),
+                params![org_id],
+                extension_from_row,
+            )
+            .await
+    }
+
+    async fn delete_extension(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let deleted = self
+            .database
+            .execute(
+                sql!("DELETE FROM extensions WHERE org_id = $1 AND id = $2"),
+                params![org_id, id],
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    async fn mark_extensions_used(&self, ids: &[String], at: DateTime<Utc>) -> StoreResult<()> {
+        // A browser loads at most a few dozen extensions: one statement each is cheap.
+        for id in ids {
+            self.database
+                .execute(
+                    sql!("UPDATE extensions SET last_used_at = $2 WHERE id = $1"),
+                    params![id, at],
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_proxy(&self, p: &ProxyRecord) -> StoreResult<()> {
+        let bypass_hosts = serde_json::to_string(&p.bypass_hosts).unwrap_or_default();
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO proxies ({PROXY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+                     $9, $10, $11, $12)"
+                ),
+                params![
+                    p.id,
+                    p.org_id,
+                    p.name,
+                    p.kind,
+                    p.protocol,
+                    bypass_hosts,
+                    p.config.to_string(),
+                    p.status,
+                    p.last_checked,
+                    p.ip_address,
+                    p.check_error,
+                    p.created_at
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn proxy(&self, org_id: &str, id: &str) -> StoreResult<Option<ProxyRecord>> {
+        self.database
+            .query_opt(
+                sql!(
+                    "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND id = $2 \
+                     AND deleted_at IS NULL"
+                ),
+                params![org_id, id],
+                proxy_from_row,
+            )
+            .await
+    }
+
+    async fn list_proxies(&self, org_id: &str) -> StoreResult<Vec<ProxyRecord>> {
+        self.database
+            .query(
+                sql!(
+                    "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND deleted_at IS NULL \
+                     ORDER BY created_at, id"
+                ),
+                params![org_id],
+                proxy_from_row,
+            )
+            .await
+    }
+
+    async fn delete_proxy(&self, org_id: &str, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE proxies SET deleted_at = $3 WHERE org_id = $1 AND id = $2 \
+                     AND deleted_at IS NULL"
+                ),
+                params![org_id, id, at],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn record_proxy_check(&self, id: &str, check: &ProxyCheck) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!(
+                    "UPDATE proxies SET status = $2, last_checked = $3, ip_address = $4, \
+                     check_error = $5 WHERE id = $1"
+                ),
+                params![id, check.status, check.at, check.ip_address, check.error],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_pool(&self, p: &PoolRecord) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!("INSERT INTO browser_pools ({POOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"),
+                params![
+                    p.id,
+                    p.org_id,
+                    p.name,
+                    p.size,
+                    p.config.to_string(),
+                    p.created_at
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn pool(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<PoolRecord>> {
+        self.database
+            .query_opt(
+                sql!(
+                    "SELECT {POOL_COLUMNS} FROM browser_pools WHERE org_id = $1 \
+                     AND deleted_at IS NULL AND {ID_FIRST}"
+                ),
+                params![org_id, id_or_name],
+                pool_from_row,
+            )
+            .await
+    }
+
+    async fn list_pools(&self, org_id: Option<&str>) -> StoreResult<Vec<PoolRecord>> {
+        self.database
+            .query(
+                sql!(
+                    "SELECT {POOL_COLUMNS} FROM browser_pools WHERE deleted_at IS NULL \
+                     AND (CAST($1 AS TEXT) IS NULL OR org_id = $1) ORDER BY created_at, id"
+                ),
+                params![org_id],
+                pool_from_row,
+            )
+            .await
+    }
+
+    async fn update_pool(&self, p: &PoolRecord) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!(
+                    "UPDATE browser_pools SET name = $2, size = $3, config = $4 \
+                     WHERE id = $1 AND deleted_at IS NULL"
+                ),
+                params![p.id, p.name, p.size, p.config.to_string()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_pool(&self, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE browser_pools SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL"
+                ),
+                params![id, at],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn pool_members(&self, pool_id: &str) -> StoreResult<Vec<SessionRecord>> {
+        self.database
+            .query(
+                sql!(
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE pool_id = $1 \
+                     AND status <> 'ended' ORDER BY created_at, id"
+                ),
+                params![pool_id],
+                session_from_row,
+            )
+            .await
+    }
+
+    async fn lease_pool_browser(&self, pool_id: &str) -> StoreResult<Option<SessionRecord>> {
+        // SKIP LOCKED: concurrent acquirers (on any replica) each take a different row
+        // instead of waiting for, and then re-checking, the same one.
+        self.database
+            .query_opt(
+                sql!(
+                    "UPDATE browser_sessions SET pool_lease = 'leased' WHERE id = (\
+                     SELECT id FROM browser_sessions WHERE pool_id = $1 AND pool_lease = 'idle' \
+                     AND status = 'running' ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                     RETURNING {SESSION_COLUMNS}"
+                ),
+                params![pool_id],
+                session_from_row,
+            )
+            .await
+    }
+
+    async fn set_pool_lease(
+        &self,
+        session_id: &str,
+        from: PoolLease,
+        to: PoolLease,
+    ) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE browser_sessions SET pool_lease = $3 WHERE id = $1 AND pool_lease = $2 \
+                     AND status <> 'ended'"
+                ),
+                params![session_id, from.as_str(), to.as_str()],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn insert_profile(&self, p: &ProfileRecord) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO profiles ({PROFILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                ),
+                params![
+                    p.id,
+                    p.org_id,
+                    p.name,
+                    p.created_at,
+                    p.updated_at,
+                    p.last_used_at,
+                    p.size_bytes
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn profile(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProfileRecord>> {
+        self.database
+            .query_opt(
+                sql!("SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 AND {ID_FIRST}"),
+                params![org_id, id_or_name],
+                profile_from_row,
+            )
+            .await
+    }
+
+    async fn list_profiles(&self, org_id: &str) -> StoreResult<Vec<ProfileRecord>> {
+        self.database
+            .query(
+                sql!("SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 ORDER BY created_at, id"),
+                params![org_id],
+                profile_from_row,
+            )
+            .await
+    }
+
+    async fn delete_profile(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let deleted = self
+            .database
+            .execute(
+                sql!("DELETE FROM profiles WHERE org_id = $1 AND id = $2"),
+                params![org_id, id],
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    async fn profile_saved(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        size_bytes: i64,
+    ) -> StoreResult<bool> {
+        let updated = self
+            .database
+            .execute(
+                sql!("UPDATE profiles SET updated_at = $2, size_bytes = $3 WHERE id = $1"),
+                params![id, at, size_bytes],
+            )
+            .await?;
+        Ok(updated == 1)
+    }
+
+    async fn mark_profile_used(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!("UPDATE profiles SET last_used_at = $2 WHERE id = $1"),
+                params![id, at],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn insert_auth_connection(&self, c: &AuthConnectionRecord) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO auth_connections ({AUTH_CONNECTION_COLUMNS}) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                ),
+                params![
+                    c.id,
+                    c.org_id,
+                    c.domain,
+                    c.profile_name,
+                    c.created_at,
+                    c.document,
+                    c.credentials
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn auth_connection(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<AuthConnectionRecord>> {
+        self.database
+            .query_opt(
+                sql!(
+                    "SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections \
+                     WHERE org_id = $1 AND id = $2"
+                ),
+                params![org_id, id],
+                auth_connection_from_row,
+            )
+            .await
+    }
+
+    async fn list_auth_connections(
+        &self,
+        org_id: Option<&str>,
+    ) -> StoreResult<Vec<AuthConnectionRecord>> {
+        self.database
+            .query(
+                sql!(
+                    "SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections \
+                     WHERE CAST($1 AS TEXT) IS NULL OR org_id = $1 ORDER BY created_at, id"
+                ),
+                params![org_id],
+                auth_connection_from_row,
+            )
+            .await
+    }
+
+    async fn update_auth_connection(&self, c: &AuthConnectionRecord) -> StoreResult<bool> {
+        let updated = self
+            .database
+            .execute(
+                sql!("UPDATE auth_connections SET document = $2, credentials = $3 WHERE id = $1"),
+                params![c.id, c.document, c.credentials],
+            )
+            .await?;
+        Ok(updated == 1)
+    }
+
+    async fn delete_auth_connection(&self, org_id: &str, id: &str) -> StoreResult<bool> {
+        let deleted = self
+            .database
+            .execute(
+                sql!("DELETE FROM auth_connections WHERE org_id = $1 AND id = $2"),
+                params![org_id, id],
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    async fn insert_replay(&self, r: &ReplayRecord) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO replays ({REPLAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
+                     $8, $9, $10, $11)"
+                ),
+                params![
+                    r.id,
+                    r.org_id,
+                    r.session_id,
+                    r.framerate,
+                    r.max_duration_seconds,
+                    r.status.as_str(),
+                    r.started_at,
+                    r.finished_at,
+                    r.size_bytes,
+                    r.blob_key,
+                    r.failure
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn replay(
+        &self,
+        org_id: &str,
+        session_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<ReplayRecord>> {
+        self.database
+            .query_opt(
+                sql!(
+                    "SELECT {REPLAY_COLUMNS} FROM replays \
+                     WHERE org_id = $1 AND session_id = $2 AND id = $3"
+                ),
+                params![org_id, session_id, id],
+                replay_from_row,
+            )
+            .await
+    }
+
+    async fn list_replays(&self, org_id: &str, session_id: &str) -> StoreResult<Vec<ReplayRecord>> {
+        self.database
+            .query(
+                sql!(
+                    "SELECT {REPLAY_COLUMNS} FROM replays WHERE org_id = $1 AND session_id = $2 \
+                     ORDER BY started_at, id"
+                ),
+                params![org_id, session_id],
+                replay_from_row,
+            )
+            .await
+    }
+
+    async fn unfinished_replays(&self) -> StoreResult<Vec<ReplayRecord>> {
+        self.database
+            .query(
+                sql!(
+                    "SELECT {REPLAY_COLUMNS} FROM replays WHERE status IN ('recording', 'stopping') \
+                     ORDER BY started_at, id"
+                ),
+                params![],
+                replay_from_row,
+            )
+            .await
+    }
+
+    async fn begin_replay_stop(&self, id: &str) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE replays SET status = 'stopping' WHERE id = $1 AND status = 'recording'"
+                ),
+                params![id],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn finish_replay(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        outcome: &ReplayOutcome,
+    ) -> StoreResult<bool> {
+        let (status, size_bytes, blob_key, failure) = outcome.columns();
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE replays SET status = $2, finished_at = $3, size_bytes = $4, \
+                     blob_key = $5, failure = $6 WHERE id = $1 AND status = 'stopping'"
+                ),
+                params![id, status.as_str(), at, size_bytes, blob_key, failure],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+}
