@@ -4,6 +4,7 @@
 //! against both.
 
 mod database;
+mod rows;
 mod sql;
 
 use std::path::Path;
@@ -301,17 +302,6 @@ pub enum SessionFilter {
     All,
 }
 
-/// Columns of `browser_sessions` in the order both backends read and write them.
-const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
-    timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
-    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root, proxy_id, pool_id, \
-    pool_lease, profile_id, profile_save_changes";
-
-const PROFILE_COLUMNS: &str = "id, org_id, name, created_at, updated_at, last_used_at, size_bytes";
-
-const AUTH_CONNECTION_COLUMNS: &str =
-    "id, org_id, domain, profile_name, created_at, document, credentials";
-
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Returns the organization with this name, creating it first if needed.
@@ -454,9 +444,6 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<bool>;
 }
 
-const REPLAY_COLUMNS: &str = "id, org_id, session_id, framerate, max_duration_seconds, status, \
-    started_at, finished_at, size_bytes, blob_key, failure";
-
 impl ReplayOutcome {
     /// The replay's (status, size_bytes, blob_key, failure) after this outcome.
     pub fn columns(&self) -> (ReplayStatus, Option<i64>, Option<&str>, Option<&str>) {
@@ -474,11 +461,6 @@ impl ReplayOutcome {
         }
     }
 }
-
-const PROXY_COLUMNS: &str = "id, org_id, name, type, protocol, bypass_hosts, config, status, \
-    last_checked, ip_address, check_error, created_at";
-
-const EXTENSION_COLUMNS: &str = "id, org_id, name, size_bytes, blob_key, created_at, last_used_at";
 
 /// Opens the store that `database_url` names: `postgres://…` / `postgresql://…` for
 /// PostgreSQL, otherwise (or when absent) the SQLite file `<data_dir>/control-plane.db`.

@@ -1,20 +1,17 @@
 //! `Store` over SQL, for both backends: every statement is written here once, in
-//! PostgreSQL's dialect (see `database::Statement` for SQLite's spelling), and every
-//! record is mapped from its row once.
+//! PostgreSQL's dialect (see `database::Statement` for SQLite's spelling); rows become
+//! records in `rows.rs`.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::database::{Database, Row, params, sql};
+use super::database::{Database, params, sql};
+use super::rows::*;
 use super::{
-    AUTH_CONNECTION_COLUMNS, AgentLocation, ApiKeyRecord, AuthConnectionRecord, EXTENSION_COLUMNS,
-    ExtensionRecord, Organization, PROFILE_COLUMNS, PROXY_COLUMNS, PoolLease, PoolRecord,
-    ProfileRecord, ProxyCheck, ProxyRecord, REPLAY_COLUMNS, ReplayOutcome, ReplayRecord,
-    ReplayStatus, SESSION_COLUMNS, SessionFilter, SessionProfile, SessionRecord, SessionStatus,
-    Store, StoreResult,
+    AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease,
+    PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, SessionFilter,
+    SessionRecord, Store, StoreResult,
 };
-
-const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at";
 
 /// Looks a row up by id first, then by name, in one statement: a name that equals another
 /// row's id never shadows that row.
@@ -29,154 +26,6 @@ impl SqlStore {
     pub fn new(database: Database) -> Self {
         Self { database }
     }
-}
-
-fn organization_from_row(row: &Row<'_>) -> StoreResult<Organization> {
-    Ok(Organization {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        created_at: row.get(2)?,
-    })
-}
-
-fn api_key_from_row(row: &Row<'_>) -> StoreResult<ApiKeyRecord> {
-    Ok(ApiKeyRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        secret_hash: row.get(2)?,
-        created_at: row.get(3)?,
-    })
-}
-
-fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
-    let agent = match row.get::<Option<String>>(14)? {
-        Some(endpoint) => Some(AgentLocation {
-            endpoint,
-            secret: row.get::<Option<String>>(15)?.unwrap_or_default(),
-            pid: row.get(16)?,
-            vm_root: row.get::<Option<String>>(17)?.unwrap_or_default(),
-        }),
-        None => None,
-    };
-    let profile = match row.get::<Option<String>>(21)? {
-        Some(id) => Some(SessionProfile {
-            id,
-            save_changes: row.get::<Option<bool>>(22)?.unwrap_or(false),
-        }),
-        None => None,
-    };
-    Ok(SessionRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        persistent_id: row.get(2)?,
-        headless: row.get(3)?,
-        stealth: row.get(4)?,
-        kiosk_mode: row.get(5)?,
-        timeout_seconds: row.get(6)?,
-        viewport_width: row.get(7)?,
-        viewport_height: row.get(8)?,
-        viewport_refresh_rate: row.get(9)?,
-        status: SessionStatus::parse(&row.get::<String>(10)?)?,
-        created_at: row.get(11)?,
-        ended_at: row.get(12)?,
-        end_reason: row.get(13)?,
-        agent,
-        proxy_id: row.get(18)?,
-        pool_id: row.get(19)?,
-        pool_lease: row
-            .get::<Option<String>>(20)?
-            .map(|lease| PoolLease::parse(&lease))
-            .transpose()?,
-        profile,
-    })
-}
-
-fn extension_from_row(row: &Row<'_>) -> StoreResult<ExtensionRecord> {
-    Ok(ExtensionRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        name: row.get(2)?,
-        size_bytes: row.get(3)?,
-        blob_key: row.get(4)?,
-        created_at: row.get(5)?,
-        last_used_at: row.get(6)?,
-    })
-}
-
-fn replay_from_row(row: &Row<'_>) -> StoreResult<ReplayRecord> {
-    Ok(ReplayRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        session_id: row.get(2)?,
-        framerate: row.get(3)?,
-        max_duration_seconds: row.get(4)?,
-        status: ReplayStatus::parse(&row.get::<String>(5)?)?,
-        started_at: row.get(6)?,
-        finished_at: row.get(7)?,
-        size_bytes: row.get(8)?,
-        blob_key: row.get(9)?,
-        failure: row.get(10)?,
-    })
-}
-
-fn profile_from_row(row: &Row<'_>) -> StoreResult<ProfileRecord> {
-    Ok(ProfileRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        name: row.get(2)?,
-        created_at: row.get(3)?,
-        updated_at: row.get(4)?,
-        last_used_at: row.get(5)?,
-        size_bytes: row.get(6)?,
-    })
-}
-
-fn auth_connection_from_row(row: &Row<'_>) -> StoreResult<AuthConnectionRecord> {
-    Ok(AuthConnectionRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        domain: row.get(2)?,
-        profile_name: row.get(3)?,
-        created_at: row.get(4)?,
-        document: row.get(5)?,
-        credentials: row.get(6)?,
-    })
-}
-
-fn pool_from_row(row: &Row<'_>) -> StoreResult<PoolRecord> {
-    Ok(PoolRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        name: row.get(2)?,
-        size: row.get(3)?,
-        config: row.json(4)?,
-        created_at: row.get(5)?,
-    })
-}
-
-fn proxy_from_row(row: &Row<'_>) -> StoreResult<ProxyRecord> {
-    Ok(ProxyRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        name: row.get(2)?,
-        kind: row.get(3)?,
-        protocol: row.get(4)?,
-        bypass_hosts: row.json(5)?,
-        config: row.json(6)?,
-        status: row.get(7)?,
-        last_checked: row.get(8)?,
-        ip_address: row.get(9)?,
-        check_error: row.get(10)?,
-        created_at: row.get(11)?,
-    })
-}
-
-fn text_from_row(row: &Row<'_>) -> StoreResult<String> {
-    row.get(0)
-}
-
-fn count_from_row(row: &Row<'_>) -> StoreResult<i64> {
-    row.get(0)
 }
 
 #[async_trait]

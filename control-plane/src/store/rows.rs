@@ -1,0 +1,174 @@
+//! Each record's columns, in the order its statements list them, and how one row of
+//! them becomes the record: written once for both backends.
+
+use super::database::Row;
+use super::{
+    AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease,
+    PoolRecord, ProfileRecord, ProxyRecord, ReplayRecord, ReplayStatus, SessionProfile,
+    SessionRecord, SessionStatus, StoreResult,
+};
+
+/// Columns of `browser_sessions` in the order both backends read and write them.
+pub const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
+    timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
+    ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root, proxy_id, pool_id, \
+    pool_lease, profile_id, profile_save_changes";
+pub const PROFILE_COLUMNS: &str =
+    "id, org_id, name, created_at, updated_at, last_used_at, size_bytes";
+pub const AUTH_CONNECTION_COLUMNS: &str =
+    "id, org_id, domain, profile_name, created_at, document, credentials";
+pub const REPLAY_COLUMNS: &str = "id, org_id, session_id, framerate, max_duration_seconds, status, \
+    started_at, finished_at, size_bytes, blob_key, failure";
+pub const PROXY_COLUMNS: &str = "id, org_id, name, type, protocol, bypass_hosts, config, status, \
+    last_checked, ip_address, check_error, created_at";
+pub const EXTENSION_COLUMNS: &str =
+    "id, org_id, name, size_bytes, blob_key, created_at, last_used_at";
+pub const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at";
+
+pub fn organization_from_row(row: &Row<'_>) -> StoreResult<Organization> {
+    Ok(Organization {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        created_at: row.get(2)?,
+    })
+}
+
+pub fn api_key_from_row(row: &Row<'_>) -> StoreResult<ApiKeyRecord> {
+    Ok(ApiKeyRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        secret_hash: row.get(2)?,
+        created_at: row.get(3)?,
+    })
+}
+
+pub fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
+    let agent = match row.get::<Option<String>>(14)? {
+        Some(endpoint) => Some(AgentLocation {
+            endpoint,
+            secret: row.get::<Option<String>>(15)?.unwrap_or_default(),
+            pid: row.get(16)?,
+            vm_root: row.get::<Option<String>>(17)?.unwrap_or_default(),
+        }),
+        None => None,
+    };
+    let profile = match row.get::<Option<String>>(21)? {
+        Some(id) => Some(SessionProfile {
+            id,
+            save_changes: row.get::<Option<bool>>(22)?.unwrap_or(false),
+        }),
+        None => None,
+    };
+    Ok(SessionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        persistent_id: row.get(2)?,
+        headless: row.get(3)?,
+        stealth: row.get(4)?,
+        kiosk_mode: row.get(5)?,
+        timeout_seconds: row.get(6)?,
+        viewport_width: row.get(7)?,
+        viewport_height: row.get(8)?,
+        viewport_refresh_rate: row.get(9)?,
+        status: SessionStatus::parse(&row.get::<String>(10)?)?,
+        created_at: row.get(11)?,
+        ended_at: row.get(12)?,
+        end_reason: row.get(13)?,
+        agent,
+        proxy_id: row.get(18)?,
+        pool_id: row.get(19)?,
+        pool_lease: row
+            .get::<Option<String>>(20)?
+            .map(|lease| PoolLease::parse(&lease))
+            .transpose()?,
+        profile,
+    })
+}
+
+pub fn extension_from_row(row: &Row<'_>) -> StoreResult<ExtensionRecord> {
+    Ok(ExtensionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        size_bytes: row.get(3)?,
+        blob_key: row.get(4)?,
+        created_at: row.get(5)?,
+        last_used_at: row.get(6)?,
+    })
+}
+
+pub fn replay_from_row(row: &Row<'_>) -> StoreResult<ReplayRecord> {
+    Ok(ReplayRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        session_id: row.get(2)?,
+        framerate: row.get(3)?,
+        max_duration_seconds: row.get(4)?,
+        status: ReplayStatus::parse(&row.get::<String>(5)?)?,
+        started_at: row.get(6)?,
+        finished_at: row.get(7)?,
+        size_bytes: row.get(8)?,
+        blob_key: row.get(9)?,
+        failure: row.get(10)?,
+    })
+}
+
+pub fn profile_from_row(row: &Row<'_>) -> StoreResult<ProfileRecord> {
+    Ok(ProfileRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        created_at: row.get(3)?,
+        updated_at: row.get(4)?,
+        last_used_at: row.get(5)?,
+        size_bytes: row.get(6)?,
+    })
+}
+
+pub fn auth_connection_from_row(row: &Row<'_>) -> StoreResult<AuthConnectionRecord> {
+    Ok(AuthConnectionRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        domain: row.get(2)?,
+        profile_name: row.get(3)?,
+        created_at: row.get(4)?,
+        document: row.get(5)?,
+        credentials: row.get(6)?,
+    })
+}
+
+pub fn pool_from_row(row: &Row<'_>) -> StoreResult<PoolRecord> {
+    Ok(PoolRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        size: row.get(3)?,
+        config: row.json(4)?,
+        created_at: row.get(5)?,
+    })
+}
+
+pub fn proxy_from_row(row: &Row<'_>) -> StoreResult<ProxyRecord> {
+    Ok(ProxyRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        name: row.get(2)?,
+        kind: row.get(3)?,
+        protocol: row.get(4)?,
+        bypass_hosts: row.json(5)?,
+        config: row.json(6)?,
+        status: row.get(7)?,
+        last_checked: row.get(8)?,
+        ip_address: row.get(9)?,
+        check_error: row.get(10)?,
+        created_at: row.get(11)?,
+    })
+}
+
+pub fn text_from_row(row: &Row<'_>) -> StoreResult<String> {
+    row.get(0)
+}
+
+pub fn count_from_row(row: &Row<'_>) -> StoreResult<i64> {
+    row.get(0)
+}
