@@ -1,0 +1,287 @@
+//! The login flow's steps: find the form, wait for (or supply) values, submit them and
+//! judge the page that follows, then save the profile on success.
+
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::{PAGE_SETTLE_TIMEOUT, Workflow};
+use crate::error::{ServiceError, ServiceResult};
+use crate::managed_auth::document::strip_query;
+use crate::managed_auth::page::{Assessment, DiscoveredField};
+use crate::managed_auth::vault::Credentials;
+use crate::managed_auth::{AuthStatus, FlowStatus, FlowStep, FlowType};
+
+/// How long a submission may take to leave the login page.
+const SUBMIT_NAVIGATION_WAIT: Duration = Duration::from_secs(10);
+
+impl Workflow {
+    /// The discovered fields paired with the submitted values, or why not.
+    pub(super) fn check_submission(
+        &self,
+        fields: &Credentials,
+    ) -> ServiceResult<Vec<(DiscoveredField, String)>> {
+        let Some(flow) = self.document.flow_in_progress() else {
+            return Err(ServiceError::Conflict(
+                "no login flow is in progress; start one with login".into(),
+            ));
+        };
+        if flow.expires_at <= Utc::now() {
+            return Err(ServiceError::Conflict("the login flow has expired".into()));
+        }
+        if flow.step != FlowStep::AwaitingInput {
+            return Err(ServiceError::Conflict(format!(
+                "the login flow is not waiting for input (step {:?})",
+                flow.step
+            )));
+        }
+        let discovered = flow.discovered_fields.clone().unwrap_or_default();
+        let mut problems = Vec::new();
+        for name in fields.keys() {
+            if !discovered.iter().any(|field| &field.name == name) {
+                problems.push(format!("fields.{name}: not a field of this login form"));
+            }
+        }
+        for field in &discovered {
+            if (field.required || field.kind == "password") && !fields.contains_key(&field.name) {
+                problems.push(format!("fields.{}: required", field.name));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ServiceError::Invalid(problems));
+        }
+        Ok(discovered
+            .into_iter()
+            .filter_map(|field| {
+                fields
+                    .get(&field.name)
+                    .map(|value| (field.clone(), value.clone()))
+            })
+            .collect())
+    }
+
+    /// Opens (or, after a restart, re-attaches to) the flow's browser and finds the login
+    /// form: then waits for input, or submits saved values, or finishes.
+    pub(super) async fn discover(&mut self) {
+        if let Some(flow) = self.flow_mut() {
+            flow.step = FlowStep::Discovering;
+            flow.discovered_fields = None;
+        }
+        self.save().await;
+        let reused = self.flow_mut().and_then(|flow| flow.session_id.clone());
+        if let Err(error) = self.open_browser(reused.as_deref()).await {
+            return self.fail("browser_failed", &format!("{error:#}")).await;
+        }
+        if let Some(session_id) = self.browser.as_ref().map(|b| b.session.id.clone())
+            && let Some(flow) = self.flow_mut()
+        {
+            flow.session_id = Some(session_id);
+        }
+        let target = self.login_target();
+        let assessment = match self.load(&target).await {
+            Ok(assessment) => assessment,
+            Err(error) => return self.fail("navigation_failed", &format!("{error:#}")).await,
+        };
+        let assessment = if assessment.fields.is_empty() && self.document.login_url.is_none() {
+            match self.follow_login_link().await {
+                Ok(Some(found)) => found,
+                Ok(None) => assessment,
+                Err(error) => return self.fail("navigation_failed", &format!("{error:#}")).await,
+            }
+        } else {
+            assessment
+        };
+        if assessment.fields.is_empty() {
+            if self.inside(&assessment.url) {
+                // The profile is logged in already.
+                return self.succeed(assessment.url).await;
+            }
+            return self
+                .fail(
+                    "login_form_not_found",
+                    &format!("no login form on {}", strip_query(&assessment.url)),
+                )
+                .await;
+        }
+        Box::pin(self.await_input(&assessment.url, assessment.fields, None)).await;
+    }
+
+    async fn follow_login_link(&mut self) -> anyhow::Result<Option<Assessment>> {
+        let Some(browser) = &self.browser else {
+            return Ok(None);
+        };
+        if !browser.page.follow_login_link().await? {
+            return Ok(None);
+        }
+        Ok(Some(browser.page.settled(PAGE_SETTLE_TIMEOUT).await?))
+    }
+
+    /// AWAITING_INPUT with these fields; a REAUTH flow submits saved values itself once.
+    async fn await_input(
+        &mut self,
+        url: &str,
+        fields: Vec<DiscoveredField>,
+        website_error: Option<String>,
+    ) {
+        // A form outside the domain and allowed domains is never filled.
+        if !self.inside(url) {
+            let message = format!(
+                "the login form is outside the allowed domains, at {}",
+                strip_query(url)
+            );
+            return self.fail("left_allowed_domains", &message).await;
+        }
+        if let Some(flow) = self.flow_mut() {
+            flow.step = FlowStep::AwaitingInput;
+            flow.discovered_fields = Some(fields.clone());
+            flow.website_error = website_error;
+        }
+        self.save().await;
+        let automatic = self
+            .document
+            .flow_in_progress()
+            .is_some_and(|flow| flow.flow_type == FlowType::Reauth && !flow.auto_submitted);
+        if !automatic {
+            return;
+        }
+        let saved = self.saved_credentials();
+        let all_known = fields
+            .iter()
+            .all(|field| !field.is_one_time() && saved.contains_key(&field.name));
+        if all_known {
+            if let Some(flow) = self.flow_mut() {
+                flow.auto_submitted = true;
+            }
+            let values = fields
+                .into_iter()
+                .filter_map(|field| {
+                    saved
+                        .get(&field.name)
+                        .map(|value| (field.clone(), value.clone()))
+                })
+                .collect();
+            Box::pin(self.submit(values)).await;
+        }
+    }
+
+    fn saved_credentials(&self) -> Credentials {
+        match &self.record.credentials {
+            Some(sealed) => self.vault.open_sealed(sealed, &self.vault_owner()).unwrap_or_else(|error| {
+                tracing::warn!(connection_id = %self.id(), %error, "saved credentials unusable");
+                Credentials::new()
+            }),
+            None => Credentials::new(),
+        }
+    }
+
+    /// Fills and submits the values, then reads the page: success, a site error (wait
+    /// for input again), or a next step of the login (more fields).
+    pub(super) async fn submit(&mut self, values: Vec<(DiscoveredField, String)>) {
+        if let Some(flow) = self.flow_mut() {
+            flow.step = FlowStep::Submitting;
+            flow.website_error = None;
+        }
+        self.save().await;
+        for (field, value) in &values {
+            if !field.is_one_time() {
+                self.submitted.insert(field.name.clone(), value.clone());
+            }
+        }
+        let Some(browser) = &self.browser else {
+            return self
+                .fail("browser_failed", "the flow's browser is gone")
+                .await;
+        };
+        let before = browser.page.assess().await.map(|a| a.url);
+        if let Err(error) = browser.page.fill_and_submit(&values).await {
+            return self.fail("submit_failed", &format!("{error:#}")).await;
+        }
+        // Judge the result only once the submission has left the page (or, for a page
+        // that answers without navigating, after a while).
+        browser
+            .page
+            .wait_for_new_document(SUBMIT_NAVIGATION_WAIT)
+            .await;
+        let assessment = match browser.page.settled(PAGE_SETTLE_TIMEOUT).await {
+            Ok(assessment) => assessment,
+            Err(error) => return self.fail("navigation_failed", &format!("{error:#}")).await,
+        };
+        tracing::debug!(connection_id = %self.id(), from = ?before, to = %assessment.url, "submitted");
+        if let Some(error) = assessment.error.clone() {
+            let fields = if assessment.fields.is_empty() {
+                values.into_iter().map(|(field, _)| field).collect()
+            } else {
+                assessment.fields
+            };
+            return Box::pin(self.await_input(&assessment.url, fields, Some(error))).await;
+        }
+        if assessment.password_field || assessment.fields.iter().any(DiscoveredField::is_one_time) {
+            return Box::pin(self.await_input(&assessment.url, assessment.fields, None)).await;
+        }
+        if self.inside(&assessment.url) {
+            return self.succeed(assessment.url).await;
+        }
+        if !assessment.fields.is_empty() {
+            return Box::pin(self.await_input(&assessment.url, assessment.fields, None)).await;
+        }
+        self.fail(
+            "left_allowed_domains",
+            &format!(
+                "the login ended outside the allowed domains, at {}",
+                strip_query(&assessment.url)
+            ),
+        )
+        .await
+    }
+
+    /// Logged in: save the profile (and the values), finish the flow.
+    async fn succeed(&mut self, landed_at: String) {
+        let Some(browser) = self.browser.take() else {
+            return self
+                .fail("browser_failed", "the flow's browser is gone")
+                .await;
+        };
+        let saved = match self.sessions.agent(&browser.session) {
+            Ok(agent) => {
+                self.profiles
+                    .save_from(&self.document.profile_id, &agent)
+                    .await
+            }
+            Err(error) => Err(anyhow::anyhow!("{error}")),
+        };
+        self.end_browser(browser).await;
+        if let Err(error) = saved {
+            return self
+                .fail(
+                    "profile_save_failed",
+                    &format!("the profile could not be saved: {error:#}"),
+                )
+                .await;
+        }
+        if self.document.save_credentials && !self.submitted.is_empty() {
+            let mut credentials = self.saved_credentials();
+            credentials.extend(std::mem::take(&mut self.submitted));
+            match self.vault.seal(&credentials, &self.vault_owner()) {
+                Ok(sealed) => self.record.credentials = Some(sealed),
+                Err(error) => {
+                    tracing::error!(connection_id = %self.id(), %error, "could not seal credentials")
+                }
+            }
+        }
+        self.submitted.clear();
+        let now = Utc::now();
+        self.document.status = AuthStatus::Authenticated;
+        self.document.last_auth_at = Some(now);
+        self.document.post_login_url = Some(landed_at);
+        self.document.next_health_check_at =
+            now + chrono::Duration::seconds(self.document.health_check_interval);
+        if let Some(flow) = self.flow_mut() {
+            flow.status = FlowStatus::Success;
+            flow.step = FlowStep::Completed;
+            flow.discovered_fields = None;
+            flow.website_error = None;
+        }
+        self.save().await;
+        tracing::info!(connection_id = %self.id(), "login flow succeeded");
+    }
+}
