@@ -48,6 +48,8 @@ pub const MAX_HEALTH_CHECK_INTERVAL: i64 = 86_400;
 pub const FLOW_TTL: chrono::Duration = chrono::Duration::minutes(10);
 /// How long an API call waits for a busy workflow (for example during a health check).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a delete waits for a canceled workflow to end its flow's browser.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 enum Command {
     Login {
@@ -184,6 +186,6 @@ impl ManagedAuth {
         };
         worker.cancel.cancel();
         let mut done = worker.done;
-        let _ = tokio::time::timeout(Duration::from_secs(60), done.wait_for(|done| *done)).await;
+        let _ = tokio::time::timeout(STOP_TIMEOUT, done.wait_for(|done| *done)).await;
     }
 }
