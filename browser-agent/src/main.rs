@@ -15,6 +15,7 @@ mod profile;
 mod proxy;
 mod recording;
 mod service;
+mod upload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -16,7 +16,7 @@ use browser_agent_proto::v1::{
     WriteFileChunk, cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
@@ -31,6 +31,7 @@ use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{self, Action, Input, InputError};
 use crate::recording::{Progress, RecordingError, RecordingInfo, Recordings};
+use crate::upload::{Part, spool};
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
@@ -149,6 +150,29 @@ async fn blocking<T: Send + 'static>(
         .map_err(Status::from)
 }
 
+/// Waits until Chromium is ready again in a state `caught_up` accepts, or has failed.
+async fn restarted(
+    mut browser: watch::Receiver<BrowserState>,
+    caught_up: impl Fn(&BrowserState) -> bool,
+    failure: &'static str,
+) -> Result<(), Status> {
+    let restarted = browser.wait_for(|s| {
+        (caught_up(s) && s.devtools == DevtoolsState::Ready) || s.devtools == DevtoolsState::Failed
+    });
+    match tokio::time::timeout(DEFAULT_WAIT, restarted).await {
+        Ok(Ok(state)) if state.devtools == DevtoolsState::Ready => Ok(()),
+        _ => Err(Status::unavailable(failure)),
+    }
+}
+
+/// A failure of the agent's own scratch file, outside the VM root.
+fn scratch_failed(error: std::io::Error) -> FsError {
+    FsError::Io {
+        context: "scratch file".into(),
+        source: error,
+    }
+}
+
 type DataStream = Pin<Box<dyn Stream<Item = Result<DataChunk, Status>> + Send>>;
 
 /// Streams a file's contents from a blocking thread.
@@ -180,6 +204,15 @@ impl AgentService {
                 "this browser is headless: it has no display for computer controls",
             )
         })
+    }
+
+    /// Runs blocking work on the VM's filesystem off the async executor.
+    async fn on_fs<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&VmFs) -> Result<T, FsError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let fs = self.fs.clone();
+        blocking(move || work(&fs)).await
     }
 
     async fn act(&self, action: Action) -> Result<Response<Empty>, Status> {
@@ -261,22 +294,23 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<MovePathRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let (fs, request) = (self.fs.clone(), request.into_inner());
-        blocking(move || fs.move_path(&request.src_path, &request.dest_path)).await?;
+        let request = request.into_inner();
+        self.on_fs(move |fs| fs.move_path(&request.src_path, &request.dest_path))
+            .await?;
         Ok(Response::new(Empty {}))
     }
 
     async fn stat_path(&self, request: Request<PathRequest>) -> Result<Response<FileInfo>, Status> {
-        let (fs, path) = (self.fs.clone(), request.into_inner().path);
-        Ok(Response::new(blocking(move || fs.stat(&path)).await?))
+        let path = request.into_inner().path;
+        Ok(Response::new(self.on_fs(move |fs| fs.stat(&path)).await?))
     }
 
     async fn list_directory(
         &self,
         request: Request<PathRequest>,
     ) -> Result<Response<FileList>, Status> {
-        let (fs, path) = (self.fs.clone(), request.into_inner().path);
-        let files = blocking(move || fs.list(&path)).await?;
+        let path = request.into_inner().path;
+        let files = self.on_fs(move |fs| fs.list(&path)).await?;
         Ok(Response::new(FileList { files }))
     }
 
@@ -286,8 +320,8 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<PathRequest>,
     ) -> Result<Response<DataStream>, Status> {
-        let (fs, path) = (self.fs.clone(), request.into_inner().path);
-        let file = blocking(move || fs.open_for_reading(&path)).await?;
+        let path = request.into_inner().path;
+        let file = self.on_fs(move |fs| fs.open_for_reading(&path)).await?;
         Ok(Response::new(stream_file(file)))
     }
 
@@ -308,32 +342,32 @@ impl BrowserAgent for AgentService {
             }
         };
         let mode = if target.mode == 0 { 0o644 } else { target.mode };
-        let fs = self.fs.clone();
         let path = target.path.clone();
-        let pending = blocking(move || fs.begin_write(&path, mode)).await?;
+        let pending = self.on_fs(move |fs| fs.begin_write(&path, mode)).await?;
+        let internal = |error: std::io::Error| Status::internal(error.to_string());
         let written = async {
-            let mut out = tokio::fs::File::from_std(pending.file.try_clone()?);
-            while let Some(chunk) = chunks.next().await {
-                match chunk.map(|c| c.kind) {
-                    Ok(Some(write_file_chunk::Kind::Data(data))) => out.write_all(&data).await?,
-                    Ok(Some(write_file_chunk::Kind::Commit(_))) => return out.flush().await,
-                    Ok(_) => {
-                        return Err(std::io::Error::other("unexpected message after the target"));
-                    }
-                    Err(status) => return Err(std::io::Error::other(status.message().to_owned())),
-                }
-            }
-            Err(std::io::Error::other("the stream ended without commit"))
+            let mut out = tokio::fs::File::from_std(pending.file.try_clone().map_err(internal)?);
+            spool(&mut chunks, &mut out, |chunk| match chunk.kind {
+                Some(write_file_chunk::Kind::Data(data)) => Ok(Part::Data(data)),
+                Some(write_file_chunk::Kind::Commit(_)) => Ok(Part::Done(())),
+                _ => Err(Status::invalid_argument(
+                    "unexpected message after the target",
+                )),
+            })
+            .await
+            .map_err(|error| error.into_status("the stream ended without commit", internal))?;
+            out.flush().await.map_err(internal)
         }
         .await;
-        let fs = self.fs.clone();
         match written {
-            Ok(()) => blocking(move || fs.commit_write(pending)).await?,
-            Err(error) => {
+            Ok(()) => self.on_fs(move |fs| fs.commit_write(pending)).await?,
+            Err(status) => {
                 // Dropping the pending write removes its temporary file.
                 tokio::task::spawn_blocking(move || drop(pending));
+                // Whatever went wrong, the call is aborted; only its message is kept.
                 return Err(Status::aborted(format!(
-                    "the upload did not complete: {error}"
+                    "the upload did not complete: {}",
+                    status.message()
                 )));
             }
         }
@@ -344,13 +378,14 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<CreateDirectoryRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let (fs, request) = (self.fs.clone(), request.into_inner());
+        let request = request.into_inner();
         let mode = if request.mode == 0 {
             0o755
         } else {
             request.mode
         };
-        blocking(move || fs.create_directory(&request.path, mode)).await?;
+        self.on_fs(move |fs| fs.create_directory(&request.path, mode))
+            .await?;
         Ok(Response::new(Empty {}))
     }
 
@@ -358,8 +393,9 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<DeletePathRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let (fs, request) = (self.fs.clone(), request.into_inner());
-        blocking(move || fs.delete(&request.path, request.directory)).await?;
+        let request = request.into_inner();
+        self.on_fs(move |fs| fs.delete(&request.path, request.directory))
+            .await?;
         Ok(Response::new(Empty {}))
     }
 
@@ -367,8 +403,9 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<SetPermissionsRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let (fs, r) = (self.fs.clone(), request.into_inner());
-        blocking(move || fs.set_permissions(&r.path, r.mode, &r.owner, &r.group)).await?;
+        let r = request.into_inner();
+        self.on_fs(move |fs| fs.set_permissions(&r.path, r.mode, &r.owner, &r.group))
+            .await?;
         Ok(Response::new(Empty {}))
     }
 
@@ -386,43 +423,31 @@ impl BrowserAgent for AgentService {
                 .try_clone()
                 .map_err(|error| Status::internal(error.to_string()))?,
         );
-        let dest_path = loop {
-            match chunks.next().await {
-                Some(Ok(ExtractZipChunk {
-                    kind: Some(extract_zip_chunk::Kind::Data(data)),
-                })) => {
-                    out.write_all(&data).await.map_err(|error| {
-                        Status::internal(format!("buffering the upload failed: {error}"))
-                    })?;
-                }
-                Some(Ok(ExtractZipChunk {
-                    kind: Some(extract_zip_chunk::Kind::Finish(finish)),
-                })) => break finish.dest_path,
-                Some(Ok(_)) => continue,
-                Some(Err(status)) => return Err(status),
-                None => {
-                    return Err(Status::invalid_argument(
-                        "the upload ended without a destination",
-                    ));
-                }
-            }
-        };
+        let dest_path = spool(&mut chunks, &mut out, |chunk| {
+            Ok(match chunk.kind {
+                Some(extract_zip_chunk::Kind::Data(data)) => Part::Data(data),
+                Some(extract_zip_chunk::Kind::Finish(finish)) => Part::Done(finish.dest_path),
+                None => Part::Skip,
+            })
+        })
+        .await
+        .map_err(|error| {
+            error.into_status("the upload ended without a destination", |error| {
+                Status::internal(format!("buffering the upload failed: {error}"))
+            })
+        })?;
         out.flush()
             .await
             .map_err(|error| Status::internal(error.to_string()))?;
         drop(out);
-        let (fs, limits) = (self.fs.clone(), self.zip_limits);
-        let (files, bytes) = blocking(move || {
-            let mut archive = scratch;
-            archive
-                .seek(SeekFrom::Start(0))
-                .map_err(|error| FsError::Io {
-                    context: "scratch file".into(),
-                    source: error,
-                })?;
-            fs.extract_zip(std::io::BufReader::new(archive), &dest_path, limits)
-        })
-        .await?;
+        let limits = self.zip_limits;
+        let (files, bytes) = self
+            .on_fs(move |fs| {
+                let mut archive = scratch;
+                archive.rewind().map_err(scratch_failed)?;
+                fs.extract_zip(std::io::BufReader::new(archive), &dest_path, limits)
+            })
+            .await?;
         Ok(Response::new(ExtractZipResponse { files, bytes }))
     }
 
@@ -432,26 +457,15 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<PathRequest>,
     ) -> Result<Response<DataStream>, Status> {
-        let (fs, path, scratch_dir) = (
-            self.fs.clone(),
-            request.into_inner().path,
-            self.scratch_dir.clone(),
-        );
-        let archive = blocking(move || {
-            let scratch = tempfile::tempfile_in(&scratch_dir).map_err(|error| FsError::Io {
-                context: "scratch file".into(),
-                source: error,
-            })?;
-            let mut archive = fs.zip_directory(&path, scratch)?;
-            archive
-                .seek(SeekFrom::Start(0))
-                .map_err(|error| FsError::Io {
-                    context: "scratch file".into(),
-                    source: error,
-                })?;
-            Ok(archive)
-        })
-        .await?;
+        let (path, scratch_dir) = (request.into_inner().path, self.scratch_dir.clone());
+        let archive = self
+            .on_fs(move |fs| {
+                let scratch = tempfile::tempfile_in(&scratch_dir).map_err(scratch_failed)?;
+                let mut archive = fs.zip_directory(&path, scratch)?;
+                archive.rewind().map_err(scratch_failed)?;
+                Ok(archive)
+            })
+            .await?;
         Ok(Response::new(stream_file(archive)))
     }
 
@@ -635,17 +649,13 @@ impl BrowserAgent for AgentService {
             *g += 1;
             generation = *g;
         });
-        let mut browser = self.browser.clone();
-        let restarted = browser.wait_for(|s| {
-            (s.reset_generation >= generation && s.devtools == DevtoolsState::Ready)
-                || s.devtools == DevtoolsState::Failed
-        });
-        match tokio::time::timeout(DEFAULT_WAIT, restarted).await {
-            Ok(Ok(state)) if state.devtools == DevtoolsState::Ready => Ok(Response::new(Empty {})),
-            _ => Err(Status::unavailable(
-                "Chromium did not come back with a fresh profile",
-            )),
-        }
+        restarted(
+            self.browser.clone(),
+            |s| s.reset_generation >= generation,
+            "Chromium did not come back with a fresh profile",
+        )
+        .await?;
+        Ok(Response::new(Empty {}))
     }
 
     type ExportProfileStream = DataStream;
@@ -663,7 +673,7 @@ impl BrowserAgent for AgentService {
         let (dir, scratch_dir) = (self.vm_root.join(USER_DATA_DIR), self.scratch_dir.clone());
         let archive = tokio::task::spawn_blocking(move || {
             let mut archive = crate::profile::export(&dir, tempfile::tempfile_in(&scratch_dir)?)?;
-            archive.seek(SeekFrom::Start(0))?;
+            archive.rewind()?;
             anyhow::Ok(archive)
         })
         .await
@@ -684,42 +694,36 @@ impl BrowserAgent for AgentService {
         let mut names: std::collections::HashMap<String, String> = Default::default();
         let mut current: Option<tokio::fs::File> = None;
         loop {
-            match chunks.next().await {
-                Some(Ok(ExtensionUploadChunk {
-                    kind: Some(Kind::BeginSlot(slot)),
-                })) => {
-                    if let Some(mut previous) = current.take() {
-                        previous.flush().await.map_err(scratch)?;
-                    }
-                    let file = tempfile::tempfile_in(&self.scratch_dir).map_err(scratch)?;
-                    current = Some(tokio::fs::File::from_std(
-                        file.try_clone().map_err(scratch)?,
-                    ));
-                    archives.push((slot, file));
+            let in_slot = current.is_some();
+            // One slot's data at a time: `Some` begins the next slot, `None` is the commit.
+            let part = |chunk: ExtensionUploadChunk| match chunk.kind {
+                Some(Kind::BeginSlot(slot)) => Ok(Part::Done(Some(slot))),
+                Some(Kind::Data(_)) if !in_slot => {
+                    Err(Status::invalid_argument("data before begin_slot"))
                 }
-                Some(Ok(ExtensionUploadChunk {
-                    kind: Some(Kind::Data(data)),
-                })) => {
-                    let out = current
-                        .as_mut()
-                        .ok_or_else(|| Status::invalid_argument("data before begin_slot"))?;
-                    out.write_all(&data).await.map_err(scratch)?;
-                }
-                Some(Ok(ExtensionUploadChunk {
-                    kind: Some(Kind::Name(named)),
-                })) => {
+                Some(Kind::Data(data)) => Ok(Part::Data(data)),
+                Some(Kind::Name(named)) => {
                     names.insert(named.slot, named.name);
+                    Ok(Part::Skip)
                 }
-                Some(Ok(ExtensionUploadChunk {
-                    kind: Some(Kind::Commit(_)),
-                })) => break,
-                Some(Ok(_)) => continue,
-                Some(Err(status)) => return Err(status),
-                None => return Err(Status::invalid_argument("the upload ended without commit")),
+                Some(Kind::Commit(_)) => Ok(Part::Done(None)),
+                None => Ok(Part::Skip),
+            };
+            let next = match current.as_mut() {
+                Some(out) => spool(&mut chunks, out, part).await,
+                // Before the first slot, data has nowhere to go and `part` refuses it.
+                None => spool(&mut chunks, &mut tokio::io::sink(), part).await,
             }
-        }
-        if let Some(mut last) = current.take() {
-            last.flush().await.map_err(scratch)?;
+            .map_err(|error| error.into_status("the upload ended without commit", scratch))?;
+            if let Some(mut previous) = current.take() {
+                previous.flush().await.map_err(scratch)?;
+            }
+            let Some(slot) = next else { break };
+            let file = tempfile::tempfile_in(&self.scratch_dir).map_err(scratch)?;
+            current = Some(tokio::fs::File::from_std(
+                file.try_clone().map_err(scratch)?,
+            ));
+            archives.push((slot, file));
         }
         if archives.is_empty() {
             return Err(Status::invalid_argument("no extensions were sent"));
@@ -741,16 +745,11 @@ impl BrowserAgent for AgentService {
             return Err(Status::invalid_argument("too many extensions in one call"));
         }
         let extensions = self.extensions.clone();
-        let mut browser = self.browser.clone();
+        let browser = self.browser.clone();
         let (loaded, version) = blocking(move || {
             let mut archives = Vec::new();
             for (name, mut archive) in batch {
-                archive
-                    .seek(SeekFrom::Start(0))
-                    .map_err(|error| FsError::Io {
-                        context: "scratch file".into(),
-                        source: error,
-                    })?;
+                archive.rewind().map_err(scratch_failed)?;
                 archives.push((name, archive));
             }
             extensions.install(archives)
@@ -758,18 +757,13 @@ impl BrowserAgent for AgentService {
         .await?;
         // Done once Chromium runs with this set or a later one (a concurrent load may
         // have restarted it with ours included). Open CDP connections end with the restart.
-        let restarted = browser.wait_for(|s| {
-            (s.extensions_version >= version && s.devtools == DevtoolsState::Ready)
-                || s.devtools == DevtoolsState::Failed
-        });
-        match tokio::time::timeout(DEFAULT_WAIT, restarted).await {
-            Ok(Ok(state)) if state.devtools == DevtoolsState::Ready => {
-                Ok(Response::new(LoadExtensionsResponse { loaded }))
-            }
-            _ => Err(Status::unavailable(
-                "Chromium did not come back with the extensions",
-            )),
-        }
+        restarted(
+            browser,
+            |s| s.extensions_version >= version,
+            "Chromium did not come back with the extensions",
+        )
+        .await?;
+        Ok(Response::new(LoadExtensionsResponse { loaded }))
     }
 
     async fn shutdown(
