@@ -268,10 +268,7 @@ impl Database {
     ) -> StoreResult<u64> {
         match self {
             Self::Sqlite(connection) => {
-                sqlite_call(connection, move |connection| {
-                    let mut prepared = connection
-                        .prepare_cached(&statement.sqlite)
-                        .map_err(sqlite_error)?;
+                sqlite_call(connection, statement, move |prepared| {
                     let changed = prepared
                         .execute(rusqlite::params_from_iter(params.iter()))
                         .map_err(sqlite_error)?;
@@ -280,11 +277,7 @@ impl Database {
                 .await
             }
             Self::Postgres(pool) => {
-                let client = postgres_client(pool).await?;
-                let prepared = client
-                    .prepare_cached(&statement.postgres)
-                    .await
-                    .map_err(postgres_error)?;
+                let (client, prepared) = postgres_prepared(pool, statement).await?;
                 client
                     .execute(&prepared, &postgres_params(&params))
                     .await
@@ -302,10 +295,7 @@ impl Database {
     ) -> StoreResult<Vec<T>> {
         match self {
             Self::Sqlite(connection) => {
-                sqlite_call(connection, move |connection| {
-                    let mut prepared = connection
-                        .prepare_cached(&statement.sqlite)
-                        .map_err(sqlite_error)?;
+                sqlite_call(connection, statement, move |prepared| {
                     let mut rows = prepared
                         .query(rusqlite::params_from_iter(params.iter()))
                         .map_err(sqlite_error)?;
@@ -318,11 +308,7 @@ impl Database {
                 .await
             }
             Self::Postgres(pool) => {
-                let client = postgres_client(pool).await?;
-                let prepared = client
-                    .prepare_cached(&statement.postgres)
-                    .await
-                    .map_err(postgres_error)?;
+                let (client, prepared) = postgres_prepared(pool, statement).await?;
                 let rows = client
                     .query(&prepared, &postgres_params(&params))
                     .await
@@ -364,25 +350,40 @@ impl Database {
     }
 }
 
+/// Runs `work` with the statement prepared on SQLite's connection, on a blocking thread.
 async fn sqlite_call<T: Send + 'static>(
     connection: &Arc<Mutex<rusqlite::Connection>>,
-    work: impl FnOnce(&mut rusqlite::Connection) -> StoreResult<T> + Send + 'static,
+    statement: &'static Statement,
+    work: impl FnOnce(&mut rusqlite::CachedStatement<'_>) -> StoreResult<T> + Send + 'static,
 ) -> StoreResult<T> {
     let connection = connection.clone();
     tokio::task::spawn_blocking(move || {
-        let mut connection = connection
+        let connection = connection
             .lock()
             .map_err(|_| StoreError::Backend("SQLite connection lock poisoned".into()))?;
-        work(&mut connection)
+        let mut prepared = connection
+            .prepare_cached(&statement.sqlite)
+            .map_err(sqlite_error)?;
+        work(&mut prepared)
     })
     .await
     .map_err(|error| StoreError::Backend(error.to_string()))?
 }
 
-async fn postgres_client(pool: &Pool) -> StoreResult<deadpool_postgres::Object> {
-    pool.get()
+/// A pooled PostgreSQL connection with the statement prepared on it.
+async fn postgres_prepared(
+    pool: &Pool,
+    statement: &'static Statement,
+) -> StoreResult<(deadpool_postgres::Object, tokio_postgres::Statement)> {
+    let client = pool
+        .get()
         .await
-        .map_err(|error| StoreError::Backend(format!("PostgreSQL pool: {error:?}")))
+        .map_err(|error| StoreError::Backend(format!("PostgreSQL pool: {error:?}")))?;
+    let prepared = client
+        .prepare_cached(&statement.postgres)
+        .await
+        .map_err(postgres_error)?;
+    Ok((client, prepared))
 }
 
 fn postgres_params(params: &[Value]) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
