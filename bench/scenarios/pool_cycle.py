@@ -6,7 +6,6 @@ Cycles alternate between the two so both see the same machine state."""
 from __future__ import annotations
 
 import http.client as http_client
-import http.server
 import json
 import os
 import re
@@ -20,24 +19,12 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
-from harness import ControlPlane
+from harness import ControlPlane, first_tab, serve_html
 
 CYCLES = 50
 POOL_SIZE = 5
 ACQUIRES = 30
 PAGE = b"<!doctype html><title>bench</title><h1>hello</h1>"
-
-
-class _Page(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
-
-    def log_message(self, *args):
-        pass
 
 
 def _bare_chromium(user_data_dir: str) -> tuple[subprocess.Popen, str]:
@@ -62,16 +49,14 @@ def _bare_chromium(user_data_dir: str) -> tuple[subprocess.Popen, str]:
 
 def _visit(playwright, cdp_url: str, page_url: str) -> None:
     browser = playwright.chromium.connect_over_cdp(cdp_url)
-    context = browser.contexts[0]
-    page = context.pages[0] if context.pages else context.new_page()
+    page = first_tab(browser)
     page.goto(page_url)
     assert page.title() == "bench"
     browser.close()
 
 
 def run(work_dir: Path, report) -> None:
-    page_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    threading.Thread(target=page_server.serve_forever, daemon=True).start()
+    page_server = serve_html(lambda _path: PAGE)
     page_url = f"http://127.0.0.1:{page_server.server_address[1]}/"
     server = ControlPlane(work_dir / "data").start()
     user_data_dir = tempfile.mkdtemp(prefix="bench-chromium-")

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
-from harness import ControlPlane, descendants, session_processes
+from harness import ControlPlane, descendants, first_tab, session_processes
 
 ROUNDS = 3
 SECONDS = 10
@@ -136,8 +136,7 @@ def run(work_dir: Path, report) -> None:
         display = display_of(processes["chromium"])
         with sync_playwright() as playwright:
             browser = playwright.chromium.connect_over_cdp(session["cdp_ws_url"])
-            context = browser.contexts[0]
-            page = context.pages[0] if context.pages else context.new_page()
+            page = first_tab(browser)
             page.set_content(ANIMATED_PAGE)
             time.sleep(2)
             samples: dict[str, list[dict]] = {"ours": [], "x11grab": []}

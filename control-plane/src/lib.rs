@@ -8,6 +8,7 @@ pub mod blobs;
 pub mod config;
 pub mod error;
 pub mod ids;
+pub mod in_progress;
 pub mod managed_auth;
 pub mod pools;
 pub mod profiles;

@@ -313,6 +313,19 @@ pub async fn organization(services: &Services) -> String {
         .id
 }
 
+/// A session as the store has it now.
+pub async fn stored_session(
+    store: &dyn crate::store::Store,
+    org_id: &str,
+    id: &str,
+) -> crate::store::SessionRecord {
+    store
+        .session(org_id, id)
+        .await
+        .expect("store")
+        .expect("the session is on record")
+}
+
 /// A running browser of the organization, with the default configuration.
 pub async fn running_session(services: &Services, org_id: &str) -> crate::store::SessionRecord {
     let spec = services

@@ -1,21 +1,16 @@
 from __future__ import annotations
 
-import http.server
-import threading
-
 import pytest
 from kernel import Kernel
 
-from harness import ControlPlane
+from harness import control_plane_for_module, serve_html
 
 TEST_PAGE_TITLE = "Kernel compatibility test page"
 
 
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory):
-    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data").start()
-    yield server
-    server.reap_everything()
+    yield from control_plane_for_module(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -54,28 +49,17 @@ const colours = ["rgb(255, 0, 0)", "rgb(0, 255, 0)", "rgb(0, 0, 255)"];
 </script></body></html>"""
 
 
-class _Page(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.path.startswith("/events.html"):
-            body = EVENTS_PAGE.encode()
-        elif self.path.startswith("/colours.html"):
-            body = COLOURS_PAGE.encode()
-        else:
-            body = f"<!doctype html><title>{TEST_PAGE_TITLE}</title><h1>hello</h1>".encode()
-        self.send_response(200)
-        self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+def _page(path: str) -> bytes:
+    if path.startswith("/events.html"):
+        return EVENTS_PAGE.encode()
+    if path.startswith("/colours.html"):
+        return COLOURS_PAGE.encode()
+    return f"<!doctype html><title>{TEST_PAGE_TITLE}</title><h1>hello</h1>".encode()
 
 
 @pytest.fixture(scope="session")
 def test_page_url():
     """A page served by the test itself, on loopback."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_html(_page)
     yield f"http://127.0.0.1:{server.server_address[1]}/page.html"
     server.shutdown()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
+
+from playwright.sync_api import sync_playwright
 
 REPO = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("E2E_BIN_DIR", REPO / "target" / "debug"))
@@ -83,6 +86,52 @@ class ControlPlane:
                     os.kill(member, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def control_plane_for_module(tmp_path_factory, **options):
+    """A module's control plane (started with `ControlPlane`'s `options`); reaped with
+    everything it started once the module is done. Yield from it in a module fixture."""
+    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data", **options).start()
+    yield server
+    server.reap_everything()
+
+
+def first_tab(browser):
+    """The tab a browser connected over CDP shows, or a new one where it shows none."""
+    context = browser.contexts[0]
+    return context.pages[0] if context.pages else context.new_page()
+
+
+def read_page(cdp_ws_url: str, url: str, read):
+    """Opens `url` in the first tab of the browser behind `cdp_ws_url`; what `read(page)`
+    answers."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(cdp_ws_url)
+        page = first_tab(browser)
+        page.goto(url)
+        result = read(page)
+        browser.close()
+        return result
+
+
+def serve_html(page_for_path) -> http.server.ThreadingHTTPServer:
+    """Serves `page_for_path(path)` (HTML bytes) on a loopback port, from a thread."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = page_for_path(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def vm_root(control_plane: ControlPlane, session_id: str) -> Path:

@@ -14,7 +14,7 @@ from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
 from conftest import TEST_PAGE_TITLE
-from harness import is_alive, session_processes, wait_until
+from harness import first_tab, is_alive, read_page, session_processes, wait_until
 
 
 def test_session_lifecycle_with_sdk_and_playwright(control_plane, client, test_page_url):
@@ -32,8 +32,7 @@ def test_session_lifecycle_with_sdk_and_playwright(control_plane, client, test_p
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.connect_over_cdp(retrieved.cdp_ws_url)
-        context = browser.contexts[0]
-        page = context.pages[0] if context.pages else context.new_page()
+        page = first_tab(browser)
         page.goto(test_page_url)
         assert page.title() == TEST_PAGE_TITLE
         # The X screen has the requested size and the window fills it (Chromium's X11
@@ -58,12 +57,7 @@ def test_headless_session_works_over_cdp(control_plane, client, test_page_url):
         assert created.headless is True
         processes = session_processes(control_plane, created.session_id)
         assert processes["chromium"] and not processes["xvfb"], processes
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.connect_over_cdp(created.cdp_ws_url)
-            page = browser.contexts[0].new_page()
-            page.goto(test_page_url)
-            assert page.title() == TEST_PAGE_TITLE
-            browser.close()
+        assert read_page(created.cdp_ws_url, test_page_url, lambda page: page.title()) == TEST_PAGE_TITLE
     finally:
         client.browsers.delete_by_id(created.session_id)
 

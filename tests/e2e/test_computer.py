@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
-from harness import vm_root, wait_until
+from harness import first_tab, vm_root, wait_until
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -26,8 +26,7 @@ def desktop(client, test_page_url):
     session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=600)
     with sync_playwright() as playwright:
         browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
-        context = browser.contexts[0]
-        page = context.pages[0] if context.pages else context.new_page()
+        page = first_tab(browser)
         page.goto(test_page_url.replace("page.html", "events.html"))
         page.bring_to_front()
         yield session, page

@@ -10,7 +10,7 @@ from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
 from conftest import TEST_PAGE_TITLE
-from harness import ControlPlane, is_alive, session_processes, wait_until
+from harness import ControlPlane, is_alive, read_page, session_processes, wait_until
 
 
 def _listed(client: Kernel) -> set[str]:
@@ -58,12 +58,7 @@ def test_sessions_survive_a_control_plane_crash(tmp_path, test_page_url):
         assert {s.session_id for s in sessions} <= _listed(client)
         for session in sessions:
             current = client.browsers.retrieve(session.session_id)
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.connect_over_cdp(current.cdp_ws_url)
-                page = browser.contexts[0].new_page()
-                page.goto(test_page_url)
-                assert page.title() == TEST_PAGE_TITLE
-                browser.close()
+            assert read_page(current.cdp_ws_url, test_page_url, lambda page: page.title()) == TEST_PAGE_TITLE
             # Same processes as before the crash: re-adopted, not replaced.
             assert session_processes(server, session.session_id)["agent"] == before[session.session_id]["agent"]
         for session in sessions:

@@ -16,9 +16,8 @@ import httpx
 import kernel
 import pytest
 from kernel import Kernel
-from playwright.sync_api import sync_playwright
 
-from harness import ControlPlane, session_processes, wait_until
+from harness import ControlPlane, control_plane_for_module, read_page, session_processes, wait_until
 
 USERNAME = "alice"
 PASSWORD = "correct-horse-battery-staple-7351"
@@ -111,10 +110,7 @@ def site():
 
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory):
-    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data",
-                          extra_args=["--min-health-check-interval", "2"]).start()
-    yield server
-    server.reap_everything()
+    yield from control_plane_for_module(tmp_path_factory, extra_args=["--min-health-check-interval", "2"])
 
 
 class Follower:
@@ -173,14 +169,7 @@ def log_in(client: Kernel, connection_id: str):
 def page_text(client: Kernel, profile_name: str, url: str) -> str:
     session = client.browsers.create(headless=True, profile={"name": profile_name})
     try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
-            context = browser.contexts[0]
-            page = context.pages[0] if context.pages else context.new_page()
-            page.goto(url)
-            text = page.inner_text("body")
-            browser.close()
-            return text
+        return read_page(session.cdp_ws_url, url, lambda page: page.inner_text("body"))
     finally:
         client.browsers.delete_by_id(session.session_id)
 

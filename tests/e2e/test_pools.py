@@ -14,15 +14,12 @@ import pytest
 from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
-from harness import ControlPlane, is_alive, session_processes, wait_until
+from harness import control_plane_for_module, first_tab, is_alive, session_processes, wait_until
 
 
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory):
-    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data",
-                          extra_args=["--max-pooled-browsers", "8"]).start()
-    yield server
-    server.reap_everything()
+    yield from control_plane_for_module(tmp_path_factory, extra_args=["--max-pooled-browsers", "8"])
 
 
 def new_pool(client: Kernel, size: int, **fields):
@@ -141,12 +138,11 @@ def test_a_reused_browser_keeps_nothing_of_its_previous_lessee(client, test_page
     first = client.browser_pools.acquire(pool.id)
     with sync_playwright() as playwright:
         browser = playwright.chromium.connect_over_cdp(first.cdp_ws_url)
-        context = browser.contexts[0]
-        page = context.pages[0] if context.pages else context.new_page()
+        page = first_tab(browser)
         page.goto(test_page_url)
         page.evaluate("document.cookie = 'secret=lessee-one; max-age=3600'; localStorage.setItem('secret', 'one')")
         assert "secret=lessee-one" in page.evaluate("document.cookie")
-        context.new_page().goto(test_page_url)
+        browser.contexts[0].new_page().goto(test_page_url)
         browser.close()
     client.browser_pools.release(pool.id, session_id=first.session_id, reuse=True)
 
@@ -157,7 +153,7 @@ def test_a_reused_browser_keeps_nothing_of_its_previous_lessee(client, test_page
         context = browser.contexts[0]
         assert len(context.pages) <= 1  # the previous lessee's tabs are gone
         assert context.cookies() == []
-        page = context.pages[0] if context.pages else context.new_page()
+        page = first_tab(browser)
         page.goto(test_page_url)
         assert page.evaluate("document.cookie") == ""
         assert page.evaluate("localStorage.getItem('secret')") is None

@@ -13,9 +13,8 @@ import zipfile
 import kernel
 import pytest
 from kernel import Kernel
-from playwright.sync_api import sync_playwright
 
-from harness import session_processes, wait_until
+from harness import read_page, session_processes, wait_until
 
 # Writes `value` into a persistent cookie, local storage and IndexedDB of the test page's
 # origin, and reads the three back.
@@ -56,14 +55,7 @@ READ_STATE = """async () => {
 
 
 def on_page(session, url: str, script: str, arg=None):
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
-        context = browser.contexts[0]
-        page = context.pages[0] if context.pages else context.new_page()
-        page.goto(url)
-        result = page.evaluate(script, arg)
-        browser.close()
-        return result
+    return read_page(session.cdp_ws_url, url, lambda page: page.evaluate(script, arg))
 
 
 def write_state(session, url: str, value: str) -> None:

@@ -13,10 +13,9 @@ import urllib.parse
 import kernel
 import pytest
 from kernel import Kernel
-from playwright.sync_api import sync_playwright
 
 from conftest import TEST_PAGE_TITLE
-from harness import ControlPlane
+from harness import control_plane_for_module, read_page
 
 USERNAME, PASSWORD = "proxy-user", "s3cret pass"
 
@@ -72,10 +71,7 @@ def forward_proxy():
 
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory, test_page_url):
-    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data",
-                          extra_args=["--proxy-check-url", test_page_url]).start()
-    yield server
-    server.reap_everything()
+    yield from control_plane_for_module(tmp_path_factory, extra_args=["--proxy-check-url", test_page_url])
 
 
 def custom(client: Kernel, port: int, password: str = PASSWORD, **fields):
@@ -86,14 +82,7 @@ def custom(client: Kernel, port: int, password: str = PASSWORD, **fields):
 
 
 def page_title_through(session, url: str) -> str:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
-        context = browser.contexts[0]
-        page = context.pages[0] if context.pages else context.new_page()
-        page.goto(url)
-        title = page.title()
-        browser.close()
-    return title
+    return read_page(session.cdp_ws_url, url, lambda page: page.title())
 
 
 def test_a_browser_on_a_custom_proxy_sends_its_traffic_through_it(client, forward_proxy, test_page_url):

@@ -20,7 +20,15 @@ import pytest
 from kernel import Kernel, NotFoundError
 from playwright.sync_api import sync_playwright
 
-from harness import REPO, ControlPlane, processes_mentioning, session_processes, wait_until
+from harness import (
+    REPO,
+    ControlPlane,
+    control_plane_for_module,
+    first_tab,
+    processes_mentioning,
+    session_processes,
+    wait_until,
+)
 
 WIDTH, HEIGHT = 1280, 720
 # The page's colour at each second of the wall clock (conftest COLOURS_PAGE).
@@ -31,17 +39,14 @@ ARTIFACTS = Path(os.environ.get("E2E_ARTIFACTS", REPO / "tests" / "e2e" / "artif
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory):
     # Short agent grace: heartbeats every second notice a killed agent quickly.
-    server = ControlPlane(tmp_path_factory.mktemp("cp") / "data", agent_idle_grace_seconds=4).start()
-    yield server
-    server.reap_everything()
+    yield from control_plane_for_module(tmp_path_factory, agent_idle_grace_seconds=4)
 
 
 def colour_session(client: Kernel, test_page_url: str, playwright):
     """A headful browser showing the colour-cycling page; returns (session, cdp browser)."""
     session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=300)
     browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
-    context = browser.contexts[0]
-    page = context.pages[0] if context.pages else context.new_page()
+    page = first_tab(browser)
     page.goto(test_page_url.replace("page.html", "colours.html"))
     page.bring_to_front()
     return session, browser
@@ -175,8 +180,7 @@ def test_a_recording_under_cpu_load_ends_at_its_stop(client, test_page_url, tmp_
             session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=300)
             sid = session.session_id
             browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
-            context = browser.contexts[0]
-            page = context.pages[0] if context.pages else context.new_page()
+            page = first_tab(browser)
             page.goto(test_page_url)
             page.bring_to_front()
             paint(page, "rgb(255, 0, 0)")

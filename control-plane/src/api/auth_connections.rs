@@ -18,9 +18,9 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
-use super::caller::Caller;
-use super::error::{ApiError, ErrorBody, ErrorDetail};
+use super::error::{ApiError, ErrorBody, ErrorDetail, OrNotFound};
 use super::extract::{JsonBody, PathParam, QueryParams};
+use super::org::Org;
 use super::replays::escape_html;
 use super::state::AppState;
 use crate::error::ServiceError;
@@ -145,16 +145,9 @@ fn hosted_url(
     )
 }
 
-async fn find(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-) -> Result<AuthConnectionRecord, ApiError> {
-    state
-        .store
-        .auth_connection(&caller.org_id, id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("auth connection {id} not found")))
+async fn find(org: &Org, id: &str) -> Result<AuthConnectionRecord, ApiError> {
+    let found = org.store.auth_connection(&org.id, id).await?;
+    found.or_not_found("auth connection", id)
 }
 
 /// Create an auth connection: a profile kept logged in to a domain. Its workflow starts
@@ -164,8 +157,7 @@ async fn find(
     responses((status = 200, body = Object), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     JsonBody(request): JsonBody<CreateAuthConnectionRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let mut problems = Vec::new();
@@ -192,7 +184,7 @@ pub async fn create(
             true,
         ));
     }
-    let minimum = state.managed_auth.min_health_check_interval;
+    let minimum = org.managed_auth.min_health_check_interval;
     let interval = request
         .health_check_interval
         .unwrap_or(DEFAULT_HEALTH_CHECK_INTERVAL.max(minimum));
@@ -213,24 +205,20 @@ pub async fn create(
     }
     let proxy_id = match request.proxy {
         None => None,
-        Some(reference) => Some(resolve_proxy(&state, &caller.org_id, reference).await?),
+        Some(reference) => Some(resolve_proxy(&org, &org.id, reference).await?),
     };
-    let profile = match state
-        .store
-        .profile(&caller.org_id, &request.profile_name)
-        .await?
-    {
+    let profile = match org.store.profile(&org.id, &request.profile_name).await? {
         Some(profile) => profile,
-        None => match state
+        None => match org
             .profiles
-            .create(&caller.org_id, Some(request.profile_name.clone()))
+            .create(&org.id, Some(request.profile_name.clone()))
             .await
         {
             Ok(profile) => profile,
             // Created concurrently: use that one.
-            Err(ServiceError::Conflict(_)) => state
+            Err(ServiceError::Conflict(_)) => org
                 .store
-                .profile(&caller.org_id, &request.profile_name)
+                .profile(&org.id, &request.profile_name)
                 .await?
                 .ok_or_else(|| ApiError::Conflict("the profile is being changed; retry".into()))?,
             Err(error) => return Err(error.into()),
@@ -252,7 +240,7 @@ pub async fn create(
     };
     let record = AuthConnectionRecord {
         id: ids::new_id("auth"),
-        org_id: caller.org_id.clone(),
+        org_id: org.id.clone(),
         domain: request.domain.to_ascii_lowercase(),
         profile_name: request.profile_name,
         created_at: now,
@@ -260,7 +248,7 @@ pub async fn create(
             .map_err(|error| ApiError::Internal(error.into()))?,
         credentials: None,
     };
-    match state.store.insert_auth_connection(&record).await {
+    match org.store.insert_auth_connection(&record).await {
         Ok(()) => {}
         Err(StoreError::Conflict(_)) => {
             return Err(ApiError::Conflict(format!(
@@ -270,8 +258,8 @@ pub async fn create(
         }
         Err(error) => return Err(error.into()),
     }
-    state.managed_auth.spawn(record.clone());
-    Ok(Json(view(&state, &record)?))
+    org.managed_auth.spawn(record.clone());
+    Ok(Json(view(&org, &record)?))
 }
 
 async fn resolve_proxy(
@@ -313,14 +301,10 @@ pub struct ListQuery {
     security(("bearer" = [])),
     responses((status = 200, body = Vec<Object>), (status = 400, body = ErrorBody)))]
 pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let mut connections = state
-        .store
-        .list_auth_connections(Some(&caller.org_id))
-        .await?;
+    let mut connections = org.store.list_auth_connections(Some(&org.id)).await?;
     if let Some(domain) = &query.domain {
         connections.retain(|c| c.domain.eq_ignore_ascii_case(domain));
     }
@@ -330,7 +314,7 @@ pub async fn list(
     let (headers, page) = super::page_of(connections, query.limit, query.offset)?;
     let body = page
         .iter()
-        .map(|record| view(&state, record))
+        .map(|record| view(&org, record))
         .collect::<Result<Vec<Value>, ApiError>>()?;
     Ok((headers, Json(body)))
 }
@@ -339,13 +323,9 @@ pub async fn list(
 #[utoipa::path(get, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
     params(("id" = String, Path, description = "Auth connection id")),
     responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
-pub async fn retrieve(
-    State(state): State<AppState>,
-    caller: Caller,
-    PathParam(id): PathParam<String>,
-) -> Result<Json<Value>, ApiError> {
-    let record = find(&state, &caller, &id).await?;
-    Ok(Json(view(&state, &record)?))
+pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
+    let record = find(&org, &id).await?;
+    Ok(Json(view(&org, &record)?))
 }
 
 /// Delete an auth connection (seed 4.13): the record goes, its workflow stops, and a
@@ -354,22 +334,12 @@ pub async fn retrieve(
 #[utoipa::path(delete, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
     params(("id" = String, Path, description = "Auth connection id")),
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    caller: Caller,
-    PathParam(id): PathParam<String>,
-) -> Result<StatusCode, ApiError> {
-    if !state
-        .store
-        .delete_auth_connection(&caller.org_id, &id)
-        .await?
-    {
-        return Err(ApiError::NotFound(format!(
-            "auth connection {id} not found"
-        )));
+pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
+    if !org.store.delete_auth_connection(&org.id, &id).await? {
+        return Err(ApiError::not_found("auth connection", &id));
     }
     // The caller may go away; the cancellation must not be cut short.
-    let managed_auth = state.managed_auth.clone();
+    let managed_auth = org.managed_auth.clone();
     tokio::spawn(async move { managed_auth.stop(&id).await })
         .await
         .map_err(|error| ApiError::Internal(anyhow::anyhow!("stop task failed: {error}")))?;
@@ -403,8 +373,7 @@ pub struct LoginResponse {
     responses((status = 200, body = LoginResponse), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn login(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<LoginRequest>,
 ) -> Result<Json<LoginResponse>, ApiError> {
@@ -413,9 +382,9 @@ pub async fn login(
             "proxy: a login flow uses its connection's proxy; set it when creating the connection",
         ));
     }
-    find(&state, &caller, &id).await?;
-    state.managed_auth.login(&id).await?;
-    let record = find(&state, &caller, &id).await?;
+    find(&org, &id).await?;
+    org.managed_auth.login(&id).await?;
+    let record = find(&org, &id).await?;
     let document = Document::parse(&record)?;
     let flow = document
         .flow
@@ -424,7 +393,7 @@ pub async fn login(
         id: record.id.clone(),
         flow_type: flow.flow_type,
         flow_expires_at: flow.expires_at,
-        hosted_url: hosted_url(&state, &record, flow.expires_at),
+        hosted_url: hosted_url(&org, &record, flow.expires_at),
     }))
 }
 
@@ -463,8 +432,7 @@ fn check_values(fields: &BTreeMap<String, String>) -> Result<(), ApiError> {
     responses((status = 200, body = Object), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn submit(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<SubmitRequest>,
 ) -> Result<Json<Value>, ApiError> {
@@ -475,8 +443,8 @@ pub async fn submit(
     }
     let fields = request.fields.unwrap_or_default();
     check_values(&fields)?;
-    find(&state, &caller, &id).await?;
-    state.managed_auth.submit(&id, fields).await?;
+    find(&org, &id).await?;
+    org.managed_auth.submit(&id, fields).await?;
     Ok(Json(json!({"accepted": true})))
 }
 
@@ -489,16 +457,15 @@ pub async fn submit(
     responses((status = 200, content_type = "text/event-stream", body = String),
         (status = 404, body = ErrorBody)))]
 pub async fn events(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     // Subscribed before reading the state, so no change falls in between.
-    let mut changes = state
+    let mut changes = org
         .managed_auth
         .subscribe(&id)
-        .ok_or_else(|| ApiError::NotFound(format!("auth connection {id} not found")))?;
-    let record = find(&state, &caller, &id).await?;
+        .or_not_found("auth connection", &id)?;
+    let record = find(&org, &id).await?;
     let current = state_event(&Document::parse(&record)?, None);
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(16);
     tokio::spawn(async move {

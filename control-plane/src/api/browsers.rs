@@ -1,16 +1,15 @@
 //! Browser sessions: `POST/GET/DELETE /browsers`, `GET/DELETE /browsers/{id}`.
 
 use axum::Json;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::caller::Caller;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams};
+use super::org::Org;
 use super::state::AppState;
 use crate::sessions::{BrowserConfig, ProfileReference, ResourceReference, Viewport};
 use crate::store::{SessionFilter, SessionRecord, SessionStatus};
@@ -156,17 +155,16 @@ impl CreateBrowserRequest {
     responses((status = 200, body = BrowserSession), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     JsonBody(request): JsonBody<CreateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
     let (config, persistent_id, problems) = request.into_config();
-    let spec = state
+    let spec = org
         .sessions
-        .spec(&caller.org_id, &config, persistent_id.as_deref(), problems)
+        .spec(&org.id, &config, persistent_id.as_deref(), problems)
         .await?;
-    let session = state.sessions.create(&caller.org_id, spec).await?;
-    Ok(Json(BrowserSession::from_record(&state, &session)))
+    let session = org.sessions.create(&org.id, spec).await?;
+    Ok(Json(BrowserSession::from_record(&org, &session)))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -189,8 +187,7 @@ pub struct ListQuery {
     responses((status = 200, body = Vec<BrowserSession>), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody)))]
 pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = match (query.status.as_deref(), query.include_deleted) {
@@ -205,16 +202,16 @@ pub async fn list(
     };
     let limit = super::list_limit(query.limit)?;
     let offset = query.offset.unwrap_or(0);
-    let mut sessions = state
+    let mut sessions = org
         .store
-        .list_sessions(&caller.org_id, filter, limit + 1, offset)
+        .list_sessions(&org.id, filter, limit + 1, offset)
         .await?;
     let has_more = sessions.len() > limit as usize;
     sessions.truncate(limit as usize);
     let headers = super::page_headers(offset, has_more);
     let body: Vec<BrowserSession> = sessions
         .iter()
-        .map(|s| BrowserSession::from_record(&state, s))
+        .map(|s| BrowserSession::from_record(&org, s))
         .collect();
     Ok((headers, Json(body)))
 }
@@ -232,21 +229,16 @@ pub struct RetrieveQuery {
     security(("bearer" = [])),
     responses((status = 200, body = BrowserSession), (status = 404, body = ErrorBody)))]
 pub async fn retrieve(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<RetrieveQuery>,
 ) -> Result<Json<BrowserSession>, ApiError> {
     let session = if query.include_deleted == Some(true) {
-        state
-            .store
-            .session(&caller.org_id, &id)
-            .await?
-            .ok_or_else(|| ApiError::NotFound(format!("browser session {id} not found")))?
+        org.session(&id).await?
     } else {
-        state.sessions.live(&caller.org_id, &id).await?
+        org.sessions.live(&org.id, &id).await?
     };
-    Ok(Json(BrowserSession::from_record(&state, &session)))
+    Ok(Json(BrowserSession::from_record(&org, &session)))
 }
 
 /// Delete a browser session: Chromium, its display and its agent are stopped and reaped
@@ -255,13 +247,9 @@ pub async fn retrieve(
     params(("id" = String, Path, description = "Browser session ID")),
     security(("bearer" = [])),
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    caller: Caller,
-    PathParam(id): PathParam<String>,
-) -> Result<StatusCode, ApiError> {
-    let session = state.sessions.live(&caller.org_id, &id).await?;
-    end_requested(&state, &session).await
+pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
+    let session = org.sessions.live(&org.id, &id).await?;
+    end_requested(&org, &session).await
 }
 
 async fn end_requested(state: &AppState, session: &SessionRecord) -> Result<StatusCode, ApiError> {
@@ -269,10 +257,7 @@ async fn end_requested(state: &AppState, session: &SessionRecord) -> Result<Stat
         Ok(StatusCode::NO_CONTENT)
     } else {
         // Ended concurrently (another delete or the inactivity timeout).
-        Err(ApiError::NotFound(format!(
-            "browser session {} not found",
-            session.id
-        )))
+        Err(ApiError::not_found("browser session", &session.id))
     }
 }
 
@@ -290,8 +275,7 @@ pub struct DeletePersistentQuery {
     responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 #[deprecated]
 pub async fn delete_by_persistent_id(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     QueryParams(query): QueryParams<DeletePersistentQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let deprecation = [
@@ -303,9 +287,9 @@ pub async fn delete_by_persistent_id(
         .filter(|id| !id.is_empty())
         .ok_or_else(|| ApiError::invalid_field("persistent_id: the query parameter is required"))?;
     let result = async {
-        let session = state
+        let session = org
             .store
-            .live_session_by_persistent_id(&caller.org_id, &persistent_id)
+            .live_session_by_persistent_id(&org.id, &persistent_id)
             .await?
             .filter(|s| s.status != SessionStatus::Ended)
             .ok_or_else(|| {
@@ -313,7 +297,7 @@ pub async fn delete_by_persistent_id(
                     "no live browser session with persistent id {persistent_id}"
                 ))
             })?;
-        end_requested(&state, &session).await
+        end_requested(&org, &session).await
     }
     .await;
     Ok((deprecation, result))

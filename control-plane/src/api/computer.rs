@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
@@ -16,10 +15,9 @@ use browser_agent_proto::v1::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::caller::Caller;
 use super::error::{ApiError, ErrorBody, ErrorDetail};
 use super::extract::{JsonBody, PathParam};
-use super::state::AppState;
+use super::org::Org;
 use crate::agent::AgentClient;
 use crate::store::SessionRecord;
 
@@ -39,18 +37,14 @@ const DEFAULT_STEPS_PER_SEGMENT: i64 = 10;
 const DEFAULT_STEP_DELAY_MS: i64 = 50;
 
 /// The session's agent, refusing headless sessions up front.
-async fn screen_of(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-) -> Result<(SessionRecord, AgentClient), ApiError> {
-    let session = state.sessions.live(&caller.org_id, id).await?;
+async fn screen_of(org: &Org, id: &str) -> Result<(SessionRecord, AgentClient), ApiError> {
+    let session = org.sessions.live(&org.id, id).await?;
     if session.headless {
         return Err(ApiError::invalid_field(
             "this browser is headless: computer controls need a display (create it with headless: false)",
         ));
     }
-    let agent = state.sessions.agent(&session)?;
+    let agent = org.sessions.agent(&session)?;
     Ok((session, agent))
 }
 
@@ -138,12 +132,11 @@ pub struct ClickMouseBody {
     responses((status = 200, description = "Mouse action performed"), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn click_mouse(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<ClickMouseBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (session, agent) = screen_of(&state, &caller, &id).await?;
+    let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     problems.on_screen(&session, "(x, y)", body.x, body.y);
     let button = button(
@@ -201,12 +194,11 @@ pub struct DragMouseBody {
     responses((status = 200, description = "Drag performed"), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn drag_mouse(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<DragMouseBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (session, agent) = screen_of(&state, &caller, &id).await?;
+    let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     if body.path.len() < 2 || body.path.len() > MAX_PATH_POINTS {
         problems.add(format!(
@@ -283,11 +275,10 @@ pub struct MousePosition {
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, body = MousePosition), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_mouse_position(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<MousePosition>, ApiError> {
-    let (_, agent) = screen_of(&state, &caller, &id).await?;
+    let (_, agent) = screen_of(&org, &id).await?;
     let position = agent.mouse_position().await?;
     Ok(Json(MousePosition {
         x: position.x,
@@ -308,12 +299,11 @@ pub struct MoveMouseBody {
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, description = "Moved"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn move_mouse(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<MoveMouseBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (session, agent) = screen_of(&state, &caller, &id).await?;
+    let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     problems.on_screen(&session, "(x, y)", body.x, body.y);
     problems.finish()?;
@@ -338,12 +328,11 @@ pub struct TypeBody {
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, description = "Typed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn type_text(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<TypeBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (_, agent) = screen_of(&state, &caller, &id).await?;
+    let (_, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     let characters = body.text.chars().count();
     if characters > MAX_TEXT_CHARS {
@@ -389,12 +378,11 @@ pub struct PressKeyBody {
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, description = "Pressed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn press_key(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<PressKeyBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (_, agent) = screen_of(&state, &caller, &id).await?;
+    let (_, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     if body.keys.is_empty() || body.keys.len() > MAX_KEYS {
         problems.add(format!("keys must name 1 to {MAX_KEYS} keys"));
@@ -437,12 +425,11 @@ pub struct ScrollBody {
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, description = "Scrolled"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn scroll(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<ScrollBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (session, agent) = screen_of(&state, &caller, &id).await?;
+    let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     problems.on_screen(&session, "(x, y)", body.x, body.y);
     let (delta_x, delta_y) = (body.delta_x.unwrap_or(0), body.delta_y.unwrap_or(0));
@@ -481,12 +468,11 @@ pub struct ScreenshotBody {
     responses((status = 200, content_type = "image/png", body = Vec<u8>), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn screenshot(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<ScreenshotBody>,
 ) -> Result<Response, ApiError> {
-    let (session, agent) = screen_of(&state, &caller, &id).await?;
+    let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     let region = body.region.map(|r| {
         problems.in_range("region.x", r.x, 0, session.viewport_width - 1);

@@ -87,6 +87,12 @@ impl ApiError {
         Self::invalid(vec![ErrorDetail::invalid_input(message)])
     }
 
+    /// A 404 for a `kind` (`"proxy"`, `"browser session"`, …) the caller has none of by
+    /// this id or name.
+    pub fn not_found(kind: &str, id: &str) -> Self {
+        Self::NotFound(format!("{kind} {id} not found"))
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
@@ -108,6 +114,17 @@ impl ApiError {
             Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
+    }
+}
+
+/// A lookup's `None` as the 404 of what was looked for.
+pub trait OrNotFound<T> {
+    fn or_not_found(self, kind: &str, id: &str) -> Result<T, ApiError>;
+}
+
+impl<T> OrNotFound<T> for Option<T> {
+    fn or_not_found(self, kind: &str, id: &str) -> Result<T, ApiError> {
+        self.ok_or_else(|| ApiError::not_found(kind, id))
     }
 }
 

@@ -3,7 +3,6 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
@@ -12,10 +11,9 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use utoipa::ToSchema;
 
-use super::caller::Caller;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, OrNotFound};
 use super::extract::{MultipartBody, PathParam, capped_text, unreadable_part};
-use super::state::AppState;
+use super::org::Org;
 use crate::ids::{self, MAX_NAME_BYTES, name_problem};
 use crate::store::{ExtensionRecord, StoreError};
 
@@ -97,11 +95,10 @@ pub fn find_manifest(archive: std::fs::File) -> Result<(), String> {
     responses((status = 200, body = Extension), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<Json<Extension>, ApiError> {
-    let limit = state.settings.max_extension_bytes;
+    let limit = org.settings.max_extension_bytes;
     let too_large =
         || ApiError::PayloadTooLarge(format!("extension archives are limited to {limit} bytes"));
     let mut name = None;
@@ -110,7 +107,7 @@ pub async fn upload(
         match field.name() {
             Some("name") => name = Some(capped_text(&mut field, "name", MAX_NAME_BYTES).await?),
             Some("file") if archive.is_none() => {
-                let temporary = state
+                let temporary = org
                     .blobs
                     .incoming()
                     .map_err(|error| ApiError::Internal(error.into()))?;
@@ -160,7 +157,7 @@ pub async fn upload(
     let record = ExtensionRecord {
         blob_key: format!("extensions/{id}.zip"),
         id,
-        org_id: caller.org_id,
+        org_id: org.id.clone(),
         name,
         size_bytes: size as i64,
         created_at: Utc::now(),
@@ -169,13 +166,12 @@ pub async fn upload(
     // Blob and record are stored by a task of their own: a client that goes away in
     // between must not leave a blob without a record.
     let stored = tokio::spawn(async move {
-        state
-            .blobs
+        org.blobs
             .put(&record.blob_key, temporary)
             .await
             .map_err(|error| ApiError::Internal(error.into()))?;
-        if let Err(error) = state.store.insert_extension(&record).await {
-            let _ = state.blobs.delete(&record.blob_key).await;
+        if let Err(error) = org.store.insert_extension(&record).await {
+            let _ = org.blobs.delete(&record.blob_key).await;
             return Err(match error {
                 StoreError::Conflict(_) => ApiError::Conflict(format!(
                     "an extension named {:?} already exists",
@@ -195,24 +191,14 @@ pub async fn upload(
 /// The organization's extensions, oldest first (seed 4.12).
 #[utoipa::path(get, path = "/extensions", tag = "extensions", security(("bearer" = [])),
     responses((status = 200, body = Vec<Extension>), (status = 401, body = ErrorBody)))]
-pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<Vec<Extension>>, ApiError> {
-    let records = state.store.list_extensions(&caller.org_id).await?;
+pub async fn list(org: Org) -> Result<Json<Vec<Extension>>, ApiError> {
+    let records = org.store.list_extensions(&org.id).await?;
     Ok(Json(records.into_iter().map(Into::into).collect()))
 }
 
-async fn find(
-    state: &AppState,
-    caller: &Caller,
-    id_or_name: &str,
-) -> Result<ExtensionRecord, ApiError> {
-    state
-        .store
-        .extension(&caller.org_id, id_or_name)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("extension {id_or_name} not found")))
+async fn find(org: &Org, id_or_name: &str) -> Result<ExtensionRecord, ApiError> {
+    let found = org.store.extension(&org.id, id_or_name).await?;
+    found.or_not_found("extension", id_or_name)
 }
 
 /// Download the archive exactly as uploaded (seed 4.11).
@@ -220,20 +206,17 @@ async fn find(
     params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),
     responses((status = 200, content_type = "application/zip", body = Vec<u8>), (status = 404, body = ErrorBody)))]
 pub async fn download(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<Response, ApiError> {
-    let record = find(&state, &caller, &id_or_name).await?;
-    let file = state
+    let record = find(&org, &id_or_name).await?;
+    let file = org
         .blobs
         .open(&record.blob_key)
         .await
         .map_err(|error| match error.kind() {
             // Deleted between the lookup and now.
-            std::io::ErrorKind::NotFound => {
-                ApiError::NotFound(format!("extension {id_or_name} not found"))
-            }
+            std::io::ErrorKind::NotFound => ApiError::not_found("extension", &id_or_name),
             _ => ApiError::Internal(error.into()),
         })?;
     let filename = format!("{}.zip", record.name.as_deref().unwrap_or(&record.id));
@@ -257,21 +240,14 @@ pub async fn download(
     params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
-    let record = find(&state, &caller, &id_or_name).await?;
-    if !state
-        .store
-        .delete_extension(&caller.org_id, &record.id)
-        .await?
-    {
-        return Err(ApiError::NotFound(format!(
-            "extension {id_or_name} not found"
-        )));
+    let record = find(&org, &id_or_name).await?;
+    if !org.store.delete_extension(&org.id, &record.id).await? {
+        return Err(ApiError::not_found("extension", &id_or_name));
     }
-    if let Err(error) = state.blobs.delete(&record.blob_key).await {
+    if let Err(error) = org.blobs.delete(&record.blob_key).await {
         tracing::warn!(%error, blob = %record.blob_key, "could not delete an extension archive");
     }
     Ok(StatusCode::NO_CONTENT)
@@ -323,8 +299,7 @@ fn slot_of(index: Option<String>, positional_count: &mut usize) -> String {
     responses((status = 200, description = "Loaded; the browser has restarted"), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn load_into_browser(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
@@ -332,9 +307,8 @@ pub async fn load_into_browser(
         ExtensionName, ExtensionUploadChunk, extension_upload_chunk::Kind,
     };
 
-    let session = state.sessions.live(&caller.org_id, &id).await?;
-    let agent = state.sessions.agent(&session)?;
-    let limit = state.settings.max_extension_bytes;
+    let agent = org.agent(&id).await?;
+    let limit = org.settings.max_extension_bytes;
     let (sender, receiver) = tokio::sync::mpsc::channel(8);
     let call = tokio::spawn(async move { agent.load_extensions(receiver).await });
     let send = |kind| {
@@ -423,7 +397,7 @@ pub async fn load_into_browser(
     }
     call.await
         .map_err(|error| ApiError::Internal(error.into()))??;
-    state.sessions.touch(&id);
+    org.sessions.touch(&id);
     Ok(StatusCode::OK)
 }
 

@@ -4,7 +4,6 @@
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -19,13 +18,12 @@ use tokio::sync::mpsc;
 use tonic::Streaming;
 use utoipa::{IntoParams, ToSchema};
 
-use super::caller::Caller;
 use super::error::{ApiError, ErrorBody, ErrorDetail};
 use super::extract::{
     JsonBody, MultipartBody, PathParam, QueryParams, capped_text, unreadable_part,
 };
-use super::state::AppState;
-use crate::agent::{AgentClient, AgentError};
+use super::org::Org;
+use crate::agent::AgentError;
 
 /// Longest path accepted (the agent enforces the same).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -64,11 +62,6 @@ fn parse_mode(field: &str, value: &str) -> Result<u32, ApiError> {
             "{field} must be an octal mode between 0 and 1777 (e.g. 644), got {value:?}"
         ))),
     }
-}
-
-async fn agent_of(state: &AppState, caller: &Caller, id: &str) -> Result<AgentClient, ApiError> {
-    let session = state.sessions.live(&caller.org_id, id).await?;
-    Ok(state.sessions.agent(&session)?)
 }
 
 /// A file or directory of the browser's filesystem.
@@ -139,8 +132,7 @@ pub struct MoveRequest {
     responses((status = 200, description = "Move successful"), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn move_path(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<MoveRequest>,
 ) -> Result<StatusCode, ApiError> {
@@ -154,7 +146,7 @@ pub async fn move_path(
     if !problems.is_empty() {
         return Err(ApiError::invalid(problems));
     }
-    let agent = agent_of(&state, &caller, &id).await?;
+    let agent = org.agent(&id).await?;
     agent.move_path(request.src_path, request.dest_path).await?;
     Ok(StatusCode::OK)
 }
@@ -171,13 +163,12 @@ pub struct PathQuery {
     params(("id" = String, Path, description = "Browser session ID"), PathQuery), security(("bearer" = [])),
     responses((status = 200, body = FileInfoResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn file_info(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Json<FileInfoResponse>, ApiError> {
     let path = require_path("path", query.path)?;
-    let agent = agent_of(&state, &caller, &id).await?;
+    let agent = org.agent(&id).await?;
     Ok(Json(agent.stat(path).await?.into()))
 }
 
@@ -186,13 +177,12 @@ pub async fn file_info(
     params(("id" = String, Path, description = "Browser session ID"), PathQuery), security(("bearer" = [])),
     responses((status = 200, body = Vec<FileInfoResponse>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn list_files(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Json<Vec<FileInfoResponse>>, ApiError> {
     let path = require_path("path", query.path)?;
-    let agent = agent_of(&state, &caller, &id).await?;
+    let agent = org.agent(&id).await?;
     Ok(Json(
         agent
             .list(path)
@@ -209,13 +199,12 @@ pub async fn list_files(
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn read_file(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Response, ApiError> {
     let path = require_path("path", query.path)?;
-    let agent = agent_of(&state, &caller, &id).await?;
+    let agent = org.agent(&id).await?;
     let stream = agent.read_file(path).await?;
     Ok((
         [(CONTENT_TYPE, "application/octet-stream")],
@@ -248,8 +237,7 @@ fn too_large(limit: u64) -> ApiError {
     responses((status = 200, description = "Written"), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn write_file(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<WriteQuery>,
     headers: HeaderMap,
@@ -262,11 +250,11 @@ pub async fn write_file(
         .map(|m| parse_mode("mode", m))
         .transpose()?
         .unwrap_or(0o644);
-    let limit = state.settings.max_upload_bytes;
+    let limit = org.settings.max_upload_bytes;
     if declared_length(&headers).is_some_and(|length| length > limit) {
         return Err(too_large(limit));
     }
-    let agent = agent_of(&state, &caller, &id).await?;
+    let agent = org.agent(&id).await?;
     let (sender, receiver) = mpsc::channel(8);
     let call = tokio::spawn(async move { agent.write_file(receiver).await });
     let target = WriteFileTarget { path, mode };
@@ -340,17 +328,16 @@ async fn finish_upload<T>(
     responses((status = 200, description = "Uploaded and extracted"), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload_zip(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     headers: HeaderMap,
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
-    let limit = state.settings.max_upload_bytes;
+    let limit = org.settings.max_upload_bytes;
     if declared_length(&headers).is_some_and(|length| length > limit) {
         return Err(too_large(limit));
     }
-    let agent = agent_of(&state, &caller, &id).await?;
+    let agent = org.agent(&id).await?;
     let (sender, receiver) = mpsc::channel(8);
     let call = tokio::spawn(async move { agent.extract_zip(receiver).await });
     let mut dest_path = None;
@@ -434,8 +421,7 @@ pub async fn upload_zip(
     responses((status = 200, content_type = "application/zip", body = Vec<u8>),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn download_dir_zip(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Response, ApiError> {
@@ -450,7 +436,7 @@ pub async fn download_dir_zip(
         "attachment; filename=\"{}.zip\"",
         name.replace(['"', '\\'], "_")
     );
-    let agent = agent_of(&state, &caller, &id).await?;
+    let agent = org.agent(&id).await?;
     let stream = agent.zip_directory(path.clone()).await?;
     Ok((
         [
@@ -476,8 +462,7 @@ pub struct CreateDirectoryRequest {
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, description = "Created"), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn create_directory(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<CreateDirectoryRequest>,
 ) -> Result<StatusCode, ApiError> {
@@ -488,10 +473,7 @@ pub async fn create_directory(
         .map(|m| parse_mode("mode", m))
         .transpose()?
         .unwrap_or(0o755);
-    agent_of(&state, &caller, &id)
-        .await?
-        .create_directory(path, mode)
-        .await?;
+    org.agent(&id).await?.create_directory(path, mode).await?;
     Ok(StatusCode::OK)
 }
 
@@ -506,16 +488,12 @@ pub struct DeleteRequest {
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, description = "Deleted"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn delete_file(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<DeleteRequest>,
 ) -> Result<StatusCode, ApiError> {
     let path = require_path("path", Some(request.path))?;
-    agent_of(&state, &caller, &id)
-        .await?
-        .delete_path(path, false)
-        .await?;
+    org.agent(&id).await?.delete_path(path, false).await?;
     Ok(StatusCode::OK)
 }
 
@@ -524,16 +502,12 @@ pub async fn delete_file(
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, description = "Deleted"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn delete_directory(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<DeleteRequest>,
 ) -> Result<StatusCode, ApiError> {
     let path = require_path("path", Some(request.path))?;
-    agent_of(&state, &caller, &id)
-        .await?
-        .delete_path(path, true)
-        .await?;
+    org.agent(&id).await?.delete_path(path, true).await?;
     Ok(StatusCode::OK)
 }
 
@@ -555,8 +529,7 @@ pub struct SetPermissionsBody {
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     responses((status = 200, description = "Changed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn set_file_permissions(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<SetPermissionsBody>,
 ) -> Result<StatusCode, ApiError> {
@@ -568,10 +541,7 @@ pub async fn set_file_permissions(
         owner: request.owner.unwrap_or_default(),
         group: request.group.unwrap_or_default(),
     };
-    agent_of(&state, &caller, &id)
-        .await?
-        .set_permissions(request)
-        .await?;
+    org.agent(&id).await?.set_permissions(request).await?;
     Ok(StatusCode::OK)
 }
 

@@ -4,7 +4,6 @@
 
 pub mod auth_connections;
 pub mod browsers;
-pub mod caller;
 pub mod cdp;
 pub mod computer;
 pub mod error;
@@ -12,6 +11,7 @@ pub mod extensions;
 pub mod extract;
 pub mod fs;
 pub mod health;
+pub mod org;
 pub mod pools;
 pub mod profiles;
 pub mod proxies;

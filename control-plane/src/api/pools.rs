@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -13,10 +12,9 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::browsers::{BrowserSession, PoolRef};
-use super::caller::Caller;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams, parse};
-use super::state::AppState;
+use super::org::Org;
 use crate::pools::{PoolChanges, PoolView};
 use crate::sessions::BrowserConfig;
 
@@ -111,8 +109,7 @@ impl PoolRequest {
     request_body = PoolRequest,
     responses((status = 200, body = BrowserPool), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
     let (changes, discard_all_idle) = request.into_changes()?;
@@ -121,17 +118,14 @@ pub async fn create(
             "discard_all_idle: only for updating a pool",
         ));
     }
-    let pool = state.pools.create(&caller.org_id, changes).await?;
+    let pool = org.pools.create(&org.id, changes).await?;
     Ok(Json(pool.into()))
 }
 
 #[utoipa::path(get, path = "/browser_pools", tag = "browser_pools", security(("bearer" = [])),
     responses((status = 200, body = Vec<BrowserPool>)))]
-pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<Vec<BrowserPool>>, ApiError> {
-    let pools = state.pools.list(&caller.org_id).await?;
+pub async fn list(org: Org) -> Result<Json<Vec<BrowserPool>>, ApiError> {
+    let pools = org.pools.list(&org.id).await?;
     Ok(Json(pools.into_iter().map(BrowserPool::from).collect()))
 }
 
@@ -139,13 +133,10 @@ pub async fn list(
     params(("id_or_name" = String, Path, description = "Pool id or name")),
     responses((status = 200, body = BrowserPool), (status = 404, body = ErrorBody)))]
 pub async fn retrieve(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<BrowserPool>, ApiError> {
-    Ok(Json(
-        state.pools.get(&caller.org_id, &id_or_name).await?.into(),
-    ))
+    Ok(Json(org.pools.get(&org.id, &id_or_name).await?.into()))
 }
 
 /// Change a pool's size and browser configuration. Idle browsers keep the old
@@ -155,16 +146,15 @@ pub async fn retrieve(
     request_body = PoolRequest,
     responses((status = 200, body = BrowserPool), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn update(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
     let (changes, discard_all_idle) = request.into_changes()?;
-    let pool = state
+    let pool = org
         .pools
         .update(
-            &caller.org_id,
+            &org.id,
             &id_or_name,
             changes,
             discard_all_idle.unwrap_or(false),
@@ -186,8 +176,7 @@ pub struct DeletePoolParams {
     params(("id_or_name" = String, Path, description = "Pool id or name"), DeletePoolParams),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
     QueryParams(query): QueryParams<DeletePoolParams>,
     body: Bytes,
@@ -198,10 +187,7 @@ pub async fn delete(
         parse(&body)?
     };
     let force = from_body.force.or(query.force).unwrap_or(false);
-    state
-        .pools
-        .delete(&caller.org_id, &id_or_name, force)
-        .await?;
+    org.pools.delete(&org.id, &id_or_name, force).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -221,8 +207,7 @@ pub struct AcquireRequest {
     request_body = AcquireRequest,
     responses((status = 200, body = BrowserSession), (status = 404, body = ErrorBody), (status = 423, body = ErrorBody)))]
 pub async fn acquire(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<AcquireRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
@@ -237,17 +222,14 @@ pub async fn acquire(
         }
         None => None,
     };
-    let (pool, session) = state
-        .pools
-        .acquire(&caller.org_id, &id_or_name, requested)
-        .await?;
+    let (pool, session) = org.pools.acquire(&org.id, &id_or_name, requested).await?;
     let pool_name = pool.name.as_deref().unwrap_or(&pool.id);
     let session = session.ok_or_else(|| {
         ApiError::NoBrowserAvailable(format!(
             "no browser of pool {pool_name} became available in time; retry, or raise the pool's size"
         ))
     })?;
-    let mut answer = BrowserSession::from_record(&state, &session);
+    let mut answer = BrowserSession::from_record(&org, &session);
     answer.pool = Some(PoolRef {
         id: pool.id,
         name: pool.name,
@@ -271,15 +253,13 @@ pub struct ReleaseRequest {
     request_body = ReleaseRequest,
     responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn release(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<ReleaseRequest>,
 ) -> Result<StatusCode, ApiError> {
-    state
-        .pools
+    org.pools
         .release(
-            &caller.org_id,
+            &org.id,
             &id_or_name,
             &request.session_id,
             request.reuse.unwrap_or(true),
@@ -294,10 +274,9 @@ pub async fn release(
     params(("id_or_name" = String, Path, description = "Pool id or name")),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn flush(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.pools.flush(&caller.org_id, &id_or_name).await?;
+    org.pools.flush(&org.id, &id_or_name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

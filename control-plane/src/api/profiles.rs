@@ -2,7 +2,6 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
@@ -10,10 +9,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::caller::Caller;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, OrNotFound};
 use super::extract::{JsonBody, PathParam, QueryParams};
-use super::state::AppState;
+use super::org::Org;
 use crate::store::ProfileRecord;
 
 /// A profile as the SDKs read it (plus the size of its stored state).
@@ -55,11 +53,10 @@ pub struct CreateProfileRequest {
     responses((status = 200, body = Profile), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     JsonBody(request): JsonBody<CreateProfileRequest>,
 ) -> Result<Json<Profile>, ApiError> {
-    let record = state.profiles.create(&caller.org_id, request.name).await?;
+    let record = org.profiles.create(&org.id, request.name).await?;
     Ok(Json(record.into()))
 }
 
@@ -78,11 +75,10 @@ pub struct ListQuery {
     security(("bearer" = [])),
     responses((status = 200, body = Vec<Profile>), (status = 400, body = ErrorBody)))]
 pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let mut profiles = state.store.list_profiles(&caller.org_id).await?;
+    let mut profiles = org.store.list_profiles(&org.id).await?;
     if let Some(text) = query.query.as_deref().filter(|text| !text.is_empty()) {
         profiles
             .retain(|p| p.id.contains(text) || p.name.as_deref().is_some_and(|n| n.contains(text)));
@@ -92,16 +88,9 @@ pub async fn list(
     Ok((headers, Json(body)))
 }
 
-async fn find(
-    state: &AppState,
-    caller: &Caller,
-    id_or_name: &str,
-) -> Result<ProfileRecord, ApiError> {
-    state
-        .store
-        .profile(&caller.org_id, id_or_name)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("profile {id_or_name} not found")))
+async fn find(org: &Org, id_or_name: &str) -> Result<ProfileRecord, ApiError> {
+    let found = org.store.profile(&org.id, id_or_name).await?;
+    found.or_not_found("profile", id_or_name)
 }
 
 /// Get a profile by id or name.
@@ -109,11 +98,10 @@ async fn find(
     params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)")),
     responses((status = 200, body = Profile), (status = 404, body = ErrorBody)))]
 pub async fn retrieve(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<Profile>, ApiError> {
-    Ok(Json(find(&state, &caller, &id_or_name).await?.into()))
+    Ok(Json(find(&org, &id_or_name).await?.into()))
 }
 
 /// Delete a profile and its stored state. Refused (409) while an auth connection manages
@@ -122,16 +110,12 @@ pub async fn retrieve(
     params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)")),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
-    let record = find(&state, &caller, &id_or_name).await?;
+    let record = find(&org, &id_or_name).await?;
     if let Some(name) = &record.name {
-        let connections = state
-            .store
-            .list_auth_connections(Some(&caller.org_id))
-            .await?;
+        let connections = org.store.list_auth_connections(Some(&org.id)).await?;
         if let Some(connection) = connections.iter().find(|c| &c.profile_name == name) {
             return Err(ApiError::Conflict(format!(
                 "profile {name:?} is managed by auth connection {}; delete that first",
@@ -139,16 +123,10 @@ pub async fn delete(
             )));
         }
     }
-    if !state
-        .store
-        .delete_profile(&caller.org_id, &record.id)
-        .await?
-    {
-        return Err(ApiError::NotFound(format!(
-            "profile {id_or_name} not found"
-        )));
+    if !org.store.delete_profile(&org.id, &record.id).await? {
+        return Err(ApiError::not_found("profile", &id_or_name));
     }
-    if let Err(error) = state.blobs.delete(&record.blob_key()).await {
+    if let Err(error) = org.blobs.delete(&record.blob_key()).await {
         tracing::warn!(%error, profile_id = %record.id, "could not delete a profile's state");
     }
     Ok(StatusCode::NO_CONTENT)
@@ -165,11 +143,10 @@ const EMPTY_ZIP: [u8; 22] = [
     params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)")),
     responses((status = 200, content_type = "application/zip", body = Vec<u8>), (status = 404, body = ErrorBody)))]
 pub async fn download(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<Response, ApiError> {
-    let record = find(&state, &caller, &id_or_name).await?;
+    let record = find(&org, &id_or_name).await?;
     // The id, not the name: names may hold characters a header cannot.
     let filename = format!("{}.zip", record.id);
     let headers = [
@@ -179,7 +156,7 @@ pub async fn download(
             format!("attachment; filename=\"{filename}\""),
         ),
     ];
-    let body = match state.blobs.open(&record.blob_key()).await {
+    let body = match org.blobs.open(&record.blob_key()).await {
         // The open file stays readable even if a save replaces the blob meanwhile.
         Ok(file) => Body::from_stream(tokio_util::io::ReaderStream::new(file)),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {

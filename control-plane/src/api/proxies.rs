@@ -2,16 +2,15 @@
 //! traffic through it. Passwords are stored and used, never returned.
 
 use axum::Json;
-use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::caller::Caller;
-use super::error::{ApiError, ErrorBody, ErrorDetail};
+use super::error::{ApiError, ErrorBody, ErrorDetail, OrNotFound};
 use super::extract::{JsonBody, PathParam};
+use super::org::Org;
 use super::state::AppState;
 use crate::ids;
 use crate::proxies::{self, TYPES};
@@ -172,17 +171,16 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
     request_body = CreateProxyRequest,
     responses((status = 200, body = Proxy), (status = 400, body = ErrorBody)))]
 pub async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     JsonBody(request): JsonBody<CreateProxyRequest>,
 ) -> Result<Json<Proxy>, ApiError> {
-    let problems = validate(&state, &request);
+    let problems = validate(&org, &request);
     if !problems.is_empty() {
         return Err(ApiError::invalid(problems));
     }
     let record = ProxyRecord {
         id: ids::new_id("proxy"),
-        org_id: caller.org_id.clone(),
+        org_id: org.id.clone(),
         name: request.name,
         kind: request.kind,
         protocol: request.protocol.unwrap_or_else(|| "http".into()),
@@ -194,38 +192,28 @@ pub async fn create(
         check_error: None,
         created_at: Utc::now(),
     };
-    state.store.insert_proxy(&record).await?;
+    org.store.insert_proxy(&record).await?;
     Ok(Json(record.into()))
 }
 
 /// The organization's proxies, oldest first (deleted ones are gone).
 #[utoipa::path(get, path = "/proxies", tag = "proxies", security(("bearer" = [])),
     responses((status = 200, body = Vec<Proxy>)))]
-pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<Vec<Proxy>>, ApiError> {
-    let records = state.store.list_proxies(&caller.org_id).await?;
+pub async fn list(org: Org) -> Result<Json<Vec<Proxy>>, ApiError> {
+    let records = org.store.list_proxies(&org.id).await?;
     Ok(Json(records.into_iter().map(Into::into).collect()))
 }
 
-async fn find(state: &AppState, caller: &Caller, id: &str) -> Result<ProxyRecord, ApiError> {
-    state
-        .store
-        .proxy(&caller.org_id, id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("proxy {id} not found")))
+async fn find(org: &Org, id: &str) -> Result<ProxyRecord, ApiError> {
+    let found = org.store.proxy(&org.id, id).await?;
+    found.or_not_found("proxy", id)
 }
 
 #[utoipa::path(get, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
     params(("id" = String, Path, description = "Proxy ID")),
     responses((status = 200, body = Proxy), (status = 404, body = ErrorBody)))]
-pub async fn retrieve(
-    State(state): State<AppState>,
-    caller: Caller,
-    PathParam(id): PathParam<String>,
-) -> Result<Json<Proxy>, ApiError> {
-    Ok(Json(find(&state, &caller, &id).await?.into()))
+pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Proxy>, ApiError> {
+    Ok(Json(find(&org, &id).await?.into()))
 }
 
 /// Delete a proxy (seed 4.9). Soft: sessions that use it keep their `proxy_id` and their
@@ -233,19 +221,11 @@ pub async fn retrieve(
 #[utoipa::path(delete, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
     params(("id" = String, Path, description = "Proxy ID")),
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(
-    State(state): State<AppState>,
-    caller: Caller,
-    PathParam(id): PathParam<String>,
-) -> Result<StatusCode, ApiError> {
-    if state
-        .store
-        .delete_proxy(&caller.org_id, &id, Utc::now())
-        .await?
-    {
+pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
+    if org.store.delete_proxy(&org.id, &id, Utc::now()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::NotFound(format!("proxy {id} not found")))
+        Err(ApiError::not_found("proxy", &id))
     }
 }
 
@@ -254,14 +234,10 @@ pub async fn delete(
 #[utoipa::path(post, path = "/proxies/{id}/check", tag = "proxies", security(("bearer" = [])),
     params(("id" = String, Path, description = "Proxy ID")),
     responses((status = 200, body = Proxy), (status = 404, body = ErrorBody)))]
-pub async fn check(
-    State(state): State<AppState>,
-    caller: Caller,
-    PathParam(id): PathParam<String>,
-) -> Result<Json<Proxy>, ApiError> {
-    let mut record = find(&state, &caller, &id).await?;
-    let outcome = match proxies::route_of(&record, &state.proxy_upstreams) {
-        Ok(route) => proxies::check(&route, &state.settings.proxy_check_url).await,
+pub async fn check(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Proxy>, ApiError> {
+    let mut record = find(&org, &id).await?;
+    let outcome = match proxies::route_of(&record, &org.proxy_upstreams) {
+        Ok(route) => proxies::check(&route, &org.settings.proxy_check_url).await,
         Err(reason) => Err(reason),
     };
     let result = ProxyCheck {
@@ -275,7 +251,7 @@ pub async fn check(
         ip_address: None,
         error: outcome.err(),
     };
-    state.store.record_proxy_check(&record.id, &result).await?;
+    org.store.record_proxy_check(&record.id, &result).await?;
     record.status = Some(result.status);
     record.last_checked = Some(result.at);
     record.check_error = result.error;

@@ -17,10 +17,10 @@ use tower::ServiceExt;
 use tower_http::services::ServeFile;
 use utoipa::{IntoParams, ToSchema};
 
-use super::caller::Caller;
-use super::error::{ApiError, ErrorBody, ErrorDetail};
+use super::error::{ApiError, ErrorBody, ErrorDetail, OrNotFound};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::fs::body_of;
+use super::org::Org;
 use super::state::AppState;
 use crate::agent::AgentClient;
 use crate::replays::{
@@ -91,29 +91,16 @@ fn validate(request: &StartReplayRequest) -> Result<(u32, u32), ApiError> {
     Ok((framerate as u32, max_duration as u32))
 }
 
-/// A session of the caller's organization, live or ended (replays outlive browsers).
-async fn session_of(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-) -> Result<SessionRecord, ApiError> {
-    state
-        .store
-        .session(&caller.org_id, id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("browser session {id} not found")))
-}
-
 async fn replay_in(
     state: &AppState,
     session: &SessionRecord,
     replay_id: &str,
 ) -> Result<ReplayRecord, ApiError> {
-    state
+    let found = state
         .store
         .replay(&session.org_id, &session.id, replay_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("replay {replay_id} not found")))
+        .await?;
+    found.or_not_found("replay", replay_id)
 }
 
 /// Start recording the browser's display (seed 4.2). Answers once the first frame is
@@ -125,19 +112,18 @@ async fn replay_in(
     responses((status = 200, body = Replay), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn start(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<StartReplayRequest>,
 ) -> Result<Json<Replay>, ApiError> {
     let (framerate, max_duration) = validate(&request)?;
-    let session = state.sessions.live(&caller.org_id, &id).await?;
-    let agent = state.sessions.agent(&session)?;
-    let record = state
+    let session = org.sessions.live(&org.id, &id).await?;
+    let agent = org.sessions.agent(&session)?;
+    let record = org
         .replays
         .start(&session, agent, framerate, max_duration)
         .await?;
-    Ok(Json(replay_of(&state, &record)))
+    Ok(Json(replay_of(&org, &record)))
 }
 
 /// The session's replays, oldest first; also after the browser has ended.
@@ -145,16 +131,12 @@ pub async fn start(
     params(("id" = String, Path, description = "Browser session ID")),
     responses((status = 200, body = Vec<Replay>), (status = 404, body = ErrorBody)))]
 pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<Vec<Replay>>, ApiError> {
-    let session = session_of(&state, &caller, &id).await?;
-    let records = state
-        .store
-        .list_replays(&session.org_id, &session.id)
-        .await?;
-    Ok(Json(records.iter().map(|r| replay_of(&state, r)).collect()))
+    let session = org.session(&id).await?;
+    let records = org.store.list_replays(&session.org_id, &session.id).await?;
+    Ok(Json(records.iter().map(|r| replay_of(&org, r)).collect()))
 }
 
 /// Stop a recording; answers once the video is final and stored. A replay that is no
@@ -163,14 +145,13 @@ pub async fn list(
     params(("id" = String, Path, description = "Browser session ID"), ("replay_id" = String, Path, description = "Replay ID")),
     responses((status = 200, body = Replay), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn stop(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam((id, replay_id)): PathParam<(String, String)>,
 ) -> Result<Json<Replay>, ApiError> {
-    let session = session_of(&state, &caller, &id).await?;
-    let replay = replay_in(&state, &session, &replay_id).await?;
+    let session = org.session(&id).await?;
+    let replay = replay_in(&org, &session, &replay_id).await?;
     if session.status == SessionStatus::Running {
-        state.sessions.touch(&session.id);
+        org.sessions.touch(&session.id);
     }
     // Also for a session being ended: its agent may still be finalizing; if it is gone,
     // the call fails and what it left is salvaged.
@@ -178,8 +159,8 @@ pub async fn stop(
         .agent
         .as_ref()
         .and_then(|location| AgentClient::new(location).ok());
-    let record = state.replays.stop(&session, agent, replay).await?;
-    Ok(Json(replay_of(&state, &record)))
+    let record = org.replays.stop(&session, agent, replay).await?;
+    Ok(Json(replay_of(&org, &record)))
 }
 
 /// Download the video (`video/mp4`). Finished replays support Range requests (206); a
@@ -190,14 +171,13 @@ pub async fn stop(
         (status = 206, content_type = "video/mp4", body = Vec<u8>),
         (status = 404, body = ErrorBody), (status = 416, body = ErrorBody)))]
 pub async fn download(
-    State(state): State<AppState>,
-    caller: Caller,
+    org: Org,
     PathParam((id, replay_id)): PathParam<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let session = session_of(&state, &caller, &id).await?;
-    let replay = replay_in(&state, &session, &replay_id).await?;
-    video(&state, &session, &replay, headers).await
+    let session = org.session(&id).await?;
+    let replay = replay_in(&org, &session, &replay_id).await?;
+    video(&org, &session, &replay, headers).await
 }
 
 async fn video(

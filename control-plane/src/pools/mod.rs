@@ -12,8 +12,7 @@ mod reconciler;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -26,6 +25,7 @@ pub use config::{
 
 use crate::error::{ServiceError, ServiceResult};
 use crate::ids;
+use crate::in_progress::InProgress;
 use crate::replays::Replays;
 use crate::sessions::Sessions;
 use crate::store::{PoolLease, PoolRecord, SessionRecord, SessionStatus, Store, StoreError};
@@ -53,7 +53,7 @@ pub struct Pools {
     /// A pool changed (created, resized, flushed, released): the reconciler looks now.
     changed: Notify,
     /// Browsers this process is resetting.
-    resetting: Mutex<HashSet<String>>,
+    resetting: InProgress,
 }
 
 impl Pools {
@@ -70,7 +70,7 @@ impl Pools {
             max_pooled_browsers,
             idle: Notify::new(),
             changed: Notify::new(),
-            resetting: Mutex::default(),
+            resetting: InProgress::default(),
         }
     }
 
@@ -345,20 +345,13 @@ impl Pools {
     /// Restarts the browser's Chromium with a fresh profile, then makes it idle; a browser
     /// that cannot be reset ends instead.
     fn reset_in_background(self: &Arc<Self>, session: SessionRecord) {
-        let newly = self
-            .resetting
-            .lock()
-            .map(|mut resetting| resetting.insert(session.id.clone()))
-            .unwrap_or(false);
-        if !newly {
+        if !self.resetting.claim(&session.id) {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move {
             this.reset(&session).await;
-            if let Ok(mut resetting) = this.resetting.lock() {
-                resetting.remove(&session.id);
-            }
+            this.resetting.release(&session.id);
             this.idle.notify_waiters();
             this.changed();
         });

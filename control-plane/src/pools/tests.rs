@@ -1,18 +1,34 @@
 //! Races between leasing, releasing, timeouts and flushes, over a fake runtime.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tempfile::TempDir;
+
 use super::*;
 use crate::app::Services;
-use crate::testing::{eventually, organization, services};
+use crate::testing::{FakeAgent, FakeRuntime, eventually, organization, services, stored_session};
 
-async fn started_pool(services: &Services, size: i64) -> (String, PoolView) {
+/// Started services over fakes in a directory of their own (keep it while they run),
+/// with an organization and its full pool of `size` browsers.
+async fn full_pool(
+    size: i64,
+) -> (
+    TempDir,
+    Services,
+    Arc<FakeRuntime>,
+    FakeAgent,
+    String,
+    PoolView,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, runtime, agent) = services(dir.path()).await;
     services
         .start(Duration::from_secs(3600))
         .await
         .expect("services start");
-    let org_id = organization(services).await;
+    let org_id = organization(&services).await;
     let pool = services
         .pools
         .create(
@@ -35,7 +51,7 @@ async fn started_pool(services: &Services, size: i64) -> (String, PoolView) {
             == size
     };
     eventually("the pool is full", filled).await;
-    (org_id, pool)
+    (dir, services, runtime, agent, org_id, pool)
 }
 
 async fn members(services: &Services, pool: &PoolView) -> Vec<SessionRecord> {
@@ -64,9 +80,7 @@ async fn is_idle_again(services: &Services, pool: &PoolView, id: &str) -> bool {
 
 #[tokio::test]
 async fn a_release_racing_the_lease_timeout_leaves_one_outcome_and_the_pool_refills() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, _, _) = services(dir.path()).await;
-    let (org_id, pool) = started_pool(&services, 1).await;
+    let (_dir, services, _, _, org_id, pool) = full_pool(1).await;
     let leased = lease(&services, &org_id, &pool).await;
 
     let (released, timed_out) = tokio::join!(
@@ -86,12 +100,7 @@ async fn a_release_racing_the_lease_timeout_leaves_one_outcome_and_the_pool_refi
         );
     }
     assert!(timed_out.is_ok(), "{timed_out:?}");
-    let ended = services
-        .store
-        .session(&org_id, &leased.id)
-        .await
-        .expect("store")
-        .expect("on record");
+    let ended = stored_session(services.store.as_ref(), &org_id, &leased.id).await;
     assert_eq!(ended.status, SessionStatus::Ended, "the timeout ended it");
     let refilled = async || {
         let members = members(&services, &pool).await;
@@ -105,9 +114,7 @@ async fn a_release_racing_the_lease_timeout_leaves_one_outcome_and_the_pool_refi
 
 #[tokio::test]
 async fn a_flush_racing_acquires_never_ends_a_leased_browser() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, runtime, _) = services(dir.path()).await;
-    let (org_id, pool) = started_pool(&services, 3).await;
+    let (_dir, services, runtime, _, org_id, pool) = full_pool(3).await;
     let (flushed, first, second) = tokio::join!(
         services.pools.flush(&org_id, &pool.record.id),
         services
@@ -120,12 +127,7 @@ async fn a_flush_racing_acquires_never_ends_a_leased_browser() {
     flushed.expect("flush");
     for (_, leased) in [first.expect("acquire"), second.expect("acquire")] {
         let Some(leased) = leased else { continue };
-        let now = services
-            .store
-            .session(&org_id, &leased.id)
-            .await
-            .expect("store")
-            .expect("on record");
+        let now = stored_session(services.store.as_ref(), &org_id, &leased.id).await;
         assert_eq!(
             now.status,
             SessionStatus::Running,
@@ -144,9 +146,7 @@ async fn a_flush_racing_acquires_never_ends_a_leased_browser() {
 
 #[tokio::test]
 async fn a_release_for_reuse_resets_the_browser_and_makes_it_idle_again() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, _, agent) = services(dir.path()).await;
-    let (org_id, pool) = started_pool(&services, 1).await;
+    let (_dir, services, _, agent, org_id, pool) = full_pool(1).await;
     let leased = lease(&services, &org_id, &pool).await;
     services
         .pools
@@ -160,9 +160,7 @@ async fn a_release_for_reuse_resets_the_browser_and_makes_it_idle_again() {
 
 #[tokio::test]
 async fn a_restart_resumes_the_resets_a_previous_process_left() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, _, agent) = services(dir.path()).await;
-    let (org_id, pool) = started_pool(&services, 1).await;
+    let (dir, services, _, agent, org_id, pool) = full_pool(1).await;
     let leased = lease(&services, &org_id, &pool).await;
     // The previous process marked it resetting and was cut off before resetting it.
     assert!(

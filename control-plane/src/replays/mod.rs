@@ -8,9 +8,8 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use browser_agent_proto::v1::RecordingState;
@@ -22,6 +21,7 @@ use crate::agent::{AgentClient, AgentClients, AgentError};
 use crate::blobs::BlobStore;
 use crate::error::{ServiceError, ServiceResult, run_to_completion};
 use crate::ids;
+use crate::in_progress::InProgress;
 use crate::runtime::Runtime;
 use crate::store::{
     ReplayOutcome, ReplayRecord, ReplayStatus, SessionRecord, SessionStatus, Store, StoreError,
@@ -45,7 +45,7 @@ pub struct Replays {
     /// Remuxes recordings salvaged from crashed agents.
     ffmpeg: String,
     /// Replays this process is finishing right now, and a signal when one is done.
-    finishing: Mutex<HashSet<String>>,
+    finishing: InProgress,
     finished: Notify,
 }
 
@@ -78,7 +78,7 @@ impl Replays {
             runtime,
             agents,
             ffmpeg,
-            finishing: Mutex::default(),
+            finishing: InProgress::default(),
             finished: Notify::new(),
         }
     }
@@ -221,12 +221,7 @@ impl Replays {
     /// moves to `stopping` in the store; a `stopping` one qualifies only if no task of
     /// this process is finishing it (a previous process was cut off).
     async fn claim(&self, replay: &ReplayRecord) -> Result<bool, StoreError> {
-        let newly_claimed_here = self
-            .finishing
-            .lock()
-            .map(|mut finishing| finishing.insert(replay.id.clone()))
-            .unwrap_or(false);
-        if !newly_claimed_here {
+        if !self.finishing.claim(&replay.id) {
             return Ok(false);
         }
         let claimed = match replay.status {
@@ -249,9 +244,7 @@ impl Replays {
     }
 
     fn release(&self, id: &str) {
-        if let Ok(mut finishing) = self.finishing.lock() {
-            finishing.remove(id);
-        }
+        self.finishing.release(id);
         self.finished.notify_waiters();
     }
 
@@ -463,10 +456,7 @@ impl Replays {
     }
 
     fn is_finishing(&self, id: &str) -> bool {
-        self.finishing
-            .lock()
-            .map(|finishing| finishing.contains(id))
-            .unwrap_or(false)
+        self.finishing.contains(id)
     }
 
     async fn wait_until_finished(&self, id: &str) {

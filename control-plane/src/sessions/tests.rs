@@ -1,18 +1,26 @@
 //! Races of the session lifecycle, over a fake runtime (no Chromium).
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::*;
-use crate::store::AgentLocation;
-use crate::testing::{eventually, organization, running_session, services, services_over};
+use tempfile::TempDir;
 
-async fn stored(store: &dyn Store, org_id: &str, id: &str) -> SessionRecord {
-    store
-        .session(org_id, id)
-        .await
-        .expect("store")
-        .expect("the session is on record")
+use super::*;
+use crate::app::Services;
+use crate::store::AgentLocation;
+use crate::testing::{
+    FakeRuntime, eventually, organization, running_session, services, services_over, stored_session,
+};
+
+/// Started services over fakes in a directory of their own (keep it while they run), and
+/// a running session of their organization.
+async fn one_running_session() -> (TempDir, Services, Arc<FakeRuntime>, String, SessionRecord) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, runtime, _) = services(dir.path()).await;
+    let org_id = organization(&services).await;
+    let session = running_session(&services, &org_id).await;
+    (dir, services, runtime, org_id, session)
 }
 
 #[tokio::test]
@@ -34,7 +42,7 @@ async fn an_end_racing_a_launch_ends_the_session_and_reaps_the_browser() {
     })
     .await;
     let id = runtime.launched.lock().expect("lock")[0].clone();
-    let starting = stored(services.store.as_ref(), &org_id, &id).await;
+    let starting = stored_session(services.store.as_ref(), &org_id, &id).await;
     assert_eq!(starting.status, SessionStatus::Starting);
 
     assert!(
@@ -51,7 +59,7 @@ async fn an_end_racing_a_launch_ends_the_session_and_reaps_the_browser() {
         matches!(created, Err(ServiceError::NotFound(_))),
         "a launch overtaken by an end answers 404 (a 5xx would make SDKs retry): {created:?}"
     );
-    let ended = stored(services.store.as_ref(), &org_id, &id).await;
+    let ended = stored_session(services.store.as_ref(), &org_id, &id).await;
     assert_eq!(ended.status, SessionStatus::Ended);
     assert_eq!(ended.end_reason.as_deref(), Some("deleted by the API"));
     assert!(runtime.was_destroyed(&id), "the launched browser is reaped");
@@ -59,10 +67,7 @@ async fn an_end_racing_a_launch_ends_the_session_and_reaps_the_browser() {
 
 #[tokio::test]
 async fn concurrent_ends_end_a_session_once() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, _, _) = services(dir.path()).await;
-    let org_id = organization(&services).await;
-    let session = running_session(&services, &org_id).await;
+    let (_dir, services, _, org_id, session) = one_running_session().await;
     let (first, second) = tokio::join!(
         services.sessions.end(&session, "deleted by the API"),
         services.sessions.end(&session, "inactivity timeout"),
@@ -81,14 +86,11 @@ async fn concurrent_ends_end_a_session_once() {
 
 #[tokio::test]
 async fn a_session_whose_agent_dies_ends_within_two_seconds() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, runtime, _) = services(dir.path()).await;
-    let org_id = organization(&services).await;
-    let session = running_session(&services, &org_id).await;
+    let (_dir, services, runtime, org_id, session) = one_running_session().await;
     let killed = Instant::now();
     runtime.kill(&session.id);
     eventually("the session has ended", async || {
-        stored(services.store.as_ref(), &org_id, &session.id)
+        stored_session(services.store.as_ref(), &org_id, &session.id)
             .await
             .status
             == SessionStatus::Ended
@@ -99,7 +101,7 @@ async fn a_session_whose_agent_dies_ends_within_two_seconds() {
         "{:?}",
         killed.elapsed()
     );
-    let ended = stored(services.store.as_ref(), &org_id, &session.id).await;
+    let ended = stored_session(services.store.as_ref(), &org_id, &session.id).await;
     assert_eq!(ended.end_reason.as_deref(), Some("browser agent exited"));
 }
 
@@ -138,7 +140,11 @@ async fn a_restart_adopts_browsers_that_answer_and_ends_the_others() {
     let (after, after_runtime, _) = services_over(before.store.clone(), dir.path()).await;
     after.sessions.reconcile().await.expect("reconciled");
 
-    let status = async |id: &str| stored(after.store.as_ref(), &org_id, id).await.status;
+    let status = async |id: &str| {
+        stored_session(after.store.as_ref(), &org_id, id)
+            .await
+            .status
+    };
     assert_eq!(status(&alive.id).await, SessionStatus::Running);
     assert_eq!(status(&dead.id).await, SessionStatus::Ended);
     assert_eq!(status(&half_started.id).await, SessionStatus::Ended);
