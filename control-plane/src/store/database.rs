@@ -14,12 +14,70 @@ use tokio_postgres::types::{IsNull, Type, to_sql_checked};
 
 use super::{StoreError, StoreResult};
 
-mod sqlite_migrations {
-    refinery::embed_migrations!("migrations/sqlite");
+/// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
+/// them with its own type names (`sqlite_schema`). A new migration is a new line here.
+const MIGRATIONS: [(&str, &str); 5] = [
+    (
+        "V1__initial",
+        include_str!("../../migrations/V1__initial.sql"),
+    ),
+    (
+        "V2__extensions",
+        include_str!("../../migrations/V2__extensions.sql"),
+    ),
+    (
+        "V3__replays",
+        include_str!("../../migrations/V3__replays.sql"),
+    ),
+    (
+        "V4__proxies_and_pools",
+        include_str!("../../migrations/V4__proxies_and_pools.sql"),
+    ),
+    (
+        "V5__profiles_and_auth_connections",
+        include_str!("../../migrations/V5__profiles_and_auth_connections.sql"),
+    ),
+];
+
+/// PostgreSQL column types and the SQLite types that hold the same values as the
+/// drivers write them (rusqlite stores timestamps as text and booleans as integers).
+const SQLITE_TYPES: [(&str, &str); 4] = [
+    ("TIMESTAMPTZ", "TEXT"),
+    ("BYTEA", "BLOB"),
+    ("BOOLEAN", "INTEGER"),
+    ("BIGINT", "INTEGER"),
+];
+
+/// A migration's DDL with SQLite's type names. The result is byte for byte the SQLite
+/// text that databases created before the migrations were shared recorded (refinery
+/// checks each applied migration's checksum).
+fn sqlite_schema(postgres: &str) -> String {
+    let mut sqlite = String::with_capacity(postgres.len());
+    let mut rest = postgres;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+        sqlite.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let word = &rest[..end];
+        let mapped = SQLITE_TYPES
+            .iter()
+            .find(|(postgres_type, _)| *postgres_type == word)
+            .map_or(word, |(_, sqlite_type)| sqlite_type);
+        sqlite.push_str(mapped);
+        rest = &rest[end..];
+    }
+    sqlite.push_str(rest);
+    sqlite
 }
 
-mod postgres_migrations {
-    refinery::embed_migrations!("migrations/postgres");
+fn migration_runner(dialect: fn(&str) -> String) -> anyhow::Result<refinery::Runner> {
+    let migrations = MIGRATIONS
+        .iter()
+        .map(|(name, sql)| refinery::Migration::unapplied(name, &dialect(sql)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(refinery::Runner::new(&migrations))
 }
 
 /// Connections a PostgreSQL store keeps open.
@@ -224,7 +282,7 @@ impl Database {
             connection.pragma_update(None, "foreign_keys", "ON")?;
             connection.busy_timeout(std::time::Duration::from_secs(5))?;
             connection.set_prepared_statement_cache_capacity(SQLITE_STATEMENT_CACHE);
-            sqlite_migrations::migrations::runner().run(&mut connection)?;
+            migration_runner(sqlite_schema)?.run(&mut connection)?;
             Ok(connection)
         })
         .await??;
@@ -241,7 +299,7 @@ impl Database {
                 .await
                 .map_err(|error| anyhow::anyhow!("connecting to PostgreSQL failed: {error:?}"))?;
             let driver = tokio::spawn(connection);
-            postgres_migrations::migrations::runner()
+            migration_runner(str::to_owned)?
                 .run_async(&mut client)
                 .await?;
             drop(client);
@@ -412,4 +470,17 @@ fn postgres_error(error: tokio_postgres::Error) -> StoreError {
     }
     // tokio-postgres' Display says only "db error"; Debug carries the server's message.
     StoreError::Backend(format!("{error:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_schema_renames_whole_type_names_only() {
+        assert_eq!(
+            sqlite_schema("created_at TIMESTAMPTZ NOT NULL,\n  big BIGINT, BIGINTS bytea_x BYTEA)"),
+            "created_at TEXT NOT NULL,\n  big INTEGER, BIGINTS bytea_x BLOB)"
+        );
+    }
 }
