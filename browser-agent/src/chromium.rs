@@ -157,12 +157,12 @@ pub async fn supervise(
                     error = format!("{error:#}"),
                     "could not prepare the profile"
                 );
-                state.send_modify(|s| {
-                    s.devtools = DevtoolsState::Failed;
-                    s.pid = 0;
-                    s.last_exit = format!("could not prepare the profile: {error:#}");
-                });
-                shutdown.cancelled().await;
+                failed(
+                    &state,
+                    &shutdown,
+                    format!("could not prepare the profile: {error:#}"),
+                )
+                .await;
                 return;
             }
             wiped_generation = Some(generation);
@@ -214,12 +214,7 @@ pub async fn supervise(
                     "Chromium did not start"
                 );
                 if failed_starts >= MAX_FAILED_STARTS {
-                    state.send_modify(|s| {
-                        s.devtools = DevtoolsState::Failed;
-                        s.pid = 0;
-                        s.last_exit = format!("could not start: {error:#}");
-                    });
-                    shutdown.cancelled().await;
+                    failed(&state, &shutdown, format!("could not start: {error:#}")).await;
                     return;
                 }
                 tokio::select! {
@@ -297,6 +292,16 @@ async fn close_cleanly(chromium: &mut GroupLeader, browser_ws_url: &str) {
 }
 
 /// Publishes that Chromium is stopped for good and waits for the agent to end.
+/// Chromium cannot be (re)started: says why, and waits for the agent to shut down.
+async fn failed(state: &watch::Sender<BrowserState>, shutdown: &CancellationToken, why: String) {
+    state.send_modify(|s| {
+        s.devtools = DevtoolsState::Failed;
+        s.pid = 0;
+        s.last_exit = why;
+    });
+    shutdown.cancelled().await;
+}
+
 async fn stopped(state: &watch::Sender<BrowserState>, shutdown: &CancellationToken) {
     state.send_modify(|s| {
         s.devtools = DevtoolsState::Stopped;

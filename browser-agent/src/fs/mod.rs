@@ -452,23 +452,28 @@ fn random_suffix() -> String {
 }
 
 fn user_id(owner: &str) -> Result<u32, FsError> {
-    if let Ok(uid) = owner.parse() {
-        return Ok(uid);
-    }
-    match nix::unistd::User::from_name(owner) {
-        Ok(Some(user)) => Ok(user.uid.as_raw()),
-        _ => Err(FsError::Invalid(format!("owner: no such user {owner:?}"))),
-    }
+    numeric_or_named(owner, "owner", "user", |name| {
+        Some(nix::unistd::User::from_name(name).ok()??.uid.as_raw())
+    })
 }
 
 fn group_id(group: &str) -> Result<u32, FsError> {
-    if let Ok(gid) = group.parse() {
-        return Ok(gid);
+    numeric_or_named(group, "group", "group", |name| {
+        Some(nix::unistd::Group::from_name(name).ok()??.gid.as_raw())
+    })
+}
+
+/// A numeric id as given, or the id of the user or group of that name.
+fn numeric_or_named(
+    value: &str,
+    field: &str,
+    kind: &str,
+    by_name: impl FnOnce(&str) -> Option<u32>,
+) -> Result<u32, FsError> {
+    if let Ok(id) = value.parse() {
+        return Ok(id);
     }
-    match nix::unistd::Group::from_name(group) {
-        Ok(Some(group)) => Ok(group.gid.as_raw()),
-        _ => Err(FsError::Invalid(format!("group: no such group {group:?}"))),
-    }
+    by_name(value).ok_or_else(|| FsError::Invalid(format!("{field}: no such {kind} {value:?}")))
 }
 
 fn copy_recursively(root: &Dir, from: &Path, to: &Path, is_dir: bool) -> std::io::Result<()> {

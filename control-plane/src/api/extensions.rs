@@ -4,8 +4,7 @@
 use axum::Json;
 use axum::body::Body;
 use axum::http::StatusCode;
-use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -220,19 +219,11 @@ pub async fn download(
             _ => ApiError::Internal(error.into()),
         })?;
     let filename = format!("{}.zip", record.name.as_deref().unwrap_or(&record.id));
-    let headers = [
-        (CONTENT_TYPE, "application/zip".to_owned()),
-        (CONTENT_LENGTH, record.size_bytes.to_string()),
-        (
-            CONTENT_DISPOSITION,
-            format!("attachment; filename=\"{filename}\""),
-        ),
-    ];
-    Ok((
-        headers,
+    Ok(super::zip_attachment(
+        &filename,
+        Some(record.size_bytes),
         Body::from_stream(tokio_util::io::ReaderStream::new(file)),
-    )
-        .into_response())
+    ))
 }
 
 /// Delete an extension from the library. Browsers that loaded it keep it.

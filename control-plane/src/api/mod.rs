@@ -20,8 +20,11 @@ pub mod state;
 
 use axum::Json;
 use axum::Router;
+use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, Method, Uri};
+use axum::response::{IntoResponse, Response};
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::OpenApi as OpenApiDocument;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -146,6 +149,25 @@ pub fn page_headers(offset: u32, has_more: bool) -> HeaderMap {
 }
 
 /// A list's page size: default 20, 1 to 100.
+/// A ZIP file for download, saved as `filename`.
+pub fn zip_attachment(filename: &str, length: Option<i64>, body: Body) -> Response {
+    let mut response = (
+        [
+            (CONTENT_TYPE, "application/zip".to_owned()),
+            (
+                CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{filename}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response();
+    if let Some(length) = length {
+        response.headers_mut().insert(CONTENT_LENGTH, length.into());
+    }
+    response
+}
+
 pub fn list_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     let limit = limit.unwrap_or(browsers::DEFAULT_LIST_LIMIT);
     if !(1..=browsers::MAX_LIST_LIMIT).contains(&limit) {

@@ -3,7 +3,6 @@
 use axum::Json;
 use axum::body::Body;
 use axum::http::StatusCode;
-use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -149,13 +148,6 @@ pub async fn download(
     let record = find(&org, &id_or_name).await?;
     // The id, not the name: names may hold characters a header cannot.
     let filename = format!("{}.zip", record.id);
-    let headers = [
-        (CONTENT_TYPE, "application/zip".to_owned()),
-        (
-            CONTENT_DISPOSITION,
-            format!("attachment; filename=\"{filename}\""),
-        ),
-    ];
     let body = match org.blobs.open(&record.blob_key()).await {
         // The open file stays readable even if a save replaces the blob meanwhile.
         Ok(file) => Body::from_stream(tokio_util::io::ReaderStream::new(file)),
@@ -164,5 +156,5 @@ pub async fn download(
         }
         Err(error) => return Err(ApiError::Internal(error.into())),
     };
-    Ok((headers, body).into_response())
+    Ok(super::zip_attachment(&filename, None, body))
 }
