@@ -26,7 +26,7 @@ use browser_agent_proto::v1::browser_agent_server::BrowserAgentServer;
 use clap::Parser;
 use futures::StreamExt;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::chromium::{BrowserState, LaunchConfig};
@@ -40,7 +40,13 @@ struct Args {
     /// Address of the gRPC server. Port 0 picks a free port (see --addr-file).
     #[arg(long, env = "BROWSER_AGENT_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// Once listening, the bound address is written to this file (atomically).
+    /// Listen on this Unix socket instead of TCP (mode 0600: only the agent's user and
+    /// root can connect). The control plane of a local VM uses it; nothing on the
+    /// loopback network reaches the agent then.
+    #[arg(long, env = "BROWSER_AGENT_LISTEN_SOCKET", conflicts_with = "listen")]
+    listen_socket: Option<PathBuf>,
+    /// Once listening, the bound address (`host:port`, or `unix:<path>` for a socket) is
+    /// written to this file (atomically).
     #[arg(long, env = "BROWSER_AGENT_ADDR_FILE")]
     addr_file: Option<PathBuf>,
     /// The credential every gRPC call must present. Read from the environment so it does
@@ -118,6 +124,9 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    // The VM's own default, whatever its starter's (the control plane keeps its files
+    // private): files the fs API and the browser create are 0644, directories 0755.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     anyhow::ensure!(
         (1..=MAX_SCREEN_SIDE).contains(&args.width) && (1..=MAX_SCREEN_SIDE).contains(&args.height),
         "screen size must be between 1 and {MAX_SCREEN_SIDE} on each side"
@@ -146,22 +155,60 @@ fn main() -> anyhow::Result<()> {
         .block_on(serve(args, display))
 }
 
+/// Where the gRPC server listens.
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    /// With the socket's path.
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+impl Listener {
+    async fn bind(args: &Args) -> anyhow::Result<Self> {
+        let Some(path) = &args.listen_socket else {
+            let listener = tokio::net::TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("binding {}", args.listen))?;
+            return Ok(Self::Tcp(listener));
+        };
+        // A socket left by a previous agent of this VM would refuse the bind.
+        match std::fs::remove_file(path) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                return Err(error).with_context(|| format!("removing {}", path.display()));
+            }
+            _ => {}
+        }
+        let short = browser_agent_proto::unix_socket::short_path(path)?;
+        let listener = tokio::net::UnixListener::bind(&short.path)
+            .with_context(|| format!("binding {}", path.display()))?;
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        Ok(Self::Unix(listener, path.clone()))
+    }
+
+    /// What the control plane connects to.
+    fn address(&self) -> String {
+        match self {
+            Self::Tcp(listener) => listener
+                .local_addr()
+                .map(|address| address.to_string())
+                .unwrap_or_default(),
+            Self::Unix(_, path) => format!("unix:{}", path.display()),
+        }
+    }
+}
+
 async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let authenticator = auth::Authenticator::new(&args.secret);
     let (state_tx, state_rx) = watch::channel(BrowserState::initial());
 
     // Listen first, so the control plane can connect while the browser starts.
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    let bound = listener.local_addr()?;
+    let listener = Listener::bind(&args).await?;
     if let Some(addr_file) = &args.addr_file {
         let partial = addr_file.with_extension("partial");
-        std::fs::write(&partial, bound.to_string())?;
+        std::fs::write(&partial, listener.address())?;
         std::fs::rename(&partial, addr_file)?;
     }
-    tracing::info!(%bound, "browser agent listening");
+    tracing::info!(address = listener.address(), "browser agent listening");
 
     let display_name = display.as_ref().map(|d| d.name.clone());
     let vm_fs = std::sync::Arc::new(fs::VmFs::open(&args.vm_root)?);
@@ -278,21 +325,34 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         .max_decoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES)
         .max_encoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES);
     let check = authenticator.clone();
-    let served = tonic::transport::Server::builder()
-        .add_service(tonic::service::interceptor::InterceptedService::new(
+    let served = tonic::transport::Server::builder().add_service(tonic::service::interceptor::InterceptedService::new(
             server,
             move |request| check.check(request),
         ))
-        .serve_with_incoming_shutdown(
-            // Small gRPC messages must not wait for Nagle's algorithm.
-            TcpListenerStream::new(listener).map(|stream| {
-                stream.inspect(|stream| {
-                    let _ = stream.set_nodelay(true);
-                })
-            }),
-            shutdown.clone().cancelled_owned(),
-        )
-        .await;
+        ;
+    let served = match listener {
+        Listener::Tcp(listener) => {
+            served
+                .serve_with_incoming_shutdown(
+                    // Small gRPC messages must not wait for Nagle's algorithm.
+                    TcpListenerStream::new(listener).map(|stream| {
+                        stream.inspect(|stream| {
+                            let _ = stream.set_nodelay(true);
+                        })
+                    }),
+                    shutdown.clone().cancelled_owned(),
+                )
+                .await
+        }
+        Listener::Unix(listener, _) => {
+            served
+                .serve_with_incoming_shutdown(
+                    UnixListenerStream::new(listener),
+                    shutdown.clone().cancelled_owned(),
+                )
+                .await
+        }
+    };
 
     // Whatever ended the server, nothing we started may outlive us.
     shutdown.cancel();

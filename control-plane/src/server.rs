@@ -1,5 +1,6 @@
 //! Runs the server: store, bootstrap key, runtime, the services (`crate::app`), HTTP.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,10 +23,16 @@ pub const BOOTSTRAP_KEY_FILE: &str = "bootstrap-api-key";
 const BOOTSTRAP_ORGANIZATION: &str = "default";
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    // The data directory holds the database (with the token signing key), the credential
+    // key, agent secrets and every organization's profiles: no other user of this host
+    // may read any of it, also what older versions left readable.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let data_dir = &config.storage.data_dir;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating the data dir {}", data_dir.display()))?;
     let data_dir = data_dir.canonicalize()?;
+    std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", data_dir.display()))?;
     let store = store::open(config.storage.database_url.as_deref(), &data_dir).await?;
     let blobs = Arc::new(LocalBlobStore::open(&data_dir.join("blobs"))?);
     bootstrap_api_key(store.as_ref(), &data_dir).await?;

@@ -40,3 +40,40 @@ pub mod recording_files {
         format!("{recording_id}.mp4")
     }
 }
+
+/// Agents of local VMs listen on a Unix socket in their browser's directory. A socket's
+/// path must fit in 108 bytes, and data directories can be deeper than that; both sides
+/// therefore name the socket through an open handle on its directory.
+pub mod unix_socket {
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::AsRawFd;
+    use std::path::{Path, PathBuf};
+
+    /// A short path to `socket` (`/proc/self/fd/<fd>/<name>`), valid while it lives.
+    pub struct ShortPath {
+        _directory: File,
+        pub path: PathBuf,
+    }
+
+    pub fn short_path(socket: &Path) -> io::Result<ShortPath> {
+        let (Some(directory), Some(name)) = (socket.parent(), socket.file_name()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a socket path", socket.display()),
+            ));
+        };
+        let directory = File::open(if directory.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            directory
+        })?;
+        let path = Path::new("/proc/self/fd")
+            .join(directory.as_raw_fd().to_string())
+            .join(name);
+        Ok(ShortPath {
+            _directory: directory,
+            path,
+        })
+    }
+}

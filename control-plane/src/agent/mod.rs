@@ -3,6 +3,7 @@
 
 mod clients;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use browser_agent_proto::AUTHORIZATION_METADATA;
@@ -84,6 +85,23 @@ impl tonic::service::Interceptor for BearerCredential {
     }
 }
 
+/// Endpoints of agents reached over a Unix socket (local VMs): `unix:<socket path>`.
+pub const UNIX_ENDPOINT_PREFIX: &str = "unix:";
+
+/// A lazy channel to an agent's Unix socket. The URI only names the HTTP/2 authority;
+/// every connection goes to the socket.
+fn unix_channel(socket: PathBuf) -> Result<Channel, AgentError> {
+    let endpoint = Endpoint::from_static("http://browser-agent").connect_timeout(CONNECT_TIMEOUT);
+    Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+        let socket = socket.clone();
+        async move {
+            let short = browser_agent_proto::unix_socket::short_path(&socket)?;
+            let stream = tokio::net::UnixStream::connect(&short.path).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }
+    })))
+}
+
 /// A client for one agent. Cheap to clone; clones share the HTTP/2 connection.
 #[derive(Clone)]
 pub struct AgentClient {
@@ -93,16 +111,17 @@ pub struct AgentClient {
 impl AgentClient {
     /// Connects lazily: no I/O until the first call.
     pub fn new(location: &AgentLocation) -> Result<Self, AgentError> {
-        let endpoint = Endpoint::from_shared(location.endpoint.clone())
-            .map_err(|error| AgentError::Unavailable(format!("bad agent endpoint: {error}")))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true);
+        let channel = match location.endpoint.strip_prefix(UNIX_ENDPOINT_PREFIX) {
+            Some(socket) => unix_channel(PathBuf::from(socket))?,
+            None => Endpoint::from_shared(location.endpoint.clone())
+                .map_err(|error| AgentError::Unavailable(format!("bad agent endpoint: {error}")))?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true)
+                .connect_lazy(),
+        };
         let credential = MetadataValue::try_from(format!("Bearer {}", location.secret))
             .map_err(|_| AgentError::Internal("agent secret is not valid metadata".into()))?;
-        let inner = BrowserAgentClient::with_interceptor(
-            endpoint.connect_lazy(),
-            BearerCredential(credential),
-        )
+        let inner = BrowserAgentClient::with_interceptor(channel, BearerCredential(credential))
         .max_decoding_message_size(MAX_CDP_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_CDP_MESSAGE_BYTES);
         Ok(Self { inner })

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::processes::{group_members_mentioning, is_agent_for, is_running};
 use super::{LaunchSpec, Runtime, RuntimeError};
-use crate::agent::AgentClient;
+use crate::agent::{AgentClient, UNIX_ENDPOINT_PREFIX};
 use crate::ids;
 use crate::store::AgentLocation;
 
@@ -56,6 +56,8 @@ const ROOT_DIR: &str = "root";
 const SCRATCH_DIR: &str = "scratch";
 const PID_FILE: &str = "agent.pid";
 const ADDR_FILE: &str = "agent.addr";
+/// The agent's gRPC socket.
+const SOCKET_FILE: &str = "agent.sock";
 const LOG_FILE: &str = "agent.log";
 /// Beside the root: where the agent writes screen recordings.
 const RECORDINGS_DIR: &str = "recordings";
@@ -82,6 +84,10 @@ impl LocalRuntime {
         command
             .arg("--vm-root")
             .arg(&root)
+            // A socket in the browser's directory, not a loopback port: pages (and anything
+            // else on this host's network) cannot reach the agent.
+            .arg("--listen-socket")
+            .arg(dir.join(SOCKET_FILE))
             .arg("--addr-file")
             .arg(dir.join(ADDR_FILE))
             .arg(format!("--width={}", spec.width))
@@ -189,7 +195,13 @@ impl LocalRuntime {
         let deadline = tokio::time::Instant::now() + ADDRESS_TIMEOUT;
         loop {
             if let Ok(address) = std::fs::read_to_string(&addr_file) {
-                return Ok(format!("http://{}", address.trim()));
+                let address = address.trim();
+                // `unix:<path>` is an endpoint as it is; a TCP address needs its scheme.
+                return Ok(if address.starts_with(UNIX_ENDPOINT_PREFIX) {
+                    address.to_owned()
+                } else {
+                    format!("http://{address}")
+                });
             }
             if let Some(status) = exited.borrow().clone() {
                 return Err(RuntimeError::LaunchFailed(format!(

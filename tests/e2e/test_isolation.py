@@ -1,0 +1,79 @@
+"""What keeps one browser VM, and the service's own secrets, out of reach of the rest of
+the host: private files and an agent reachable only through a socket in its browser's
+directory."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from kernel import Kernel
+
+from conftest import TEST_PAGE_TITLE
+from harness import ControlPlane, read_page, session_processes
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def _listening_tcp_ports(pid: int) -> set[int]:
+    """TCP ports the process listens on (from the socket inodes it holds)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as rows:
+            next(rows)
+            for row in rows:
+                fields = row.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and inode in inodes:  # 0A: LISTEN
+                    ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_secrets_are_private_and_the_agent_listens_on_no_port(control_plane, client, test_page_url):
+    created = client.browsers.create(headless=True)
+    try:
+        data = control_plane.data_dir
+        assert _mode(data) == 0o700
+        for secret in ("control-plane.db", "bootstrap-api-key", "credential.key"):
+            assert _mode(data / secret) == 0o600, secret
+        session_dir = data / "browsers" / created.session_id
+        assert _mode(session_dir) == 0o700
+        assert _mode(session_dir / "agent.log") == 0o600
+        socket = session_dir / "agent.sock"
+        assert stat.S_ISSOCK(socket.lstat().st_mode) and _mode(socket) == 0o600
+
+        (agent,) = session_processes(control_plane, created.session_id)["agent"]
+        assert _listening_tcp_ports(agent) == set()
+        # Everything still goes through the control plane to the agent.
+        title = read_page(created.cdp_ws_url, test_page_url, lambda page: page.title())
+        assert title == TEST_PAGE_TITLE
+    finally:
+        client.browsers.delete_by_id(created.session_id)
+
+
+def test_agents_are_reached_under_a_data_directory_of_any_depth(tmp_path, test_page_url):
+    # Deeper than a socket address can name (108 bytes) once the browser's directory and
+    # the socket's name are added.
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "data"
+    server = ControlPlane(deep).start()
+    try:
+        client = Kernel(api_key=server.api_key, base_url=server.base_url)
+        created = client.browsers.create(headless=True)
+        socket = deep / "browsers" / created.session_id / "agent.sock"
+        assert len(str(socket)) > 108
+        title = read_page(created.cdp_ws_url, test_page_url, lambda page: page.title())
+        assert title == TEST_PAGE_TITLE
+        client.browsers.delete_by_id(created.session_id)
+    finally:
+        server.reap_everything()
