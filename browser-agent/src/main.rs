@@ -325,11 +325,11 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         .max_decoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES)
         .max_encoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES);
     let check = authenticator.clone();
-    let served = tonic::transport::Server::builder().add_service(tonic::service::interceptor::InterceptedService::new(
-            server,
-            move |request| check.check(request),
-        ))
-        ;
+    let served = tonic::transport::Server::builder().add_service(
+        tonic::service::interceptor::InterceptedService::new(server, move |request| {
+            check.check(request)
+        }),
+    );
     let served = match listener {
         Listener::Tcp(listener) => {
             served

@@ -25,6 +25,8 @@ pub struct ServiceSettings {
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     /// Most browsers all pools of one organization may hold together.
     pub max_pooled_browsers: i64,
+    /// Most live browsers of one organization outside its pools.
+    pub max_live_browsers: u32,
     pub vault: Vault,
     /// Shortest health-check interval an organization may ask for.
     pub min_health_check_interval: i64,
@@ -68,6 +70,7 @@ impl Services {
             profiles: profiles.clone(),
             blobs: blobs.clone(),
             proxy_upstreams: settings.proxy_upstreams.clone(),
+            max_live_browsers: settings.max_live_browsers,
         }));
         let pools = Arc::new(Pools::new(
             store.clone(),

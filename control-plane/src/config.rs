@@ -103,6 +103,10 @@ pub struct ServeConfig {
         default_value = "http://example.com/"
     )]
     pub proxy_check_url: String,
+    /// Most live browsers one organization may have outside its pools (browsers it
+    /// creates, login flows of its auth connections); 429 with `Retry-After` beyond.
+    #[arg(long, env = "CONTROL_PLANE_MAX_LIVE_BROWSERS", default_value_t = 20)]
+    pub max_live_browsers: u32,
     /// Most browsers the pools of one organization may hold together (sum of sizes).
     #[arg(long, env = "CONTROL_PLANE_MAX_POOLED_BROWSERS", default_value_t = 50)]
     pub max_pooled_browsers: i64,

@@ -22,6 +22,12 @@ pub enum ServiceError {
     Unavailable(String),
     #[error("{0}")]
     Timeout(String),
+    /// The organization is at one of its limits; it may try again after `retry_after`.
+    #[error("{message}")]
+    LimitReached {
+        message: String,
+        retry_after: std::time::Duration,
+    },
     /// A bug or a broken dependency; the details go to the log, never to the caller.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),

@@ -71,6 +71,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             ffmpeg: config.ffmpeg.clone(),
             proxy_upstreams: Arc::new(proxy_upstreams),
             max_pooled_browsers: config.max_pooled_browsers,
+            max_live_browsers: config.max_live_browsers,
             vault: Vault::open(config.credential_key.as_deref(), &data_dir)
                 .context("opening the credential key")?,
             min_health_check_interval: config.min_health_check_interval,

@@ -284,6 +284,7 @@ pub async fn services_over(
             ffmpeg: "ffmpeg".into(),
             proxy_upstreams: Default::default(),
             max_pooled_browsers: 10,
+            max_live_browsers: 5,
             vault: Vault::open(None, dir).expect("vault"),
             min_health_check_interval: 300,
         },

@@ -1,6 +1,6 @@
 """What keeps one browser VM, and the service's own secrets, out of reach of the rest of
-the host: private files and an agent reachable only through a socket in its browser's
-directory."""
+the host (private files, an agent reachable only through a socket in its browser's
+directory), and one organization from taking the whole host (its live-browser limit)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import os
 import stat
 from pathlib import Path
 
-from kernel import Kernel
+import httpx
+import pytest
+from kernel import Kernel, RateLimitError
 
 from conftest import TEST_PAGE_TITLE
 from harness import ControlPlane, read_page, session_processes
@@ -75,5 +77,36 @@ def test_agents_are_reached_under_a_data_directory_of_any_depth(tmp_path, test_p
         title = read_page(created.cdp_ws_url, test_page_url, lambda page: page.title())
         assert title == TEST_PAGE_TITLE
         client.browsers.delete_by_id(created.session_id)
+    finally:
+        server.reap_everything()
+
+
+def test_an_organization_at_its_live_browser_limit_is_told_when_to_retry(tmp_path):
+    server = ControlPlane(tmp_path / "data", extra_args=["--max-live-browsers", "2"]).start()
+    try:
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        first = client.browsers.create(headless=True)
+        client.browsers.create(headless=True)
+
+        refused = httpx.post(
+            f"{server.base_url}/browsers",
+            headers={"Authorization": f"Bearer {server.api_key}"},
+            json={"headless": True},
+            timeout=30,
+        )
+        assert refused.status_code == 429, refused.text
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["code"] == "limit_reached"
+        with pytest.raises(RateLimitError):
+            client.browsers.create(headless=True)
+        # Nothing was started for the refused requests.
+        assert len(list((server.data_dir / "browsers").iterdir())) == 2
+
+        # Another organization has a limit of its own.
+        other = Kernel(api_key=server.create_api_key("other"), base_url=server.base_url, max_retries=0)
+        other.browsers.create(headless=True)
+        # Ending a browser frees its place.
+        client.browsers.delete_by_id(first.session_id)
+        client.browsers.create(headless=True)
     finally:
         server.reap_everything()

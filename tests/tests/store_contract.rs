@@ -241,6 +241,8 @@ async fn contract(store: Arc<dyn Store>) {
     let mut live = ids(store.live_sessions().await.expect("live"));
     live.sort();
     assert_eq!(live, ["s3", "s4", "s5", "s6"]);
+    assert_eq!(store.live_browser_count(&a.id).await.expect("count"), 3);
+    assert_eq!(store.live_browser_count(&b.id).await.expect("count"), 1);
 
     extension_contract(store.as_ref(), &a.id, &b.id).await;
     replay_contract(store.as_ref(), &a.id, &b.id).await;
@@ -492,7 +494,9 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
         Some(5)
     );
 
-    // Members: three running idle browsers and one still starting.
+    // Members: three running idle browsers and one still starting. Pools have a limit
+    // of their own: their browsers are not counted as the organization's live browsers.
+    let outside_pools = store.live_browser_count(a).await.expect("count");
     for (index, status) in [
         SessionStatus::Running,
         SessionStatus::Running,
@@ -516,6 +520,10 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
     assert_eq!(
         store.pool_members("pool_1").await.expect("members").len(),
         4
+    );
+    assert_eq!(
+        store.live_browser_count(a).await.expect("count"),
+        outside_pools
     );
 
     // Eight concurrent leases of three running idle browsers: exactly three succeed,

@@ -92,14 +92,16 @@ pub const UNIX_ENDPOINT_PREFIX: &str = "unix:";
 /// every connection goes to the socket.
 fn unix_channel(socket: PathBuf) -> Result<Channel, AgentError> {
     let endpoint = Endpoint::from_static("http://browser-agent").connect_timeout(CONNECT_TIMEOUT);
-    Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
-        let socket = socket.clone();
-        async move {
-            let short = browser_agent_proto::unix_socket::short_path(&socket)?;
-            let stream = tokio::net::UnixStream::connect(&short.path).await?;
-            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-        }
-    })))
+    Ok(
+        endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+            let socket = socket.clone();
+            async move {
+                let short = browser_agent_proto::unix_socket::short_path(&socket)?;
+                let stream = tokio::net::UnixStream::connect(&short.path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        })),
+    )
 }
 
 /// A client for one agent. Cheap to clone; clones share the HTTP/2 connection.
@@ -122,8 +124,8 @@ impl AgentClient {
         let credential = MetadataValue::try_from(format!("Bearer {}", location.secret))
             .map_err(|_| AgentError::Internal("agent secret is not valid metadata".into()))?;
         let inner = BrowserAgentClient::with_interceptor(channel, BearerCredential(credential))
-        .max_decoding_message_size(MAX_CDP_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_CDP_MESSAGE_BYTES);
+            .max_decoding_message_size(MAX_CDP_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_CDP_MESSAGE_BYTES);
         Ok(Self { inner })
     }
 

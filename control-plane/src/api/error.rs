@@ -65,6 +65,12 @@ pub enum ApiError {
     /// No pooled browser became available in time (423: the SDKs do not retry it).
     #[error("{0}")]
     NoBrowserAvailable(String),
+    /// A limit of the organization; `Retry-After` says when to try again (the SDKs do).
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after: std::time::Duration,
+    },
     #[error("{0}")]
     AgentUnavailable(String),
     #[error("{0}")]
@@ -107,6 +113,7 @@ impl ApiError {
             }
             Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
             Self::NoBrowserAvailable(_) => (StatusCode::LOCKED, "no_browser_available"),
+            Self::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "limit_reached"),
             Self::RangeNotSatisfiable(_) => {
                 (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
             }
@@ -131,6 +138,10 @@ impl<T> OrNotFound<T> for Option<T> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
+        let retry_after = match &self {
+            Self::TooManyRequests { retry_after, .. } => Some(retry_after.as_secs().max(1)),
+            _ => None,
+        };
         let (message, details) = match self {
             Self::BadRequest { message, details } => (message, details),
             Self::Internal(error) => {
@@ -144,7 +155,7 @@ impl IntoResponse for ApiError {
                 (other.to_string(), Vec::new())
             }
         };
-        (
+        let mut response = (
             status,
             Json(ErrorBody {
                 code: code.into(),
@@ -152,7 +163,13 @@ impl IntoResponse for ApiError {
                 details,
             }),
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -170,6 +187,13 @@ impl From<ServiceError> for ApiError {
             ServiceError::Forbidden(message) => Self::Forbidden(message),
             ServiceError::Unavailable(message) => Self::AgentUnavailable(message),
             ServiceError::Timeout(message) => Self::Timeout(message),
+            ServiceError::LimitReached {
+                message,
+                retry_after,
+            } => Self::TooManyRequests {
+                message,
+                retry_after,
+            },
             ServiceError::Internal(error) => Self::Internal(error),
         }
     }

@@ -53,6 +53,10 @@ pub struct Sessions {
     /// Where library extensions' archives are.
     blobs: Arc<dyn BlobStore>,
     proxy_upstreams: Arc<ProxyUpstreams>,
+    max_live_browsers: u32,
+    /// Held from counting an organization's live browsers to recording a new one, so
+    /// that concurrent creates cannot pass the limit together.
+    admission: tokio::sync::Mutex<()>,
     activity: Mutex<HashMap<String, Activity>>,
     running: Mutex<RunningCache>,
 }
@@ -66,6 +70,7 @@ pub struct SessionsDeps {
     pub profiles: Arc<Profiles>,
     pub blobs: Arc<dyn BlobStore>,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
+    pub max_live_browsers: u32,
 }
 
 /// Running sessions recently read from the store, so the hot path (a click) needs no
@@ -80,6 +85,9 @@ struct RunningCache {
 
 const RUNNING_CACHE_TTL: Duration = Duration::from_secs(2);
 
+/// When a caller at its live-browser limit is told to try again: browsers end when
+/// deleted or after their inactivity timeout, which nothing here can predict.
+const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(10);
 /// How often the inactivity reaper looks.
 const REAPER_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a persistent-id create waits for a concurrent create of the same id.
@@ -98,6 +106,8 @@ impl Sessions {
             profiles: deps.profiles,
             blobs: deps.blobs,
             proxy_upstreams: deps.proxy_upstreams,
+            max_live_browsers: deps.max_live_browsers,
+            admission: tokio::sync::Mutex::default(),
             activity: Mutex::default(),
             running: Mutex::default(),
         }
@@ -135,7 +145,12 @@ impl Sessions {
             pool_id: new.pool_id.clone(),
             profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
         };
-        match self.store.insert_session(&record).await {
+        let inserted = {
+            let _admission = self.admission.lock().await;
+            self.check_live_limit(&record).await?;
+            self.store.insert_session(&record).await
+        };
+        match inserted {
             Ok(()) => {}
             // A concurrent create with the same persistent id won the race: answer its session.
             Err(StoreError::Conflict(_)) if new.persistent_id.is_some() => {
@@ -157,6 +172,25 @@ impl Sessions {
         // left half-started and no browser is left without a session.
         let this = self.clone();
         run_to_completion(async move { this.launch(record, new).await }).await
+    }
+
+    /// Refuses a new session that would take its organization past its limit of live
+    /// browsers outside pools (pools have a limit of their own). Called under
+    /// `admission`, up to the session's insert.
+    async fn check_live_limit(&self, record: &SessionRecord) -> ServiceResult<()> {
+        if record.pool_id.is_some() {
+            return Ok(());
+        }
+        let live = self.store.live_browser_count(&record.org_id).await?;
+        if live >= u64::from(self.max_live_browsers) {
+            return Err(ServiceError::LimitReached {
+                message: format!(
+                    "the organization has {live} live browsers, its limit; end one or try again later"
+                ),
+                retry_after: LIMIT_RETRY_AFTER,
+            });
+        }
+        Ok(())
     }
 
     async fn launch(

@@ -162,3 +162,75 @@ async fn a_restart_adopts_browsers_that_answer_and_ends_the_others() {
         "nothing relaunched"
     );
 }
+
+#[tokio::test]
+async fn concurrent_creates_never_take_an_organization_past_its_live_browser_limit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, _) = services(dir.path()).await;
+    let org_id = organization(&services).await;
+    let other_org = services
+        .store
+        .ensure_organization("other")
+        .await
+        .expect("org")
+        .id;
+    let spec = services
+        .sessions
+        .spec(&org_id, &BrowserConfig::default(), None, Vec::new())
+        .await
+        .expect("valid");
+    // The test services allow 5; twice as many creates race.
+    let creates: Vec<_> = (0..10)
+        .map(|_| {
+            let (sessions, org, spec) = (services.sessions.clone(), org_id.clone(), spec.clone());
+            tokio::spawn(async move { sessions.create(&org, spec).await })
+        })
+        .collect();
+    let (mut created, mut refused) = (0, 0);
+    for create in creates {
+        match create.await.expect("create task") {
+            Ok(_) => created += 1,
+            Err(ServiceError::LimitReached { retry_after, .. }) => {
+                assert!(retry_after >= Duration::from_secs(1));
+                refused += 1;
+            }
+            Err(other) => panic!("unexpected: {other:?}"),
+        }
+    }
+    assert_eq!((created, refused), (5, 5));
+    assert_eq!(
+        services
+            .store
+            .live_browser_count(&org_id)
+            .await
+            .expect("count"),
+        5
+    );
+
+    // Another organization has a limit of its own; an ended browser frees a place.
+    let spec_b = services
+        .sessions
+        .spec(&other_org, &BrowserConfig::default(), None, Vec::new())
+        .await
+        .expect("valid");
+    services
+        .sessions
+        .create(&other_org, spec_b)
+        .await
+        .expect("other organization");
+    let live = services
+        .store
+        .list_sessions(&org_id, crate::store::SessionFilter::Live, 1, 0)
+        .await
+        .expect("list");
+    services
+        .sessions
+        .end(&live[0], "deleted by the API")
+        .await
+        .expect("end");
+    services
+        .sessions
+        .create(&org_id, spec)
+        .await
+        .expect("a place was freed");
+}

@@ -331,6 +331,8 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
         offset: u32,
     ) -> StoreResult<Vec<SessionRecord>>;
+    /// How many starting or running sessions the organization has outside pools.
+    async fn live_browser_count(&self, org_id: &str) -> StoreResult<u64>;
     /// Every starting or running session of every organization.
     async fn live_sessions(&self) -> StoreResult<Vec<SessionRecord>>;
     /// Records where the agent runs and marks the session running, unless it ended

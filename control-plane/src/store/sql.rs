@@ -198,6 +198,21 @@ impl Store for SqlStore {
             .await
     }
 
+    async fn live_browser_count(&self, org_id: &str) -> StoreResult<u64> {
+        let count = self
+            .database
+            .query_one(
+                sql!(
+                    "SELECT COUNT(*) FROM browser_sessions WHERE org_id = $1 \
+                     AND status <> 'ended' AND pool_id IS NULL"
+                ),
+                params![org_id],
+                count_from_row,
+            )
+            .await?;
+        Ok(count as u64)
+    }
+
     async fn live_sessions(&self) -> StoreResult<Vec<SessionRecord>> {
         self.database
             .query(
