@@ -8,6 +8,7 @@ use anyhow::Context;
 
 use crate::agent::AgentClients;
 use crate::blobs::BlobStore;
+use crate::egress::EgressPolicy;
 use crate::managed_auth::ManagedAuth;
 use crate::managed_auth::vault::Vault;
 use crate::pools::Pools;
@@ -23,6 +24,8 @@ pub struct ServiceSettings {
     /// Remuxes recordings salvaged from crashed agents.
     pub ffmpeg: String,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
+    /// What custom proxies may point at.
+    pub egress: Arc<EgressPolicy>,
     /// Most browsers all pools of one organization may hold together.
     pub max_pooled_browsers: i64,
     /// Most live browsers of one organization outside its pools.
@@ -44,6 +47,7 @@ pub struct Services {
     pub pools: Arc<Pools>,
     pub managed_auth: Arc<ManagedAuth>,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl Services {
@@ -70,6 +74,7 @@ impl Services {
             profiles: profiles.clone(),
             blobs: blobs.clone(),
             proxy_upstreams: settings.proxy_upstreams.clone(),
+            egress: settings.egress.clone(),
             max_live_browsers: settings.max_live_browsers,
         }));
         let pools = Arc::new(Pools::new(
@@ -96,6 +101,7 @@ impl Services {
             pools,
             managed_auth,
             proxy_upstreams: settings.proxy_upstreams,
+            egress: settings.egress,
         }
     }
 

@@ -103,6 +103,11 @@ pub struct ServeConfig {
         default_value = "http://example.com/"
     )]
     pub proxy_check_url: String,
+    /// Non-public destinations tenants may nevertheless reach (custom proxies), as CIDR,
+    /// IP address or host:port; repeat the flag or separate with commas. By default
+    /// loopback, link-local (cloud metadata) and private addresses are refused.
+    #[arg(long, env = "CONTROL_PLANE_EGRESS_ALLOW", value_delimiter = ',')]
+    pub egress_allow: Vec<crate::egress::Allowance>,
     /// Most live browsers one organization may have outside its pools (browsers it
     /// creates, login flows of its auth connections); 429 with `Retry-After` beyond.
     #[arg(long, env = "CONTROL_PLANE_MAX_LIVE_BROWSERS", default_value_t = 20)]

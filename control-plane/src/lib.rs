@@ -6,6 +6,7 @@ pub mod api_keys;
 pub mod app;
 pub mod blobs;
 pub mod config;
+pub mod egress;
 pub mod error;
 pub mod ids;
 pub mod in_progress;

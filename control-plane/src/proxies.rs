@@ -16,6 +16,7 @@ use std::time::Duration;
 use base64::Engine;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::egress::EgressPolicy;
 use crate::store::ProxyRecord;
 
 pub const TYPES: [&str; 5] = ["datacenter", "isp", "residential", "mobile", "custom"];
@@ -127,6 +128,24 @@ pub fn route_of(proxy: &ProxyRecord, upstreams: &ProxyUpstreams) -> Result<Proxy
         password,
         bypass_hosts: proxy.bypass_hosts.clone(),
     })
+}
+
+/// `route_of`, with a custom proxy's host resolved to an address the egress policy lets
+/// tenants reach; the agent connects to that address. Operators' upstreams are trusted.
+pub async fn connectable_route(
+    proxy: &ProxyRecord,
+    upstreams: &ProxyUpstreams,
+    egress: &EgressPolicy,
+) -> Result<ProxyRoute, String> {
+    let mut route = route_of(proxy, upstreams)?;
+    if proxy.kind == "custom" {
+        let address = egress
+            .resolve(&route.address)
+            .await
+            .map_err(|error| format!("the proxy's host: {error}"))?;
+        route.address = address.to_string();
+    }
+    Ok(route)
 }
 
 pub fn not_configured(kind: &str) -> String {

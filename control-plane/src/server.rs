@@ -12,6 +12,7 @@ use crate::api::state::{AppState, HttpSettings};
 use crate::app::{ServiceSettings, Services};
 use crate::blobs::LocalBlobStore;
 use crate::config::ServeConfig;
+use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
 use crate::proxies::ProxyUpstreams;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
@@ -70,6 +71,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         ServiceSettings {
             ffmpeg: config.ffmpeg.clone(),
             proxy_upstreams: Arc::new(proxy_upstreams),
+            egress: Arc::new(EgressPolicy::new(config.egress_allow.clone())),
             max_pooled_browsers: config.max_pooled_browsers,
             max_live_browsers: config.max_live_browsers,
             vault: Vault::open(config.credential_key.as_deref(), &data_dir)

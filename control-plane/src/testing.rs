@@ -285,6 +285,7 @@ pub async fn services_over(
             proxy_upstreams: Default::default(),
             max_pooled_browsers: 10,
             max_live_browsers: 5,
+            egress: Default::default(),
             vault: Vault::open(None, dir).expect("vault"),
             min_health_check_interval: 300,
         },

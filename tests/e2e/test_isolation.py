@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kernel import Kernel, RateLimitError
+from kernel import BadRequestError, Kernel, RateLimitError
 
 from conftest import TEST_PAGE_TITLE
 from harness import ControlPlane, read_page, session_processes
@@ -110,3 +110,25 @@ def test_an_organization_at_its_live_browser_limit_is_told_when_to_retry(tmp_pat
         client.browsers.create(headless=True)
     finally:
         server.reap_everything()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "0.0.0.0", "169.254.169.254", "10.0.0.1"])
+def test_custom_proxies_cannot_point_inside_the_host(client, host):
+    with pytest.raises(BadRequestError) as refused:
+        client.proxies.create(type="custom", config={"host": host, "port": 3128})
+    assert "--egress-allow" in str(refused.value)
+    assert host not in [getattr(proxy.config, "host", None) for proxy in client.proxies.list()]
+
+
+def test_a_proxy_name_is_judged_by_what_it_resolves_to_when_used(client):
+    # A public address is fine; a name that does not resolve is kept (it may later), but
+    # no browser starts with it and its check says why.
+    public = client.proxies.create(type="custom", config={"host": "203.0.113.10", "port": 3128})
+    assert public.id
+    unresolved = client.proxies.create(type="custom", config={"host": "proxy.example.invalid", "port": 3128})
+    with pytest.raises(BadRequestError) as refused:
+        client.browsers.create(headless=True, proxy_id=unresolved.id)
+    assert "does not resolve" in str(refused.value)
+    checked = client.proxies.check(unresolved.id)
+    assert checked.status == "unavailable"
+    assert "does not resolve" in checked.model_extra["check_error"]

@@ -71,7 +71,10 @@ def forward_proxy():
 
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory, test_page_url):
-    yield from control_plane_for_module(tmp_path_factory, extra_args=["--proxy-check-url", test_page_url])
+    # The test's forward proxy listens on loopback, which tenants may reach only when the
+    # operator allows it.
+    yield from control_plane_for_module(
+        tmp_path_factory, extra_args=["--proxy-check-url", test_page_url, "--egress-allow", "127.0.0.1"])
 
 
 def custom(client: Kernel, port: int, password: str = PASSWORD, **fields):

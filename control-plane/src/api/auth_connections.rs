@@ -281,7 +281,8 @@ async fn resolve_proxy(
     };
     let proxy = found
         .ok_or_else(|| ApiError::invalid_field("proxy: no such proxy in this organization"))?;
-    crate::proxies::route_of(proxy, &state.proxy_upstreams)
+    crate::proxies::connectable_route(proxy, &state.proxy_upstreams, &state.egress)
+        .await
         .map_err(|reason| ApiError::invalid_field(format!("proxy: {reason}")))?;
     Ok(proxy.id.clone())
 }

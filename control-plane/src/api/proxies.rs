@@ -12,6 +12,7 @@ use super::error::{ApiError, ErrorBody, ErrorDetail, OrNotFound};
 use super::extract::{JsonBody, PathParam};
 use super::org::Org;
 use super::state::AppState;
+use crate::egress::EgressError;
 use crate::ids;
 use crate::proxies::{self, TYPES};
 use crate::store::{ProxyCheck, ProxyRecord};
@@ -192,6 +193,14 @@ pub async fn create(
         check_error: None,
         created_at: Utc::now(),
     };
+    // A host inside this host's networks is refused now; one that does not resolve yet is
+    // judged again whenever a browser or a check uses the proxy.
+    if record.kind == "custom"
+        && let Ok(route) = proxies::route_of(&record, &org.proxy_upstreams)
+        && let Err(EgressError::Refused(why)) = org.egress.resolve(&route.address).await
+    {
+        return Err(ApiError::invalid_field(format!("config.host: {why}")));
+    }
     org.store.insert_proxy(&record).await?;
     Ok(Json(record.into()))
 }
@@ -236,7 +245,8 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
     responses((status = 200, body = Proxy), (status = 404, body = ErrorBody)))]
 pub async fn check(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Proxy>, ApiError> {
     let mut record = find(&org, &id).await?;
-    let outcome = match proxies::route_of(&record, &org.proxy_upstreams) {
+    let outcome = match proxies::connectable_route(&record, &org.proxy_upstreams, &org.egress).await
+    {
         Ok(route) => proxies::check(&route, &org.settings.proxy_check_url).await,
         Err(reason) => Err(reason),
     };

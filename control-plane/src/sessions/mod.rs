@@ -19,6 +19,7 @@ pub use spec::{
 
 use crate::agent::{AgentClient, AgentClients};
 use crate::blobs::BlobStore;
+use crate::egress::EgressPolicy;
 use crate::error::{ServiceError, ServiceResult, run_to_completion};
 use crate::ids;
 use crate::profiles::Profiles;
@@ -53,6 +54,7 @@ pub struct Sessions {
     /// Where library extensions' archives are.
     blobs: Arc<dyn BlobStore>,
     proxy_upstreams: Arc<ProxyUpstreams>,
+    egress: Arc<EgressPolicy>,
     max_live_browsers: u32,
     /// Held from counting an organization's live browsers to recording a new one, so
     /// that concurrent creates cannot pass the limit together.
@@ -70,6 +72,7 @@ pub struct SessionsDeps {
     pub profiles: Arc<Profiles>,
     pub blobs: Arc<dyn BlobStore>,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
+    pub egress: Arc<EgressPolicy>,
     pub max_live_browsers: u32,
 }
 
@@ -106,6 +109,7 @@ impl Sessions {
             profiles: deps.profiles,
             blobs: deps.blobs,
             proxy_upstreams: deps.proxy_upstreams,
+            egress: deps.egress,
             max_live_browsers: deps.max_live_browsers,
             admission: tokio::sync::Mutex::default(),
             activity: Mutex::default(),

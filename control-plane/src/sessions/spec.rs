@@ -268,7 +268,8 @@ impl Sessions {
         let proxy = self.store.proxy(org_id, proxy_id).await?.ok_or_else(|| {
             ServiceError::invalid(format!("proxy_id: proxy {proxy_id} not found"))
         })?;
-        proxies::route_of(&proxy, &self.proxy_upstreams)
+        proxies::connectable_route(&proxy, &self.proxy_upstreams, &self.egress)
+            .await
             .map_err(|reason| ServiceError::invalid(format!("proxy_id: {reason}")))
     }
 
