@@ -170,6 +170,23 @@ def test_upload_zip_extracts_nested_contents_with_modes(client, session, root):
     assert (base / "pkg/bin/run.sh").exists()
 
 
+def test_a_move_never_lifts_an_archived_link_to_where_it_points_outside(client, session, root):
+    fs = client.browsers.fs
+    sid = session.session_id
+    # Inside where it lands (/planted/a/b/c/../../../x is /planted/x): accepted.
+    fs.upload_zip(sid, dest_path="/planted", zip_file=_zip([("x", b"x", 0o644)], symlinks={"a/b/c/l": "../../../x"}))
+    assert fs.read_file(sid, path="/planted/a/b/c/l").read() == b"x"
+    # Lifted to the root, the same link would name a file beside the VM root.
+    for src, dest in [("/planted/a/b/c/l", "/l"), ("/planted/a/b", "/b"), ("/planted/a/b/c", "/c")]:
+        with pytest.raises(kernel.BadRequestError, match="outside"):
+            fs.move(sid, src_path=src, dest_path=dest)
+    assert os.readlink(root / "planted/a/b/c/l") == "../../../x"
+    assert not any((root / name).exists() or (root / name).is_symlink() for name in ("l", "b", "c"))
+    # Moved to the same depth it still points inside, at the same file.
+    fs.move(sid, src_path="/planted", dest_path="/kept")
+    assert fs.read_file(sid, path="/kept/a/b/c/l").read() == b"x"
+
+
 @pytest.mark.parametrize("kind", ["zip-slip", "absolute", "symlink-escape", "symlink-chain", "symlink-climb",
                                   "zip-bomb", "corrupt"])
 def test_hostile_archives_are_refused_and_change_nothing(client, session, root, kind):

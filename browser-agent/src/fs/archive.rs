@@ -174,7 +174,7 @@ impl VmFs {
 /// Whether a symlink at `link` (relative to the extraction directory) pointing to
 /// `target` stays inside that directory. `..` may only lead the target: after a normal
 /// component it could climb out of a directory that is itself a symlink (`s/..`).
-fn symlink_stays_inside(link: &Path, target: &str) -> bool {
+pub(super) fn symlink_stays_inside(link: &Path, target: &str) -> bool {
     if target.starts_with('/') || target.is_empty() {
         return false;
     }

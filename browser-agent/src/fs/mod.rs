@@ -368,6 +368,16 @@ impl VmFs {
             .root
             .symlink_metadata(&src)
             .map_err(|e| classify(e, api_src))?;
+        if let Some(link) = self
+            .link_escaping_after_move(&src, &dest, metadata.is_dir())
+            .map_err(|e| classify(e, api_src))?
+        {
+            return Err(FsError::Invalid(format!(
+                "moving {api_src} to {api_dest} would leave the link /{} pointing outside the \
+                 browser's filesystem",
+                link.display()
+            )));
+        }
         if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
             self.ensure_directory(parent, api_dest)?;
         }
@@ -476,6 +486,40 @@ fn numeric_or_named(
     by_name(value).ok_or_else(|| FsError::Invalid(format!("{field}: no such {kind} {value:?}")))
 }
 
+impl VmFs {
+    /// A symbolic link of the tree at `from` that, moved to `to`, would resolve outside
+    /// the VM root (where it ends up). A relative link that stays inside at its depth can
+    /// point out from a shallower one, so links are judged again wherever they move.
+    fn link_escaping_after_move(
+        &self,
+        from: &Path,
+        to: &Path,
+        is_dir: bool,
+    ) -> std::io::Result<Option<PathBuf>> {
+        if !is_dir {
+            if !self.root.symlink_metadata(from)?.is_symlink() {
+                return Ok(None);
+            }
+            let target = self.root.read_link_contents(from)?;
+            let inside = archive::symlink_stays_inside(to, &target.to_string_lossy());
+            return Ok((!inside).then(|| to.to_owned()));
+        }
+        for entry in self.root.read_dir(from)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let escaping = self.link_escaping_after_move(
+                &from.join(&name),
+                &to.join(&name),
+                entry.file_type()?.is_dir(),
+            )?;
+            if escaping.is_some() {
+                return Ok(escaping);
+            }
+        }
+        Ok(None)
+    }
+}
+
 fn copy_recursively(root: &Dir, from: &Path, to: &Path, is_dir: bool) -> std::io::Result<()> {
     if !is_dir {
         return root.copy(from, root, to).map(|_| ());
@@ -511,6 +555,30 @@ mod tests {
             Err(FsError::InvalidPath(_))
         ));
         assert!(matches!(relative("/a\0b"), Err(FsError::InvalidPath(_))));
+    }
+
+    #[test]
+    fn a_move_never_lifts_a_link_to_where_it_points_outside() {
+        let root = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(root.path().join("a/b/c")).expect("dirs");
+        // Inside at its depth: a/b/c/../../../secret is <root>/secret.
+        std::os::unix::fs::symlink("../../../secret", root.path().join("a/b/c/l"))
+            .expect("symlink");
+        let fs = VmFs::open(root.path()).expect("open root");
+        for (from, to) in [("/a/b/c/l", "/l"), ("/a/b", "/x"), ("/a/b/c", "/d/c")] {
+            assert!(
+                matches!(fs.move_path(from, to), Err(FsError::Invalid(ref why)) if why.contains("outside")),
+                "{from} → {to}"
+            );
+        }
+        assert!(
+            root.path().join("a/b/c/l").is_symlink(),
+            "refused moves change nothing"
+        );
+        // The same depth (or deeper) keeps it inside.
+        fs.move_path("/a", "/y").expect("same depth");
+        fs.move_path("/y/b/c/l", "/z/z/z/l").expect("same depth");
+        assert!(root.path().join("z/z/z/l").is_symlink());
     }
 
     #[test]
