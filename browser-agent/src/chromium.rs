@@ -102,6 +102,33 @@ async fn wipe_profile(profile: &std::path::Path) -> std::io::Result<()> {
     .map_err(std::io::Error::other)?
 }
 
+/// Removes everything in the VM root (the profile included) but the extensions, which
+/// stay loaded across resets.
+async fn wipe_vm_files(vm_root: &Path) -> std::io::Result<()> {
+    fn clear(dir: &Path, keep: &Path) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if path == keep {
+                continue;
+            }
+            if keep.starts_with(&path) && entry.file_type()?.is_dir() {
+                clear(&path, keep)?;
+            } else if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            } else {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        Ok(())
+    }
+    let keep = vm_root.join(crate::extensions::EXTENSIONS_DIR.trim_start_matches('/'));
+    let vm_root = vm_root.to_owned();
+    tokio::task::spawn_blocking(move || clear(&vm_root, &keep))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
 /// Unpacks the profile seed, if any, into the (empty) user-data directory.
 async fn seed_profile(config: &LaunchConfig) -> anyhow::Result<()> {
     let Some(archive) = config.profile_seed.clone() else {
@@ -147,7 +174,14 @@ pub async fn supervise(
         let (version, loaded) = extensions.borrow_and_update().clone();
         let generation = *resets.borrow_and_update();
         if wiped_generation != Some(generation) {
-            let wiped = match wipe_profile(&config.user_data_dir).await {
+            // A reset is for the browser's next user (a pool's next lessee): the files the
+            // previous one wrote go too. The first start keeps what the VM was created with.
+            let cleared = if generation == 0 {
+                wipe_profile(&config.user_data_dir).await
+            } else {
+                wipe_vm_files(&config.vm_root).await
+            };
+            let wiped = match cleared {
                 Ok(()) => seed_profile(&config).await,
                 Err(error) => Err(error.into()),
             };

@@ -27,6 +27,10 @@ pub struct CdpClaims {
     pub org: String,
     pub aud: String,
     pub iat: i64,
+    /// For a leased pool browser: the lease the token was issued for; it is refused
+    /// once that lease ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -97,12 +101,13 @@ impl Tokens {
             .unwrap_or_default()
     }
 
-    pub fn issue_cdp(&self, session_id: &str, org_id: &str) -> String {
+    pub fn issue_cdp(&self, session_id: &str, org_id: &str, lease: Option<&str>) -> String {
         self.sign(&CdpClaims {
             sub: session_id.to_owned(),
             org: org_id.to_owned(),
             aud: CDP_AUDIENCE.to_owned(),
             iat: Utc::now().timestamp(),
+            lease: lease.map(str::to_owned),
         })
     }
 
@@ -167,7 +172,7 @@ mod tests {
     #[test]
     fn a_token_verifies_only_with_its_key_and_untouched() {
         let tokens = Tokens::from_secret(b"one key");
-        let token = tokens.issue_cdp("session1", "org_a");
+        let token = tokens.issue_cdp("session1", "org_a", None);
         let claims = tokens.verify_cdp(&token);
         assert_eq!(
             claims.map(|c| (c.sub, c.org)),
@@ -202,7 +207,7 @@ mod tests {
         assert!(tokens.verify_replay_view(&expired).is_none());
         // Neither kind passes as the other.
         assert!(tokens.verify_cdp(&view).is_none());
-        let cdp = tokens.issue_cdp("session1", "org_a");
+        let cdp = tokens.issue_cdp("session1", "org_a", None);
         assert!(tokens.verify_replay_view(&cdp).is_none());
     }
 }

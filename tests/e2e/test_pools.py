@@ -144,10 +144,18 @@ def test_a_reused_browser_keeps_nothing_of_its_previous_lessee(client, test_page
         assert "secret=lessee-one" in page.evaluate("document.cookie")
         browser.contexts[0].new_page().goto(test_page_url)
         browser.close()
+    client.browsers.fs.write_file(first.session_id, contents=b"one", path="/home/kernel/lessee-one.txt")
     client.browser_pools.release(pool.id, session_id=first.session_id, reuse=True)
 
     second = client.browser_pools.acquire(pool.id, acquire_timeout_seconds=30)
     assert second.session_id == first.session_id  # the same browser, reset
+    # The previous lessee's files are gone, and its DevTools URL no longer opens the browser.
+    with pytest.raises(kernel.NotFoundError):
+        client.browsers.fs.file_info(second.session_id, path="/home/kernel/lessee-one.txt")
+    assert second.cdp_ws_url != first.cdp_ws_url
+    with sync_playwright() as playwright:
+        with pytest.raises(Exception, match="401"):
+            playwright.chromium.connect_over_cdp(first.cdp_ws_url, timeout=15_000)
     with sync_playwright() as playwright:
         browser = playwright.chromium.connect_over_cdp(second.cdp_ws_url)
         context = browser.contexts[0]

@@ -34,6 +34,7 @@ fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64
         proxy_id: None,
         pool_id: None,
         pool_lease: None,
+        pool_lease_id: None,
         profile: None,
     }
 }
@@ -528,9 +529,13 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
 
     // Eight concurrent leases of three running idle browsers: exactly three succeed,
     // each a different browser.
-    let leases = (0..8).map(|_| {
+    let leases = (0..8).map(|n| {
         let store = store.clone();
-        tokio::spawn(async move { store.lease_pool_browser("pool_1").await })
+        tokio::spawn(async move {
+            store
+                .lease_pool_browser("pool_1", &format!("lease{n}"))
+                .await
+        })
     });
     let mut leased: Vec<String> = futures::future::join_all(leases)
         .await
@@ -538,6 +543,11 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
         .filter_map(|outcome| outcome.expect("task").expect("lease"))
         .map(|session| {
             assert_eq!(session.pool_lease, Some(PoolLease::Leased));
+            assert!(
+                session
+                    .pool_lease_id
+                    .is_some_and(|id| id.starts_with("lease"))
+            );
             session.id
         })
         .collect();
@@ -557,7 +567,10 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
             .expect("twice")
     );
     assert_eq!(
-        store.lease_pool_browser("pool_1").await.expect("none idle"),
+        store
+            .lease_pool_browser("pool_1", "leaseX")
+            .await
+            .expect("none idle"),
         None
     );
     assert!(
@@ -566,13 +579,22 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
             .await
             .expect("reset")
     );
+    let again = store
+        .lease_pool_browser("pool_1", "second")
+        .await
+        .expect("lease");
+    assert_eq!(
+        again.map(|s| (s.id, s.pool_lease_id)),
+        Some(("p0".into(), Some("second".into())))
+    );
     assert_eq!(
         store
-            .lease_pool_browser("pool_1")
+            .session(a, "p0")
             .await
-            .expect("lease")
-            .map(|s| s.id),
-        Some("p0".into())
+            .expect("get")
+            .and_then(|s| s.pool_lease_id),
+        Some("second".into()),
+        "the lease id is stored"
     );
     assert!(
         store

@@ -97,7 +97,11 @@ pub struct PoolRef {
 
 impl BrowserSession {
     pub fn from_record(state: &AppState, session: &SessionRecord) -> Self {
-        let token = state.tokens.issue_cdp(&session.id, &session.org_id);
+        let token = state.tokens.issue_cdp(
+            &session.id,
+            &session.org_id,
+            session.pool_lease_id.as_deref(),
+        );
         Self {
             session_id: session.id.clone(),
             cdp_ws_url: format!(

@@ -21,6 +21,7 @@ use super::extract::{PathParam, QueryParams};
 use super::state::AppState;
 use crate::agent::MAX_CDP_MESSAGE_BYTES;
 use crate::sessions::CdpConnectionGuard;
+use crate::store::PoolLease;
 
 const TUNNEL_OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// We ping idle clients this often; one that has sent nothing (not even a pong) for
@@ -59,6 +60,18 @@ pub async fn connect(
         ))
     })?;
     let session = state.sessions.live(&claims.org, &id).await?;
+    if session.pool_id.is_some() {
+        // Read afresh: a lease that has just ended must not let its lessee back in.
+        let current = state.store.session(&claims.org, &id).await?;
+        let leased_to_this_token = current.is_some_and(|current| {
+            current.pool_lease == Some(PoolLease::Leased) && current.pool_lease_id == claims.lease
+        });
+        if !leased_to_this_token {
+            return Err(ApiError::Unauthorized(
+                "this browser's lease has ended; acquire it again for a new cdp_ws_url".into(),
+            ));
+        }
+    }
     let agent = state.sessions.agent(&session)?;
     let (to_agent, from_agent) =
         tokio::time::timeout(TUNNEL_OPEN_TIMEOUT, agent.open_cdp_tunnel(""))

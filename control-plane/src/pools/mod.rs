@@ -240,7 +240,11 @@ impl Pools {
         loop {
             // Listen before looking, so an idle signal between the two is not missed.
             let became_idle = self.idle.notified();
-            if let Some(session) = self.store.lease_pool_browser(&pool.id).await? {
+            if let Some(session) = self
+                .store
+                .lease_pool_browser(&pool.id, &ids::new_secret(22))
+                .await?
+            {
                 // A fresh inactivity period starts with the lease.
                 self.sessions.touch(&session.id);
                 return Ok((pool, Some(session)));

@@ -146,6 +146,7 @@ impl Sessions {
             agent: None,
             proxy_id: new.proxy.as_ref().map(|(id, _)| id.clone()),
             pool_lease: new.pool_id.as_ref().map(|_| PoolLease::Idle),
+            pool_lease_id: None,
             pool_id: new.pool_id.clone(),
             profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
         };

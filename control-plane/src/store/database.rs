@@ -16,7 +16,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 5] = [
+const MIGRATIONS: [(&str, &str); 6] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -36,6 +36,10 @@ const MIGRATIONS: [(&str, &str); 5] = [
     (
         "V5__profiles_and_auth_connections",
         include_str!("../../migrations/V5__profiles_and_auth_connections.sql"),
+    ),
+    (
+        "V6__pool_lease_ids",
+        include_str!("../../migrations/V6__pool_lease_ids.sql"),
     ),
 ];
 

@@ -104,6 +104,8 @@ pub struct SessionRecord {
     /// The pool this browser belongs to, and its lease state there.
     pub pool_id: Option<String>,
     pub pool_lease: Option<PoolLease>,
+    /// Names the current lease of a leased pool browser.
+    pub pool_lease_id: Option<String>,
     /// The profile the browser started with.
     pub profile: Option<SessionProfile>,
 }
@@ -379,7 +381,12 @@ pub trait Store: Send + Sync + 'static {
     async fn pool_members(&self, pool_id: &str) -> StoreResult<Vec<SessionRecord>>;
     /// Leases one idle running browser of the pool, atomically: no browser is leased
     /// twice, also with concurrent callers (and replicas: `FOR UPDATE SKIP LOCKED`).
-    async fn lease_pool_browser(&self, pool_id: &str) -> StoreResult<Option<SessionRecord>>;
+    /// The lease is recorded as `lease_id`.
+    async fn lease_pool_browser(
+        &self,
+        pool_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<Option<SessionRecord>>;
     /// Moves a pool browser from one lease state to another; false if it was not in
     /// `from` (or is not live).
     async fn set_pool_lease(

@@ -110,7 +110,7 @@ impl Store for SqlStore {
                 sql!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
                      $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
-                     $22, $23)"
+                     $22, $23, $24)"
                 ),
                 params![
                     s.id,
@@ -136,6 +136,7 @@ impl Store for SqlStore {
                     s.pool_lease.map(PoolLease::as_str),
                     s.profile.as_ref().map(|p| &p.id),
                     s.profile.as_ref().map(|p| p.save_changes),
+                    s.pool_lease_id,
                 ],
             )
             .await?;
@@ -475,18 +476,22 @@ impl Store for SqlStore {
             .await
     }
 
-    async fn lease_pool_browser(&self, pool_id: &str) -> StoreResult<Option<SessionRecord>> {
+    async fn lease_pool_browser(
+        &self,
+        pool_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<Option<SessionRecord>> {
         // SKIP LOCKED: concurrent acquirers (on any replica) each take a different row
         // instead of waiting for, and then re-checking, the same one.
         self.database
             .query_opt(
                 sql!(
-                    "UPDATE browser_sessions SET pool_lease = 'leased' WHERE id = (\
+                    "UPDATE browser_sessions SET pool_lease = 'leased', pool_lease_id = $2 WHERE id = (\
                      SELECT id FROM browser_sessions WHERE pool_id = $1 AND pool_lease = 'idle' \
                      AND status = 'running' ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
                      RETURNING {SESSION_COLUMNS}"
                 ),
-                params![pool_id],
+                params![pool_id, lease_id],
                 session_from_row,
             )
             .await
