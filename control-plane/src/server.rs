@@ -80,6 +80,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         },
     );
     // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
+    services.runtime.isolation().log();
     services.start(agent_idle_grace / 4).await?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -259,6 +259,10 @@ impl Runtime for FakeRuntime {
     fn leftover_recording(&self, _session_id: &str, _recording_id: &str) -> Option<PathBuf> {
         self.leftover.lock().expect("lock").clone()
     }
+
+    fn isolation(&self) -> crate::runtime::IsolationReport {
+        crate::runtime::IsolationReport::local(crate::runtime::isolation::HostCapabilities::detect())
+    }
 }
 
 /// Services over a SQLite store in `dir`, a fake runtime and one fake agent.

@@ -132,3 +132,17 @@ def test_a_proxy_name_is_judged_by_what_it_resolves_to_when_used(client):
     checked = client.proxies.check(unresolved.id)
     assert checked.status == "unavailable"
     assert "does not resolve" in checked.model_extra["check_error"]
+
+
+def test_readiness_names_every_protection_this_host_does_not_enforce(control_plane):
+    ready = httpx.get(f"{control_plane.base_url}/readyz", timeout=10).json()
+    assert ready["status"] == "ready"
+    isolation = ready["isolation"]
+    assert set(isolation["host"]) == {"user_namespaces", "bubblewrap", "cgroup_v2_memory"}
+    assert any("Unix socket" in protection for protection in isolation["enforced"])
+    # Browsers are not sandboxed yet: said, not hidden.
+    assert isolation["sandboxed"] is False
+    unenforced = {item["protection"]: item["reason"] for item in isolation["not_enforced"]}
+    assert "browser sandbox" in unenforced and unenforced["browser sandbox"]
+    log = (control_plane.data_dir / "control-plane.log").read_text()
+    assert "NOT ENFORCED" in log and "browser sandbox" in log

@@ -15,6 +15,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
+use super::isolation::{HostCapabilities, IsolationReport};
 use super::processes::{group_members_mentioning, is_agent_for, is_running};
 use super::{LaunchSpec, Runtime, RuntimeError};
 use crate::agent::{AgentClient, UNIX_ENDPOINT_PREFIX};
@@ -44,6 +45,7 @@ pub struct ZipLimits {
 
 pub struct LocalRuntime {
     config: LocalRuntimeConfig,
+    isolation: IsolationReport,
 }
 
 const ADDRESS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,7 +66,10 @@ const RECORDINGS_DIR: &str = "recordings";
 
 impl LocalRuntime {
     pub fn new(config: LocalRuntimeConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            isolation: IsolationReport::local(HostCapabilities::detect()),
+        }
     }
 
     fn browser_dir(&self, session_id: &str) -> PathBuf {
@@ -317,6 +322,10 @@ impl Runtime for LocalRuntime {
         .into_iter()
         .map(|name| dir.join(name))
         .find(|path| path.is_file())
+    }
+
+    fn isolation(&self) -> IsolationReport {
+        self.isolation.clone()
     }
 
     async fn reap_strays(&self, live_session_ids: &HashSet<String>) {

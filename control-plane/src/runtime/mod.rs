@@ -2,6 +2,7 @@
 //! this host; other runtimes (agents on operators' hosts, Kubernetes pods) implement the
 //! same trait.
 
+pub mod isolation;
 mod local;
 pub mod processes;
 
@@ -10,6 +11,7 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 
+pub use isolation::IsolationReport;
 pub use local::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
 
 use crate::store::AgentLocation;
@@ -65,4 +67,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// the fragmented MP4 of one cut short), for collecting it when the agent is gone.
     /// Valid until `destroy`.
     fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<PathBuf>;
+
+    /// What keeps this runtime's browser VMs apart from the host and each other.
+    fn isolation(&self) -> IsolationReport;
 }

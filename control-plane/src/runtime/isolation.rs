@@ -1,0 +1,113 @@
+//! What keeps a browser VM from the host and from other VMs, as this host and runtime
+//! really enforce it. A protection that is not in force is named with the reason, in the
+//! log at start and in `GET /readyz`, never silently skipped.
+
+use std::path::Path;
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct IsolationReport {
+    /// Whether every browser runs in a sandbox of its own (own user, filesystem, process
+    /// and network namespaces).
+    pub sandboxed: bool,
+    /// Protections in force.
+    pub enforced: Vec<String>,
+    /// Protections not in force, each with why.
+    pub not_enforced: Vec<Unenforced>,
+    /// What this host offers for isolation.
+    pub host: HostCapabilities,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Unenforced {
+    pub protection: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct HostCapabilities {
+    /// Unprivileged user namespaces can be created.
+    pub user_namespaces: bool,
+    /// `bwrap` (Debian `bubblewrap`) is installed.
+    pub bubblewrap: bool,
+    /// The cgroup v2 memory controller is available (unified hierarchy).
+    pub cgroup_v2_memory: bool,
+}
+
+impl HostCapabilities {
+    pub fn detect() -> Self {
+        let user_namespaces = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+            .ok()
+            .and_then(|max| max.trim().parse::<u64>().ok())
+            .is_some_and(|max| max > 0);
+        let bubblewrap = std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path).any(|dir| dir.join("bwrap").is_file())
+        });
+        let cgroup_v2_memory =
+            std::fs::read_to_string(Path::new("/sys/fs/cgroup/cgroup.controllers"))
+                .is_ok_and(|controllers| controllers.split_whitespace().any(|c| c == "memory"));
+        Self {
+            user_namespaces,
+            bubblewrap,
+            cgroup_v2_memory,
+        }
+    }
+}
+
+impl IsolationReport {
+    /// The local runtime as it is today: every browser runs on this host as this
+    /// service's user, without a sandbox of its own.
+    pub fn local(host: HostCapabilities) -> Self {
+        let enforced = [
+            "agents listen only on a Unix socket (0600) in their browser's directory",
+            "the data directory is private to the service's user (0700, files 0600)",
+            "custom proxies cannot point inside this host or its networks (--egress-allow)",
+            "a pool browser's next lessee gets no file, profile or DevTools URL of the previous one",
+            "the filesystem API stays inside each browser's root and leaves no link out of it",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let mut not_enforced = vec![Unenforced {
+            protection: "browser sandbox".into(),
+            reason: "the local runtime starts browsers as this service's user in the host's \
+                     filesystem, process and network namespaces (Chromium with --no-sandbox when \
+                     that user is root): a page can read files that user can read, reach \
+                     loopback services and the cloud metadata address"
+                .into(),
+        }];
+        not_enforced.push(Unenforced {
+            protection: "memory and process limits per browser".into(),
+            reason: if host.cgroup_v2_memory {
+                "not applied by the local runtime yet".into()
+            } else {
+                "this host has no cgroup v2 memory controller (hybrid or v1 hierarchy)".into()
+            },
+        });
+        Self {
+            sandboxed: false,
+            enforced,
+            not_enforced,
+            host,
+        }
+    }
+
+    /// One log line per protection not in force.
+    pub fn log(&self) {
+        for unenforced in &self.not_enforced {
+            tracing::warn!(
+                protection = %unenforced.protection,
+                reason = %unenforced.reason,
+                "browser isolation: NOT ENFORCED on this host"
+            );
+        }
+        tracing::info!(
+            sandboxed = self.sandboxed,
+            user_namespaces = self.host.user_namespaces,
+            bubblewrap = self.host.bubblewrap,
+            cgroup_v2_memory = self.host.cgroup_v2_memory,
+            "browser isolation"
+        );
+    }
+}
