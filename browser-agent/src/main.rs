@@ -211,7 +211,12 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
     tracing::info!(address = listener.address(), "browser agent listening");
 
     let display_name = display.as_ref().map(|d| d.name.clone());
+    // The filesystem API may not change the extensions; only the extensions API does.
     let vm_fs = std::sync::Arc::new(fs::VmFs::open(&args.vm_root)?);
+    let api_fs = std::sync::Arc::new(
+        fs::VmFs::open_protecting(&args.vm_root, extensions::EXTENSIONS_DIR)
+            .map_err(|error| anyhow::anyhow!("{error}"))?,
+    );
     let zip_limits = fs::ZipLimits {
         max_entries: args.zip_max_entries,
         max_expanded_bytes: args.zip_max_expanded_bytes,
@@ -310,7 +315,7 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         resets,
         stop_chromium,
         input,
-        fs: vm_fs,
+        fs: api_fs,
         zip_limits,
         extensions,
         scratch_dir,

@@ -21,6 +21,21 @@ pub enum Allowance {
     Endpoint { host: String, port: u16 },
 }
 
+impl Allowance {
+    /// A network, with an IPv4-mapped IPv6 one (`::ffff:10.0.0.0/104`) as the IPv4
+    /// network it stands for, since addresses are judged in that form.
+    fn network(address: IpAddr, prefix: u8) -> Option<Self> {
+        let (address, prefix) = match address {
+            IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
+                (canonical(address), prefix.checked_sub(96)?)
+            }
+            _ => (address, prefix),
+        };
+        let bits = if address.is_ipv4() { 32 } else { 128 };
+        (prefix <= bits).then_some(Self::Network { address, prefix })
+    }
+}
+
 impl FromStr for Allowance {
     type Err = String;
 
@@ -32,15 +47,11 @@ impl FromStr for Allowance {
         if let Some((address, prefix)) = text.split_once('/') {
             let address: IpAddr = address.parse().map_err(|_| bad())?;
             let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-            let bits = if address.is_ipv4() { 32 } else { 128 };
-            if prefix > bits {
-                return Err(bad());
-            }
-            return Ok(Self::Network { address, prefix });
+            return Self::network(address, prefix).ok_or_else(bad);
         }
         if let Ok(address) = text.trim_matches(['[', ']']).parse::<IpAddr>() {
             let prefix = if address.is_ipv4() { 32 } else { 128 };
-            return Ok(Self::Network { address, prefix });
+            return Self::network(address, prefix).ok_or_else(bad);
         }
         let (host, port) = split_host_port(text).ok_or_else(bad)?;
         if host.is_empty() {
@@ -114,10 +125,10 @@ impl EgressPolicy {
             return Ok(*address);
         }
         match addresses.first() {
-            Some(address) => Err(EgressError::Refused(format!(
-                "{host} is {}, an address inside this host or its networks that browsers may \
-                 not reach (the operator can allow it with --egress-allow)",
-                address.ip()
+            // The address itself is not said: it would map the operator's internal names.
+            Some(_) => Err(EgressError::Refused(format!(
+                "{host} is an address inside this host or its networks that browsers may not \
+                 reach (the operator can allow it with --egress-allow)"
             ))),
             None => Err(unresolved(format!("{host} does not resolve"))),
         }
@@ -143,7 +154,7 @@ fn canonical(address: IpAddr) -> IpAddr {
 }
 
 fn contains(network: IpAddr, prefix: u8, address: IpAddr) -> bool {
-    match (canonical(network), address) {
+    match (network, address) {
         (IpAddr::V4(network), IpAddr::V4(address)) => {
             let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
             u32::from(network) & mask == u32::from(address) & mask
@@ -254,7 +265,18 @@ mod tests {
                 port: 3128
             })
         );
-        for bad in ["10.0.0.0/33", "nonsense", "host:", ":80", "1.2.3.4/x"] {
+        // An IPv4-mapped allowance is the IPv4 network it stands for, nothing more.
+        let mapped = EgressPolicy::new(vec!["::ffff:10.0.0.5".parse().expect("mapped")]);
+        assert!(mapped.allows(ip("10.0.0.5")) && mapped.allows(ip("::ffff:10.0.0.5")));
+        assert!(!mapped.allows(ip("127.0.0.1")) && !mapped.allows(ip("10.0.0.6")));
+        for bad in [
+            "10.0.0.0/33",
+            "nonsense",
+            "host:",
+            ":80",
+            "1.2.3.4/x",
+            "::ffff:10.0.0.0/95",
+        ] {
             assert!(bad.parse::<Allowance>().is_err(), "{bad}");
         }
     }

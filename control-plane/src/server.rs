@@ -32,8 +32,12 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating the data dir {}", data_dir.display()))?;
     let data_dir = data_dir.canonicalize()?;
-    std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("making {} private", data_dir.display()))?;
+    // A directory owned by someone else (a shared volume) cannot be changed; say so
+    // rather than refuse to start: its files are still created 0600.
+    if let Err(error) = std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))
+    {
+        tracing::warn!(dir = %data_dir.display(), %error, "could not make the data directory private (0700)");
+    }
     let store = store::open(config.storage.database_url.as_deref(), &data_dir).await?;
     let blobs = Arc::new(LocalBlobStore::open(&data_dir.join("blobs"))?);
     bootstrap_api_key(store.as_ref(), &data_dir).await?;

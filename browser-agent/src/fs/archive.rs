@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use cap_std::fs::{Dir, DirBuilder, DirBuilderExt, MetadataExt, OpenOptions, OpenOptionsExt};
 
 use super::{
-    FsError, MAX_PATH_BYTES, STAGING_PREFIX, VmFs, classify, is_root, normalized_api_path,
+    Clear, FsError, MAX_PATH_BYTES, STAGING_PREFIX, VmFs, classify, is_root, normalized_api_path,
     random_suffix, relative,
 };
 
@@ -36,6 +36,7 @@ impl VmFs {
         limits: ZipLimits,
     ) -> Result<(u64, u64), FsError> {
         let dest = relative(api_dest)?;
+        self.keep_clear(&dest, true, Clear::Inside, api_dest)?;
         match self.root.metadata(&dest) {
             Ok(metadata) if !metadata.is_dir() => {
                 return Err(FsError::Conflict(format!(

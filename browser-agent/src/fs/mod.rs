@@ -137,13 +137,91 @@ fn is_root(relative: &Path) -> bool {
 
 pub struct VmFs {
     root: Dir,
+    /// A directory (relative to the root) this handle may not change: the extensions,
+    /// which only the extensions API manages (a pool's reset keeps them).
+    protected: Option<PathBuf>,
+}
+
+/// How a path must stay clear of the protected directory.
+#[derive(Clone, Copy)]
+enum Clear {
+    /// Not inside it (writes, new directories, destinations).
+    Inside,
+    /// Neither inside it nor containing it (deletes and moved sources).
+    Overlap,
 }
 
 impl VmFs {
     pub fn open(root: &Path) -> std::io::Result<Self> {
         Ok(Self {
             root: Dir::open_ambient_dir(root, cap_std::ambient_authority())?,
+            protected: None,
         })
+    }
+
+    /// A handle for the filesystem API: it refuses to change `protected` (an API path).
+    pub fn open_protecting(root: &Path, protected: &str) -> Result<Self, FsError> {
+        let mut fs = Self::open(root).map_err(|e| classify(e, "/"))?;
+        fs.protected = Some(relative(protected)?);
+        Ok(fs)
+    }
+
+    /// Where `path` really is beneath the root: its longest existing part with every
+    /// symbolic link resolved (they all stay inside the root), the rest as given. The
+    /// last component is resolved only with `follow_last`, as the operation would.
+    fn real_location(&self, path: &Path, follow_last: bool) -> std::io::Result<PathBuf> {
+        let (mut existing, mut rest) = match (follow_last, path.file_name()) {
+            (false, Some(name)) => (path.parent().unwrap_or(Path::new("")), vec![name]),
+            _ => (path, Vec::new()),
+        };
+        loop {
+            if existing.as_os_str().is_empty() || is_root(existing) {
+                break;
+            }
+            match self.root.canonicalize(existing) {
+                Ok(real) => {
+                    // `.` for the root itself: depths are counted in normal components.
+                    let real: PathBuf = real
+                        .components()
+                        .filter(|c| !matches!(c, std::path::Component::CurDir))
+                        .collect();
+                    return Ok(rest.iter().rev().fold(real, |real, name| real.join(name)));
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    rest.extend(existing.file_name());
+                    existing = existing.parent().unwrap_or(Path::new(""));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(rest
+            .iter()
+            .rev()
+            .fold(PathBuf::new(), |real, name| real.join(name)))
+    }
+
+    fn keep_clear(
+        &self,
+        path: &Path,
+        follow_last: bool,
+        clear: Clear,
+        api_path: &str,
+    ) -> Result<(), FsError> {
+        let Some(protected) = &self.protected else {
+            return Ok(());
+        };
+        let real = self
+            .real_location(path, follow_last)
+            .map_err(|e| classify(e, api_path))?;
+        let touches = real.starts_with(protected)
+            || matches!(clear, Clear::Overlap) && protected.starts_with(&real);
+        if touches {
+            return Err(FsError::Invalid(format!(
+                "{api_path}: /{} is managed by the extensions API, not the filesystem API",
+                protected.display()
+            )));
+        }
+        Ok(())
     }
 
     /// Creates `path` and its parents unless it is already a directory. Checking first
@@ -224,6 +302,7 @@ impl VmFs {
         if is_root(&path) {
             return Err(FsError::Invalid("cannot write to /".into()));
         }
+        self.keep_clear(&path, false, Clear::Inside, api_path)?;
         if let Ok(metadata) = self.root.metadata(&path)
             && metadata.is_dir()
         {
@@ -272,6 +351,7 @@ impl VmFs {
 
     pub fn create_directory(&self, api_path: &str, mode: u32) -> Result<(), FsError> {
         let path = relative(api_path)?;
+        self.keep_clear(&path, true, Clear::Inside, api_path)?;
         match self.root.metadata(&path) {
             Ok(metadata) if metadata.is_dir() => {}
             Ok(_) => {
@@ -297,6 +377,7 @@ impl VmFs {
         if is_root(&path) {
             return Err(FsError::Invalid("cannot delete /".into()));
         }
+        self.keep_clear(&path, false, Clear::Overlap, api_path)?;
         let metadata = self
             .root
             .symlink_metadata(&path)
@@ -326,6 +407,7 @@ impl VmFs {
         group: &str,
     ) -> Result<(), FsError> {
         let path = relative(api_path)?;
+        self.keep_clear(&path, true, Clear::Inside, api_path)?;
         // Resolve the owner and group first: an unknown name must change nothing.
         let uid = (!owner.is_empty()).then(|| user_id(owner)).transpose()?;
         let gid = (!group.is_empty()).then(|| group_id(group)).transpose()?;
@@ -368,8 +450,15 @@ impl VmFs {
             .root
             .symlink_metadata(&src)
             .map_err(|e| classify(e, api_src))?;
+        self.keep_clear(&src, false, Clear::Overlap, api_src)?;
+        self.keep_clear(&dest, false, Clear::Inside, api_dest)?;
+        // Judged where the link really lands: the destination's directories may be
+        // links themselves (inside the root) that put it elsewhere than its path says.
+        let landing = self
+            .real_location(&dest, false)
+            .map_err(|e| classify(e, api_dest))?;
         if let Some(link) = self
-            .link_escaping_after_move(&src, &dest, metadata.is_dir())
+            .link_escaping_after_move(&src, &landing, metadata.is_dir())
             .map_err(|e| classify(e, api_src))?
         {
             return Err(FsError::Invalid(format!(
@@ -579,6 +668,67 @@ mod tests {
         fs.move_path("/a", "/y").expect("same depth");
         fs.move_path("/y/b/c/l", "/z/z/z/l").expect("same depth");
         assert!(root.path().join("z/z/z/l").is_symlink());
+    }
+
+    #[test]
+    fn a_link_is_judged_where_it_really_lands() {
+        let root = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(root.path().join("a/b")).expect("dirs");
+        std::fs::create_dir_all(root.path().join("c/d/e")).expect("dirs");
+        // Both stay inside where they are: a/b/up is the root, c/d/e/l is <root>/secret.
+        std::os::unix::fs::symlink("../..", root.path().join("a/b/up")).expect("symlink");
+        std::os::unix::fs::symlink("../../../secret", root.path().join("c/d/e/l"))
+            .expect("symlink");
+        let fs = VmFs::open(root.path()).expect("open root");
+        // a/b/up/f/g/l reads as depth 5, but really is f/g/l, from where ../../.. is out.
+        assert!(matches!(
+            fs.move_path("/c/d/e/l", "/a/b/up/f/g/l"),
+            Err(FsError::Invalid(ref why)) if why.contains("outside")
+        ));
+        assert!(root.path().join("c/d/e/l").is_symlink());
+        fs.move_path("/c/d/e/l", "/a/b/up/f/g/h/l")
+            .expect("really at depth 3");
+    }
+
+    #[test]
+    fn the_api_handle_cannot_change_the_extensions() {
+        let root = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(root.path().join("home/kernel/extensions/ext")).expect("dirs");
+        std::fs::write(root.path().join("home/kernel/extensions/ext/bg.js"), "ok").expect("write");
+        std::os::unix::fs::symlink("home/kernel/extensions", root.path().join("x"))
+            .expect("symlink");
+        let fs = VmFs::open_protecting(root.path(), "/home/kernel/extensions").expect("open");
+        let refused = |outcome: Result<(), FsError>| matches!(outcome, Err(FsError::Invalid(ref why)) if why.contains("extensions API"));
+        assert!(
+            fs.begin_write("/home/kernel/extensions/ext/bg.js", 0o644)
+                .is_err()
+        );
+        assert!(
+            fs.begin_write("/x/ext/evil.js", 0o644).is_err(),
+            "through a link too"
+        );
+        assert!(refused(fs.create_directory("/x/new", 0o755)));
+        assert!(refused(fs.delete("/home/kernel/extensions/ext", true)));
+        assert!(refused(fs.delete("/home", true)), "nor what contains them");
+        assert!(refused(fs.move_path("/home/kernel/extensions/ext", "/ext")));
+        assert!(refused(fs.move_path("/home/kernel", "/elsewhere")));
+        assert!(refused(fs.set_permissions("/x/ext/bg.js", 0o777, "", "")));
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("home/kernel/extensions/ext/bg.js"))
+                .expect("read"),
+            "ok"
+        );
+        // Beside them, everything works as usual.
+        fs.create_directory("/home/kernel/downloads", 0o755)
+            .expect("beside");
+        let pending = fs
+            .begin_write("/home/kernel/notes.txt", 0o644)
+            .expect("beside");
+        fs.commit_write(pending).expect("commit");
+        // The extensions API's own handle is not protected.
+        let own = VmFs::open(root.path()).expect("open");
+        own.delete("/home/kernel/extensions/ext", true)
+            .expect("own handle");
     }
 
     #[test]

@@ -38,10 +38,15 @@ pub struct HostCapabilities {
 
 impl HostCapabilities {
     pub fn detect() -> Self {
-        let user_namespaces = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
-            .ok()
-            .and_then(|max| max.trim().parse::<u64>().ok())
-            .is_some_and(|max| max > 0);
+        let sysctl = |name: &str| {
+            std::fs::read_to_string(name)
+                .ok()
+                .and_then(|value| value.trim().parse::<u64>().ok())
+        };
+        // Debian kernels can also switch them off for unprivileged users.
+        let user_namespaces = sysctl("/proc/sys/user/max_user_namespaces")
+            .is_some_and(|max| max > 0)
+            && sysctl("/proc/sys/kernel/unprivileged_userns_clone") != Some(0);
         let bubblewrap = std::env::var_os("PATH").is_some_and(|path| {
             std::env::split_paths(&path).any(|dir| dir.join("bwrap").is_file())
         });
@@ -64,7 +69,8 @@ impl IsolationReport {
             "agents listen only on a Unix socket (0600) in their browser's directory",
             "the data directory is private to the service's user (0700, files 0600)",
             "custom proxies cannot point inside this host or its networks (--egress-allow)",
-            "a pool browser's next lessee gets no file, profile or DevTools URL of the previous one",
+            "a pool browser's next lessee gets no file, profile or DevTools URL of the previous \
+             one (the extensions stay, and the filesystem API cannot change them)",
             "the filesystem API stays inside each browser's root and leaves no link out of it",
         ]
         .map(str::to_owned)

@@ -83,6 +83,8 @@ impl LocalRuntime {
     ) -> Result<(AgentLocation, watch::Receiver<Option<String>>), RuntimeError> {
         let root = dir.join(ROOT_DIR);
         std::fs::create_dir_all(&root)?;
+        // The VM's `/` reads as usual (our umask keeps the browser's directory private).
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
         let log = std::fs::File::create(dir.join(LOG_FILE))?;
         let secret = ids::new_secret(43);
         let mut command = tokio::process::Command::new(&self.config.agent_binary);
