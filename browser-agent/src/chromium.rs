@@ -103,30 +103,35 @@ async fn wipe_profile(profile: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// Removes everything in the VM root (the profile included) but the extensions, which
-/// stay loaded across resets.
+/// stay loaded across resets. Through cap-std, which follows no link out of the root: a
+/// directory swapped for a link meanwhile (the filesystem API may still be called) cannot
+/// lead the removal outside.
 async fn wipe_vm_files(vm_root: &Path) -> std::io::Result<()> {
-    fn clear(dir: &Path, keep: &Path) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
+    fn clear(dir: &cap_std::fs::Dir, keep: &Path) -> std::io::Result<()> {
+        for entry in dir.entries()? {
             let entry = entry?;
-            let path = entry.path();
-            if path == keep {
+            let name = entry.file_name();
+            let name = Path::new(&name);
+            if name == keep {
                 continue;
             }
-            if keep.starts_with(&path) && entry.file_type()?.is_dir() {
-                clear(&path, keep)?;
-            } else if entry.file_type()?.is_dir() {
-                std::fs::remove_dir_all(&path)?;
-            } else {
-                std::fs::remove_file(&path)?;
+            let is_dir = entry.file_type()?.is_dir();
+            match keep.strip_prefix(name) {
+                Ok(rest) if is_dir => clear(&dir.open_dir(name)?, rest)?,
+                _ if is_dir => dir.remove_dir_all(name)?,
+                _ => dir.remove_file(name)?,
             }
         }
         Ok(())
     }
-    let keep = vm_root.join(crate::extensions::EXTENSIONS_DIR.trim_start_matches('/'));
+    let keep = PathBuf::from(crate::extensions::EXTENSIONS_DIR.trim_start_matches('/'));
     let vm_root = vm_root.to_owned();
-    tokio::task::spawn_blocking(move || clear(&vm_root, &keep))
-        .await
-        .map_err(std::io::Error::other)?
+    tokio::task::spawn_blocking(move || {
+        let root = cap_std::fs::Dir::open_ambient_dir(&vm_root, cap_std::ambient_authority())?;
+        clear(&root, &keep)
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// Unpacks the profile seed, if any, into the (empty) user-data directory.
@@ -512,6 +517,60 @@ fn devtools_port_from_log_line(line: &str) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_reset_keeps_only_the_extensions_and_nothing_outside_the_root_is_touched() {
+        let outside = tempfile::tempdir().expect("temp dir");
+        std::fs::write(outside.path().join("keep.txt"), "outside").expect("write");
+        let root = tempfile::tempdir().expect("temp dir");
+        let vm = root.path();
+        std::fs::create_dir_all(vm.join("home/kernel/extensions/ext")).expect("dirs");
+        std::fs::write(vm.join("home/kernel/extensions/ext/bg.js"), "ext").expect("write");
+        std::fs::write(vm.join("home/kernel/notes.txt"), "lessee").expect("write");
+        std::fs::create_dir_all(vm.join("user-data/Default")).expect("dirs");
+        std::fs::create_dir_all(vm.join("tmp/deep")).expect("dirs");
+        std::os::unix::fs::symlink(outside.path(), vm.join("link-out")).expect("symlink");
+        std::os::unix::fs::symlink(outside.path(), vm.join("home/kernel/out")).expect("symlink");
+
+        wipe_vm_files(vm).await.expect("wipe");
+
+        let mut left: Vec<String> = walk(vm);
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "home",
+                "home/kernel",
+                "home/kernel/extensions",
+                "home/kernel/extensions/ext",
+                "home/kernel/extensions/ext/bg.js"
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("keep.txt")).expect("read"),
+            "outside"
+        );
+    }
+
+    fn walk(root: &Path) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut pending = vec![root.to_owned()];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read dir") {
+                let path = entry.expect("entry").path();
+                found.push(
+                    path.strip_prefix(root)
+                        .expect("inside")
+                        .display()
+                        .to_string(),
+                );
+                if path.is_dir() && !path.is_symlink() {
+                    pending.push(path);
+                }
+            }
+        }
+        found
+    }
 
     #[test]
     fn only_extension_directories_inside_the_root_are_loaded() {
