@@ -22,6 +22,7 @@ use super::state::AppState;
 use crate::agent::MAX_CDP_MESSAGE_BYTES;
 use crate::sessions::CdpConnectionGuard;
 use crate::store::PoolLease;
+use crate::tokens::CdpClaims;
 
 const TUNNEL_OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// We ping idle clients this often; one that has sent nothing (not even a pong) for
@@ -60,17 +61,9 @@ pub async fn connect(
         ))
     })?;
     let session = state.sessions.live(&claims.org, &id).await?;
-    if session.pool_id.is_some() {
-        // Read afresh: a lease that has just ended must not let its lessee back in.
-        let current = state.store.session(&claims.org, &id).await?;
-        let leased_to_this_token = current.is_some_and(|current| {
-            current.pool_lease == Some(PoolLease::Leased) && current.pool_lease_id == claims.lease
-        });
-        if !leased_to_this_token {
-            return Err(ApiError::Unauthorized(
-                "this browser's lease has ended; acquire it again for a new cdp_ws_url".into(),
-            ));
-        }
+    let pooled = session.pool_id.is_some();
+    if pooled {
+        lease_holds(&state, &claims).await?;
     }
     let agent = state.sessions.agent(&session)?;
     let (to_agent, from_agent) =
@@ -79,11 +72,34 @@ pub async fn connect(
             .map_err(|_| {
                 ApiError::Timeout("the browser's DevTools endpoint did not answer in time".into())
             })??;
+    if pooled {
+        // Again once the tunnel is open: had the lease ended while it opened, the tunnel
+        // may lead into the browser already reset for the next lessee (dropping it closes
+        // it). A lease that ends later restarts Chromium, which closes the tunnel.
+        lease_holds(&state, &claims).await?;
+    }
     let guard = state.sessions.cdp_connection_opened(&id);
     Ok(upgrade
         .max_message_size(MAX_CDP_MESSAGE_BYTES)
         .max_frame_size(MAX_CDP_MESSAGE_BYTES)
         .on_upgrade(move |socket| pump(socket, to_agent, from_agent, guard)))
+}
+
+/// A pool browser's DevTools are open only to the lease the token names. Read from the
+/// store, not the running-session cache: a lease that has just ended must not let its
+/// lessee back in.
+async fn lease_holds(state: &AppState, claims: &CdpClaims) -> Result<(), ApiError> {
+    let current = state.store.session(&claims.org, &claims.sub).await?;
+    let leased_to_this_token = current.is_some_and(|current| {
+        current.pool_lease == Some(PoolLease::Leased) && current.pool_lease_id == claims.lease
+    });
+    if leased_to_this_token {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized(
+            "this browser's lease has ended; acquire it again for a new cdp_ws_url".into(),
+        ))
+    }
 }
 
 /// Moves frames both ways until either side closes; the guard keeps the session
