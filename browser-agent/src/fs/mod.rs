@@ -207,14 +207,22 @@ impl VmFs {
         clear: Clear,
         api_path: &str,
     ) -> Result<(), FsError> {
-        let Some(protected) = &self.protected else {
+        if self.protected.is_none() {
             return Ok(());
-        };
+        }
         let real = self
             .real_location(path, follow_last)
             .map_err(|e| classify(e, api_path))?;
+        self.keep_clear_of(&real, clear, api_path)
+    }
+
+    /// `keep_clear` for a location already resolved by `real_location`.
+    fn keep_clear_of(&self, real: &Path, clear: Clear, api_path: &str) -> Result<(), FsError> {
+        let Some(protected) = &self.protected else {
+            return Ok(());
+        };
         let touches = real.starts_with(protected)
-            || matches!(clear, Clear::Overlap) && protected.starts_with(&real);
+            || matches!(clear, Clear::Overlap) && protected.starts_with(real);
         if touches {
             return Err(FsError::Invalid(format!(
                 "{api_path}: /{} is managed by the extensions API, not the filesystem API",
@@ -451,12 +459,12 @@ impl VmFs {
             .symlink_metadata(&src)
             .map_err(|e| classify(e, api_src))?;
         self.keep_clear(&src, false, Clear::Overlap, api_src)?;
-        self.keep_clear(&dest, false, Clear::Inside, api_dest)?;
-        // Judged where the link really lands: the destination's directories may be
-        // links themselves (inside the root) that put it elsewhere than its path says.
+        // Judged where it really lands: the destination's directories may be links
+        // themselves (inside the root) that put it elsewhere than its path says.
         let landing = self
             .real_location(&dest, false)
             .map_err(|e| classify(e, api_dest))?;
+        self.keep_clear_of(&landing, Clear::Inside, api_dest)?;
         if let Some(link) = self
             .link_escaping_after_move(&src, &landing, metadata.is_dir())
             .map_err(|e| classify(e, api_src))?

@@ -75,22 +75,24 @@ impl IsolationReport {
         ]
         .map(str::to_owned)
         .to_vec();
-        let mut not_enforced = vec![Unenforced {
-            protection: "browser sandbox".into(),
-            reason: "the local runtime starts browsers as this service's user in the host's \
+        let not_enforced = vec![
+            Unenforced {
+                protection: "browser sandbox".into(),
+                reason: "the local runtime starts browsers as this service's user in the host's \
                      filesystem, process and network namespaces (Chromium with --no-sandbox when \
                      that user is root): a page can read files that user can read, reach \
                      loopback services and the cloud metadata address"
-                .into(),
-        }];
-        not_enforced.push(Unenforced {
-            protection: "memory and process limits per browser".into(),
-            reason: if host.cgroup_v2_memory {
-                "not applied by the local runtime yet".into()
-            } else {
-                "this host has no cgroup v2 memory controller (hybrid or v1 hierarchy)".into()
+                    .into(),
             },
-        });
+            Unenforced {
+                protection: "memory and process limits per browser".into(),
+                reason: if host.cgroup_v2_memory {
+                    "not applied by the local runtime yet".into()
+                } else {
+                    "this host has no cgroup v2 memory controller (hybrid or v1 hierarchy)".into()
+                },
+            },
+        ];
         Self {
             sandboxed: false,
             enforced,
