@@ -6,15 +6,20 @@
 set -euo pipefail
 
 # ffmpeg encodes screen recordings (agents) and salvages those of crashed agents.
-packages=(chromium xvfb ffmpeg pkg-config ca-certificates procps
+# bubblewrap puts every browser in a sandbox of its own.
+packages=(chromium xvfb ffmpeg bubblewrap pkg-config ca-certificates procps
   # xcap (screenshots) always compiles its Wayland/PipeWire code, so it needs these to build.
   libwayland-dev libpipewire-0.3-dev libgbm-dev libclang-dev libxcb1-dev libegl-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # xdotool and unzip are references the benchmarks measure against.
-  packages+=(postgresql python3-venv xdotool unzip)
+  # iproute2 builds the tests' "public internet" host in a network namespace.
+  packages+=(postgresql python3-venv xdotool unzip iproute2)
   # Puppeteer runs on Node.js; any Node >= 18 will do, so keep one that is already there.
   command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
 
 missing=()
 for package in "${packages[@]}"; do
@@ -23,10 +28,14 @@ done
 
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}" >&2
-  sudo=""
-  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The host user browser sandboxes run as when the service runs as root (--vm-user).
+if ! id -u browser-vm >/dev/null 2>&1; then
+  echo "creating the system user browser-vm (browser sandboxes run as it)" >&2
+  $sudo useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin browser-vm
 fi
 
 if ! command -v cargo >/dev/null; then

@@ -27,18 +27,12 @@ pub struct LaunchConfig {
     pub height: u32,
     pub kiosk: bool,
     pub stealth: bool,
-    /// Route all traffic through this proxy (`http://127.0.0.1:port`, the agent's
-    /// forwarder), except the bypassed hosts.
-    pub proxy: Option<ProxyRoute>,
+    /// Route all traffic, loopback included, through this proxy
+    /// (`http://127.0.0.1:port`, the agent's forwarder to the VM's egress).
+    pub proxy: Option<String>,
     /// A stored profile (ZIP of user data) to start from, and to start from again after
     /// each reset.
     pub profile_seed: Option<PathBuf>,
-}
-
-#[derive(Clone, Debug)]
-pub struct ProxyRoute {
-    pub server: String,
-    pub bypass_hosts: Vec<String>,
 }
 
 /// What the rest of the agent can observe about Chromium.
@@ -394,13 +388,10 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
         args.push("--disable-features=DisableLoadExtensionCommandLineSwitch".to_owned());
     }
     if let Some(proxy) = &config.proxy {
-        args.push(format!("--proxy-server={}", proxy.server));
-        // `<-loopback>` removes Chromium's implicit bypass of localhost: all traffic
-        // goes through the proxy, except what the session's bypass list names.
-        let bypass: Vec<&str> = std::iter::once("<-loopback>")
-            .chain(proxy.bypass_hosts.iter().map(String::as_str))
-            .collect();
-        args.push(format!("--proxy-bypass-list={}", bypass.join(";")));
+        args.push(format!("--proxy-server={proxy}"));
+        // `<-loopback>` removes Chromium's implicit bypass of localhost: all traffic goes
+        // through the egress, which judges every destination (bypasses are its business).
+        args.push("--proxy-bypass-list=<-loopback>".to_owned());
         // WebRTC's UDP would otherwise go direct and reveal the real address.
         args.push("--force-webrtc-ip-handling-policy=disable_non_proxied_udp".to_owned());
     }
@@ -628,13 +619,10 @@ mod tests {
         };
         let headful = arguments(&config, &[]);
         assert!(!headful.iter().any(|a| a.starts_with("--proxy")));
-        config.proxy = Some(ProxyRoute {
-            server: "http://127.0.0.1:9".into(),
-            bypass_hosts: vec!["intranet.test".into()],
-        });
+        config.proxy = Some("http://127.0.0.1:9".into());
         let proxied = arguments(&config, &[]);
         assert!(proxied.contains(&"--proxy-server=http://127.0.0.1:9".to_owned()));
-        assert!(proxied.contains(&"--proxy-bypass-list=<-loopback>;intranet.test".to_owned()));
+        assert!(proxied.contains(&"--proxy-bypass-list=<-loopback>".to_owned()));
         config.proxy = None;
         assert!(headful.contains(&"--window-size=1280,800".to_owned()));
         assert!(!headful.iter().any(|a| a.starts_with("--headless")));

@@ -10,6 +10,7 @@ mod display;
 mod extensions;
 mod fs;
 mod input;
+mod memory;
 mod process;
 mod profile;
 mod proxy;
@@ -82,17 +83,18 @@ struct Args {
     /// The ffmpeg that encodes recordings.
     #[arg(long, env = "BROWSER_AGENT_FFMPEG", default_value = "ffmpeg")]
     ffmpeg_path: String,
-    /// Send all of Chromium's traffic through this HTTP proxy (`host:port`), via a local
-    /// forwarder that adds the credentials below.
+    /// The VM's way out: a Unix socket where the control plane's egress proxy listens.
+    /// Chromium's traffic goes there through a forwarder on the VM's loopback; without
+    /// it Chromium connects directly (development only: nothing judges the destinations).
+    #[arg(long, env = "BROWSER_AGENT_EGRESS_SOCKET")]
+    egress_socket: Option<PathBuf>,
+    /// End the VM when its processes together use more memory (proportional set size)
+    /// than this many bytes; 0 for no limit.
+    #[arg(long, default_value_t = 0)]
+    memory_limit_bytes: u64,
+    /// When the agent ends the VM on its own (memory limit), it writes why to this file.
     #[arg(long)]
-    proxy_upstream: Option<String>,
-    #[arg(long, env = "BROWSER_AGENT_PROXY_USERNAME", hide_env_values = true)]
-    proxy_username: Option<String>,
-    #[arg(long, env = "BROWSER_AGENT_PROXY_PASSWORD", hide_env_values = true)]
-    proxy_password: Option<String>,
-    /// A host that bypasses the proxy (repeatable).
-    #[arg(long = "proxy-bypass", value_name = "HOST")]
-    proxy_bypass: Vec<String>,
+    exit_reason_file: Option<PathBuf>,
     /// An extension to load from the start, as NAME=PATH of its ZIP archive (repeatable).
     #[arg(long = "extension", value_name = "NAME=ZIP")]
     extensions: Vec<String>,
@@ -245,20 +247,12 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         })
         .await??;
     }
-    let proxy = match &args.proxy_upstream {
-        Some(address) => {
-            let upstream = proxy::Upstream {
-                address: address.clone(),
-                username: args.proxy_username.clone(),
-                password: args.proxy_password.clone(),
-            };
-            let local = proxy::start(upstream, shutdown.clone())
+    let proxy = match &args.egress_socket {
+        Some(socket) => {
+            let local = proxy::start(socket.clone(), shutdown.clone())
                 .await
-                .context("starting the proxy forwarder")?;
-            Some(chromium::ProxyRoute {
-                server: format!("http://{local}"),
-                bypass_hosts: args.proxy_bypass.clone(),
-            })
+                .context("starting the egress forwarder")?;
+            Some(format!("http://{local}"))
         }
         None => None,
     };
@@ -293,6 +287,13 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         shutdown.clone(),
     ));
     tokio::spawn(cancel_on_signal(shutdown.clone()));
+    if args.memory_limit_bytes > 0 {
+        tokio::spawn(memory::enforce_limit(
+            args.memory_limit_bytes,
+            args.exit_reason_file.clone(),
+            shutdown.clone(),
+        ));
+    }
 
     let scratch_dir = args.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&scratch_dir)

@@ -108,6 +108,15 @@ pub struct ServeConfig {
     /// loopback, link-local (cloud metadata) and private addresses are refused.
     #[arg(long, env = "CONTROL_PLANE_EGRESS_ALLOW", value_delimiter = ',')]
     pub egress_allow: Vec<crate::egress::Allowance>,
+    /// How browsers are kept apart from the host and each other: `sandbox` (each in a
+    /// bubblewrap sandbox of its own, as an unprivileged user, with no network but its
+    /// egress proxy), or `none`, which is UNSAFE: browsers then run as this service's
+    /// user on the host (for development on hosts without user namespaces).
+    #[arg(long, env = "CONTROL_PLANE_ISOLATION", value_enum, default_value_t = Isolation::Sandbox)]
+    pub isolation: Isolation,
+    /// The host user browser sandboxes run as when this service runs as root.
+    #[arg(long, env = "CONTROL_PLANE_VM_USER", default_value = "browser-vm")]
+    pub vm_user: String,
     /// Most live browsers one organization may have outside its pools (browsers it
     /// creates, login flows of its auth connections); 429 with `Retry-After` beyond.
     #[arg(long, env = "CONTROL_PLANE_MAX_LIVE_BROWSERS", default_value_t = 20)]
@@ -127,4 +136,11 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_MIN_HEALTH_CHECK_INTERVAL", default_value_t = 300,
         value_parser = clap::value_parser!(i64).range(1..=86_400))]
     pub min_health_check_interval: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    Sandbox,
+    /// Unsafe: for development only.
+    None,
 }

@@ -11,11 +11,11 @@ use axum::serve::ListenerExt;
 use crate::api::state::{AppState, HttpSettings};
 use crate::app::{ServiceSettings, Services};
 use crate::blobs::LocalBlobStore;
-use crate::config::ServeConfig;
+use crate::config::{Isolation, ServeConfig};
 use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
 use crate::proxies::ProxyUpstreams;
-use crate::runtime::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
+use crate::runtime::{LocalRuntime, LocalRuntimeConfig, Sandbox, ZipLimits};
 use crate::store::Store;
 use crate::tokens::Tokens;
 use crate::{api, api_keys, store};
@@ -50,8 +50,38 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .join("browser-agent"),
     };
     let agent_idle_grace = Duration::from_secs(config.agent_idle_grace_seconds.max(1));
+    let browsers_dir = data_dir.join("browsers");
+    let sandbox = match config.isolation {
+        Isolation::Sandbox => {
+            let sandbox = Sandbox::prepare(&config.vm_user, &browsers_dir).map_err(|reason| {
+                anyhow::anyhow!(
+                    "browsers cannot be sandboxed on this host: {reason}. (--isolation none \
+                     runs them without a sandbox: unsafe, for development only)"
+                )
+            })?;
+            if sandbox.user().is_some() {
+                // The VM user mounts its browser's directory: it must traverse to it
+                // (listing and reading stay ours alone).
+                for dir in [&data_dir, &browsers_dir] {
+                    std::fs::create_dir_all(dir)?;
+                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
+                }
+            }
+            Some(sandbox)
+        }
+        Isolation::None => {
+            tracing::warn!(
+                "--isolation none: browsers run WITHOUT A SANDBOX, as this service's user on \
+                 this host; pages can read its files and reach its network. Development only"
+            );
+            None
+        }
+    };
+    let egress = EgressPolicy::new(config.egress_allow.clone());
     let runtime = Arc::new(LocalRuntime::new(LocalRuntimeConfig {
-        browsers_dir: data_dir.join("browsers"),
+        sandbox,
+        egress: egress.clone(),
+        browsers_dir,
         agent_binary,
         chromium: config.chromium.clone(),
         xvfb: config.xvfb.clone(),
@@ -75,7 +105,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         ServiceSettings {
             ffmpeg: config.ffmpeg.clone(),
             proxy_upstreams: Arc::new(proxy_upstreams),
-            egress: Arc::new(EgressPolicy::new(config.egress_allow.clone())),
+            egress: Arc::new(egress),
             max_pooled_browsers: config.max_pooled_browsers,
             max_live_browsers: config.max_live_browsers,
             vault: Vault::open(config.credential_key.as_deref(), &data_dir)

@@ -261,7 +261,10 @@ impl Runtime for FakeRuntime {
     }
 
     fn isolation(&self) -> crate::runtime::IsolationReport {
-        crate::runtime::IsolationReport::local(crate::runtime::isolation::HostCapabilities::detect())
+        crate::runtime::IsolationReport::local(
+            crate::runtime::isolation::HostCapabilities::detect(),
+            None,
+        )
     }
 }
 

@@ -21,9 +21,12 @@ class ControlPlane:
     """One `control-plane serve` process with its own data directory."""
 
     def __init__(self, data_dir: Path, port: int = 0, agent_idle_grace_seconds: int = 60,
-                 extra_args: list[str] | None = None):
+                 extra_args: list[str] | None = None, egress_allow: tuple[str, ...] = ("127.0.0.1",)):
         self.data_dir = data_dir
-        self.extra_args = extra_args or []
+        # The test pages are served on this host's loopback, which browsers may not reach
+        # unless the operator allows it.
+        self.extra_args = [f"--egress-allow={allowance}" for allowance in egress_allow]
+        self.extra_args += extra_args or []
         self.port = port
         self.agent_idle_grace_seconds = agent_idle_grace_seconds
         self.process: subprocess.Popen | None = None
@@ -31,6 +34,7 @@ class ControlPlane:
 
     def start(self) -> "ControlPlane":
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_traversable(self.data_dir)
         log = open(self.data_dir / "control-plane.log", "ab")
         self.process = subprocess.Popen(
             [
@@ -86,6 +90,17 @@ class ControlPlane:
                     os.kill(member, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def make_traversable(data_dir: Path) -> None:
+    """Browser sandboxes run as an unprivileged user that mounts its browser's directory
+    under the data directory: pytest's temporary directories (0700) must let it pass."""
+    for parent in data_dir.parents:
+        if parent == Path(parent.anchor):
+            break
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            os.chmod(parent, (mode & 0o7777) | 0o011)
 
 
 def control_plane_for_module(tmp_path_factory, **options):
@@ -181,12 +196,19 @@ def descendants(root: int) -> set[int]:
     return found
 
 
+def program_of(pid: int) -> str:
+    return _cmdline(pid).split(" ")[0]
+
+
 def session_processes(control_plane: ControlPlane, session_id: str) -> dict[str, set[int]]:
-    """The agent of a session and everything it started, by kind."""
+    """The sandbox of a session, its agent and everything the agent started, by kind."""
     root = str(control_plane.data_dir / "browsers" / session_id / "root")
-    agents = {pid for pid in processes_mentioning(root) if "browser-agent" in _cmdline(pid).split(" ")[0]}
+    holders = processes_mentioning(root)  # the sandbox (bwrap), or an unsandboxed agent
+    everything = holders.union(*(descendants(h) for h in holders))
+    agents = {pid for pid in everything if program_of(pid).endswith("browser-agent")}
     tree = set().union(*(descendants(a) for a in agents)) if agents else set()
-    kinds = {"agent": agents, "xvfb": set(), "chromium": set()}
+    kinds = {"sandbox": {pid for pid in holders if program_of(pid).endswith("bwrap")},
+             "agent": agents, "xvfb": set(), "chromium": set()}
     for pid in tree:
         program = _cmdline(pid).split(" ")[0]
         if program.endswith("Xvfb"):

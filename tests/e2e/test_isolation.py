@@ -42,21 +42,33 @@ def _listening_tcp_ports(pid: int) -> set[int]:
     return ports
 
 
+@pytest.fixture(scope="module")
+def strict_client(tmp_path_factory):
+    """A client of a control plane whose operator allowed no internal destination."""
+    server = ControlPlane(tmp_path_factory.mktemp("strict") / "data", egress_allow=()).start()
+    yield Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+    server.reap_everything()
+
+
 def test_secrets_are_private_and_the_agent_listens_on_no_port(control_plane, client, test_page_url):
     created = client.browsers.create(headless=True)
     try:
         data = control_plane.data_dir
-        assert _mode(data) == 0o700
+        # Others may pass through (the sandboxes, to mount their own directories), never
+        # list or read.
+        assert _mode(data) & 0o066 == 0 and _mode(data / "browsers") & 0o066 == 0
         for secret in ("control-plane.db", "bootstrap-api-key", "credential.key"):
             assert _mode(data / secret) == 0o600, secret
         session_dir = data / "browsers" / created.session_id
-        assert _mode(session_dir) == 0o700
+        assert _mode(session_dir) & 0o066 == 0
         assert _mode(session_dir / "agent.log") == 0o600
-        socket = session_dir / "agent.sock"
+        socket = session_dir / "run" / "agent.sock"
         assert stat.S_ISSOCK(socket.lstat().st_mode) and _mode(socket) == 0o600
 
         (agent,) = session_processes(control_plane, created.session_id)["agent"]
-        assert _listening_tcp_ports(agent) == set()
+        # Whatever the agent listens on (the VM's egress forwarder) is on the VM's own
+        # network, not the host's.
+        assert os.readlink(f"/proc/{agent}/ns/net") != os.readlink("/proc/self/ns/net")
         # Everything still goes through the control plane to the agent.
         title = read_page(created.cdp_ws_url, test_page_url, lambda page: page.title())
         assert title == TEST_PAGE_TITLE
@@ -72,7 +84,7 @@ def test_agents_are_reached_under_a_data_directory_of_any_depth(tmp_path, test_p
     try:
         client = Kernel(api_key=server.api_key, base_url=server.base_url)
         created = client.browsers.create(headless=True)
-        socket = deep / "browsers" / created.session_id / "agent.sock"
+        socket = deep / "browsers" / created.session_id / "run" / "agent.sock"
         assert len(str(socket)) > 108
         title = read_page(created.cdp_ws_url, test_page_url, lambda page: page.title())
         assert title == TEST_PAGE_TITLE
@@ -113,7 +125,8 @@ def test_an_organization_at_its_live_browser_limit_is_told_when_to_retry(tmp_pat
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "0.0.0.0", "169.254.169.254", "10.0.0.1"])
-def test_custom_proxies_cannot_point_inside_the_host(client, host):
+def test_custom_proxies_cannot_point_inside_the_host(strict_client, host):
+    client = strict_client
     with pytest.raises(BadRequestError) as refused:
         client.proxies.create(type="custom", config={"host": host, "port": 3128})
     assert "--egress-allow" in str(refused.value)
@@ -139,10 +152,30 @@ def test_readiness_names_every_protection_this_host_does_not_enforce(control_pla
     assert ready["status"] == "ready"
     isolation = ready["isolation"]
     assert set(isolation["host"]) == {"user_namespaces", "bubblewrap", "cgroup_v2_memory"}
+    assert isolation["sandboxed"] is True
+    assert any("bubblewrap sandbox" in protection for protection in isolation["enforced"])
     assert any("Unix socket" in protection for protection in isolation["enforced"])
-    # Browsers are not sandboxed yet: said, not hidden.
-    assert isolation["sandboxed"] is False
+    # This host has no cgroup v2 memory controller: said, not hidden.
     unenforced = {item["protection"]: item["reason"] for item in isolation["not_enforced"]}
-    assert "browser sandbox" in unenforced and unenforced["browser sandbox"]
+    (cgroups,) = [reason for protection, reason in unenforced.items() if "cgroup" in protection]
+    assert "250 ms" in cgroups
     log = (control_plane.data_dir / "control-plane.log").read_text()
-    assert "NOT ENFORCED" in log and "browser sandbox" in log
+    assert "NOT ENFORCED" in log and "cgroup" in log
+
+
+def test_without_a_sandbox_the_service_says_so_loudly(tmp_path, test_page_url):
+    server = ControlPlane(tmp_path / "data", extra_args=["--isolation", "none"]).start()
+    try:
+        isolation = httpx.get(f"{server.base_url}/readyz", timeout=10).json()["isolation"]
+        assert isolation["sandboxed"] is False
+        assert any(item["protection"] == "browser sandbox" for item in isolation["not_enforced"])
+        log = (server.data_dir / "control-plane.log").read_text()
+        assert "WITHOUT A SANDBOX" in log
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        created = client.browsers.create(headless=True)
+        assert read_page(created.cdp_ws_url, test_page_url, lambda page: page.title()) == TEST_PAGE_TITLE
+        with pytest.raises(BadRequestError, match="chrome_policy needs"):
+            client.browsers.create(headless=True, extra_body={"chrome_policy": {"URLBlocklist": ["x"]}})
+        client.browsers.delete_by_id(created.session_id)
+    finally:
+        server.reap_everything()

@@ -35,6 +35,7 @@ fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64
         pool_id: None,
         pool_lease: None,
         pool_lease_id: None,
+        vm_settings: Default::default(),
         profile: None,
     }
 }

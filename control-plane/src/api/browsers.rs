@@ -11,7 +11,9 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::org::Org;
 use super::state::AppState;
-use crate::sessions::{BrowserConfig, ProfileReference, ResourceReference, Viewport};
+use crate::sessions::{
+    BrowserConfig, NetworkConfig, ProfileReference, ResourceReference, Viewport,
+};
 use crate::store::{SessionFilter, SessionRecord, SessionStatus};
 
 pub const DEFAULT_LIST_LIMIT: u32 = 20;
@@ -45,6 +47,15 @@ pub struct CreateBrowserRequest {
     /// Profile to start from, by id or name; with `save_changes` the browser's state is
     /// saved back into it when the session ends.
     pub profile: Option<ProfileReference>,
+    /// `allowed_hosts`: the only destinations the browser may reach.
+    pub network: Option<NetworkConfig>,
+    /// `1GiB` … `16GiB` (default 1GiB headless, 8GiB headful): the browser's session
+    /// ends, with a reason, when its VM uses more.
+    pub memory: Option<String>,
+    /// Chromium enterprise policies for this browser (e.g. `URLBlocklist`); policies for
+    /// proxies, extensions and DevTools are this server's.
+    #[schema(value_type = Option<Object>)]
+    pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
@@ -81,6 +92,14 @@ pub struct BrowserSession {
     /// The profile the browser started from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<SessionProfileRef>,
+    /// Omitted when the session has no network configuration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -128,6 +147,16 @@ impl BrowserSession {
                 id: p.id.clone(),
                 save_changes: p.save_changes,
             }),
+            network: session
+                .vm_settings
+                .allowed_hosts
+                .clone()
+                .map(|allowed_hosts| NetworkConfig {
+                    allowed_hosts: Some(allowed_hosts),
+                    ..Default::default()
+                }),
+            memory: session.vm_settings.memory.clone(),
+            chrome_policy: session.vm_settings.chrome_policy.clone(),
         }
     }
 }
@@ -148,6 +177,9 @@ impl CreateBrowserRequest {
             extensions: self.extensions,
             proxy_id: self.proxy_id,
             profile: self.profile,
+            network: self.network,
+            memory: self.memory,
+            chrome_policy: self.chrome_policy,
         };
         (config, self.persistence.map(|p| p.id), problems)
     }

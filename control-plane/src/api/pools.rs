@@ -43,6 +43,12 @@ pub struct PoolRequest {
     pub proxy_id: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub profile: Option<Value>,
+    /// As on `POST /browsers`: `allowed_hosts` of every browser of the pool.
+    #[schema(value_type = Option<Object>)]
+    pub network: Option<Value>,
+    pub memory: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub chrome_policy: Option<Value>,
     /// PATCH only: replace the idle browsers now with ones of the new configuration.
     pub discard_all_idle: Option<bool>,
 }
@@ -92,6 +98,9 @@ impl PoolRequest {
         set("extensions", self.extensions);
         set("proxy_id", self.proxy_id.map(Value::from));
         set("profile", self.profile);
+        set("network", self.network);
+        set("memory", self.memory.map(Value::from));
+        set("chrome_policy", self.chrome_policy);
         let browser: BrowserConfig = serde_json::from_value(Value::Object(browser))
             .map_err(|error| ApiError::invalid_field(format!("pool configuration: {error}")))?;
         let changes = PoolChanges {

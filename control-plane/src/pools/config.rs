@@ -94,6 +94,9 @@ impl PoolConfig {
                 extensions: browser.extensions.or(base.extensions),
                 proxy_id: browser.proxy_id.or(base.proxy_id),
                 profile: browser.profile.or(base.profile),
+                network: browser.network.or(base.network),
+                memory: browser.memory.or(base.memory),
+                chrome_policy: browser.chrome_policy.or(base.chrome_policy),
             },
         }
     }

@@ -62,39 +62,76 @@ impl HostCapabilities {
 }
 
 impl IsolationReport {
-    /// The local runtime as it is today: every browser runs on this host as this
-    /// service's user, without a sandbox of its own.
-    pub fn local(host: HostCapabilities) -> Self {
-        let enforced = [
-            "agents listen only on a Unix socket (0600) in their browser's directory",
-            "the data directory is private to the service's user (0700, files 0600)",
-            "custom proxies cannot point inside this host or its networks (--egress-allow)",
-            "a pool browser's next lessee gets no file, profile or DevTools URL of the previous \
-             one (the extensions stay, and the filesystem API cannot change them)",
-            "the filesystem API stays inside each browser's root and leaves no link out of it",
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        let not_enforced = vec![
-            Unenforced {
+    /// The local runtime: every browser in a sandbox of its own, or (`--isolation none`,
+    /// development only) on this host as this service's user.
+    pub fn local(host: HostCapabilities, sandbox: Option<&super::Sandbox>) -> Self {
+        let mut enforced: Vec<String> = Vec::new();
+        let mut not_enforced = Vec::new();
+        match sandbox {
+            Some(sandbox) => {
+                enforced.extend([
+                    "each browser runs in a bubblewrap sandbox of its own: user, mount, PID, \
+                     IPC, UTS, cgroup and network namespaces"
+                        .to_owned(),
+                    format!(
+                        "browsers run as an unprivileged user ({}), never as the host's root, \
+                         with Chromium's own sandbox on",
+                        match sandbox.user() {
+                            Some(user) => format!("host uid {}", user.uid),
+                            None => "this service's user".to_owned(),
+                        }
+                    ),
+                    "a browser sees read-only system directories and its own home, /tmp, \
+                     /dev/shm and run directory: not the data directory, other browsers or \
+                     the host's files and processes"
+                        .to_owned(),
+                    "a browser's only way out is its egress proxy outside the sandbox: \
+                     loopback, link-local (cloud metadata) and private addresses are refused \
+                     (--egress-allow), network.allowed_hosts is applied, and a session's proxy \
+                     credentials never enter the VM"
+                        .to_owned(),
+                    "memory: a VM whose processes together use more than its `memory` ends \
+                     alone, with a reason"
+                        .to_owned(),
+                ]);
+                not_enforced.push(Unenforced {
+                    protection: "kernel-enforced memory, CPU weight and process count per \
+                                 browser (cgroup v2)"
+                        .into(),
+                    reason: if host.cgroup_v2_memory {
+                        "not applied by the local runtime yet; memory is measured by the agent \
+                         every 250 ms instead, so a faster burst can pass the limit briefly"
+                            .into()
+                    } else {
+                        "this host has no cgroup v2 memory controller (hybrid or v1 hierarchy); \
+                         memory is measured by the agent every 250 ms instead, so a faster \
+                         burst can pass the limit briefly"
+                            .into()
+                    },
+                });
+            }
+            None => not_enforced.push(Unenforced {
                 protection: "browser sandbox".into(),
-                reason: "the local runtime starts browsers as this service's user in the host's \
-                     filesystem, process and network namespaces (Chromium with --no-sandbox when \
-                     that user is root): a page can read files that user can read, reach \
-                     loopback services and the cloud metadata address"
+                reason: "started with --isolation none (development only): browsers run as \
+                         this service's user in the host's filesystem, process and network \
+                         namespaces (Chromium with --no-sandbox when that user is root); a page \
+                         can read files that user can read and reach loopback services"
                     .into(),
-            },
-            Unenforced {
-                protection: "memory and process limits per browser".into(),
-                reason: if host.cgroup_v2_memory {
-                    "not applied by the local runtime yet".into()
-                } else {
-                    "this host has no cgroup v2 memory controller (hybrid or v1 hierarchy)".into()
-                },
-            },
-        ];
+            }),
+        }
+        enforced.extend(
+            [
+                "agents listen only on a Unix socket (0600) in their browser's directory",
+                "the data directory is private to the service's user (its files 0600)",
+                "custom proxies cannot point inside this host or its networks (--egress-allow)",
+                "a pool browser's next lessee gets no file, profile or DevTools URL of the \
+                 previous one (the extensions stay, and the filesystem API cannot change them)",
+                "the filesystem API stays inside each browser's root and leaves no link out of it",
+            ]
+            .map(str::to_owned),
+        );
         Self {
-            sandboxed: false,
+            sandboxed: sandbox.is_some(),
             enforced,
             not_enforced,
             host,

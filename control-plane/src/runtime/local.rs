@@ -3,9 +3,13 @@
 //! log, its pid and the address it listens on. Agents run in their own process group so
 //! that stopping or crashing the control plane does not take live browsers down.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,9 +20,11 @@ use nix::unistd::Pid;
 use tokio::sync::watch;
 
 use super::isolation::{HostCapabilities, IsolationReport};
-use super::processes::{group_members_mentioning, is_agent_for, is_running};
+use super::processes::{group_members_mentioning, is_agent_for, is_running, process_group};
+use super::sandbox::{self, Sandbox};
 use super::{LaunchSpec, Runtime, RuntimeError};
 use crate::agent::{AgentClient, UNIX_ENDPOINT_PREFIX};
+use crate::egress::{EgressPolicy, EgressServer, HostAllowlist, VmEgress};
 use crate::ids;
 use crate::store::AgentLocation;
 
@@ -33,6 +39,10 @@ pub struct LocalRuntimeConfig {
     /// An agent shuts itself down after this long without hearing from a control plane.
     pub agent_idle_grace: Duration,
     pub zip_limits: ZipLimits,
+    /// Where browsers run: in a sandbox each, or (development only) on the host.
+    pub sandbox: Option<Sandbox>,
+    /// What VMs may reach besides public addresses.
+    pub egress: EgressPolicy,
 }
 
 /// Limits on archives extracted by `upload_zip`, enforced by the agent.
@@ -46,6 +56,8 @@ pub struct ZipLimits {
 pub struct LocalRuntime {
     config: LocalRuntimeConfig,
     isolation: IsolationReport,
+    /// Each live VM's egress proxy, by session id.
+    egress_servers: Mutex<HashMap<String, EgressServer>>,
 }
 
 const ADDRESS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,22 +65,37 @@ const READY_TIMEOUT: Duration = Duration::from_secs(45);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a live agent's process is checked: a dead agent's session ends within this.
 const EXIT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// The VM's `/` (`/home/kernel` inside the sandbox).
 const ROOT_DIR: &str = "root";
-/// Beside the root, not in it: uploads wait here before extraction.
+/// Beside the root, the VM's run directory (`/run/vm` inside), with what follows.
+const RUN_DIR: &str = "run";
+/// Uploads wait here before extraction.
 const SCRATCH_DIR: &str = "scratch";
-const PID_FILE: &str = "agent.pid";
+/// Where the agent writes screen recordings.
+const RECORDINGS_DIR: &str = "recordings";
+/// Archives the VM starts from (extensions, the profile), copied from the blob store.
+const INPUTS_DIR: &str = "inputs";
+const PROFILE_FILE: &str = "profile.zip";
+/// Chromium's managed policies (`chrome_policy`).
+const POLICIES_DIR: &str = "policies";
 const ADDR_FILE: &str = "agent.addr";
 /// The agent's gRPC socket.
 const SOCKET_FILE: &str = "agent.sock";
+/// The egress proxy's socket: the VM's only way out.
+const EGRESS_SOCKET: &str = "egress.sock";
+/// Why the VM ended itself, when it did (memory limit).
+const EXIT_REASON_FILE: &str = "exit-reason";
+/// On the host only, beside the run directory.
+const PID_FILE: &str = "agent.pid";
 const LOG_FILE: &str = "agent.log";
-/// Beside the root: where the agent writes screen recordings.
-const RECORDINGS_DIR: &str = "recordings";
 
 impl LocalRuntime {
     pub fn new(config: LocalRuntimeConfig) -> Self {
+        let isolation = IsolationReport::local(HostCapabilities::detect(), config.sandbox.as_ref());
         Self {
             config,
-            isolation: IsolationReport::local(HostCapabilities::detect()),
+            isolation,
+            egress_servers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -76,49 +103,153 @@ impl LocalRuntime {
         self.config.browsers_dir.join(session_id)
     }
 
+    /// The agent's directories as the agent names them: inside the sandbox, or on the host.
+    fn agent_paths(&self, dir: &Path) -> (PathBuf, PathBuf) {
+        match &self.config.sandbox {
+            Some(_) => (
+                PathBuf::from(sandbox::VM_HOME),
+                PathBuf::from(sandbox::VM_RUN),
+            ),
+            None => (dir.join(ROOT_DIR), dir.join(RUN_DIR)),
+        }
+    }
+
+    /// Creates the VM's directories, owned by the VM's user; copies the archives it
+    /// starts from into its run directory (it cannot read the data directory).
+    fn prepare_dirs(
+        &self,
+        spec: &LaunchSpec,
+        dir: &Path,
+    ) -> std::io::Result<Vec<(String, String)>> {
+        let (root, run) = (dir.join(ROOT_DIR), dir.join(RUN_DIR));
+        for sub in [&root, &run] {
+            std::fs::create_dir_all(sub)?;
+        }
+        for sub in [SCRATCH_DIR, RECORDINGS_DIR, INPUTS_DIR, POLICIES_DIR] {
+            std::fs::create_dir_all(run.join(sub))?;
+        }
+        let mut inputs = Vec::new();
+        for (index, (name, archive)) in spec.extensions.iter().enumerate() {
+            let file = format!("extension-{index}.zip");
+            std::fs::copy(archive, run.join(INPUTS_DIR).join(&file))?;
+            inputs.push((name.clone(), file));
+        }
+        if let Some(archive) = &spec.profile_archive {
+            std::fs::copy(archive, run.join(INPUTS_DIR).join(PROFILE_FILE))?;
+        }
+        if let Some(policy) = &spec.chrome_policy {
+            std::fs::write(
+                run.join(POLICIES_DIR).join("policy.json"),
+                policy.to_string(),
+            )?;
+        }
+        // The browser's directory: traversable, so the VM's user can mount its parts.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
+        // Inside, the VM's `/` and run directory read as usual (our umask is private).
+        for path in walk(&run)?.into_iter().chain([root.clone()]) {
+            let mode = if path.is_dir() { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+            if let Some(user) = self.config.sandbox.as_ref().and_then(Sandbox::user) {
+                std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
+            }
+        }
+        Ok(inputs)
+    }
+
     async fn spawn_agent(
         &self,
         spec: &LaunchSpec,
         dir: &Path,
     ) -> Result<(AgentLocation, watch::Receiver<Option<String>>), RuntimeError> {
-        let root = dir.join(ROOT_DIR);
-        std::fs::create_dir_all(&root)?;
-        // The VM's `/` reads as usual (our umask keeps the browser's directory private).
-        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-        let log = std::fs::File::create(dir.join(LOG_FILE))?;
+        let inputs = self.prepare_dirs(spec, dir)?;
+        let (root, run) = (dir.join(ROOT_DIR), dir.join(RUN_DIR));
+        let owner = self
+            .config
+            .sandbox
+            .as_ref()
+            .and_then(Sandbox::user)
+            .map(|user| (user.uid, user.gid));
+        let egress = EgressServer::start(
+            &run.join(EGRESS_SOCKET),
+            owner,
+            self.config.egress.clone(),
+            spec.egress.clone(),
+        )?;
+        let (agent_root, agent_run) = self.agent_paths(dir);
         let secret = ids::new_secret(43);
-        let mut command = tokio::process::Command::new(&self.config.agent_binary);
+        let mut args: Vec<OsString> = Vec::new();
+        // Option and value apart: the value (the VM root) identifies the agent's process.
+        let mut arg = |name: &str, value: &dyn AsRef<std::ffi::OsStr>| {
+            args.push(format!("--{name}").into());
+            args.push(value.as_ref().to_owned());
+        };
+        arg("vm-root", &agent_root);
+        // A socket in the browser's directory, not a loopback port: pages (and anything
+        // else on this host's network) cannot reach the agent.
+        arg("listen-socket", &agent_run.join(SOCKET_FILE));
+        arg("addr-file", &agent_run.join(ADDR_FILE));
+        arg("scratch-dir", &agent_run.join(SCRATCH_DIR));
+        arg("recordings-dir", &agent_run.join(RECORDINGS_DIR));
+        arg("egress-socket", &agent_run.join(EGRESS_SOCKET));
+        arg("exit-reason-file", &agent_run.join(EXIT_REASON_FILE));
+        arg("width", &spec.width.to_string());
+        arg("height", &spec.height.to_string());
+        arg(
+            "idle-grace-seconds",
+            &self.config.agent_idle_grace.as_secs().max(1).to_string(),
+        );
+        arg(
+            "memory-limit-bytes",
+            &spec.memory_limit_bytes.unwrap_or(0).to_string(),
+        );
+        arg(
+            "zip-max-entries",
+            &self.config.zip_limits.max_entries.to_string(),
+        );
+        arg(
+            "zip-max-expanded-bytes",
+            &self.config.zip_limits.max_expanded_bytes.to_string(),
+        );
+        arg(
+            "zip-max-ratio",
+            &self.config.zip_limits.max_ratio.to_string(),
+        );
+        for (name, file) in &inputs {
+            let mut value = OsString::from(format!("{name}="));
+            value.push(agent_run.join(INPUTS_DIR).join(file));
+            arg("extension", &value);
+        }
+        if spec.profile_archive.is_some() {
+            arg(
+                "profile-archive",
+                &agent_run.join(INPUTS_DIR).join(PROFILE_FILE),
+            );
+        }
+        for (flag, on) in [
+            ("headless", spec.headless),
+            ("kiosk", spec.kiosk),
+            ("stealth", spec.stealth),
+        ] {
+            if on {
+                args.push(format!("--{flag}").into());
+            }
+        }
+        let log = std::fs::File::create(dir.join(LOG_FILE))?;
+        let (mut command, info) = match &self.config.sandbox {
+            Some(sandbox) => {
+                let (info_read, info_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                    .map_err(std::io::Error::from)?;
+                let command =
+                    sandbox.command(&self.config.agent_binary, args, &root, &run, &info_write);
+                (command, Some((info_read, info_write)))
+            }
+            None => {
+                let mut command = tokio::process::Command::new(&self.config.agent_binary);
+                command.args(args);
+                (command, None)
+            }
+        };
         command
-            .arg("--vm-root")
-            .arg(&root)
-            // A socket in the browser's directory, not a loopback port: pages (and anything
-            // else on this host's network) cannot reach the agent.
-            .arg("--listen-socket")
-            .arg(dir.join(SOCKET_FILE))
-            .arg("--addr-file")
-            .arg(dir.join(ADDR_FILE))
-            .arg(format!("--width={}", spec.width))
-            .arg(format!("--height={}", spec.height))
-            .arg(format!(
-                "--idle-grace-seconds={}",
-                self.config.agent_idle_grace.as_secs().max(1)
-            ))
-            .arg("--scratch-dir")
-            .arg(dir.join(SCRATCH_DIR))
-            .arg("--recordings-dir")
-            .arg(dir.join(RECORDINGS_DIR))
-            .arg(format!(
-                "--zip-max-entries={}",
-                self.config.zip_limits.max_entries
-            ))
-            .arg(format!(
-                "--zip-max-expanded-bytes={}",
-                self.config.zip_limits.max_expanded_bytes
-            ))
-            .arg(format!(
-                "--zip-max-ratio={}",
-                self.config.zip_limits.max_ratio
-            ))
             .env("BROWSER_AGENT_SECRET", &secret)
             .env("BROWSER_AGENT_CHROMIUM", &self.config.chromium)
             .env("BROWSER_AGENT_XVFB", &self.config.xvfb)
@@ -129,51 +260,33 @@ impl LocalRuntime {
             // Detached from our process group: a Ctrl-C or crash of the control plane
             // must not reach live browsers.
             .process_group(0);
-        if spec.headless {
-            command.arg("--headless");
-        }
-        for (name, archive) in &spec.extensions {
-            command
-                .arg("--extension")
-                .arg(format!("{name}={}", archive.display()));
-        }
-        if spec.kiosk {
-            command.arg("--kiosk");
-        }
-        if let Some(archive) = &spec.profile_archive {
-            command.arg("--profile-archive").arg(archive);
-        }
-        if let Some(proxy) = &spec.proxy {
-            command.arg(format!("--proxy-upstream={}", proxy.address));
-            // Credentials in the environment: the process list shows arguments.
-            if let Some(username) = &proxy.username {
-                command.env("BROWSER_AGENT_PROXY_USERNAME", username);
-            }
-            if let Some(password) = &proxy.password {
-                command.env("BROWSER_AGENT_PROXY_PASSWORD", password);
-            }
-            for host in &proxy.bypass_hosts {
-                command.arg(format!("--proxy-bypass={host}"));
-            }
-        }
-        if spec.stealth {
-            command.arg("--stealth");
-        }
         let mut child = command.spawn().map_err(|error| {
-            RuntimeError::LaunchFailed(format!(
-                "starting {} failed: {error}",
-                self.config.agent_binary.display()
-            ))
+            RuntimeError::LaunchFailed(format!("starting the browser agent failed: {error}"))
         })?;
-        let pid = child.id().map(i64::from);
-        if let Some(pid) = pid
-            && let Err(error) = std::fs::write(dir.join(PID_FILE), pid.to_string())
-        {
-            // Without its pid on record the agent could not be found again: stop it now
-            // (its Xvfb and Chromium die with it).
+        // The process that stands for the VM: the sandbox's PID 1 (all of the VM dies
+        // with it), or the agent itself.
+        let pid = match info {
+            Some((info_read, info_write)) => {
+                drop(info_write);
+                sandbox_pid(info_read).await
+            }
+            None => child.id().map(i64::from),
+        };
+        let recorded = match pid {
+            Some(pid) => std::fs::write(dir.join(PID_FILE), pid.to_string()),
+            None => Err(std::io::Error::other(format!(
+                "the sandbox did not start: {}",
+                log_tail(dir)
+            ))),
+        };
+        if let Err(error) = recorded {
+            // Without its pid on record the VM could not be found again: stop it now.
             let _ = child.start_kill();
             let _ = child.wait().await;
             return Err(error.into());
+        }
+        if let Ok(mut servers) = self.egress_servers.lock() {
+            servers.insert(spec.session_id.clone(), egress);
         }
         // While we are its parent, reap the agent when it exits, and tell the launcher.
         let (exited_tx, exited) = watch::channel(None);
@@ -198,14 +311,17 @@ impl LocalRuntime {
         dir: &Path,
         exited: &watch::Receiver<Option<String>>,
     ) -> Result<String, RuntimeError> {
-        let addr_file = dir.join(ADDR_FILE);
+        let addr_file = dir.join(RUN_DIR).join(ADDR_FILE);
         let deadline = tokio::time::Instant::now() + ADDRESS_TIMEOUT;
         loop {
             if let Ok(address) = std::fs::read_to_string(&addr_file) {
                 let address = address.trim();
-                // `unix:<path>` is an endpoint as it is; a TCP address needs its scheme.
+                // The agent names its socket as it sees it; we reach it on the host.
                 return Ok(if address.starts_with(UNIX_ENDPOINT_PREFIX) {
-                    address.to_owned()
+                    format!(
+                        "{UNIX_ENDPOINT_PREFIX}{}",
+                        dir.join(RUN_DIR).join(SOCKET_FILE).display()
+                    )
                 } else {
                     format!("http://{address}")
                 });
@@ -224,6 +340,34 @@ impl LocalRuntime {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
+}
+
+/// The host pid of a sandbox's PID 1, which bubblewrap reports once it exists (`None` if
+/// the sandbox failed first).
+async fn sandbox_pid(info: OwnedFd) -> Option<i64> {
+    let mut text = String::new();
+    let mut info = tokio::fs::File::from(std::fs::File::from(info));
+    let read = tokio::io::AsyncReadExt::read_to_string(&mut info, &mut text);
+    tokio::time::timeout(ADDRESS_TIMEOUT, read)
+        .await
+        .ok()?
+        .ok()?;
+    sandbox::child_pid(&text)
+}
+
+/// `dir` and everything under it.
+fn walk(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = vec![dir.to_path_buf()];
+    let mut index = 0;
+    while index < found.len() {
+        if found[index].is_dir() && !found[index].is_symlink() {
+            for entry in std::fs::read_dir(&found[index])? {
+                found.push(entry?.path());
+            }
+        }
+        index += 1;
+    }
+    Ok(found)
 }
 
 /// The last lines of an agent's log, for launch errors.
@@ -270,6 +414,9 @@ impl Runtime for LocalRuntime {
     }
 
     async fn destroy(&self, session_id: &str, location: Option<&AgentLocation>) {
+        if let Ok(mut servers) = self.egress_servers.lock() {
+            servers.remove(session_id);
+        }
         let dir = self.browser_dir(session_id);
         let root = dir.join(ROOT_DIR);
         let pid = location.and_then(|l| l.pid).or_else(|| {
@@ -316,7 +463,10 @@ impl Runtime for LocalRuntime {
 
     fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<PathBuf> {
         // Finished, or else still recording (or cut short while finalizing).
-        let dir = self.browser_dir(session_id).join(RECORDINGS_DIR);
+        let dir = self
+            .browser_dir(session_id)
+            .join(RUN_DIR)
+            .join(RECORDINGS_DIR);
         [
             recording_files::finished(recording_id),
             recording_files::in_progress(recording_id),
@@ -328,6 +478,49 @@ impl Runtime for LocalRuntime {
 
     fn isolation(&self) -> IsolationReport {
         self.isolation.clone()
+    }
+
+    fn exit_reason(&self, session_id: &str) -> Option<String> {
+        let path = self
+            .browser_dir(session_id)
+            .join(RUN_DIR)
+            .join(EXIT_REASON_FILE);
+        let reason = std::fs::read_to_string(path).ok()?;
+        // Written by the VM: keep it short and printable.
+        let reason: String = reason
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(300)
+            .collect();
+        (!reason.is_empty()).then_some(reason)
+    }
+
+    fn reattach(&self, session_id: &str, egress: VmEgress) -> Result<(), RuntimeError> {
+        let run = self.browser_dir(session_id).join(RUN_DIR);
+        let owner = self
+            .config
+            .sandbox
+            .as_ref()
+            .and_then(Sandbox::user)
+            .map(|user| (user.uid, user.gid));
+        let server = EgressServer::start(
+            &run.join(EGRESS_SOCKET),
+            owner,
+            self.config.egress.clone(),
+            egress,
+        )?;
+        if let Ok(mut servers) = self.egress_servers.lock() {
+            servers.insert(session_id.to_owned(), server);
+        }
+        Ok(())
+    }
+
+    fn set_allowed_hosts(&self, session_id: &str, allowed_hosts: Option<HostAllowlist>) {
+        if let Ok(servers) = self.egress_servers.lock()
+            && let Some(server) = servers.get(session_id)
+        {
+            server.set_allowed_hosts(allowed_hosts);
+        }
     }
 
     async fn reap_strays(&self, live_session_ids: &HashSet<String>) {
@@ -349,12 +542,16 @@ impl Runtime for LocalRuntime {
 /// SIGKILLed with its process group. The agent's own children die with it
 /// (parent-death signal).
 async fn stop_agent_process(pid: i64, root: &Path, shutdown_accepted: bool) {
-    let group = Pid::from_raw(pid as i32);
+    // The agent's group: the sandbox's PID 1 is in the group of the bubblewrap that
+    // started it, with the agent.
+    let group = Pid::from_raw(process_group(pid).unwrap_or(pid) as i32);
     let started = tokio::time::Instant::now();
     let mut terminated = false;
     while is_running(pid) && is_agent_for(pid, root) {
         let waited = started.elapsed();
         if waited > STOP_TIMEOUT {
+            // A sandbox's PID 1 takes every process of the VM with it.
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             let _ = killpg(group, Signal::SIGKILL);
             break;
         }
@@ -367,7 +564,7 @@ async fn stop_agent_process(pid: i64, root: &Path, shutdown_accepted: bool) {
     // A leader killed on its own leaves its group behind: a recording's encoder stays
     // (to finish its file on EOF), and is reaped here.
     if let Some(browser_dir) = root.parent() {
-        for member in group_members_mentioning(pid, browser_dir) {
+        for member in group_members_mentioning(i64::from(group.as_raw()), browser_dir) {
             let _ = nix::sys::signal::kill(Pid::from_raw(member as i32), Signal::SIGKILL);
         }
     }

@@ -5,6 +5,7 @@
 pub mod isolation;
 mod local;
 pub mod processes;
+pub mod sandbox;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -13,7 +14,9 @@ use async_trait::async_trait;
 
 pub use isolation::IsolationReport;
 pub use local::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
+pub use sandbox::Sandbox;
 
+use crate::egress::{HostAllowlist, VmEgress};
 use crate::store::AgentLocation;
 
 /// What a new browser VM must look like.
@@ -27,10 +30,14 @@ pub struct LaunchSpec {
     pub stealth: bool,
     /// Extensions to load from the start: (name, archive on this host).
     pub extensions: Vec<(String, std::path::PathBuf)>,
-    /// Send all of the browser's traffic through this proxy.
-    pub proxy: Option<crate::proxies::ProxyRoute>,
+    /// What the browser's traffic may reach, and through which proxy.
+    pub egress: VmEgress,
     /// The stored profile (ZIP of user data) Chromium starts from.
     pub profile_archive: Option<PathBuf>,
+    /// The VM ends when it uses more memory than this.
+    pub memory_limit_bytes: Option<u64>,
+    /// Chromium enterprise policies for this browser (a JSON object).
+    pub chrome_policy: Option<serde_json::Value>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,4 +77,21 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// What keeps this runtime's browser VMs apart from the host and each other.
     fn isolation(&self) -> IsolationReport;
+
+    /// Why the VM ended itself (past its memory limit), once its agent is gone.
+    fn exit_reason(&self, session_id: &str) -> Option<String> {
+        let _ = session_id;
+        None
+    }
+
+    /// Serves a live VM adopted after a restart: its egress again.
+    fn reattach(&self, session_id: &str, egress: VmEgress) -> Result<(), RuntimeError> {
+        let _ = (session_id, egress);
+        Ok(())
+    }
+
+    /// Replaces a live VM's `allowed_hosts`, for connections opened from now on.
+    fn set_allowed_hosts(&self, session_id: &str, allowed_hosts: Option<HostAllowlist>) {
+        let _ = (session_id, allowed_hosts);
+    }
 }

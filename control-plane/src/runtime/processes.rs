@@ -14,8 +14,8 @@ pub fn is_running(pid: i64) -> bool {
     !matches!(state, None | Some('Z') | Some('X'))
 }
 
-/// Whether `pid` is a browser agent serving `vm_root`: guards against signalling an
-/// unrelated process that reused a recorded pid.
+/// Whether `pid` is a browser agent serving `vm_root`, or the sandbox holding it: guards
+/// against signalling an unrelated process that reused a recorded pid.
 pub fn is_agent_for(pid: i64, vm_root: &Path) -> bool {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
@@ -24,8 +24,20 @@ pub fn is_agent_for(pid: i64, vm_root: &Path) -> bool {
     let root = vm_root.as_os_str().as_encoded_bytes();
     let is_agent = arguments
         .first()
-        .is_some_and(|program| program.ends_with(b"browser-agent"));
+        .is_some_and(|program| program.ends_with(b"browser-agent") || program.ends_with(b"bwrap"));
     is_agent && arguments.contains(&root)
+}
+
+/// The process group of `pid`.
+pub fn process_group(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name: state, ppid, pgrp.
+    stat.rsplit_once(") ")?
+        .1
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
 }
 
 /// Live members of process group `group` whose command line mentions `path`: what is
@@ -40,14 +52,7 @@ pub fn group_members_mentioning(group: i64, path: &Path) -> Vec<i64> {
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i64>().ok())
         .filter(|&pid| {
-            let in_group = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    // After the command name: state, ppid, pgrp.
-                    let (_, rest) = stat.rsplit_once(") ")?;
-                    rest.split_whitespace().nth(2)?.parse::<i64>().ok()
-                })
-                == Some(group);
+            let in_group = process_group(pid) == Some(group);
             in_group
                 && is_running(pid)
                 && std::fs::read(format!("/proc/{pid}/cmdline"))

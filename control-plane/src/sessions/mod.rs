@@ -13,13 +13,13 @@ use browser_agent_proto::v1::DevtoolsState;
 use chrono::Utc;
 
 pub use spec::{
-    BrowserConfig, BrowserSpec, LibraryExtension, MAX_EXTENSIONS, ProfileReference,
+    BrowserConfig, BrowserSpec, LibraryExtension, MAX_EXTENSIONS, NetworkConfig, ProfileReference,
     ResourceReference, Viewport,
 };
 
 use crate::agent::{AgentClient, AgentClients};
 use crate::blobs::BlobStore;
-use crate::egress::EgressPolicy;
+use crate::egress::{EgressPolicy, HostAllowlist, VmEgress};
 use crate::error::{ServiceError, ServiceResult, run_to_completion};
 use crate::ids;
 use crate::profiles::Profiles;
@@ -147,6 +147,7 @@ impl Sessions {
             proxy_id: new.proxy.as_ref().map(|(id, _)| id.clone()),
             pool_lease: new.pool_id.as_ref().map(|_| PoolLease::Idle),
             pool_lease_id: None,
+            vm_settings: new.vm_settings(),
             pool_id: new.pool_id.clone(),
             profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
         };
@@ -206,7 +207,12 @@ impl Sessions {
         let (extensions, proxy) = (new.extensions, new.proxy.map(|(_, route)| route));
         let profile_archive = new.profile.and_then(|(_, archive)| archive);
         let spec = LaunchSpec {
-            proxy,
+            egress: VmEgress {
+                upstream: proxy,
+                allowed_hosts: new.allowed_hosts,
+            },
+            memory_limit_bytes: Some(new.memory.1),
+            chrome_policy: new.chrome_policy.map(serde_json::Value::Object),
             profile_archive,
             session_id: record.id.clone(),
             headless: record.headless,
@@ -429,7 +435,11 @@ impl Sessions {
         let this = self.clone();
         tokio::spawn(async move {
             this.runtime.wait_for_exit(&location).await;
-            if let Err(error) = this.end(&session, "browser agent exited").await {
+            let reason = this
+                .runtime
+                .exit_reason(&session.id)
+                .unwrap_or_else(|| "browser agent exited".to_owned());
+            if let Err(error) = this.end(&session, &reason).await {
                 tracing::warn!(session_id = %session.id, %error, "could not end a session whose agent exited");
             }
         });
@@ -558,6 +568,37 @@ impl Sessions {
         }
     }
 
+    /// Serves an adopted VM's egress again; false if it cannot be (its proxy is gone).
+    async fn reattach(&self, session: &SessionRecord) -> bool {
+        let upstream = match &session.proxy_id {
+            Some(proxy_id) => match self.resolve_proxy(&session.org_id, proxy_id).await {
+                Ok(route) => Some(route),
+                Err(error) => {
+                    tracing::warn!(session_id = %session.id, %error, "the session's proxy is gone");
+                    return false;
+                }
+            },
+            None => None,
+        };
+        // Checked when the session was created.
+        let allowed_hosts = session
+            .vm_settings
+            .allowed_hosts
+            .as_deref()
+            .and_then(|hosts| HostAllowlist::parse(hosts).ok());
+        let egress = VmEgress {
+            upstream,
+            allowed_hosts,
+        };
+        match self.runtime.reattach(&session.id, egress) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(session_id = %session.id, %error, "could not serve the VM's egress");
+                false
+            }
+        }
+    }
+
     /// After a (re)start: adopts sessions whose agent still answers, ends the others, and
     /// reaps browsers that no live session owns. Assumes one control plane per store:
     /// with several replicas, `starting` sessions of another replica would be ended here
@@ -573,6 +614,7 @@ impl Sessions {
                 // A launch that the previous process did not finish.
                 _ => false,
             };
+            let alive = alive && self.reattach(&session).await;
             if alive {
                 tracing::info!(session_id = %session.id, "re-adopted running browser session");
                 self.touch(&session.id);

@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::Sessions;
+use crate::egress::HostAllowlist;
 use crate::error::{ServiceError, ServiceResult};
 use crate::proxies::{self, ProxyRoute};
-use crate::store::SessionProfile;
+use crate::store::{SessionProfile, VmSettings};
 
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 60;
 pub const MIN_TIMEOUT_SECONDS: i64 = 10;
@@ -45,7 +46,57 @@ pub struct BrowserConfig {
     pub proxy_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<ProfileReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkConfig>,
+    /// `1GiB` … `16GiB`: the VM ends past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Chromium enterprise policies for this browser.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
 }
+
+/// `network` of a browser or pool, as the SDK sends it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// The only destinations the browser may reach (hostnames, `*.` wildcards, public IP
+    /// addresses and CIDR ranges); others are refused with 403 and
+    /// `X-Kernel-Proxy-Error: network_policy_denied`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Not supported by this server (a 400 names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_hosts: Option<Vec<String>>,
+    /// Not supported by this server (a 400 names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub proxy_routes: Option<Vec<serde_json::Value>>,
+}
+
+/// The memory sizes the SDK offers, and their bytes.
+pub const MEMORY_SIZES: [(&str, u64); 7] = [
+    ("1GiB", 1 << 30),
+    ("2GiB", 2 << 30),
+    ("4GiB", 4 << 30),
+    ("6GiB", 6 << 30),
+    ("8GiB", 8 << 30),
+    ("12GiB", 12 << 30),
+    ("16GiB", 16 << 30),
+];
+/// As the SDK documents: headless browsers get 1GiB, headful ones 8GiB.
+const DEFAULT_MEMORY: (&str, &str) = ("1GiB", "8GiB");
+/// Largest `chrome_policy`, serialized.
+const MAX_CHROME_POLICY_BYTES: usize = 64 * 1024;
+/// Policies this server manages itself (proxy, extensions, DevTools): a browser's
+/// `chrome_policy` may not set them, as the SDK documents.
+const MANAGED_POLICY_PREFIXES: [&str; 5] = [
+    "Proxy",
+    "Extension",
+    "RemoteDebugging",
+    "DeveloperTools",
+    "CommandLineFlag",
+];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -110,6 +161,21 @@ pub struct BrowserSpec {
     pub pool_id: Option<String>,
     /// The profile to start from (and the archive of its stored state, if it has one).
     pub profile: Option<(SessionProfile, Option<PathBuf>)>,
+    pub allowed_hosts: Option<HostAllowlist>,
+    /// `memory` as given or defaulted (`8GiB`), and its bytes.
+    pub memory: (String, u64),
+    pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl BrowserSpec {
+    /// What the session record keeps of the VM's settings.
+    pub fn vm_settings(&self) -> VmSettings {
+        VmSettings {
+            allowed_hosts: self.allowed_hosts.as_ref().map(|a| a.hosts().to_vec()),
+            memory: Some(self.memory.0.clone()),
+            chrome_policy: self.chrome_policy.clone(),
+        }
+    }
 }
 
 /// An extension of the organization's library, resolved for loading.
@@ -196,12 +262,54 @@ fn validate(
             }
         }
     };
+    let network = config.network.clone().unwrap_or_default();
+    if network.private_hosts.is_some() {
+        problems.push("network.private_hosts is not supported by this server".into());
+    }
+    if network.proxy_routes.is_some() {
+        problems.push("network.proxy_routes is not supported by this server (use proxy_id)".into());
+    }
+    let allowed_hosts = match network.allowed_hosts.as_deref().map(HostAllowlist::parse) {
+        Some(Err(problem)) => {
+            problems.push(format!("network.{problem}"));
+            None
+        }
+        Some(Ok(allowed)) => Some(allowed),
+        None => None,
+    };
+    let headless = config.headless.unwrap_or(false);
+    let memory = config.memory.clone().unwrap_or_else(|| {
+        let (headless_default, headful_default) = DEFAULT_MEMORY;
+        (if headless {
+            headless_default
+        } else {
+            headful_default
+        })
+        .to_owned()
+    });
+    let memory_bytes = match MEMORY_SIZES.iter().find(|(name, _)| *name == memory) {
+        Some((_, bytes)) => *bytes,
+        None => {
+            let sizes: Vec<&str> = MEMORY_SIZES.iter().map(|(name, _)| *name).collect();
+            problems.push(format!(
+                "memory must be one of {}, got {memory:?}",
+                sizes.join(", ")
+            ));
+            0
+        }
+    };
+    if let Some(policy) = &config.chrome_policy {
+        problems.extend(chrome_policy_problems(policy));
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
     let spec = BrowserSpec {
+        allowed_hosts,
+        memory: (memory, memory_bytes),
+        chrome_policy: config.chrome_policy.clone(),
         persistent_id: persistent_id.map(str::to_owned),
-        headless: config.headless.unwrap_or(false),
+        headless,
         stealth: config.stealth.unwrap_or(false),
         kiosk_mode: config.kiosk_mode.unwrap_or(false),
         timeout_seconds,
@@ -221,6 +329,32 @@ fn validate(
     Ok((spec, references))
 }
 
+/// What is wrong with a `chrome_policy`: names must be policy names, and the policies
+/// this server manages itself are not the caller's.
+fn chrome_policy_problems(policy: &serde_json::Map<String, serde_json::Value>) -> Vec<String> {
+    let mut problems = Vec::new();
+    if serde_json::to_vec(policy).map_or(0, |bytes| bytes.len()) > MAX_CHROME_POLICY_BYTES {
+        problems.push(format!(
+            "chrome_policy: at most {} KiB",
+            MAX_CHROME_POLICY_BYTES / 1024
+        ));
+    }
+    for name in policy.keys() {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
+            problems.push(format!("chrome_policy: {name:?} is not a policy name"));
+        } else if MANAGED_POLICY_PREFIXES
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+        {
+            problems.push(format!(
+                "chrome_policy.{name}: managed by this server (proxy, extensions and DevTools \
+                 policies cannot be set)"
+            ));
+        }
+    }
+    problems
+}
+
 impl Sessions {
     /// The configuration validated (all problems at once, plus `more_problems` the caller
     /// found in fields of its own) and resolved: extensions, proxy and profile must be
@@ -232,6 +366,14 @@ impl Sessions {
         persistent_id: Option<&str>,
         more_problems: Vec<String>,
     ) -> ServiceResult<BrowserSpec> {
+        let mut more_problems = more_problems;
+        if config.chrome_policy.is_some() && !self.runtime.isolation().sandboxed {
+            more_problems.push(
+                "chrome_policy needs browsers in sandboxes of their own (this server runs \
+                 with --isolation none)"
+                    .into(),
+            );
+        }
         let (mut spec, references) = match validate(config, persistent_id) {
             Ok(valid) if more_problems.is_empty() => valid,
             Ok(_) => return Err(ServiceError::Invalid(more_problems)),
@@ -264,7 +406,11 @@ impl Sessions {
     }
 
     /// Where the organization's (not deleted) proxy sends traffic.
-    async fn resolve_proxy(&self, org_id: &str, proxy_id: &str) -> ServiceResult<ProxyRoute> {
+    pub(super) async fn resolve_proxy(
+        &self,
+        org_id: &str,
+        proxy_id: &str,
+    ) -> ServiceResult<ProxyRoute> {
         let proxy = self.store.proxy(org_id, proxy_id).await?.ok_or_else(|| {
             ServiceError::invalid(format!("proxy_id: proxy {proxy_id} not found"))
         })?;
@@ -314,6 +460,13 @@ mod tests {
     #[test]
     fn defaults_follow_the_sdk_documentation() {
         let (spec, _) = validate(&BrowserConfig::default(), None).expect("defaults are valid");
+        assert_eq!(spec.memory, ("8GiB".to_owned(), 8 << 30));
+        let headless = BrowserConfig {
+            headless: Some(true),
+            ..Default::default()
+        };
+        let (spec_headless, _) = validate(&headless, None).expect("valid");
+        assert_eq!(spec_headless.memory.0, "1GiB");
         assert_eq!(spec.timeout_seconds, 60);
         assert_eq!((spec.viewport_width, spec.viewport_height), (1920, 1080));
         assert!(!spec.headless);
@@ -337,6 +490,30 @@ mod tests {
         assert!(problems[0].starts_with("timeout_seconds"));
         assert!(problems[1].starts_with("viewport.width"));
         assert!(problems[2].starts_with("viewport.height"));
+    }
+
+    #[test]
+    fn vm_settings_are_checked() {
+        let config: BrowserConfig = serde_json::from_value(serde_json::json!({
+            "memory": "3GiB",
+            "network": {"allowed_hosts": ["127.0.0.1"], "private_hosts": ["a.internal"]},
+            "chrome_policy": {"ProxyMode": "direct", "bad name": 1, "URLBlocklist": ["x"]},
+        }))
+        .expect("parses");
+        let Err(problems) = validate(&config, None) else {
+            panic!("expected a validation error");
+        };
+        let text = problems.join("\n");
+        for needle in [
+            "network.private_hosts is not supported",
+            "network.allowed_hosts[0]",
+            "memory must be one of",
+            "chrome_policy.ProxyMode",
+            "\"bad name\" is not a policy name",
+        ] {
+            assert!(text.contains(needle), "{needle} not in {text}");
+        }
+        assert!(!text.contains("URLBlocklist"));
     }
 
     #[test]

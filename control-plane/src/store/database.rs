@@ -16,7 +16,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 6] = [
+const MIGRATIONS: [(&str, &str); 7] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -40,6 +40,10 @@ const MIGRATIONS: [(&str, &str); 6] = [
     (
         "V6__pool_lease_ids",
         include_str!("../../migrations/V6__pool_lease_ids.sql"),
+    ),
+    (
+        "V7__vm_settings",
+        include_str!("../../migrations/V7__vm_settings.sql"),
     ),
 ];
 

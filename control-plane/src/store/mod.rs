@@ -108,6 +108,20 @@ pub struct SessionRecord {
     pub pool_lease_id: Option<String>,
     /// The profile the browser started with.
     pub profile: Option<SessionProfile>,
+    pub vm_settings: VmSettings,
+}
+
+/// What a browser VM was created with beyond its launch options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VmSettings {
+    /// `network.allowed_hosts`, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `memory`, such as `1GiB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -136,7 +136,7 @@ impl EgressPolicy {
 }
 
 /// `host:port` or `[v6]:port` → (host without brackets, port).
-fn split_host_port(text: &str) -> Option<(&str, u16)> {
+pub(super) fn split_host_port(text: &str) -> Option<(&str, u16)> {
     let (host, port) = text.rsplit_once(':')?;
     let host = host
         .strip_prefix('[')
@@ -146,14 +146,14 @@ fn split_host_port(text: &str) -> Option<(&str, u16)> {
 }
 
 /// IPv4-mapped IPv6 addresses (`::ffff:127.0.0.1`) are judged as the IPv4 address.
-fn canonical(address: IpAddr) -> IpAddr {
+pub(super) fn canonical(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
         v4 => v4,
     }
 }
 
-fn contains(network: IpAddr, prefix: u8, address: IpAddr) -> bool {
+pub(super) fn contains(network: IpAddr, prefix: u8, address: IpAddr) -> bool {
     match (network, address) {
         (IpAddr::V4(network), IpAddr::V4(address)) => {
             let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);

@@ -1,0 +1,121 @@
+//! The VM's memory limit where the host offers no cgroup to enforce it: every process of
+//! the VM (the agent and its descendants) is measured by its proportional set size, so
+//! memory shared between Chromium's processes counts once; past the limit the VM ends,
+//! saying why, and nothing outside it is touched.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Watches the VM's memory until `shutdown`; past `limit_bytes` writes the reason to
+/// `reason_file` (when given) and shuts the VM down.
+pub async fn enforce_limit(
+    limit_bytes: u64,
+    reason_file: Option<PathBuf>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let used = tokio::task::spawn_blocking(vm_pss_bytes).await.unwrap_or(0);
+        if used > limit_bytes {
+            let reason = format!(
+                "the browser used more memory than its limit ({} MiB > {} MiB)",
+                used >> 20,
+                limit_bytes >> 20
+            );
+            tracing::warn!(%reason, "ending the VM");
+            if let Some(file) = &reason_file
+                && let Err(error) = std::fs::write(file, &reason)
+            {
+                tracing::warn!(%error, "could not record why the VM ended");
+            }
+            shutdown.cancel();
+            return;
+        }
+    }
+}
+
+/// The proportional set size of this process and all its descendants, in bytes.
+pub fn vm_pss_bytes() -> u64 {
+    let own = std::process::id();
+    let parents: HashMap<u32, u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat
+                .rsplit_once(") ")?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    parents
+        .keys()
+        .filter(|&&pid| descends_from(pid, own, &parents))
+        .map(|pid| pss_bytes(*pid))
+        .sum()
+}
+
+fn descends_from(mut pid: u32, ancestor: u32, parents: &HashMap<u32, u32>) -> bool {
+    // Bounded: a pid table read while processes come and go may hold a cycle.
+    for _ in 0..64 {
+        if pid == ancestor {
+            return true;
+        }
+        match parents.get(&pid) {
+            Some(&parent) if parent != 0 => pid = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+fn pss_bytes(pid: u32) -> u64 {
+    let Ok(rollup) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
+        return 0;
+    };
+    rollup
+        .lines()
+        .find_map(|line| line.strip_prefix("Pss:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_this_process() {
+        // At least the test binary itself is resident.
+        assert!(vm_pss_bytes() > 1 << 20);
+    }
+
+    #[test]
+    fn follows_parent_links() {
+        let parents = HashMap::from([(5, 4), (4, 3), (3, 1), (7, 1)]);
+        assert!(descends_from(5, 3, &parents));
+        assert!(descends_from(3, 3, &parents));
+        assert!(!descends_from(7, 3, &parents));
+    }
+}

@@ -1,0 +1,397 @@
+//! The egress proxy of one browser VM. It listens on a Unix socket in the VM's run
+//! directory, the only path out of the VM's network namespace, and speaks HTTP-proxy:
+//! `CONNECT host:port` tunnels and plain `http://` requests. For each it checks the
+//! session's `allowed_hosts`, then either passes the request to the session's upstream
+//! proxy (adding its credentials, which never enter the VM) or connects directly to an
+//! address the operator's egress policy allows: the address judged is the one connected
+//! to, so DNS rebinding cannot slip past. Refusals answer 403 with
+//! `X-Kernel-Proxy-Error: network_policy_denied`.
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use base64::Engine;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
+
+use super::{EgressError, EgressPolicy, HostAllowlist};
+use crate::proxies::ProxyRoute;
+
+/// Where one VM's traffic may go and through which proxy.
+#[derive(Clone, Debug, Default)]
+pub struct VmEgress {
+    /// The session's proxy; hosts it bypasses go direct.
+    pub upstream: Option<ProxyRoute>,
+    /// `network.allowed_hosts`: when set, the only destinations.
+    pub allowed_hosts: Option<HostAllowlist>,
+}
+
+/// Largest request head accepted from the VM.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// The header naming why a request was refused, as the SDK documents it.
+const ERROR_HEADER: &str = "X-Kernel-Proxy-Error";
+const POLICY_DENIED: &str = "network_policy_denied";
+
+/// A running egress proxy; stops when dropped.
+pub struct EgressServer {
+    egress: Arc<RwLock<VmEgress>>,
+    shutdown: CancellationToken,
+}
+
+impl Drop for EgressServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl EgressServer {
+    /// Listens on `socket` (replacing a stale one), readable and writable by `owner`
+    /// only: the VM's user.
+    pub fn start(
+        socket: &Path,
+        owner: Option<(u32, u32)>,
+        policy: EgressPolicy,
+        egress: VmEgress,
+    ) -> std::io::Result<Self> {
+        match std::fs::remove_file(socket) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        let short = browser_agent_proto::unix_socket::short_path(socket)?;
+        let listener = UnixListener::bind(&short.path)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(socket, Some(uid), Some(gid))?;
+        }
+        std::fs::set_permissions(socket, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        let egress = Arc::new(RwLock::new(egress));
+        let shutdown = CancellationToken::new();
+        let (serving, stop) = (egress.clone(), shutdown.clone());
+        let policy = Arc::new(policy);
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    () = stop.cancelled() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                let Ok((client, _)) = accepted else { continue };
+                let egress = serving.read().map(|e| e.clone()).unwrap_or_default();
+                let (policy, stop) = (policy.clone(), stop.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = stop.cancelled() => {}
+                        result = handle(client, &policy, &egress) => if let Err(error) = result {
+                            tracing::debug!(%error, "egress connection ended with an error");
+                        },
+                    }
+                });
+            }
+        });
+        Ok(Self { egress, shutdown })
+    }
+
+    /// Applies to connections opened from now on.
+    pub fn set_allowed_hosts(&self, allowed_hosts: Option<HostAllowlist>) {
+        if let Ok(mut egress) = self.egress.write() {
+            egress.allowed_hosts = allowed_hosts;
+        }
+    }
+}
+
+/// A request as the VM's browser sent it to its proxy.
+struct ProxyRequest {
+    method: String,
+    /// CONNECT's `host:port`, or the absolute `http://` URL.
+    target: String,
+    headers: Vec<(String, Vec<u8>)>,
+    /// Without brackets.
+    host: String,
+    port: u16,
+    /// `/path?query` for plain requests.
+    origin_target: String,
+}
+
+impl ProxyRequest {
+    fn parse(head: &[u8]) -> Result<Self, String> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(head) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Ok(httparse::Status::Partial) => return Err("incomplete request head".into()),
+            Err(error) => return Err(format!("malformed request: {error}")),
+        }
+        let (Some(method), Some(target)) = (request.method, request.path) else {
+            return Err("malformed request line".into());
+        };
+        let tunnel = method.eq_ignore_ascii_case("CONNECT");
+        let uri: http::Uri = target
+            .parse()
+            .map_err(|_| format!("{target:?} is not a proxy request target"))?;
+        if !tunnel && uri.scheme_str() != Some("http") {
+            return Err("only CONNECT and absolute http:// requests are proxied".into());
+        }
+        let host = uri
+            .host()
+            .ok_or_else(|| format!("{target:?} names no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = match uri.port_u16() {
+            Some(port) => port,
+            None if !tunnel => 80,
+            None => return Err("CONNECT needs host:port".into()),
+        };
+        Ok(Self {
+            method: method.to_owned(),
+            target: target.to_owned(),
+            headers: request
+                .headers
+                .iter()
+                .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                .collect(),
+            host,
+            port,
+            origin_target: uri
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+        })
+    }
+
+    fn is_tunnel(&self) -> bool {
+        self.method.eq_ignore_ascii_case("CONNECT")
+    }
+
+    /// `host:port`, IPv6 in brackets.
+    fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The head sent on: to `target` (absolute for a proxy, origin-form for a server),
+    /// the VM's own proxy headers replaced by `authorization`, and plain requests made
+    /// single-use so that every request on the connection is one judged here.
+    fn outgoing_head(&self, target: &str, authorization: Option<&str>) -> Vec<u8> {
+        let tunnel = self.is_tunnel();
+        let mut out = format!("{} {target} HTTP/1.1\r\n", self.method).into_bytes();
+        for (name, value) in &self.headers {
+            let lower = name.to_ascii_lowercase();
+            let dropped = lower == "proxy-authorization"
+                || lower == "proxy-connection"
+                || (!tunnel && (lower == "connection" || lower == "keep-alive"));
+            if !dropped {
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        if let Some(authorization) = authorization {
+            out.extend_from_slice(format!("Proxy-Authorization: {authorization}\r\n").as_bytes());
+        }
+        if !tunnel {
+            out.extend_from_slice(b"Connection: close\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+}
+
+async fn handle(
+    mut client: UnixStream,
+    policy: &EgressPolicy,
+    egress: &VmEgress,
+) -> std::io::Result<()> {
+    let (head, rest) = read_head(&mut client).await?;
+    let request = match ProxyRequest::parse(&head) {
+        Ok(request) => request,
+        Err(reason) => return answer(&mut client, "400 Bad Request", None, &reason).await,
+    };
+    if let Some(allowed) = &egress.allowed_hosts
+        && !allowed.allows(&request.host)
+    {
+        let reason = format!(
+            "{} is not in this browser's network.allowed_hosts",
+            request.host
+        );
+        return answer(&mut client, "403 Forbidden", Some(POLICY_DENIED), &reason).await;
+    }
+    let upstream = egress
+        .upstream
+        .as_ref()
+        .filter(|upstream| !bypassed(&upstream.bypass_hosts, &request.host));
+    let mut server = match upstream {
+        Some(upstream) => {
+            let Some(mut server) = connect(&upstream.address).await else {
+                // The upstream's address may be the operator's: log it, do not show it.
+                tracing::warn!(upstream = %upstream.address, "the upstream proxy is unreachable");
+                let reason = "the session's proxy is unreachable";
+                return answer(&mut client, "502 Bad Gateway", None, reason).await;
+            };
+            let authorization = upstream.username.as_ref().map(|username| {
+                let credentials =
+                    format!("{username}:{}", upstream.password.as_deref().unwrap_or(""));
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(credentials)
+                )
+            });
+            server
+                .write_all(&request.outgoing_head(&request.target, authorization.as_deref()))
+                .await?;
+            server
+        }
+        None => {
+            let address = match policy.resolve(&request.authority()).await {
+                Ok(address) => address,
+                Err(EgressError::Refused(reason)) => {
+                    return answer(&mut client, "403 Forbidden", Some(POLICY_DENIED), &reason)
+                        .await;
+                }
+                Err(EgressError::Unresolved(reason)) => {
+                    return answer(&mut client, "502 Bad Gateway", None, &reason).await;
+                }
+            };
+            let Some(mut server) = connect(&address.to_string()).await else {
+                let reason = format!("{} did not accept the connection", request.host);
+                return answer(&mut client, "502 Bad Gateway", None, &reason).await;
+            };
+            if request.is_tunnel() {
+                client
+                    .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                    .await?;
+            } else {
+                server
+                    .write_all(&request.outgoing_head(&request.origin_target, None))
+                    .await?;
+            }
+            server
+        }
+    };
+    server.write_all(&rest).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut server).await?;
+    Ok(())
+}
+
+async fn connect(address: &str) -> Option<TcpStream> {
+    let server = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address))
+        .await
+        .ok()?
+        .ok()?;
+    let _ = server.set_nodelay(true);
+    Some(server)
+}
+
+/// Whether the session's proxy lets `host` go direct (Chromium bypass-list patterns:
+/// `example.com`, `*.example.com`, `.example.com`, `<local>`; a port is ignored).
+fn bypassed(patterns: &[String], host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    patterns.iter().any(|pattern| {
+        let pattern = pattern.trim().to_ascii_lowercase();
+        let pattern = pattern
+            .rsplit_once(':')
+            .filter(|(_, port)| port.parse::<u16>().is_ok())
+            .map_or(pattern.as_str(), |(name, _)| name);
+        if pattern == "<local>" {
+            return !host.contains('.') && !host.contains(':');
+        }
+        match pattern.strip_prefix('*') {
+            Some(suffix) => host.ends_with(suffix),
+            None if pattern.starts_with('.') => host.ends_with(pattern),
+            None => host == pattern,
+        }
+    })
+}
+
+async fn answer(
+    client: &mut (impl AsyncWrite + Unpin),
+    status: &str,
+    error: Option<&str>,
+    reason: &str,
+) -> std::io::Result<()> {
+    let error = error.map_or_else(String::new, |e| format!("{ERROR_HEADER}: {e}\r\n"));
+    let response = format!(
+        "HTTP/1.1 {status}\r\n{error}Content-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{reason}",
+        reason.len()
+    );
+    client.write_all(response.as_bytes()).await?;
+    client.shutdown().await
+}
+
+/// Reads up to the end of the request head; returns the head and any bytes after it.
+async fn read_head(client: &mut (impl AsyncRead + Unpin)) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut buffer = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let read = client.read(&mut chunk).await?;
+        if read == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the client closed before its request head ended",
+            ));
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buffer.split_off(end + 4);
+            return Ok((buffer, rest));
+        }
+        if buffer.len() > MAX_HEAD_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "request head too large",
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_requests_to_a_proxy_get_our_credentials_and_become_single_use() {
+        let head = b"GET http://example.test/a HTTP/1.1\r\nHost: example.test\r\n\
+Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic c3RhbGU=\r\nAccept: */*\r\n\r\n";
+        let request = ProxyRequest::parse(head).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((request.host.as_str(), request.port), ("example.test", 80));
+        let out = String::from_utf8(request.outgoing_head(&request.target, Some("Basic dTpw")))
+            .unwrap_or_default();
+        assert_eq!(
+            out,
+            "GET http://example.test/a HTTP/1.1\r\nHost: example.test\r\nAccept: */*\r\n\
+Proxy-Authorization: Basic dTpw\r\nConnection: close\r\n\r\n"
+        );
+        let direct = String::from_utf8(request.outgoing_head(&request.origin_target, None))
+            .unwrap_or_default();
+        assert!(direct.starts_with("GET /a HTTP/1.1\r\n"), "{direct}");
+    }
+
+    #[test]
+    fn tunnels_keep_their_headers() {
+        let head = b"CONNECT [2001:db8::1]:443 HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n\r\n";
+        let request = ProxyRequest::parse(head).unwrap_or_else(|e| panic!("{e}"));
+        assert!(request.is_tunnel());
+        assert_eq!(request.authority(), "[2001:db8::1]:443");
+        assert!(ProxyRequest::parse(b"NOT HTTP\r\n\r\n").is_err());
+        assert!(ProxyRequest::parse(b"GET /relative HTTP/1.1\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn bypass_patterns() {
+        let patterns = [
+            "intranet.test".to_owned(),
+            "*.corp.test".to_owned(),
+            "<local>".to_owned(),
+        ];
+        assert!(bypassed(&patterns, "intranet.test"));
+        assert!(bypassed(&patterns, "a.corp.test"));
+        assert!(bypassed(&patterns, "printer"));
+        assert!(!bypassed(&patterns, "example.com"));
+    }
+}

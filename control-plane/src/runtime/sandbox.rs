@@ -1,0 +1,216 @@
+//! The sandbox of a local browser VM: bubblewrap (Debian `bubblewrap`) starts the agent,
+//! and with it Xvfb, Chromium and the encoder, in new user, mount, PID, IPC, UTS, cgroup
+//! and network namespaces, as the unprivileged VM user (host user `browser-vm` when the
+//! control plane runs as root; otherwise the control plane's own user). Inside, the VM is
+//! uid 1000 with home `/home/kernel`, which is the VM's root as the filesystem API names
+//! it; it sees read-only system directories, its own `/tmp`, `/dev/shm` and run directory
+//! (agent socket, egress socket, uploads, recordings), and nothing else of the host. Its
+//! only network is its own loopback: traffic leaves through the egress socket.
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// The VM's root inside the sandbox.
+pub const VM_HOME: &str = "/home/kernel";
+/// The VM's run directory inside the sandbox.
+pub const VM_RUN: &str = "/run/vm";
+/// The agent's binary inside the sandbox.
+const VM_AGENT: &str = "/opt/browser-agent/browser-agent";
+/// The VM's user and group inside its user namespace, as in the reference images.
+const VM_UID: &str = "1000";
+
+/// System directories a VM reads (when the host has them).
+const SYSTEM_DIRS: &[&str] = &["/usr", "/opt/google", "/var/lib/dpkg/alternatives"];
+/// What a VM sees of the host's `/etc`: enough for fonts, TLS roots, time zones,
+/// Chromium's defaults and the dynamic linker; not passwords, keys or configuration.
+const ETC_ENTRIES: &[&str] = &[
+    "alternatives",
+    "ca-certificates",
+    "chromium.d",
+    "fonts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "ssl",
+    "X11",
+    "xdg",
+];
+/// Where Chromium reads enterprise policies that the VM's `chrome_policy` is written to.
+pub const POLICY_DIR: &str = "/etc/chromium/policies/managed";
+
+/// The host user browser VMs run as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    bwrap: PathBuf,
+    /// Who the sandbox runs as on the host when this service is root; `None` when it is
+    /// not (its own user then, already unprivileged).
+    user: Option<VmUser>,
+}
+
+impl Sandbox {
+    /// Checks that this host can sandbox browsers: `Err` says what is missing.
+    pub fn prepare(user_name: &str, browsers_dir: &Path) -> Result<Self, String> {
+        let bwrap = find_in_path("bwrap").ok_or(
+            "bubblewrap (`bwrap`) is not installed: install Debian's `bubblewrap` package",
+        )?;
+        let user = if nix::unistd::geteuid().is_root() {
+            let user = nix::unistd::User::from_name(user_name)
+                .map_err(|error| format!("looking up the VM user {user_name:?}: {error}"))?
+                .ok_or_else(|| {
+                    format!(
+                        "the VM user {user_name:?} does not exist: create it with `useradd \
+                         --system --no-create-home --shell /usr/sbin/nologin {user_name}` \
+                         (deploy/install-deps.sh does) or name another with --vm-user"
+                    )
+                })?;
+            if user.uid.is_root() {
+                return Err(format!("the VM user {user_name:?} is root"));
+            }
+            Some(VmUser {
+                uid: user.uid.as_raw(),
+                gid: user.gid.as_raw(),
+            })
+        } else {
+            None
+        };
+        let sandbox = Self { bwrap, user };
+        sandbox.check_reachable(browsers_dir)?;
+        Ok(sandbox)
+    }
+
+    pub fn user(&self) -> Option<VmUser> {
+        self.user
+    }
+
+    /// The VM user must be able to traverse to the browsers' directories to mount them:
+    /// the data directory (`browsers_dir`'s parent) is made so at start, not its parents.
+    fn check_reachable(&self, browsers_dir: &Path) -> Result<(), String> {
+        if self.user.is_none() {
+            return Ok(());
+        }
+        for dir in browsers_dir.ancestors().skip(2) {
+            let Ok(metadata) = std::fs::metadata(dir) else {
+                continue;
+            };
+            let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
+            if mode & 0o001 == 0 {
+                return Err(format!(
+                    "the VM user cannot reach {} through {} (mode {mode:o}): make it \
+                     traversable (chmod o+x) or choose a data directory elsewhere",
+                    browsers_dir.display(),
+                    dir.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The command that starts `agent` (with `agent_args`, which name paths inside the
+    /// VM) in a sandbox over `root` and `run`; `info` receives bubblewrap's JSON with
+    /// the host pid of the sandbox's PID 1.
+    pub fn command(
+        &self,
+        agent: &Path,
+        agent_args: Vec<OsString>,
+        root: &Path,
+        run: &Path,
+        info: &OwnedFd,
+    ) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(&self.bwrap);
+        let mut bind = |option: &str, source: &Path, target: &str| {
+            command.arg(option).arg(source).arg(target);
+        };
+        for dir in SYSTEM_DIRS {
+            if Path::new(dir).exists() {
+                bind("--ro-bind", Path::new(dir), dir);
+            }
+        }
+        for entry in ETC_ENTRIES {
+            let path = Path::new("/etc").join(entry);
+            if path.exists() {
+                bind("--ro-bind", &path, &path.to_string_lossy());
+            }
+        }
+        bind("--bind", root, VM_HOME);
+        bind("--bind", run, VM_RUN);
+        bind("--ro-bind", agent, VM_AGENT);
+        bind("--ro-bind", &run.join("policies"), POLICY_DIR);
+        for (link, target) in [
+            ("/bin", "usr/bin"),
+            ("/sbin", "usr/sbin"),
+            ("/lib", "usr/lib"),
+            ("/lib64", "usr/lib64"),
+        ] {
+            command.arg("--symlink").arg(target).arg(link);
+        }
+        command
+            .args(["--unshare-all", "--uid", VM_UID, "--gid", VM_UID])
+            .args(["--hostname", "browser-vm"])
+            .args(["--proc", "/proc", "--dev", "/dev"])
+            .args(["--tmpfs", "/tmp", "--tmpfs", "/dev/shm"])
+            .args(["--dir", "/tmp/.X11-unix"])
+            .args(["--chdir", VM_HOME])
+            .arg("--info-fd")
+            .arg(info.as_raw_fd().to_string())
+            .arg("--")
+            .arg(VM_AGENT)
+            .args(agent_args);
+        // Nothing of the service's environment (database URLs, keys) enters the VM.
+        command
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", VM_HOME)
+            .env("LANG", "C.UTF-8");
+        if let Ok(filter) = std::env::var("RUST_LOG") {
+            command.env("RUST_LOG", filter);
+        }
+        if let Some(user) = self.user {
+            command.uid(user.uid).gid(user.gid);
+        }
+        let info = info.as_raw_fd();
+        // SAFETY: fcntl is async-signal-safe; it only lets the child keep this descriptor.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(info, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        command
+    }
+}
+
+/// The host pid of the sandbox's PID 1, from bubblewrap's `--info-fd` JSON.
+pub fn child_pid(info: &str) -> Option<i64> {
+    serde_json::from_str::<serde_json::Value>(info)
+        .ok()?
+        .get("child-pid")?
+        .as_i64()
+}
+
+fn find_in_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_child_pid() {
+        assert_eq!(child_pid("{\n    \"child-pid\": 4242\n}"), Some(4242));
+        assert_eq!(child_pid("{}"), None);
+    }
+}
