@@ -28,8 +28,8 @@ pub struct ServiceSettings {
     pub egress: Arc<EgressPolicy>,
     /// Most browsers all pools of one organization may hold together.
     pub max_pooled_browsers: i64,
-    /// Most live browsers of one organization outside its pools.
-    pub max_live_browsers: u32,
+    /// What one organization may have live outside its pools.
+    pub live_limits: crate::sessions::LiveLimits,
     pub vault: Vault,
     /// Shortest health-check interval an organization may ask for.
     pub min_health_check_interval: i64,
@@ -75,7 +75,7 @@ impl Services {
             blobs: blobs.clone(),
             proxy_upstreams: settings.proxy_upstreams.clone(),
             egress: settings.egress.clone(),
-            max_live_browsers: settings.max_live_browsers,
+            live_limits: settings.live_limits,
         }));
         let pools = Arc::new(Pools::new(
             store.clone(),

@@ -121,6 +121,10 @@ pub struct ServeConfig {
     /// creates, login flows of its auth connections); 429 with `Retry-After` beyond.
     #[arg(long, env = "CONTROL_PLANE_MAX_LIVE_BROWSERS", default_value_t = 20)]
     pub max_live_browsers: u32,
+    /// Most memory (GiB, the sum of their `memory`) the live browsers of one organization
+    /// outside its pools may have together; 429 with `Retry-After` beyond.
+    #[arg(long, env = "CONTROL_PLANE_MAX_LIVE_MEMORY_GIB", default_value_t = 160)]
+    pub max_live_memory_gib: u32,
     /// Most browsers the pools of one organization may hold together (sum of sizes).
     #[arg(long, env = "CONTROL_PLANE_MAX_POOLED_BROWSERS", default_value_t = 50)]
     pub max_pooled_browsers: i64,

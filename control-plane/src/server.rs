@@ -16,6 +16,7 @@ use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
 use crate::proxies::ProxyUpstreams;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, Sandbox, ZipLimits};
+use crate::sessions::LiveLimits;
 use crate::store::Store;
 use crate::tokens::Tokens;
 use crate::{api, api_keys, store};
@@ -107,7 +108,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             proxy_upstreams: Arc::new(proxy_upstreams),
             egress: Arc::new(egress),
             max_pooled_browsers: config.max_pooled_browsers,
-            max_live_browsers: config.max_live_browsers,
+            live_limits: LiveLimits {
+                browsers: config.max_live_browsers,
+                memory_gib: config.max_live_memory_gib,
+            },
             vault: Vault::open(config.credential_key.as_deref(), &data_dir)
                 .context("opening the credential key")?,
             min_health_check_interval: config.min_health_check_interval,

@@ -291,7 +291,10 @@ pub async fn services_over(
             ffmpeg: "ffmpeg".into(),
             proxy_upstreams: Default::default(),
             max_pooled_browsers: 10,
-            max_live_browsers: 5,
+            live_limits: crate::sessions::LiveLimits {
+                browsers: 5,
+                memory_gib: 1024,
+            },
             egress: Default::default(),
             vault: Vault::open(None, dir).expect("vault"),
             min_health_check_interval: 300,

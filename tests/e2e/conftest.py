@@ -3,9 +3,18 @@ from __future__ import annotations
 import pytest
 from kernel import Kernel
 
-from harness import control_plane_for_module, serve_html
+from harness import control_plane_for_module, serve_html, vm_processes_left
 
 TEST_PAGE_TITLE = "Kernel compatibility test page"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_vm_process_outlives_the_suite():
+    """After the whole suite (every control plane reaped), no process of any browser VM
+    is left, zombies included."""
+    yield
+    left = vm_processes_left(timeout=10)
+    assert not left, f"browser VM processes left after the suite: {left}"
 
 
 @pytest.fixture(scope="module")

@@ -218,6 +218,29 @@ def session_processes(control_plane: ControlPlane, session_id: str) -> dict[str,
     return kinds
 
 
+VM_PROGRAMS = ("bwrap", "browser-agent", "Xvfb", "chromium", "chrome_crashpad_handler", "ffmpeg")
+
+
+def vm_processes_left(timeout: float) -> list[tuple[int, str, str]]:
+    """(pid, state, program) of every process, zombies included, that a browser VM runs,
+    still there after `timeout` seconds."""
+    def left() -> list[tuple[int, str, str]]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, rest = stat.split(" (", 1)[1].rsplit(") ", 1)
+            if any(program.startswith(name) for program in VM_PROGRAMS):
+                found.append((int(entry.name), rest[0], name))
+        return found
+    wait_until(lambda: not left(), timeout)
+    return left()
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

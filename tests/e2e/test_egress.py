@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 import uuid
 
+import httpx
 import pytest
 from kernel import BadRequestError
 from playwright.sync_api import Error as PlaywrightError
@@ -138,6 +139,33 @@ def test_allowed_hosts_narrow_what_a_browser_reaches(client, public_host):
     finally:
         for browser in (open_browser, narrowed, by_address):
             client.browsers.delete_by_id(browser.session_id)
+
+
+def test_a_running_browser_gets_a_new_allowlist(control_plane, client, public_host):
+    created = client.browsers.create(headless=True, extra_body={"network": {"allowed_hosts": [PUBLIC_HOST]}})
+    url = f"{control_plane.base_url}/browsers/{created.session_id}"
+    headers = {"Authorization": f"Bearer {control_plane.api_key}"}
+
+    def patch(network: dict) -> httpx.Response:
+        return httpx.patch(url, headers=headers, json={"network": network}, timeout=30)
+
+    try:
+        assert _visit(created.cdp_ws_url, [public_host]) == [(200, None, PUBLIC_TITLE)]
+        narrowed = patch({"allowed_hosts": ["example.com"]})
+        assert narrowed.status_code == 200 and narrowed.json()["network"] == {"allowed_hosts": ["example.com"]}
+        ((status, error, _),) = _visit(created.cdp_ws_url, [public_host])
+        assert (status, error) == (403, DENIED)
+        assert client.browsers.retrieve(created.session_id).model_extra["network"] == {"allowed_hosts": ["example.com"]}
+        assert patch({"allowed_hosts": []}).status_code == 400
+        removed = patch({"allowed_hosts": None})
+        assert removed.status_code == 200 and "network" not in removed.json()
+        assert _visit(created.cdp_ws_url, [public_host]) == [(200, None, PUBLIC_TITLE)]
+        # Once removed, an allowlist cannot come back (as the SDK documents).
+        again = patch({"allowed_hosts": [PUBLIC_HOST]})
+        assert again.status_code == 400 and "cannot be given one" in again.json()["message"]
+        assert patch({"allowed_hosts": None, "bogus": 1}).status_code == 400
+    finally:
+        client.browsers.delete_by_id(created.session_id)
 
 
 @pytest.mark.parametrize("network, mentions", [

@@ -11,6 +11,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::org::Org;
 use super::state::AppState;
+use crate::egress::HostAllowlist;
 use crate::sessions::{
     BrowserConfig, NetworkConfig, ProfileReference, ResourceReference, Viewport,
 };
@@ -274,6 +275,71 @@ pub async fn retrieve(
     } else {
         org.sessions.live(&org.id, &id).await?
     };
+    Ok(Json(BrowserSession::from_record(&org, &session)))
+}
+
+/// Fields of `PATCH /browsers/{id}`. This server changes only the network allowlist of a
+/// running browser; other fields are refused by name.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateBrowserRequest {
+    pub network: Option<NetworkUpdate>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkUpdate {
+    /// Replaces the browser's allowlist (same entries as on create); `null` removes it.
+    /// A browser created without one cannot be given one.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub allowed_hosts: Option<Option<Vec<String>>>,
+    /// Not supported by this server (a 400 names it).
+    pub expected_allowlist_revision: Option<String>,
+}
+
+/// A field that is present, `null` or not: `Some(None)` for `null`.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// Update a running browser: replace or remove its `network.allowed_hosts`. New requests
+/// follow the new list at once; open connections to hosts it no longer allows are closed.
+#[utoipa::path(patch, path = "/browsers/{id}", tag = "browsers", request_body = UpdateBrowserRequest,
+    params(("id" = String, Path, description = "Browser session ID")),
+    security(("bearer" = [])),
+    responses((status = 200, body = BrowserSession), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn update(
+    org: Org,
+    PathParam(id): PathParam<String>,
+    JsonBody(request): JsonBody<UpdateBrowserRequest>,
+) -> Result<Json<BrowserSession>, ApiError> {
+    let session = org.sessions.live(&org.id, &id).await?;
+    let Some(network) = request.network else {
+        return Ok(Json(BrowserSession::from_record(&org, &session)));
+    };
+    if network.expected_allowlist_revision.is_some() {
+        return Err(ApiError::invalid_field(
+            "network.expected_allowlist_revision is not supported by this server",
+        ));
+    }
+    let Some(allowed_hosts) = network.allowed_hosts else {
+        return Ok(Json(BrowserSession::from_record(&org, &session)));
+    };
+    let allowed_hosts = allowed_hosts
+        .as_deref()
+        .map(HostAllowlist::parse)
+        .transpose()
+        .map_err(|problem| ApiError::invalid_field(format!("network.{problem}")))?;
+    let session = org
+        .sessions
+        .set_allowed_hosts(&session, allowed_hosts)
+        .await?;
     Ok(Json(BrowserSession::from_record(&org, &session)))
 }
 

@@ -70,7 +70,11 @@ fn api_routes() -> OpenApiRouter<AppState> {
             browsers::list,
             browsers::delete_by_persistent_id
         ))
-        .routes(routes!(browsers::retrieve, browsers::delete))
+        .routes(routes!(
+            browsers::retrieve,
+            browsers::update,
+            browsers::delete
+        ))
         .routes(routes!(cdp::connect))
         .routes(routes!(extensions::list))
         .routes(routes!(extensions::download, extensions::delete))

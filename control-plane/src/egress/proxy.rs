@@ -8,12 +8,13 @@
 //! `X-Kernel-Proxy-Error: network_policy_denied`.
 
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{EgressError, EgressPolicy, HostAllowlist};
@@ -36,9 +37,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const ERROR_HEADER: &str = "X-Kernel-Proxy-Error";
 const POLICY_DENIED: &str = "network_policy_denied";
 
-/// A running egress proxy; stops when dropped.
+/// A running egress proxy; stops (with every connection through it) when dropped.
 pub struct EgressServer {
-    egress: Arc<RwLock<VmEgress>>,
+    egress: watch::Sender<VmEgress>,
     shutdown: CancellationToken,
 }
 
@@ -67,9 +68,9 @@ impl EgressServer {
             std::os::unix::fs::chown(socket, Some(uid), Some(gid))?;
         }
         std::fs::set_permissions(socket, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        let egress = Arc::new(RwLock::new(egress));
+        let (egress, updates) = watch::channel(egress);
         let shutdown = CancellationToken::new();
-        let (serving, stop) = (egress.clone(), shutdown.clone());
+        let stop = shutdown.clone();
         let policy = Arc::new(policy);
         tokio::spawn(async move {
             loop {
@@ -78,12 +79,11 @@ impl EgressServer {
                     accepted = listener.accept() => accepted,
                 };
                 let Ok((client, _)) = accepted else { continue };
-                let egress = serving.read().map(|e| e.clone()).unwrap_or_default();
-                let (policy, stop) = (policy.clone(), stop.clone());
+                let (policy, stop, updates) = (policy.clone(), stop.clone(), updates.clone());
                 tokio::spawn(async move {
                     tokio::select! {
                         () = stop.cancelled() => {}
-                        result = handle(client, &policy, &egress) => if let Err(error) = result {
+                        result = handle(client, &policy, updates) => if let Err(error) = result {
                             tracing::debug!(%error, "egress connection ended with an error");
                         },
                     }
@@ -93,11 +93,11 @@ impl EgressServer {
         Ok(Self { egress, shutdown })
     }
 
-    /// Applies to connections opened from now on.
+    /// Applies to new requests at once; open connections to hosts it no longer allows
+    /// are closed.
     pub fn set_allowed_hosts(&self, allowed_hosts: Option<HostAllowlist>) {
-        if let Ok(mut egress) = self.egress.write() {
-            egress.allowed_hosts = allowed_hosts;
-        }
+        self.egress
+            .send_modify(|egress| egress.allowed_hosts = allowed_hosts);
     }
 }
 
@@ -205,9 +205,10 @@ impl ProxyRequest {
 async fn handle(
     mut client: UnixStream,
     policy: &EgressPolicy,
-    egress: &VmEgress,
+    mut updates: watch::Receiver<VmEgress>,
 ) -> std::io::Result<()> {
     let (head, rest) = read_head(&mut client).await?;
+    let egress = updates.borrow_and_update().clone();
     let request = match ProxyRequest::parse(&head) {
         Ok(request) => request,
         Err(reason) => return answer(&mut client, "400 Bad Request", None, &reason).await,
@@ -274,8 +275,27 @@ async fn handle(
         }
     };
     server.write_all(&rest).await?;
-    tokio::io::copy_bidirectional(&mut client, &mut server).await?;
-    Ok(())
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut server) => copied.map(|_| ()),
+        () = revoked(&mut updates, &request.host) => Ok(()),
+    }
+}
+
+/// Resolves once the VM's `allowed_hosts` no longer allow `host`.
+async fn revoked(updates: &mut watch::Receiver<VmEgress>, host: &str) {
+    loop {
+        if updates.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let allowed = updates
+            .borrow_and_update()
+            .allowed_hosts
+            .as_ref()
+            .is_none_or(|allowed| allowed.allows(host));
+        if !allowed {
+            return;
+        }
+    }
 }
 
 async fn connect(address: &str) -> Option<TcpStream> {
@@ -380,6 +400,71 @@ Proxy-Authorization: Basic dTpw\r\nConnection: close\r\n\r\n"
         assert_eq!(request.authority(), "[2001:db8::1]:443");
         assert!(ProxyRequest::parse(b"NOT HTTP\r\n\r\n").is_err());
         assert!(ProxyRequest::parse(b"GET /relative HTTP/1.1\r\n\r\n").is_err());
+    }
+
+    async fn request(socket: &Path, head: &str) -> (UnixStream, String) {
+        let mut client = UnixStream::connect(socket).await.expect("connects");
+        client.write_all(head.as_bytes()).await.expect("writes");
+        let mut answer = vec![0u8; 1024];
+        let read = client.read(&mut answer).await.expect("reads");
+        (
+            client,
+            String::from_utf8_lossy(&answer[..read]).into_owned(),
+        )
+    }
+
+    #[tokio::test]
+    async fn refuses_internal_addresses_and_closes_tunnels_an_allowlist_revokes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("egress.sock");
+        let target = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let port = target.local_addr().expect("address").port();
+        let loopback_allowed = EgressPolicy::new(vec!["127.0.0.1".parse().expect("allowance")]);
+        let server = EgressServer::start(&socket, None, loopback_allowed, VmEgress::default())
+            .expect("starts");
+
+        // The operator allowed 127.0.0.1, not the rest of loopback or link-local.
+        for refused in [
+            "127.0.0.2:80",
+            "169.254.169.254:80",
+            "[::1]:80",
+            "10.0.0.1:80",
+        ] {
+            let (_, answer) =
+                request(&socket, &format!("CONNECT {refused} HTTP/1.1\r\n\r\n")).await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "{refused}: {answer}");
+            assert!(
+                answer.contains("X-Kernel-Proxy-Error: network_policy_denied"),
+                "{answer}"
+            );
+        }
+        let (mut tunnel, answer) = request(
+            &socket,
+            &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n"),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let (_accepted, _) = target
+            .accept()
+            .await
+            .expect("the tunnel reached the target");
+
+        // An allowlist without the tunnel's host closes it.
+        server.set_allowed_hosts(Some(
+            HostAllowlist::parse(&["example.com".into()]).expect("valid"),
+        ));
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), tunnel.read_to_end(&mut rest)).await;
+        assert!(matches!(closed, Ok(Ok(0))), "{closed:?}");
+        let (_, answer) = request(
+            &socket,
+            &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n"),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     }
 
     #[test]

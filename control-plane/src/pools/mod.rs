@@ -290,7 +290,14 @@ impl Pools {
         // A browser that saves into its profile ends (saving): a reset would start it again
         // from the profile's state as of before that save.
         let saves_profile = session.profile.as_ref().is_some_and(|p| p.save_changes);
-        if !reuse || saves_profile {
+        // A lessee that changed the browser's allowed_hosts gets a replacement for the next
+        // lessee rather than a restored allowlist.
+        let pool_allowed_hosts = PoolConfig::stored(&pool)?
+            .browser
+            .network
+            .and_then(|network| network.allowed_hosts);
+        let network_changed = session.vm_settings.allowed_hosts != pool_allowed_hosts;
+        if !reuse || saves_profile || network_changed {
             self.sessions
                 .end(&session, "released from its pool")
                 .await?;

@@ -26,7 +26,7 @@ use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
-use crate::store::{PoolLease, SessionRecord, SessionStatus, Store, StoreError};
+use crate::store::{PoolLease, SessionFilter, SessionRecord, SessionStatus, Store, StoreError};
 
 /// When a session was last used and how many CDP connections it has open. Kept in
 /// memory: after a restart every adopted session starts a fresh inactivity period.
@@ -55,7 +55,7 @@ pub struct Sessions {
     blobs: Arc<dyn BlobStore>,
     proxy_upstreams: Arc<ProxyUpstreams>,
     egress: Arc<EgressPolicy>,
-    max_live_browsers: u32,
+    live_limits: LiveLimits,
     /// Held from counting an organization's live browsers to recording a new one, so
     /// that concurrent creates cannot pass the limit together.
     admission: tokio::sync::Mutex<()>,
@@ -73,7 +73,15 @@ pub struct SessionsDeps {
     pub blobs: Arc<dyn BlobStore>,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     pub egress: Arc<EgressPolicy>,
-    pub max_live_browsers: u32,
+    pub live_limits: LiveLimits,
+}
+
+/// What one organization may have live outside its pools.
+#[derive(Clone, Copy, Debug)]
+pub struct LiveLimits {
+    pub browsers: u32,
+    /// The sum of the browsers' `memory`.
+    pub memory_gib: u32,
 }
 
 /// Running sessions recently read from the store, so the hot path (a click) needs no
@@ -110,7 +118,7 @@ impl Sessions {
             blobs: deps.blobs,
             proxy_upstreams: deps.proxy_upstreams,
             egress: deps.egress,
-            max_live_browsers: deps.max_live_browsers,
+            live_limits: deps.live_limits,
             admission: tokio::sync::Mutex::default(),
             activity: Mutex::default(),
             running: Mutex::default(),
@@ -187,14 +195,40 @@ impl Sessions {
         if record.pool_id.is_some() {
             return Ok(());
         }
+        let refused = |message: String| ServiceError::LimitReached {
+            message,
+            retry_after: LIMIT_RETRY_AFTER,
+        };
         let live = self.store.live_browser_count(&record.org_id).await?;
-        if live >= u64::from(self.max_live_browsers) {
-            return Err(ServiceError::LimitReached {
-                message: format!(
-                    "the organization has {live} live browsers, its limit; end one or try again later"
-                ),
-                retry_after: LIMIT_RETRY_AFTER,
-            });
+        if live >= u64::from(self.live_limits.browsers) {
+            return Err(refused(format!(
+                "the organization has {live} live browsers, its limit; end one or try again later"
+            )));
+        }
+        let memory_of = |session: &SessionRecord| {
+            session
+                .vm_settings
+                .memory
+                .as_deref()
+                .map_or(0, spec::memory_bytes)
+        };
+        let in_use: u64 = self
+            .store
+            .list_sessions(&record.org_id, SessionFilter::Live, u32::MAX, 0)
+            .await?
+            .iter()
+            .filter(|session| session.pool_id.is_none())
+            .map(memory_of)
+            .sum();
+        let limit = u64::from(self.live_limits.memory_gib) << 30;
+        if in_use + memory_of(record) > limit {
+            return Err(refused(format!(
+                "the organization's live browsers have {} GiB of memory and this one asks for {}; \
+                 the limit is {} GiB: end one or try again later",
+                in_use >> 30,
+                record.vm_settings.memory.as_deref().unwrap_or("none"),
+                self.live_limits.memory_gib
+            )));
         }
         Ok(())
     }
@@ -566,6 +600,39 @@ impl Sessions {
                 });
             }
         }
+    }
+
+    /// Replaces a live browser's `network.allowed_hosts` (`None` removes it). Only an
+    /// allowlist the browser has can be changed: one created without (or whose list was
+    /// removed) cannot be given one, as the SDK documents.
+    pub async fn set_allowed_hosts(
+        &self,
+        session: &SessionRecord,
+        allowed_hosts: Option<HostAllowlist>,
+    ) -> ServiceResult<SessionRecord> {
+        if session.vm_settings.allowed_hosts.is_none() && allowed_hosts.is_some() {
+            return Err(ServiceError::invalid(
+                "network.allowed_hosts: a browser without an allowlist cannot be given one \
+                 (create it with network.allowed_hosts)",
+            ));
+        }
+        let mut updated = session.clone();
+        updated.vm_settings.allowed_hosts = allowed_hosts.as_ref().map(|a| a.hosts().to_vec());
+        if !self
+            .store
+            .set_session_vm_settings(&session.id, &updated.vm_settings)
+            .await?
+        {
+            return Err(ServiceError::NotFound(format!(
+                "browser session {} not found",
+                session.id
+            )));
+        }
+        if let Ok(mut running) = self.running.lock() {
+            running.sessions.remove(&session.id);
+        }
+        self.runtime.set_allowed_hosts(&session.id, allowed_hosts);
+        Ok(updated)
     }
 
     /// Serves an adopted VM's egress again; false if it cannot be (its proxy is gone).

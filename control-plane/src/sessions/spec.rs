@@ -84,6 +84,14 @@ pub const MEMORY_SIZES: [(&str, u64); 7] = [
     ("12GiB", 12 << 30),
     ("16GiB", 16 << 30),
 ];
+/// The bytes of a `memory` size (0 for one this server does not know).
+pub fn memory_bytes(size: &str) -> u64 {
+    MEMORY_SIZES
+        .iter()
+        .find(|(name, _)| *name == size)
+        .map_or(0, |(_, bytes)| *bytes)
+}
+
 /// As the SDK documents: headless browsers get 1GiB, headful ones 8GiB.
 const DEFAULT_MEMORY: (&str, &str) = ("1GiB", "8GiB");
 /// Largest `chrome_policy`, serialized.

@@ -357,6 +357,8 @@ pub trait Store: Send + Sync + 'static {
     /// Marks a live session ended; returns false if it had already ended (or is unknown),
     /// so exactly one caller goes on to reap it.
     async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool>;
+    /// Replaces a live session's VM settings; false if it has ended.
+    async fn set_session_vm_settings(&self, id: &str, settings: &VmSettings) -> StoreResult<bool>;
 
     /// Fails with `Conflict` when the organization already has an extension of that name.
     async fn insert_extension(&self, extension: &ExtensionRecord) -> StoreResult<()>;

@@ -257,6 +257,24 @@ impl Store for SqlStore {
         Ok(changed == 1)
     }
 
+    async fn set_session_vm_settings(
+        &self,
+        id: &str,
+        settings: &super::VmSettings,
+    ) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE browser_sessions SET vm_settings = $2 \
+                     WHERE id = $1 AND status <> 'ended'"
+                ),
+                params![id, serde_json::to_string(settings).ok()],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
     async fn insert_extension(&self, e: &ExtensionRecord) -> StoreResult<()> {
         self.database
             .execute(
