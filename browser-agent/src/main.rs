@@ -92,6 +92,10 @@ struct Args {
     /// than this many bytes; 0 for no limit.
     #[arg(long, default_value_t = 0)]
     memory_limit_bytes: u64,
+    /// Every process this agent sees belongs to its VM (it runs in the VM's own PID
+    /// namespace), which the memory limit then counts whole.
+    #[arg(long)]
+    vm_pid_namespace: bool,
     /// When the agent ends the VM on its own (memory limit), it writes why to this file.
     #[arg(long)]
     exit_reason_file: Option<PathBuf>,
@@ -288,8 +292,14 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
     ));
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     if args.memory_limit_bytes > 0 {
+        let processes = if args.vm_pid_namespace {
+            memory::VmProcesses::PidNamespace
+        } else {
+            memory::VmProcesses::Descendants
+        };
         tokio::spawn(memory::enforce_limit(
             args.memory_limit_bytes,
+            processes,
             args.exit_reason_file.clone(),
             shutdown.clone(),
         ));

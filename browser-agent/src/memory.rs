@@ -1,7 +1,8 @@
 //! The VM's memory limit where the host offers no cgroup to enforce it: every process of
-//! the VM (the agent and its descendants) is measured by its proportional set size, so
-//! memory shared between Chromium's processes counts once; past the limit the VM ends,
-//! saying why, and nothing outside it is touched.
+//! the VM is measured by its proportional set size, so memory shared between Chromium's
+//! processes counts once, and with a sandbox of its own so are the files in the VM's
+//! memory-backed directories; past the limit the VM ends, saying why, and nothing outside
+//! it is touched.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,10 +12,21 @@ use tokio_util::sync::CancellationToken;
 
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
+/// Which processes are the VM's.
+#[derive(Clone, Copy, Debug)]
+pub enum VmProcesses {
+    /// Every process this agent sees (its sandbox's PID namespace), with what they keep
+    /// in the sandbox's own `/tmp` and `/dev/shm`.
+    PidNamespace,
+    /// The agent and its descendants (no sandbox).
+    Descendants,
+}
+
 /// Watches the VM's memory until `shutdown`; past `limit_bytes` writes the reason to
 /// `reason_file` (when given) and shuts the VM down.
 pub async fn enforce_limit(
     limit_bytes: u64,
+    processes: VmProcesses,
     reason_file: Option<PathBuf>,
     shutdown: CancellationToken,
 ) {
@@ -24,7 +36,9 @@ pub async fn enforce_limit(
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let used = tokio::task::spawn_blocking(vm_pss_bytes).await.unwrap_or(0);
+        let used = tokio::task::spawn_blocking(move || vm_memory_bytes(processes))
+            .await
+            .unwrap_or(0);
         if used > limit_bytes {
             let reason = format!(
                 "the browser used more memory than its limit ({} MiB > {} MiB)",
@@ -43,9 +57,29 @@ pub async fn enforce_limit(
     }
 }
 
-/// The proportional set size of this process and all its descendants, in bytes.
-pub fn vm_pss_bytes() -> u64 {
-    let own = std::process::id();
+/// The VM's memory in bytes.
+pub fn vm_memory_bytes(processes: VmProcesses) -> u64 {
+    match processes {
+        VmProcesses::Descendants => {
+            let own = std::process::id();
+            pss_bytes_of(|pid, parents| descends_from(pid, own, parents))
+        }
+        VmProcesses::PidNamespace => {
+            pss_bytes_of(|_, _| true) + tmpfs_used_bytes("/tmp") + tmpfs_used_bytes("/dev/shm")
+        }
+    }
+}
+
+/// What the files of a memory-backed mount take (mapped ones count twice: on the safe
+/// side).
+fn tmpfs_used_bytes(mount: &str) -> u64 {
+    nix::sys::statvfs::statvfs(mount).map_or(0, |stats| {
+        stats.blocks().saturating_sub(stats.blocks_free()) * stats.fragment_size()
+    })
+}
+
+/// The proportional set size of the processes `include` picks, in bytes.
+fn pss_bytes_of(include: impl Fn(u32, &HashMap<u32, u32>) -> bool) -> u64 {
     let parents: HashMap<u32, u32> = std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -65,7 +99,7 @@ pub fn vm_pss_bytes() -> u64 {
         .collect();
     parents
         .keys()
-        .filter(|&&pid| descends_from(pid, own, &parents))
+        .filter(|&&pid| include(pid, &parents))
         .map(|pid| pss_bytes(*pid))
         .sum()
 }
@@ -108,7 +142,11 @@ mod tests {
     #[test]
     fn measures_this_process() {
         // At least the test binary itself is resident.
-        assert!(vm_pss_bytes() > 1 << 20);
+        assert!(vm_memory_bytes(VmProcesses::Descendants) > 1 << 20);
+        assert!(
+            vm_memory_bytes(VmProcesses::PidNamespace)
+                >= vm_memory_bytes(VmProcesses::Descendants) / 2
+        );
     }
 
     #[test]

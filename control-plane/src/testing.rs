@@ -256,8 +256,9 @@ impl Runtime for FakeRuntime {
         *self.kept_by_reap.lock().expect("lock") = Some(live_session_ids.clone());
     }
 
-    fn leftover_recording(&self, _session_id: &str, _recording_id: &str) -> Option<PathBuf> {
-        self.leftover.lock().expect("lock").clone()
+    fn leftover_recording(&self, _session_id: &str, _recording_id: &str) -> Option<std::fs::File> {
+        let path = self.leftover.lock().expect("lock").clone()?;
+        std::fs::File::open(path).ok()
     }
 
     fn isolation(&self) -> crate::runtime::IsolationReport {

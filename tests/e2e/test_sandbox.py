@@ -141,7 +141,8 @@ def test_chrome_policy_reaches_chromium(client, test_page_url):
 
 
 @pytest.mark.parametrize("body, mentions", [
-    ({"memory": "3GiB"}, "memory must be one of"),
+    ({"memory": "3GiB"}, "memory of a headless browser must be one of 1GiB, 2GiB, 4GiB"),
+    ({"memory": "8GiB"}, "memory of a headless browser must be one of"),
     ({"chrome_policy": {"ProxyMode": "direct"}}, "chrome_policy.ProxyMode"),
     ({"chrome_policy": {"not a name": 1}}, "not a policy name"),
     ({"chrome_policy": ["URLBlocklist"]}, "chrome_policy"),

@@ -10,7 +10,7 @@ use chrono::{Duration, Utc};
 use control_plane::store::{
     self, AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, PoolLease,
     PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, ReplayStatus,
-    SessionFilter, SessionProfile, SessionRecord, SessionStatus, Store, StoreError,
+    SessionFilter, SessionProfile, SessionRecord, SessionStatus, Store, StoreError, VmSettings,
 };
 
 fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64) -> SessionRecord {
@@ -184,6 +184,27 @@ async fn contract(store: Arc<dyn Store>) {
         ["s3"]
     );
 
+    // VM settings are kept as given and can be replaced while the session lives.
+    let settings = VmSettings {
+        allowed_hosts: Some(vec!["example.com".into(), "*.test.org".into()]),
+        memory: Some("2GiB".into()),
+        chrome_policy: serde_json::json!({"URLBlocklist": ["a.test"]})
+            .as_object()
+            .cloned(),
+    };
+    assert!(
+        store
+            .set_session_vm_settings("s1", &settings)
+            .await
+            .expect("set settings")
+    );
+    let read = store
+        .session(&a.id, "s1")
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!(read.vm_settings, settings);
+
     // Ending happens once; afterwards the persistent id is free and running is refused.
     let ended_at = chrono::DateTime::from_timestamp(1_900_000_000, 0).expect("valid time");
     assert!(
@@ -197,6 +218,12 @@ async fn contract(store: Arc<dyn Store>) {
             .end_session("s1", ended_at, "again")
             .await
             .expect("end again")
+    );
+    assert!(
+        !store
+            .set_session_vm_settings("s1", &VmSettings::default())
+            .await
+            .expect("settings after end")
     );
     assert!(
         !store

@@ -50,7 +50,10 @@ impl HostAllowlist {
             .collect::<Result<_, _>>()?;
         Ok(Self {
             entries,
-            source: hosts.to_vec(),
+            source: hosts
+                .iter()
+                .map(|host| host.trim().to_ascii_lowercase())
+                .collect(),
         })
     }
 
@@ -95,16 +98,20 @@ fn parse_entry(text: &str) -> Result<Entry, String> {
         if masked(address, prefix) != address {
             return Err("a CIDR range must be in canonical form (host bits zero)".into());
         }
+        if super::policy::overlaps_internal(address, prefix) {
+            return Err(
+                "the range holds private or reserved addresses, which cannot be allowed".into(),
+            );
+        }
         return public(address).map(|address| Entry::Network { address, prefix });
     }
     if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
         let address: IpAddr = inner
             .parse()
             .map_err(|_| "not an IPv6 address".to_owned())?;
-        return public(address).map(|address| Entry::Network {
-            address,
-            prefix: 128,
-        });
+        let address = public(address)?;
+        let prefix = if address.is_ipv4() { 32 } else { 128 };
+        return Ok(Entry::Network { address, prefix });
     }
     if let Ok(address) = text.parse::<IpAddr>() {
         if address.is_ipv6() {
@@ -132,9 +139,14 @@ fn parse_entry(text: &str) -> Result<Entry, String> {
     if name.is_empty() || name.len() > 253 || !name.split('.').all(valid_label) {
         return Err("not a hostname".into());
     }
+    // Resolvers read `127.1`, `2130706433` or `0x7f.0.0.1` as addresses: no top-level
+    // domain is a number.
+    let top = name.rsplit('.').next().unwrap_or_default();
+    if top.chars().all(|c| c.is_ascii_digit()) || top.starts_with("0x") {
+        return Err("not a hostname (it reads as a number)".into());
+    }
     if wildcard {
-        // Without the public suffix list, a wildcard needs two labels under it.
-        if name.split('.').count() < 2 {
+        if psl::suffix(name.as_bytes()).is_some_and(|suffix| suffix.as_bytes() == name.as_bytes()) {
             return Err("a wildcard over a public suffix is not allowed".into());
         }
         return Ok(Entry::Subdomains(name.to_owned()));
@@ -161,11 +173,12 @@ fn masked(address: IpAddr, prefix: u8) -> IpAddr {
     }
 }
 
+/// A public address, IPv4-mapped IPv6 as the IPv4 address destinations are judged as.
 fn public(address: IpAddr) -> Result<IpAddr, String> {
     if is_internal(address) {
         return Err("private and reserved addresses cannot be allowed".into());
     }
-    Ok(address)
+    Ok(super::policy::canonical(address))
 }
 
 #[cfg(test)]
@@ -179,7 +192,9 @@ mod tests {
 
     #[test]
     fn names_and_wildcards() {
-        let allowed = list(&["example.com", "*.test.org"]);
+        let allowed = list(&[" Example.com", "*.test.org", "*.example.ts.net"]);
+        assert_eq!(allowed.hosts()[0], "example.com");
+        assert!(allowed.allows("a.example.ts.net"));
         assert!(allowed.allows("example.com"));
         assert!(allowed.allows("EXAMPLE.com."));
         assert!(!allowed.allows("www.example.com"));
@@ -191,7 +206,13 @@ mod tests {
 
     #[test]
     fn addresses_match_only_literals() {
-        let allowed = list(&["8.8.8.8", "203.0.113.0/24", "[2001:4860:4860::8888]"]);
+        let allowed = list(&[
+            "8.8.8.8",
+            "203.0.113.0/24",
+            "[2001:4860:4860::8888]",
+            "[::ffff:1.1.1.1]",
+        ]);
+        assert!(allowed.allows("1.1.1.1"));
         assert!(allowed.allows("8.8.8.8"));
         assert!(allowed.allows("203.0.113.10"));
         assert!(!allowed.allows("203.0.114.10"));
@@ -209,6 +230,13 @@ mod tests {
             "10.0.0.0/8",
             "203.0.113.1/24",
             "*.com",
+            "*.co.uk",
+            "*.github.io",
+            "128.0.0.0/1",
+            "8000::/1",
+            "127.1",
+            "2130706433",
+            "0x7f.0.0.1",
             "2001:db8::1",
             "bad host",
             "",

@@ -78,16 +78,35 @@ pub enum EgressError {
 #[derive(Clone, Debug, Default)]
 pub struct EgressPolicy {
     allowed: Vec<Allowance>,
+    /// This host's own addresses, public ones included: services bound to every address
+    /// (`0.0.0.0`) answer on them.
+    own: Vec<IpAddr>,
 }
 
 impl EgressPolicy {
+    /// The operator's allowances, with this host's addresses as they are now.
     pub fn new(allowed: Vec<Allowance>) -> Self {
-        Self { allowed }
+        let own = nix::ifaddrs::getifaddrs()
+            .map(|interfaces| {
+                interfaces
+                    .filter_map(|interface| {
+                        let address = interface.address?;
+                        match (address.as_sockaddr_in(), address.as_sockaddr_in6()) {
+                            (Some(v4), _) => Some(IpAddr::V4(v4.ip())),
+                            (_, Some(v6)) => Some(IpAddr::V6(v6.ip())),
+                            _ => None,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self { allowed, own }
     }
 
     /// Whether tenants may reach this address.
     pub fn allows(&self, address: IpAddr) -> bool {
-        !is_internal(address)
+        let internal = is_internal(address) || self.own.contains(&canonical(address));
+        !internal
             || self.allowed.iter().any(|allowance| match allowance {
                 Allowance::Network {
                     address: network,
@@ -167,6 +186,46 @@ pub(super) fn contains(network: IpAddr, prefix: u8, address: IpAddr) -> bool {
     }
 }
 
+/// Networks with internal addresses (as `is_internal` judges them), for telling whether a
+/// whole range is public.
+const INTERNAL_NETWORKS: &[(&str, u8)] = &[
+    ("0.0.0.0", 8),
+    ("10.0.0.0", 8),
+    ("100.64.0.0", 10),
+    ("127.0.0.0", 8),
+    ("169.254.0.0", 16),
+    ("172.16.0.0", 12),
+    ("192.0.0.0", 24),
+    ("192.168.0.0", 16),
+    ("198.18.0.0", 15),
+    ("224.0.0.0", 3),
+    ("::", 96),
+    ("::ffff:0:0", 96),
+    ("::ffff:0:0:0", 96),
+    ("64:ff9b::", 96),
+    ("64:ff9b:1::", 48),
+    ("100::", 64),
+    ("2002::", 16),
+    ("fc00::", 7),
+    ("fe80::", 9),
+    ("ff00::", 8),
+];
+
+/// Whether the network `address/prefix` holds any internal address.
+pub fn overlaps_internal(address: IpAddr, prefix: u8) -> bool {
+    INTERNAL_NETWORKS.iter().any(|(network, length)| {
+        let Ok(network) = network.parse::<IpAddr>() else {
+            return false;
+        };
+        if network.is_ipv4() != address.is_ipv4() {
+            return false;
+        }
+        // Two networks overlap when the wider one holds the other's start.
+        let wider = prefix.min(*length);
+        contains(network, wider, address) || contains(address, wider, network)
+    })
+}
+
 /// Not a public internet address: this host, its links and private networks, and ranges
 /// that are never routed publicly.
 pub fn is_internal(address: IpAddr) -> bool {
@@ -203,6 +262,12 @@ fn is_internal_v6(address: Ipv6Addr) -> bool {
         || address.to_ipv4().is_some_and(is_internal_v4)
         || (address.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
             && is_internal_v4(Ipv4Addr::from((u128::from(address) as u32).to_be_bytes())))
+        || address.segments()[..3] == [0x64, 0xff9b, 1] // local-use NAT64, 64:ff9b:1::/48
+        || first == 0x2002 // 6to4, 2002::/16: may carry any IPv4 address
+        || address.segments()[..4] == [0x100, 0, 0, 0] // discard-only, 100::/64
+        // SIIT's IPv4-translated form, ::ffff:0:a.b.c.d
+        || (address.segments()[..6] == [0, 0, 0, 0, 0xffff, 0]
+            && is_internal_v4(Ipv4Addr::from((u128::from(address) as u32).to_be_bytes())))
 }
 
 #[cfg(test)]
@@ -211,6 +276,15 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().expect("address")
+    }
+
+    #[test]
+    fn this_hosts_own_addresses_are_refused() {
+        let policy = EgressPolicy::new(Vec::new());
+        assert!(!policy.own.is_empty(), "this host has addresses");
+        for own in &policy.own {
+            assert!(!policy.allows(*own), "{own}");
+        }
     }
 
     #[test]
@@ -233,6 +307,10 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::808:808",
+            "2002:7f00:1::1",
+            "100::1",
+            "::ffff:0:a9fe:a9fe",
         ] {
             assert!(!policy.allows(ip(internal)), "{internal}");
         }

@@ -33,6 +33,12 @@ pub struct VmEgress {
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 const MAX_HEADERS: usize = 128;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a request head may take to arrive.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most connections one VM may have open through its egress (Chromium opens at most 256
+/// socket pools' worth).
+const MAX_CONNECTIONS: usize = 512;
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// The header naming why a request was refused, as the SDK documents it.
 const ERROR_HEADER: &str = "X-Kernel-Proxy-Error";
 const POLICY_DENIED: &str = "network_policy_denied";
@@ -64,23 +70,38 @@ impl EgressServer {
         }
         let short = browser_agent_proto::unix_socket::short_path(socket)?;
         let listener = UnixListener::bind(&short.path)?;
+        // Our umask makes it 0700; the VM's user gets it. `lchown`: the directory is the
+        // VM's, and a link swapped in for the socket must not pass the change on.
         if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(socket, Some(uid), Some(gid))?;
+            std::os::unix::fs::lchown(socket, Some(uid), Some(gid))?;
         }
-        std::fs::set_permissions(socket, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         let (egress, updates) = watch::channel(egress);
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let policy = Arc::new(policy);
+        let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
                     () = stop.cancelled() => return,
                     accepted = listener.accept() => accepted,
                 };
-                let Ok((client, _)) = accepted else { continue };
+                let client = match accepted {
+                    Ok((client, _)) => client,
+                    Err(error) => {
+                        // Out of descriptors, say: wait rather than spin.
+                        tracing::warn!(%error, "the egress proxy could not accept a connection");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    }
+                };
+                // Past its share, a VM's new connections are closed at once.
+                let Ok(permit) = connections.clone().try_acquire_owned() else {
+                    continue;
+                };
                 let (policy, stop, updates) = (policy.clone(), stop.clone(), updates.clone());
                 tokio::spawn(async move {
+                    let _permit = permit;
                     tokio::select! {
                         () = stop.cancelled() => {}
                         result = handle(client, &policy, updates) => if let Err(error) = result {
@@ -104,8 +125,6 @@ impl EgressServer {
 /// A request as the VM's browser sent it to its proxy.
 struct ProxyRequest {
     method: String,
-    /// CONNECT's `host:port`, or the absolute `http://` URL.
-    target: String,
     headers: Vec<(String, Vec<u8>)>,
     /// Without brackets.
     host: String,
@@ -146,7 +165,6 @@ impl ProxyRequest {
         };
         Ok(Self {
             method: method.to_owned(),
-            target: target.to_owned(),
             headers: request
                 .headers
                 .iter()
@@ -171,6 +189,16 @@ impl ProxyRequest {
         } else {
             format!("{}:{}", self.host, self.port)
         }
+    }
+
+    /// `http://host[:port]/path`, the port said unless it is 80.
+    fn absolute_url(&self) -> String {
+        let authority = self.authority();
+        let authority = match self.port {
+            80 => authority.trim_end_matches(":80"),
+            _ => &authority,
+        };
+        format!("http://{authority}{}", self.origin_target)
     }
 
     /// The head sent on: to `target` (absolute for a proxy, origin-form for a server),
@@ -207,11 +235,17 @@ async fn handle(
     policy: &EgressPolicy,
     mut updates: watch::Receiver<VmEgress>,
 ) -> std::io::Result<()> {
-    let (head, rest) = read_head(&mut client).await?;
+    let (head, rest) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request head"))??;
     let egress = updates.borrow_and_update().clone();
     let request = match ProxyRequest::parse(&head) {
         Ok(request) => request,
         Err(reason) => return answer(&mut client, "400 Bad Request", None, &reason).await,
+    };
+    let body_length = match body_length(&request) {
+        Ok(length) => length,
+        Err(reason) => return answer(&mut client, "411 Length Required", None, reason).await,
     };
     if let Some(allowed) = &egress.allowed_hosts
         && !allowed.allows(&request.host)
@@ -242,8 +276,15 @@ async fn handle(
                     base64::engine::general_purpose::STANDARD.encode(credentials)
                 )
             });
+            // The target as we understood it, not as sent: the upstream cannot read it
+            // another way.
+            let target = if request.is_tunnel() {
+                request.authority()
+            } else {
+                request.absolute_url()
+            };
             server
-                .write_all(&request.outgoing_head(&request.target, authorization.as_deref()))
+                .write_all(&request.outgoing_head(&target, authorization.as_deref()))
                 .await?;
             server
         }
@@ -274,10 +315,100 @@ async fn handle(
             server
         }
     };
-    server.write_all(&rest).await?;
+    let relayed = async {
+        match body_length {
+            // A tunnel carries whatever the two ends say.
+            None => {
+                server.write_all(&rest).await?;
+                tokio::io::copy_bidirectional(&mut client, &mut server).await?;
+            }
+            // A plain request carries its own body and nothing after it: a second request
+            // pipelined behind it would reach the upstream proxy unjudged.
+            Some(length) => {
+                let already = rest
+                    .len()
+                    .min(usize::try_from(length).unwrap_or(usize::MAX));
+                server.write_all(&rest[..already]).await?;
+                let (mut client_read, mut client_write) = client.split();
+                let (mut server_read, mut server_write) = server.split();
+                let body = async {
+                    let mut remaining = (&mut client_read).take(length - already as u64);
+                    tokio::io::copy(&mut remaining, &mut server_write).await
+                };
+                let response = relay_response(&mut server_read, &mut client_write);
+                tokio::try_join!(body, response)?;
+            }
+        }
+        Ok(())
+    };
     tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut client, &mut server) => copied.map(|_| ()),
+        relayed = relayed => relayed,
         () = revoked(&mut updates, &request.host) => Ok(()),
+    }
+}
+
+/// Passes a plain request's response on, saying `Connection: close`: the browser must not
+/// send its next request (perhaps for another host) down a connection judged for this one.
+async fn relay_response(
+    server: &mut (impl AsyncRead + Unpin),
+    client: &mut (impl AsyncWrite + Unpin),
+) -> std::io::Result<u64> {
+    let (head, rest) = read_head(server).await?;
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    if !matches!(response.parse(&head), Ok(httparse::Status::Complete(_))) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "malformed response head",
+        ));
+    }
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\n",
+        response.code.unwrap_or(502),
+        response.reason.unwrap_or("")
+    )
+    .into_bytes();
+    for header in response.headers.iter() {
+        let name = header.name.to_ascii_lowercase();
+        if !matches!(
+            name.as_str(),
+            "connection" | "keep-alive" | "proxy-connection"
+        ) {
+            out.extend_from_slice(header.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(header.value);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    client.write_all(&out).await?;
+    client.write_all(&rest).await?;
+    Ok(tokio::io::copy(server, client).await? + (out.len() + rest.len()) as u64)
+}
+
+/// The body length of a plain request (`Content-Length`, 0 without), or why it cannot be
+/// relayed; `None` for a tunnel.
+fn body_length(request: &ProxyRequest) -> Result<Option<u64>, &'static str> {
+    if request.is_tunnel() {
+        return Ok(None);
+    }
+    let header = |name: &str| {
+        request
+            .headers
+            .iter()
+            .find(|(header, _)| header.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_slice())
+    };
+    if header("transfer-encoding").is_some() {
+        return Err("plain http:// requests with a chunked body are not relayed (use https)");
+    }
+    match header("content-length") {
+        None => Ok(Some(0)),
+        Some(value) => std::str::from_utf8(value)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .map(Some)
+            .ok_or("malformed Content-Length"),
     }
 }
 
@@ -380,8 +511,9 @@ mod tests {
 Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic c3RhbGU=\r\nAccept: */*\r\n\r\n";
         let request = ProxyRequest::parse(head).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((request.host.as_str(), request.port), ("example.test", 80));
-        let out = String::from_utf8(request.outgoing_head(&request.target, Some("Basic dTpw")))
-            .unwrap_or_default();
+        let out =
+            String::from_utf8(request.outgoing_head("http://example.test/a", Some("Basic dTpw")))
+                .unwrap_or_default();
         assert_eq!(
             out,
             "GET http://example.test/a HTTP/1.1\r\nHost: example.test\r\nAccept: */*\r\n\
@@ -465,6 +597,61 @@ Proxy-Authorization: Basic dTpw\r\nConnection: close\r\n\r\n"
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_plain_request_reaches_the_upstream_alone_with_our_credentials() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("egress.sock");
+        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let egress = VmEgress {
+            upstream: Some(ProxyRoute {
+                address: upstream.local_addr().expect("address").to_string(),
+                username: Some("u".into()),
+                password: Some("p".into()),
+                bypass_hosts: Vec::new(),
+            }),
+            allowed_hosts: Some(HostAllowlist::parse(&["a.test".into()]).expect("valid")),
+        };
+        let _server =
+            EgressServer::start(&socket, None, EgressPolicy::default(), egress).expect("starts");
+        let received = tokio::spawn(async move {
+            let (mut connection, _) = upstream.accept().await.expect("accepts");
+            let mut seen = vec![0u8; 4096];
+            let read = connection.read(&mut seen).await.expect("reads");
+            connection
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                .await
+                .expect("answers");
+            // Whatever else arrives before the client's side closes.
+            let mut more = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(1), connection.read_to_end(&mut more))
+                .await;
+            seen.truncate(read);
+            seen.extend(more);
+            String::from_utf8_lossy(&seen).into_owned()
+        });
+        // A second request pipelined behind the first names a host the allowlist refuses.
+        let (_, answer) = request(
+            &socket,
+            "POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\n\r\nabc\
+             GET http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+        )
+        .await;
+        assert!(answer.ends_with("ok"), "{answer}");
+        let seen = received.await.expect("upstream task");
+        assert!(
+            seen.starts_with("POST http://a.test/x HTTP/1.1\r\n"),
+            "{seen}"
+        );
+        assert!(
+            seen.contains("Proxy-Authorization: Basic dTpw\r\n"),
+            "{seen}"
+        );
+        assert!(seen.ends_with("\r\n\r\nabc"), "{seen}");
+        assert!(!seen.contains("evil.test"), "{seen}");
     }
 
     #[test]

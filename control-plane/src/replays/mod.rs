@@ -8,7 +8,6 @@
 #[cfg(test)]
 mod tests;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -374,13 +373,14 @@ impl Replays {
             );
         };
         wait_until_settled(&leftover).await;
-        let last_written = std::fs::metadata(&leftover)
+        let last_written = leftover
+            .metadata()
             .and_then(|metadata| metadata.modified())
             .map(DateTime::<Utc>::from)
             .unwrap_or_else(|_| Utc::now())
             .min(Utc::now())
             .max(replay.started_at);
-        let outcome = match self.store_salvaged(replay, &leftover).await {
+        let outcome = match self.store_salvaged(replay, leftover).await {
             Ok(outcome) => outcome,
             Err(error) => ReplayOutcome::Lost(format!(
                 "the recording was cut short ({why}) and could not be kept: {error}"
@@ -392,12 +392,18 @@ impl Replays {
     async fn store_salvaged(
         &self,
         replay: &ReplayRecord,
-        leftover: &Path,
+        leftover: std::fs::File,
     ) -> std::io::Result<ReplayOutcome> {
+        // The VM wrote the file: ffmpeg reads a copy of ours, never a path of the VM's.
+        let copied = self.blobs.incoming()?;
+        let mut source = tokio::fs::File::from_std(leftover);
+        tokio::io::AsyncSeekExt::rewind(&mut source).await?;
+        let mut target = tokio::fs::File::from_std(copied.reopen()?);
+        tokio::io::copy(&mut source, &mut target).await?;
         let temporary = self.blobs.incoming()?;
         let remuxed = tokio::process::Command::new(&self.ffmpeg)
             .args(["-hide_banner", "-loglevel", "error", "-y", "-i"])
-            .arg(leftover)
+            .arg(copied.path())
             .args(["-c", "copy", "-movflags", "+faststart", "-f", "mp4"])
             .arg(temporary.path())
             .stdin(std::process::Stdio::null())
@@ -408,11 +414,19 @@ impl Replays {
             .await;
         if !matches!(remuxed, Ok(status) if status.success()) {
             tracing::warn!(replay_id = %replay.id, "remuxing a salvaged recording failed; keeping it as it is");
-            tokio::fs::copy(leftover, temporary.path()).await?;
+            return self.keep_salvaged(replay, copied).await;
         }
-        let size_bytes = temporary.as_file().metadata()?.len() as i64;
+        self.keep_salvaged(replay, temporary).await
+    }
+
+    async fn keep_salvaged(
+        &self,
+        replay: &ReplayRecord,
+        video: tempfile::NamedTempFile,
+    ) -> std::io::Result<ReplayOutcome> {
+        let size_bytes = video.as_file().metadata()?.len() as i64;
         let blob_key = blob_key(replay);
-        self.blobs.put(&blob_key, temporary).await?;
+        self.blobs.put(&blob_key, video).await?;
         Ok(ReplayOutcome::Video {
             size_bytes,
             blob_key,
@@ -508,8 +522,8 @@ impl Replays {
 
 /// Waits (bounded) until a file has stopped growing: an agent killed mid-recording
 /// leaves its encoder to read EOF, flush its last frames and close the file.
-async fn wait_until_settled(path: &Path) {
-    let size = || std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+async fn wait_until_settled(file: &std::fs::File) {
+    let size = || file.metadata().map(|m| m.len()).unwrap_or(0);
     let deadline = tokio::time::Instant::now() + SALVAGE_SETTLE_TIMEOUT;
     let mut last = size();
     while tokio::time::Instant::now() < deadline {

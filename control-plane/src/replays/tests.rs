@@ -1,6 +1,7 @@
 //! Finishing recordings when stops, session ends and dead agents race, over a fake
 //! runtime and a fake agent.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 

@@ -103,6 +103,22 @@ impl LocalRuntime {
         self.config.browsers_dir.join(session_id)
     }
 
+    /// A regular file of a VM's run directory, which the VM controls: opened beneath it
+    /// (no link leads out), not through a link, and without blocking on a FIFO.
+    fn open_in_run_dir(&self, session_id: &str, relative: &Path) -> Option<std::fs::File> {
+        use cap_std::fs::OpenOptionsExt;
+        let run = self.browser_dir(session_id).join(RUN_DIR);
+        let run = cap_std::fs::Dir::open_ambient_dir(run, cap_std::ambient_authority()).ok()?;
+        let mut options = cap_std::fs::OpenOptions::new();
+        options
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        let file = run.open_with(relative, &options).ok()?;
+        file.metadata()
+            .is_ok_and(|metadata| metadata.is_file())
+            .then(|| file.into_std())
+    }
+
     /// The agent's directories as the agent names them: inside the sandbox, or on the host.
     fn agent_paths(&self, dir: &Path) -> (PathBuf, PathBuf) {
         match &self.config.sandbox {
@@ -137,6 +153,7 @@ impl LocalRuntime {
         if let Some(archive) = &spec.profile_archive {
             std::fs::copy(archive, run.join(INPUTS_DIR).join(PROFILE_FILE))?;
         }
+        sandbox::write_identity(&run)?;
         if let Some(policy) = &spec.chrome_policy {
             std::fs::write(
                 run.join(POLICIES_DIR).join("policy.json"),
@@ -145,11 +162,22 @@ impl LocalRuntime {
         }
         // The browser's directory: traversable, so the VM's user can mount its parts.
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
-        // Inside, the VM's `/` and run directory read as usual (our umask is private).
+        // The VM's root and run directory are its user's alone. What the VM only reads
+        // (its policies and identity) stays ours: mounted read-only at start, it cannot
+        // be changed from inside.
+        let read_only = [run.join(POLICIES_DIR), run.join(sandbox::IDENTITY_DIR)];
         for path in walk(&run)?.into_iter().chain([root.clone()]) {
-            let mode = if path.is_dir() { 0o755 } else { 0o644 };
+            let ours = read_only.iter().any(|dir| path.starts_with(dir));
+            let mode = match (path.is_dir(), ours) {
+                (true, true) => 0o755,
+                (false, true) => 0o644,
+                (true, false) => 0o700,
+                (false, false) => 0o600,
+            };
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
-            if let Some(user) = self.config.sandbox.as_ref().and_then(Sandbox::user) {
+            if let Some(user) = self.config.sandbox.as_ref().and_then(Sandbox::user)
+                && !ours
+            {
                 std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
             }
         }
@@ -226,6 +254,8 @@ impl LocalRuntime {
             );
         }
         for (flag, on) in [
+            // In a sandbox, every process the agent sees is the VM's.
+            ("vm-pid-namespace", self.config.sandbox.is_some()),
             ("headless", spec.headless),
             ("kiosk", spec.kiosk),
             ("stealth", spec.stealth),
@@ -239,13 +269,27 @@ impl LocalRuntime {
             Some(sandbox) => {
                 let (info_read, info_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                     .map_err(std::io::Error::from)?;
-                let command =
-                    sandbox.command(&self.config.agent_binary, args, &root, &run, &info_write);
+                let command = sandbox.command(
+                    &self.config.agent_binary,
+                    args,
+                    (&root, &run),
+                    spec.memory_limit_bytes.unwrap_or(16 << 30),
+                    &info_write,
+                );
                 (command, Some((info_read, info_write)))
             }
             None => {
                 let mut command = tokio::process::Command::new(&self.config.agent_binary);
-                command.args(args);
+                // Nothing of the service's environment (database URLs, keys) reaches it.
+                command
+                    .args(args)
+                    .env_clear()
+                    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                    .env("HOME", &root)
+                    .env("LANG", "C.UTF-8");
+                if let Some(filter) = std::env::var_os("RUST_LOG") {
+                    command.env("RUST_LOG", filter);
+                }
                 (command, None)
             }
         };
@@ -256,10 +300,17 @@ impl LocalRuntime {
             .env("BROWSER_AGENT_FFMPEG", &self.config.ffmpeg)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            // Detached from our process group: a Ctrl-C or crash of the control plane
-            // must not reach live browsers.
-            .process_group(0);
+            .stderr(log);
+        // A session of its own: a Ctrl-C or crash of the control plane does not reach
+        // live browsers, and no VM process has a controlling terminal (through which it
+        // could type into the operator's shell).
+        // SAFETY: setsid is async-signal-safe and changes only the child.
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
         let mut child = command.spawn().map_err(|error| {
             RuntimeError::LaunchFailed(format!("starting the browser agent failed: {error}"))
         })?;
@@ -280,8 +331,11 @@ impl LocalRuntime {
             ))),
         };
         if let Err(error) = recorded {
-            // Without its pid on record the VM could not be found again: stop it now.
-            let _ = child.start_kill();
+            // Without its pid on record the VM could not be found again: stop it now,
+            // with its sandbox's PID 1 (in the session the child leads).
+            if let Some(leader) = child.id() {
+                let _ = killpg(Pid::from_raw(leader as i32), Signal::SIGKILL);
+            }
             let _ = child.wait().await;
             return Err(error.into());
         }
@@ -381,7 +435,14 @@ fn log_tail(dir: &Path) -> String {
 impl Runtime for LocalRuntime {
     async fn launch(&self, spec: &LaunchSpec) -> Result<AgentLocation, RuntimeError> {
         let dir = self.browser_dir(&spec.session_id);
-        let (mut location, exited) = self.spawn_agent(spec, &dir).await?;
+        let (mut location, exited) = match self.spawn_agent(spec, &dir).await {
+            Ok(spawned) => spawned,
+            Err(error) => {
+                // Nothing half-made stays: the directory with its copied archives goes.
+                self.destroy(&spec.session_id, None).await;
+                return Err(error);
+            }
+        };
         let outcome = async {
             location.endpoint = self.wait_for_address(&dir, &exited).await?;
             let client = AgentClient::new(&location)
@@ -461,19 +522,14 @@ impl Runtime for LocalRuntime {
         }
     }
 
-    fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<PathBuf> {
+    fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<std::fs::File> {
         // Finished, or else still recording (or cut short while finalizing).
-        let dir = self
-            .browser_dir(session_id)
-            .join(RUN_DIR)
-            .join(RECORDINGS_DIR);
         [
             recording_files::finished(recording_id),
             recording_files::in_progress(recording_id),
         ]
         .into_iter()
-        .map(|name| dir.join(name))
-        .find(|path| path.is_file())
+        .find_map(|name| self.open_in_run_dir(session_id, &Path::new(RECORDINGS_DIR).join(name)))
     }
 
     fn isolation(&self) -> IsolationReport {
@@ -481,11 +537,9 @@ impl Runtime for LocalRuntime {
     }
 
     fn exit_reason(&self, session_id: &str) -> Option<String> {
-        let path = self
-            .browser_dir(session_id)
-            .join(RUN_DIR)
-            .join(EXIT_REASON_FILE);
-        let reason = std::fs::read_to_string(path).ok()?;
+        let file = self.open_in_run_dir(session_id, Path::new(EXIT_REASON_FILE))?;
+        let mut reason = String::new();
+        std::io::Read::read_to_string(&mut std::io::Read::take(file, 4096), &mut reason).ok()?;
         // Written by the VM: keep it short and printable.
         let reason: String = reason
             .chars()

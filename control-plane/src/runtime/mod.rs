@@ -71,9 +71,9 @@ pub trait Runtime: Send + Sync + 'static {
     async fn reap_strays(&self, live_session_ids: &HashSet<String>);
 
     /// The file of a recording that a session's agent left on this host (finished, or
-    /// the fragmented MP4 of one cut short), for collecting it when the agent is gone.
-    /// Valid until `destroy`.
-    fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<PathBuf>;
+    /// the fragmented MP4 of one cut short), opened for collecting it when the agent is
+    /// gone: a regular file, reached through no link the VM could have planted.
+    fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<std::fs::File>;
 
     /// What keeps this runtime's browser VMs apart from the host and each other.
     fn isolation(&self) -> IsolationReport;

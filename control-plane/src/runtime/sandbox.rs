@@ -20,20 +20,25 @@ const VM_AGENT: &str = "/opt/browser-agent/browser-agent";
 /// The VM's user and group inside its user namespace, as in the reference images.
 const VM_UID: &str = "1000";
 
-/// System directories a VM reads (when the host has them).
-const SYSTEM_DIRS: &[&str] = &["/usr", "/opt/google", "/var/lib/dpkg/alternatives"];
-/// What a VM sees of the host's `/etc`: enough for fonts, TLS roots, time zones,
-/// Chromium's defaults and the dynamic linker; not passwords, keys or configuration.
+/// System directories a VM reads (when the host has them). Fontconfig's cache saves
+/// every Chromium start a scan of the fonts.
+const SYSTEM_DIRS: &[&str] = &["/usr", "/var/cache/fontconfig"];
+/// What a VM sees of the host's `/etc`: enough for fonts, TLS roots, time zones, name
+/// lookups, Chromium's defaults and the dynamic linker; not the host's users, keys or
+/// services' configuration. Its `passwd` and `group` are its own (`write_identity`).
 const ETC_ENTRIES: &[&str] = &[
     "alternatives",
     "ca-certificates",
     "chromium.d",
     "fonts",
+    "host.conf",
+    "hosts",
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
     "localtime",
     "mime.types",
+    "nsswitch.conf",
     "ssl",
     "X11",
     "xdg",
@@ -116,13 +121,14 @@ impl Sandbox {
 
     /// The command that starts `agent` (with `agent_args`, which name paths inside the
     /// VM) in a sandbox over `root` and `run`; `info` receives bubblewrap's JSON with
-    /// the host pid of the sandbox's PID 1.
+    /// the host pid of the sandbox's PID 1. The VM's memory-backed `/tmp` and `/dev/shm`
+    /// hold at most `memory_bytes` each (what they hold counts in its memory too).
     pub fn command(
         &self,
         agent: &Path,
         agent_args: Vec<OsString>,
-        root: &Path,
-        run: &Path,
+        (root, run): (&Path, &Path),
+        memory_bytes: u64,
         info: &OwnedFd,
     ) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.bwrap);
@@ -144,6 +150,16 @@ impl Sandbox {
         bind("--bind", run, VM_RUN);
         bind("--ro-bind", agent, VM_AGENT);
         bind("--ro-bind", &run.join("policies"), POLICY_DIR);
+        bind(
+            "--ro-bind",
+            &run.join(IDENTITY_DIR).join("passwd"),
+            "/etc/passwd",
+        );
+        bind(
+            "--ro-bind",
+            &run.join(IDENTITY_DIR).join("group"),
+            "/etc/group",
+        );
         for (link, target) in [
             ("/bin", "usr/bin"),
             ("/sbin", "usr/sbin"),
@@ -153,10 +169,19 @@ impl Sandbox {
             command.arg("--symlink").arg(target).arg(link);
         }
         command
-            .args(["--unshare-all", "--uid", VM_UID, "--gid", VM_UID])
+            // Each namespace named: `--unshare-all` only tries the cgroup one.
+            .args([
+                "--unshare-user",
+                "--unshare-pid",
+                "--unshare-ipc",
+                "--unshare-net",
+            ])
+            .args(["--unshare-uts", "--unshare-cgroup"])
+            .args(["--uid", VM_UID, "--gid", VM_UID])
             .args(["--hostname", "browser-vm"])
             .args(["--proc", "/proc", "--dev", "/dev"])
-            .args(["--tmpfs", "/tmp", "--tmpfs", "/dev/shm"])
+            .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/tmp"])
+            .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/dev/shm"])
             .args(["--dir", "/tmp/.X11-unix"])
             .args(["--chdir", VM_HOME])
             .arg("--info-fd")
@@ -188,6 +213,25 @@ impl Sandbox {
         }
         command
     }
+}
+
+/// Where `write_identity` puts the VM's own `passwd` and `group`, in its run directory.
+pub const IDENTITY_DIR: &str = "identity";
+
+/// The VM's users as its programs look them up: `kernel` (uid 1000), nothing of the host.
+pub fn write_identity(run: &Path) -> std::io::Result<()> {
+    let dir = run.join(IDENTITY_DIR);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("passwd"),
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n\
+         kernel:x:1000:1000:kernel:/home/kernel:/bin/sh\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    )?;
+    std::fs::write(
+        dir.join("group"),
+        "root:x:0:\nkernel:x:1000:\nnogroup:x:65534:\n",
+    )
 }
 
 /// The host pid of the sandbox's PID 1, from bubblewrap's `--info-fd` JSON.

@@ -647,12 +647,18 @@ impl Sessions {
             },
             None => None,
         };
-        // Checked when the session was created.
-        let allowed_hosts = session
-            .vm_settings
-            .allowed_hosts
-            .as_deref()
-            .and_then(|hosts| HostAllowlist::parse(hosts).ok());
+        // Checked when the session was created; one that no longer passes (stricter
+        // rules since) ends the session rather than leave its egress unfiltered.
+        let allowed_hosts = match session.vm_settings.allowed_hosts.as_deref() {
+            None => None,
+            Some(hosts) => match HostAllowlist::parse(hosts) {
+                Ok(allowed) => Some(allowed),
+                Err(problem) => {
+                    tracing::warn!(session_id = %session.id, %problem, "the browser's allowlist no longer passes");
+                    return false;
+                }
+            },
+        };
         let egress = VmEgress {
             upstream,
             allowed_hosts,

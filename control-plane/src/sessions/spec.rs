@@ -94,6 +94,8 @@ pub fn memory_bytes(size: &str) -> u64 {
 
 /// As the SDK documents: headless browsers get 1GiB, headful ones 8GiB.
 const DEFAULT_MEMORY: (&str, &str) = ("1GiB", "8GiB");
+const HEADLESS_MEMORY: &[&str] = &["1GiB", "2GiB", "4GiB"];
+const HEADFUL_MEMORY: &[&str] = &["8GiB", "16GiB"];
 /// Largest `chrome_policy`, serialized.
 const MAX_CHROME_POLICY_BYTES: usize = 64 * 1024;
 /// Policies this server manages itself (proxy, extensions, DevTools): a browser's
@@ -295,16 +297,20 @@ fn validate(
         })
         .to_owned()
     });
-    let memory_bytes = match MEMORY_SIZES.iter().find(|(name, _)| *name == memory) {
-        Some((_, bytes)) => *bytes,
-        None => {
-            let sizes: Vec<&str> = MEMORY_SIZES.iter().map(|(name, _)| *name).collect();
-            problems.push(format!(
-                "memory must be one of {}, got {memory:?}",
-                sizes.join(", ")
-            ));
-            0
-        }
+    // The sizes the SDK offers each kind of browser.
+    let (offered, kind) = if headless {
+        (HEADLESS_MEMORY, "headless")
+    } else {
+        (HEADFUL_MEMORY, "headful")
+    };
+    let memory_bytes = if offered.contains(&memory.as_str()) {
+        memory_bytes(&memory)
+    } else {
+        problems.push(format!(
+            "memory of a {kind} browser must be one of {}, got {memory:?}",
+            offered.join(", ")
+        ));
+        0
     };
     if let Some(policy) = &config.chrome_policy {
         problems.extend(chrome_policy_problems(policy));
@@ -515,7 +521,7 @@ mod tests {
         for needle in [
             "network.private_hosts is not supported",
             "network.allowed_hosts[0]",
-            "memory must be one of",
+            "memory of a headful browser must be one of 8GiB, 16GiB",
             "chrome_policy.ProxyMode",
             "\"bad name\" is not a policy name",
         ] {
