@@ -30,7 +30,9 @@ pub async fn enforce_limit(
     reason_file: Option<PathBuf>,
     shutdown: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    // The first look once the VM has started: measuring competes with its start.
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + POLL_INTERVAL, POLL_INTERVAL);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,

@@ -119,6 +119,12 @@ impl LocalRuntime {
             .then(|| file.into_std())
     }
 
+    /// The host user and group of the VM's files and sockets, when not ours.
+    fn vm_owner(&self) -> Option<(u32, u32)> {
+        let user = self.config.sandbox.as_ref().and_then(Sandbox::user)?;
+        Some((user.uid, user.gid))
+    }
+
     /// The agent's directories as the agent names them: inside the sandbox, or on the host.
     fn agent_paths(&self, dir: &Path) -> (PathBuf, PathBuf) {
         match &self.config.sandbox {
@@ -175,36 +181,23 @@ impl LocalRuntime {
                 (false, false) => 0o600,
             };
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
-            if let Some(user) = self.config.sandbox.as_ref().and_then(Sandbox::user)
+            if let Some((uid, gid)) = self.vm_owner()
                 && !ours
             {
-                std::os::unix::fs::lchown(&path, Some(user.uid), Some(user.gid))?;
+                std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
             }
         }
         Ok(inputs)
     }
 
-    async fn spawn_agent(
+    /// The agent's command line; paths as the agent sees them.
+    fn agent_args(
         &self,
         spec: &LaunchSpec,
+        inputs: &[(String, String)],
         dir: &Path,
-    ) -> Result<(AgentLocation, watch::Receiver<Option<String>>), RuntimeError> {
-        let inputs = self.prepare_dirs(spec, dir)?;
-        let (root, run) = (dir.join(ROOT_DIR), dir.join(RUN_DIR));
-        let owner = self
-            .config
-            .sandbox
-            .as_ref()
-            .and_then(Sandbox::user)
-            .map(|user| (user.uid, user.gid));
-        let egress = EgressServer::start(
-            &run.join(EGRESS_SOCKET),
-            owner,
-            self.config.egress.clone(),
-            spec.egress.clone(),
-        )?;
+    ) -> Vec<OsString> {
         let (agent_root, agent_run) = self.agent_paths(dir);
-        let secret = ids::new_secret(43);
         let mut args: Vec<OsString> = Vec::new();
         // Option and value apart: the value (the VM root) identifies the agent's process.
         let mut arg = |name: &str, value: &dyn AsRef<std::ffi::OsStr>| {
@@ -242,7 +235,7 @@ impl LocalRuntime {
             "zip-max-ratio",
             &self.config.zip_limits.max_ratio.to_string(),
         );
-        for (name, file) in &inputs {
+        for (name, file) in inputs {
             let mut value = OsString::from(format!("{name}="));
             value.push(agent_run.join(INPUTS_DIR).join(file));
             arg("extension", &value);
@@ -264,6 +257,25 @@ impl LocalRuntime {
                 args.push(format!("--{flag}").into());
             }
         }
+        args
+    }
+
+    async fn spawn_agent(
+        &self,
+        spec: &LaunchSpec,
+        dir: &Path,
+    ) -> Result<(AgentLocation, watch::Receiver<Option<String>>), RuntimeError> {
+        let inputs = self.prepare_dirs(spec, dir)?;
+        let (root, run) = (dir.join(ROOT_DIR), dir.join(RUN_DIR));
+        let owner = self.vm_owner();
+        let egress = EgressServer::start(
+            &run.join(EGRESS_SOCKET),
+            owner,
+            self.config.egress.clone(),
+            spec.egress.clone(),
+        )?;
+        let args = self.agent_args(spec, &inputs, dir);
+        let secret = ids::new_secret(43);
         let log = std::fs::File::create(dir.join(LOG_FILE))?;
         let (mut command, info) = match &self.config.sandbox {
             Some(sandbox) => {
@@ -551,12 +563,7 @@ impl Runtime for LocalRuntime {
 
     fn reattach(&self, session_id: &str, egress: VmEgress) -> Result<(), RuntimeError> {
         let run = self.browser_dir(session_id).join(RUN_DIR);
-        let owner = self
-            .config
-            .sandbox
-            .as_ref()
-            .and_then(Sandbox::user)
-            .map(|user| (user.uid, user.gid));
+        let owner = self.vm_owner();
         let server = EgressServer::start(
             &run.join(EGRESS_SOCKET),
             owner,
