@@ -96,6 +96,10 @@ struct Args {
     /// namespace), which the memory limit then counts whole.
     #[arg(long)]
     vm_pid_namespace: bool,
+    /// Most tasks (processes and threads) the VM may run, with --vm-pid-namespace: the
+    /// kernel counts them per user namespace, so the limit is this VM's alone.
+    #[arg(long, default_value_t = 0)]
+    max_tasks: u64,
     /// When the agent ends the VM on its own (memory limit), it writes why to this file.
     #[arg(long)]
     exit_reason_file: Option<PathBuf>,
@@ -139,6 +143,16 @@ fn main() -> anyhow::Result<()> {
     );
     std::fs::create_dir_all(&args.vm_root)
         .with_context(|| format!("creating {}", args.vm_root.display()))?;
+    // Before anything is started: everything started inherits it. Outside a user
+    // namespace of its own the count would be the host user's, so only in a sandbox.
+    if args.vm_pid_namespace && args.max_tasks > 0 {
+        nix::sys::resource::setrlimit(
+            nix::sys::resource::Resource::RLIMIT_NPROC,
+            args.max_tasks,
+            args.max_tasks,
+        )
+        .context("limiting the VM's tasks")?;
+    }
 
     // The display starts before any other thread exists: xcap finds it only through
     // $DISPLAY, and the environment can be changed safely only while single-threaded.

@@ -124,6 +124,22 @@ def test_an_organization_at_its_live_browser_limit_is_told_when_to_retry(tmp_pat
         server.reap_everything()
 
 
+def test_an_organization_at_its_memory_limit_is_told_when_to_retry(tmp_path):
+    server = ControlPlane(tmp_path / "data", extra_args=["--max-live-memory-gib", "3"]).start()
+    try:
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        first = client.browsers.create(headless=True, extra_body={"memory": "2GiB"})
+        client.browsers.create(headless=True)  # 1GiB by default: 3 GiB in all
+        refused = httpx.post(f"{server.base_url}/browsers", json={"headless": True}, timeout=30,
+                             headers={"Authorization": f"Bearer {server.api_key}"})
+        assert refused.status_code == 429 and refused.json()["code"] == "limit_reached", refused.text
+        assert "memory" in refused.json()["message"] and int(refused.headers["retry-after"]) >= 1
+        client.browsers.delete_by_id(first.session_id)
+        client.browsers.create(headless=True)
+    finally:
+        server.reap_everything()
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "0.0.0.0", "169.254.169.254", "10.0.0.1"])
 def test_custom_proxies_cannot_point_inside_the_host(strict_client, host):
     client = strict_client

@@ -50,6 +50,8 @@ def test_a_page_reads_nothing_of_the_host_the_data_directory_or_other_browsers(
                 with pytest.raises(PlaywrightError, match=FILE_NOT_FOUND):
                     page.goto(f"file://{target}")
             # A download aimed at a host directory lands inside the VM, if anywhere.
+            # A page of its own: the last error page may still be committing in this one.
+            page = browser.contexts[0].new_page()
             cdp = browser.new_browser_cdp_session()
             cdp.send("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(landing)})
             page.set_content('<a id="d" href="data:text/plain,planted" download="planted.txt">get</a>')
@@ -76,6 +78,11 @@ def test_every_process_of_a_vm_is_unprivileged_and_ends_with_it(control_plane, c
     for pid in processes["chromium"]:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             assert b"--no-sandbox" not in cmdline.read().split(b"\0")
+    # The VM's task limit, which its user namespace counts for it alone.
+    for pid in processes["agent"] | processes["chromium"]:
+        with open(f"/proc/{pid}/limits") as limits:
+            (line,) = [line for line in limits if line.startswith("Max processes")]
+        assert line.split()[2:4] == ["4096", "4096"], line
     assert read_page(created.cdp_ws_url, test_page_url, lambda page: page.title()) == TEST_PAGE_TITLE
 
     client.browsers.delete_by_id(created.session_id)

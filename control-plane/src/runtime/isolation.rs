@@ -93,11 +93,14 @@ impl IsolationReport {
                     "memory: a VM whose processes together use more than its `memory` ends \
                      alone, with a reason"
                         .to_owned(),
+                    "tasks: a VM runs at most 4096 processes and threads (RLIMIT_NPROC, which \
+                     the kernel counts per user namespace)"
+                        .to_owned(),
                 ]);
                 not_enforced.push(Unenforced {
-                    protection: "kernel-enforced memory, CPU weight and process count per \
-                                 browser (cgroup v2)"
-                        .into(),
+                    protection: "kernel-enforced memory and CPU weight per browser (cgroup \
+                                 v2)"
+                    .into(),
                     reason: if host.cgroup_v2_memory {
                         "not applied by the local runtime yet; memory is measured by the agent \
                          every 250 ms instead, so a faster burst can pass the limit briefly"

@@ -85,6 +85,9 @@ const SOCKET_FILE: &str = "agent.sock";
 const EGRESS_SOCKET: &str = "egress.sock";
 /// Why the VM ended itself, when it did (memory limit).
 const EXIT_REASON_FILE: &str = "exit-reason";
+/// Most tasks (processes and threads) one sandboxed VM may run: a busy Chromium runs a few
+/// hundred; a fork bomb stops here instead of at the host's limits.
+const MAX_VM_TASKS: u64 = 4096;
 /// On the host only, beside the run directory.
 const PID_FILE: &str = "agent.pid";
 const LOG_FILE: &str = "agent.log";
@@ -219,6 +222,9 @@ impl LocalRuntime {
             "idle-grace-seconds",
             &self.config.agent_idle_grace.as_secs().max(1).to_string(),
         );
+        if self.config.sandbox.is_some() {
+            arg("max-tasks", &MAX_VM_TASKS.to_string());
+        }
         arg(
             "memory-limit-bytes",
             &spec.memory_limit_bytes.unwrap_or(0).to_string(),
