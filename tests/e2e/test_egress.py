@@ -164,6 +164,11 @@ def test_a_running_browser_gets_a_new_allowlist(control_plane, client, public_ho
         again = patch({"allowed_hosts": [PUBLIC_HOST]})
         assert again.status_code == 400 and "cannot be given one" in again.json()["message"]
         assert patch({"allowed_hosts": None, "bogus": 1}).status_code == 400
+        # Another organization's browser does not exist for this one.
+        intruder = control_plane.create_api_key("org-egress-intruder")
+        foreign = httpx.patch(url, headers={"Authorization": f"Bearer {intruder}"},
+                              json={"network": {"allowed_hosts": None}}, timeout=30)
+        assert foreign.status_code == 404 and foreign.json()["code"] == "not_found"
     finally:
         client.browsers.delete_by_id(created.session_id)
 
