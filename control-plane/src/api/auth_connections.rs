@@ -303,6 +303,7 @@ pub struct ListQuery {
     responses((status = 200, body = Vec<Object>), (status = 400, body = ErrorBody)))]
 pub async fn list(
     org: Org,
+    paging: super::paging::Paging,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut connections = org.store.list_auth_connections(Some(&org.id)).await?;
@@ -312,7 +313,7 @@ pub async fn list(
     if let Some(profile_name) = &query.profile_name {
         connections.retain(|c| &c.profile_name == profile_name);
     }
-    let (headers, page) = super::page_of(connections, query.limit, query.offset)?;
+    let (headers, page) = super::page_of(paging, connections, query.limit, query.offset)?;
     let body = page
         .iter()
         .map(|record| view(&org, record))

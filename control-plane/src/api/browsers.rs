@@ -217,14 +217,15 @@ pub struct ListQuery {
 }
 
 /// List the organization's browser sessions, newest first. Pages with `limit`/`offset`
-/// and answers `X-Has-More` and, when there is more, `X-Next-Offset` (as the SDKs read
-/// it: the next page starts at X-Next-Offset plus the number of items returned).
+/// and answers `X-Has-More` and `X-Next-Offset` in the convention of the calling SDK's
+/// generation (`api::paging`).
 #[utoipa::path(get, path = "/browsers", tag = "browsers", params(ListQuery),
     security(("bearer" = [])),
     responses((status = 200, body = Vec<BrowserSession>), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody)))]
 pub async fn list(
     org: Org,
+    paging: super::paging::Paging,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = match (query.status.as_deref(), query.include_deleted) {
@@ -245,7 +246,7 @@ pub async fn list(
         .await?;
     let has_more = sessions.len() > limit as usize;
     sessions.truncate(limit as usize);
-    let headers = super::page_headers(offset, has_more);
+    let headers = super::page_headers(paging, offset, sessions.len(), has_more);
     let body: Vec<BrowserSession> = sessions
         .iter()
         .map(|s| BrowserSession::from_record(&org, s))

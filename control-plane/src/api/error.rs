@@ -62,9 +62,6 @@ pub enum ApiError {
     RangeNotSatisfiable(String),
     #[error("{0}")]
     PreconditionFailed(String),
-    /// No pooled browser became available in time (423: the SDKs do not retry it).
-    #[error("{0}")]
-    NoBrowserAvailable(String),
     /// A limit of the organization; `Retry-After` says when to try again (the SDKs do).
     #[error("{message}")]
     TooManyRequests {
@@ -112,7 +109,6 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             Self::PreconditionFailed(_) => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
-            Self::NoBrowserAvailable(_) => (StatusCode::LOCKED, "no_browser_available"),
             Self::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "limit_reached"),
             Self::RangeNotSatisfiable(_) => {
                 (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")

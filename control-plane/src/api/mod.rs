@@ -12,6 +12,7 @@ pub mod extract;
 pub mod fs;
 pub mod health;
 pub mod org;
+pub mod paging;
 pub mod pools;
 pub mod profiles;
 pub mod proxies;
@@ -25,6 +26,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
+use paging::Paging;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::OpenApi as OpenApiDocument;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -140,14 +142,24 @@ fn api_routes() -> OpenApiRouter<AppState> {
 /// `X-Has-More` and `X-Next-Offset` of a page of a list that the SDKs page through. They
 /// request the next page at `X-Next-Offset + items on this page`, so the header carries
 /// this page's offset; with it their auto-paging is exact.
-pub fn page_headers(offset: u32, has_more: bool) -> HeaderMap {
+pub fn page_headers(paging: Paging, offset: u32, returned: usize, has_more: bool) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(
         "x-has-more",
         HeaderValue::from_static(if has_more { "true" } else { "false" }),
     );
-    if has_more && let Ok(this_page) = HeaderValue::from_str(&offset.to_string()) {
-        headers.insert("x-next-offset", this_page);
+    let next_offset = match (paging, has_more) {
+        // The offset of the page just answered: the client adds what it received.
+        (Paging::Legacy, true) => Some(u64::from(offset)),
+        (Paging::Legacy, false) => None,
+        // Where the next page starts; 0 on the last page.
+        (Paging::Current, true) => Some(u64::from(offset) + returned as u64),
+        (Paging::Current, false) => Some(0),
+    };
+    if let Some(next) = next_offset
+        && let Ok(value) = HeaderValue::from_str(&next.to_string())
+    {
+        headers.insert("x-next-offset", value);
     }
     headers
 }
@@ -186,6 +198,7 @@ pub fn list_limit(limit: Option<u32>) -> Result<u32, ApiError> {
 /// One page (`limit` items from `offset`) of `items`, with its paging headers; `limit`
 /// defaults to 20 and must be 1 to 100.
 pub fn page_of<T>(
+    paging: Paging,
     items: Vec<T>,
     limit: Option<u32>,
     offset: Option<u32>,
@@ -199,7 +212,7 @@ pub fn page_of<T>(
         .take(limit as usize)
         .collect();
     let has_more = (offset as usize).saturating_add(page.len()) < total;
-    Ok((page_headers(offset, has_more), page))
+    Ok((page_headers(paging, offset, page.len(), has_more), page))
 }
 
 /// The OpenAPI 3.1 document of every route this server serves.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -209,17 +210,18 @@ pub struct AcquireRequest {
 }
 
 /// Lease an idle browser of the pool, waiting for one up to `acquire_timeout_seconds`.
-/// When none became available: 423 `no_browser_available` (a status the SDKs do not
-/// retry by themselves, so the caller decides).
+/// When none became available: 204 No Content, as both SDK generations document it
+/// (today's returns `None`).
 #[utoipa::path(post, path = "/browser_pools/{id_or_name}/acquire", tag = "browser_pools", security(("bearer" = [])),
     params(("id_or_name" = String, Path, description = "Pool id or name")),
     request_body = AcquireRequest,
-    responses((status = 200, body = BrowserSession), (status = 404, body = ErrorBody), (status = 423, body = ErrorBody)))]
+    responses((status = 200, body = BrowserSession), (status = 204, description = "no browser became available in time"),
+        (status = 404, body = ErrorBody)))]
 pub async fn acquire(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<AcquireRequest>,
-) -> Result<Json<BrowserSession>, ApiError> {
+) -> Result<Response, ApiError> {
     let requested = match request.acquire_timeout_seconds {
         Some(seconds) if (0..=MAX_ACQUIRE_TIMEOUT_SECONDS).contains(&seconds) => {
             Some(Duration::from_secs(seconds as u64))
@@ -232,18 +234,15 @@ pub async fn acquire(
         None => None,
     };
     let (pool, session) = org.pools.acquire(&org.id, &id_or_name, requested).await?;
-    let pool_name = pool.name.as_deref().unwrap_or(&pool.id);
-    let session = session.ok_or_else(|| {
-        ApiError::NoBrowserAvailable(format!(
-            "no browser of pool {pool_name} became available in time; retry, or raise the pool's size"
-        ))
-    })?;
+    let Some(session) = session else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
     let mut answer = BrowserSession::from_record(&org, &session);
     answer.pool = Some(PoolRef {
         id: pool.id,
         name: pool.name,
     });
-    Ok(Json(answer))
+    Ok(Json(answer).into_response())
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -75,6 +75,7 @@ pub struct ListQuery {
     responses((status = 200, body = Vec<Profile>), (status = 400, body = ErrorBody)))]
 pub async fn list(
     org: Org,
+    paging: super::paging::Paging,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut profiles = org.store.list_profiles(&org.id).await?;
@@ -82,7 +83,7 @@ pub async fn list(
         profiles
             .retain(|p| p.id.contains(text) || p.name.as_deref().is_some_and(|n| n.contains(text)));
     }
-    let (headers, page) = super::page_of(profiles, query.limit, query.offset)?;
+    let (headers, page) = super::page_of(paging, profiles, query.limit, query.offset)?;
     let body: Vec<Profile> = page.into_iter().map(Profile::from).collect();
     Ok((headers, Json(body)))
 }
