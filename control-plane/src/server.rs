@@ -51,23 +51,22 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .join("browser-agent"),
     };
     let agent_idle_grace = Duration::from_secs(config.agent_idle_grace_seconds.max(1));
-    let browsers_dir = data_dir.join("browsers");
+    let mut browsers_dir = data_dir.join("browsers");
+    let mut agent_binary = agent_binary;
     let sandbox = match config.isolation {
         Isolation::Sandbox => {
-            let sandbox = Sandbox::prepare(&config.vm_user, &browsers_dir).map_err(|reason| {
+            let unsandboxable = |reason: String| {
                 anyhow::anyhow!(
                     "browsers cannot be sandboxed on this host: {reason}. (--isolation none \
                      runs them without a sandbox: unsafe, for development only)"
                 )
-            })?;
-            if sandbox.user().is_some() {
-                // The VM user mounts its browser's directory: it must traverse to it
-                // (listing and reading stay ours alone).
-                for dir in [&data_dir, &browsers_dir] {
-                    std::fs::create_dir_all(dir)?;
-                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
-                }
-            }
+            };
+            let sandbox = Sandbox::prepare(&config.vm_user).map_err(unsandboxable)?;
+            let placement = sandbox
+                .place(&data_dir, &agent_binary)
+                .map_err(unsandboxable)?;
+            browsers_dir = placement.browsers_dir;
+            agent_binary = placement.agent_binary;
             Some(sandbox)
         }
         Isolation::None => {

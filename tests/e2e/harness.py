@@ -21,8 +21,10 @@ class ControlPlane:
     """One `control-plane serve` process with its own data directory."""
 
     def __init__(self, data_dir: Path, port: int = 0, agent_idle_grace_seconds: int = 60,
-                 extra_args: list[str] | None = None, egress_allow: tuple[str, ...] = ("127.0.0.1",)):
+                 extra_args: list[str] | None = None, egress_allow: tuple[str, ...] = ("127.0.0.1",),
+                 traversable: bool = True):
         self.data_dir = data_dir
+        self.traversable = traversable
         # The test pages are served on this host's loopback, which browsers may not reach
         # unless the operator allows it.
         self.extra_args = [f"--egress-allow={allowance}" for allowance in egress_allow]
@@ -34,7 +36,8 @@ class ControlPlane:
 
     def start(self) -> "ControlPlane":
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        make_traversable(self.data_dir)
+        if self.traversable:
+            make_traversable(self.data_dir)
         log = open(self.data_dir / "control-plane.log", "ab")
         self.process = subprocess.Popen(
             [

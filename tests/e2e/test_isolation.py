@@ -5,6 +5,7 @@ directory), and one organization from taking the whole host (its live-browser li
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from kernel import BadRequestError, Kernel, RateLimitError
 
 from conftest import TEST_PAGE_TITLE
-from harness import ControlPlane, read_page, session_processes
+from harness import CONTROL_PLANE, ControlPlane, read_page, session_processes
 
 
 def _mode(path: Path) -> int:
@@ -122,6 +123,34 @@ def test_an_organization_at_its_live_browser_limit_is_told_when_to_retry(tmp_pat
         client.browsers.create(headless=True)
     finally:
         server.reap_everything()
+
+
+def test_a_data_directory_the_vm_user_cannot_pass_through_still_works(tmp_path, test_page_url):
+    """A data directory and a build under a directory only root may enter (as under
+    /root): VM directories and the agent binary move where the VM user reaches them."""
+    if os.geteuid() != 0:
+        pytest.skip("the VM user is another user only when the service runs as root")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    os.chmod(private, 0o700)
+    agent = private / "bin" / "browser-agent"
+    agent.parent.mkdir()
+    shutil.copy(Path(CONTROL_PLANE).parent / "browser-agent", agent)
+    server = ControlPlane(private / "data", traversable=False, extra_args=["--agent-binary", str(agent)]).start()
+    bases = set()
+    try:
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        created = client.browsers.create(headless=True)
+        assert not (server.data_dir / "browsers").exists()
+        bases = {p.parent.parent for p in Path("/var/lib/browser-vms").glob(f"*/browsers/{created.session_id}")}
+        assert len(bases) == 1
+        assert read_page(created.cdp_ws_url, test_page_url, lambda page: page.title()) == TEST_PAGE_TITLE
+        client.browsers.delete_by_id(created.session_id)
+        assert not any((base / "browsers" / created.session_id).exists() for base in bases)
+    finally:
+        server.reap_everything()
+        for base in bases:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def test_an_organization_at_its_memory_limit_is_told_when_to_retry(tmp_path):

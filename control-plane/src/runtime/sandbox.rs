@@ -9,7 +9,10 @@
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use sha2::Digest;
 
 /// The VM's root inside the sandbox.
 pub const VM_HOME: &str = "/home/kernel";
@@ -46,6 +49,26 @@ const ETC_ENTRIES: &[&str] = &[
 /// Where Chromium reads enterprise policies that the VM's `chrome_policy` is written to.
 pub const POLICY_DIR: &str = "/etc/chromium/policies/managed";
 
+/// Where VM directories live when the data directory's parents do not let the VM user
+/// through.
+const FALLBACK_VM_BASE: &str = "/var/lib/browser-vms";
+
+/// Where the VMs' directories and the agent binary they start are.
+#[derive(Clone, Debug)]
+pub struct VmPlacement {
+    pub browsers_dir: PathBuf,
+    pub agent_binary: PathBuf,
+}
+
+/// Whether every parent of `path` lets others pass through (o+x).
+fn traversable_parents(path: &Path) -> bool {
+    path.ancestors().skip(1).all(|dir| {
+        std::fs::metadata(dir).is_ok_and(|metadata| {
+            std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o001 != 0
+        })
+    })
+}
+
 /// The host user browser VMs run as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VmUser {
@@ -63,7 +86,7 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// Checks that this host can sandbox browsers: `Err` says what is missing.
-    pub fn prepare(user_name: &str, browsers_dir: &Path) -> Result<Self, String> {
+    pub fn prepare(user_name: &str) -> Result<Self, String> {
         let bwrap = find_in_path("bwrap").ok_or(
             "bubblewrap (`bwrap`) is not installed: install Debian's `bubblewrap` package",
         )?;
@@ -87,36 +110,69 @@ impl Sandbox {
         } else {
             None
         };
-        let sandbox = Self { bwrap, user };
-        sandbox.check_reachable(browsers_dir)?;
-        Ok(sandbox)
+        Ok(Self { bwrap, user })
     }
 
     pub fn user(&self) -> Option<VmUser> {
         self.user
     }
 
-    /// The VM user must be able to traverse to the browsers' directories to mount them:
-    /// the data directory (`browsers_dir`'s parent) is made so at start, not its parents.
-    fn check_reachable(&self, browsers_dir: &Path) -> Result<(), String> {
-        if self.user.is_none() {
-            return Ok(());
+    /// Puts the VMs' directories and the agent binary where the VM user can reach them
+    /// (bubblewrap mounts them by path, as that user): under the data directory when its
+    /// parents let the user through, else under `/var/lib/browser-vms/<data directory's
+    /// hash>`. The directories it passes through are made traversable (0711): listing and
+    /// reading stay ours.
+    pub fn place(&self, data_dir: &Path, agent_binary: &Path) -> Result<VmPlacement, String> {
+        let Some(user) = self.user else {
+            return Ok(VmPlacement {
+                browsers_dir: data_dir.join("browsers"),
+                agent_binary: agent_binary.to_owned(),
+            });
+        };
+        let base = if traversable_parents(data_dir) {
+            data_dir.to_owned()
+        } else {
+            let hash = hex::encode(sha2::Sha256::digest(
+                data_dir.as_os_str().as_encoded_bytes(),
+            ));
+            let base = Path::new(FALLBACK_VM_BASE).join(&hash[..16]);
+            tracing::info!(
+                data_dir = %data_dir.display(),
+                vm_dirs = %base.display(),
+                "the VM user cannot pass through the data directory's parents; VM directories live elsewhere"
+            );
+            base
+        };
+        let fail = |what: &str, error: std::io::Error| format!("{what}: {error}");
+        let agent_dir = base.join("agent");
+        let browsers_dir = base.join("browsers");
+        let fallback = (base != data_dir).then(|| PathBuf::from(FALLBACK_VM_BASE));
+        for dir in fallback.iter().chain([&base, &browsers_dir, &agent_dir]) {
+            std::fs::create_dir_all(dir).map_err(|e| fail(&dir.display().to_string(), e))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+                .map_err(|e| fail(&dir.display().to_string(), e))?;
         }
-        for dir in browsers_dir.ancestors().skip(2) {
-            let Ok(metadata) = std::fs::metadata(dir) else {
-                continue;
-            };
-            let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
-            if mode & 0o001 == 0 {
-                return Err(format!(
-                    "the VM user cannot reach {} through {} (mode {mode:o}): make it \
-                     traversable (chmod o+x) or choose a data directory elsewhere",
-                    browsers_dir.display(),
-                    dir.display()
-                ));
-            }
+        if !traversable_parents(&browsers_dir) {
+            return Err(format!(
+                "the VM user {} cannot reach {}",
+                user.uid,
+                browsers_dir.display()
+            ));
         }
-        Ok(())
+        // The binary may sit in a directory only we can enter (a build under /root): the
+        // VM starts a link to it, or a copy across file systems.
+        let staged = agent_dir.join("browser-agent");
+        let _ = std::fs::remove_file(&staged);
+        if std::fs::hard_link(agent_binary, &staged).is_err() {
+            std::fs::copy(agent_binary, &staged)
+                .map_err(|e| fail(&format!("copying {}", agent_binary.display()), e))?;
+        }
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| fail(&staged.display().to_string(), e))?;
+        Ok(VmPlacement {
+            browsers_dir,
+            agent_binary: staged,
+        })
     }
 
     /// The command that starts `agent` (with `agent_args`, which name paths inside the
