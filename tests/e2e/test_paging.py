@@ -74,3 +74,18 @@ def test_a_client_that_does_not_say_gets_absolute_offsets(control_plane, profile
                        headers={**headers, "X-Stainless-Lang": "python", "X-Stainless-Package-Version": "0.40.0"},
                        timeout=30)
     assert legacy.headers["x-next-offset"] == "8"
+
+
+def test_list_filters_apply_or_are_refused_by_name(control_plane, client, profile_ids):
+    assert [p.name for p in client.profiles.list(extra_query={"name": "PAGED-07"})] == ["paged-07"]
+    assert {p.name for p in client.profiles.list(query="Paged-1", limit=100)} == {f"paged-1{i}" for i in range(10)}
+    headers = {"Authorization": f"Bearer {control_plane.api_key}"}
+    for path, params, named in [
+        ("/profiles", {"colour": "blue"}, "colour"),
+        ("/browsers", {"tags[team]": "backend"}, "tags[team]"),
+        ("/browsers", {"query": "x"}, "not supported by this server"),
+        ("/auth/connections", {"colour": "blue"}, "colour"),
+    ]:
+        refused = httpx.get(f"{control_plane.base_url}{path}", params=params, headers=headers, timeout=30)
+        assert refused.status_code == 400 and refused.json()["code"] == "bad_request", (path, refused.text)
+        assert named in str(refused.json()), (path, refused.text)

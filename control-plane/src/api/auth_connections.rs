@@ -287,11 +287,17 @@ async fn resolve_proxy(
     Ok(proxy.id.clone())
 }
 
+/// Unknown parameters are refused: a filter this server does not apply must not look
+/// applied.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     pub domain: Option<String>,
     pub profile_name: Option<String>,
+    /// Only connections whose id, domain or profile name contains this text
+    /// (case-insensitive).
+    pub query: Option<String>,
     /// Default 20, maximum 100.
     pub limit: Option<u32>,
     pub offset: Option<u32>,
@@ -312,6 +318,14 @@ pub async fn list(
     }
     if let Some(profile_name) = &query.profile_name {
         connections.retain(|c| &c.profile_name == profile_name);
+    }
+    if let Some(text) = query.query.as_deref().filter(|text| !text.is_empty()) {
+        let text = text.to_lowercase();
+        connections.retain(|c| {
+            [&c.id, &c.domain, &c.profile_name]
+                .iter()
+                .any(|field| field.to_lowercase().contains(&text))
+        });
     }
     let (headers, page) = super::page_of(paging, connections, query.limit, query.offset)?;
     let body = page

@@ -204,9 +204,14 @@ pub async fn create(
     Ok(Json(BrowserSession::from_record(&org, &session)))
 }
 
+/// Unknown parameters (today's SDK's `tags[…]`, say) are refused: a filter this server
+/// does not apply must not look applied.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
+    /// Not supported by this server (a 400 says so).
+    pub query: Option<String>,
     /// `active` (default), `deleted` or `all`.
     pub status: Option<String>,
     /// Deprecated: same as `status=all`.
@@ -238,6 +243,11 @@ pub async fn list(
             )));
         }
     };
+    if query.query.is_some() {
+        return Err(ApiError::invalid_field(
+            "query: searching browsers is not supported by this server",
+        ));
+    }
     let limit = super::list_limit(query.limit)?;
     let offset = query.offset.unwrap_or(0);
     let mut sessions = org

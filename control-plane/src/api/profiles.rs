@@ -59,11 +59,16 @@ pub async fn create(
     Ok(Json(record.into()))
 }
 
+/// Unknown parameters are refused: a filter this server does not apply must not look
+/// applied.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// Only profiles whose name or id contains this text.
+    /// Only profiles whose name or id contains this text (case-insensitive).
     pub query: Option<String>,
+    /// Only the profile with this name (case-insensitive).
+    pub name: Option<String>,
     /// Default 20, maximum 100.
     pub limit: Option<u32>,
     pub offset: Option<u32>,
@@ -80,8 +85,17 @@ pub async fn list(
 ) -> Result<impl IntoResponse, ApiError> {
     let mut profiles = org.store.list_profiles(&org.id).await?;
     if let Some(text) = query.query.as_deref().filter(|text| !text.is_empty()) {
-        profiles
-            .retain(|p| p.id.contains(text) || p.name.as_deref().is_some_and(|n| n.contains(text)));
+        let text = text.to_lowercase();
+        profiles.retain(|p| {
+            p.id.to_lowercase().contains(&text)
+                || p.name
+                    .as_deref()
+                    .is_some_and(|n| n.to_lowercase().contains(&text))
+        });
+    }
+    if let Some(name) = &query.name {
+        let name = name.to_lowercase();
+        profiles.retain(|p| p.name.as_deref().is_some_and(|n| n.to_lowercase() == name));
     }
     let (headers, page) = super::page_of(paging, profiles, query.limit, query.offset)?;
     let body: Vec<Profile> = page.into_iter().map(Profile::from).collect();
