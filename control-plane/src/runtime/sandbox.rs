@@ -90,6 +90,13 @@ impl Sandbox {
         let bwrap = find_in_path("bwrap").ok_or(
             "bubblewrap (`bwrap`) is not installed: install Debian's `bubblewrap` package",
         )?;
+        if !super::isolation::HostCapabilities::detect().user_namespaces {
+            return Err(
+                "this kernel does not let unprivileged users create user namespaces \
+                 (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone)"
+                    .into(),
+            );
+        }
         let user = if nix::unistd::geteuid().is_root() {
             let user = nix::unistd::User::from_name(user_name)
                 .map_err(|error| format!("looking up the VM user {user_name:?}: {error}"))?
