@@ -92,10 +92,10 @@ fn parse_entry(text: &str) -> Result<Entry, String> {
         let address: IpAddr = address.parse().map_err(|_| "not a CIDR range".to_owned())?;
         let prefix: u8 = prefix.parse().map_err(|_| "not a CIDR range".to_owned())?;
         let bits = if address.is_ipv4() { 32 } else { 128 };
-        if prefix > bits || !super::policy::contains(address, prefix, address) {
+        if prefix > bits {
             return Err("not a CIDR range".into());
         }
-        if masked(address, prefix) != address {
+        if super::policy::masked(address, prefix) != address {
             return Err("a CIDR range must be in canonical form (host bits zero)".into());
         }
         if super::policy::overlaps_internal(address, prefix) {
@@ -158,19 +158,6 @@ fn looks_like_cidr(text: &str) -> bool {
     text.split_once('/').is_some_and(|(address, prefix)| {
         address.parse::<IpAddr>().is_ok() && prefix.parse::<u8>().is_ok()
     })
-}
-
-fn masked(address: IpAddr, prefix: u8) -> IpAddr {
-    match address {
-        IpAddr::V4(v4) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::V4((u32::from(v4) & mask).into())
-        }
-        IpAddr::V6(v6) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::V6((u128::from(v6) & mask).into())
-        }
-    }
 }
 
 /// A public address, IPv4-mapped IPv6 as the IPv4 address destinations are judged as.

@@ -173,16 +173,20 @@ pub(super) fn canonical(address: IpAddr) -> IpAddr {
 }
 
 pub(super) fn contains(network: IpAddr, prefix: u8, address: IpAddr) -> bool {
-    match (network, address) {
-        (IpAddr::V4(network), IpAddr::V4(address)) => {
+    network.is_ipv4() == address.is_ipv4() && masked(network, prefix) == masked(address, prefix)
+}
+
+/// `address` with all but its first `prefix` bits cleared.
+pub(super) fn masked(address: IpAddr, prefix: u8) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => {
             let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            u32::from(network) & mask == u32::from(address) & mask
+            IpAddr::V4((u32::from(v4) & mask).into())
         }
-        (IpAddr::V6(network), IpAddr::V6(address)) => {
+        IpAddr::V6(v6) => {
             let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            u128::from(network) & mask == u128::from(address) & mask
+            IpAddr::V6((u128::from(v6) & mask).into())
         }
-        _ => false,
     }
 }
 
