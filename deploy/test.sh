@@ -30,10 +30,20 @@ cargo build --workspace
 cargo test --workspace
 
 # --- End to end: the official SDK and Playwright against the real binaries --------------
-if [[ ! -x .venv/bin/python ]]; then
-  python3 -m venv .venv
-fi
-.venv/bin/pip install -q -r tests/e2e/requirements.txt
+# The suite runs once per generation of the official Python SDK: the seed-era 0.40.0 and
+# today's 0.131.0 (tests/e2e/sdk.py). Each lives in a venv of its own.
+e2e_venv() {
+  local venv=$1 requirements=$2
+  if [[ ! -x "$venv/bin/python" ]]; then
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/pip" install -q -r "tests/e2e/$requirements"
+}
+e2e_venv .venv requirements.txt
+e2e_venv .venv-sdk131 requirements-sdk131.txt
 npm ci --prefix tests/e2e/node-clients --no-audit --no-fund --loglevel=error
 cd tests/e2e
-../../.venv/bin/python -m pytest -q "$@"
+for venv in .venv .venv-sdk131; do
+  echo "== end-to-end suite with $("../../$venv/bin/python" -c 'import kernel; print("kernel", kernel.__version__)')"
+  "../../$venv/bin/python" -m pytest -q "$@"
+done

@@ -15,6 +15,7 @@ from playwright.sync_api import sync_playwright
 
 from conftest import TEST_PAGE_TITLE
 from harness import first_tab, is_alive, read_page, session_processes, wait_until
+from sdk import seed_era_only
 
 
 def test_session_lifecycle_with_sdk_and_playwright(control_plane, client, test_page_url):
@@ -62,6 +63,7 @@ def test_headless_session_works_over_cdp(control_plane, client, test_page_url):
         client.browsers.delete_by_id(created.session_id)
 
 
+@seed_era_only
 def test_persistent_sessions_are_shared_and_deleted_by_persistent_id(control_plane, client):
     first = client.browsers.create(persistence={"id": "shared-work"})
     second = client.browsers.create(persistence={"id": "shared-work"})
@@ -106,8 +108,8 @@ def test_authentication_and_organization_isolation(control_plane, client):
             intruder.browsers.delete_by_id(mine.session_id)
         assert mine.session_id not in [b.session_id for b in intruder.browsers.list()]
         # Persistent ids are per organization too.
-        theirs = intruder.browsers.create(persistence={"id": "same-name"}, headless=True)
-        ours = client.browsers.create(persistence={"id": "same-name"}, headless=True)
+        theirs = intruder.browsers.create(extra_body={"persistence": {"id": "same-name"}}, headless=True)
+        ours = client.browsers.create(extra_body={"persistence": {"id": "same-name"}}, headless=True)
         assert theirs.session_id != ours.session_id
         with pytest.raises(kernel.NotFoundError):
             intruder.browsers.retrieve(ours.session_id)

@@ -23,6 +23,7 @@ from playwright.sync_api import sync_playwright
 
 from conftest import TEST_PAGE_TITLE
 from harness import control_plane_for_module, first_tab, vm_root, wait_until
+from sdk import field
 
 PUBLIC_HOST = "203.0.113.10"
 PUBLIC_TITLE = "a public test host"
@@ -128,14 +129,14 @@ def test_allowed_hosts_narrow_what_a_browser_reaches(client, public_host):
     narrowed = client.browsers.create(headless=True, extra_body={"network": {"allowed_hosts": ["example.com"]}})
     by_address = client.browsers.create(headless=True, extra_body={"network": {"allowed_hosts": [PUBLIC_HOST]}})
     try:
-        assert "network" not in (open_browser.model_extra or {})
-        assert narrowed.model_extra["network"] == {"allowed_hosts": ["example.com"]}
+        assert field(open_browser, "network") is None
+        assert field(narrowed, "network") == {"allowed_hosts": ["example.com"]}
         assert _visit(open_browser.cdp_ws_url, [public_host]) == [(200, None, PUBLIC_TITLE)]
         ((status, error, _),) = _visit(narrowed.cdp_ws_url, [public_host])
         assert (status, error) == (403, DENIED)
         assert _visit(by_address.cdp_ws_url, [public_host]) == [(200, None, PUBLIC_TITLE)]
         listed = {b.session_id: b for b in client.browsers.list()}
-        assert listed[narrowed.session_id].model_extra["network"] == {"allowed_hosts": ["example.com"]}
+        assert field(listed[narrowed.session_id], "network") == {"allowed_hosts": ["example.com"]}
     finally:
         for browser in (open_browser, narrowed, by_address):
             client.browsers.delete_by_id(browser.session_id)
@@ -155,7 +156,7 @@ def test_a_running_browser_gets_a_new_allowlist(control_plane, client, public_ho
         assert narrowed.status_code == 200 and narrowed.json()["network"] == {"allowed_hosts": ["example.com"]}
         ((status, error, _),) = _visit(created.cdp_ws_url, [public_host])
         assert (status, error) == (403, DENIED)
-        assert client.browsers.retrieve(created.session_id).model_extra["network"] == {"allowed_hosts": ["example.com"]}
+        assert field(client.browsers.retrieve(created.session_id), "network") == {"allowed_hosts": ["example.com"]}
         assert patch({"allowed_hosts": []}).status_code == 400
         removed = patch({"allowed_hosts": None})
         assert removed.status_code == 200 and "network" not in removed.json()

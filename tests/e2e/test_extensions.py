@@ -14,6 +14,7 @@ from kernel import Kernel
 
 from extensions_kit import make_extension
 from harness import vm_root
+from sdk import items
 
 
 def test_library_upload_list_download_delete(control_plane, client):
@@ -39,7 +40,7 @@ def test_library_upload_list_download_delete(control_plane, client):
     # Another organization sees none of it, by id or by name, even with the same name.
     other = Kernel(api_key=control_plane.create_api_key("org-ext-b"), base_url=control_plane.base_url,
                    max_retries=0)
-    assert other.extensions.list() == []
+    assert items(other.extensions.list()) == []
     for reference in (one.id, "lib-first"):
         with pytest.raises(kernel.NotFoundError):
             other.extensions.download(reference)
@@ -93,7 +94,7 @@ def test_library_bad_input_answers_the_error_shape(control_plane, client):
         body = response.json()
         assert isinstance(body["code"], str) and named in body["message"], body
     client.extensions.delete("dup")
-    assert client.extensions.list() == []
+    assert items(client.extensions.list()) == []
 
 
 def test_archives_over_the_limit_are_413(tmp_path):
@@ -104,7 +105,7 @@ def test_archives_over_the_limit_are_413(tmp_path):
         with pytest.raises(kernel.APIStatusError) as refused:
             client.extensions.upload(file=("big.zip", make_extension("big") + bytes(5000)))
         assert refused.value.status_code == 413
-        assert client.extensions.list() == []
+        assert items(client.extensions.list()) == []
         assert [p.name for p in (tmp_path / "data/blobs/.incoming").iterdir()] == []
     finally:
         server.reap_everything()

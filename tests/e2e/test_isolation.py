@@ -15,6 +15,7 @@ from kernel import BadRequestError, Kernel, RateLimitError
 
 from conftest import TEST_PAGE_TITLE
 from harness import CONTROL_PLANE, ControlPlane, read_page, session_processes
+from sdk import field
 
 
 def _mode(path: Path) -> int:
@@ -189,7 +190,7 @@ def test_a_proxy_name_is_judged_by_what_it_resolves_to_when_used(client):
     assert "does not resolve" in str(refused.value)
     checked = client.proxies.check(unresolved.id)
     assert checked.status == "unavailable"
-    assert "does not resolve" in checked.model_extra["check_error"]
+    assert "does not resolve" in field(checked, "check_error")
 
 
 def test_readiness_names_every_protection_this_host_does_not_enforce(control_plane):

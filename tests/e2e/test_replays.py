@@ -20,6 +20,7 @@ import pytest
 from kernel import Kernel, NotFoundError
 from playwright.sync_api import sync_playwright
 
+from sdk import on_browser
 from harness import (
     REPO,
     ControlPlane,
@@ -89,7 +90,7 @@ def close_to(actual, expected, tolerance: int = 40) -> bool:
 
 
 def download(client: Kernel, session_id: str, replay_id: str, path: Path) -> Path:
-    path.write_bytes(client.browsers.replays.download(replay_id, id=session_id).read())
+    path.write_bytes(client.browsers.replays.download(replay_id, **on_browser(session_id)).read())
     return path
 
 
@@ -121,7 +122,7 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
         stop_requested = {}
         for replay in (default, slow):
             stop_requested[replay.replay_id] = time.time()
-            client.browsers.replays.stop(replay.replay_id, id=sid)
+            client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
         browser.close()
 
     listed = {r.replay_id: r for r in client.browsers.replays.list(sid)}
@@ -193,7 +194,7 @@ def test_a_recording_under_cpu_load_ends_at_its_stop(client, test_page_url, tmp_
             blue_drawn = time.time()
             time.sleep(2)
             stop_requested = time.time()
-            client.browsers.replays.stop(replay.replay_id, id=sid)
+            client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
             browser.close()
     finally:
         for hog in hogs:
@@ -231,7 +232,7 @@ def test_a_recording_ends_at_its_maximum_duration(client, tmp_path):
     head = video.read_bytes()
     assert head.find(b"moov") < head.find(b"mdat")
     with pytest.raises(kernel.ConflictError):
-        client.browsers.replays.stop(replay.replay_id, id=session.session_id)
+        client.browsers.replays.stop(replay.replay_id, **on_browser(session.session_id))
     client.browsers.delete_by_id(session.session_id)
 
 
@@ -321,7 +322,7 @@ def test_recordings_survive_a_control_plane_restart(control_plane, client, tmp_p
     running = {r.replay_id: r for r in client.browsers.replays.list(sid)}[stopped_later.replay_id]
     assert running.finished_at is None
     stop_requested = time.time()
-    client.browsers.replays.stop(stopped_later.replay_id, id=sid)
+    client.browsers.replays.stop(stopped_later.replay_id, **on_browser(sid))
     info = probe(download(client, sid, stopped_later.replay_id, tmp_path / "long.mp4"))
     # It covers the restart: from its own first frame to its own stop request.
     wall = stop_requested - timestamp(running.started_at)
@@ -333,7 +334,7 @@ def test_the_view_page_plays_the_video_and_refuses_a_tampered_link(client, contr
     session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
     replay = client.browsers.replays.start(session.session_id)
     time.sleep(2)
-    client.browsers.replays.stop(replay.replay_id, id=session.session_id)
+    client.browsers.replays.stop(replay.replay_id, **on_browser(session.session_id))
     url = client.browsers.replays.list(session.session_id)[0].replay_view_url
     jwt = url.split("jwt=", 1)[1]
     middle = len(jwt) // 2
@@ -371,8 +372,8 @@ def test_range_requests_and_organizations(client, control_plane, tmp_path):
     sid = session.session_id
     replay = client.browsers.replays.start(sid)
     time.sleep(1.5)
-    client.browsers.replays.stop(replay.replay_id, id=sid)
-    full = client.browsers.replays.download(replay.replay_id, id=sid).read()
+    client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
+    full = client.browsers.replays.download(replay.replay_id, **on_browser(sid)).read()
     url = f"{control_plane.base_url}/browsers/{sid}/replays/{replay.replay_id}"
     auth = {"authorization": f"Bearer {control_plane.api_key}"}
     for header, expected, content_range in (
@@ -397,9 +398,9 @@ def test_range_requests_and_organizations(client, control_plane, tmp_path):
     with pytest.raises(kernel.NotFoundError):
         other.browsers.replays.list(sid)
     with pytest.raises(kernel.NotFoundError):
-        other.browsers.replays.download(replay.replay_id, id=sid)
+        other.browsers.replays.download(replay.replay_id, **on_browser(sid))
     with pytest.raises(kernel.NotFoundError):
-        other.browsers.replays.stop(replay.replay_id, id=sid)
+        other.browsers.replays.stop(replay.replay_id, **on_browser(sid))
     with pytest.raises(kernel.NotFoundError):
         other.browsers.replays.start(sid)
     client.browsers.delete_by_id(sid)
@@ -436,16 +437,16 @@ def test_bad_replay_input_is_an_error_shape(client, control_plane):
         answer = httpx.post(url, headers={**auth, "content-type": "application/json"}, content=raw)
         assert answer.status_code == 400 and answer.json()["code"] == "bad_request", raw
     with pytest.raises(kernel.NotFoundError):
-        client.browsers.replays.stop("rpl_doesnotexist", id=sid)
+        client.browsers.replays.stop("rpl_doesnotexist", **on_browser(sid))
     with pytest.raises(kernel.NotFoundError):
-        client.browsers.replays.download("rpl_doesnotexist", id=sid)
+        client.browsers.replays.download("rpl_doesnotexist", **on_browser(sid))
     with pytest.raises(kernel.NotFoundError):
         client.browsers.replays.start("no-such-browser")
 
     replay = client.browsers.replays.start(sid, framerate=2)
-    client.browsers.replays.stop(replay.replay_id, id=sid)
+    client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
     with pytest.raises(kernel.ConflictError) as twice:
-        client.browsers.replays.stop(replay.replay_id, id=sid)
+        client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
     assert twice.value.body["code"] == "conflict"
 
     # At most four recordings of one browser at once.
@@ -453,7 +454,7 @@ def test_bad_replay_input_is_an_error_shape(client, control_plane):
     with pytest.raises(kernel.ConflictError):
         client.browsers.replays.start(sid, framerate=1)
     for replay in running:
-        client.browsers.replays.stop(replay.replay_id, id=sid)
+        client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
     client.browsers.delete_by_id(sid)
 
     headless = client.browsers.create(headless=True)

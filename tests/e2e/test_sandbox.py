@@ -17,6 +17,7 @@ from playwright.sync_api import sync_playwright
 
 from conftest import TEST_PAGE_TITLE
 from harness import first_tab, is_alive, read_page, session_processes, vm_root, wait_until
+from sdk import field
 
 FILE_NOT_FOUND = "ERR_FILE_NOT_FOUND"
 
@@ -101,7 +102,7 @@ def test_a_vm_over_its_memory_ends_alone_with_a_reason(control_plane, client, te
     bystander = client.browsers.create(headless=True)
     hog = client.browsers.create(headless=True, extra_body={"memory": "1GiB"})
     try:
-        assert hog.model_extra["memory"] == "1GiB"
+        assert field(hog, "memory") == "1GiB"
         hog_processes = set().union(*session_processes(control_plane, hog.session_id).values())
         with sync_playwright() as playwright:
             browser = playwright.chromium.connect_over_cdp(hog.cdp_ws_url)
@@ -134,7 +135,7 @@ def test_chrome_policy_reaches_chromium(client, test_page_url):
     blocked = base.removeprefix("http://") + "/blocked"
     created = client.browsers.create(headless=True, extra_body={"chrome_policy": {"URLBlocklist": [blocked]}})
     try:
-        assert created.model_extra["chrome_policy"] == {"URLBlocklist": [blocked]}
+        assert field(created, "chrome_policy") == {"URLBlocklist": [blocked]}
         with sync_playwright() as playwright:
             browser = playwright.chromium.connect_over_cdp(created.cdp_ws_url)
             page = first_tab(browser)
