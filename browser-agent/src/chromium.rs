@@ -27,6 +27,10 @@ pub struct LaunchConfig {
     pub height: u32,
     pub kiosk: bool,
     pub stealth: bool,
+    /// IANA timezone (`TZ`) of Chromium and its pages.
+    pub timezone: Option<String>,
+    /// BCP 47 locale of Chromium's UI, `navigator.language` and `Intl`.
+    pub locale: Option<String>,
     /// Route all traffic, loopback included, through this proxy
     /// (`http://127.0.0.1:port`, the agent's forwarder to the VM's egress).
     pub proxy: Option<String>,
@@ -377,6 +381,12 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
     if config.stealth {
         args.push("--disable-blink-features=AutomationControlled".to_owned());
     }
+    if let Some(locale) = &config.locale {
+        // --lang picks the UI and ICU locale; --accept-lang what pages see first in
+        // navigator.languages and Accept-Language.
+        args.push(format!("--lang={locale}"));
+        args.push(format!("--accept-lang={locale}"));
+    }
     if !extensions.is_empty() {
         let list: Vec<String> = extensions
             .iter()
@@ -443,6 +453,13 @@ fn spawn(config: &LaunchConfig, extensions: &[PathBuf]) -> anyhow::Result<GroupL
         Some(display) => command.env("DISPLAY", display),
         None => command.env_remove("DISPLAY"),
     };
+    if let Some(timezone) = &config.timezone {
+        command.env("TZ", timezone);
+    }
+    if let Some(locale) = &config.locale {
+        // Chromium on Linux takes its application locale from the environment.
+        command.env("LANGUAGE", locale.replace('-', "_"));
+    }
     GroupLeader::spawn(command).with_context(|| format!("starting {}", config.chromium_path))
 }
 
@@ -614,6 +631,8 @@ mod tests {
             height: 800,
             kiosk: false,
             stealth: false,
+            timezone: None,
+            locale: None,
             proxy: None,
             profile_seed: None,
         };

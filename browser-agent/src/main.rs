@@ -65,6 +65,12 @@ struct Args {
     kiosk: bool,
     #[arg(long)]
     stealth: bool,
+    /// IANA timezone the browser's pages see (the VM's default, UTC, otherwise).
+    #[arg(long)]
+    timezone: Option<String>,
+    /// BCP 47 locale of the browser's UI, `navigator.language` and `Intl`.
+    #[arg(long)]
+    locale: Option<String>,
     /// Shut down after this many seconds without a call from a control plane.
     #[arg(long, env = "BROWSER_AGENT_IDLE_GRACE_SECONDS", default_value_t = 300)]
     idle_grace_seconds: u64,
@@ -287,6 +293,8 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
             height: args.height,
             kiosk: args.kiosk,
             stealth: args.stealth,
+            timezone: args.timezone.clone(),
+            locale: args.locale.clone(),
             profile_seed: args.profile_archive.clone(),
         };
         tokio::spawn(chromium::supervise(

@@ -103,6 +103,10 @@ pub struct ServeConfig {
         default_value = "http://example.com/"
     )]
     pub proxy_check_url: String,
+    /// The region this server reports in every browser and pool (`region`), and the only
+    /// one `POST /browsers` accepts. Set it to where the server runs.
+    #[arg(long, env = "CONTROL_PLANE_REGION", default_value = "us-east")]
+    pub region: String,
     /// Non-public destinations tenants may nevertheless reach (custom proxies), as CIDR,
     /// IP address or host:port; repeat the flag or separate with commas. By default
     /// loopback, link-local (cloud metadata) and private addresses are refused.

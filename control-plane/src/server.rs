@@ -138,6 +138,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_upload_bytes: config.max_upload_bytes,
             max_extension_bytes: config.max_extension_bytes,
             proxy_check_url: config.proxy_check_url.clone(),
+            region: config.region.clone(),
         },
     );
     // Tests and scripts read this line to learn the chosen port.

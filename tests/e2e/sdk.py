@@ -22,6 +22,8 @@ today_only = pytest.mark.skipif(SEED_ERA, reason="the seed-era SDK cannot send t
 def field(model, name: str):
     """A response field as JSON, whether this SDK generation declares it or keeps it as
     an extra (None when absent)."""
+    if isinstance(model, dict):
+        return model.get(name)
     return model.to_dict(mode="json").get(name)
 
 
@@ -35,3 +37,24 @@ def on_browser(session_id: str) -> dict:
     """The keyword naming the browser of a sub-resource call (replays, say): `id` in the
     seed-era SDK, `id_or_name` today."""
     return {"id": session_id} if SEED_ERA else {"id_or_name": session_id}
+
+
+def fields(**given) -> dict:
+    """Keyword arguments for fields today's SDK declares: as they are today, through
+    `extra_body` for the seed-era SDK, which does not know them."""
+    return {"extra_body": given} if SEED_ERA else given
+
+
+def update_browser(client, id_or_name: str, **given):
+    """`PATCH /browsers/{id_or_name}`: `browsers.update` today; the seed-era SDK has no
+    such method, so it sends the request through the client's generic `patch`."""
+    if not SEED_ERA:
+        return client.browsers.update(id_or_name, **given)
+    return client.patch(f"/browsers/{id_or_name}", body=given, cast_to=object)
+
+
+def tag_filter(tags: dict) -> dict:
+    """Keyword arguments of a `browsers.list` filtered by tags."""
+    if SEED_ERA:
+        return {"extra_query": {f"tags[{key}]": value for key, value in tags.items()}}
+    return {"tags": tags}

@@ -15,6 +15,7 @@ import pytest
 from kernel import Kernel
 
 from harness import read_page, session_processes, wait_until
+from sdk import field
 
 # Writes `value` into a persistent cookie, local storage and IndexedDB of the test page's
 # origin, and reads the three back.
@@ -75,7 +76,13 @@ def test_save_changes_round_trip_keeps_cookies_local_storage_and_indexeddb(clien
     profile = client.profiles.create(name="round-trip")
     assert profile.updated_at is None
     session = client.browsers.create(headless=True, profile={"name": "round-trip", "save_changes": True})
-    assert session.profile is not None and session.profile.id == profile.id
+    # The full profile, as both SDK generations model it, and whether the session saves.
+    attached = field(session, "profile")
+    assert {key: attached[key] for key in ("id", "name", "created_at")} == {
+        "id": profile.id, "name": "round-trip", "created_at": field(profile, "created_at")}
+    assert attached["last_used_at"] is not None
+    assert field(session, "profile_save_changes") is True
+    assert field(client.browsers.retrieve(session.session_id), "profile")["name"] == "round-trip"
     write_state(session, test_page_url, "first")
     client.browsers.delete_by_id(session.session_id)
 

@@ -37,6 +37,7 @@ fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64
         pool_lease_id: None,
         vm_settings: Default::default(),
         profile: None,
+        name: None,
     }
 }
 
@@ -184,17 +185,23 @@ async fn contract(store: Arc<dyn Store>) {
         ["s3"]
     );
 
-    // VM settings are kept as given and can be replaced while the session lives.
+    // Settings and the name are kept as given and can be replaced while the session lives.
     let settings = VmSettings {
         allowed_hosts: Some(vec!["example.com".into(), "*.test.org".into()]),
         memory: Some("2GiB".into()),
         chrome_policy: serde_json::json!({"URLBlocklist": ["a.test"]})
             .as_object()
             .cloned(),
+        tags: [("team".to_owned(), "qa".to_owned())].into(),
+        start_url: Some("https://example.com/".into()),
+        location: Some(control_plane::store::SessionLocation {
+            timezone: Some("Europe/Berlin".into()),
+            locale: None,
+        }),
     };
     assert!(
         store
-            .set_session_vm_settings("s1", &settings)
+            .set_session_settings("s1", Some("checkout"), &settings)
             .await
             .expect("set settings")
     );
@@ -204,6 +211,52 @@ async fn contract(store: Arc<dyn Store>) {
         .expect("get")
         .expect("exists");
     assert_eq!(read.vm_settings, settings);
+    assert_eq!(read.name.as_deref(), Some("checkout"));
+
+    // A live session's name addresses it in its organization only, and is unique there.
+    let by_name = store.session(&a.id, "checkout").await.expect("get by name");
+    assert_eq!(by_name.map(|s| s.id).as_deref(), Some("s1"));
+    assert!(
+        store
+            .session(&b.id, "checkout")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    let mut same_name = session("s9", &a.id, None, 0);
+    same_name.name = Some("checkout".into());
+    assert!(matches!(
+        store.insert_session(&same_name).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store
+            .set_session_settings("s4", Some("checkout"), &VmSettings::default())
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(
+        store
+            .set_session_settings("s3", Some("checkout"), &VmSettings::default())
+            .await
+            .expect("another organization may use the name")
+    );
+    // An id always wins over a name equal to it.
+    assert!(
+        store
+            .set_session_settings("s4", Some("s1"), &VmSettings::default())
+            .await
+            .expect("a name equal to another id")
+    );
+    assert_eq!(
+        store
+            .session(&a.id, "s1")
+            .await
+            .expect("get")
+            .map(|s| s.id)
+            .as_deref(),
+        Some("s1")
+    );
 
     // Ending happens once; afterwards the persistent id is free and running is refused.
     let ended_at = chrono::DateTime::from_timestamp(1_900_000_000, 0).expect("valid time");
@@ -221,9 +274,23 @@ async fn contract(store: Arc<dyn Store>) {
     );
     assert!(
         !store
-            .set_session_vm_settings("s1", &VmSettings::default())
+            .set_session_settings("s1", None, &VmSettings::default())
             .await
             .expect("settings after end")
+    );
+    // An ended session's name is free again, and no longer finds it.
+    assert!(
+        store
+            .session(&a.id, "checkout")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        store
+            .set_session_settings("s4", Some("checkout"), &VmSettings::default())
+            .await
+            .expect("the name is free")
     );
     assert!(
         !store

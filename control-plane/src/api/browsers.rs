@@ -1,19 +1,23 @@
-//! Browser sessions: `POST/GET/DELETE /browsers`, `GET/DELETE /browsers/{id}`.
+//! Browser sessions: `POST/GET/DELETE /browsers`, `GET/PATCH/DELETE
+//! /browsers/{id_or_name}`.
+
+use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+pub use super::browser_view::{BrowserSession, PoolRef, browser_view, browser_views};
 use super::error::{ApiError, ErrorBody};
-use super::extract::{JsonBody, PathParam, QueryParams};
+use super::extract::{JsonBody, PathParam, QueryParams, TaggedQuery};
 use super::org::Org;
 use super::state::AppState;
 use crate::egress::HostAllowlist;
+use crate::sessions::labels::{self, LocationRequest};
 use crate::sessions::{
-    BrowserConfig, NetworkConfig, ProfileReference, ResourceReference, Viewport,
+    BrowserConfig, NetworkConfig, ProfileReference, ResourceReference, SessionUpdate, Viewport,
 };
 use crate::store::{SessionFilter, SessionRecord, SessionStatus};
 
@@ -57,6 +61,29 @@ pub struct CreateBrowserRequest {
     /// proxies, extensions and DevTools are this server's.
     #[schema(value_type = Option<Object>)]
     pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Unique among the organization's live sessions (409 otherwise); the session can be
+    /// addressed by it wherever its id is accepted.
+    pub name: Option<String>,
+    /// Up to 50 key/value pairs; `GET /browsers?tags[key]=value` filters on them.
+    pub tags: Option<BTreeMap<String, String>>,
+    /// Opened in the browser's first tab before the answer (best effort: a page that
+    /// fails to load does not fail the create). Must be allowed by `network`.
+    pub start_url: Option<String>,
+    /// Timezone (IANA) and locale (BCP 47) the browser's pages see.
+    pub location: Option<LocationRequest>,
+    /// The server's own region (`--region`) or omitted; others are refused.
+    pub region: Option<String>,
+    /// `{"id"}` or `{"name"}` of a proxy, or `{"mode": "direct" | "default"}` (both mean
+    /// no proxy here: this server has no default stealth proxy).
+    pub proxy: Option<ProxySelection>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub telemetry: Option<serde_json::Value>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub vaults: Option<serde_json::Value>,
+    /// Not supported by this server (it has no GPU browsers; a 400 names it).
+    pub video_memory: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
@@ -65,109 +92,66 @@ pub struct Persistence {
     pub id: String,
 }
 
-/// A browser session as the Kernel SDKs read it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BrowserSession {
-    pub session_id: String,
-    /// WebSocket URL for Playwright `connect_over_cdp` / Puppeteer `connect`; carries a
-    /// token valid for this session while it lives.
-    pub cdp_ws_url: String,
-    pub created_at: DateTime<Utc>,
-    pub headless: bool,
-    pub stealth: bool,
-    pub timeout_seconds: i64,
-    pub kiosk_mode: bool,
-    pub gpu: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub persistence: Option<Persistence>,
-    pub viewport: Viewport,
-    /// Set once the session has ended.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deleted_at: Option<DateTime<Utc>>,
-    /// The proxy the browser's traffic goes through (kept if the proxy is deleted).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub proxy_id: Option<String>,
-    /// The pool the browser belongs to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pool: Option<PoolRef>,
-    /// The profile the browser started from.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub profile: Option<SessionProfileRef>,
-    /// Omitted when the session has no network configuration.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<NetworkConfig>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionProfileRef {
-    pub id: String,
-    pub save_changes: bool,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PoolRef {
-    pub id: String,
+/// Today's SDK's `proxy`: exactly one of `id`, `name` or `mode`.
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySelection {
+    pub id: Option<String>,
     pub name: Option<String>,
+    /// `direct` or `default`.
+    pub mode: Option<String>,
 }
 
-impl BrowserSession {
-    pub fn from_record(state: &AppState, session: &SessionRecord) -> Self {
-        let token = state.tokens.issue_cdp(
-            &session.id,
-            &session.org_id,
-            session.pool_lease_id.as_deref(),
-        );
-        Self {
-            session_id: session.id.clone(),
-            cdp_ws_url: format!(
-                "{}/browsers/{}/cdp?jwt={token}",
-                state.public_ws_url(),
-                session.id
-            ),
-            created_at: session.created_at,
-            headless: session.headless,
-            stealth: session.stealth,
-            timeout_seconds: session.timeout_seconds,
-            kiosk_mode: session.kiosk_mode,
-            gpu: false,
-            persistence: session.persistent_id.clone().map(|id| Persistence { id }),
-            viewport: Viewport {
-                width: session.viewport_width,
-                height: session.viewport_height,
-                refresh_rate: session.viewport_refresh_rate,
-            },
-            deleted_at: session.ended_at,
-            proxy_id: session.proxy_id.clone(),
-            pool: session.pool_id.clone().map(|id| PoolRef { id, name: None }),
-            profile: session.profile.as_ref().map(|p| SessionProfileRef {
-                id: p.id.clone(),
-                save_changes: p.save_changes,
-            }),
-            network: session
-                .vm_settings
-                .allowed_hosts
-                .clone()
-                .map(|allowed_hosts| NetworkConfig {
-                    allowed_hosts: Some(allowed_hosts),
-                    ..Default::default()
-                }),
-            memory: session.vm_settings.memory.clone(),
-            chrome_policy: session.vm_settings.chrome_policy.clone(),
+impl ProxySelection {
+    /// The proxy (id or name) it selects, `None` for no proxy.
+    fn proxy(&self, field: &str) -> Result<Option<String>, String> {
+        match (&self.id, &self.name, self.mode.as_deref()) {
+            (Some(key), None, None) | (None, Some(key), None) if !key.is_empty() => {
+                Ok(Some(key.clone()))
+            }
+            (None, None, Some("direct" | "default")) => Ok(None),
+            (None, None, Some(mode)) => Err(format!(
+                "{field}.mode must be direct or default, got {mode:?}"
+            )),
+            _ => Err(format!("{field} must have exactly one of id, name or mode")),
         }
     }
 }
 
+/// A problem for each field of today's SDK this server cannot honour that is set.
+pub fn unsupported(fields: &[(&str, bool)]) -> Vec<String> {
+    fields
+        .iter()
+        .filter(|(_, set)| *set)
+        .map(|(field, _)| format!("{field} is not supported by this server"))
+        .collect()
+}
+
 impl CreateBrowserRequest {
     /// The browser's configuration, and the problems of the fields only this route has.
-    fn into_config(self) -> (BrowserConfig, Option<String>, Vec<String>) {
-        let mut problems = Vec::new();
+    fn into_config(self, region: &str) -> (BrowserConfig, Option<String>, Vec<String>) {
+        let mut problems = unsupported(&[
+            ("telemetry", self.telemetry.is_some()),
+            ("vaults", self.vaults.is_some()),
+            ("video_memory", self.video_memory.is_some()),
+        ]);
         if self.gpu == Some(true) {
             problems.push("gpu: this server has no GPU browsers".into());
+        }
+        if let Some(asked) = self.region.as_deref().filter(|asked| *asked != region) {
+            problems.push(format!(
+                "region: this server serves {region:?} only, not {asked:?}"
+            ));
+        }
+        let mut proxy_id = self.proxy_id;
+        if let Some(selection) = &self.proxy {
+            if proxy_id.is_some() {
+                problems.push("proxy cannot be combined with proxy_id".into());
+            }
+            match selection.proxy("proxy") {
+                Ok(selected) => proxy_id = proxy_id.or(selected),
+                Err(problem) => problems.push(problem),
+            }
         }
         let config = BrowserConfig {
             headless: self.headless,
@@ -176,14 +160,28 @@ impl CreateBrowserRequest {
             timeout_seconds: self.timeout_seconds,
             viewport: self.viewport,
             extensions: self.extensions,
-            proxy_id: self.proxy_id,
+            proxy_id,
             profile: self.profile,
             network: self.network,
             memory: self.memory,
             chrome_policy: self.chrome_policy,
+            start_url: self.start_url,
+            location: self.location,
         };
         (config, self.persistence.map(|p| p.id), problems)
     }
+}
+
+/// The problems of a name and tags given on create or acquire.
+pub fn label_problems(name: Option<&str>, tags: Option<&BTreeMap<String, String>>) -> Vec<String> {
+    let mut problems: Vec<String> = name
+        .and_then(|name| labels::name_problem("name", name))
+        .into_iter()
+        .collect();
+    if let Some(tags) = tags {
+        problems.extend(labels::tag_problems("tags", tags));
+    }
+    problems
 }
 
 /// Create a browser session. Answers once Chromium's DevTools endpoint is ready.
@@ -195,31 +193,41 @@ pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
-    let (config, persistent_id, problems) = request.into_config();
-    let spec = org
+    let (name, tags) = (request.name.clone(), request.tags.clone());
+    let (config, persistent_id, mut problems) = request.into_config(&org.settings.region);
+    problems.extend(label_problems(name.as_deref(), tags.as_ref()));
+    let mut spec = org
         .sessions
         .spec(&org.id, &config, persistent_id.as_deref(), problems)
         .await?;
+    spec.name = name;
+    spec.tags = tags.unwrap_or_default();
     let session = org.sessions.create(&org.id, spec).await?;
-    Ok(Json(BrowserSession::from_record(&org, &session)))
+    Ok(Json(browser_view(&org, &session).await?))
 }
 
-/// Unknown parameters (today's SDK's `tags[…]`, say) are refused: a filter this server
-/// does not apply must not look applied.
+/// Unknown parameters are refused: a filter this server does not apply must not look
+/// applied. `tags[key]=value` pairs (deepObject style) filter too, all of them at once.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// Not supported by this server (a 400 says so).
+    /// Case-insensitive search in the session's id and name, its profile's id and name,
+    /// its proxy's id and its pool's name.
     pub query: Option<String>,
     /// `active` (default), `deleted` or `all`.
     pub status: Option<String>,
     /// Deprecated: same as `status=all`.
     pub include_deleted: Option<bool>,
-    /// Default 20, maximum 100.
+    /// Only sessions of this region (every session is in the server's `--region`).
+    pub region: Option<String>,
+    /// 1 to 100, default 20.
     pub limit: Option<u32>,
     pub offset: Option<u32>,
 }
+
+/// Sessions read from the store at a time while filtering.
+const FILTER_SCAN_BATCH: u32 = 500;
 
 /// List the organization's browser sessions, newest first. Pages with `limit`/`offset`
 /// and answers `X-Has-More` and `X-Next-Offset` in the convention of the calling SDK's
@@ -231,7 +239,10 @@ pub struct ListQuery {
 pub async fn list(
     org: Org,
     paging: super::paging::Paging,
-    QueryParams(query): QueryParams<ListQuery>,
+    TaggedQuery {
+        params: query,
+        tags,
+    }: TaggedQuery<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = match (query.status.as_deref(), query.include_deleted) {
         (Some("active") | None, Some(true)) | (Some("all"), _) => SessionFilter::All,
@@ -243,25 +254,123 @@ pub async fn list(
             )));
         }
     };
-    if query.query.is_some() {
-        return Err(ApiError::invalid_field(
-            "query: searching browsers is not supported by this server",
-        ));
-    }
     let limit = super::list_limit(query.limit)?;
     let offset = query.offset.unwrap_or(0);
-    let mut sessions = org
-        .store
-        .list_sessions(&org.id, filter, limit + 1, offset)
-        .await?;
+    let wanted = offset as usize + limit as usize + 1;
+    let mut sessions = if query
+        .region
+        .as_deref()
+        .is_some_and(|region| region != org.settings.region)
+    {
+        Vec::new()
+    } else if query.query.is_none() && tags.is_empty() {
+        org.store
+            .list_sessions(&org.id, filter, limit + 1, offset)
+            .await?
+    } else {
+        let mut search = Search::new(query.query.as_deref(), tags);
+        let mut matching = Vec::new();
+        let mut scanned = 0;
+        while matching.len() < wanted {
+            let batch = org
+                .store
+                .list_sessions(&org.id, filter, FILTER_SCAN_BATCH, scanned)
+                .await?;
+            scanned += FILTER_SCAN_BATCH;
+            let exhausted = batch.len() < FILTER_SCAN_BATCH as usize;
+            for session in batch {
+                if search.matches(&org, &session).await? {
+                    matching.push(session);
+                }
+            }
+            if exhausted {
+                break;
+            }
+        }
+        matching.drain(..(offset as usize).min(matching.len()));
+        matching
+    };
     let has_more = sessions.len() > limit as usize;
     sessions.truncate(limit as usize);
     let headers = super::page_headers(paging, offset, sessions.len(), has_more);
-    let body: Vec<BrowserSession> = sessions
-        .iter()
-        .map(|s| BrowserSession::from_record(&org, s))
+    Ok((headers, Json(browser_views(&org, &sessions).await?)))
+}
+
+/// The `query` and `tags` filters of a listing, with the names of the profiles and
+/// pools seen so far.
+struct Search {
+    needle: Option<String>,
+    tags: BTreeMap<String, String>,
+    names: std::collections::HashMap<String, Option<String>>,
+}
+
+impl Search {
+    fn new(query: Option<&str>, tags: BTreeMap<String, String>) -> Self {
+        Self {
+            needle: query.map(str::to_lowercase),
+            tags,
+            names: Default::default(),
+        }
+    }
+
+    async fn matches(
+        &mut self,
+        state: &AppState,
+        session: &SessionRecord,
+    ) -> Result<bool, ApiError> {
+        let tagged = self
+            .tags
+            .iter()
+            .all(|(key, value)| session.vm_settings.tags.get(key) == Some(value));
+        let Some(needle) = self.needle.clone() else {
+            return Ok(tagged);
+        };
+        if !tagged {
+            return Ok(false);
+        }
+        let mut haystack: Vec<String> = [
+            Some(&session.id),
+            session.name.as_ref(),
+            session.proxy_id.as_ref(),
+            session.profile.as_ref().map(|p| &p.id),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
         .collect();
-    Ok((headers, Json(body)))
+        if let Some(profile) = &session.profile {
+            haystack.extend(
+                self.name_of(state, &session.org_id, &profile.id, false)
+                    .await?,
+            );
+        }
+        if let Some(pool_id) = &session.pool_id {
+            haystack.extend(self.name_of(state, &session.org_id, pool_id, true).await?);
+        }
+        Ok(haystack
+            .iter()
+            .any(|text| text.to_lowercase().contains(&needle)))
+    }
+
+    /// The name of a profile or pool (looked up once).
+    async fn name_of(
+        &mut self,
+        state: &AppState,
+        org_id: &str,
+        id: &str,
+        pool: bool,
+    ) -> Result<Option<String>, ApiError> {
+        if let Some(name) = self.names.get(id) {
+            return Ok(name.clone());
+        }
+        let name = if pool {
+            state.store.pool(org_id, id).await?.and_then(|p| p.name)
+        } else {
+            state.store.profile(org_id, id).await?.and_then(|p| p.name)
+        };
+        self.names.insert(id.to_owned(), name.clone());
+        Ok(name)
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -271,30 +380,61 @@ pub struct RetrieveQuery {
     pub include_deleted: Option<bool>,
 }
 
-/// Get a browser session.
+/// Get a browser session by id or name.
 #[utoipa::path(get, path = "/browsers/{id}", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session ID"), RetrieveQuery),
+    params(("id" = String, Path, description = "Browser session id or name"), RetrieveQuery),
     security(("bearer" = [])),
     responses((status = 200, body = BrowserSession), (status = 404, body = ErrorBody)))]
 pub async fn retrieve(
     org: Org,
-    PathParam(id): PathParam<String>,
+    PathParam(id_or_name): PathParam<String>,
     QueryParams(query): QueryParams<RetrieveQuery>,
 ) -> Result<Json<BrowserSession>, ApiError> {
     let session = if query.include_deleted == Some(true) {
-        org.session(&id).await?
+        org.session(&id_or_name).await?
     } else {
-        org.sessions.live(&org.id, &id).await?
+        org.sessions.live(&org.id, &id_or_name).await?
     };
-    Ok(Json(BrowserSession::from_record(&org, &session)))
+    Ok(Json(browser_view(&org, &session).await?))
 }
 
-/// Fields of `PATCH /browsers/{id}`. This server changes only the network allowlist of a
-/// running browser; other fields are refused by name.
+/// Fields of `PATCH /browsers/{id_or_name}`; absent fields are left as they are. Fields
+/// of today's SDK this server cannot change on a running browser are refused by name.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateBrowserRequest {
+    /// A new name (unique among live sessions); `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub name: Option<Option<String>>,
+    /// Replaces every tag; `{}` or `null` removes them all.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
+    pub tags: Option<Option<BTreeMap<String, String>>>,
+    /// Opened in the browser's first tab before the answer (best effort).
+    pub start_url: Option<String>,
     pub network: Option<NetworkUpdate>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub viewport: Option<serde_json::Value>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub location: Option<serde_json::Value>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub proxy: Option<serde_json::Value>,
+    /// Not supported by this server (a 400 names it).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub proxy_id: Option<Option<String>>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub profile: Option<serde_json::Value>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub telemetry: Option<serde_json::Value>,
+    /// Not supported by this server (a 400 names it).
+    pub disable_default_proxy: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -318,50 +458,101 @@ where
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
-/// Update a running browser: replace or remove its `network.allowed_hosts`. New requests
-/// follow the new list at once; open connections to hosts it no longer allows are closed.
+impl UpdateBrowserRequest {
+    /// The update, or every problem of the request at once.
+    fn into_update(self, session: &SessionRecord) -> Result<SessionUpdate, ApiError> {
+        let mut problems = unsupported(&[
+            ("viewport", self.viewport.is_some()),
+            ("location", self.location.is_some()),
+            ("proxy", self.proxy.is_some()),
+            ("proxy_id", self.proxy_id.is_some()),
+            ("profile", self.profile.is_some()),
+            ("telemetry", self.telemetry.is_some()),
+            (
+                "disable_default_proxy",
+                self.disable_default_proxy.is_some(),
+            ),
+        ]);
+        let network = self.network.unwrap_or_default();
+        if network.expected_allowlist_revision.is_some() {
+            problems
+                .push("network.expected_allowlist_revision is not supported by this server".into());
+        }
+        let allowed_hosts = match network.allowed_hosts {
+            None => None,
+            Some(None) => Some(None),
+            Some(Some(hosts)) => match HostAllowlist::parse(&hosts) {
+                Ok(allowed) => Some(Some(allowed)),
+                Err(problem) => {
+                    problems.push(format!("network.{problem}"));
+                    None
+                }
+            },
+        };
+        let name = self.name.map(|name| name.filter(|name| !name.is_empty()));
+        if let Some(Some(name)) = &name {
+            problems.extend(labels::name_problem("name", name));
+        }
+        let tags = self.tags.map(Option::unwrap_or_default);
+        if let Some(tags) = &tags {
+            problems.extend(labels::tag_problems("tags", tags));
+        }
+        if let Some(url) = &self.start_url {
+            // Checked against the allowlist the browser will have after this update.
+            let current = session
+                .vm_settings
+                .allowed_hosts
+                .as_deref()
+                .map(HostAllowlist::parse)
+                .and_then(Result::ok);
+            let effective = match &allowed_hosts {
+                Some(new) => new.as_ref(),
+                None => current.as_ref(),
+            };
+            problems.extend(labels::start_url_problem(url, effective));
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::invalid_fields(problems));
+        }
+        Ok(SessionUpdate {
+            name,
+            tags,
+            allowed_hosts,
+            start_url: self.start_url,
+        })
+    }
+}
+
+/// Update a running browser: its name and tags, its `network.allowed_hosts` (new
+/// requests follow the new list at once; open connections to hosts it no longer allows
+/// are closed), or open `start_url`.
 #[utoipa::path(patch, path = "/browsers/{id}", tag = "browsers", request_body = UpdateBrowserRequest,
-    params(("id" = String, Path, description = "Browser session ID")),
+    params(("id" = String, Path, description = "Browser session id or name")),
     security(("bearer" = [])),
     responses((status = 200, body = BrowserSession), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
-    PathParam(id): PathParam<String>,
+    PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<UpdateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
-    let session = org.sessions.live(&org.id, &id).await?;
-    let Some(network) = request.network else {
-        return Ok(Json(BrowserSession::from_record(&org, &session)));
-    };
-    if network.expected_allowlist_revision.is_some() {
-        return Err(ApiError::invalid_field(
-            "network.expected_allowlist_revision is not supported by this server",
-        ));
-    }
-    let Some(allowed_hosts) = network.allowed_hosts else {
-        return Ok(Json(BrowserSession::from_record(&org, &session)));
-    };
-    let allowed_hosts = allowed_hosts
-        .as_deref()
-        .map(HostAllowlist::parse)
-        .transpose()
-        .map_err(|problem| ApiError::invalid_field(format!("network.{problem}")))?;
-    let session = org
-        .sessions
-        .set_allowed_hosts(&session, allowed_hosts)
-        .await?;
-    Ok(Json(BrowserSession::from_record(&org, &session)))
+    let session = org.sessions.live(&org.id, &id_or_name).await?;
+    let update = request.into_update(&session)?;
+    let session = org.sessions.update(&session, update).await?;
+    Ok(Json(browser_view(&org, &session).await?))
 }
 
 /// Delete a browser session: Chromium, its display and its agent are stopped and reaped
 /// before the answer.
 #[utoipa::path(delete, path = "/browsers/{id}", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session ID")),
+    params(("id" = String, Path, description = "Browser session id or name")),
     security(("bearer" = [])),
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
-    let session = org.sessions.live(&org.id, &id).await?;
+pub async fn delete(
+    org: Org,
+    PathParam(id_or_name): PathParam<String>,
+) -> Result<StatusCode, ApiError> {
+    let session = org.sessions.live(&org.id, &id_or_name).await?;
     end_requested(&org, &session).await
 }
 

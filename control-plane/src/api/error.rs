@@ -90,6 +90,16 @@ impl ApiError {
         Self::invalid(vec![ErrorDetail::invalid_input(message)])
     }
 
+    /// A 400 naming every problem.
+    pub fn invalid_fields(problems: Vec<String>) -> Self {
+        Self::invalid(
+            problems
+                .into_iter()
+                .map(ErrorDetail::invalid_input)
+                .collect(),
+        )
+    }
+
     /// A 404 for a `kind` (`"proxy"`, `"browser session"`, …) the caller has none of by
     /// this id or name.
     pub fn not_found(kind: &str, id: &str) -> Self {

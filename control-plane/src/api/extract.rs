@@ -174,3 +174,48 @@ pub async fn capped_text(
     }
     String::from_utf8(text).map_err(|_| ApiError::invalid_field(format!("{label} is not UTF-8")))
 }
+
+/// Query-string parameters plus tag filters in the SDK's deepObject style
+/// (`tags[team]=backend&tags[env]=staging`), which plain form decoding cannot express.
+pub struct TaggedQuery<T> {
+    pub params: T,
+    pub tags: std::collections::BTreeMap<String, String>,
+}
+
+impl<S, T> axum::extract::FromRequestParts<S> for TaggedQuery<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        let mut tags = std::collections::BTreeMap::new();
+        let mut rest = Vec::new();
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            match name
+                .strip_prefix("tags[")
+                .and_then(|key| key.strip_suffix(']'))
+            {
+                Some(key) => {
+                    tags.insert(key.to_owned(), value.into_owned());
+                }
+                None => rest.push((name, value)),
+            }
+        }
+        let rest = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(rest)
+            .finish();
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(rest.as_bytes()));
+        let params = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            let path = error.path().to_string();
+            ApiError::invalid_field(format!("query parameter {path}: {}", error.into_inner()))
+        })?;
+        Ok(Self { params, tags })
+    }
+}

@@ -3,6 +3,7 @@
 //! generated from the same code that serves the routes.
 
 pub mod auth_connections;
+pub mod browser_view;
 pub mod browsers;
 pub mod cdp;
 pub mod computer;
@@ -332,6 +333,7 @@ mod tests {
                 max_upload_bytes: 1024,
                 max_extension_bytes: 1024,
                 proxy_check_url: "http://example.com/".into(),
+                region: "us-east".into(),
             },
         ))
     }

@@ -1,6 +1,7 @@
 //! Browser pools (seed 4.10): `/browser_pools`. The mechanics (filling, leasing,
 //! resetting) are in `crate::pools`; this module is the HTTP surface and validation.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Json;
@@ -12,12 +13,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use super::browsers::{BrowserSession, PoolRef};
+use super::browsers::{BrowserSession, PoolRef, browser_view, label_problems, unsupported};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams, parse};
 use super::org::Org;
+use crate::egress::HostAllowlist;
 use crate::pools::{PoolChanges, PoolView};
-use crate::sessions::BrowserConfig;
+use crate::sessions::labels;
+use crate::sessions::update::name_taken;
+use crate::sessions::{BrowserConfig, SessionUpdate};
+use crate::store::{SessionRecord, SessionStatus};
 
 pub const MAX_ACQUIRE_TIMEOUT_SECONDS: i64 = 300;
 
@@ -207,6 +212,19 @@ pub struct AcquireRequest {
     /// Seconds to wait for an idle browser, 0 to 300. Default: the time the pool takes
     /// to fill at its fill rate, at most 30.
     pub acquire_timeout_seconds: Option<i64>,
+    /// The leased browser's name while the lease lasts (unique among live sessions).
+    pub name: Option<String>,
+    /// The leased browser's tags while the lease lasts.
+    pub tags: Option<BTreeMap<String, String>>,
+    /// Opened in the leased browser before the answer (best effort); must be allowed by
+    /// the pool's `network`.
+    pub start_url: Option<String>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub profile: Option<serde_json::Value>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub telemetry: Option<serde_json::Value>,
 }
 
 /// Lease an idle browser of the pool, waiting for one up to `acquire_timeout_seconds`.
@@ -233,16 +251,72 @@ pub async fn acquire(
         }
         None => None,
     };
+    let mut problems = unsupported(&[
+        ("profile", request.profile.is_some()),
+        ("telemetry", request.telemetry.is_some()),
+    ]);
+    problems.extend(label_problems(
+        request.name.as_deref(),
+        request.tags.as_ref(),
+    ));
+    if let Some(url) = &request.start_url {
+        problems.extend(labels::start_url_problem(url, None));
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid_fields(problems));
+    }
+    if let Some(name) = &request.name
+        && let Some(taken) = org.store.session(&org.id, name).await?
+        && taken.status != SessionStatus::Ended
+    {
+        return Err(name_taken(name).into());
+    }
     let (pool, session) = org.pools.acquire(&org.id, &id_or_name, requested).await?;
     let Some(session) = session else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    let mut answer = BrowserSession::from_record(&org, &session);
+    let update = SessionUpdate {
+        name: request.name.map(Some),
+        tags: request.tags,
+        allowed_hosts: None,
+        start_url: request.start_url,
+    };
+    let session = match lessee_update(&org, &session, update).await {
+        Ok(session) => session,
+        Err(error) => {
+            // Nothing of the failed acquire stays: the browser goes back to the pool.
+            org.pools
+                .release(&org.id, &pool.id, &session.id, true)
+                .await?;
+            return Err(error);
+        }
+    };
+    let mut answer = browser_view(&org, &session).await?;
     answer.pool = Some(PoolRef {
         id: pool.id,
         name: pool.name,
     });
     Ok(Json(answer).into_response())
+}
+
+/// Applies what the acquire asked for to the leased browser.
+async fn lessee_update(
+    org: &Org,
+    session: &SessionRecord,
+    update: SessionUpdate,
+) -> Result<SessionRecord, ApiError> {
+    if let Some(url) = &update.start_url {
+        let allowed = session
+            .vm_settings
+            .allowed_hosts
+            .as_deref()
+            .map(HostAllowlist::parse)
+            .and_then(Result::ok);
+        if let Some(problem) = labels::start_url_problem(url, allowed.as_ref()) {
+            return Err(ApiError::invalid_field(problem));
+        }
+    }
+    Ok(org.sessions.update(session, update).await?)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -14,7 +14,7 @@ use super::org::Org;
 use crate::store::ProfileRecord;
 
 /// A profile as the SDKs read it (plus the size of its stored state).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct Profile {
     pub id: String,
     pub name: Option<String>,

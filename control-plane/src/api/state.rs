@@ -19,6 +19,8 @@ pub struct HttpSettings {
     pub max_extension_bytes: u64,
     /// What proxy checks fetch.
     pub proxy_check_url: String,
+    /// The region every browser and pool reports (`--region`).
+    pub region: String,
 }
 
 #[derive(Clone)]

@@ -97,6 +97,8 @@ impl PoolConfig {
                 network: browser.network.or(base.network),
                 memory: browser.memory.or(base.memory),
                 chrome_policy: browser.chrome_policy.or(base.chrome_policy),
+                start_url: browser.start_url.or(base.start_url),
+                location: browser.location.or(base.location),
             },
         }
     }

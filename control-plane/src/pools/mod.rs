@@ -313,6 +313,18 @@ impl Pools {
                 "browser session {session_id} is already being released"
             )));
         }
+        // The lessee's name and tags go with the release, before the answer.
+        let session = match self.forget_lessee(&session).await {
+            Ok(session) => session,
+            Err(error) => {
+                tracing::warn!(session_id = %session.id, %error, "could not clear the lessee's name and tags; ending the browser");
+                self.sessions
+                    .end(&session, "released from its pool")
+                    .await?;
+                self.changed();
+                return Ok(());
+            }
+        };
         self.reset_in_background(session);
         Ok(())
     }
@@ -378,6 +390,9 @@ impl Pools {
             Ok(agent) => agent.reset_browser().await.map_err(ServiceError::from),
             Err(error) => Err(error),
         };
+        if let (Ok(()), Some(url)) = (&reset, &session.vm_settings.start_url) {
+            self.sessions.open_url(session, url).await;
+        }
         let idle = match reset {
             Ok(()) => self
                 .store
@@ -402,6 +417,26 @@ impl Pools {
                 .end(session, "could not be reset for reuse")
                 .await;
         }
+    }
+
+    /// Takes the lessee's name and tags off a released browser; its start URL becomes
+    /// the pool's again (opened once the browser is reset).
+    async fn forget_lessee(&self, session: &SessionRecord) -> ServiceResult<SessionRecord> {
+        let pool_start_url = match &session.pool_id {
+            Some(pool_id) => match self.store.pool(&session.org_id, pool_id).await? {
+                Some(pool) => PoolConfig::stored(&pool)?.browser.start_url,
+                None => None,
+            },
+            None => None,
+        };
+        let mut cleared = session.clone();
+        cleared.name = None;
+        cleared.vm_settings.tags.clear();
+        cleared.vm_settings.start_url = pool_start_url;
+        if cleared != *session {
+            self.sessions.store_settings(&cleared).await?;
+        }
+        Ok(cleared)
     }
 }
 

@@ -246,6 +246,12 @@ impl LocalRuntime {
             value.push(agent_run.join(INPUTS_DIR).join(file));
             arg("extension", &value);
         }
+        if let Some(timezone) = &spec.timezone {
+            arg("timezone", timezone);
+        }
+        if let Some(locale) = &spec.locale {
+            arg("locale", locale);
+        }
         if spec.profile_archive.is_some() {
             arg(
                 "profile-archive",

@@ -38,6 +38,9 @@ pub struct LaunchSpec {
     pub memory_limit_bytes: Option<u64>,
     /// Chromium enterprise policies for this browser (a JSON object).
     pub chrome_policy: Option<serde_json::Value>,
+    /// IANA timezone and BCP 47 locale the browser's pages see (validated).
+    pub timezone: Option<String>,
+    pub locale: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

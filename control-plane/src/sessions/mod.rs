@@ -1,9 +1,11 @@
 //! Browser sessions: creation through the runtime, lookup, ending and reaping, the
 //! inactivity timeout, agent heartbeats, and reconciliation after a restart.
 
+pub mod labels;
 mod spec;
 #[cfg(test)]
 mod tests;
+pub mod update;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,7 @@ pub use spec::{
     BrowserConfig, BrowserSpec, LibraryExtension, MAX_EXTENSIONS, NetworkConfig, ProfileReference,
     ResourceReference, Viewport,
 };
+pub use update::SessionUpdate;
 
 use crate::agent::{AgentClient, AgentClients};
 use crate::blobs::BlobStore;
@@ -156,6 +159,7 @@ impl Sessions {
             pool_lease: new.pool_id.as_ref().map(|_| PoolLease::Idle),
             pool_lease_id: None,
             vm_settings: new.vm_settings(),
+            name: new.name.clone(),
             pool_id: new.pool_id.clone(),
             profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
         };
@@ -169,15 +173,18 @@ impl Sessions {
             // A concurrent create with the same persistent id won the race: answer its session.
             Err(StoreError::Conflict(_)) if new.persistent_id.is_some() => {
                 let persistent_id = new.persistent_id.as_deref().unwrap_or_default();
-                return self
-                    .running_persistent(org_id, persistent_id)
-                    .await?
-                    .ok_or_else(|| {
-                        ServiceError::Conflict(
-                            "a session with this persistent id is being created or ended; retry"
-                                .into(),
-                        )
-                    });
+                if let Some(existing) = self.running_persistent(org_id, persistent_id).await? {
+                    return Ok(existing);
+                }
+                return Err(match &new.name {
+                    Some(name) => update::name_taken(name),
+                    None => ServiceError::Conflict(
+                        "a session with this persistent id is being created or ended; retry".into(),
+                    ),
+                });
+            }
+            Err(StoreError::Conflict(_)) if new.name.is_some() => {
+                return Err(update::name_taken(new.name.as_deref().unwrap_or_default()));
             }
             Err(error) => return Err(error.into()),
         }
@@ -247,6 +254,8 @@ impl Sessions {
             },
             memory_limit_bytes: Some(new.memory.1),
             chrome_policy: new.chrome_policy.map(serde_json::Value::Object),
+            timezone: new.location.as_ref().and_then(|l| l.timezone.clone()),
+            locale: new.location.as_ref().and_then(|l| l.locale.clone()),
             profile_archive,
             session_id: record.id.clone(),
             headless: record.headless,
@@ -306,6 +315,9 @@ impl Sessions {
             ..record
         };
         self.watch_agent(running.clone());
+        if let Some(url) = &running.vm_settings.start_url {
+            self.open_url(&running, url).await;
+        }
         Ok(running)
     }
 
@@ -340,37 +352,46 @@ impl Sessions {
         }
     }
 
-    /// A live session of the organization (foreign or ended: 404). Counts as activity.
-    pub async fn live(&self, org_id: &str, id: &str) -> ServiceResult<SessionRecord> {
+    /// A live session of the organization, by id or name (foreign or ended: 404). Counts
+    /// as activity.
+    pub async fn live(&self, org_id: &str, id_or_name: &str) -> ServiceResult<SessionRecord> {
+        // The cache is by id; names go to the store.
         let cached = self.running.lock().ok().and_then(|running| {
             running
                 .sessions
-                .get(id)
+                .get(id_or_name)
                 .filter(|(read, session)| {
                     read.elapsed() < RUNNING_CACHE_TTL && session.org_id == org_id
                 })
                 .map(|(_, session)| session.clone())
         });
         if let Some(session) = cached {
-            self.touch(id);
+            self.touch(&session.id);
             return Ok(session);
         }
-        match self.store.session(org_id, id).await? {
+        match self.store.session(org_id, id_or_name).await? {
             Some(session) if session.status != SessionStatus::Ended => {
                 if session.status == SessionStatus::Running
                     && let Ok(mut running) = self.running.lock()
-                    && !running.recently_ended.contains_key(id)
+                    && !running.recently_ended.contains_key(&session.id)
                 {
                     running
                         .sessions
-                        .insert(id.to_owned(), (Instant::now(), session.clone()));
+                        .insert(session.id.clone(), (Instant::now(), session.clone()));
                 }
-                self.touch(id);
+                self.touch(&session.id);
                 Ok(session)
             }
             _ => Err(ServiceError::NotFound(format!(
-                "browser session {id} not found"
+                "browser session {id_or_name} not found"
             ))),
+        }
+    }
+
+    /// Drops the cached copy of a session whose record changed.
+    fn uncache(&self, id: &str) {
+        if let Ok(mut running) = self.running.lock() {
+            running.sessions.remove(id);
         }
     }
 
@@ -600,39 +621,6 @@ impl Sessions {
                 });
             }
         }
-    }
-
-    /// Replaces a live browser's `network.allowed_hosts` (`None` removes it). Only an
-    /// allowlist the browser has can be changed: one created without (or whose list was
-    /// removed) cannot be given one, as the SDK documents.
-    pub async fn set_allowed_hosts(
-        &self,
-        session: &SessionRecord,
-        allowed_hosts: Option<HostAllowlist>,
-    ) -> ServiceResult<SessionRecord> {
-        if session.vm_settings.allowed_hosts.is_none() && allowed_hosts.is_some() {
-            return Err(ServiceError::invalid(
-                "network.allowed_hosts: a browser without an allowlist cannot be given one \
-                 (create it with network.allowed_hosts)",
-            ));
-        }
-        let mut updated = session.clone();
-        updated.vm_settings.allowed_hosts = allowed_hosts.as_ref().map(|a| a.hosts().to_vec());
-        if !self
-            .store
-            .set_session_vm_settings(&session.id, &updated.vm_settings)
-            .await?
-        {
-            return Err(ServiceError::NotFound(format!(
-                "browser session {} not found",
-                session.id
-            )));
-        }
-        if let Ok(mut running) = self.running.lock() {
-            running.sessions.remove(&session.id);
-        }
-        self.runtime.set_allowed_hosts(&session.id, allowed_hosts);
-        Ok(updated)
     }
 
     /// Serves an adopted VM's egress again; false if it cannot be (its proxy is gone).

@@ -2,16 +2,18 @@
 //! pools store and managed auth builds), its validation, and its resolution against the
 //! organization's extensions, proxies and profiles into a `BrowserSpec` ready to launch.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::Sessions;
+use super::labels::{self, LocationRequest};
 use crate::egress::HostAllowlist;
 use crate::error::{ServiceError, ServiceResult};
 use crate::proxies::{self, ProxyRoute};
-use crate::store::{SessionProfile, VmSettings};
+use crate::store::{SessionLocation, SessionProfile, VmSettings};
 
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 60;
 pub const MIN_TIMEOUT_SECONDS: i64 = 10;
@@ -54,6 +56,12 @@ pub struct BrowserConfig {
     /// Chromium enterprise policies for this browser.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Opened in the browser's first tab before the browser is handed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_url: Option<String>,
+    /// Timezone and locale the browser's pages see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<LocationRequest>,
 }
 
 /// `network` of a browser or pool, as the SDK sends it.
@@ -175,15 +183,23 @@ pub struct BrowserSpec {
     /// `memory` as given or defaulted (`8GiB`), and its bytes.
     pub memory: (String, u64),
     pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Unique among the organization's live sessions (checked when stored).
+    pub name: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub start_url: Option<String>,
+    pub location: Option<SessionLocation>,
 }
 
 impl BrowserSpec {
-    /// What the session record keeps of the VM's settings.
+    /// What the session record keeps of the VM's settings and the caller's labels.
     pub fn vm_settings(&self) -> VmSettings {
         VmSettings {
             allowed_hosts: self.allowed_hosts.as_ref().map(|a| a.hosts().to_vec()),
             memory: Some(self.memory.0.clone()),
             chrome_policy: self.chrome_policy.clone(),
+            tags: self.tags.clone(),
+            start_url: self.start_url.clone(),
+            location: self.location.clone(),
         }
     }
 }
@@ -315,6 +331,21 @@ fn validate(
     if let Some(policy) = &config.chrome_policy {
         problems.extend(chrome_policy_problems(policy));
     }
+    if let Some(problem) = config
+        .start_url
+        .as_deref()
+        .and_then(|url| labels::start_url_problem(url, allowed_hosts.as_ref()))
+    {
+        problems.push(problem);
+    }
+    let location = match config.location.as_ref().map(labels::location) {
+        Some(Ok(location)) => Some(location),
+        Some(Err(more)) => {
+            problems.extend(more);
+            None
+        }
+        None => None,
+    };
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -334,6 +365,10 @@ fn validate(
         proxy: None,
         pool_id: None,
         profile: None,
+        name: None,
+        tags: BTreeMap::new(),
+        start_url: config.start_url.clone(),
+        location,
     };
     let references = References {
         extensions,

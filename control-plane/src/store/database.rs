@@ -16,7 +16,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 7] = [
+const MIGRATIONS: [(&str, &str); 8] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -44,6 +44,10 @@ const MIGRATIONS: [(&str, &str); 7] = [
     (
         "V7__vm_settings",
         include_str!("../../migrations/V7__vm_settings.sql"),
+    ),
+    (
+        "V8__session_names",
+        include_str!("../../migrations/V8__session_names.sql"),
     ),
 ];
 

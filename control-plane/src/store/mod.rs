@@ -7,6 +7,7 @@ mod database;
 mod rows;
 mod sql;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -109,9 +110,12 @@ pub struct SessionRecord {
     /// The profile the browser started with.
     pub profile: Option<SessionProfile>,
     pub vm_settings: VmSettings,
+    /// Unique among the organization's live sessions; addresses the session like its id.
+    pub name: Option<String>,
 }
 
-/// What a browser VM was created with beyond its launch options.
+/// What a session was created (or updated) with beyond its launch options: settings of
+/// its VM, and the caller's labels.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VmSettings {
     /// `network.allowed_hosts`, as given.
@@ -122,6 +126,25 @@ pub struct VmSettings {
     pub memory: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The caller's key/value tags (empty when none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// The URL the browser was asked to open (recorded as given, not what loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_url: Option<String>,
+    /// Timezone and locale overrides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<SessionLocation>,
+}
+
+/// A session's timezone (IANA) and locale (BCP 47) overrides; absent ones are the
+/// server's defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionLocation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locale: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -331,9 +354,11 @@ pub trait Store: Send + Sync + 'static {
     async fn setting_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
 
     /// Fails with `Conflict` when the organization already has a live session with the
-    /// same persistent id.
+    /// same persistent id or name.
     async fn insert_session(&self, session: &SessionRecord) -> StoreResult<()>;
-    async fn session(&self, org_id: &str, id: &str) -> StoreResult<Option<SessionRecord>>;
+    /// By id, or else by the name of a live session: a name that equals another session's
+    /// id never shadows that session.
+    async fn session(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<SessionRecord>>;
     async fn live_session_by_persistent_id(
         &self,
         org_id: &str,
@@ -357,8 +382,14 @@ pub trait Store: Send + Sync + 'static {
     /// Marks a live session ended; returns false if it had already ended (or is unknown),
     /// so exactly one caller goes on to reap it.
     async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool>;
-    /// Replaces a live session's VM settings; false if it has ended.
-    async fn set_session_vm_settings(&self, id: &str, settings: &VmSettings) -> StoreResult<bool>;
+    /// Replaces a live session's name and settings; false if it has ended, `Conflict` if
+    /// another live session of the organization has the name.
+    async fn set_session_settings(
+        &self,
+        id: &str,
+        name: Option<&str>,
+        settings: &VmSettings,
+    ) -> StoreResult<bool>;
 
     /// Fails with `Conflict` when the organization already has an extension of that name.
     async fn insert_extension(&self, extension: &ExtensionRecord) -> StoreResult<()>;

@@ -110,7 +110,7 @@ impl Store for SqlStore {
                 sql!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
                      $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
-                     $22, $23, $24, $25)"
+                     $22, $23, $24, $25, $26)"
                 ),
                 params![
                     s.id,
@@ -138,6 +138,7 @@ impl Store for SqlStore {
                     s.profile.as_ref().map(|p| p.save_changes),
                     s.pool_lease_id,
                     serde_json::to_string(&s.vm_settings).ok(),
+                    s.name,
                 ],
             )
             .await?;
@@ -147,8 +148,11 @@ impl Store for SqlStore {
     async fn session(&self, org_id: &str, id: &str) -> StoreResult<Option<SessionRecord>> {
         self.database
             .query_opt(
+                // By id first, then by the name of a live session.
                 sql!(
-                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND id = $2"
+                    "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND \
+                     (id = $2 OR (name = $2 AND status <> 'ended')) \
+                     ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 1"
                 ),
                 params![org_id, id],
                 session_from_row,
@@ -257,19 +261,20 @@ impl Store for SqlStore {
         Ok(changed == 1)
     }
 
-    async fn set_session_vm_settings(
+    async fn set_session_settings(
         &self,
         id: &str,
+        name: Option<&str>,
         settings: &super::VmSettings,
     ) -> StoreResult<bool> {
         let changed = self
             .database
             .execute(
                 sql!(
-                    "UPDATE browser_sessions SET vm_settings = $2 \
+                    "UPDATE browser_sessions SET vm_settings = $2, name = $3 \
                      WHERE id = $1 AND status <> 'ended'"
                 ),
-                params![id, serde_json::to_string(settings).ok()],
+                params![id, serde_json::to_string(settings).ok(), name],
             )
             .await?;
         Ok(changed == 1)

@@ -1,0 +1,187 @@
+//! A browser session as the Kernel SDKs read it, built from its record plus what it
+//! refers to (its profile and pool, looked up once per answer).
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::browsers::Persistence;
+use super::error::ApiError;
+use super::profiles::Profile;
+use super::state::AppState;
+use crate::sessions::labels::LocationView;
+use crate::sessions::{NetworkConfig, Viewport};
+use crate::store::SessionRecord;
+
+/// A browser session as the Kernel SDKs read it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BrowserSession {
+    pub session_id: String,
+    /// WebSocket URL for Playwright `connect_over_cdp` / Puppeteer `connect`; carries a
+    /// token valid for this session while it lives.
+    pub cdp_ws_url: String,
+    pub created_at: DateTime<Utc>,
+    pub headless: bool,
+    pub stealth: bool,
+    pub timeout_seconds: i64,
+    pub kiosk_mode: bool,
+    pub gpu: bool,
+    /// The server's region (`--region`).
+    pub region: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<Persistence>,
+    pub viewport: Viewport,
+    /// Set once the session has ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<DateTime<Utc>>,
+    /// Unique among the organization's live sessions; usable wherever the id is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Omitted when the session has none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// The URL the session was last asked to open (what was requested, not what loaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_url: Option<String>,
+    /// Timezone and locale the browser's pages see, with where each came from.
+    pub location: LocationView,
+    /// The proxy the browser's traffic goes through (kept if the proxy is deleted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_id: Option<String>,
+    /// The pool the browser belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolRef>,
+    /// The profile the browser started from (omitted if it has since been deleted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+    /// Whether the browser's state is saved back into its profile when the session ends.
+    /// Omitted when no profile is attached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_save_changes: Option<bool>,
+    /// Omitted when the session has no network configuration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct PoolRef {
+    pub id: String,
+    pub name: Option<String>,
+}
+
+/// The profiles and pools the sessions of one answer refer to.
+#[derive(Default)]
+struct Referenced {
+    profiles: HashMap<String, Profile>,
+    pools: HashMap<String, PoolRef>,
+}
+
+/// The answer for each session, in order.
+pub async fn browser_views(
+    state: &AppState,
+    sessions: &[SessionRecord],
+) -> Result<Vec<BrowserSession>, ApiError> {
+    let mut referenced = Referenced::default();
+    for session in sessions {
+        if let Some(profile) = &session.profile
+            && !referenced.profiles.contains_key(&profile.id)
+            && let Some(record) = state.store.profile(&session.org_id, &profile.id).await?
+        {
+            referenced
+                .profiles
+                .insert(profile.id.clone(), record.into());
+        }
+        if let Some(pool_id) = &session.pool_id
+            && !referenced.pools.contains_key(pool_id)
+        {
+            let name = state
+                .store
+                .pool(&session.org_id, pool_id)
+                .await?
+                .and_then(|pool| pool.name);
+            referenced.pools.insert(
+                pool_id.clone(),
+                PoolRef {
+                    id: pool_id.clone(),
+                    name,
+                },
+            );
+        }
+    }
+    Ok(sessions
+        .iter()
+        .map(|session| view(state, session, &referenced))
+        .collect())
+}
+
+/// The answer for one session.
+pub async fn browser_view(
+    state: &AppState,
+    session: &SessionRecord,
+) -> Result<BrowserSession, ApiError> {
+    let mut views = browser_views(state, std::slice::from_ref(session)).await?;
+    views
+        .pop()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no view of the session")))
+}
+
+fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> BrowserSession {
+    let token = state.tokens.issue_cdp(
+        &session.id,
+        &session.org_id,
+        session.pool_lease_id.as_deref(),
+    );
+    let settings = &session.vm_settings;
+    BrowserSession {
+        session_id: session.id.clone(),
+        cdp_ws_url: format!(
+            "{}/browsers/{}/cdp?jwt={token}",
+            state.public_ws_url(),
+            session.id
+        ),
+        created_at: session.created_at,
+        headless: session.headless,
+        stealth: session.stealth,
+        timeout_seconds: session.timeout_seconds,
+        kiosk_mode: session.kiosk_mode,
+        gpu: false,
+        region: state.settings.region.clone(),
+        persistence: session.persistent_id.clone().map(|id| Persistence { id }),
+        viewport: Viewport {
+            width: session.viewport_width,
+            height: session.viewport_height,
+            refresh_rate: session.viewport_refresh_rate,
+        },
+        deleted_at: session.ended_at,
+        name: session.name.clone(),
+        tags: settings.tags.clone(),
+        start_url: settings.start_url.clone(),
+        location: LocationView::of(settings.location.as_ref()),
+        proxy_id: session.proxy_id.clone(),
+        pool: session
+            .pool_id
+            .as_ref()
+            .and_then(|id| referenced.pools.get(id).cloned()),
+        profile: session
+            .profile
+            .as_ref()
+            .and_then(|p| referenced.profiles.get(&p.id).cloned()),
+        profile_save_changes: session.profile.as_ref().map(|p| p.save_changes),
+        network: settings
+            .allowed_hosts
+            .clone()
+            .map(|allowed_hosts| NetworkConfig {
+                allowed_hosts: Some(allowed_hosts),
+                ..Default::default()
+            }),
+        memory: settings.memory.clone(),
+        chrome_policy: settings.chrome_policy.clone(),
+    }
+}

@@ -1,0 +1,112 @@
+//! Changing a running session: its name, tags and network allowlist, and opening a URL
+//! in it (`start_url` on create, acquire and update).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::Sessions;
+use crate::agent::page::Page;
+use crate::egress::HostAllowlist;
+use crate::error::{ServiceError, ServiceResult};
+use crate::store::{SessionRecord, StoreError};
+
+/// How long opening a start URL may hold the answer. Navigation is best effort, as the
+/// SDK documents: a page that does not load in time does not fail the call.
+const START_URL_WAIT: Duration = Duration::from_secs(15);
+
+/// What to change; `None` leaves a field as it is. Every value is already validated.
+#[derive(Debug, Default)]
+pub struct SessionUpdate {
+    /// `Some(None)` removes the name.
+    pub name: Option<Option<String>>,
+    /// Replaces every tag (an empty map removes them all).
+    pub tags: Option<BTreeMap<String, String>>,
+    /// `Some(None)` removes the allowlist.
+    pub allowed_hosts: Option<Option<HostAllowlist>>,
+    /// Opened in the browser's first tab once the rest is applied.
+    pub start_url: Option<String>,
+}
+
+impl Sessions {
+    /// Applies the update to a live session and answers it as it is now.
+    pub async fn update(
+        &self,
+        session: &SessionRecord,
+        update: SessionUpdate,
+    ) -> ServiceResult<SessionRecord> {
+        let mut updated = session.clone();
+        if let Some(name) = update.name {
+            updated.name = name;
+        }
+        if let Some(tags) = update.tags {
+            updated.vm_settings.tags = tags;
+        }
+        if let Some(allowed_hosts) = &update.allowed_hosts {
+            // Only an allowlist the browser has can be changed: one created without (or
+            // whose list was removed) cannot be given one, as the SDK documents.
+            if session.vm_settings.allowed_hosts.is_none() && allowed_hosts.is_some() {
+                return Err(ServiceError::invalid(
+                    "network.allowed_hosts: a browser without an allowlist cannot be given one \
+                     (create it with network.allowed_hosts)",
+                ));
+            }
+            updated.vm_settings.allowed_hosts = allowed_hosts.as_ref().map(|a| a.hosts().to_vec());
+        }
+        if let Some(url) = &update.start_url {
+            updated.vm_settings.start_url = Some(url.clone());
+        }
+        if updated != *session {
+            self.store_settings(&updated).await?;
+        }
+        if let Some(allowed_hosts) = update.allowed_hosts {
+            self.runtime.set_allowed_hosts(&session.id, allowed_hosts);
+        }
+        if let Some(url) = &update.start_url {
+            self.open_url(&updated, url).await;
+        }
+        Ok(updated)
+    }
+
+    /// Stores a live session's name and settings, and drops its cached copy.
+    pub async fn store_settings(&self, session: &SessionRecord) -> ServiceResult<()> {
+        let stored = self
+            .store
+            .set_session_settings(&session.id, session.name.as_deref(), &session.vm_settings)
+            .await
+            .map_err(|error| match error {
+                StoreError::Conflict(_) => name_taken(session.name.as_deref().unwrap_or_default()),
+                other => other.into(),
+            })?;
+        if !stored {
+            return Err(ServiceError::NotFound(format!(
+                "browser session {} not found",
+                session.id
+            )));
+        }
+        self.uncache(&session.id);
+        Ok(())
+    }
+
+    /// Opens the URL in the browser's first tab, waiting (a bounded time) for it to
+    /// commit. Best effort: a failure is logged, not answered.
+    pub async fn open_url(&self, session: &SessionRecord, url: &str) {
+        let opened = async {
+            let agent = self.agent(session)?;
+            let page = Page::attach(&agent).await?;
+            tokio::time::timeout(START_URL_WAIT, page.navigate(url))
+                .await
+                .map_err(|_| anyhow::anyhow!("it did not load within {START_URL_WAIT:?}"))?
+        }
+        .await;
+        if let Err(error) = opened {
+            tracing::info!(session_id = %session.id, error = format!("{error:#}"), "start_url did not open");
+        }
+    }
+}
+
+/// The answer to a name another live session of the organization has.
+pub fn name_taken(name: &str) -> ServiceError {
+    ServiceError::Conflict(format!(
+        "name: another live browser session is named {name:?}"
+    ))
+}
