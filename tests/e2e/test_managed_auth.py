@@ -18,6 +18,7 @@ import pytest
 from kernel import Kernel
 
 from harness import ControlPlane, control_plane_for_module, read_page, session_processes, wait_until
+from sdk import field
 
 USERNAME = "alice"
 PASSWORD = "correct-horse-battery-staple-7351"
@@ -207,6 +208,7 @@ def test_login_flow_discovers_reports_the_site_error_and_logs_the_profile_in(cli
     assert done.status == "AUTHENTICATED" and done.flow_step == "COMPLETED"
     assert done.post_login_url == f"{site.base}/" and done.last_auth_at is not None
     assert done.can_reauth is True
+    assert field(done, "can_reauth_reason") == "has_credential" and field(done, "record_session") is False
 
     # The follower saw every step, in order, and its stream ended with the flow.
     assert follower.ended.wait(10)

@@ -61,6 +61,8 @@ pub struct CreateAuthConnectionRequest {
     /// Keep the submitted values (encrypted; never one-time codes) to log in again by
     /// itself. Default true.
     pub save_credentials: Option<bool>,
+    /// Only `false`: login flows are not recorded by this server (a 400 says so).
+    pub record_session: Option<bool>,
 }
 
 fn domain_problem(field: &str, domain: &str, wildcard: bool) -> Option<String> {
@@ -107,11 +109,11 @@ fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Value, ApiErr
         "created_at": record.created_at,
         "next_health_check_at": document.next_health_check_at,
         "can_reauth": has_credentials,
-        "can_reauth_reason": if has_credentials {
-            "credentials from a successful login are saved"
-        } else {
-            "no saved credentials: log in once with save_credentials"
-        },
+        // Values of the SDK's enum: login values saved by a successful login count as the
+        // connection's credential.
+        "can_reauth_reason": if has_credentials { "has_credential" } else { "no_credential" },
+        // Login flows are not recorded by this server.
+        "record_session": false,
     });
     if let Some(flow) = &document.flow {
         body["flow_type"] = json!(flow.flow_type);
@@ -198,6 +200,11 @@ pub async fn create(
             "credential: credential stores and providers are not supported by this server; \
              log in once with save_credentials to let it log in again by itself"
                 .into(),
+        ));
+    }
+    if request.record_session == Some(true) {
+        problem(Some(
+            "record_session: recording login flows is not supported by this server".into(),
         ));
     }
     if !problems.is_empty() {

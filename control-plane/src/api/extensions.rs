@@ -4,15 +4,16 @@
 use axum::Json;
 use axum::body::Body;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, OrNotFound};
-use super::extract::{MultipartBody, PathParam, capped_text, unreadable_part};
+use super::extract::{MultipartBody, PathParam, QueryParams, capped_text, unreadable_part};
 use super::org::Org;
+use super::paging::{NamedListQuery, Paging};
 use crate::ids::{self, MAX_NAME_BYTES, name_problem};
 use crate::store::{ExtensionRecord, StoreError};
 
@@ -187,12 +188,20 @@ pub async fn upload(
     Ok(Json(record.into()))
 }
 
-/// The organization's extensions, oldest first (seed 4.12).
+/// The organization's extensions, oldest first (seed 4.12), paged with `limit`/`offset`.
 #[utoipa::path(get, path = "/extensions", tag = "extensions", security(("bearer" = [])),
-    responses((status = 200, body = Vec<Extension>), (status = 401, body = ErrorBody)))]
-pub async fn list(org: Org) -> Result<Json<Vec<Extension>>, ApiError> {
+    params(NamedListQuery),
+    responses((status = 200, body = Vec<Extension>), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody)))]
+pub async fn list(
+    org: Org,
+    paging: Paging,
+    QueryParams(query): QueryParams<NamedListQuery>,
+) -> Result<impl IntoResponse, ApiError> {
     let records = org.store.list_extensions(&org.id).await?;
-    Ok(Json(records.into_iter().map(Into::into).collect()))
+    let (headers, page) = query.page_or_all(paging, records, |e| (&e.id, e.name.as_deref()))?;
+    let body: Vec<Extension> = page.into_iter().map(Into::into).collect();
+    Ok((headers, Json(body)))
 }
 
 async fn find(org: &Org, id_or_name: &str) -> Result<ExtensionRecord, ApiError> {

@@ -12,6 +12,7 @@ pub mod extensions;
 pub mod extract;
 pub mod fs;
 pub mod health;
+pub mod keep_alive;
 pub mod org;
 pub mod paging;
 pub mod pools;
@@ -25,9 +26,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
-use axum::http::{HeaderMap, HeaderValue, Method, Uri};
+use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
-use paging::Paging;
+pub use paging::{NamedListQuery, list_limit, page_headers, page_of};
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::OpenApi as OpenApiDocument;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -140,32 +141,6 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(openapi_json))
 }
 
-/// `X-Has-More` and `X-Next-Offset` of a page of a list that the SDKs page through. They
-/// request the next page at `X-Next-Offset + items on this page`, so the header carries
-/// this page's offset; with it their auto-paging is exact.
-pub fn page_headers(paging: Paging, offset: u32, returned: usize, has_more: bool) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        "x-has-more",
-        HeaderValue::from_static(if has_more { "true" } else { "false" }),
-    );
-    let next_offset = match (paging, has_more) {
-        // The offset of the page just answered: the client adds what it received.
-        (Paging::Legacy, true) => Some(u64::from(offset)),
-        (Paging::Legacy, false) => None,
-        // Where the next page starts; 0 on the last page.
-        (Paging::Current, true) => Some(u64::from(offset) + returned as u64),
-        (Paging::Current, false) => Some(0),
-    };
-    if let Some(next) = next_offset
-        && let Ok(value) = HeaderValue::from_str(&next.to_string())
-    {
-        headers.insert("x-next-offset", value);
-    }
-    headers
-}
-
-/// A list's page size: default 20, 1 to 100.
 /// A ZIP file for download, saved as `filename`.
 pub fn zip_attachment(filename: &str, length: Option<i64>, body: Body) -> Response {
     let mut response = (
@@ -185,40 +160,56 @@ pub fn zip_attachment(filename: &str, length: Option<i64>, body: Body) -> Respon
     response
 }
 
-pub fn list_limit(limit: Option<u32>) -> Result<u32, ApiError> {
-    let limit = limit.unwrap_or(browsers::DEFAULT_LIST_LIMIT);
-    if !(1..=browsers::MAX_LIST_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid_field(format!(
-            "limit must be between 1 and {}",
-            browsers::MAX_LIST_LIMIT
-        )));
-    }
-    Ok(limit)
-}
-
-/// One page (`limit` items from `offset`) of `items`, with its paging headers; `limit`
-/// defaults to 20 and must be 1 to 100.
-pub fn page_of<T>(
-    paging: Paging,
-    items: Vec<T>,
-    limit: Option<u32>,
-    offset: Option<u32>,
-) -> Result<(HeaderMap, Vec<T>), ApiError> {
-    let limit = list_limit(limit)?;
-    let offset = offset.unwrap_or(0);
-    let total = items.len();
-    let page: Vec<T> = items
-        .into_iter()
-        .skip(offset as usize)
-        .take(limit as usize)
-        .collect();
-    let has_more = (offset as usize).saturating_add(page.len()) < total;
-    Ok((page_headers(paging, offset, page.len(), has_more), page))
-}
-
 /// The OpenAPI 3.1 document of every route this server serves.
 pub fn openapi() -> OpenApiDocument {
-    api_routes().split_for_parts().1
+    let mut document = api_routes().split_for_parts().1;
+    complete_operations(&mut document);
+    document
+}
+
+/// What OpenAPI requires and the annotations leave out: operation ids unique across
+/// resources (`browsers_list`, not `list` for every list) and a description for every
+/// response (the status' reason phrase where the route gives none).
+fn complete_operations(document: &mut OpenApiDocument) {
+    for item in document.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+            &mut item.head,
+            &mut item.options,
+            &mut item.trace,
+        ];
+        for operation in operations.into_iter().flatten() {
+            let tag = operation
+                .tags
+                .as_ref()
+                .and_then(|tags| tags.first())
+                .cloned()
+                .unwrap_or_default();
+            if let Some(id) = &mut operation.operation_id
+                && !tag.is_empty()
+                && !id.starts_with(&format!("{tag}_"))
+            {
+                *id = format!("{tag}_{id}");
+            }
+            for (status, response) in operation.responses.responses.iter_mut() {
+                if let utoipa::openapi::RefOr::T(response) = response
+                    && response.description.is_empty()
+                {
+                    response.description = status
+                        .parse::<u16>()
+                        .ok()
+                        .and_then(|code| axum::http::StatusCode::from_u16(code).ok())
+                        .and_then(|code| code.canonical_reason())
+                        .unwrap_or("Response")
+                        .to_owned();
+                }
+            }
+        }
+    }
 }
 
 /// This document.
@@ -234,6 +225,9 @@ pub fn router(state: AppState) -> Router {
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .layer(axum::middleware::from_fn(
+            keep_alive::keep_connections_usable,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -397,6 +391,38 @@ mod tests {
             documented.len() >= 9,
             "the document lists too few routes: {documented:?}"
         );
+    }
+
+    /// What OpenAPI 3.1 requires of operations (the e2e suite also runs a validator over
+    /// the served document): unique operation ids, a description for every response, and
+    /// path parameters that are in the path.
+    #[test]
+    fn operations_are_complete() {
+        let json = serde_json::to_value(openapi()).expect("serializable");
+        let mut ids = std::collections::HashSet::new();
+        for (path, item) in json["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("path item") {
+                let id = operation["operationId"].as_str().expect("operation id");
+                assert!(ids.insert(id.to_owned()), "{id} is used twice");
+                for (status, response) in operation["responses"].as_object().expect("responses") {
+                    assert!(
+                        response["description"]
+                            .as_str()
+                            .is_some_and(|d| !d.is_empty()),
+                        "{method} {path} {status} has no description"
+                    );
+                }
+                for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                    if parameter["in"] == "path" {
+                        let name = parameter["name"].as_str().expect("name");
+                        assert!(
+                            path.contains(&format!("{{{name}}}")),
+                            "{method} {path}: {name}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[tokio::test]

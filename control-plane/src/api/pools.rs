@@ -10,18 +10,19 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use super::browsers::{BrowserSession, PoolRef, browser_view, label_problems, unsupported};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams, parse};
 use super::org::Org;
+use super::paging::{NamedListQuery, Paging};
 use crate::egress::HostAllowlist;
 use crate::pools::{PoolChanges, PoolView};
 use crate::sessions::labels;
 use crate::sessions::update::name_taken;
-use crate::sessions::{BrowserConfig, SessionUpdate};
+use crate::sessions::{BrowserConfig, DEFAULT_VIEWPORT, SessionUpdate};
 use crate::store::{SessionRecord, SessionStatus};
 
 pub const MAX_ACQUIRE_TIMEOUT_SECONDS: i64 = 300;
@@ -69,22 +70,64 @@ pub struct BrowserPool {
     pub acquired_count: i64,
     /// Idle browsers ready to be acquired.
     pub available_count: i64,
+    /// The server's region (`--region`).
+    pub region: String,
+    /// The library extensions the pool's browsers load, by id.
+    pub extension_ids: Vec<String>,
+    /// The profile the pool's browsers start from, by id.
+    pub profile_id: Option<String>,
+    /// The pool's configuration as given, with the defaults of what was not.
     #[schema(value_type = Object)]
     pub browser_pool_config: Value,
 }
 
-impl From<PoolView> for BrowserPool {
-    fn from(view: PoolView) -> Self {
-        Self {
-            // The stored configuration serializes as it was given.
-            browser_pool_config: serde_json::to_value(&view.config).unwrap_or_default(),
-            acquired_count: view.acquired_count,
-            available_count: view.available_count,
-            id: view.record.id,
-            name: view.record.name,
-            created_at: view.record.created_at,
+/// The pool as the SDKs read it: its references resolved to ids (a reference whose target
+/// has since been deleted is left out).
+async fn pool_answer(org: &Org, view: PoolView) -> Result<BrowserPool, ApiError> {
+    let browser = &view.config.browser;
+    let mut extension_ids = Vec::new();
+    for reference in browser.extensions.iter().flatten() {
+        if let Some(key) = reference.key()
+            && let Some(extension) = org.store.extension(&org.id, key).await?
+        {
+            extension_ids.push(extension.id);
         }
     }
+    let profile_id = match browser
+        .profile
+        .as_ref()
+        .and_then(|p| p.id.as_ref().or(p.name.as_ref()))
+    {
+        Some(key) => org.store.profile(&org.id, key).await?.map(|p| p.id),
+        None => None,
+    };
+    // The stored configuration serializes as it was given; the defaults fill the rest.
+    let mut config = serde_json::to_value(&view.config).unwrap_or_default();
+    let headless = browser.headless.unwrap_or(false);
+    let defaults = json!({
+        "headless": headless,
+        "stealth": false,
+        "kiosk_mode": false,
+        "memory": if headless { "1GiB" } else { "8GiB" },
+        "viewport": {"width": DEFAULT_VIEWPORT.0, "height": DEFAULT_VIEWPORT.1},
+        "extensions": [],
+    });
+    if let (Some(config), Value::Object(defaults)) = (config.as_object_mut(), defaults) {
+        for (key, value) in defaults {
+            config.entry(key).or_insert(value);
+        }
+    }
+    Ok(BrowserPool {
+        browser_pool_config: config,
+        acquired_count: view.acquired_count,
+        available_count: view.available_count,
+        region: org.settings.region.clone(),
+        extension_ids,
+        profile_id,
+        id: view.record.id,
+        name: view.record.name,
+        created_at: view.record.created_at,
+    })
 }
 
 impl PoolRequest {
@@ -134,14 +177,55 @@ pub async fn create(
         ));
     }
     let pool = org.pools.create(&org.id, changes).await?;
-    Ok(Json(pool.into()))
+    Ok(Json(pool_answer(&org, pool).await?))
 }
 
+/// `GET /browser_pools`' parameters: those of every named list, and `region`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PoolListQuery {
+    /// Only pools whose name or id contains this text (case-insensitive).
+    pub query: Option<String>,
+    /// Only the pool with this name (case-insensitive).
+    pub name: Option<String>,
+    /// Only pools of this region (every pool is in the server's `--region`).
+    pub region: Option<String>,
+    /// 1 to 100, default 20.
+    pub limit: Option<u32>,
+    pub offset: Option<u32>,
+}
+
+/// The organization's pools, oldest first, paged with `limit`/`offset`.
 #[utoipa::path(get, path = "/browser_pools", tag = "browser_pools", security(("bearer" = [])),
-    responses((status = 200, body = Vec<BrowserPool>)))]
-pub async fn list(org: Org) -> Result<Json<Vec<BrowserPool>>, ApiError> {
-    let pools = org.pools.list(&org.id).await?;
-    Ok(Json(pools.into_iter().map(BrowserPool::from).collect()))
+    params(PoolListQuery),
+    responses((status = 200, body = Vec<BrowserPool>), (status = 400, body = ErrorBody)))]
+pub async fn list(
+    org: Org,
+    paging: Paging,
+    QueryParams(query): QueryParams<PoolListQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let mut pools = org.pools.list(&org.id).await?;
+    if query
+        .region
+        .as_deref()
+        .is_some_and(|region| region != org.settings.region)
+    {
+        pools.clear();
+    }
+    let named = NamedListQuery {
+        query: query.query,
+        name: query.name,
+        limit: query.limit,
+        offset: query.offset,
+    };
+    let (headers, page) =
+        named.page_or_all(paging, pools, |p| (&p.record.id, p.record.name.as_deref()))?;
+    let mut body = Vec::with_capacity(page.len());
+    for pool in page {
+        body.push(pool_answer(&org, pool).await?);
+    }
+    Ok((headers, Json(body)))
 }
 
 #[utoipa::path(get, path = "/browser_pools/{id_or_name}", tag = "browser_pools", security(("bearer" = [])),
@@ -151,7 +235,8 @@ pub async fn retrieve(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<BrowserPool>, ApiError> {
-    Ok(Json(org.pools.get(&org.id, &id_or_name).await?.into()))
+    let pool = org.pools.get(&org.id, &id_or_name).await?;
+    Ok(Json(pool_answer(&org, pool).await?))
 }
 
 /// Change a pool's size and browser configuration. Idle browsers keep the old
@@ -175,10 +260,11 @@ pub async fn update(
             discard_all_idle.unwrap_or(false),
         )
         .await?;
-    Ok(Json(pool.into()))
+    Ok(Json(pool_answer(&org, pool).await?))
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams, ToSchema)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DeletePoolParams {
     /// End leased browsers too (otherwise a pool with leased browsers is a 409).
@@ -189,6 +275,7 @@ pub struct DeletePoolParams {
 /// `force` (in the JSON body, as the SDKs send it, or the query) ends them too.
 #[utoipa::path(delete, path = "/browser_pools/{id_or_name}", tag = "browser_pools", security(("bearer" = [])),
     params(("id_or_name" = String, Path, description = "Pool id or name"), DeletePoolParams),
+    request_body(content = Option<DeletePoolParams>, description = "`force`, as the SDKs send it"),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete(
     org: Org,

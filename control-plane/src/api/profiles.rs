@@ -6,11 +6,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, OrNotFound};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::org::Org;
+use super::paging::NamedListQuery;
 use crate::store::ProfileRecord;
 
 /// A profile as the SDKs read it (plus the size of its stored state).
@@ -59,45 +60,17 @@ pub async fn create(
     Ok(Json(record.into()))
 }
 
-/// Unknown parameters are refused: a filter this server does not apply must not look
-/// applied.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// Only profiles whose name or id contains this text (case-insensitive).
-    pub query: Option<String>,
-    /// Only the profile with this name (case-insensitive).
-    pub name: Option<String>,
-    /// Default 20, maximum 100.
-    pub limit: Option<u32>,
-    pub offset: Option<u32>,
-}
-
 /// List the organization's profiles, oldest first (paged with `limit`/`offset`).
-#[utoipa::path(get, path = "/profiles", tag = "profiles", params(ListQuery),
+#[utoipa::path(get, path = "/profiles", tag = "profiles", params(NamedListQuery),
     security(("bearer" = [])),
     responses((status = 200, body = Vec<Profile>), (status = 400, body = ErrorBody)))]
 pub async fn list(
     org: Org,
     paging: super::paging::Paging,
-    QueryParams(query): QueryParams<ListQuery>,
+    QueryParams(query): QueryParams<NamedListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let mut profiles = org.store.list_profiles(&org.id).await?;
-    if let Some(text) = query.query.as_deref().filter(|text| !text.is_empty()) {
-        let text = text.to_lowercase();
-        profiles.retain(|p| {
-            p.id.to_lowercase().contains(&text)
-                || p.name
-                    .as_deref()
-                    .is_some_and(|n| n.to_lowercase().contains(&text))
-        });
-    }
-    if let Some(name) = &query.name {
-        let name = name.to_lowercase();
-        profiles.retain(|p| p.name.as_deref().is_some_and(|n| n.to_lowercase() == name));
-    }
-    let (headers, page) = super::page_of(paging, profiles, query.limit, query.offset)?;
+    let profiles = org.store.list_profiles(&org.id).await?;
+    let (headers, page) = query.page(paging, profiles, |p| (&p.id, p.name.as_deref()))?;
     let body: Vec<Profile> = page.into_iter().map(Profile::from).collect();
     Ok((headers, Json(body)))
 }

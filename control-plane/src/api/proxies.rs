@@ -3,14 +3,16 @@
 
 use axum::Json;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, ErrorDetail, OrNotFound};
-use super::extract::{JsonBody, PathParam};
+use super::extract::{JsonBody, PathParam, QueryParams};
 use super::org::Org;
+use super::paging::{NamedListQuery, Paging};
 use super::state::AppState;
 use crate::egress::EgressError;
 use crate::ids;
@@ -205,12 +207,20 @@ pub async fn create(
     Ok(Json(record.into()))
 }
 
-/// The organization's proxies, oldest first (deleted ones are gone).
+/// The organization's proxies, oldest first (deleted ones are gone), paged with
+/// `limit`/`offset`.
 #[utoipa::path(get, path = "/proxies", tag = "proxies", security(("bearer" = [])),
-    responses((status = 200, body = Vec<Proxy>)))]
-pub async fn list(org: Org) -> Result<Json<Vec<Proxy>>, ApiError> {
+    params(NamedListQuery),
+    responses((status = 200, body = Vec<Proxy>), (status = 400, body = ErrorBody)))]
+pub async fn list(
+    org: Org,
+    paging: Paging,
+    QueryParams(query): QueryParams<NamedListQuery>,
+) -> Result<impl IntoResponse, ApiError> {
     let records = org.store.list_proxies(&org.id).await?;
-    Ok(Json(records.into_iter().map(Into::into).collect()))
+    let (headers, page) = query.page_or_all(paging, records, |p| (&p.id, p.name.as_deref()))?;
+    let body: Vec<Proxy> = page.into_iter().map(Into::into).collect();
+    Ok((headers, Json(body)))
 }
 
 async fn find(org: &Org, id: &str) -> Result<ProxyRecord, ApiError> {

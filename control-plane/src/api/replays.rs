@@ -265,6 +265,7 @@ async fn ranged_file(
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ViewQuery {
     /// The replay to show.
     pub replay_id: Option<String>,
