@@ -5,10 +5,12 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use enigo::{Axis, Button, Coordinate, Direction, Enigo, Key, Keyboard, Mouse, Settings};
 use tokio::sync::oneshot;
+
+use crate::motion;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
@@ -39,6 +41,8 @@ pub enum Action {
     Move {
         x: i32,
         y: i32,
+        /// Along a curve taking this many ms (0: from the distance) instead of a jump.
+        smooth: Option<u32>,
         hold: Vec<String>,
     },
     Drag {
@@ -47,6 +51,8 @@ pub enum Action {
         delay_ms: u32,
         steps: u32,
         step_delay_ms: u32,
+        /// Curves taking this many ms in all (0: from the length) instead of steps.
+        smooth: Option<u32>,
         hold: Vec<String>,
     },
     Type {
@@ -227,6 +233,16 @@ fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), Inp
                 }
             }
         }
+        Action::Move {
+            x,
+            y,
+            smooth: Some(duration_ms),
+            ..
+        } => {
+            let from = enigo.location().map_err(failed)?;
+            let duration = chosen_duration(duration_ms, motion::distance(from, (x, y)));
+            follow(enigo, motion::curve(from, (x, y), duration))
+        }
         Action::Move { x, y, .. } => enigo.move_mouse(x, y, Coordinate::Abs).map_err(failed),
         Action::Drag {
             path,
@@ -234,6 +250,7 @@ fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), Inp
             delay_ms,
             steps,
             step_delay_ms,
+            smooth,
             ..
         } => {
             let Some(&(start_x, start_y)) = path.first() else {
@@ -245,6 +262,9 @@ fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), Inp
             enigo.button(button, Direction::Press).map_err(failed)?;
             let moved = (|| {
                 sleep_ms(delay_ms);
+                if let Some(duration_ms) = smooth {
+                    return follow(enigo, smooth_drag(&path, duration_ms));
+                }
                 let mut first = true;
                 for segment in path.windows(2) {
                     let (dx, dy) = (segment[1].0 - segment[0].0, segment[1].1 - segment[0].1);
@@ -315,6 +335,53 @@ fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), Inp
         }
         Action::Position => Ok(()),
     }
+}
+
+/// The duration asked for, or one from the distance when none was (0).
+fn chosen_duration(duration_ms: u32, distance: f64) -> Duration {
+    if duration_ms > 0 {
+        Duration::from_millis(duration_ms.into())
+    } else {
+        motion::default_duration(distance)
+    }
+}
+
+/// A smooth drag's motion: a curve per segment, the duration shared by their lengths.
+fn smooth_drag(path: &[(i32, i32)], duration_ms: u32) -> Vec<((i32, i32), Duration)> {
+    let lengths: Vec<f64> = path
+        .windows(2)
+        .map(|pair| motion::distance(pair[0], pair[1]))
+        .collect();
+    let total_length: f64 = lengths.iter().sum();
+    let total = chosen_duration(duration_ms, total_length);
+    let mut points = Vec::new();
+    let mut start = Duration::ZERO;
+    for (pair, length) in path.windows(2).zip(&lengths) {
+        let share = if total_length > 0.0 {
+            total.mul_f64(length / total_length)
+        } else {
+            total / lengths.len().max(1) as u32
+        };
+        points.extend(
+            motion::curve(pair[0], pair[1], share)
+                .into_iter()
+                .map(|(point, at)| (point, start + at)),
+        );
+        start += share;
+    }
+    points
+}
+
+/// Moves the pointer through the points, each at its time from now.
+fn follow(enigo: &mut Enigo, points: Vec<((i32, i32), Duration)>) -> Result<(), InputError> {
+    let start = Instant::now();
+    for ((x, y), at) in points {
+        if let Some(wait) = at.checked_sub(start.elapsed()) {
+            thread::sleep(wait);
+        }
+        enigo.move_mouse(x, y, Coordinate::Abs).map_err(failed)?;
+    }
+    Ok(())
 }
 
 fn sleep_ms(ms: u32) {

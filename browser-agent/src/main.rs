@@ -2,6 +2,7 @@
 //! `browser_agent.v1` gRPC contract to its control plane, and exits (reaping everything it
 //! started) on Shutdown, on SIGTERM, or when no control plane has called for the grace period.
 
+mod actions;
 mod auth;
 mod capture;
 mod cdp;
@@ -11,6 +12,7 @@ mod extensions;
 mod fs;
 mod input;
 mod memory;
+mod motion;
 mod process;
 mod profile;
 mod proxy;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
-    CdpFrame, ClickKind, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
+    ActionBatch, CdpFrame, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
     DevtoolsState, DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk,
-    ExtractZipResponse, FileInfo, FileList, LoadExtensionsResponse, MouseButton, MoveMouseRequest,
+    ExtractZipResponse, FileInfo, FileList, LoadExtensionsResponse, MoveMouseRequest,
     MovePathRequest, PathRequest, Point, PressKeysRequest, RecordingRequest, RecordingState,
     ScreenshotRequest, ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
     ShutdownResponse, StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest,
@@ -24,12 +24,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::actions;
 use crate::capture::{self, CaptureError};
 use crate::cdp;
 use crate::chromium::{BrowserState, USER_DATA_DIR};
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
-use crate::input::{self, Action, Input, InputError};
+use crate::input::{Action, Input, InputError};
 use crate::recording::{Progress, RecordingError, RecordingInfo, Recordings};
 use crate::upload::{Part, spool};
 
@@ -119,22 +120,6 @@ impl From<CaptureError> for Status {
             CaptureError::Failed(message) => Status::internal(message),
         }
     }
-}
-
-fn button(button: i32) -> enigo::Button {
-    match MouseButton::try_from(button).unwrap_or(MouseButton::Unspecified) {
-        MouseButton::Unspecified | MouseButton::Left => enigo::Button::Left,
-        MouseButton::Middle => enigo::Button::Middle,
-        MouseButton::Right => enigo::Button::Right,
-        MouseButton::Back => enigo::Button::Back,
-        MouseButton::Forward => enigo::Button::Forward,
-    }
-}
-
-fn point(position: Option<Point>) -> Result<(i32, i32), Status> {
-    position
-        .map(|p| (p.x, p.y))
-        .ok_or_else(|| Status::invalid_argument("a position is required"))
 }
 
 /// Chunk size of file data on the wire.
@@ -473,56 +458,21 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<ClickMouseRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let r = request.into_inner();
-        let (x, y) = point(r.position)?;
-        let kind = match ClickKind::try_from(r.kind).unwrap_or(ClickKind::Unspecified) {
-            ClickKind::Unspecified | ClickKind::Click => input::ClickKind::Click,
-            ClickKind::Down => input::ClickKind::Down,
-            ClickKind::Up => input::ClickKind::Up,
-        };
-        let count = r.count.max(1);
-        self.act(Action::Click {
-            x,
-            y,
-            button: button(r.button),
-            kind,
-            count,
-            hold: r.hold_keys,
-        })
-        .await
+        self.act(actions::click(request.into_inner())?).await
     }
 
     async fn move_mouse(
         &self,
         request: Request<MoveMouseRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let r = request.into_inner();
-        let (x, y) = point(r.position)?;
-        self.act(Action::Move {
-            x,
-            y,
-            hold: r.hold_keys,
-        })
-        .await
+        self.act(actions::move_to(request.into_inner())?).await
     }
 
     async fn drag_mouse(
         &self,
         request: Request<DragMouseRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let r = request.into_inner();
-        if r.path.len() < 2 {
-            return Err(Status::invalid_argument("path needs at least 2 points"));
-        }
-        self.act(Action::Drag {
-            path: r.path.iter().map(|p| (p.x, p.y)).collect(),
-            button: button(r.button),
-            delay_ms: r.delay_ms,
-            steps: r.steps_per_segment.max(1),
-            step_delay_ms: r.step_delay_ms,
-            hold: r.hold_keys,
-        })
-        .await
+        self.act(actions::drag(request.into_inner())?).await
     }
 
     async fn get_mouse_position(
@@ -537,41 +487,23 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<TypeTextRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let r = request.into_inner();
-        self.act(Action::Type {
-            text: r.text,
-            delay_ms: r.delay_ms,
-        })
-        .await
+        self.act(actions::type_text(request.into_inner())).await
     }
 
     async fn press_keys(
         &self,
         request: Request<PressKeysRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let r = request.into_inner();
-        if r.keys.is_empty() {
-            return Err(Status::invalid_argument("keys must name at least one key"));
-        }
-        self.act(Action::PressKeys {
-            keys: r.keys,
-            duration_ms: r.duration_ms,
-            hold: r.hold_keys,
-        })
-        .await
+        self.act(actions::press_keys(request.into_inner())?).await
     }
 
     async fn scroll(&self, request: Request<ScrollRequest>) -> Result<Response<Empty>, Status> {
-        let r = request.into_inner();
-        let (x, y) = point(r.position)?;
-        self.act(Action::Scroll {
-            x,
-            y,
-            delta_x: r.delta_x,
-            delta_y: r.delta_y,
-            hold: r.hold_keys,
-        })
-        .await
+        self.act(actions::scroll(request.into_inner())?).await
+    }
+
+    async fn run_actions(&self, request: Request<ActionBatch>) -> Result<Response<Empty>, Status> {
+        actions::run_batch(self.input()?, request.into_inner()).await?;
+        Ok(Response::new(Empty {}))
     }
 
     async fn screenshot(

@@ -38,7 +38,7 @@ window.events = [];
 for (const type of ["mousedown", "mouseup", "click", "dblclick", "contextmenu", "mousemove", "wheel", "keydown"]) {
   document.addEventListener(type, (e) => {
     window.events.push({ type, x: e.screenX, y: e.screenY, button: e.button, buttons: e.buttons,
-                         shift: e.shiftKey, ctrl: e.ctrlKey, key: e.key });
+                         shift: e.shiftKey, ctrl: e.ctrlKey, key: e.key, t: e.timeStamp });
     if (type === "contextmenu") e.preventDefault();
   }, true);
 }

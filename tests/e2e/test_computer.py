@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import subprocess
+import time
 import zipfile
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from PIL import Image
 from playwright.sync_api import sync_playwright
 
 from harness import first_tab, vm_root, wait_until
+from sdk import SEED_ERA, fields
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -135,6 +138,104 @@ def test_keyboard_scroll_and_move(client, desktop):
     computer.move_mouse(sid, x=123, y=456)
     position = computer.get_mouse_position(sid)
     assert (position.x, position.y) == (123, 456)
+
+
+def batch(client, session_id: str, actions: list[dict]):
+    """`computer.batch` today; through the generic client for the seed-era SDK."""
+    if SEED_ERA:
+        return client.post(f"/browsers/{session_id}/computer/batch", body={"actions": actions}, cast_to=object)
+    return client.browsers.computer.batch(session_id, actions=actions)
+
+
+def test_a_batch_runs_its_actions_in_order_in_one_call(client, desktop):
+    session, page = desktop
+    sid = session.session_id
+    page.fill("#text", "")
+    input_y = page.evaluate("Math.round(window.screenY + (window.outerHeight - window.innerHeight) + 160)")
+    start = page.evaluate("window.events.length")
+    batch(client, sid, [
+        {"type": "click_mouse", "click_mouse": {"x": 700, "y": input_y}},
+        {"type": "type_text", "type_text": {"text": "batched"}},
+        {"type": "press_key", "press_key": {"keys": ["BackSpace"]}},
+        {"type": "sleep", "sleep": {"duration_ms": 50}},
+        {"type": "click_mouse", "click_mouse": {"x": 300, "y": 500, "button": "right"}},
+        {"type": "move_mouse", "move_mouse": {"x": 222, "y": 333}},
+    ])
+    # Done when the call answers: everything already happened, in order.
+    assert page.input_value("#text") == "batche"
+    events = events_after(page, start, lambda e: "contextmenu" in types(e, "contextmenu"))
+    order = types(events, "click", "keydown", "contextmenu")
+    assert order[0] == "click" and order[-1] == "contextmenu" and order.count("keydown") == len("batched") + 1
+    position = client.browsers.computer.get_mouse_position(sid)
+    assert (position.x, position.y) == (222, 333)
+
+    # Checked before anything runs: each problem named by its index.
+    with pytest.raises(kernel.BadRequestError) as refused:
+        batch(client, sid, [
+            {"type": "type_text", "type_text": {"text": "never"}},
+            {"type": "click_mouse", "click_mouse": {"x": 99999, "y": 1}},
+            {"type": "sleep", "sleep": {"duration_ms": -1}},
+            {"type": "set_cursor", "set_cursor": {"hidden": True}},
+            {"type": "scroll"},
+        ])
+    text = json.dumps(refused.value.body)
+    for needle in ("actions[1].click_mouse", "actions[2].sleep", "actions[3].set_cursor: set_cursor is not supported",
+                   "actions[4].scroll"):
+        assert needle in text, (needle, text)
+    assert page.input_value("#text") == "batche"
+
+    # A failure while running stops the batch there and names the index.
+    with pytest.raises(kernel.BadRequestError) as failed:
+        batch(client, sid, [
+            {"type": "click_mouse", "click_mouse": {"x": 700, "y": input_y}},
+            {"type": "press_key", "press_key": {"keys": ["End"]}},
+            {"type": "type_text", "type_text": {"text": "z"}},
+            {"type": "press_key", "press_key": {"keys": ["NoSuchKeyAnywhere"]}},
+            {"type": "type_text", "type_text": {"text": "never"}},
+        ])
+    assert failed.value.body["message"].startswith("actions[3]:"), failed.value.body
+    assert wait_until(lambda: page.input_value("#text") == "batchez", 5), page.input_value("#text")
+
+
+def _off_line(points: list[tuple[int, int]]) -> float:
+    """How far the points stray from the straight line between the first and the last."""
+    (x0, y0), (x1, y1) = points[0], points[-1]
+    length = math.hypot(x1 - x0, y1 - y0)
+    return max(abs((x - x0) * (y1 - y0) - (y - y0) * (x1 - x0)) / length for x, y in points)
+
+
+def test_smooth_moves_and_drags_curve_and_take_their_duration(client, desktop):
+    session, page = desktop
+    computer = client.browsers.computer
+    sid = session.session_id
+    computer.move_mouse(sid, x=200, y=250)
+    start = page.evaluate("window.events.length")
+    began = time.monotonic()
+    computer.move_mouse(sid, x=900, y=600, **fields(smooth=True, duration_ms=600))
+    took = time.monotonic() - began
+    moves = [e for e in events_after(page, start, lambda e: any((m["x"], m["y"]) == (900, 600) for m in e))
+             if e["type"] == "mousemove"]
+    assert len(moves) >= 30, moves
+    assert (moves[-1]["x"], moves[-1]["y"]) == (900, 600)
+    # The duration asked for, within 10%, in the page's own clock and at the API.
+    span = moves[-1]["t"] - moves[0]["t"]
+    assert 540 <= span <= 660, span
+    assert 0.54 <= took < 1.5, took
+    assert _off_line([(200, 250)] + [(m["x"], m["y"]) for m in moves]) > 15
+
+    start = page.evaluate("window.events.length")
+    computer.drag_mouse(sid, path=[[300, 300], [700, 320], [650, 550]], **fields(smooth=True, duration_ms=500))
+    events = events_after(page, start, lambda e: "mouseup" in types(e, "mouseup"))
+    down = next(e for e in events if e["type"] == "mousedown")
+    up = next(e for e in events if e["type"] == "mouseup")
+    held = [e for e in events if e["type"] == "mousemove" and e["buttons"] == 1]
+    assert (down["x"], down["y"]) == (300, 300) and (up["x"], up["y"]) == (650, 550)
+    assert len(held) >= 25 and 450 <= up["t"] - down["t"] <= 560, (len(held), up["t"] - down["t"])
+    # Through the middle point, on curves rather than straight lines.
+    assert any(abs(e["x"] - 700) <= 2 and abs(e["y"] - 320) <= 2 for e in held)
+    with pytest.raises(kernel.BadRequestError) as refused:
+        computer.move_mouse(sid, x=10, y=10, **fields(duration_ms=300))
+    assert "duration_ms needs smooth: true" in refused.value.body["message"]
 
 
 def test_screenshots_show_the_screen(control_plane, desktop):

@@ -146,6 +146,44 @@ def test_nothing_outside_the_root_is_reachable(client, session, root, tmp_path):
         (root / "escape-file").unlink()
 
 
+def test_upload_writes_each_file_to_its_destination(client, control_plane, session, root):
+    fs = client.browsers.fs
+    sid = session.session_id
+    fs.upload(sid, files=[
+        {"dest_path": "/uploads/one.txt", "file": ("one.txt", b"first file")},
+        {"dest_path": "/uploads/deeper/two.bin", "file": ("two.bin", bytes(range(256)) * 100)},
+        {"dest_path": "/three.txt", "file": ("three.txt", b"")},
+    ])
+    assert (root / "uploads" / "one.txt").read_bytes() == b"first file"
+    assert (root / "uploads" / "deeper" / "two.bin").read_bytes() == bytes(range(256)) * 100
+    assert (root / "three.txt").read_bytes() == b""
+    assert stat.S_IMODE((root / "uploads" / "one.txt").stat().st_mode) == 0o644
+
+    # Confined like write_file: nothing lands outside the VM root.
+    with pytest.raises(kernel.BadRequestError) as refused:
+        fs.upload(sid, files=[{"dest_path": "/../../../../tmp/escaped.txt", "file": ("x", b"x")}])
+    assert "files[0]" in refused.value.body["message"]
+    assert not os.path.exists("/tmp/escaped.txt")
+
+    # Bad forms, from a raw client: each a 400 naming what is wrong, nothing written.
+    url = f"{control_plane.base_url}/browsers/{sid}/fs/upload"
+    auth = {"Authorization": f"Bearer {control_plane.api_key}"}
+    for parts, needle in [
+        ([("files[0][file]", b"a"), ("files[0][dest_path]", b"/late.txt")], "must come before"),
+        ([("files[0][dest_path]", b"/nofile.txt")], "files[0][file] is missing"),
+        ([("other", b"a")], "unexpected multipart part"),
+        ([("files[0][dest_path]", b"relative.txt"), ("files[0][file]", b"a")], "files[0][dest_path]"),
+        ([("files[][dest_path]", b"/mixed.txt"), ("files[0][file]", b"a")], "not both"),
+        ([], "at least one file"),
+    ]:
+        body = b"".join(b"--XyZ\r\nContent-Disposition: form-data; name=\"" + name.encode() + b"\"; filename=\"f\"\r\n\r\n"
+                        + value + b"\r\n" for name, value in parts) + b"--XyZ--\r\n"
+        answer = httpx.post(url, headers={**auth, "Content-Type": "multipart/form-data; boundary=XyZ"}, content=body)
+        assert answer.status_code == 400, (needle, answer.text)
+        assert needle in answer.text, (needle, answer.text)
+    assert not any((root / name).exists() for name in ("late.txt", "nofile.txt", "mixed.txt"))
+
+
 def test_upload_zip_extracts_nested_contents_with_modes(client, session, root):
     fs = client.browsers.fs
     sid = session.session_id

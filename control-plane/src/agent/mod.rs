@@ -10,12 +10,12 @@ use std::time::Duration;
 use browser_agent_proto::AUTHORIZATION_METADATA;
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
-    CdpFrame, CdpOpen, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
-    DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo,
-    LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
-    PressKeysRequest, RecordingInfo, RecordingRequest, ScreenshotRequest, ScrollRequest,
-    SetPermissionsRequest, ShutdownRequest, StartRecordingRequest, StatusRequest, StatusResponse,
-    TypeTextRequest, WriteFileChunk, cdp_frame::Kind,
+    ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, CreateDirectoryRequest, DataChunk,
+    DeletePathRequest, DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk,
+    ExtractZipResponse, FileInfo, LoadExtensionsResponse, MoveMouseRequest, MovePathRequest,
+    PathRequest, Point, PressKeysRequest, RecordingInfo, RecordingRequest, ScreenshotRequest,
+    ScrollRequest, SetPermissionsRequest, ShutdownRequest, StartRecordingRequest, StatusRequest,
+    StatusResponse, TypeTextRequest, WriteFileChunk, cdp_frame::Kind,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -286,10 +286,14 @@ impl AgentClient {
         Ok(())
     }
 
-    pub async fn move_mouse(&self, request: MoveMouseRequest) -> Result<(), AgentError> {
+    pub async fn move_mouse(
+        &self,
+        request: MoveMouseRequest,
+        expected: Duration,
+    ) -> Result<(), AgentError> {
         self.inner
             .clone()
-            .move_mouse(Self::input_request(request, Duration::ZERO))
+            .move_mouse(Self::input_request(request, expected))
             .await?;
         Ok(())
     }
@@ -336,6 +340,20 @@ impl AgentClient {
         self.inner
             .clone()
             .press_keys(Self::input_request(request, expected))
+            .await?;
+        Ok(())
+    }
+
+    /// Runs the actions in order in one call; the first failure stops them (its message
+    /// names the index).
+    pub async fn run_actions(
+        &self,
+        batch: ActionBatch,
+        expected: Duration,
+    ) -> Result<(), AgentError> {
+        self.inner
+            .clone()
+            .run_actions(Self::input_request(batch, expected))
             .await?;
         Ok(())
     }

@@ -90,6 +90,43 @@ impl ApiError {
         Self::invalid(vec![ErrorDetail::invalid_input(message)])
     }
 
+    /// The same error with its message (and a 400's details) starting with `prefix`,
+    /// such as the part of a request it is about. Internal errors are left as they are.
+    pub fn prefixed(self, prefix: &str) -> Self {
+        let with = |message: String| format!("{prefix}{message}");
+        match self {
+            Self::BadRequest { message, details } => Self::BadRequest {
+                message: with(message),
+                details: details
+                    .into_iter()
+                    .map(|detail| ErrorDetail {
+                        message: with(detail.message),
+                        ..detail
+                    })
+                    .collect(),
+            },
+            Self::Unauthorized(m) => Self::Unauthorized(with(m)),
+            Self::Forbidden(m) => Self::Forbidden(with(m)),
+            Self::NotFound(m) => Self::NotFound(with(m)),
+            Self::MethodNotAllowed(m) => Self::MethodNotAllowed(with(m)),
+            Self::Conflict(m) => Self::Conflict(with(m)),
+            Self::PayloadTooLarge(m) => Self::PayloadTooLarge(with(m)),
+            Self::UnsupportedMediaType(m) => Self::UnsupportedMediaType(with(m)),
+            Self::RangeNotSatisfiable(m) => Self::RangeNotSatisfiable(with(m)),
+            Self::PreconditionFailed(m) => Self::PreconditionFailed(with(m)),
+            Self::TooManyRequests {
+                message,
+                retry_after,
+            } => Self::TooManyRequests {
+                message: with(message),
+                retry_after,
+            },
+            Self::AgentUnavailable(m) => Self::AgentUnavailable(with(m)),
+            Self::Timeout(m) => Self::Timeout(with(m)),
+            Self::Internal(error) => Self::Internal(error),
+        }
+    }
+
     /// A 400 naming every problem.
     pub fn invalid_fields(problems: Vec<String>) -> Self {
         Self::invalid(

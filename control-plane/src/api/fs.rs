@@ -23,7 +23,7 @@ use super::extract::{
     JsonBody, MultipartBody, PathParam, QueryParams, capped_text, unreadable_part,
 };
 use super::org::Org;
-use crate::agent::AgentError;
+use crate::agent::{AgentClient, AgentError};
 
 /// Longest path accepted (the agent enforces the same).
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -42,7 +42,7 @@ fn check_path(field: &str, value: &str) -> Option<ErrorDetail> {
     }
 }
 
-fn require_path(field: &str, value: Option<String>) -> Result<String, ApiError> {
+pub(super) fn require_path(field: &str, value: Option<String>) -> Result<String, ApiError> {
     let value = value.ok_or_else(|| ApiError::invalid_field(format!("{field} is required")))?;
     match check_path(field, &value) {
         Some(problem) => Err(ApiError::invalid(vec![problem])),
@@ -222,11 +222,11 @@ pub struct WriteQuery {
     pub mode: Option<String>,
 }
 
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
+pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
-fn too_large(limit: u64) -> ApiError {
+pub(super) fn too_large(limit: u64) -> ApiError {
     ApiError::PayloadTooLarge(format!("uploads are limited to {limit} bytes"))
 }
 
@@ -255,24 +255,44 @@ pub async fn write_file(
         return Err(too_large(limit));
     }
     let agent = org.agent(&id).await?;
+    let chunks = body.into_data_stream().map(|chunk| {
+        chunk.map_err(|error| {
+            ApiError::invalid_field(format!("the request body could not be read: {error}"))
+        })
+    });
+    let mut total = 0;
+    write_whole_file(
+        agent,
+        WriteFileTarget { path, mode },
+        chunks,
+        &mut total,
+        limit,
+    )
+    .await?;
+    Ok(StatusCode::OK)
+}
+
+/// Streams one file to the agent, which places it whole or not at all. `total` counts
+/// the bytes of the request so far, against `limit`.
+pub(super) async fn write_whole_file(
+    agent: AgentClient,
+    target: WriteFileTarget,
+    chunks: impl futures::Stream<Item = Result<Bytes, ApiError>>,
+    total: &mut u64,
+    limit: u64,
+) -> Result<(), ApiError> {
     let (sender, receiver) = mpsc::channel(8);
     let call = tokio::spawn(async move { agent.write_file(receiver).await });
-    let target = WriteFileTarget { path, mode };
     let fed = async {
         let send = |kind| sender.send(WriteFileChunk { kind: Some(kind) });
         send(write_file_chunk::Kind::Target(target))
             .await
             .map_err(|_| FeedError::AgentGone)?;
-        let mut stream = body.into_data_stream();
-        let mut total: u64 = 0;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|error| {
-                FeedError::Client(ApiError::invalid_field(format!(
-                    "the request body could not be read: {error}"
-                )))
-            })?;
-            total += chunk.len() as u64;
-            if total > limit {
+        let mut chunks = std::pin::pin!(chunks);
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(FeedError::Client)?;
+            *total += chunk.len() as u64;
+            if *total > limit {
                 return Err(FeedError::TooLarge);
             }
             send(write_file_chunk::Kind::Data(chunk.to_vec()))
@@ -286,8 +306,7 @@ pub async fn write_file(
     .await;
     // Without the commit message the agent discards what it received.
     drop(sender);
-    finish_upload(fed, call, limit).await?;
-    Ok(StatusCode::OK)
+    finish_upload(fed, call, limit).await
 }
 
 enum FeedError {

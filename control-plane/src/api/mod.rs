@@ -11,6 +11,7 @@ pub mod error;
 pub mod extensions;
 pub mod extract;
 pub mod fs;
+pub mod fs_upload;
 pub mod health;
 pub mod keep_alive;
 pub mod org;
@@ -118,6 +119,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(computer::press_key))
         .routes(routes!(computer::scroll))
         .routes(routes!(computer::screenshot))
+        .routes(routes!(computer::batch::batch))
         .routes(routes!(fs::move_path))
         .routes(routes!(fs::file_info))
         .routes(routes!(fs::list_files))
@@ -132,6 +134,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
             OpenApiRouter::new()
                 .routes(routes!(fs::write_file))
                 .routes(routes!(fs::upload_zip))
+                .routes(routes!(fs_upload::upload))
                 .routes(routes!(extensions::upload))
                 .routes(routes!(extensions::load_into_browser))
                 .layer(DefaultBodyLimit::disable()),
@@ -262,6 +265,7 @@ mod tests {
         ("POST", "/browsers/x/extensions"),
         ("PUT", "/browsers/x/fs/move"),
         ("POST", "/browsers/x/fs/upload_zip"),
+        ("POST", "/browsers/x/fs/upload"),
         ("GET", "/browsers/x/fs/read_file"),
         ("PUT", "/browsers/x/fs/write_file"),
         ("GET", "/browsers/x/fs/list_files"),
@@ -279,6 +283,7 @@ mod tests {
         ("POST", "/browsers/x/computer/press_key"),
         ("POST", "/browsers/x/computer/scroll"),
         ("POST", "/browsers/x/computer/screenshot"),
+        ("POST", "/browsers/x/computer/batch"),
         ("POST", "/browsers/x/replays"),
         ("GET", "/browsers/x/replays"),
         ("POST", "/browsers/x/replays/x/stop"),

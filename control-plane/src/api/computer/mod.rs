@@ -21,6 +21,8 @@ use super::org::Org;
 use crate::agent::AgentClient;
 use crate::store::SessionRecord;
 
+pub mod batch;
+
 /// Upper bounds that keep one request from occupying a browser's input for long.
 pub const MAX_NUM_CLICKS: i64 = 100;
 pub const MAX_PATH_POINTS: usize = 1000;
@@ -48,13 +50,18 @@ async fn screen_of(org: &Org, id: &str) -> Result<(SessionRecord, AgentClient), 
     Ok((session, agent))
 }
 
-/// Collects every validation problem of a request before answering.
+/// Collects every validation problem of a request before answering; in a batch each
+/// message starts with the action it is about (`actions[3].click_mouse: …`).
 #[derive(Default)]
-struct Problems(Vec<ErrorDetail>);
+struct Problems {
+    found: Vec<ErrorDetail>,
+    prefix: String,
+}
 
 impl Problems {
     fn add(&mut self, message: impl Into<String>) {
-        self.0.push(ErrorDetail::invalid_input(message));
+        let message = format!("{}{}", self.prefix, message.into());
+        self.found.push(ErrorDetail::invalid_input(message));
     }
 
     fn on_screen(&mut self, session: &SessionRecord, field: &str, x: i64, y: i64) {
@@ -75,10 +82,10 @@ impl Problems {
     }
 
     fn finish(self) -> Result<(), ApiError> {
-        if self.0.is_empty() {
+        if self.found.is_empty() {
             Ok(())
         } else {
-            Err(ApiError::invalid(self.0))
+            Err(ApiError::invalid(self.found))
         }
     }
 }
@@ -138,9 +145,21 @@ pub async fn click_mouse(
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
-    problems.on_screen(&session, "(x, y)", body.x, body.y);
+    let request = click_request(&session, body, &mut problems);
+    problems.finish()?;
+    agent.click_mouse(request).await?;
+    Ok(StatusCode::OK)
+}
+
+/// A click, checked against the session's screen.
+fn click_request(
+    session: &SessionRecord,
+    body: ClickMouseBody,
+    problems: &mut Problems,
+) -> ClickMouseRequest {
+    problems.on_screen(session, "(x, y)", body.x, body.y);
     let button = button(
-        &mut problems,
+        problems,
         body.button.as_deref(),
         &["left", "right", "middle", "back", "forward"],
     );
@@ -157,17 +176,13 @@ pub async fn click_mouse(
     };
     let count = body.num_clicks.unwrap_or(1);
     problems.in_range("num_clicks", count, 1, MAX_NUM_CLICKS);
-    problems.finish()?;
-    agent
-        .click_mouse(ClickMouseRequest {
-            position: point(body.x, body.y),
-            button: button.into(),
-            kind: kind.into(),
-            count: count as u32,
-            hold_keys: body.hold_keys.unwrap_or_default(),
-        })
-        .await?;
-    Ok(StatusCode::OK)
+    ClickMouseRequest {
+        position: point(body.x, body.y),
+        button: button.into(),
+        kind: kind.into(),
+        count: count.max(0) as u32,
+        hold_keys: body.hold_keys.unwrap_or_default(),
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -184,6 +199,12 @@ pub struct DragMouseBody {
     /// Milliseconds between relative moves (default 50).
     pub step_delay_ms: Option<i64>,
     pub hold_keys: Option<Vec<String>>,
+    /// Human-like curves between the points instead of straight steps
+    /// (`steps_per_segment` and `step_delay_ms` are then ignored).
+    pub smooth: Option<bool>,
+    /// With `smooth`: the whole motion's duration, 1 to 60000 ms (default: from the
+    /// path's length, at most 1.2 s).
+    pub duration_ms: Option<i64>,
 }
 
 /// Drag the mouse along a path (seed 4.3): move to `path[0]`, press, wait `delay`, then
@@ -200,6 +221,18 @@ pub async fn drag_mouse(
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
+    let (request, expected) = drag_request(&session, body, &mut problems);
+    problems.finish()?;
+    agent.drag_mouse(request, expected).await?;
+    Ok(StatusCode::OK)
+}
+
+/// A drag checked against the session's screen, and how long it will take.
+fn drag_request(
+    session: &SessionRecord,
+    body: DragMouseBody,
+    problems: &mut Problems,
+) -> (DragMouseRequest, Duration) {
     if body.path.len() < 2 || body.path.len() > MAX_PATH_POINTS {
         problems.add(format!(
             "path must have 2 to {MAX_PATH_POINTS} points, got {}",
@@ -210,7 +243,7 @@ pub async fn drag_mouse(
     for (index, pair) in body.path.iter().enumerate() {
         match pair.as_slice() {
             [x, y] => {
-                problems.on_screen(&session, &format!("path[{index}]"), *x, *y);
+                problems.on_screen(session, &format!("path[{index}]"), *x, *y);
                 path.push(Point {
                     x: *x as i32,
                     y: *y as i32,
@@ -223,7 +256,7 @@ pub async fn drag_mouse(
         }
     }
     let button = button(
-        &mut problems,
+        problems,
         body.button.as_deref(),
         &["left", "middle", "right"],
     );
@@ -233,7 +266,12 @@ pub async fn drag_mouse(
     problems.in_range("delay", delay, 0, MAX_DELAY_MS);
     problems.in_range("steps_per_segment", steps, 1, MAX_STEPS_PER_SEGMENT);
     problems.in_range("step_delay_ms", step_delay, 0, MAX_DELAY_MS);
-    let moves = (path.len().saturating_sub(1) as i64).saturating_mul(steps.max(1));
+    let (smooth, duration_ms) = smoothness(problems, body.smooth, body.duration_ms);
+    let moves = if smooth {
+        0
+    } else {
+        (path.len().saturating_sub(1) as i64).saturating_mul(steps.max(1))
+    };
     if moves > MAX_DRAG_MOVES {
         problems.add(format!(
             "the drag would make {moves} moves; the limit is {MAX_DRAG_MOVES}"
@@ -243,7 +281,7 @@ pub async fn drag_mouse(
         delay
             .max(0)
             .saturating_add(moves.saturating_mul(step_delay.max(0))) as u64,
-    );
+    ) + motion_time(smooth, duration_ms);
     if expected > MAX_ACTION_DURATION {
         problems.add(format!(
             "the drag would take {} s; the limit is {} s",
@@ -251,17 +289,17 @@ pub async fn drag_mouse(
             MAX_ACTION_DURATION.as_secs()
         ));
     }
-    problems.finish()?;
     let request = DragMouseRequest {
         path,
         button: button.into(),
         delay_ms: millis(delay),
-        steps_per_segment: steps as u32,
+        steps_per_segment: steps.max(0) as u32,
         step_delay_ms: millis(step_delay),
         hold_keys: body.hold_keys.unwrap_or_default(),
+        smooth,
+        duration_ms,
     };
-    agent.drag_mouse(request, expected).await?;
-    Ok(StatusCode::OK)
+    (request, expected)
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -292,6 +330,11 @@ pub struct MoveMouseBody {
     pub x: i64,
     pub y: i64,
     pub hold_keys: Option<Vec<String>>,
+    /// Move along a human-like curve instead of jumping.
+    pub smooth: Option<bool>,
+    /// With `smooth`: the motion's duration, 1 to 60000 ms (default: from the distance,
+    /// at most 1.2 s).
+    pub duration_ms: Option<i64>,
 }
 
 /// Move the mouse cursor.
@@ -305,14 +348,54 @@ pub async fn move_mouse(
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
-    problems.on_screen(&session, "(x, y)", body.x, body.y);
+    let request = move_request(&session, body, &mut problems);
     problems.finish()?;
-    let request = MoveMouseRequest {
+    let expected = motion_time(request.smooth, request.duration_ms);
+    agent.move_mouse(request, expected).await?;
+    Ok(StatusCode::OK)
+}
+
+fn move_request(
+    session: &SessionRecord,
+    body: MoveMouseBody,
+    problems: &mut Problems,
+) -> MoveMouseRequest {
+    problems.on_screen(session, "(x, y)", body.x, body.y);
+    let (smooth, duration_ms) = smoothness(problems, body.smooth, body.duration_ms);
+    MoveMouseRequest {
         position: point(body.x, body.y),
         hold_keys: body.hold_keys.unwrap_or_default(),
-    };
-    agent.move_mouse(request).await?;
-    Ok(StatusCode::OK)
+        smooth,
+        duration_ms,
+    }
+}
+
+/// How long a smooth motion may take when the caller leaves it to us.
+const LONGEST_DEFAULT_MOTION: Duration = Duration::from_millis(1200);
+
+/// `smooth` and `duration_ms` checked: `duration_ms` only with `smooth`.
+fn smoothness(
+    problems: &mut Problems,
+    smooth: Option<bool>,
+    duration_ms: Option<i64>,
+) -> (bool, u32) {
+    let smooth = smooth.unwrap_or(false);
+    if let Some(duration) = duration_ms {
+        if !smooth {
+            problems.add("duration_ms needs smooth: true");
+        }
+        problems.in_range("duration_ms", duration, 1, MAX_DELAY_MS);
+    }
+    (smooth, millis(duration_ms.unwrap_or(0)))
+}
+
+/// How long a motion takes at most: its duration, or the longest default one.
+fn motion_time(smooth: bool, duration_ms: u32) -> Duration {
+    match (smooth, duration_ms) {
+        (false, _) => Duration::ZERO,
+        (true, 0) => LONGEST_DEFAULT_MOTION,
+        (true, ms) => Duration::from_millis(ms.into()),
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -334,6 +417,14 @@ pub async fn type_text(
 ) -> Result<StatusCode, ApiError> {
     let (_, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
+    let (request, expected) = type_request(body, &mut problems);
+    problems.finish()?;
+    agent.type_text(request, expected).await?;
+    Ok(StatusCode::OK)
+}
+
+/// Typing, checked, and how long it will take.
+fn type_request(body: TypeBody, problems: &mut Problems) -> (TypeTextRequest, Duration) {
     let characters = body.text.chars().count();
     if characters > MAX_TEXT_CHARS {
         problems.add(format!(
@@ -350,17 +441,11 @@ pub async fn type_text(
             MAX_ACTION_DURATION.as_secs()
         ));
     }
-    problems.finish()?;
-    agent
-        .type_text(
-            TypeTextRequest {
-                text: body.text,
-                delay_ms: millis(delay),
-            },
-            expected,
-        )
-        .await?;
-    Ok(StatusCode::OK)
+    let request = TypeTextRequest {
+        text: body.text,
+        delay_ms: millis(delay),
+    };
+    (request, expected)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -384,6 +469,14 @@ pub async fn press_key(
 ) -> Result<StatusCode, ApiError> {
     let (_, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
+    let (request, expected) = press_request(body, &mut problems);
+    problems.finish()?;
+    agent.press_keys(request, expected).await?;
+    Ok(StatusCode::OK)
+}
+
+/// Key presses, checked, and how long they will take.
+fn press_request(body: PressKeyBody, problems: &mut Problems) -> (PressKeysRequest, Duration) {
     if body.keys.is_empty() || body.keys.len() > MAX_KEYS {
         problems.add(format!("keys must name 1 to {MAX_KEYS} keys"));
     }
@@ -398,14 +491,12 @@ pub async fn press_key(
             MAX_ACTION_DURATION.as_secs()
         ));
     }
-    problems.finish()?;
     let request = PressKeysRequest {
         keys: body.keys,
         duration_ms: millis(duration),
         hold_keys: body.hold_keys.unwrap_or_default(),
     };
-    agent.press_keys(request, expected).await?;
-    Ok(StatusCode::OK)
+    (request, expected)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -431,19 +522,27 @@ pub async fn scroll(
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
-    problems.on_screen(&session, "(x, y)", body.x, body.y);
+    let request = scroll_request(&session, body, &mut problems);
+    problems.finish()?;
+    agent.scroll(request).await?;
+    Ok(StatusCode::OK)
+}
+
+fn scroll_request(
+    session: &SessionRecord,
+    body: ScrollBody,
+    problems: &mut Problems,
+) -> ScrollRequest {
+    problems.on_screen(session, "(x, y)", body.x, body.y);
     let (delta_x, delta_y) = (body.delta_x.unwrap_or(0), body.delta_y.unwrap_or(0));
     problems.in_range("delta_x", delta_x, -1000, 1000);
     problems.in_range("delta_y", delta_y, -1000, 1000);
-    problems.finish()?;
-    let request = ScrollRequest {
+    ScrollRequest {
         position: point(body.x, body.y),
-        delta_x: delta_x as i32,
-        delta_y: delta_y as i32,
+        delta_x: delta_x.clamp(-1000, 1000) as i32,
+        delta_y: delta_y.clamp(-1000, 1000) as i32,
         hold_keys: body.hold_keys.unwrap_or_default(),
-    };
-    agent.scroll(request).await?;
-    Ok(StatusCode::OK)
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -1,0 +1,75 @@
+"""A `computer/batch` of 20 clicks through the REST API (until the answer), next to what
+the same clicks cost without batching's help: one REST click (the API's own overhead,
+paid once) plus 20 clicks by an in-process enigo on the same display (the agent's own
+library, no API). The issue's goal: at most 1.2x."""
+
+from __future__ import annotations
+
+import http.client as http_client
+import json
+import subprocess
+import time
+
+import httpx
+
+from harness import REPO, ControlPlane, session_processes
+from scenarios.click import X, Y, _display_of, _into_network_of
+
+CLICKS = 20
+RUNS = 200
+WARMUP = 10
+BLOCK = 10
+
+
+def run(work_dir, report) -> None:
+    server = ControlPlane(work_dir / "data").start()
+    try:
+        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"})
+        session = http.post("/browsers", json={"viewport": {"width": 1280, "height": 800}}).raise_for_status().json()
+        sid = session["session_id"]
+        xvfb = next(iter(session_processes(server, sid)["xvfb"]))
+        display = _display_of(xvfb)
+        connection = http_client.HTTPConnection("127.0.0.1", server.port)
+        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+        click = {"type": "click_mouse", "click_mouse": {"x": X, "y": Y}}
+        batch_body = json.dumps({"actions": [click] * CLICKS})
+        click_body = json.dumps({"x": X, "y": Y})
+        example = REPO / "target" / "release" / "examples" / "click_latency"
+        enigo = subprocess.Popen([*_into_network_of(xvfb), str(example), display, str(X), str(Y)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+        def post(path: str, body: str) -> float:
+            started = time.perf_counter()
+            connection.request("POST", f"/browsers/{sid}/computer/{path}", body, headers)
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200, (response.status, path)
+            return time.perf_counter() - started
+
+        def enigo_click() -> float:
+            enigo.stdin.write("click\n")
+            return int(enigo.stdout.readline()) / 1_000_000
+
+        def batched() -> float:
+            return post("batch", batch_body)
+
+        def unbatched_floor() -> float:
+            return post("click_mouse", click_body) + sum(enigo_click() for _ in range(CLICKS))
+
+        methods = [batched, unbatched_floor]
+        samples: dict = {method: [] for method in methods}
+        for method in methods:
+            for _ in range(WARMUP):
+                method()
+        for round_index in range(RUNS // BLOCK):
+            for method in methods[round_index % 2:] + methods[:round_index % 2]:
+                samples[method].extend(method() for _ in range(BLOCK))
+        enigo.stdin.close()
+        enigo.wait()
+        connection.close()
+        report(f"computer/batch of {CLICKS} clicks", samples[batched],
+               {f"1 REST click + {CLICKS} in-process clicks": samples[unbatched_floor]},
+               percentiles=(50, 90))
+        http.delete(f"/browsers/{sid}").raise_for_status()
+    finally:
+        server.reap_everything()

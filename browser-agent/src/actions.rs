@@ -1,0 +1,148 @@
+//! The input RPCs' requests as input actions, one at a time or as a batch run in one
+//! call (no round trip per action: what `computer/batch` is for).
+
+use std::time::Duration;
+
+use browser_agent_proto::v1::{
+    ActionBatch, ClickKind, ClickMouseRequest, DragMouseRequest, MouseButton, MoveMouseRequest,
+    Point, PressKeysRequest, ScrollRequest, TypeTextRequest, input_action,
+};
+use tonic::Status;
+
+use crate::input::{self, Action, Input};
+
+fn button(button: i32) -> enigo::Button {
+    match MouseButton::try_from(button).unwrap_or(MouseButton::Unspecified) {
+        MouseButton::Unspecified | MouseButton::Left => enigo::Button::Left,
+        MouseButton::Middle => enigo::Button::Middle,
+        MouseButton::Right => enigo::Button::Right,
+        MouseButton::Back => enigo::Button::Back,
+        MouseButton::Forward => enigo::Button::Forward,
+    }
+}
+
+fn point(position: Option<Point>) -> Result<(i32, i32), Status> {
+    position
+        .map(|p| (p.x, p.y))
+        .ok_or_else(|| Status::invalid_argument("a position is required"))
+}
+
+pub fn click(r: ClickMouseRequest) -> Result<Action, Status> {
+    let (x, y) = point(r.position)?;
+    let kind = match ClickKind::try_from(r.kind).unwrap_or(ClickKind::Unspecified) {
+        ClickKind::Unspecified | ClickKind::Click => input::ClickKind::Click,
+        ClickKind::Down => input::ClickKind::Down,
+        ClickKind::Up => input::ClickKind::Up,
+    };
+    Ok(Action::Click {
+        x,
+        y,
+        button: button(r.button),
+        kind,
+        count: r.count.max(1),
+        hold: r.hold_keys,
+    })
+}
+
+pub fn move_to(r: MoveMouseRequest) -> Result<Action, Status> {
+    let (x, y) = point(r.position)?;
+    Ok(Action::Move {
+        x,
+        y,
+        smooth: r.smooth.then_some(r.duration_ms),
+        hold: r.hold_keys,
+    })
+}
+
+pub fn drag(r: DragMouseRequest) -> Result<Action, Status> {
+    if r.path.len() < 2 {
+        return Err(Status::invalid_argument("path needs at least 2 points"));
+    }
+    Ok(Action::Drag {
+        path: r.path.iter().map(|p| (p.x, p.y)).collect(),
+        button: button(r.button),
+        delay_ms: r.delay_ms,
+        steps: r.steps_per_segment.max(1),
+        step_delay_ms: r.step_delay_ms,
+        smooth: r.smooth.then_some(r.duration_ms),
+        hold: r.hold_keys,
+    })
+}
+
+pub fn type_text(r: TypeTextRequest) -> Action {
+    Action::Type {
+        text: r.text,
+        delay_ms: r.delay_ms,
+    }
+}
+
+pub fn press_keys(r: PressKeysRequest) -> Result<Action, Status> {
+    if r.keys.is_empty() {
+        return Err(Status::invalid_argument("keys must name at least one key"));
+    }
+    Ok(Action::PressKeys {
+        keys: r.keys,
+        duration_ms: r.duration_ms,
+        hold: r.hold_keys,
+    })
+}
+
+pub fn scroll(r: ScrollRequest) -> Result<Action, Status> {
+    let (x, y) = point(r.position)?;
+    Ok(Action::Scroll {
+        x,
+        y,
+        delta_x: r.delta_x,
+        delta_y: r.delta_y,
+        hold: r.hold_keys,
+    })
+}
+
+/// One step of a batch: an input action, or a pause.
+enum Step {
+    Act(Action),
+    Sleep(Duration),
+}
+
+fn step(action: Option<input_action::Action>) -> Result<Step, Status> {
+    use input_action::Action as Kind;
+    Ok(match action {
+        Some(Kind::ClickMouse(r)) => Step::Act(click(r)?),
+        Some(Kind::MoveMouse(r)) => Step::Act(move_to(r)?),
+        Some(Kind::DragMouse(r)) => Step::Act(drag(r)?),
+        Some(Kind::TypeText(r)) => Step::Act(type_text(r)),
+        Some(Kind::PressKeys(r)) => Step::Act(press_keys(r)?),
+        Some(Kind::Scroll(r)) => Step::Act(scroll(r)?),
+        Some(Kind::SleepMs(ms)) => Step::Sleep(Duration::from_millis(ms.into())),
+        None => return Err(Status::invalid_argument("an action is required")),
+    })
+}
+
+/// Runs the batch in order; the first failure stops it, named by its index. Every
+/// action is checked before the first one runs.
+pub async fn run_batch(input: &Input, batch: ActionBatch) -> Result<(), Status> {
+    let indexed = |index: usize, status: Status| {
+        Status::new(
+            status.code(),
+            format!("actions[{index}]: {}", status.message()),
+        )
+    };
+    let steps = batch
+        .actions
+        .into_iter()
+        .enumerate()
+        .map(|(index, action)| step(action.action).map_err(|status| indexed(index, status)))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (index, step) in steps.into_iter().enumerate() {
+        match step {
+            Step::Act(action) => {
+                input
+                    .run(action)
+                    .await
+                    .map_err(|error| indexed(index, error.into()))?;
+            }
+            Step::Sleep(pause) => tokio::time::sleep(pause).await,
+        }
+    }
+    Ok(())
+}
