@@ -1,8 +1,6 @@
 //! The input RPCs' requests as input actions, one at a time or as a batch run in one
 //! call (no round trip per action: what `computer/batch` is for).
 
-use std::time::Duration;
-
 use browser_agent_proto::v1::{
     ActionBatch, ClickKind, ClickMouseRequest, DragMouseRequest, MouseButton, MoveMouseRequest,
     Point, PressKeysRequest, ScrollRequest, TypeTextRequest, input_action,
@@ -98,51 +96,37 @@ pub fn scroll(r: ScrollRequest) -> Result<Action, Status> {
     })
 }
 
-/// One step of a batch: an input action, or a pause.
-enum Step {
-    Act(Action),
-    Sleep(Duration),
-}
-
-fn step(action: Option<input_action::Action>) -> Result<Step, Status> {
+fn batch_action(action: Option<input_action::Action>) -> Result<Action, Status> {
     use input_action::Action as Kind;
-    Ok(match action {
-        Some(Kind::ClickMouse(r)) => Step::Act(click(r)?),
-        Some(Kind::MoveMouse(r)) => Step::Act(move_to(r)?),
-        Some(Kind::DragMouse(r)) => Step::Act(drag(r)?),
-        Some(Kind::TypeText(r)) => Step::Act(type_text(r)),
-        Some(Kind::PressKeys(r)) => Step::Act(press_keys(r)?),
-        Some(Kind::Scroll(r)) => Step::Act(scroll(r)?),
-        Some(Kind::SleepMs(ms)) => Step::Sleep(Duration::from_millis(ms.into())),
-        None => return Err(Status::invalid_argument("an action is required")),
-    })
+    match action {
+        Some(Kind::ClickMouse(r)) => click(r),
+        Some(Kind::MoveMouse(r)) => move_to(r),
+        Some(Kind::DragMouse(r)) => drag(r),
+        Some(Kind::TypeText(r)) => Ok(type_text(r)),
+        Some(Kind::PressKeys(r)) => press_keys(r),
+        Some(Kind::Scroll(r)) => scroll(r),
+        Some(Kind::SleepMs(ms)) => Ok(Action::Sleep { ms }),
+        None => Err(Status::invalid_argument("an action is required")),
+    }
 }
 
-/// Runs the batch in order; the first failure stops it, named by its index. Every
-/// action is checked before the first one runs.
+/// Runs the batch in order in one go on the input thread (no round trip per action);
+/// the first failure stops it, named by its index. Every action is checked before the
+/// first one runs.
 pub async fn run_batch(input: &Input, batch: ActionBatch) -> Result<(), Status> {
-    let indexed = |index: usize, status: Status| {
-        Status::new(
-            status.code(),
-            format!("actions[{index}]: {}", status.message()),
-        )
-    };
-    let steps = batch
+    let actions = batch
         .actions
         .into_iter()
         .enumerate()
-        .map(|(index, action)| step(action.action).map_err(|status| indexed(index, status)))
+        .map(|(index, action)| {
+            batch_action(action.action).map_err(|status| {
+                Status::new(
+                    status.code(),
+                    format!("actions[{index}]: {}", status.message()),
+                )
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
-    for (index, step) in steps.into_iter().enumerate() {
-        match step {
-            Step::Act(action) => {
-                input
-                    .run(action)
-                    .await
-                    .map_err(|error| indexed(index, error.into()))?;
-            }
-            Step::Sleep(pause) => tokio::time::sleep(pause).await,
-        }
-    }
+    input.run(Action::Batch(actions)).await?;
     Ok(())
 }

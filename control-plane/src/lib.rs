@@ -4,6 +4,7 @@ pub mod agent;
 pub mod api;
 pub mod api_keys;
 pub mod app;
+pub mod archive_formats;
 pub mod blobs;
 pub mod config;
 pub mod egress;

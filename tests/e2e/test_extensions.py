@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import subprocess
 import zipfile
@@ -14,7 +15,7 @@ from kernel import Kernel
 
 from extensions_kit import make_extension
 from harness import vm_root
-from sdk import items
+from sdk import SEED_ERA, items
 
 
 def test_library_upload_list_download_delete(control_plane, client):
@@ -36,6 +37,16 @@ def test_library_upload_list_download_delete(control_plane, client):
     assert raw.headers["content-type"] == "application/zip"
     assert raw.headers["content-length"] == str(len(first))
     assert 'filename="lib-first.zip"' in raw.headers["content-disposition"]
+
+    # Metadata with the archive's checksum (today's `extensions.get`).
+    metadata = (client.get("/extensions/lib-first/metadata", cast_to=object) if SEED_ERA
+                else client.extensions.get("lib-first").to_dict(mode="json"))
+    assert metadata["id"] == one.id and metadata["checksum"] == hashlib.sha256(first).hexdigest()
+    # The Chrome Web Store route is not taken for an extension's name: it says what it is.
+    store = httpx.get(f"{control_plane.base_url}/extensions/from_chrome_store",
+                      params={"url": "https://chromewebstore.google.com/detail/x/abcdefghijklmnopabcdefghijklmnop"},
+                      headers={"Authorization": f"Bearer {control_plane.api_key}"})
+    assert store.status_code == 404 and "not supported by this server" in store.json()["message"]
 
     # Another organization sees none of it, by id or by name, even with the same name.
     other = Kernel(api_key=control_plane.create_api_key("org-ext-b"), base_url=control_plane.base_url,

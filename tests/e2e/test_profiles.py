@@ -7,15 +7,17 @@ from __future__ import annotations
 import io
 import os
 import signal
+import tarfile
 import threading
 import zipfile
 
 import kernel
 import pytest
+import zstandard
 from kernel import Kernel
 
 from harness import read_page, session_processes, wait_until
-from sdk import field
+from sdk import SEED_ERA, field
 
 # Writes `value` into a persistent cookie, local storage and IndexedDB of the test page's
 # origin, and reads the three back.
@@ -53,6 +55,14 @@ READ_STATE = """async () => {
   db.close();
   return { cookie, local: localStorage.getItem('probe') || '', idb };
 }"""
+
+
+def download(client, profile_id: str, fmt: str) -> bytes:
+    """`profiles.download` in a format: today's SDK names it; the seed-era SDK sends it as
+    an extra query parameter."""
+    if SEED_ERA:
+        return client.profiles.download(profile_id, extra_query={"format": fmt}).read()
+    return client.profiles.download(profile_id, format=fmt).read()
 
 
 def on_page(session, url: str, script: str, arg=None):
@@ -93,6 +103,19 @@ def test_save_changes_round_trip_keeps_cookies_local_storage_and_indexeddb(clien
     names = archive.namelist()
     assert any(name.endswith("Cookies") for name in names), names
     assert not any("/Cache/" in name for name in names), names
+
+    # The same state in the formats today's SDK asks for.
+    files = {info.filename: archive.read(info) for info in archive.infolist() if not info.is_dir()}
+    for fmt in ("tar", "tar.zst"):
+        raw = download(client, profile.id, fmt)
+        if fmt == "tar.zst":
+            assert raw[:4] == b"\x28\xb5\x2f\xfd"
+            raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read()
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            unpacked = {member.name: tar.extractfile(member).read() for member in tar.getmembers() if member.isfile()}
+        assert unpacked == files, fmt
+    with pytest.raises(kernel.BadRequestError):
+        download(client, profile.id, "rar")
 
     assert read_state(client, profile.id, test_page_url) == {"cookie": "first", "local": "first", "idb": "first"}
     # Reading without save_changes left the stored state alone.

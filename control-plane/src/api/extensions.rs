@@ -235,6 +235,66 @@ pub async fn download(
     ))
 }
 
+/// `extensions.download_from_chrome_store`: not supported by this server, which has no
+/// way to the Chrome Web Store yet. Its own route, so that `from_chrome_store` is never
+/// taken for an extension's name.
+#[utoipa::path(get, path = "/extensions/from_chrome_store", tag = "extensions", security(("bearer" = [])),
+    responses((status = 404, body = ErrorBody)))]
+pub async fn from_chrome_store(_org: Org) -> ApiError {
+    ApiError::NotFound(
+        "GET /extensions/from_chrome_store: downloading from the Chrome Web Store is not \
+         supported by this server; upload the extension's ZIP with POST /extensions"
+            .into(),
+    )
+}
+
+/// An extension's metadata with the SHA-256 of its archive.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExtensionMetadata {
+    #[serde(flatten)]
+    pub extension: Extension,
+    /// Hex SHA-256 of the archive as uploaded.
+    pub checksum: String,
+}
+
+/// An extension's metadata, with the checksum of its archive.
+#[utoipa::path(get, path = "/extensions/{id_or_name}/metadata", tag = "extensions", security(("bearer" = [])),
+    params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),
+    responses((status = 200, body = ExtensionMetadata), (status = 404, body = ErrorBody)))]
+pub async fn metadata(
+    org: Org,
+    PathParam(id_or_name): PathParam<String>,
+) -> Result<Json<ExtensionMetadata>, ApiError> {
+    use sha2::Digest;
+    use tokio::io::AsyncReadExt;
+
+    let record = find(&org, &id_or_name).await?;
+    let mut file = org
+        .blobs
+        .open(&record.blob_key)
+        .await
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => ApiError::not_found("extension", &id_or_name),
+            _ => ApiError::Internal(error.into()),
+        })?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        let read = file
+            .read(&mut buffer)
+            .await
+            .map_err(|error| ApiError::Internal(error.into()))?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+    }
+    Ok(Json(ExtensionMetadata {
+        checksum: hex::encode(hasher.finalize()),
+        extension: record.into(),
+    }))
+}
+
 /// Delete an extension from the library. Browsers that loaded it keep it.
 #[utoipa::path(delete, path = "/extensions/{id_or_name}", tag = "extensions", security(("bearer" = [])),
     params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),

@@ -83,6 +83,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cdp::connect))
         .routes(routes!(extensions::list))
         .routes(routes!(extensions::download, extensions::delete))
+        .routes(routes!(extensions::metadata))
+        .routes(routes!(extensions::from_chrome_store))
         .routes(routes!(replays::start, replays::list))
         .routes(routes!(replays::stop))
         .routes(routes!(replays::download))
@@ -292,6 +294,7 @@ mod tests {
         ("GET", "/extensions"),
         ("GET", "/extensions/x"),
         ("DELETE", "/extensions/x"),
+        ("GET", "/extensions/x/metadata"),
         ("POST", "/proxies"),
         ("GET", "/proxies"),
         ("GET", "/proxies/x"),

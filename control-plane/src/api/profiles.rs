@@ -3,15 +3,17 @@
 use axum::Json;
 use axum::body::Body;
 use axum::http::StatusCode;
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ErrorBody, OrNotFound};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::org::Org;
 use super::paging::NamedListQuery;
+use crate::archive_formats::{ChannelWriter, TarFormat, zip_to_tar};
 use crate::store::ProfileRecord;
 
 /// A profile as the SDKs read it (plus the size of its stored state).
@@ -124,16 +126,41 @@ const EMPTY_ZIP: [u8; 22] = [
     0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 ];
 
-/// Download the profile's stored state: a ZIP of Chromium user data (empty while the
-/// profile has none).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DownloadQuery {
+    /// `tar` or `tar.zst`: the same user data as a tar archive, zstd-compressed or not.
+    /// Absent (or `zip`): the stored ZIP.
+    pub format: Option<String>,
+}
+
+/// Download the profile's stored state: Chromium user data as a ZIP (the stored format),
+/// or re-packed as it streams into `format=tar` or `format=tar.zst` (empty archives while
+/// the profile has none).
 #[utoipa::path(get, path = "/profiles/{id_or_name}/download", tag = "profiles", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)")),
-    responses((status = 200, content_type = "application/zip", body = Vec<u8>), (status = 404, body = ErrorBody)))]
+    params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)"), DownloadQuery),
+    responses((status = 200, content_type = "application/zip", body = Vec<u8>), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub async fn download(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
+    QueryParams(query): QueryParams<DownloadQuery>,
 ) -> Result<Response, ApiError> {
+    let format = match query.format.as_deref() {
+        None | Some("zip") => None,
+        Some("tar") => Some(TarFormat::Tar),
+        Some("tar.zst") => Some(TarFormat::TarZstd),
+        Some(other) => {
+            return Err(ApiError::invalid_field(format!(
+                "format must be tar.zst, tar or zip, got {other:?}"
+            )));
+        }
+    };
     let record = find(&org, &id_or_name).await?;
+    if let Some(format) = format {
+        return tar_download(&org, &record, format).await;
+    }
     // The id, not the name: names may hold characters a header cannot.
     let filename = format!("{}.zip", record.id);
     let body = match org.blobs.open(&record.blob_key()).await {
@@ -146,3 +173,45 @@ pub async fn download(
     };
     Ok(super::zip_attachment(&filename, None, body))
 }
+
+/// The profile's state re-packed as it streams: a tar archive, zstd-compressed or not.
+async fn tar_download(
+    org: &Org,
+    record: &ProfileRecord,
+    format: TarFormat,
+) -> Result<Response, ApiError> {
+    let source: Box<dyn ReadSeek> = match org.blobs.open(&record.blob_key()).await {
+        Ok(file) => Box::new(file.into_std().await),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Box::new(std::io::Cursor::new(EMPTY_ZIP))
+        }
+        Err(error) => return Err(ApiError::Internal(error.into())),
+    };
+    let (sender, receiver) = tokio::sync::mpsc::channel(4);
+    let profile_id = record.id.clone();
+    tokio::task::spawn_blocking(move || {
+        let failed = sender.clone();
+        if let Err(error) = zip_to_tar(source, ChannelWriter::new(sender), format) {
+            // Abandoned downloads end here too; others end the body with the error.
+            tracing::debug!(profile_id, %error, "profile download ended early");
+            let _ = failed.blocking_send(Err(error));
+        }
+    });
+    let (extension, content_type) = match format {
+        TarFormat::Tar => ("tar", "application/x-tar"),
+        TarFormat::TarZstd => ("tar.zst", "application/zstd"),
+    };
+    let disposition = format!("attachment; filename=\"{}.{extension}\"", record.id);
+    Ok((
+        [
+            (CONTENT_TYPE, content_type.to_owned()),
+            (CONTENT_DISPOSITION, disposition),
+        ],
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver)),
+    )
+        .into_response())
+}
+
+/// What `zip_to_tar` reads: a stored archive or the empty one.
+trait ReadSeek: std::io::Read + std::io::Seek + Send {}
+impl<T: std::io::Read + std::io::Seek + Send> ReadSeek for T {}
