@@ -1,6 +1,7 @@
 //! Benchmark reference: in-process enigo clicks (the agent's own input path, minus the
-//! API). Clicks once per line read on stdin and answers the click's duration in
-//! microseconds, so a benchmark can interleave it with other ways of clicking.
+//! API). Clicks once per line read on stdin (or N times back to back for a line `N`) and
+//! answers the duration in microseconds, so a benchmark can interleave it with other ways
+//! of clicking.
 //!
 //!     click_latency :DISPLAY X Y
 #![allow(clippy::expect_used)]
@@ -24,12 +25,15 @@ fn main() {
     })
     .expect("connect to the display");
     let mut out = std::io::stdout().lock();
-    for _ in std::io::stdin().lock().lines() {
+    for line in std::io::stdin().lock().lines() {
+        let clicks: u32 = line.expect("stdin").trim().parse().unwrap_or(1);
         let started = Instant::now();
-        enigo.move_mouse(x, y, Coordinate::Abs).expect("move");
-        // enigo syncs with the X server after every event: when this returns, the server
-        // has processed the click, as when the API answers.
-        enigo.button(Button::Left, Direction::Click).expect("click");
+        for _ in 0..clicks {
+            enigo.move_mouse(x, y, Coordinate::Abs).expect("move");
+            // enigo syncs with the X server after every event: when this returns, the
+            // server has processed the click, as when the API answers.
+            enigo.button(Button::Left, Direction::Click).expect("click");
+        }
         writeln!(out, "{}", started.elapsed().as_micros()).expect("stdout");
         out.flush().expect("stdout");
     }

@@ -110,23 +110,30 @@ fn batch_action(action: Option<input_action::Action>) -> Result<Action, Status> 
     }
 }
 
-/// Runs the batch in order in one go on the input thread (no round trip per action);
-/// the first failure stops it, named by its index. Every action is checked before the
-/// first one runs.
+/// Runs the batch in order (no API or gRPC round trip per action); the first failure
+/// stops it, named by its index. Every action is converted before the first one runs.
+/// Each action is its own message to the input thread: measured (bench computer_batch),
+/// handing the input thread the whole batch at once made 20 clicks 2x slower, not faster.
 pub async fn run_batch(input: &Input, batch: ActionBatch) -> Result<(), Status> {
     let actions = batch
         .actions
         .into_iter()
         .enumerate()
-        .map(|(index, action)| {
-            batch_action(action.action).map_err(|status| {
-                Status::new(
-                    status.code(),
-                    format!("actions[{index}]: {}", status.message()),
-                )
-            })
-        })
+        .map(|(index, action)| batch_action(action.action).map_err(|status| at(index, status)))
         .collect::<Result<Vec<_>, _>>()?;
-    input.run(Action::Batch(actions)).await?;
+    for (index, action) in actions.into_iter().enumerate() {
+        input
+            .run(action)
+            .await
+            .map_err(|error| at(index, error.into()))?;
+    }
     Ok(())
+}
+
+/// The status of the batch's action at `index`.
+fn at(index: usize, status: Status) -> Status {
+    Status::new(
+        status.code(),
+        format!("actions[{index}]: {}", status.message()),
+    )
 }

@@ -76,19 +76,6 @@ pub enum Action {
     Sleep {
         ms: u32,
     },
-    /// Actions performed in order by the input thread in one go; the first failure stops
-    /// them, its message starting with `actions[<index>]: `.
-    Batch(Vec<Action>),
-}
-
-impl InputError {
-    /// The same error, about the action at `index` of a batch.
-    fn at(self, index: usize) -> Self {
-        match self {
-            Self::Invalid(message) => Self::Invalid(format!("actions[{index}]: {message}")),
-            Self::Failed(message) => Self::Failed(format!("actions[{index}]: {message}")),
-        }
-    }
 }
 
 /// X timestamps have millisecond resolution and Chromium does not count a press with the
@@ -155,12 +142,6 @@ impl Input {
     }
 
     fn check_bounds(&self, action: &Action) -> Result<(), InputError> {
-        if let Action::Batch(actions) = action {
-            for (index, action) in actions.iter().enumerate() {
-                self.check_bounds(action).map_err(|error| error.at(index))?;
-            }
-            return Ok(());
-        }
         let points: Vec<(i32, i32)> = match action {
             Action::Click { x, y, .. }
             | Action::Move { x, y, .. }
@@ -169,8 +150,7 @@ impl Input {
             Action::Type { .. }
             | Action::PressKeys { .. }
             | Action::Position
-            | Action::Sleep { .. }
-            | Action::Batch(_) => vec![],
+            | Action::Sleep { .. } => vec![],
         };
         for (x, y) in points {
             if x < 0 || y < 0 || x as u32 >= self.width || y as u32 >= self.height {
@@ -189,12 +169,6 @@ fn failed(error: enigo::InputError) -> InputError {
 }
 
 fn perform(enigo: &mut Enigo, action: Action) -> Result<(i32, i32), InputError> {
-    if let Action::Batch(actions) = action {
-        for (index, action) in actions.into_iter().enumerate() {
-            perform(enigo, action).map_err(|error| error.at(index))?;
-        }
-        return Ok((0, 0));
-    }
     let is_position = matches!(action, Action::Position);
     let hold = match &action {
         Action::Click { hold, .. }
@@ -205,9 +179,7 @@ fn perform(enigo: &mut Enigo, action: Action) -> Result<(i32, i32), InputError> 
             .iter()
             .map(|name| key_named(name))
             .collect::<Result<Vec<_>, _>>()?,
-        Action::Type { .. } | Action::Position | Action::Sleep { .. } | Action::Batch(_) => {
-            Vec::new()
-        }
+        Action::Type { .. } | Action::Position | Action::Sleep { .. } => Vec::new(),
     };
     // Parse everything before touching the display, so a bad key changes nothing.
     let combos = match &action {
@@ -372,7 +344,7 @@ fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), Inp
             sleep_ms(ms);
             Ok(())
         }
-        Action::Position | Action::Batch(_) => Ok(()),
+        Action::Position => Ok(()),
     }
 }
 

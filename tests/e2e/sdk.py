@@ -58,3 +58,11 @@ def tag_filter(tags: dict) -> dict:
     if SEED_ERA:
         return {"extra_query": {f"tags[{key}]": value for key, value in tags.items()}}
     return {"tags": tags}
+
+
+def rename(client, resource: str, id_or_name: str, name: str) -> dict:
+    """`profiles.update` / `proxies.update` today (`PATCH /<resource>/{id_or_name}`); the
+    seed-era SDK has no such method, so it goes through the client's generic `patch`."""
+    if SEED_ERA:
+        return client.patch(f"/{resource}/{id_or_name}", body={"name": name}, cast_to=object)
+    return getattr(client, resource).update(id_or_name, name=name).to_dict(mode="json")

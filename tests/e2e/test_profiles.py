@@ -17,7 +17,7 @@ import zstandard
 from kernel import Kernel
 
 from harness import read_page, session_processes, wait_until
-from sdk import SEED_ERA, field
+from sdk import SEED_ERA, field, rename
 
 # Writes `value` into a persistent cookie, local storage and IndexedDB of the test page's
 # origin, and reads the three back.
@@ -209,6 +209,28 @@ def test_another_organization_cannot_see_or_use_a_profile(client, control_plane)
     # The same name is free in the other organization.
     assert other.profiles.create(name="private").id != mine.id
     assert client.profiles.retrieve(mine.id).name == "private"
+
+
+def test_a_profile_is_renamed_unless_taken_or_managed(client, control_plane):
+    profile = client.profiles.create(name="before-rename")
+    client.profiles.create(name="taken-name")
+    renamed = rename(client, "profiles", "before-rename", "after-rename")
+    assert renamed["id"] == profile.id and renamed["name"] == "after-rename"
+    assert client.profiles.retrieve("after-rename").id == profile.id
+    with pytest.raises(kernel.NotFoundError):
+        client.profiles.retrieve("before-rename")
+    with pytest.raises(kernel.ConflictError):
+        rename(client, "profiles", profile.id, "taken-name")
+    with pytest.raises(kernel.BadRequestError):
+        rename(client, "profiles", profile.id, "bad\nname")
+    client.auth.connections.create(domain="rename.example", profile_name="after-rename")
+    with pytest.raises(kernel.ConflictError) as managed:
+        rename(client, "profiles", profile.id, "elsewhere")
+    assert "auth connection" in managed.value.body["message"]
+    other = Kernel(api_key=control_plane.create_api_key("org-rename"), base_url=control_plane.base_url,
+                   max_retries=0)
+    with pytest.raises(kernel.NotFoundError):
+        rename(other, "profiles", profile.id, "stolen")
 
 
 def test_bad_profile_input_answers_the_error_shape(client):

@@ -16,6 +16,7 @@ from kernel import Kernel
 
 from conftest import TEST_PAGE_TITLE
 from harness import control_plane_for_module, read_page
+from sdk import rename
 
 USERNAME, PASSWORD = "proxy-user", "s3cret pass"
 
@@ -153,6 +154,30 @@ def test_proxies_are_private_to_their_organization(client, control_plane, forwar
     with pytest.raises(kernel.BadRequestError):
         other.browsers.create(proxy_id=proxy.id, headless=True)
     assert client.proxies.retrieve(proxy.id).id == proxy.id
+
+
+def test_proxies_are_renamed_and_found_by_a_name_only_one_has(client, control_plane, forward_proxy):
+    proxy = custom(client, forward_proxy.port)
+    renamed = rename(client, "proxies", proxy.id, "egress-west")
+    assert renamed["id"] == proxy.id and renamed["name"] == "egress-west"
+    assert client.proxies.retrieve("egress-west").id == proxy.id
+    # A browser selects it by name, as today's SDK's `proxy: {name}` does.
+    browser = client.browsers.create(headless=True, extra_body={"proxy": {"name": "egress-west"}})
+    assert browser.proxy_id == proxy.id
+    client.browsers.delete_by_id(browser.session_id)
+    twin = custom(client, forward_proxy.port)
+    rename(client, "proxies", twin.id, "egress-west")
+    with pytest.raises(kernel.ConflictError) as ambiguous:
+        client.proxies.retrieve("egress-west")
+    assert "use the id" in ambiguous.value.body["message"]
+    client.proxies.delete(twin.id)
+    assert client.proxies.retrieve("egress-west").id == proxy.id
+    with pytest.raises(kernel.BadRequestError):
+        rename(client, "proxies", proxy.id, "")
+    other = Kernel(api_key=control_plane.create_api_key("proxies-rename-b"), base_url=control_plane.base_url,
+                   max_retries=0)
+    with pytest.raises(kernel.NotFoundError):
+        rename(other, "proxies", proxy.id, "stolen")
 
 
 @pytest.mark.parametrize("fields, mentions", [

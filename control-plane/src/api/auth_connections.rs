@@ -351,6 +351,20 @@ pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json
     Ok(Json(view(&org, &record)?))
 }
 
+/// `auth.connections.update`: not supported by this server, whose connection workflows own
+/// their records while they run (delete the connection and create it again). A 404 that
+/// says so, rather than a 405.
+#[utoipa::path(patch, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Auth connection id")),
+    responses((status = 404, body = ErrorBody)))]
+pub async fn update(_org: Org, PathParam(_id): PathParam<String>) -> ApiError {
+    ApiError::NotFound(
+        "PATCH /auth/connections/{id}: changing an auth connection is not supported by this \
+         server; delete it and create it again"
+            .into(),
+    )
+}
+
 /// Delete an auth connection (seed 4.13): the record goes, its workflow stops, and a
 /// login flow in progress is canceled (followers get CANCELED; its browser ends).
 /// Answers once that is done. The profile stays.

@@ -91,7 +91,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(replays::view_page))
         .routes(routes!(replays::view_video))
         .routes(routes!(proxies::create, proxies::list))
-        .routes(routes!(proxies::retrieve, proxies::delete))
+        .routes(routes!(proxies::retrieve, proxies::update, proxies::delete))
         .routes(routes!(proxies::check))
         .routes(routes!(pools::create, pools::list))
         .routes(routes!(pools::retrieve, pools::update, pools::delete))
@@ -99,11 +99,16 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(pools::release))
         .routes(routes!(pools::flush))
         .routes(routes!(profiles::create, profiles::list))
-        .routes(routes!(profiles::retrieve, profiles::delete))
+        .routes(routes!(
+            profiles::retrieve,
+            profiles::update,
+            profiles::delete
+        ))
         .routes(routes!(profiles::download))
         .routes(routes!(auth_connections::create, auth_connections::list))
         .routes(routes!(
             auth_connections::retrieve,
+            auth_connections::update,
             auth_connections::delete
         ))
         .routes(routes!(auth_connections::login))
@@ -238,7 +243,10 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn route_not_found(method: Method, uri: Uri) -> ApiError {
-    ApiError::NotFound(format!("no route for {method} {}", uri.path()))
+    ApiError::NotFound(format!(
+        "no route for {method} {}: not supported by this server",
+        uri.path()
+    ))
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
@@ -294,6 +302,8 @@ mod tests {
         ("GET", "/extensions"),
         ("GET", "/extensions/x"),
         ("DELETE", "/extensions/x"),
+        ("PATCH", "/profiles/x"),
+        ("PATCH", "/proxies/x"),
         ("GET", "/extensions/x/metadata"),
         ("POST", "/proxies"),
         ("GET", "/proxies"),

@@ -103,6 +103,60 @@ pub async fn delete(
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     let record = find(&org, &id_or_name).await?;
+    refuse_if_managed(&org, &record).await?;
+    if !org.store.delete_profile(&org.id, &record.id).await? {
+        return Err(ApiError::not_found("profile", &id_or_name));
+    }
+    if let Err(error) = org.blobs.delete(&record.blob_key()).await {
+        tracing::warn!(%error, profile_id = %record.id, "could not delete a profile's state");
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateProfileRequest {
+    /// The new name: unique in the organization, 1 to 255 characters without control
+    /// characters.
+    pub name: String,
+}
+
+/// Rename a profile. Refused (409) while an auth connection manages it (the connection
+/// names its profile) or when another profile has the name.
+#[utoipa::path(patch, path = "/profiles/{id_or_name}", tag = "profiles", security(("bearer" = [])),
+    params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)")),
+    request_body = UpdateProfileRequest,
+    responses((status = 200, body = Profile), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn update(
+    org: Org,
+    PathParam(id_or_name): PathParam<String>,
+    JsonBody(request): JsonBody<UpdateProfileRequest>,
+) -> Result<Json<Profile>, ApiError> {
+    if let Some(problem) = crate::profiles::name_problem(&request.name) {
+        return Err(ApiError::invalid_field(problem));
+    }
+    let record = find(&org, &id_or_name).await?;
+    refuse_if_managed(&org, &record).await?;
+    let renamed = org
+        .store
+        .rename_profile(&org.id, &record.id, &request.name)
+        .await
+        .map_err(|error| match error {
+            crate::store::StoreError::Conflict(_) => ApiError::Conflict(format!(
+                "the organization already has a profile named {:?}",
+                request.name
+            )),
+            other => other.into(),
+        })?;
+    if !renamed {
+        return Err(ApiError::not_found("profile", &id_or_name));
+    }
+    Ok(Json(find(&org, &record.id).await?.into()))
+}
+
+/// 409 while an auth connection manages the profile (it refers to it by name).
+async fn refuse_if_managed(org: &Org, record: &ProfileRecord) -> Result<(), ApiError> {
     if let Some(name) = &record.name {
         let connections = org.store.list_auth_connections(Some(&org.id)).await?;
         if let Some(connection) = connections.iter().find(|c| &c.profile_name == name) {
@@ -112,13 +166,7 @@ pub async fn delete(
             )));
         }
     }
-    if !org.store.delete_profile(&org.id, &record.id).await? {
-        return Err(ApiError::not_found("profile", &id_or_name));
-    }
-    if let Err(error) = org.blobs.delete(&record.blob_key()).await {
-        tracing::warn!(%error, profile_id = %record.id, "could not delete a profile's state");
-    }
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }
 
 /// The 22 bytes of a ZIP archive without entries: the state of a profile never saved.

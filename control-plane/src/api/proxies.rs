@@ -228,20 +228,60 @@ async fn find(org: &Org, id: &str) -> Result<ProxyRecord, ApiError> {
     found.or_not_found("proxy", id)
 }
 
+/// A proxy by id, or by a name exactly one proxy has (409 when several do).
 #[utoipa::path(get, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Proxy ID")),
-    responses((status = 200, body = Proxy), (status = 404, body = ErrorBody)))]
+    params(("id" = String, Path, description = "Proxy id or name")),
+    responses((status = 200, body = Proxy), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Proxy>, ApiError> {
     Ok(Json(find(&org, &id).await?.into()))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateProxyRequest {
+    /// The new name (1 to 255 characters without control characters).
+    pub name: String,
+}
+
+/// Rename a proxy. Sessions using it keep using it.
+#[utoipa::path(patch, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Proxy id or name")), request_body = UpdateProxyRequest,
+    responses((status = 200, body = Proxy), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn update(
+    org: Org,
+    PathParam(id): PathParam<String>,
+    JsonBody(request): JsonBody<UpdateProxyRequest>,
+) -> Result<Json<Proxy>, ApiError> {
+    let name = &request.name;
+    if name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid_field(format!(
+            "name must be 1 to {MAX_NAME_BYTES} bytes without control characters"
+        )));
+    }
+    let proxy = find(&org, &id).await?;
+    if !org
+        .store
+        .rename_proxy(&org.id, &proxy.id, &request.name)
+        .await?
+    {
+        return Err(ApiError::not_found("proxy", &id));
+    }
+    Ok(Json(find(&org, &proxy.id).await?.into()))
 }
 
 /// Delete a proxy (seed 4.9). Soft: sessions that use it keep their `proxy_id` and their
 /// route until they end; new sessions and pools cannot reference it.
 #[utoipa::path(delete, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Proxy ID")),
+    params(("id" = String, Path, description = "Proxy id or name")),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
-    if org.store.delete_proxy(&org.id, &id, Utc::now()).await? {
+    let proxy = find(&org, &id).await?;
+    if org
+        .store
+        .delete_proxy(&org.id, &proxy.id, Utc::now())
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("proxy", &id))

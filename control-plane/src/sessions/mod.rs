@@ -627,7 +627,7 @@ impl Sessions {
     async fn reattach(&self, session: &SessionRecord) -> bool {
         let upstream = match &session.proxy_id {
             Some(proxy_id) => match self.resolve_proxy(&session.org_id, proxy_id).await {
-                Ok(route) => Some(route),
+                Ok((_, route)) => Some(route),
                 Err(error) => {
                     tracing::warn!(session_id = %session.id, %error, "the session's proxy is gone");
                     return false;

@@ -434,9 +434,8 @@ impl Sessions {
         spec.extensions = self
             .resolve_extensions(org_id, &references.extensions)
             .await?;
-        if let Some(proxy_id) = references.proxy_id {
-            let route = self.resolve_proxy(org_id, &proxy_id).await?;
-            spec.proxy = Some((proxy_id, route));
+        if let Some(proxy) = references.proxy_id {
+            spec.proxy = Some(self.resolve_proxy(org_id, &proxy).await?);
         }
         if let Some((key, save_changes)) = references.profile {
             let profile = self.store.profile(org_id, &key).await?.ok_or_else(|| {
@@ -454,18 +453,29 @@ impl Sessions {
         Ok(spec)
     }
 
-    /// Where the organization's (not deleted) proxy sends traffic.
+    /// The id of the organization's (not deleted) proxy, by id or name, and where it
+    /// sends traffic.
     pub(super) async fn resolve_proxy(
         &self,
         org_id: &str,
-        proxy_id: &str,
-    ) -> ServiceResult<ProxyRoute> {
-        let proxy = self.store.proxy(org_id, proxy_id).await?.ok_or_else(|| {
-            ServiceError::invalid(format!("proxy_id: proxy {proxy_id} not found"))
-        })?;
-        proxies::connectable_route(&proxy, &self.proxy_upstreams, &self.egress)
+        id_or_name: &str,
+    ) -> ServiceResult<(String, ProxyRoute)> {
+        let proxy = match self.store.proxy(org_id, id_or_name).await {
+            Ok(Some(proxy)) => proxy,
+            Ok(None) => {
+                return Err(ServiceError::invalid(format!(
+                    "proxy_id: proxy {id_or_name} not found"
+                )));
+            }
+            Err(crate::store::StoreError::Conflict(message)) => {
+                return Err(ServiceError::invalid(format!("proxy: {message}")));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let route = proxies::connectable_route(&proxy, &self.proxy_upstreams, &self.egress)
             .await
-            .map_err(|reason| ServiceError::invalid(format!("proxy_id: {reason}")))
+            .map_err(|reason| ServiceError::invalid(format!("proxy_id: {reason}")))?;
+        Ok((proxy.id, route))
     }
 
     /// Finds the referenced library extensions of the organization.

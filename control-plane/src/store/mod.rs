@@ -407,8 +407,11 @@ pub trait Store: Send + Sync + 'static {
     async fn mark_extensions_used(&self, ids: &[String], at: DateTime<Utc>) -> StoreResult<()>;
 
     async fn insert_proxy(&self, proxy: &ProxyRecord) -> StoreResult<()>;
-    /// A proxy that is not deleted.
-    async fn proxy(&self, org_id: &str, id: &str) -> StoreResult<Option<ProxyRecord>>;
+    /// A proxy that is not deleted: by id, or by the name of exactly one proxy (`Conflict`
+    /// when several share it).
+    async fn proxy(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProxyRecord>>;
+    /// Renames a proxy that is not deleted; false if there is none.
+    async fn rename_proxy(&self, org_id: &str, id: &str, name: &str) -> StoreResult<bool>;
     /// Proxies that are not deleted, oldest first.
     async fn list_proxies(&self, org_id: &str) -> StoreResult<Vec<ProxyRecord>>;
     /// Soft delete; returns whether a live proxy was deleted.
@@ -449,6 +452,8 @@ pub trait Store: Send + Sync + 'static {
     async fn profile(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProfileRecord>>;
     /// Oldest first.
     async fn list_profiles(&self, org_id: &str) -> StoreResult<Vec<ProfileRecord>>;
+    /// Renames a profile; false if there is none, `Conflict` if the name is taken.
+    async fn rename_profile(&self, org_id: &str, id: &str, name: &str) -> StoreResult<bool>;
     async fn delete_profile(&self, org_id: &str, id: &str) -> StoreResult<bool>;
     /// Records a saved state; false if the profile is gone.
     async fn profile_saved(

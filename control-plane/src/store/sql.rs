@@ -365,17 +365,40 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn proxy(&self, org_id: &str, id: &str) -> StoreResult<Option<ProxyRecord>> {
-        self.database
-            .query_opt(
+    async fn proxy(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProxyRecord>> {
+        // Names are not unique: a name must match exactly one proxy.
+        let mut found = self
+            .database
+            .query(
                 sql!(
-                    "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND id = $2 \
-                     AND deleted_at IS NULL"
+                    "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND deleted_at IS NULL \
+                     AND (id = $2 OR name = $2) ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 2"
                 ),
-                params![org_id, id],
+                params![org_id, id_or_name],
                 proxy_from_row,
             )
-            .await
+            .await?;
+        match found.as_slice() {
+            [first, ..] if first.id == id_or_name => Ok(found.into_iter().next()),
+            [_, _] => Err(super::StoreError::Conflict(format!(
+                "several proxies are named {id_or_name:?}; use the id"
+            ))),
+            _ => Ok(found.pop()),
+        }
+    }
+
+    async fn rename_proxy(&self, org_id: &str, id: &str, name: &str) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE proxies SET name = $3 WHERE org_id = $1 AND id = $2 \
+                     AND deleted_at IS NULL"
+                ),
+                params![org_id, id, name],
+            )
+            .await?;
+        Ok(changed == 1)
     }
 
     async fn list_proxies(&self, org_id: &str) -> StoreResult<Vec<ProxyRecord>> {
@@ -568,6 +591,17 @@ impl Store for SqlStore {
                 profile_from_row,
             )
             .await
+    }
+
+    async fn rename_profile(&self, org_id: &str, id: &str, name: &str) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!("UPDATE profiles SET name = $3 WHERE org_id = $1 AND id = $2"),
+                params![org_id, id, name],
+            )
+            .await?;
+        Ok(changed == 1)
     }
 
     async fn list_profiles(&self, org_id: &str) -> StoreResult<Vec<ProfileRecord>> {
