@@ -7,6 +7,7 @@ mod auth;
 mod capture;
 mod cdp;
 mod chromium;
+mod desktop;
 mod display;
 mod extensions;
 mod fs;
@@ -346,6 +347,9 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         args.ffmpeg_path.clone(),
     ));
     let service = service::AgentService {
+        desktop: input
+            .as_ref()
+            .map(|_| std::sync::Arc::new(desktop::Desktop::default())),
         recordings,
         resets,
         stop_chromium,

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
-    ActionBatch, CdpFrame, ClickMouseRequest, CreateDirectoryRequest, DataChunk, DeletePathRequest,
-    DevtoolsState, DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk,
-    ExtractZipResponse, FileInfo, FileList, LoadExtensionsResponse, MoveMouseRequest,
-    MovePathRequest, PathRequest, Point, PressKeysRequest, RecordingRequest, RecordingState,
-    ScreenshotRequest, ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
-    ShutdownResponse, StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest,
-    WriteFileChunk, cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
+    ActionBatch, CdpFrame, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
+    CursorVisibility, DataChunk, DeletePathRequest, DevtoolsState, DragMouseRequest, Empty,
+    ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FileList,
+    LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
+    PressKeysRequest, RecordingRequest, RecordingState, ScreenshotRequest, ScreenshotResponse,
+    ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, StartRecordingRequest,
+    StatusRequest, StatusResponse, TypeTextRequest, WriteFileChunk, cdp_frame::Kind,
+    extension_upload_chunk, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -28,6 +29,7 @@ use crate::actions;
 use crate::capture::{self, CaptureError};
 use crate::cdp;
 use crate::chromium::{BrowserState, USER_DATA_DIR};
+use crate::desktop::{Desktop, DesktopError};
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{Action, Input, InputError};
@@ -39,6 +41,8 @@ const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 pub struct AgentService {
     /// `None` for headless browsers, which have no display.
     pub input: Option<Input>,
+    /// The display's clipboard and pointer; `None` for headless browsers.
+    pub desktop: Option<Arc<Desktop>>,
     pub display: Option<String>,
     pub width: u32,
     pub height: u32,
@@ -198,6 +202,22 @@ impl AgentService {
     ) -> Result<T, Status> {
         let fs = self.fs.clone();
         blocking(move || work(&fs)).await
+    }
+
+    /// Runs blocking work on the display's clipboard or pointer off the async executor.
+    async fn on_desktop<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Desktop) -> Result<T, DesktopError> + Send + 'static,
+    ) -> Result<T, Status> {
+        self.input()?;
+        let desktop = self
+            .desktop
+            .clone()
+            .ok_or_else(|| Status::failed_precondition("this browser has no display"))?;
+        tokio::task::spawn_blocking(move || work(&desktop))
+            .await
+            .map_err(|error| Status::internal(format!("desktop task failed: {error}")))?
+            .map_err(|error| Status::internal(error.to_string()))
     }
 
     async fn act(&self, action: Action) -> Result<Response<Empty>, Status> {
@@ -499,6 +519,34 @@ impl BrowserAgent for AgentService {
 
     async fn scroll(&self, request: Request<ScrollRequest>) -> Result<Response<Empty>, Status> {
         self.act(actions::scroll(request.into_inner())?).await
+    }
+
+    async fn read_clipboard(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<ClipboardText>, Status> {
+        let text = self.on_desktop(|desktop| desktop.read_clipboard()).await?;
+        Ok(Response::new(ClipboardText { text }))
+    }
+
+    async fn write_clipboard(
+        &self,
+        request: Request<ClipboardText>,
+    ) -> Result<Response<Empty>, Status> {
+        let text = request.into_inner().text;
+        self.on_desktop(move |desktop| desktop.write_clipboard(&text))
+            .await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn set_cursor_visibility(
+        &self,
+        request: Request<CursorVisibility>,
+    ) -> Result<Response<Empty>, Status> {
+        let hidden = request.into_inner().hidden;
+        self.on_desktop(move |desktop| desktop.set_cursor_hidden(hidden))
+            .await?;
+        Ok(Response::new(Empty {}))
     }
 
     async fn run_actions(&self, request: Request<ActionBatch>) -> Result<Response<Empty>, Status> {

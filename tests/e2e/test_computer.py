@@ -18,7 +18,7 @@ from PIL import Image
 from playwright.sync_api import sync_playwright
 
 from harness import first_tab, vm_root, wait_until
-from sdk import SEED_ERA, fields
+from sdk import SEED_ERA, fields, on_browser
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -236,6 +236,75 @@ def test_smooth_moves_and_drags_curve_and_take_their_duration(client, desktop):
     with pytest.raises(kernel.BadRequestError) as refused:
         computer.move_mouse(sid, x=10, y=10, **fields(duration_ms=300))
     assert "duration_ms needs smooth: true" in refused.value.body["message"]
+
+
+def clipboard(client, session_id: str, operation: str, **body):
+    """`computer.read_clipboard` / `write_clipboard` today; through the generic client for
+    the seed-era SDK."""
+    if SEED_ERA:
+        return client.post(f"/browsers/{session_id}/computer/clipboard/{operation}", body=body, cast_to=object)
+    if operation == "read":
+        return client.browsers.computer.read_clipboard(session_id).to_dict()
+    return client.browsers.computer.write_clipboard(session_id, **body)
+
+
+def test_the_clipboard_carries_text_both_ways(client, desktop):
+    session, page = desktop
+    computer = client.browsers.computer
+    sid = session.session_id
+    input_y = page.evaluate("Math.round(window.screenY + (window.outerHeight - window.innerHeight) + 160)")
+    page.fill("#text", "")
+    computer.click_mouse(sid, x=700, y=input_y)
+    text = "pasted from the API, ✓ 日本語"
+    clipboard(client, sid, "write", text=text)
+    computer.press_key(sid, keys=["Ctrl+v"])
+    assert wait_until(lambda: page.input_value("#text") == text, 5), page.input_value("#text")
+
+    page.fill("#text", "copied by the page")
+    computer.click_mouse(sid, x=700, y=input_y)
+    computer.press_key(sid, keys=["Ctrl+a", "Ctrl+c"])
+    assert wait_until(lambda: clipboard(client, sid, "read")["text"] == "copied by the page", 5)
+
+
+def _pointer_drawn(video: Path, seconds: float, x: int, y: int) -> bool:
+    """Whether the frame at `seconds` shows anything but the page's green around (x, y)."""
+    frame = subprocess.run(
+        ["ffmpeg", "-v", "error", "-ss", f"{seconds:.3f}", "-i", str(video), "-frames:v", "1",
+         "-f", "rawvideo", "-pix_fmt", "rgb24", "-"], check=True, capture_output=True).stdout
+    for row in range(y - 12, y + 13):
+        for column in range(x - 12, x + 13):
+            r, g, b = frame[(row * WIDTH + column) * 3:(row * WIDTH + column) * 3 + 3]
+            if abs(r - 10) > 60 or abs(g - 200) > 60 or abs(b - 30) > 60:
+                return True
+    return False
+
+
+def test_a_hidden_cursor_is_gone_from_recordings_until_shown(client, desktop, tmp_path):
+    session, page = desktop
+    sid = session.session_id
+    x, y = 300, 600
+    client.browsers.computer.move_mouse(sid, x=x, y=y)
+
+    def set_cursor(hidden: bool):
+        if SEED_ERA:
+            return client.post(f"/browsers/{sid}/computer/cursor", body={"hidden": hidden}, cast_to=object)
+        return client.browsers.computer.set_cursor_visibility(sid, hidden=hidden).to_dict()
+
+    replay = client.browsers.replays.start(sid)
+    try:
+        time.sleep(1.0)
+        assert set_cursor(True) == {"ok": True}
+        time.sleep(1.0)
+        set_cursor(False)
+        time.sleep(1.0)
+    finally:
+        set_cursor(False)
+        client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
+    video = tmp_path / "cursor.mp4"
+    video.write_bytes(client.browsers.replays.download(replay.replay_id, **on_browser(sid)).read())
+    assert _pointer_drawn(video, 0.4, x, y)
+    assert not _pointer_drawn(video, 1.5, x, y)
+    assert _pointer_drawn(video, 2.6, x, y)
 
 
 def test_screenshots_show_the_screen(control_plane, desktop):

@@ -79,8 +79,8 @@ impl Grabber {
         })
     }
 
-    /// Captures the screen with the cursor drawn in. The frame is valid until the next
-    /// call.
+    /// Captures the screen with the cursor drawn in (unless it is hidden). The frame is
+    /// valid until the next call.
     pub fn grab(&mut self) -> GrabResult<&[u8]> {
         let (width, height) = (self.width, self.height);
         let frame: &mut [u8] = match &mut self.shared {
@@ -113,7 +113,9 @@ impl Grabber {
                 &mut self.copied
             }
         };
+        // A hidden pointer (`computer/cursor`) is not drawn in either.
         if self.has_xfixes
+            && !crate::desktop::cursor_hidden()
             && let Ok(cursor) = self
                 .connection
                 .xfixes_get_cursor_image()

@@ -10,12 +10,13 @@ use std::time::Duration;
 use browser_agent_proto::AUTHORIZATION_METADATA;
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
-    ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, CreateDirectoryRequest, DataChunk,
-    DeletePathRequest, DragMouseRequest, Empty, ExtensionUploadChunk, ExtractZipChunk,
-    ExtractZipResponse, FileInfo, LoadExtensionsResponse, MoveMouseRequest, MovePathRequest,
-    PathRequest, Point, PressKeysRequest, RecordingInfo, RecordingRequest, ScreenshotRequest,
-    ScrollRequest, SetPermissionsRequest, ShutdownRequest, StartRecordingRequest, StatusRequest,
-    StatusResponse, TypeTextRequest, WriteFileChunk, cdp_frame::Kind,
+    ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
+    CursorVisibility, DataChunk, DeletePathRequest, DragMouseRequest, Empty, ExtensionUploadChunk,
+    ExtractZipChunk, ExtractZipResponse, FileInfo, LoadExtensionsResponse, MoveMouseRequest,
+    MovePathRequest, PathRequest, Point, PressKeysRequest, RecordingInfo, RecordingRequest,
+    ScreenshotRequest, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
+    StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest, WriteFileChunk,
+    cdp_frame::Kind,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -355,6 +356,29 @@ impl AgentClient {
             .clone()
             .run_actions(Self::input_request(batch, expected))
             .await?;
+        Ok(())
+    }
+
+    pub async fn read_clipboard(&self) -> Result<String, AgentError> {
+        let request = Self::input_request(Empty {}, Duration::ZERO);
+        Ok(self
+            .inner
+            .clone()
+            .read_clipboard(request)
+            .await?
+            .into_inner()
+            .text)
+    }
+
+    pub async fn write_clipboard(&self, text: String) -> Result<(), AgentError> {
+        let request = Self::input_request(ClipboardText { text }, Duration::ZERO);
+        self.inner.clone().write_clipboard(request).await?;
+        Ok(())
+    }
+
+    pub async fn set_cursor_visibility(&self, hidden: bool) -> Result<(), AgentError> {
+        let request = Self::input_request(CursorVisibility { hidden }, Duration::ZERO);
+        self.inner.clone().set_cursor_visibility(request).await?;
         Ok(())
     }
 

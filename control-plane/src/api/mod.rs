@@ -127,6 +127,9 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(computer::scroll))
         .routes(routes!(computer::screenshot))
         .routes(routes!(computer::batch::batch))
+        .routes(routes!(computer::desktop::read_clipboard))
+        .routes(routes!(computer::desktop::write_clipboard))
+        .routes(routes!(computer::desktop::set_cursor))
         .routes(routes!(fs::move_path))
         .routes(routes!(fs::file_info))
         .routes(routes!(fs::list_files))
@@ -294,6 +297,9 @@ mod tests {
         ("POST", "/browsers/x/computer/scroll"),
         ("POST", "/browsers/x/computer/screenshot"),
         ("POST", "/browsers/x/computer/batch"),
+        ("POST", "/browsers/x/computer/clipboard/read"),
+        ("POST", "/browsers/x/computer/clipboard/write"),
+        ("POST", "/browsers/x/computer/cursor"),
         ("POST", "/browsers/x/replays"),
         ("GET", "/browsers/x/replays"),
         ("POST", "/browsers/x/replays/x/stop"),

@@ -22,6 +22,7 @@ use crate::agent::AgentClient;
 use crate::store::SessionRecord;
 
 pub mod batch;
+pub mod desktop;
 
 /// Upper bounds that keep one request from occupying a browser's input for long.
 pub const MAX_NUM_CLICKS: i64 = 100;
