@@ -2,6 +2,7 @@
 //! for: a tar archive, or a tar archive compressed with zstd.
 
 use std::io::{self, BufWriter, Read, Seek, Write};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -99,12 +100,34 @@ impl Write for ChannelWriter {
 
 pub struct ChunkSender(mpsc::Sender<io::Result<Bytes>>);
 
+/// How long a download may keep its converting thread waiting for the client to read.
+const STALLED_CLIENT: Duration = Duration::from_secs(60);
+
 impl Write for ChunkSender {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0
-            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the download was abandoned"))?;
-        Ok(buf.len())
+        let mut chunk = Ok(Bytes::copy_from_slice(buf));
+        let started = Instant::now();
+        loop {
+            match self.0.try_send(chunk) {
+                Ok(()) => return Ok(buf.len()),
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::BrokenPipe,
+                        "the download was abandoned",
+                    ));
+                }
+                Err(mpsc::error::TrySendError::Full(_)) if started.elapsed() > STALLED_CLIENT => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client stopped reading the download",
+                    ));
+                }
+                Err(mpsc::error::TrySendError::Full(returned)) => {
+                    chunk = returned;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -151,6 +151,9 @@ def test_a_leased_pool_browser_carries_the_lessee_labels_until_release(client, t
         client.browser_pools.release(pool.id, session_id=leased.session_id)
         with pytest.raises(kernel.NotFoundError):
             client.browsers.retrieve("lessee")
+        # Not leased (being reset, then idle): not the caller's to change.
+        with pytest.raises(kernel.ConflictError):
+            update_browser(client, leased.session_id, name="squatter")
         again = client.browser_pools.acquire(pool.id, acquire_timeout_seconds=60)
         assert again.session_id == leased.session_id
         assert field(again, "name") is None and field(again, "tags") is None

@@ -223,6 +223,11 @@ def test_a_profile_is_renamed_unless_taken_or_managed(client, control_plane):
         rename(client, "profiles", profile.id, "taken-name")
     with pytest.raises(kernel.BadRequestError):
         rename(client, "profiles", profile.id, "bad\nname")
+    pool = client.browser_pools.create(size=1, headless=True, profile={"name": "after-rename"})
+    with pytest.raises(kernel.ConflictError) as named:
+        rename(client, "profiles", profile.id, "elsewhere")
+    assert pool.id in named.value.body["message"]
+    client.browser_pools.delete(pool.id, force=True)
     client.auth.connections.create(domain="rename.example", profile_name="after-rename")
     with pytest.raises(kernel.ConflictError) as managed:
         rename(client, "profiles", profile.id, "elsewhere")

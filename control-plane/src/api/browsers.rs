@@ -256,7 +256,6 @@ pub async fn list(
     };
     let limit = super::list_limit(query.limit)?;
     let offset = query.offset.unwrap_or(0);
-    let wanted = offset as usize + limit as usize + 1;
     let mut sessions = if query
         .region
         .as_deref()
@@ -268,27 +267,36 @@ pub async fn list(
             .list_sessions(&org.id, filter, limit + 1, offset)
             .await?
     } else {
+        // Matches before `offset` are counted, not kept: memory stays one page.
         let mut search = Search::new(query.query.as_deref(), tags);
-        let mut matching = Vec::new();
+        let mut page = Vec::new();
+        let mut skipped = 0;
         let mut scanned = 0;
-        while matching.len() < wanted {
+        'scan: loop {
             let batch = org
                 .store
                 .list_sessions(&org.id, filter, FILTER_SCAN_BATCH, scanned)
                 .await?;
-            scanned += FILTER_SCAN_BATCH;
+            scanned = scanned.saturating_add(FILTER_SCAN_BATCH);
             let exhausted = batch.len() < FILTER_SCAN_BATCH as usize;
             for session in batch {
-                if search.matches(&org, &session).await? {
-                    matching.push(session);
+                if !search.matches(&org, &session).await? {
+                    continue;
+                }
+                if skipped < offset {
+                    skipped += 1;
+                } else {
+                    page.push(session);
+                    if page.len() > limit as usize {
+                        break 'scan;
+                    }
                 }
             }
             if exhausted {
                 break;
             }
         }
-        matching.drain(..(offset as usize).min(matching.len()));
-        matching
+        page
     };
     let has_more = sessions.len() > limit as usize;
     sessions.truncate(limit as usize);

@@ -23,7 +23,7 @@ use crate::pools::{PoolChanges, PoolView};
 use crate::sessions::labels;
 use crate::sessions::update::name_taken;
 use crate::sessions::{BrowserConfig, DEFAULT_VIEWPORT, SessionUpdate};
-use crate::store::{SessionRecord, SessionStatus};
+use crate::store::SessionStatus;
 
 pub const MAX_ACQUIRE_TIMEOUT_SECONDS: i64 = 300;
 
@@ -347,7 +347,17 @@ pub async fn acquire(
         request.tags.as_ref(),
     ));
     if let Some(url) = &request.start_url {
-        problems.extend(labels::start_url_problem(url, None));
+        // Checked against the pool's allowlist, which its browsers have when idle.
+        let pool = org.pools.get(&org.id, &id_or_name).await?;
+        let allowed = pool
+            .config
+            .browser
+            .network
+            .and_then(|network| network.allowed_hosts)
+            .as_deref()
+            .map(HostAllowlist::parse)
+            .and_then(Result::ok);
+        problems.extend(labels::start_url_problem(url, allowed.as_ref()));
     }
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
@@ -368,14 +378,18 @@ pub async fn acquire(
         allowed_hosts: None,
         start_url: request.start_url,
     };
-    let session = match lessee_update(&org, &session, update).await {
+    let session = match org.sessions.update(&session, update).await {
         Ok(session) => session,
         Err(error) => {
             // Nothing of the failed acquire stays: the browser goes back to the pool.
-            org.pools
+            if let Err(release) = org
+                .pools
                 .release(&org.id, &pool.id, &session.id, true)
-                .await?;
-            return Err(error);
+                .await
+            {
+                tracing::warn!(session_id = %session.id, %release, "could not give a browser back after a failed acquire");
+            }
+            return Err(error.into());
         }
     };
     let mut answer = browser_view(&org, &session).await?;
@@ -384,26 +398,6 @@ pub async fn acquire(
         name: pool.name,
     });
     Ok(Json(answer).into_response())
-}
-
-/// Applies what the acquire asked for to the leased browser.
-async fn lessee_update(
-    org: &Org,
-    session: &SessionRecord,
-    update: SessionUpdate,
-) -> Result<SessionRecord, ApiError> {
-    if let Some(url) = &update.start_url {
-        let allowed = session
-            .vm_settings
-            .allowed_hosts
-            .as_deref()
-            .map(HostAllowlist::parse)
-            .and_then(Result::ok);
-        if let Some(problem) = labels::start_url_problem(url, allowed.as_ref()) {
-            return Err(ApiError::invalid_field(problem));
-        }
-    }
-    Ok(org.sessions.update(session, update).await?)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -138,6 +138,22 @@ pub async fn update(
     }
     let record = find(&org, &id_or_name).await?;
     refuse_if_managed(&org, &record).await?;
+    if let Some(old) = &record.name {
+        let named_by_pool = org.pools.list(&org.id).await?.into_iter().find(|pool| {
+            pool.config
+                .browser
+                .profile
+                .as_ref()
+                .and_then(|p| p.name.as_ref())
+                == Some(old)
+        });
+        if let Some(pool) = named_by_pool {
+            return Err(ApiError::Conflict(format!(
+                "pool {} starts its browsers from profile {old:?} by name; change the pool first",
+                pool.record.id
+            )));
+        }
+    }
     let renamed = org
         .store
         .rename_profile(&org.id, &record.id, &request.name)
@@ -235,14 +251,25 @@ async fn tar_download(
         }
         Err(error) => return Err(ApiError::Internal(error.into())),
     };
+    // Each conversion holds a blocking thread while its client reads: bounded, so that
+    // slow downloads cannot take the threads every file operation needs.
+    let permit =
+        CONVERSIONS
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::TooManyRequests {
+                message: "too many profile downloads are being converted; retry shortly".into(),
+                retry_after: std::time::Duration::from_secs(5),
+            })?;
     let (sender, receiver) = tokio::sync::mpsc::channel(4);
     let profile_id = record.id.clone();
     tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let failed = sender.clone();
         if let Err(error) = zip_to_tar(source, ChannelWriter::new(sender), format) {
             // Abandoned downloads end here too; others end the body with the error.
             tracing::debug!(profile_id, %error, "profile download ended early");
-            let _ = failed.blocking_send(Err(error));
+            let _ = failed.try_send(Err(error));
         }
     });
     let (extension, content_type) = match format {
@@ -259,6 +286,11 @@ async fn tar_download(
     )
         .into_response())
 }
+
+/// Profile downloads being re-packed at once (each holds a blocking thread).
+const MAX_CONVERSIONS: usize = 16;
+static CONVERSIONS: std::sync::LazyLock<std::sync::Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONVERSIONS)));
 
 /// What `zip_to_tar` reads: a stored archive or the empty one.
 trait ReadSeek: std::io::Read + std::io::Seek + Send {}

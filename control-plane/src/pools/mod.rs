@@ -390,8 +390,21 @@ impl Pools {
             Ok(agent) => agent.reset_browser().await.map_err(ServiceError::from),
             Err(error) => Err(error),
         };
-        if let (Ok(()), Some(url)) = (&reset, &session.vm_settings.start_url) {
-            self.sessions.open_url(session, url).await;
+        // Also for resets resumed after a restart, which never went through `release`.
+        let reset = match reset {
+            Ok(()) => self.forget_lessee(session).await.map(drop),
+            Err(error) => Err(error),
+        };
+        if let Ok(()) = &reset
+            && let Some(url) = self
+                .store
+                .session(&session.org_id, &session.id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|current| current.vm_settings.start_url)
+        {
+            self.sessions.open_url(session, &url).await;
         }
         let idle = match reset {
             Ok(()) => self
@@ -420,23 +433,35 @@ impl Pools {
     }
 
     /// Takes the lessee's name and tags off a released browser; its start URL becomes
-    /// the pool's again (opened once the browser is reset).
+    /// the pool's again (opened once the browser is reset). Fails if the lessee changed
+    /// the browser's allowlist meanwhile (the browser then ends rather than keep it).
     async fn forget_lessee(&self, session: &SessionRecord) -> ServiceResult<SessionRecord> {
-        let pool_start_url = match &session.pool_id {
+        let pool_config = match &session.pool_id {
             Some(pool_id) => match self.store.pool(&session.org_id, pool_id).await? {
-                Some(pool) => PoolConfig::stored(&pool)?.browser.start_url,
+                Some(pool) => Some(PoolConfig::stored(&pool)?),
                 None => None,
             },
             None => None,
         };
-        let mut cleared = session.clone();
-        cleared.name = None;
-        cleared.vm_settings.tags.clear();
-        cleared.vm_settings.start_url = pool_start_url;
-        if cleared != *session {
-            self.sessions.store_settings(&cleared).await?;
-        }
-        Ok(cleared)
+        let pool_allowed_hosts = pool_config
+            .as_ref()
+            .and_then(|config| config.browser.network.clone())
+            .and_then(|network| network.allowed_hosts);
+        let pool_start_url = pool_config.and_then(|config| config.browser.start_url);
+        self.sessions
+            .change_settings(session, |current| {
+                if current.vm_settings.allowed_hosts != pool_allowed_hosts {
+                    return Err(ServiceError::Conflict(
+                        "the lessee changed the browser's allowlist".into(),
+                    ));
+                }
+                let mut cleared = current.clone();
+                cleared.name = None;
+                cleared.vm_settings.tags.clear();
+                cleared.vm_settings.start_url = pool_start_url;
+                Ok(cleared)
+            })
+            .await
     }
 }
 

@@ -64,6 +64,9 @@ pub struct Sessions {
     admission: tokio::sync::Mutex<()>,
     activity: Mutex<HashMap<String, Activity>>,
     running: Mutex<RunningCache>,
+    /// Serializes changes of live sessions' settings (`update`), each made on the stored
+    /// record, so that none undoes another.
+    settings_lock: tokio::sync::Mutex<()>,
 }
 
 /// What `Sessions` works with.
@@ -125,6 +128,7 @@ impl Sessions {
             admission: tokio::sync::Mutex::default(),
             activity: Mutex::default(),
             running: Mutex::default(),
+            settings_lock: tokio::sync::Mutex::default(),
         }
     }
 

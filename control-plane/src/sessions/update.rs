@@ -8,7 +8,7 @@ use super::Sessions;
 use crate::agent::page::Page;
 use crate::egress::HostAllowlist;
 use crate::error::{ServiceError, ServiceResult};
-use crate::store::{SessionRecord, StoreError};
+use crate::store::{PoolLease, SessionRecord, SessionStatus, StoreError};
 
 /// How long opening a start URL may hold the answer. Navigation is best effort, as the
 /// SDK documents: a page that does not load in time does not fail the call.
@@ -28,12 +28,26 @@ pub struct SessionUpdate {
 }
 
 impl Sessions {
-    /// Applies the update to a live session and answers it as it is now.
+    /// Applies the update to a running session and answers it as it is now. Updates are
+    /// serialized and start from the stored record, so none undoes another. A pool
+    /// browser changes only while leased (its lessee's changes end with the lease).
     pub async fn update(
         &self,
         session: &SessionRecord,
         update: SessionUpdate,
     ) -> ServiceResult<SessionRecord> {
+        let _serialized = self.settings_lock.lock().await;
+        let session = &self.current(session).await?;
+        if session.status != SessionStatus::Running {
+            return Err(ServiceError::Conflict(
+                "the browser is still starting; change it once it runs".into(),
+            ));
+        }
+        if session.pool_id.is_some() && session.pool_lease != Some(PoolLease::Leased) {
+            return Err(ServiceError::Conflict(
+                "a pool browser can be changed only while it is leased".into(),
+            ));
+        }
         let mut updated = session.clone();
         if let Some(name) = update.name {
             updated.name = name;
@@ -61,14 +75,42 @@ impl Sessions {
         if let Some(allowed_hosts) = update.allowed_hosts {
             self.runtime.set_allowed_hosts(&session.id, allowed_hosts);
         }
+        drop(_serialized);
         if let Some(url) = &update.start_url {
             self.open_url(&updated, url).await;
         }
         Ok(updated)
     }
 
+    /// Runs `change` on the stored record of a live session (not a cached copy) and stores
+    /// what it returns, serialized with every other update.
+    pub async fn change_settings(
+        &self,
+        session: &SessionRecord,
+        change: impl FnOnce(&SessionRecord) -> ServiceResult<SessionRecord>,
+    ) -> ServiceResult<SessionRecord> {
+        let _serialized = self.settings_lock.lock().await;
+        let current = self.current(session).await?;
+        let changed = change(&current)?;
+        if changed != current {
+            self.store_settings(&changed).await?;
+        }
+        Ok(changed)
+    }
+
+    /// The stored record of a live session.
+    async fn current(&self, session: &SessionRecord) -> ServiceResult<SessionRecord> {
+        match self.store.session(&session.org_id, &session.id).await? {
+            Some(current) if current.status != SessionStatus::Ended => Ok(current),
+            _ => Err(ServiceError::NotFound(format!(
+                "browser session {} not found",
+                session.id
+            ))),
+        }
+    }
+
     /// Stores a live session's name and settings, and drops its cached copy.
-    pub async fn store_settings(&self, session: &SessionRecord) -> ServiceResult<()> {
+    async fn store_settings(&self, session: &SessionRecord) -> ServiceResult<()> {
         let stored = self
             .store
             .set_session_settings(&session.id, session.name.as_deref(), &session.vm_settings)
@@ -90,14 +132,15 @@ impl Sessions {
     /// Opens the URL in the browser's first tab, waiting (a bounded time) for it to
     /// commit. Best effort: a failure is logged, not answered.
     pub async fn open_url(&self, session: &SessionRecord, url: &str) {
-        let opened = async {
+        let open = async {
             let agent = self.agent(session)?;
             let page = Page::attach(&agent).await?;
-            tokio::time::timeout(START_URL_WAIT, page.navigate(url))
-                .await
-                .map_err(|_| anyhow::anyhow!("it did not load within {START_URL_WAIT:?}"))?
-        }
-        .await;
+            page.navigate(url).await
+        };
+        // The whole of it bounded: attaching too, whatever the agent does.
+        let opened = tokio::time::timeout(START_URL_WAIT, open)
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("it did not load within {START_URL_WAIT:?}")));
         if let Err(error) = opened {
             tracing::info!(session_id = %session.id, error = format!("{error:#}"), "start_url did not open");
         }
