@@ -8,6 +8,7 @@ mod capture;
 mod cdp;
 mod chromium;
 mod desktop;
+mod dir_watch;
 mod display;
 mod extensions;
 mod fs;

@@ -13,8 +13,8 @@ use browser_agent_proto::v1::{
     LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
     PressKeysRequest, RecordingRequest, RecordingState, ScreenshotRequest, ScreenshotResponse,
     ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, StartRecordingRequest,
-    StatusRequest, StatusResponse, TypeTextRequest, WriteFileChunk, cdp_frame::Kind,
-    extension_upload_chunk, extract_zip_chunk, write_file_chunk,
+    StatusRequest, StatusResponse, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk,
+    cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -30,6 +30,7 @@ use crate::capture::{self, CaptureError};
 use crate::cdp;
 use crate::chromium::{BrowserState, USER_DATA_DIR};
 use crate::desktop::{Desktop, DesktopError};
+use crate::dir_watch;
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{Action, Input, InputError};
@@ -472,6 +473,32 @@ impl BrowserAgent for AgentService {
             })
             .await?;
         Ok(Response::new(stream_file(archive)))
+    }
+
+    type WatchDirectoryStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
+
+    async fn watch_directory(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchDirectoryStream>, Status> {
+        let WatchRequest { path, recursive } = request.into_inner();
+        let root = self.vm_root.clone();
+        let watched = path.clone();
+        let dir_watch::Watch { watcher, events } =
+            blocking(move || dir_watch::start(&root, &watched, recursive)).await?;
+        let started = WatchEvent {
+            kind: "STARTED".into(),
+            path,
+            ..Default::default()
+        };
+        // The watcher lives as long as the stream: dropping the stream ends the watch.
+        let changes =
+            futures::stream::unfold((watcher, events), |(watcher, mut events)| async move {
+                let event = events.recv().await?;
+                Some((Ok(event), (watcher, events)))
+            });
+        let stream = futures::stream::once(async move { Ok(started) }).chain(changes);
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn click_mouse(

@@ -4,8 +4,10 @@ root, uploads extracted atomically, every bad input a 4xx in the Error shape."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
+import threading
 import zipfile
 
 import httpx
@@ -13,6 +15,7 @@ import kernel
 import pytest
 
 from harness import ControlPlane, vm_root, wait_until
+from sdk import SEED_ERA
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +185,90 @@ def test_upload_writes_each_file_to_its_destination(client, control_plane, sessi
         assert answer.status_code == 400, (needle, answer.text)
         assert needle in answer.text, (needle, answer.text)
     assert not any((root / name).exists() for name in ("late.txt", "nofile.txt", "mixed.txt"))
+
+
+class Watching:
+    """A watch of a directory, its events collected by a thread from the SSE stream: with
+    today's SDK's `fs.watch`, or the raw routes for the seed-era SDK, which has none."""
+
+    def __init__(self, client, control_plane, session_id: str, path: str):
+        self.client, self.session_id = client, session_id
+        self.events: list[dict] = []
+        self.auth = {"Authorization": f"Bearer {control_plane.api_key}"}
+        self.base = f"{control_plane.base_url}/browsers/{session_id}/fs/watch"
+        if SEED_ERA:
+            self.watch_id = httpx.post(self.base, json={"path": path, "recursive": True},
+                                       headers=self.auth).raise_for_status().json()["watch_id"]
+        else:
+            self.watch_id = client.browsers.fs.watch.start(session_id, path=path, recursive=True).watch_id
+        self.thread = threading.Thread(target=self._collect, daemon=True)
+        self.thread.start()
+
+    def _collect(self):
+        if SEED_ERA:
+            with httpx.stream("GET", f"{self.base}/{self.watch_id}/events", headers=self.auth,
+                              timeout=None) as answer:
+                for line in answer.iter_lines():
+                    if line.startswith("data:"):
+                        self.events.append(json.loads(line[5:]))
+        else:
+            for event in self.client.browsers.fs.watch.events(self.watch_id, id_or_name=self.session_id):
+                self.events.append(event.to_dict())
+
+    def saw(self, kind: str, path: str) -> bool:
+        return any(e["type"] == kind and e["path"] == path for e in list(self.events))
+
+    def stop(self):
+        if SEED_ERA:
+            httpx.delete(f"{self.base}/{self.watch_id}", headers=self.auth).raise_for_status()
+        else:
+            self.client.browsers.fs.watch.stop(self.watch_id, id_or_name=self.session_id)
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "the event stream did not end with the watch"
+
+
+def test_a_watch_reports_changes_until_stopped(client, control_plane, session, root):
+    fs = client.browsers.fs
+    sid = session.session_id
+    fs.create_directory(sid, path="/watched")
+    watching = Watching(client, control_plane, sid, "/watched")
+    try:
+        fs.write_file(sid, b"one", path="/watched/a.txt")
+        fs.move(sid, src_path="/watched/a.txt", dest_path="/watched/b.txt")
+        fs.create_directory(sid, path="/watched/sub")
+        (root / "watched" / "sub" / "c.txt").write_bytes(b"made inside the VM")
+        with open(root / "watched" / "sub" / "c.txt", "ab") as appended:
+            appended.write(b" and appended")
+        fs.delete_file(sid, path="/watched/b.txt")
+        expected = [("RENAME", "/watched/a.txt"), ("RENAME", "/watched/b.txt"), ("CREATE", "/watched/sub"),
+                    ("CREATE", "/watched/sub/c.txt"), ("WRITE", "/watched/sub/c.txt"), ("DELETE", "/watched/b.txt")]
+        assert wait_until(lambda: all(watching.saw(*e) for e in expected), 10), watching.events
+        sub = next(e for e in watching.events if e["path"] == "/watched/sub" and e["type"] == "CREATE")
+        assert sub["is_dir"] is True and sub["name"] == "sub"
+    finally:
+        watching.stop()
+    # Stopped: gone, and nothing more is reported.
+    seen = len(watching.events)
+    fs.write_file(sid, b"late", path="/watched/late.txt")
+    assert len(watching.events) == seen
+    auth = {"Authorization": f"Bearer {control_plane.api_key}"}
+    base = f"{control_plane.base_url}/browsers/{sid}/fs/watch"
+    assert httpx.delete(f"{base}/{watching.watch_id}", headers=auth).status_code == 404
+    for body, status in [({"path": "/nowhere"}, 404), ({"path": "/watched/late.txt"}, 400),
+                         ({"path": "relative"}, 400), ({"path": "/watched", "colour": 1}, 400)]:
+        answer = httpx.post(base, json=body, headers=auth)
+        assert answer.status_code == status, (body, answer.text)
+    # Another organization cannot follow or stop this browser's watches.
+    other_key = control_plane.create_api_key("org-watch-b")
+    mine = httpx.post(base, json={"path": "/watched"}, headers=auth).json()["watch_id"]
+    for method, url in [("GET", f"{base}/{mine}/events"), ("DELETE", f"{base}/{mine}")]:
+        assert httpx.request(method, url, headers={"Authorization": f"Bearer {other_key}"}).status_code == 404
+    # At most 8 per browser.
+    started = [mine] + [httpx.post(base, json={"path": "/watched"}, headers=auth).json()["watch_id"]
+                        for _ in range(7)]
+    assert httpx.post(base, json={"path": "/watched"}, headers=auth).status_code == 409
+    for watch_id in started:
+        assert httpx.delete(f"{base}/{watch_id}", headers=auth).status_code == 204
 
 
 def test_upload_zip_extracts_nested_contents_with_modes(client, session, root):

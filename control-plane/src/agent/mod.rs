@@ -15,8 +15,8 @@ use browser_agent_proto::v1::{
     ExtractZipChunk, ExtractZipResponse, FileInfo, LoadExtensionsResponse, MoveMouseRequest,
     MovePathRequest, PathRequest, Point, PressKeysRequest, RecordingInfo, RecordingRequest,
     ScreenshotRequest, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
-    StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest, WriteFileChunk,
-    cdp_frame::Kind,
+    StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest, WatchEvent,
+    WatchRequest, WriteFileChunk, cdp_frame::Kind,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -268,6 +268,21 @@ impl AgentClient {
             .inner
             .clone()
             .zip_directory(PathRequest { path })
+            .await?
+            .into_inner())
+    }
+
+    /// Watches a directory: the stream's first event is STARTED, then one per change,
+    /// until the stream is dropped.
+    pub async fn watch_directory(
+        &self,
+        path: String,
+        recursive: bool,
+    ) -> Result<Streaming<WatchEvent>, AgentError> {
+        Ok(self
+            .inner
+            .clone()
+            .watch_directory(WatchRequest { path, recursive })
             .await?
             .into_inner())
     }

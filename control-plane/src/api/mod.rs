@@ -12,6 +12,7 @@ pub mod extensions;
 pub mod extract;
 pub mod fs;
 pub mod fs_upload;
+pub mod fs_watch;
 pub mod health;
 pub mod keep_alive;
 pub mod org;
@@ -139,6 +140,9 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fs::delete_file))
         .routes(routes!(fs::delete_directory))
         .routes(routes!(fs::set_file_permissions))
+        .routes(routes!(fs_watch::start))
+        .routes(routes!(fs_watch::events))
+        .routes(routes!(fs_watch::stop))
         .merge(
             // Uploads stream and count their bytes against their own limits.
             OpenApiRouter::new()
@@ -279,6 +283,9 @@ mod tests {
         ("PUT", "/browsers/x/fs/move"),
         ("POST", "/browsers/x/fs/upload_zip"),
         ("POST", "/browsers/x/fs/upload"),
+        ("POST", "/browsers/x/fs/watch"),
+        ("GET", "/browsers/x/fs/watch/x/events"),
+        ("DELETE", "/browsers/x/fs/watch/x"),
         ("GET", "/browsers/x/fs/read_file"),
         ("PUT", "/browsers/x/fs/write_file"),
         ("GET", "/browsers/x/fs/list_files"),

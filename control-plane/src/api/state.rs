@@ -30,6 +30,8 @@ pub struct AppState {
     /// Signs and checks the tokens in `cdp_ws_url` and `replay_view_url`.
     pub tokens: Arc<Tokens>,
     pub settings: Arc<HttpSettings>,
+    /// Live `fs/watch` watches (in this process).
+    pub watches: Arc<super::fs_watch::Watches>,
 }
 
 impl AppState {
@@ -39,6 +41,7 @@ impl AppState {
             key_cache: Default::default(),
             tokens: Arc::new(tokens),
             settings: Arc::new(settings),
+            watches: Arc::default(),
         }
     }
 
