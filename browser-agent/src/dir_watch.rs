@@ -42,7 +42,11 @@ pub fn start(vm_root: &Path, api_path: &str, recursive: bool) -> Result<Watch, F
     let event_root = root.clone();
     let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
         let Ok(event) = result else { return };
-        for event in translate(&event_root, &event) {
+        let mut found = translate(&event_root, &event);
+        if recursive {
+            found.extend(already_inside(&event_root, &found));
+        }
+        for event in found {
             // A reader that fell this far behind loses events rather than memory.
             let _ = sender.try_send(event);
         }
@@ -89,6 +93,44 @@ fn translate(root: &Path, event: &notify::Event) -> Vec<WatchEvent> {
             })
         })
         .collect()
+}
+
+/// Entries made in a new directory before the watch could be placed on it (inotify
+/// watches a new directory only once it has seen it created), reported as created. An
+/// entry the watch also saw is reported twice rather than not at all.
+fn already_inside(root: &Path, events: &[WatchEvent]) -> Vec<WatchEvent> {
+    const MOST: usize = 10_000;
+    let mut found = Vec::new();
+    let mut pending: Vec<PathBuf> = events
+        .iter()
+        .filter(|event| event.kind == "CREATE" && event.is_dir)
+        .map(|event| root.join(event.path.trim_start_matches('/')))
+        .collect();
+    while let Some(directory) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&directory) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if found.len() >= MOST {
+                return found;
+            }
+            let path = entry.path();
+            let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+            let Ok(inside) = path.strip_prefix(root) else {
+                continue;
+            };
+            found.push(WatchEvent {
+                kind: "CREATE".to_owned(),
+                path: vm_path(inside),
+                name: entry.file_name().to_string_lossy().into_owned(),
+                is_dir,
+            });
+            if is_dir {
+                pending.push(path);
+            }
+        }
+    }
+    found
 }
 
 fn vm_path(inside: &Path) -> String {

@@ -235,14 +235,19 @@ def test_a_watch_reports_changes_until_stopped(client, control_plane, session, r
     try:
         fs.write_file(sid, b"one", path="/watched/a.txt")
         fs.move(sid, src_path="/watched/a.txt", dest_path="/watched/b.txt")
-        fs.create_directory(sid, path="/watched/sub")
-        (root / "watched" / "sub" / "c.txt").write_bytes(b"made inside the VM")
-        with open(root / "watched" / "sub" / "c.txt", "ab") as appended:
+        (root / "watched" / "d.txt").write_bytes(b"made inside the VM")
+        with open(root / "watched" / "d.txt", "ab") as appended:
             appended.write(b" and appended")
+        # A file made in a new subdirectory at once, before the watch can reach it, is
+        # reported as created all the same.
+        fs.create_directory(sid, path="/watched/sub")
+        (root / "watched" / "sub" / "c.txt").write_bytes(b"right away")
         fs.delete_file(sid, path="/watched/b.txt")
-        expected = [("RENAME", "/watched/a.txt"), ("RENAME", "/watched/b.txt"), ("CREATE", "/watched/sub"),
-                    ("CREATE", "/watched/sub/c.txt"), ("WRITE", "/watched/sub/c.txt"), ("DELETE", "/watched/b.txt")]
-        assert wait_until(lambda: all(watching.saw(*e) for e in expected), 10), watching.events
+        expected = [("RENAME", "/watched/a.txt"), ("RENAME", "/watched/b.txt"), ("CREATE", "/watched/d.txt"),
+                    ("WRITE", "/watched/d.txt"), ("CREATE", "/watched/sub"), ("CREATE", "/watched/sub/c.txt"),
+                    ("DELETE", "/watched/b.txt")]
+        assert wait_until(lambda: all(watching.saw(*e) for e in expected), 10), (
+            [e for e in expected if not watching.saw(*e)], [(e["type"], e["path"]) for e in watching.events])
         sub = next(e for e in watching.events if e["path"] == "/watched/sub" and e["type"] == "CREATE")
         assert sub["is_dir"] is True and sub["name"] == "sub"
     finally:

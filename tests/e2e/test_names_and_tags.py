@@ -4,6 +4,8 @@ organizations and bad input."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import kernel
 import pytest
@@ -204,3 +206,26 @@ def test_bad_labels_and_unsupported_fields_are_named(client, control_plane):
                         headers={"authorization": f"Bearer {control_plane.api_key}"})
     assert answer.status_code == 400 and answer.json()["code"] == "bad_request"
     assert answer.json()["message"].startswith("name:")
+
+
+def test_a_pool_start_url_is_open_in_every_lease(client, test_page_url):
+    for refused, needle in [({"region": "eu-west"}, "serves"), ({"telemetry": {"enabled": True}}, "telemetry"),
+                            ({"refresh_on_profile_update": True}, "refresh_on_profile_update"),
+                            ({"start_url": "ftp://example.com/"}, "start_url")]:
+        with pytest.raises(kernel.BadRequestError) as error:
+            client.browser_pools.create(size=1, headless=True, extra_body=refused)
+        assert needle in json.dumps(error.value.body), (refused, error.value.body)
+    pool = client.browser_pools.create(size=1, fill_rate_per_minute=6000, headless=True,
+                                       **fields(start_url=test_page_url))
+    try:
+        assert field(client.browser_pools.retrieve(pool.id), "browser_pool_config")["start_url"] == test_page_url
+        for _ in range(2):  # a fresh lease, then one after a reset
+            leased = client.browser_pools.acquire(pool.id, acquire_timeout_seconds=60)
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.connect_over_cdp(leased.cdp_ws_url)
+                page = first_tab(browser)
+                assert page.url == test_page_url and page.title() == TEST_PAGE_TITLE
+                browser.close()
+            client.browser_pools.release(pool.id, session_id=leased.session_id)
+    finally:
+        client.browser_pools.delete(pool.id, force=True)

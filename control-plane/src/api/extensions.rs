@@ -218,21 +218,28 @@ pub async fn download(
     PathParam(id_or_name): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let record = find(&org, &id_or_name).await?;
-    let file = org
-        .blobs
-        .open(&record.blob_key)
-        .await
-        .map_err(|error| match error.kind() {
-            // Deleted between the lookup and now.
-            std::io::ErrorKind::NotFound => ApiError::not_found("extension", &id_or_name),
-            _ => ApiError::Internal(error.into()),
-        })?;
+    let file = open_archive(&org, &record, &id_or_name).await?;
     let filename = format!("{}.zip", record.name.as_deref().unwrap_or(&record.id));
     Ok(super::zip_attachment(
         &filename,
         Some(record.size_bytes),
         Body::from_stream(tokio_util::io::ReaderStream::new(file)),
     ))
+}
+
+/// The extension's archive as uploaded; 404 if it was deleted since it was looked up.
+async fn open_archive(
+    org: &Org,
+    record: &ExtensionRecord,
+    id_or_name: &str,
+) -> Result<tokio::fs::File, ApiError> {
+    org.blobs
+        .open(&record.blob_key)
+        .await
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => ApiError::not_found("extension", id_or_name),
+            _ => ApiError::Internal(error.into()),
+        })
 }
 
 /// `extensions.download_from_chrome_store`: not supported by this server, which has no
@@ -269,14 +276,7 @@ pub async fn metadata(
     use tokio::io::AsyncReadExt;
 
     let record = find(&org, &id_or_name).await?;
-    let mut file = org
-        .blobs
-        .open(&record.blob_key)
-        .await
-        .map_err(|error| match error.kind() {
-            std::io::ErrorKind::NotFound => ApiError::not_found("extension", &id_or_name),
-            _ => ApiError::Internal(error.into()),
-        })?;
+    let mut file = open_archive(&org, &record, &id_or_name).await?;
     let mut hasher = sha2::Sha256::new();
     let mut buffer = vec![0; 64 * 1024];
     loop {

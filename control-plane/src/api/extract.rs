@@ -94,16 +94,18 @@ where
         parts: &mut axum::http::request::Parts,
         _state: &S,
     ) -> Result<Self, ApiError> {
-        let query = parts.uri.query().unwrap_or_default();
-        let deserializer =
-            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
-        serde_path_to_error::deserialize(deserializer)
-            .map(QueryParams)
-            .map_err(|error| {
-                let path = error.path().to_string();
-                ApiError::invalid_field(format!("query parameter {path}: {}", error.into_inner()))
-            })
+        parse_query(parts.uri.query().unwrap_or_default()).map(QueryParams)
     }
+}
+
+/// Deserializes a query string; a failure names the parameter.
+fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let deserializer =
+        serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        ApiError::invalid_field(format!("query parameter {path}: {}", error.into_inner()))
+    })
 }
 
 /// Path parameters; a segment that cannot be decoded is an Error-shape 400.
@@ -210,12 +212,9 @@ where
         let rest = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(rest)
             .finish();
-        let deserializer =
-            serde_urlencoded::Deserializer::new(form_urlencoded::parse(rest.as_bytes()));
-        let params = serde_path_to_error::deserialize(deserializer).map_err(|error| {
-            let path = error.path().to_string();
-            ApiError::invalid_field(format!("query parameter {path}: {}", error.into_inner()))
-        })?;
-        Ok(Self { params, tags })
+        Ok(Self {
+            params: parse_query(&rest)?,
+            tags,
+        })
     }
 }

@@ -56,6 +56,16 @@ pub struct PoolRequest {
     pub memory: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub chrome_policy: Option<Value>,
+    /// Opened by every browser of the pool when it starts and after each reset.
+    pub start_url: Option<String>,
+    /// The server's own region (`--region`) or omitted; others are refused.
+    pub region: Option<String>,
+    /// Only `false`: idle browsers are not refreshed when their profile changes (a 400
+    /// says so for `true`).
+    pub refresh_on_profile_update: Option<bool>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub telemetry: Option<Value>,
     /// PATCH only: replace the idle browsers now with ones of the new configuration.
     pub discard_all_idle: Option<bool>,
 }
@@ -132,7 +142,22 @@ async fn pool_answer(org: &Org, view: PoolView) -> Result<BrowserPool, ApiError>
 
 impl PoolRequest {
     /// What the request sets. The browsers' fields are read as a create would read them.
-    fn into_changes(self) -> Result<(PoolChanges, Option<bool>), ApiError> {
+    fn into_changes(self, region: &str) -> Result<(PoolChanges, Option<bool>), ApiError> {
+        let mut problems = unsupported(&[
+            ("telemetry", self.telemetry.is_some()),
+            (
+                "refresh_on_profile_update",
+                self.refresh_on_profile_update == Some(true),
+            ),
+        ]);
+        if let Some(asked) = self.region.as_deref().filter(|asked| *asked != region) {
+            problems.push(format!(
+                "region: this server serves {region:?} only, not {asked:?}"
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::invalid_fields(problems));
+        }
         let mut browser = Map::new();
         let mut set = |key: &str, value: Option<Value>| {
             if let Some(value) = value.filter(|v| !v.is_null()) {
@@ -150,6 +175,7 @@ impl PoolRequest {
         set("network", self.network);
         set("memory", self.memory.map(Value::from));
         set("chrome_policy", self.chrome_policy);
+        set("start_url", self.start_url.map(Value::from));
         let browser: BrowserConfig = serde_json::from_value(Value::Object(browser))
             .map_err(|error| ApiError::invalid_field(format!("pool configuration: {error}")))?;
         let changes = PoolChanges {
@@ -170,7 +196,7 @@ pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
-    let (changes, discard_all_idle) = request.into_changes()?;
+    let (changes, discard_all_idle) = request.into_changes(&org.settings.region)?;
     if discard_all_idle.is_some() {
         return Err(ApiError::invalid_field(
             "discard_all_idle: only for updating a pool",
@@ -250,7 +276,7 @@ pub async fn update(
     PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
-    let (changes, discard_all_idle) = request.into_changes()?;
+    let (changes, discard_all_idle) = request.into_changes(&org.settings.region)?;
     let pool = org
         .pools
         .update(

@@ -36,7 +36,7 @@ impl Sessions {
         session: &SessionRecord,
         update: SessionUpdate,
     ) -> ServiceResult<SessionRecord> {
-        let _serialized = self.settings_lock.lock().await;
+        let serialized = self.settings_lock.lock().await;
         let session = &self.current(session).await?;
         if session.status != SessionStatus::Running {
             return Err(ServiceError::Conflict(
@@ -75,7 +75,8 @@ impl Sessions {
         if let Some(allowed_hosts) = update.allowed_hosts {
             self.runtime.set_allowed_hosts(&session.id, allowed_hosts);
         }
-        drop(_serialized);
+        // Navigation may take a while; other updates need not wait for it.
+        drop(serialized);
         if let Some(url) = &update.start_url {
             self.open_url(&updated, url).await;
         }
