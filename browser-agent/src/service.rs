@@ -577,7 +577,11 @@ impl BrowserAgent for AgentService {
     }
 
     async fn run_actions(&self, request: Request<ActionBatch>) -> Result<Response<Empty>, Status> {
-        actions::run_batch(self.input()?, request.into_inner()).await?;
+        let desktop = self
+            .desktop
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("this browser has no display"))?;
+        actions::run_batch(self.input()?, desktop, request.into_inner()).await?;
         Ok(Response::new(Empty {}))
     }
 

@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use browser_agent_proto::v1::{ActionBatch, InputAction, input_action};
+use browser_agent_proto::v1::{ActionBatch, CursorVisibility, InputAction, input_action};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::desktop::CursorBody;
 use super::{
     ClickMouseBody, DragMouseBody, MAX_ACTION_DURATION, MAX_DELAY_MS, MoveMouseBody, PressKeyBody,
     Problems, ScrollBody, TypeBody, click_request, drag_request, motion_time, move_request,
@@ -32,8 +33,8 @@ pub struct BatchBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchAction {
-    /// click_mouse, move_mouse, type_text, press_key, scroll, drag_mouse or sleep
-    /// (set_cursor is not supported by this server).
+    /// click_mouse, move_mouse, type_text, press_key, scroll, drag_mouse, set_cursor or
+    /// sleep.
     #[serde(rename = "type")]
     pub kind: String,
     pub click_mouse: Option<ClickMouseBody>,
@@ -43,8 +44,7 @@ pub struct BatchAction {
     pub scroll: Option<ScrollBody>,
     pub drag_mouse: Option<DragMouseBody>,
     pub sleep: Option<SleepBody>,
-    #[schema(value_type = Option<Object>)]
-    pub set_cursor: Option<serde_json::Value>,
+    pub set_cursor: Option<CursorBody>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -177,14 +177,19 @@ fn checked(
             }
             None => missing(problems),
         },
-        "set_cursor" => {
-            problems.add("set_cursor is not supported by this server");
-            (None, Duration::ZERO)
-        }
+        "set_cursor" => match action.set_cursor {
+            Some(body) => (
+                Some(Kind::SetCursor(CursorVisibility {
+                    hidden: body.hidden,
+                })),
+                Duration::ZERO,
+            ),
+            None => missing(problems),
+        },
         other => {
             problems.add(format!(
                 "type must be one of click_mouse, move_mouse, type_text, press_key, scroll, \
-                 drag_mouse, sleep; got {other:?}"
+                 drag_mouse, set_cursor, sleep; got {other:?}"
             ));
             (None, Duration::ZERO)
         }
