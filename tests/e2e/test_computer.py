@@ -393,3 +393,23 @@ def test_typescript_sdk_runs_the_five_seed_operations(client, control_plane, des
     drag_down = next(e for e in events if e["type"] == "mousedown" and e["button"] == 0)
     drag_up = [e for e in events if e["type"] == "mouseup"][-1]
     assert (drag_down["x"], drag_down["y"], drag_up["x"], drag_up["y"]) == (250, 450, 350, 500)
+
+
+def test_another_organization_reaches_none_of_the_new_controls(client, control_plane, desktop):
+    session, _ = desktop
+    other = {"Authorization": f"Bearer {control_plane.create_api_key('org-computer-b')}"}
+    base = f"{control_plane.base_url}/browsers/{session.session_id}"
+    for path, body in [("computer/batch", {"actions": [{"type": "sleep", "sleep": {"duration_ms": 1}}]}),
+                       ("computer/clipboard/read", {}), ("computer/clipboard/write", {"text": "x"}),
+                       ("computer/cursor", {"hidden": True}), ("fs/watch", {"path": "/"})]:
+        answer = httpx.post(f"{base}/{path}", json=body, headers=other)
+        assert answer.status_code == 404 and answer.json()["code"] == "not_found", (path, answer.text)
+    upload = httpx.post(f"{base}/fs/upload", headers=other,
+                        files={"files[0][file]": ("x", b"x")}, data={"files[0][dest_path]": "/x"})
+    assert upload.status_code == 404, upload.text
+    # Bad input to the new routes is the Error shape.
+    auth = {"Authorization": f"Bearer {control_plane.api_key}"}
+    for path, body in [("computer/clipboard/write", {"text": 5}), ("computer/cursor", {}),
+                       ("computer/batch", {"actions": []})]:
+        answer = httpx.post(f"{base}/{path}", json=body, headers=auth)
+        assert answer.status_code == 400 and answer.json()["code"] == "bad_request", (path, answer.text)

@@ -57,6 +57,8 @@ def test_library_upload_list_download_delete(control_plane, client):
             other.extensions.download(reference)
         with pytest.raises(kernel.NotFoundError):
             other.extensions.delete(reference)
+        with pytest.raises(kernel.NotFoundError):
+            other.get(f"/extensions/{reference}/metadata", cast_to=object)
     theirs = other.extensions.upload(file=("first.zip", make_extension("theirs")), name="lib-first")
     assert client.extensions.download("lib-first").read() == first
     assert other.extensions.download("lib-first").read() != first
