@@ -16,7 +16,7 @@ from kernel import Kernel
 
 from conftest import TEST_PAGE_TITLE
 from harness import control_plane_for_module, read_page
-from sdk import rename
+from sdk import field, rename, update_browser
 
 USERNAME, PASSWORD = "proxy-user", "s3cret pass"
 
@@ -118,6 +118,39 @@ def test_a_browser_on_a_custom_proxy_sends_its_traffic_through_it(client, forwar
     with pytest.raises(kernel.BadRequestError) as refused:
         client.browsers.create(proxy_id=proxy.id, headless=True)
     assert "proxy_id" in refused.value.body["message"]
+    client.browsers.delete_by_id(session.session_id)
+
+
+def test_a_running_browser_switches_its_proxy_live(client, forward_proxy, test_page_url):
+    proxy = custom(client, forward_proxy.port)
+    session = client.browsers.create(headless=True)
+    direct = test_page_url.replace("page.html", "switch-direct.html")
+    assert page_title_through(session, direct) == TEST_PAGE_TITLE
+    assert direct not in forward_proxy.seen
+
+    switched = update_browser(client, session.session_id, proxy_id=proxy.id)
+    assert field(switched, "proxy_id") == proxy.id
+    assert client.browsers.retrieve(session.session_id).proxy_id == proxy.id
+    proxied = test_page_url.replace("page.html", "switch-proxied.html")
+    assert page_title_through(session, proxied) == TEST_PAGE_TITLE
+    assert proxied in forward_proxy.seen
+
+    # Today's form: `proxy.mode` direct goes direct again.
+    back = update_browser(client, session.session_id, proxy={"mode": "direct"})
+    assert field(back, "proxy_id") is None
+    again = test_page_url.replace("page.html", "switch-direct-again.html")
+    assert page_title_through(session, again) == TEST_PAGE_TITLE
+    assert again not in forward_proxy.seen
+
+    # Bad input changes nothing.
+    for body, mentions in [({"proxy_id": "prx_nobody"}, "not found"),
+                           ({"proxy_id": proxy.id, "proxy": {"mode": "direct"}}, "combined"),
+                           ({"proxy": {"mode": "sideways"}}, "proxy.mode"),
+                           ({"proxy": {"id": proxy.id, "name": "loopback"}}, "exactly one")]:
+        with pytest.raises(kernel.BadRequestError) as refused:
+            update_browser(client, session.session_id, **body)
+        assert mentions in refused.value.body["message"], refused.value.body
+    assert client.browsers.retrieve(session.session_id).proxy_id is None
     client.browsers.delete_by_id(session.session_id)
 
 

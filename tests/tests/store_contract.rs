@@ -201,7 +201,7 @@ async fn contract(store: Arc<dyn Store>) {
     };
     assert!(
         store
-            .set_session_settings("s1", Some("checkout"), &settings)
+            .set_session_settings("s1", Some("checkout"), Some("proxy-1"), &settings)
             .await
             .expect("set settings")
     );
@@ -212,6 +212,7 @@ async fn contract(store: Arc<dyn Store>) {
         .expect("exists");
     assert_eq!(read.vm_settings, settings);
     assert_eq!(read.name.as_deref(), Some("checkout"));
+    assert_eq!(read.proxy_id.as_deref(), Some("proxy-1"));
 
     // A live session's name addresses it in its organization only, and is unique there.
     let by_name = store.session(&a.id, "checkout").await.expect("get by name");
@@ -231,20 +232,20 @@ async fn contract(store: Arc<dyn Store>) {
     ));
     assert!(matches!(
         store
-            .set_session_settings("s4", Some("checkout"), &VmSettings::default())
+            .set_session_settings("s4", Some("checkout"), None, &VmSettings::default())
             .await,
         Err(StoreError::Conflict(_))
     ));
     assert!(
         store
-            .set_session_settings("s3", Some("checkout"), &VmSettings::default())
+            .set_session_settings("s3", Some("checkout"), None, &VmSettings::default())
             .await
             .expect("another organization may use the name")
     );
     // An id always wins over a name equal to it.
     assert!(
         store
-            .set_session_settings("s4", Some("s1"), &VmSettings::default())
+            .set_session_settings("s4", Some("s1"), None, &VmSettings::default())
             .await
             .expect("a name equal to another id")
     );
@@ -274,7 +275,7 @@ async fn contract(store: Arc<dyn Store>) {
     );
     assert!(
         !store
-            .set_session_settings("s1", None, &VmSettings::default())
+            .set_session_settings("s1", None, None, &VmSettings::default())
             .await
             .expect("settings after end")
     );
@@ -288,7 +289,7 @@ async fn contract(store: Arc<dyn Store>) {
     );
     assert!(
         store
-            .set_session_settings("s4", Some("checkout"), &VmSettings::default())
+            .set_session_settings("s4", Some("checkout"), None, &VmSettings::default())
             .await
             .expect("the name is free")
     );

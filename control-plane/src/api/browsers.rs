@@ -428,10 +428,10 @@ pub struct UpdateBrowserRequest {
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Object>)]
     pub location: Option<serde_json::Value>,
-    /// Not supported by this server (a 400 names it).
-    #[schema(value_type = Option<Object>)]
-    pub proxy: Option<serde_json::Value>,
-    /// Not supported by this server (a 400 names it).
+    /// The proxy to switch to, live: new requests use it at once and open connections
+    /// through the old route are closed. `mode` `direct` or `default` goes direct.
+    pub proxy: Option<ProxySelection>,
+    /// Deprecated form of `proxy`: a proxy id or name; `""` or `null` goes direct.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
     pub proxy_id: Option<Option<String>>,
@@ -472,8 +472,6 @@ impl UpdateBrowserRequest {
         let mut problems = unsupported(&[
             ("viewport", self.viewport.is_some()),
             ("location", self.location.is_some()),
-            ("proxy", self.proxy.is_some()),
-            ("proxy_id", self.proxy_id.is_some()),
             ("profile", self.profile.is_some()),
             ("telemetry", self.telemetry.is_some()),
             (
@@ -497,6 +495,18 @@ impl UpdateBrowserRequest {
                 }
             },
         };
+        let mut proxy = self
+            .proxy_id
+            .map(|proxy_id| proxy_id.filter(|id| !id.is_empty()));
+        if let Some(selection) = &self.proxy {
+            if proxy.is_some() {
+                problems.push("proxy cannot be combined with proxy_id".into());
+            }
+            match selection.proxy("proxy") {
+                Ok(selected) => proxy = Some(selected),
+                Err(problem) => problems.push(problem),
+            }
+        }
         let name = self.name.map(|name| name.filter(|name| !name.is_empty()));
         if let Some(Some(name)) = &name {
             problems.extend(labels::name_problem("name", name));
@@ -526,14 +536,15 @@ impl UpdateBrowserRequest {
             name,
             tags,
             allowed_hosts,
+            proxy,
             start_url: self.start_url,
         })
     }
 }
 
-/// Update a running browser: its name and tags, its `network.allowed_hosts` (new
-/// requests follow the new list at once; open connections to hosts it no longer allows
-/// are closed), or open `start_url`.
+/// Update a running browser: its name and tags, its proxy or `network.allowed_hosts`
+/// (new requests follow them at once; open connections they no longer allow, or that
+/// went another way, are closed), or open `start_url`.
 #[utoipa::path(patch, path = "/browsers/{id}", tag = "browsers", request_body = UpdateBrowserRequest,
     params(("id" = String, Path, description = "Browser session id or name")),
     security(("bearer" = [])),

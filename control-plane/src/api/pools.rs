@@ -401,8 +401,8 @@ pub async fn acquire(
     let update = SessionUpdate {
         name: request.name.map(Some),
         tags: request.tags,
-        allowed_hosts: None,
         start_url: request.start_url,
+        ..SessionUpdate::default()
     };
     let session = match org.sessions.update(&session, update).await {
         Ok(session) => session,

@@ -120,6 +120,22 @@ impl EgressServer {
         self.egress
             .send_modify(|egress| egress.allowed_hosts = allowed_hosts);
     }
+
+    /// Switches the session's proxy (`None`: direct) for new requests at once; open
+    /// connections whose route it changes are closed, so the browser reconnects through
+    /// the new one.
+    pub fn set_upstream(&self, upstream: Option<ProxyRoute>) {
+        self.egress.send_modify(|egress| egress.upstream = upstream);
+    }
+}
+
+impl VmEgress {
+    /// The proxy a request for `host` goes through; `None` when it goes direct.
+    fn route_for(&self, host: &str) -> Option<&ProxyRoute> {
+        self.upstream
+            .as_ref()
+            .filter(|upstream| !bypassed(&upstream.bypass_hosts, host))
+    }
 }
 
 /// A request as the VM's browser sent it to its proxy.
@@ -256,10 +272,7 @@ async fn handle(
         );
         return answer(&mut client, "403 Forbidden", Some(POLICY_DENIED), &reason).await;
     }
-    let upstream = egress
-        .upstream
-        .as_ref()
-        .filter(|upstream| !bypassed(&upstream.bypass_hosts, &request.host));
+    let upstream = egress.route_for(&request.host);
     let mut server = match upstream {
         Some(upstream) => {
             let Some(mut server) = connect(&upstream.address).await else {
@@ -343,7 +356,7 @@ async fn handle(
     };
     tokio::select! {
         relayed = relayed => relayed,
-        () = revoked(&mut updates, &request.host) => Ok(()),
+        () = rerouted(&mut updates, &request.host, upstream) => Ok(()),
     }
 }
 
@@ -412,18 +425,21 @@ fn body_length(request: &ProxyRequest) -> Result<Option<u64>, &'static str> {
     }
 }
 
-/// Resolves once the VM's `allowed_hosts` no longer allow `host`.
-async fn revoked(updates: &mut watch::Receiver<VmEgress>, host: &str) {
+/// Resolves once the VM's `allowed_hosts` no longer allow `host`, or its requests no
+/// longer go the way of a connection opened through `route`.
+async fn rerouted(updates: &mut watch::Receiver<VmEgress>, host: &str, route: Option<&ProxyRoute>) {
     loop {
         if updates.changed().await.is_err() {
             return std::future::pending().await;
         }
-        let allowed = updates
-            .borrow_and_update()
+        let egress = updates.borrow_and_update();
+        let allowed = egress
             .allowed_hosts
             .as_ref()
             .is_none_or(|allowed| allowed.allows(host));
-        if !allowed {
+        // The same upstream with the same credentials is the same way, whatever else its
+        // bypass list says.
+        if !allowed || egress.route_for(host).map(endpoint) != route.map(endpoint) {
             return;
         }
     }
@@ -436,6 +452,15 @@ async fn connect(address: &str) -> Option<TcpStream> {
         .ok()?;
     let _ = server.set_nodelay(true);
     Some(server)
+}
+
+/// Where a route's connections go, and as whom.
+fn endpoint(route: &ProxyRoute) -> (&str, Option<&str>, Option<&str>) {
+    (
+        &route.address,
+        route.username.as_deref(),
+        route.password.as_deref(),
+    )
 }
 
 /// Whether the session's proxy lets `host` go direct (Chromium bypass-list patterns:
@@ -597,6 +622,58 @@ Proxy-Authorization: Basic dTpw\r\nConnection: close\r\n\r\n"
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn switching_the_proxy_closes_tunnels_through_the_old_route_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("egress.sock");
+        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let route = ProxyRoute {
+            address: upstream.local_addr().expect("address").to_string(),
+            username: None,
+            password: None,
+            bypass_hosts: vec!["direct.test".into()],
+        };
+        let egress = VmEgress {
+            upstream: Some(route.clone()),
+            allowed_hosts: None,
+        };
+        let server =
+            EgressServer::start(&socket, None, EgressPolicy::default(), egress).expect("starts");
+        let accepted = tokio::spawn(async move {
+            let (mut connection, _) = upstream.accept().await.expect("accepts");
+            let mut head = vec![0u8; 1024];
+            let _ = connection.read(&mut head).await.expect("reads");
+            connection
+                .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .await
+                .expect("answers");
+            connection
+        });
+        let (mut tunnel, answer) = request(&socket, "CONNECT a.test:443 HTTP/1.1\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let _upstream_side = accepted.await.expect("upstream task");
+
+        // The same route again, or a change only for hosts it bypasses, keeps it open.
+        server.set_upstream(Some(route.clone()));
+        server.set_upstream(Some(ProxyRoute {
+            bypass_hosts: vec!["direct.test".into(), "other.test".into()],
+            ..route
+        }));
+        let mut byte = [0u8; 1];
+        let still_open =
+            tokio::time::timeout(Duration::from_millis(300), tunnel.read(&mut byte)).await;
+        assert!(still_open.is_err(), "{still_open:?}");
+
+        // Going direct closes it.
+        server.set_upstream(None);
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), tunnel.read_to_end(&mut rest)).await;
+        assert!(matches!(closed, Ok(Ok(0))), "{closed:?}");
     }
 
     #[tokio::test]

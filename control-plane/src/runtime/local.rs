@@ -26,6 +26,7 @@ use super::{LaunchSpec, Runtime, RuntimeError};
 use crate::agent::{AgentClient, UNIX_ENDPOINT_PREFIX};
 use crate::egress::{EgressPolicy, EgressServer, HostAllowlist, VmEgress};
 use crate::ids;
+use crate::proxies::ProxyRoute;
 use crate::store::AgentLocation;
 
 #[derive(Clone, Debug)]
@@ -593,6 +594,14 @@ impl Runtime for LocalRuntime {
             && let Some(server) = servers.get(session_id)
         {
             server.set_allowed_hosts(allowed_hosts);
+        }
+    }
+
+    fn set_upstream(&self, session_id: &str, upstream: Option<ProxyRoute>) {
+        if let Ok(servers) = self.egress_servers.lock()
+            && let Some(server) = servers.get(session_id)
+        {
+            server.set_upstream(upstream);
         }
     }
 

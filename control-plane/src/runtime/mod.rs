@@ -17,6 +17,7 @@ pub use local::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
 pub use sandbox::Sandbox;
 
 use crate::egress::{HostAllowlist, VmEgress};
+use crate::proxies::ProxyRoute;
 use crate::store::AgentLocation;
 
 /// What a new browser VM must look like.
@@ -96,5 +97,11 @@ pub trait Runtime: Send + Sync + 'static {
     /// Replaces a live VM's `allowed_hosts`, for connections opened from now on.
     fn set_allowed_hosts(&self, session_id: &str, allowed_hosts: Option<HostAllowlist>) {
         let _ = (session_id, allowed_hosts);
+    }
+
+    /// Switches a live VM's proxy (`None`: direct) for requests from now on; open
+    /// connections through the old route are closed.
+    fn set_upstream(&self, session_id: &str, upstream: Option<ProxyRoute>) {
+        let _ = (session_id, upstream);
     }
 }

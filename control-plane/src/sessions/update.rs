@@ -1,5 +1,5 @@
-//! Changing a running session: its name, tags and network allowlist, and opening a URL
-//! in it (`start_url` on create, acquire and update).
+//! Changing a running session: its name, tags, proxy and network allowlist, and opening
+//! a URL in it (`start_url` on create, acquire and update).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,6 +23,8 @@ pub struct SessionUpdate {
     pub tags: Option<BTreeMap<String, String>>,
     /// `Some(None)` removes the allowlist.
     pub allowed_hosts: Option<Option<HostAllowlist>>,
+    /// The proxy (id or name) to switch to; `Some(None)` goes direct.
+    pub proxy: Option<Option<String>>,
     /// Opened in the browser's first tab once the rest is applied.
     pub start_url: Option<String>,
 }
@@ -36,6 +38,17 @@ impl Sessions {
         session: &SessionRecord,
         update: SessionUpdate,
     ) -> ServiceResult<SessionRecord> {
+        if session.pool_id.is_some() && update.proxy.is_some() {
+            return Err(ServiceError::Conflict(
+                "proxy: a pool browser uses its pool's proxy (change the pool's proxy_id)".into(),
+            ));
+        }
+        // Resolved (the custom proxy's host looked up) before anything changes.
+        let proxy = match &update.proxy {
+            Some(Some(key)) => Some(Some(self.resolve_proxy(&session.org_id, key).await?)),
+            Some(None) => Some(None),
+            None => None,
+        };
         let serialized = self.settings_lock.lock().await;
         let session = &self.current(session).await?;
         if session.status != SessionStatus::Running {
@@ -69,11 +82,18 @@ impl Sessions {
         if let Some(url) = &update.start_url {
             updated.vm_settings.start_url = Some(url.clone());
         }
+        if let Some(proxy) = &proxy {
+            updated.proxy_id = proxy.as_ref().map(|(id, _)| id.clone());
+        }
         if updated != *session {
             self.store_settings(&updated).await?;
         }
         if let Some(allowed_hosts) = update.allowed_hosts {
             self.runtime.set_allowed_hosts(&session.id, allowed_hosts);
+        }
+        if let Some(proxy) = proxy {
+            self.runtime
+                .set_upstream(&session.id, proxy.map(|(_, route)| route));
         }
         // Navigation may take a while; other updates need not wait for it.
         drop(serialized);
@@ -114,7 +134,12 @@ impl Sessions {
     async fn store_settings(&self, session: &SessionRecord) -> ServiceResult<()> {
         let stored = self
             .store
-            .set_session_settings(&session.id, session.name.as_deref(), &session.vm_settings)
+            .set_session_settings(
+                &session.id,
+                session.name.as_deref(),
+                session.proxy_id.as_deref(),
+                &session.vm_settings,
+            )
             .await
             .map_err(|error| match error {
                 StoreError::Conflict(_) => name_taken(session.name.as_deref().unwrap_or_default()),

@@ -382,12 +382,13 @@ pub trait Store: Send + Sync + 'static {
     /// Marks a live session ended; returns false if it had already ended (or is unknown),
     /// so exactly one caller goes on to reap it.
     async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool>;
-    /// Replaces a live session's name and settings; false if it has ended, `Conflict` if
-    /// another live session of the organization has the name.
+    /// Replaces a live session's name, proxy and settings; false if it has ended,
+    /// `Conflict` if another live session of the organization has the name.
     async fn set_session_settings(
         &self,
         id: &str,
         name: Option<&str>,
+        proxy_id: Option<&str>,
         settings: &VmSettings,
     ) -> StoreResult<bool>;
 

@@ -265,16 +265,17 @@ impl Store for SqlStore {
         &self,
         id: &str,
         name: Option<&str>,
+        proxy_id: Option<&str>,
         settings: &super::VmSettings,
     ) -> StoreResult<bool> {
         let changed = self
             .database
             .execute(
                 sql!(
-                    "UPDATE browser_sessions SET vm_settings = $2, name = $3 \
+                    "UPDATE browser_sessions SET vm_settings = $2, name = $3, proxy_id = $4 \
                      WHERE id = $1 AND status <> 'ended'"
                 ),
-                params![id, serde_json::to_string(settings).ok(), name],
+                params![id, serde_json::to_string(settings).ok(), name, proxy_id],
             )
             .await?;
         Ok(changed == 1)
