@@ -41,6 +41,8 @@ e2e_venv() {
 }
 e2e_venv .venv requirements.txt
 e2e_venv .venv-sdk131 requirements-sdk131.txt
+# schemathesis, which tests/e2e/test_schema_fuzz.py runs against /openapi.json.
+e2e_venv .venv-schema ../schema-requirements.txt
 npm ci --prefix tests/e2e/node-clients --no-audit --no-fund --loglevel=error
 cd tests/e2e
 for venv in .venv .venv-sdk131; do

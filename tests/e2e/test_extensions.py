@@ -174,7 +174,8 @@ def test_extensions_load_at_creation_and_into_a_running_browser(control_plane, c
 
 
 def test_loading_bad_extensions_answers_the_error_shape(control_plane, client):
-    with pytest.raises(kernel.BadRequestError, match="no extension"):
+    # A reference to nothing is a 404, as the extension's own routes answer.
+    with pytest.raises(kernel.NotFoundError, match="no extension"):
         client.browsers.create(extensions=[{"name": "never-uploaded"}], headless=True)
     with pytest.raises(kernel.BadRequestError):
         client.browsers.create(extensions=[{}], headless=True)

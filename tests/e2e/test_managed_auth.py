@@ -350,7 +350,7 @@ def test_another_organization_cannot_see_or_touch_a_connection(client, control_p
                  lambda: other.auth.connections.delete(mine.id)):
         with pytest.raises(kernel.NotFoundError):
             call()
-    with pytest.raises(kernel.BadRequestError):
+    with pytest.raises(kernel.NotFoundError):
         other.browsers.create(headless=True, profile={"name": "private-auth"})
     assert client.auth.connections.retrieve(mine.id).id == mine.id
 
@@ -379,13 +379,16 @@ def test_bad_input_answers_the_error_shape(client, site):
         {"domain": "example.com", "profile_name": "p", "health_check_interval": 86401},
         {"domain": "example.com", "profile_name": "p", "allowed_domains": ["bad domain"]},
         {"domain": "example.com", "profile_name": "p", "credential": {"name": "vault-item"}},
-        {"domain": "example.com", "profile_name": "p", "proxy": {"id": "nope"}},
         {"domain": "example.com", "profile_name": "p", "unknown": True},
     ]
     for body in bad_creates:
         with pytest.raises(kernel.BadRequestError) as bad:
             client.post("/auth/connections", body=body, cast_to=object)
         assert bad.value.body["code"] == "bad_request", body
+    # A proxy that does not exist is a 404, as the proxy's own routes answer.
+    with pytest.raises(kernel.NotFoundError):
+        client.post("/auth/connections", body={"domain": "example.com", "profile_name": "p",
+                                               "proxy": {"id": "nope"}}, cast_to=object)
     connection = client.auth.connections.create(domain=site.domain, profile_name="bad-input", login_url=site.login_url)
     with pytest.raises(kernel.ConflictError):
         client.auth.connections.create(domain=site.domain, profile_name="bad-input")

@@ -235,8 +235,9 @@ def test_bad_pool_input_is_an_error_shape(client, control_plane):
     refused(lambda: client.browser_pools.create(size=101))
     refused(lambda: client.browser_pools.create(size=1, fill_rate_per_minute=0))
     refused(lambda: client.browser_pools.create(size=1, name="no spaces"))
-    refused(lambda: client.browser_pools.create(size=1, proxy_id="proxy_missing"))
-    refused(lambda: client.browser_pools.create(size=1, extensions=[{"name": "missing"}]))
+    # References to nothing are 404s, as the resources' own routes answer.
+    refused(lambda: client.browser_pools.create(size=1, proxy_id="proxy_missing"), status=404)
+    refused(lambda: client.browser_pools.create(size=1, extensions=[{"name": "missing"}]), status=404)
     refused(lambda: client.browser_pools.create(size=1, viewport={"width": 5, "height": 5}))
     refused(lambda: client.post("/browser_pools", body={"size": 1, "colour": "red"}, cast_to=object))
     # The organization's limit (8 here) on the sum of pool sizes.
@@ -245,6 +246,9 @@ def test_bad_pool_input_is_an_error_shape(client, control_plane):
 
     pool = new_pool(client, 1, name="strict")
     refused(lambda: new_pool(client, 1, name="strict"), status=409)
+    # Within the limit alone, but not with the other pools: a conflict with them.
+    body = refused(lambda: client.browser_pools.create(size=8), status=409)
+    assert "other pools" in body["message"]
     refused(lambda: client.browser_pools.update(pool.id, size=0))
     refused(lambda: client.browser_pools.acquire(pool.id, acquire_timeout_seconds=-1))
     refused(lambda: client.browser_pools.release(pool.id, session_id="nope"), status=404)

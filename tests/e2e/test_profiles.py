@@ -191,7 +191,7 @@ def test_profiles_list_get_delete_and_download_of_a_new_profile(client):
         client.profiles.retrieve(created[0].id)
     with pytest.raises(kernel.NotFoundError):
         client.profiles.delete(created[0].id)
-    with pytest.raises(kernel.BadRequestError):
+    with pytest.raises(kernel.NotFoundError):
         client.browsers.create(headless=True, profile={"id": created[0].id})
 
 
@@ -203,9 +203,9 @@ def test_another_organization_cannot_see_or_use_a_profile(client, control_plane)
                  lambda: other.profiles.download(mine.id), lambda: other.profiles.delete(mine.id)):
         with pytest.raises(kernel.NotFoundError):
             call()
-    with pytest.raises(kernel.BadRequestError) as refused:
+    with pytest.raises(kernel.NotFoundError) as refused:
         other.browsers.create(headless=True, profile={"id": mine.id})
-    assert "no profile" in refused.value.body["details"][0]["message"]
+    assert "no profile" in refused.value.body["message"]
     # The same name is free in the other organization.
     assert other.profiles.create(name="private").id != mine.id
     assert client.profiles.retrieve(mine.id).name == "private"

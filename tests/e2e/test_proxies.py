@@ -114,8 +114,8 @@ def test_a_browser_on_a_custom_proxy_sends_its_traffic_through_it(client, forwar
     after = test_page_url.replace("page.html", "after-delete.html")
     assert page_title_through(session, after) == TEST_PAGE_TITLE
     assert after in forward_proxy.seen
-    # New sessions cannot use it.
-    with pytest.raises(kernel.BadRequestError) as refused:
+    # New sessions cannot use it: for them it does not exist.
+    with pytest.raises(kernel.NotFoundError) as refused:
         client.browsers.create(proxy_id=proxy.id, headless=True)
     assert "proxy_id" in refused.value.body["message"]
     client.browsers.delete_by_id(session.session_id)
@@ -143,8 +143,9 @@ def test_a_running_browser_switches_its_proxy_live(client, forward_proxy, test_p
     assert again not in forward_proxy.seen
 
     # Bad input changes nothing.
-    for body, mentions in [({"proxy_id": "prx_nobody"}, "not found"),
-                           ({"proxy_id": proxy.id, "proxy": {"mode": "direct"}}, "combined"),
+    with pytest.raises(kernel.NotFoundError):
+        update_browser(client, session.session_id, proxy_id="prx_nobody")
+    for body, mentions in [({"proxy_id": proxy.id, "proxy": {"mode": "direct"}}, "combined"),
                            ({"proxy": {"mode": "sideways"}}, "proxy.mode"),
                            ({"proxy": {"id": proxy.id, "name": "loopback"}}, "exactly one")]:
         with pytest.raises(kernel.BadRequestError) as refused:
@@ -184,7 +185,7 @@ def test_proxies_are_private_to_their_organization(client, control_plane, forwar
         other.proxies.check(proxy.id)
     with pytest.raises(kernel.NotFoundError):
         other.proxies.delete(proxy.id)
-    with pytest.raises(kernel.BadRequestError):
+    with pytest.raises(kernel.NotFoundError):
         other.browsers.create(proxy_id=proxy.id, headless=True)
     assert client.proxies.retrieve(proxy.id).id == proxy.id
 

@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::Form;
 use axum::Json;
 use axum::extract::State;
+use axum::extract::rejection::FormRejection;
 use axum::http::StatusCode;
 use axum::http::header::CACHE_CONTROL;
 use axum::response::sse::{Event, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::{Form, extract::Query};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -44,24 +45,30 @@ const MAX_FIELD_VALUE: usize = 4096;
 #[serde(deny_unknown_fields)]
 pub struct CreateAuthConnectionRequest {
     /// The site's domain, optionally with a port (`example.com`, `127.0.0.1:8080`).
+    #[schema(schema_with = super::openapi::host_and_port)]
     pub domain: String,
     /// Created if the organization has no profile of that name.
+    #[schema(schema_with = super::openapi::display_name)]
     pub profile_name: String,
     /// The login page; without it the domain's home page and its login link are tried.
+    #[schema(schema_with = super::openapi::http_url)]
     pub login_url: Option<String>,
     /// Further domains the login may pass through or end on (`*.example.com` allowed).
+    #[schema(schema_with = super::openapi::allowed_domains)]
     pub allowed_domains: Option<Vec<String>>,
-    /// Not supported: credential stores and providers are not part of this server.
+    /// Not supported by this server: credential stores and providers are not part of it.
     #[schema(value_type = Option<Object>)]
     pub credential: Option<Value>,
     /// Seconds between health checks; default 3600, from the server's minimum
     /// (`--min-health-check-interval`, default 300) to 86400.
+    #[schema(minimum = 300, maximum = 86400)]
     pub health_check_interval: Option<i64>,
     pub proxy: Option<ResourceReference>,
     /// Keep the submitted values (encrypted; never one-time codes) to log in again by
     /// itself. Default true.
     pub save_credentials: Option<bool>,
     /// Only `false`: login flows are not recorded by this server (a 400 says so).
+    #[schema(schema_with = super::openapi::only_false)]
     pub record_session: Option<bool>,
 }
 
@@ -156,7 +163,7 @@ async fn find(org: &Org, id: &str) -> Result<AuthConnectionRecord, ApiError> {
 /// at once (first health check after `health_check_interval`); log in with `login`.
 #[utoipa::path(post, path = "/auth/connections", tag = "managed auth",
     request_body = CreateAuthConnectionRequest, security(("bearer" = [])),
-    responses((status = 200, body = Object), (status = 400, body = ErrorBody),
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, description = "A referenced proxy does not exist", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
@@ -287,7 +294,7 @@ async fn resolve_proxy(
         }
     };
     let proxy = found
-        .ok_or_else(|| ApiError::invalid_field("proxy: no such proxy in this organization"))?;
+        .ok_or_else(|| ApiError::NotFound("proxy: no such proxy in this organization".into()))?;
     crate::proxies::connectable_route(proxy, &state.proxy_upstreams, &state.egress)
         .await
         .map_err(|reason| ApiError::invalid_field(format!("proxy: {reason}")))?;
@@ -306,7 +313,9 @@ pub struct ListQuery {
     /// (case-insensitive).
     pub query: Option<String>,
     /// Default 20, maximum 100.
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
     pub offset: Option<u32>,
 }
 
@@ -386,7 +395,7 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginRequest {
-    /// Not supported per flow: set the proxy on the connection.
+    /// Not supported by this server per flow: set the proxy on the connection.
     pub proxy: Option<ResourceReference>,
 }
 
@@ -407,7 +416,7 @@ pub struct LoginResponse {
 #[utoipa::path(post, path = "/auth/connections/{id}/login", tag = "managed auth",
     request_body = LoginRequest, security(("bearer" = [])),
     params(("id" = String, Path, description = "Auth connection id")),
-    responses((status = 200, body = LoginResponse), (status = 404, body = ErrorBody),
+    responses((status = 200, body = LoginResponse), (status = 404, body = ErrorBody), (status = 429, description = "The organization has its most live browsers", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn login(
     org: Org,
@@ -437,11 +446,12 @@ pub async fn login(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// Discovered field name → value.
+    /// Discovered field name → value; at least one.
+    #[schema(schema_with = super::openapi::submitted_fields, required = true)]
     pub fields: Option<BTreeMap<String, String>>,
-    /// Not supported.
+    /// Not supported by this server: submit `fields`.
     pub mfa_option_id: Option<String>,
-    /// Not supported.
+    /// Not supported by this server: submit `fields`.
     pub sso_button_selector: Option<String>,
 }
 
@@ -576,7 +586,7 @@ const HOSTED_DENIED: &str = "<!doctype html><html lang=\"en\"><head><meta charse
 pub async fn hosted_page(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
-    Query(query): Query<HostedQuery>,
+    QueryParams(query): QueryParams<HostedQuery>,
 ) -> Result<Response, ApiError> {
     let Some(record) = hosted_connection(&state, &id, query.jwt.as_deref()).await? else {
         return Ok((StatusCode::UNAUTHORIZED, Html(HOSTED_DENIED)).into_response());
@@ -625,12 +635,15 @@ pub async fn hosted_page(
 /// The hosted page's form: submits the values to the flow, then shows the page again.
 #[utoipa::path(post, path = "/auth/connections/{id}/hosted", tag = "managed auth",
     params(("id" = String, Path, description = "Auth connection id"), HostedQuery),
-    responses((status = 303), (status = 401, content_type = "text/html", body = String)))]
+    request_body(content = BTreeMap<String, String>, content_type = "application/x-www-form-urlencoded",
+        description = "The discovered fields' values"),
+    responses((status = 303, description = "Submitted: back to the page"),
+        (status = 401, content_type = "text/html", body = String)))]
 pub async fn hosted_submit(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
-    Query(query): Query<HostedQuery>,
-    Form(fields): Form<BTreeMap<String, String>>,
+    QueryParams(query): QueryParams<HostedQuery>,
+    form: Result<Form<BTreeMap<String, String>>, FormRejection>,
 ) -> Result<Response, ApiError> {
     if hosted_connection(&state, &id, query.jwt.as_deref())
         .await?
@@ -638,6 +651,10 @@ pub async fn hosted_submit(
     {
         return Ok((StatusCode::UNAUTHORIZED, Html(HOSTED_DENIED)).into_response());
     }
+    let Form(fields) = form.map_err(|rejection| match rejection.status() {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType(rejection.body_text()),
+        _ => ApiError::invalid_field(format!("the form: {}", rejection.body_text())),
+    })?;
     check_values(&fields)?;
     state.managed_auth.submit(&id, fields).await?;
     let back = format!(

@@ -35,6 +35,7 @@ pub struct CreateBrowserRequest {
     pub stealth: Option<bool>,
     /// Seconds without API calls and without an open CDP connection after which the
     /// session is deleted. Default 60, minimum 10, maximum 259200.
+    #[schema(minimum = 10, maximum = 259200)]
     pub timeout_seconds: Option<i64>,
     /// Deprecated: creating with the id of a live session returns that session.
     pub persistence: Option<Persistence>,
@@ -42,6 +43,7 @@ pub struct CreateBrowserRequest {
     /// Start Chromium in kiosk mode (no address bar or tabs).
     pub kiosk_mode: Option<bool>,
     /// GPU acceleration; this server has none, so only `false` is accepted.
+    #[schema(schema_with = super::openapi::only_false)]
     pub gpu: Option<bool>,
     /// Accepted for compatibility; invocations are not part of this server.
     pub invocation_id: Option<String>,
@@ -63,11 +65,14 @@ pub struct CreateBrowserRequest {
     pub chrome_policy: Option<serde_json::Map<String, serde_json::Value>>,
     /// Unique among the organization's live sessions (409 otherwise); the session can be
     /// addressed by it wherever its id is accepted.
+    #[schema(schema_with = super::openapi::session_name)]
     pub name: Option<String>,
     /// Up to 50 key/value pairs; `GET /browsers?tags[key]=value` filters on them.
+    #[schema(schema_with = super::openapi::tags)]
     pub tags: Option<BTreeMap<String, String>>,
     /// Opened in the browser's first tab before the answer (best effort: a page that
     /// fails to load does not fail the create). Must be allowed by `network`.
+    #[schema(schema_with = super::openapi::http_url)]
     pub start_url: Option<String>,
     /// Timezone (IANA) and locale (BCP 47) the browser's pages see.
     pub location: Option<LocationRequest>,
@@ -89,6 +94,7 @@ pub struct CreateBrowserRequest {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Persistence {
+    #[schema(min_length = 1, max_length = 255)]
     pub id: String,
 }
 
@@ -96,9 +102,12 @@ pub struct Persistence {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProxySelection {
+    #[schema(value_type = String, min_length = 1)]
     pub id: Option<String>,
+    #[schema(value_type = String, min_length = 1)]
     pub name: Option<String>,
     /// `direct` or `default`.
+    #[schema(value_type = String, pattern = "^(direct|default)$")]
     pub mode: Option<String>,
 }
 
@@ -187,7 +196,7 @@ pub fn label_problems(name: Option<&str>, tags: Option<&BTreeMap<String, String>
 /// Create a browser session. Answers once Chromium's DevTools endpoint is ready.
 #[utoipa::path(post, path = "/browsers", tag = "browsers", request_body = CreateBrowserRequest,
     security(("bearer" = [])),
-    responses((status = 200, body = BrowserSession), (status = 400, body = ErrorBody),
+    responses((status = 200, body = BrowserSession), (status = 400, body = ErrorBody), (status = 429, description = "The organization has its most live browsers", body = ErrorBody), (status = 404, description = "A referenced profile, proxy or extension does not exist", body = ErrorBody), (status = 409, description = "A referenced proxy cannot be used now, or the name is taken", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn create(
     org: Org,
@@ -216,13 +225,16 @@ pub struct ListQuery {
     /// its proxy's id and its pool's name.
     pub query: Option<String>,
     /// `active` (default), `deleted` or `all`.
+    #[param(pattern = "^(active|deleted|all)$")]
     pub status: Option<String>,
     /// Deprecated: same as `status=all`.
     pub include_deleted: Option<bool>,
     /// Only sessions of this region (every session is in the server's `--region`).
     pub region: Option<String>,
     /// 1 to 100, default 20.
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
     pub offset: Option<u32>,
 }
 
@@ -414,12 +426,15 @@ pub struct UpdateBrowserRequest {
     /// A new name (unique among live sessions); `null` removes it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
+    #[schema(schema_with = super::openapi::new_session_name)]
     pub name: Option<Option<String>>,
     /// Replaces every tag; `{}` or `null` removes them all.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<BTreeMap<String, String>>)]
+    #[schema(schema_with = super::openapi::tags)]
     pub tags: Option<Option<BTreeMap<String, String>>>,
-    /// Opened in the browser's first tab before the answer (best effort).
+    /// Opened in the browser's first tab before the answer (best effort); `""` leaves
+    /// the page as it is.
+    #[schema(schema_with = super::openapi::new_start_url)]
     pub start_url: Option<String>,
     pub network: Option<NetworkUpdate>,
     /// Not supported by this server (a 400 names it).
@@ -515,7 +530,8 @@ impl UpdateBrowserRequest {
         if let Some(tags) = &tags {
             problems.extend(labels::tag_problems("tags", tags));
         }
-        if let Some(url) = &self.start_url {
+        let start_url = self.start_url.filter(|url| !url.is_empty());
+        if let Some(url) = &start_url {
             // Checked against the allowlist the browser will have after this update.
             let current = session
                 .vm_settings
@@ -537,7 +553,7 @@ impl UpdateBrowserRequest {
             tags,
             allowed_hosts,
             proxy,
-            start_url: self.start_url,
+            start_url,
         })
     }
 }
@@ -588,6 +604,7 @@ async fn end_requested(state: &AppState, session: &SessionRecord) -> Result<Stat
 #[into_params(parameter_in = Query)]
 pub struct DeletePersistentQuery {
     /// The `persistence.id` the session was created with.
+    #[param(required = true, min_length = 1)]
     pub persistent_id: Option<String>,
 }
 

@@ -88,10 +88,34 @@ pub fn find_manifest(archive: std::fs::File) -> Result<(), String> {
     }
 }
 
+/// The parts of an extension upload (described for the OpenAPI document).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ExtensionUploadForm {
+    /// A ZIP of an unpacked extension (its `manifest.json` at the top or in one folder).
+    #[schema(value_type = String, format = Binary)]
+    file: Vec<u8>,
+    /// Unique in the organization, `^[A-Za-z0-9._-]{1,255}$`; default: from the manifest.
+    #[schema(schema_with = super::openapi::resource_name)]
+    name: Option<String>,
+}
+
+/// The parts of `POST /browsers/{id}/extensions`, by position (`extensions[N][…]` by
+/// index works too).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct LoadExtensionsForm {
+    #[schema(rename = "extensions[][name]", schema_with = super::openapi::resource_name)]
+    name: String,
+    /// A ZIP of an unpacked extension.
+    #[schema(rename = "extensions[][zip_file]", value_type = String, format = Binary)]
+    zip_file: Vec<u8>,
+}
+
 /// Upload an extension (multipart parts `file`, a ZIP of an unpacked extension, and an
 /// optional `name`).
 #[utoipa::path(post, path = "/extensions", tag = "extensions", security(("bearer" = [])),
-    request_body(content_type = "multipart/form-data", description = "parts `file` and optional `name`"),
+    request_body(content = ExtensionUploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = Extension), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload(
@@ -354,7 +378,7 @@ fn slot_of(index: Option<String>, positional_count: &mut usize) -> String {
 /// answers. Open CDP connections are closed by the restart.
 #[utoipa::path(post, path = "/browsers/{id}/extensions", tag = "browsers", security(("bearer" = [])),
     params(("id" = String, Path, description = "Browser session ID")),
-    request_body(content_type = "multipart/form-data",
+    request_body(content = LoadExtensionsForm, content_type = "multipart/form-data",
         description = "`extensions[][name]` + `extensions[][zip_file]` (by position) or `extensions[N][name]` + `extensions[N][zip_file]` (by index)"),
     responses((status = 200, description = "Loaded; the browser has restarted"), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]

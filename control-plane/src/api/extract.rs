@@ -60,24 +60,41 @@ where
 }
 
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+    let mut value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|error| ApiError::invalid_field(format!("malformed JSON: {error}")))?;
+    whole_numbers_as_integers(&mut value);
+    serde_path_to_error::deserialize(value).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
-        let message = if inner.is_syntax() || inner.is_eof() {
-            format!("malformed JSON: {inner}")
-        } else if path == "." {
+        let message = if path == "." {
             inner.to_string()
         } else {
             format!("{path}: {inner}")
         };
         ApiError::invalid(vec![ErrorDetail::invalid_input(message)])
-    })?;
-    // Only whitespace may follow the value.
-    deserializer
-        .end()
-        .map_err(|error| ApiError::invalid_field(format!("malformed JSON: {error}")))?;
-    Ok(value)
+    })
+}
+
+/// JSON has one number type: `175.0` is the integer 175 to JSON Schema (and to
+/// JavaScript clients), so integer fields take it.
+fn whole_numbers_as_integers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(number) => {
+            let i64_range = -(2f64.powi(63))..2f64.powi(63);
+            if let Some(float) = number.as_f64().filter(|_| number.is_f64())
+                && float.fract() == 0.0
+                && i64_range.contains(&float)
+            {
+                // Exact: every whole f64 in that range is an i64.
+                *number = serde_json::Number::from(float as i64);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(whole_numbers_as_integers),
+        serde_json::Value::Object(fields) => {
+            fields.values_mut().for_each(whole_numbers_as_integers)
+        }
+        _ => {}
+    }
 }
 
 /// Query-string parameters; failures are Error-shape 400s naming the parameter.
@@ -216,5 +233,25 @@ where
             params: parse_query(&rest)?,
             tags,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Point {
+        x: i64,
+        scale: f64,
+    }
+
+    #[test]
+    fn whole_numbers_are_integers_and_fractions_are_not() {
+        let point: Point = parse(br#"{"x": 175.0, "scale": 2}"#).expect("whole numbers");
+        assert_eq!(point, Point { x: 175, scale: 2.0 });
+        assert!(parse::<Point>(br#"{"x": 175.5, "scale": 1}"#).is_err());
+        assert!(parse::<Point>(br#"{"x": 1e300, "scale": 1}"#).is_err());
+        assert!(parse::<Point>(b"{").is_err());
     }
 }

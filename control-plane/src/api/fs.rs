@@ -121,8 +121,10 @@ pub(super) fn body_of(stream: Streaming<DataChunk>) -> Body {
 #[serde(deny_unknown_fields)]
 pub struct MoveRequest {
     /// Absolute source path.
+    #[schema(pattern = "^/")]
     pub src_path: String,
     /// Absolute destination path; a missing parent directory is created.
+    #[schema(pattern = "^/")]
     pub dest_path: String,
 }
 
@@ -155,6 +157,7 @@ pub async fn move_path(
 #[into_params(parameter_in = Query)]
 pub struct PathQuery {
     /// Absolute path within the browser VM.
+    #[param(required = true, pattern = "^/")]
     pub path: Option<String>,
 }
 
@@ -217,8 +220,10 @@ pub async fn read_file(
 #[into_params(parameter_in = Query)]
 pub struct WriteQuery {
     /// Absolute path of the file to write; missing parent directories are created.
+    #[param(required = true, pattern = "^/")]
     pub path: Option<String>,
     /// Octal mode of a new file, default 644.
+    #[param(pattern = "^(0o)?0?[01]?[0-7]{1,3}$")]
     pub mode: Option<String>,
 }
 
@@ -338,12 +343,23 @@ async fn finish_upload<T>(
     }
 }
 
+/// The parts of `POST /browsers/{id}/fs/upload_zip` (described for the OpenAPI document).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct UploadZipForm {
+    #[schema(value_type = String, format = Binary)]
+    zip_file: Vec<u8>,
+    /// Absolute directory to extract into (created if missing).
+    #[schema(pattern = "^/")]
+    dest_path: String,
+}
+
 /// Upload a ZIP archive and extract it at `dest_path` (seed 4.8). Multipart parts
 /// `zip_file` (the archive) and `dest_path`. The archive is checked whole before anything
 /// is placed: a failure leaves the destination as it was.
 #[utoipa::path(post, path = "/browsers/{id}/fs/upload_zip", tag = "filesystem",
     params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    request_body(content_type = "multipart/form-data", description = "parts `zip_file` and `dest_path`"),
+    request_body(content = UploadZipForm, content_type = "multipart/form-data"),
     responses((status = 200, description = "Uploaded and extracted"), (status = 400, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload_zip(
@@ -470,8 +486,10 @@ pub async fn download_dir_zip(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateDirectoryRequest {
+    #[schema(pattern = "^/")]
     pub path: String,
     /// Octal mode, default 755. Missing parents are created; an existing directory is fine.
+    #[schema(pattern = "^(0o)?0?[01]?[0-7]{1,3}$")]
     pub mode: Option<String>,
 }
 
@@ -499,6 +517,7 @@ pub async fn create_directory(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteRequest {
+    #[schema(pattern = "^/")]
     pub path: String,
 }
 
@@ -533,8 +552,10 @@ pub async fn delete_directory(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetPermissionsBody {
+    #[schema(pattern = "^/")]
     pub path: String,
     /// Octal mode, e.g. 644.
+    #[schema(pattern = "^(0o)?0?[01]?[0-7]{1,3}$")]
     pub mode: String,
     /// User name or uid.
     pub owner: Option<String>,

@@ -9,6 +9,8 @@ use axum::http::{HeaderMap, StatusCode};
 use browser_agent_proto::v1::WriteFileTarget;
 use futures::StreamExt;
 
+use utoipa::ToSchema;
+
 use super::error::{ApiError, ErrorBody};
 use super::extract::{MultipartBody, PathParam, capped_text, unreadable_part};
 use super::fs::{MAX_PATH_BYTES, declared_length, require_path, too_large, write_whole_file};
@@ -66,14 +68,26 @@ fn post_increment(counter: &mut usize) -> usize {
     *counter - 1
 }
 
+/// The parts of `POST /browsers/{id}/fs/upload`, by position (described for the
+/// OpenAPI document).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct UploadForm {
+    /// Absolute path of the file in the browser's filesystem.
+    #[schema(rename = "files[][dest_path]", pattern = "^/")]
+    dest_path: String,
+    #[schema(rename = "files[][file]", value_type = String, format = Binary)]
+    file: Vec<u8>,
+}
+
 /// Upload files: each `files[i][file]` is written to its `files[i][dest_path]` (which must
 /// come first in the body, as the SDKs send it), confined to the browser's filesystem
 /// like `write_file`. Files are written in order, each whole or not at all; an error
 /// names the failing file, and the files before it stay written.
 #[utoipa::path(post, path = "/browsers/{id}/fs/upload", tag = "filesystem",
     params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    request_body(content_type = "multipart/form-data",
-        description = "parts `files[i][dest_path]` and `files[i][file]`, paired by index"),
+    request_body(content = UploadForm, content_type = "multipart/form-data",
+        description = "parts `files[][dest_path]` and `files[][file]`, paired by position (or `files[N][…]` by index)"),
     responses((status = 200, description = "Every file was written"), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload(

@@ -86,6 +86,7 @@ pub struct WatchEventView {
 #[serde(deny_unknown_fields)]
 pub struct WatchStartBody {
     /// A directory of the browser's filesystem.
+    #[schema(pattern = "^/")]
     pub path: String,
     /// Also its subdirectories (default false).
     pub recursive: Option<bool>,

@@ -122,7 +122,9 @@ pub struct NamedListQuery {
     /// Only the one with this name (case-insensitive).
     pub name: Option<String>,
     /// 1 to 100, default 20.
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
     pub offset: Option<u32>,
 }
 

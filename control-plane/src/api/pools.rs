@@ -32,36 +32,42 @@ pub const MAX_ACQUIRE_TIMEOUT_SECONDS: i64 = 300;
 #[serde(deny_unknown_fields)]
 pub struct PoolRequest {
     /// Browsers kept in the pool (idle + leased), 1 to 100. Required on create.
+    #[schema(minimum = 1, maximum = 100)]
     pub size: Option<i64>,
     /// Unique in the organization, `^[A-Za-z0-9._-]{1,255}$`.
+    #[schema(schema_with = super::openapi::resource_name)]
     pub name: Option<String>,
     /// Percent of `size` launched per minute while filling (at least one browser a
     /// minute), 1 to 10000. Default 10.
+    #[schema(minimum = 1, maximum = 10000)]
     pub fill_rate_per_minute: Option<i64>,
     /// Inactivity timeout of acquired browsers, 10 to 259200 s. Default 600.
+    #[schema(minimum = 10, maximum = 259200)]
     pub timeout_seconds: Option<i64>,
     pub headless: Option<bool>,
     pub stealth: Option<bool>,
     pub kiosk_mode: Option<bool>,
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<crate::sessions::Viewport>)]
     pub viewport: Option<Value>,
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<crate::sessions::ResourceReference>>)]
     pub extensions: Option<Value>,
     pub proxy_id: Option<String>,
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<crate::sessions::ProfileReference>)]
     pub profile: Option<Value>,
     /// As on `POST /browsers`: `allowed_hosts` of every browser of the pool.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<crate::sessions::NetworkConfig>)]
     pub network: Option<Value>,
     pub memory: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub chrome_policy: Option<Value>,
     /// Opened by every browser of the pool when it starts and after each reset.
+    #[schema(schema_with = super::openapi::http_url)]
     pub start_url: Option<String>,
     /// The server's own region (`--region`) or omitted; others are refused.
     pub region: Option<String>,
     /// Only `false`: idle browsers are not refreshed when their profile changes (a 400
     /// says so for `true`).
+    #[schema(schema_with = super::openapi::only_false)]
     pub refresh_on_profile_update: Option<bool>,
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Object>)]
@@ -191,7 +197,7 @@ impl PoolRequest {
 /// Create a pool; the reconciler starts filling it at once.
 #[utoipa::path(post, path = "/browser_pools", tag = "browser_pools", security(("bearer" = [])),
     request_body = PoolRequest,
-    responses((status = 200, body = BrowserPool), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = BrowserPool), (status = 400, body = ErrorBody), (status = 404, description = "A referenced profile, proxy or extension does not exist", body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<PoolRequest>,
@@ -218,7 +224,9 @@ pub struct PoolListQuery {
     /// Only pools of this region (every pool is in the server's `--region`).
     pub region: Option<String>,
     /// 1 to 100, default 20.
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
     pub offset: Option<u32>,
 }
 
@@ -270,7 +278,8 @@ pub async fn retrieve(
 #[utoipa::path(patch, path = "/browser_pools/{id_or_name}", tag = "browser_pools", security(("bearer" = [])),
     params(("id_or_name" = String, Path, description = "Pool id or name")),
     request_body = PoolRequest,
-    responses((status = 200, body = BrowserPool), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = BrowserPool), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -312,7 +321,7 @@ pub async fn delete(
     let from_body: DeletePoolParams = if body.iter().all(u8::is_ascii_whitespace) {
         DeletePoolParams::default()
     } else {
-        parse(&body)?
+        parse::<Option<DeletePoolParams>>(&body)?.unwrap_or_default()
     };
     let force = from_body.force.or(query.force).unwrap_or(false);
     org.pools.delete(&org.id, &id_or_name, force).await?;
@@ -324,13 +333,17 @@ pub async fn delete(
 pub struct AcquireRequest {
     /// Seconds to wait for an idle browser, 0 to 300. Default: the time the pool takes
     /// to fill at its fill rate, at most 30.
+    #[schema(minimum = 0, maximum = 300)]
     pub acquire_timeout_seconds: Option<i64>,
     /// The leased browser's name while the lease lasts (unique among live sessions).
+    #[schema(schema_with = super::openapi::session_name)]
     pub name: Option<String>,
     /// The leased browser's tags while the lease lasts.
+    #[schema(schema_with = super::openapi::tags)]
     pub tags: Option<BTreeMap<String, String>>,
     /// Opened in the leased browser before the answer (best effort); must be allowed by
     /// the pool's `network`.
+    #[schema(schema_with = super::openapi::http_url)]
     pub start_url: Option<String>,
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Object>)]

@@ -46,6 +46,7 @@ impl From<ProfileRecord> for Profile {
 #[serde(deny_unknown_fields)]
 pub struct CreateProfileRequest {
     /// Unique in the organization; 1 to 255 characters without control characters.
+    #[schema(schema_with = super::openapi::optional_display_name)]
     pub name: Option<String>,
 }
 
@@ -118,6 +119,7 @@ pub async fn delete(
 pub struct UpdateProfileRequest {
     /// The new name: unique in the organization, 1 to 255 characters without control
     /// characters.
+    #[schema(schema_with = super::openapi::display_name)]
     pub name: String,
 }
 
@@ -196,7 +198,18 @@ const EMPTY_ZIP: [u8; 22] = [
 pub struct DownloadQuery {
     /// `tar` or `tar.zst`: the same user data as a tar archive, zstd-compressed or not.
     /// Absent (or `zip`): the stored ZIP.
-    pub format: Option<String>,
+    #[param(inline)]
+    pub format: Option<DownloadFormat>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
+pub enum DownloadFormat {
+    #[serde(rename = "zip")]
+    Zip,
+    #[serde(rename = "tar")]
+    Tar,
+    #[serde(rename = "tar.zst")]
+    TarZstd,
 }
 
 /// Download the profile's stored state: Chromium user data as a ZIP (the stored format),
@@ -204,22 +217,18 @@ pub struct DownloadQuery {
 /// the profile has none).
 #[utoipa::path(get, path = "/profiles/{id_or_name}/download", tag = "profiles", security(("bearer" = [])),
     params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)"), DownloadQuery),
-    responses((status = 200, content_type = "application/zip", body = Vec<u8>), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "The archive in the format asked for",
+            content((Vec<u8> = "application/zip"), (Vec<u8> = "application/x-tar"), (Vec<u8> = "application/zstd"))),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn download(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
     QueryParams(query): QueryParams<DownloadQuery>,
 ) -> Result<Response, ApiError> {
-    let format = match query.format.as_deref() {
-        None | Some("zip") => None,
-        Some("tar") => Some(TarFormat::Tar),
-        Some("tar.zst") => Some(TarFormat::TarZstd),
-        Some(other) => {
-            return Err(ApiError::invalid_field(format!(
-                "format must be tar.zst, tar or zip, got {other:?}"
-            )));
-        }
+    let format = match query.format {
+        None | Some(DownloadFormat::Zip) => None,
+        Some(DownloadFormat::Tar) => Some(TarFormat::Tar),
+        Some(DownloadFormat::TarZstd) => Some(TarFormat::TarZstd),
     };
     let record = find(&org, &id_or_name).await?;
     if let Some(format) = format {

@@ -16,10 +16,10 @@ use super::paging::{NamedListQuery, Paging};
 use super::state::AppState;
 use crate::egress::EgressError;
 use crate::ids;
+use crate::profiles;
 use crate::proxies::{self, TYPES};
 use crate::store::{ProxyCheck, ProxyRecord};
 
-const MAX_NAME_BYTES: usize = 255;
 const MAX_BYPASS_HOSTS: usize = 100;
 const MAX_HOST_BYTES: usize = 253;
 
@@ -28,11 +28,15 @@ const MAX_HOST_BYTES: usize = 253;
 pub struct CreateProxyRequest {
     /// datacenter, isp, residential, mobile or custom.
     #[serde(rename = "type")]
+    #[schema(schema_with = super::openapi::proxy_type)]
     pub kind: String,
+    #[schema(schema_with = super::openapi::optional_display_name)]
     pub name: Option<String>,
     /// Only `http` (the default): the browser speaks plain HTTP proxy protocol to it.
+    #[schema(pattern = "^http$")]
     pub protocol: Option<String>,
     /// Hosts that go direct, bypassing the proxy (Chromium bypass-list syntax).
+    #[schema(schema_with = super::openapi::bypass_hosts)]
     pub bypass_hosts: Option<Vec<String>>,
     /// custom: `{host, port, username?, password?}`; other types: `{country?, …}`.
     #[schema(value_type = Option<Object>)]
@@ -101,12 +105,9 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
     } else if !state.proxy_upstreams.serves(&request.kind) {
         problem(format!("type: {}", proxies::not_configured(&request.kind)));
     }
-    if let Some(name) = &request.name
-        && (name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control))
-    {
-        problem(format!(
-            "name must be 1 to {MAX_NAME_BYTES} bytes without control characters"
-        ));
+    // Named like profiles.
+    if let Some(name_problem) = request.name.as_deref().and_then(profiles::name_problem) {
+        problem(name_problem);
     }
     match request.protocol.as_deref() {
         None | Some("http") => {}
@@ -172,7 +173,8 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
 /// Create a proxy.
 #[utoipa::path(post, path = "/proxies", tag = "proxies", security(("bearer" = [])),
     request_body = CreateProxyRequest,
-    responses((status = 200, body = Proxy), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Proxy), (status = 400, body = ErrorBody),
+        (status = 403, description = "The operator's egress policy forbids the proxy's host", body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateProxyRequest>,
@@ -201,7 +203,8 @@ pub async fn create(
         && let Ok(route) = proxies::route_of(&record, &org.proxy_upstreams)
         && let Err(EgressError::Refused(why)) = org.egress.resolve(&route.address).await
     {
-        return Err(ApiError::invalid_field(format!("config.host: {why}")));
+        // The operator's egress policy forbids it: well-formed, but not allowed here.
+        return Err(ApiError::Forbidden(format!("config.host: {why}")));
     }
     org.store.insert_proxy(&record).await?;
     Ok(Json(record.into()))
@@ -240,6 +243,7 @@ pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json
 #[serde(deny_unknown_fields)]
 pub struct UpdateProxyRequest {
     /// The new name (1 to 255 characters without control characters).
+    #[schema(schema_with = super::openapi::display_name)]
     pub name: String,
 }
 
@@ -253,11 +257,8 @@ pub async fn update(
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<UpdateProxyRequest>,
 ) -> Result<Json<Proxy>, ApiError> {
-    let name = &request.name;
-    if name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid_field(format!(
-            "name must be 1 to {MAX_NAME_BYTES} bytes without control characters"
-        )));
+    if let Some(problem) = profiles::name_problem(&request.name) {
+        return Err(ApiError::invalid_field(problem));
     }
     let proxy = find(&org, &id).await?;
     if !org

@@ -64,8 +64,10 @@ fn replay_of(state: &AppState, record: &ReplayRecord) -> Replay {
 #[serde(deny_unknown_fields)]
 pub struct StartReplayRequest {
     /// Frames per second, 1 to 20. Default 10.
+    #[schema(minimum = 1, maximum = 20)]
     pub framerate: Option<i64>,
     /// The recording stops by itself after this many seconds, 1 to 14400. Default 3600.
+    #[schema(minimum = 1, maximum = 14400)]
     pub max_duration_in_seconds: Option<i64>,
 }
 

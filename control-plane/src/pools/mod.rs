@@ -137,12 +137,23 @@ impl Pools {
             .map(|pool| pool.size)
             .sum();
         let limit = self.max_pooled_browsers;
-        if others + config.size > limit {
+        if config.size > limit {
             return Err(ServiceError::invalid(format!(
+                "size: the organization's pools may hold {limit} browsers in all"
+            )));
+        }
+        // Possible once other pools shrink: a conflict with them, not bad input.
+        if others + config.size > limit {
+            return Err(ServiceError::Conflict(format!(
                 "size: the organization's pools may hold {limit} browsers in all; {others} are in its other pools"
             )));
         }
         Ok(())
+    }
+
+    /// Most browsers one organization's pools may hold together.
+    pub fn max_pooled_browsers(&self) -> i64 {
+        self.max_pooled_browsers
     }
 
     /// Creates a pool; the reconciler starts filling it at once.

@@ -28,8 +28,9 @@ pub struct LocationRequest {
     /// IANA timezone, such as `Europe/Berlin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
-    /// BCP 47 locale, such as `de-DE`.
+    /// BCP 47 locale, such as `de-DE` (`language[-Script][-REGION]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z]{2,3}(?:[-_][A-Za-z]{4})?(?:[-_](?:[A-Za-z]{2}|[0-9]{3}))?$")]
     pub locale: Option<String>,
 }
 
@@ -151,6 +152,35 @@ pub fn location(request: &LocationRequest) -> Result<SessionLocation, Vec<String
     } else {
         Err(problems)
     }
+}
+
+/// Every timezone name `location` accepts here (the files of this host's zoneinfo
+/// database), sorted.
+pub fn timezone_names() -> Vec<String> {
+    fn walk(dir: &Path, prefix: &str, names: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Ok(file_name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let name = format!("{prefix}{file_name}");
+            if !is_timezone_name(&name) {
+                continue;
+            }
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, &format!("{name}/"), names);
+            } else if path.is_file() {
+                names.push(name);
+            }
+        }
+    }
+    let mut names = Vec::new();
+    walk(Path::new(ZONEINFO), "", &mut names);
+    names.sort();
+    names
 }
 
 /// `Area/City` style names only: no path tricks reach the zoneinfo lookup.

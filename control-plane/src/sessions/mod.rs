@@ -15,8 +15,8 @@ use browser_agent_proto::v1::DevtoolsState;
 use chrono::Utc;
 
 pub use spec::{
-    BrowserConfig, BrowserSpec, DEFAULT_VIEWPORT, LibraryExtension, MAX_EXTENSIONS, NetworkConfig,
-    ProfileReference, ResourceReference, Viewport,
+    BrowserConfig, BrowserSpec, DEFAULT_VIEWPORT, HEADFUL_MEMORY, HEADLESS_MEMORY,
+    LibraryExtension, MAX_EXTENSIONS, NetworkConfig, ProfileReference, ResourceReference, Viewport,
 };
 pub use update::SessionUpdate;
 

@@ -102,8 +102,8 @@ pub fn memory_bytes(size: &str) -> u64 {
 
 /// As the SDK documents: headless browsers get 1GiB, headful ones 8GiB.
 const DEFAULT_MEMORY: (&str, &str) = ("1GiB", "8GiB");
-const HEADLESS_MEMORY: &[&str] = &["1GiB", "2GiB", "4GiB"];
-const HEADFUL_MEMORY: &[&str] = &["8GiB", "16GiB"];
+pub const HEADLESS_MEMORY: &[&str] = &["1GiB", "2GiB", "4GiB"];
+pub const HEADFUL_MEMORY: &[&str] = &["8GiB", "16GiB"];
 /// Largest `chrome_policy`, serialized.
 const MAX_CHROME_POLICY_BYTES: usize = 64 * 1024;
 /// Policies this server manages itself (proxy, extensions, DevTools): a browser's
@@ -119,9 +119,12 @@ const MANAGED_POLICY_PREFIXES: [&str; 5] = [
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Viewport {
+    #[schema(minimum = 100, maximum = 7680)]
     pub width: i64,
+    #[schema(minimum = 100, maximum = 7680)]
     pub height: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 240)]
     pub refresh_rate: Option<i64>,
 }
 
@@ -131,8 +134,10 @@ pub struct Viewport {
 #[serde(deny_unknown_fields)]
 pub struct ResourceReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, min_length = 1)]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, min_length = 1)]
     pub name: Option<String>,
 }
 
@@ -152,8 +157,10 @@ impl ResourceReference {
 #[serde(deny_unknown_fields)]
 pub struct ProfileReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, min_length = 1)]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, min_length = 1)]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save_changes: Option<bool>,
@@ -439,7 +446,8 @@ impl Sessions {
         }
         if let Some((key, save_changes)) = references.profile {
             let profile = self.store.profile(org_id, &key).await?.ok_or_else(|| {
-                ServiceError::invalid(format!("profile: no profile {key:?} in this organization"))
+                // A reference to nothing is a 404, like the resource's own routes answer.
+                ServiceError::NotFound(format!("profile: no profile {key:?} in this organization"))
             })?;
             let archive = self.profiles.launch_archive(&profile);
             spec.profile = Some((
@@ -463,18 +471,20 @@ impl Sessions {
         let proxy = match self.store.proxy(org_id, id_or_name).await {
             Ok(Some(proxy)) => proxy,
             Ok(None) => {
-                return Err(ServiceError::invalid(format!(
+                return Err(ServiceError::NotFound(format!(
                     "proxy_id: proxy {id_or_name} not found"
                 )));
             }
             Err(crate::store::StoreError::Conflict(message)) => {
-                return Err(ServiceError::invalid(format!("proxy: {message}")));
+                return Err(ServiceError::Conflict(format!("proxy: {message}")));
             }
             Err(error) => return Err(error.into()),
         };
+        // The proxy exists but cannot be used now (its host does not resolve, its type is
+        // no longer served): a conflict with its state, not bad input of this request.
         let route = proxies::connectable_route(&proxy, &self.proxy_upstreams, &self.egress)
             .await
-            .map_err(|reason| ServiceError::invalid(format!("proxy_id: {reason}")))?;
+            .map_err(|reason| ServiceError::Conflict(format!("proxy_id: {reason}")))?;
         Ok((proxy.id, route))
     }
 
@@ -507,7 +517,7 @@ impl Sessions {
         if problems.is_empty() {
             Ok(resolved)
         } else {
-            Err(ServiceError::Invalid(problems))
+            Err(ServiceError::NotFound(problems.join("; ")))
         }
     }
 }

@@ -1,0 +1,569 @@
+//! The OpenAPI 3.1 document at `/openapi.json`. It is generated from the same annotations
+//! that register the routes, then completed where annotations cannot say it all: people
+//! generate clients from it and fuzz against it, so it must describe exactly what the
+//! server answers (`tests/e2e/test_schema_fuzz.py` holds it to that).
+
+use std::sync::OnceLock;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use utoipa::openapi::OpenApi as OpenApiDocument;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{
+    AdditionalProperties, Array, ArrayBuilder, Object, ObjectBuilder, Schema, SchemaType, Type,
+};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::error::{ErrorBody, ErrorDetail};
+use super::state::AppState;
+use crate::pools::MAX_POOL_SIZE;
+use crate::proxies::TYPES;
+use crate::sessions::{HEADFUL_MEMORY, HEADLESS_MEMORY, labels};
+
+/// How a field this server refuses starts its description (see `browsers::unsupported`).
+const UNSUPPORTED_FIELD: &str = "Not supported by this server";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Browser service API (Kernel-compatible)",
+        version = "0.1.0",
+        description = "Remote Chromium sessions over HTTP, wire-compatible with the Kernel browser API."
+    ),
+    modifiers(&BearerSecurity),
+    components(schemas(ErrorBody, ErrorDetail))
+)]
+pub(super) struct ApiDoc;
+
+struct BearerSecurity;
+
+impl Modify for BearerSecurity {
+    fn modify(&self, openapi: &mut OpenApiDocument) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI 3.1 document of every route this server serves (built once).
+pub fn document() -> Value {
+    static DOCUMENT: OnceLock<Value> = OnceLock::new();
+    DOCUMENT
+        .get_or_init(|| {
+            let generated = super::api_routes().split_for_parts().1;
+            let mut document = serde_json::to_value(generated).unwrap_or_default();
+            complete(&mut document);
+            document
+        })
+        .clone()
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "OpenAPI 3.1 document", body = Object)))]
+pub async fn openapi_json(State(state): State<AppState>) -> Json<Value> {
+    // The names this host's timezone database holds (read once).
+    static TIMEZONES: OnceLock<Value> = OnceLock::new();
+    let timezones = TIMEZONES.get_or_init(|| {
+        let mut names: Vec<Value> = labels::timezone_names()
+            .into_iter()
+            .map(Value::String)
+            .collect();
+        names.push(Value::Null);
+        Value::Array(names)
+    });
+    let mut document = document();
+    // Only the proxy types this server serves: the operator maps the others to upstream
+    // proxies, or not.
+    let served: Vec<&str> = TYPES
+        .into_iter()
+        .filter(|kind| state.proxy_upstreams.serves(kind))
+        .collect();
+    let schemas = &mut document["components"]["schemas"];
+    schemas["CreateProxyRequest"]["properties"]["type"]["enum"] = json!(served);
+    if served == ["custom"] {
+        // Only custom proxies: their config is this.
+        let description =
+            schemas["CreateProxyRequest"]["properties"]["config"]["description"].clone();
+        schemas["CreateProxyRequest"]["properties"]["config"] = json!({
+            "type": "object",
+            "description": description,
+            "required": ["host", "port"],
+            "additionalProperties": false,
+            "properties": {
+                "host": {"type": "string", "minLength": 1, "maxLength": 253, "pattern": r"^[^-/@ \u0000-\u001F\u007F-\u009F][^/@ \u0000-\u001F\u007F-\u009F]*$"},
+                "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "username": {"type": "string", "pattern": format!("^{NO_CONTROLS}*$")},
+                "password": {"type": "string", "pattern": format!("^{NO_CONTROLS}*$")},
+            },
+        });
+        schemas["CreateProxyRequest"]["required"] = json!(["type", "config"]);
+    }
+    // The operator sets the shortest interval, and the one region.
+    schemas["CreateAuthConnectionRequest"]["properties"]["health_check_interval"]["minimum"] =
+        json!(state.managed_auth.min_health_check_interval);
+    schemas["LocationRequest"]["properties"]["timezone"]["enum"] = timezones.clone();
+    schemas["PoolRequest"]["properties"]["size"]["maximum"] =
+        json!(state.pools.max_pooled_browsers().min(MAX_POOL_SIZE));
+    for request in ["CreateBrowserRequest", "PoolRequest"] {
+        schemas[request]["properties"]["region"]["enum"] = json!([&state.settings.region, null]);
+    }
+    Json(document)
+}
+
+/// What the annotations leave out:
+/// - operation ids unique across resources (`browsers_list`, not `list` for every list);
+/// - the errors every route of a kind answers, in the Error shape: 400 for bad input
+///   (any parameter or body), 401 without a valid API key, 404 for an unknown resource
+///   in the path, 415 for a body of another media type;
+/// - a description for every response (the status' reason phrase where none is given);
+/// - fields of today's SDK this server refuses, as schemas nothing satisfies: sending
+///   one is a 400, and a generated client should not offer it.
+fn complete(document: &mut Value) {
+    let schemas = document["components"]["schemas"].clone();
+    let Some(paths) = document["paths"].as_object_mut() else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for (method, operation) in item.iter_mut() {
+            complete_operation(path, operation);
+            complete_body(&schemas, method, path, operation);
+        }
+    }
+    forbid_unsupported_fields(document);
+    // `network.allowed_hosts` is described where it is parsed (`egress::allowlist`), which
+    // knows nothing of schemas.
+    let allowlist = allowed_hosts();
+    for schema in ["NetworkConfig", "NetworkUpdate"] {
+        let property =
+            &mut document["components"]["schemas"][schema]["properties"]["allowed_hosts"];
+        let description = property["description"].clone();
+        *property = allowlist.clone();
+        property["description"] = description;
+    }
+    // The memory sizes offered depend on `headless` (default false).
+    for schema in ["CreateBrowserRequest", "PoolRequest"] {
+        let schema = &mut document["components"]["schemas"][schema];
+        schema["if"] =
+            json!({"properties": {"headless": {"const": true}}, "required": ["headless"]});
+        let sizes = |offered: &[&str]| {
+            let mut sizes: Vec<Value> = offered.iter().map(|size| json!(size)).collect();
+            sizes.push(Value::Null);
+            json!({"properties": {"memory": {"enum": sizes}}})
+        };
+        schema["then"] = sizes(HEADLESS_MEMORY);
+        schema["else"] = sizes(HEADFUL_MEMORY);
+    }
+    for (schema, fields) in EXACTLY_ONE_OF {
+        let alternatives: Vec<Value> = fields
+            .iter()
+            .map(|field| json!({"required": [field]}))
+            .collect();
+        document["components"]["schemas"][schema]["oneOf"] = Value::Array(alternatives);
+    }
+}
+
+/// `network.allowed_hosts`: 1 to 256 hostnames (`*.` and at least two labels for a
+/// wildcard; no numeric top-level label), public IP addresses or CIDR ranges (not
+/// described: the server also refuses private ones).
+fn allowed_hosts() -> Value {
+    json!({
+        "type": ["array", "null"],
+        "minItems": 1,
+        "maxItems": 256,
+        "items": {
+            "type": "string",
+            "maxLength": 253,
+            "pattern": r"^(?:\*\.(?:[A-Za-z0-9_-]{1,63}\.)+|(?:[A-Za-z0-9_-]{1,63}\.)*)[A-Za-z][A-Za-z0-9_-]{0,62}$",
+        },
+    })
+}
+
+/// Objects that must have exactly one of these fields (a reference by id or by name).
+const EXACTLY_ONE_OF: [(&str, &[&str]); 3] = [
+    ("ResourceReference", &["id", "name"]),
+    ("ProfileReference", &["id", "name"]),
+    ("ProxySelection", &["id", "name", "mode"]),
+];
+
+/// Fields a create requires, and fields it refuses, that the update sharing its body
+/// leaves optional: (method, path, required, refused).
+const ON_CREATE: [(&str, &str, &[&str], &[&str]); 1] =
+    [("post", "/browser_pools", &["size"], &["discard_all_idle"])];
+
+/// A JSON body is required only when its schema requires a field: an empty body means
+/// `{}` (all defaults) on every route. Fields required on create only are added.
+fn complete_body(schemas: &Value, method: &str, path: &str, operation: &mut Value) {
+    let Some(body) = operation.get_mut("requestBody") else {
+        return;
+    };
+    let Some(json) = body
+        .get_mut("content")
+        .and_then(|content| content.get_mut("application/json"))
+        .and_then(|media| media.get_mut("schema"))
+    else {
+        // Multipart and form bodies always carry their parts.
+        body["required"] = Value::Bool(true);
+        return;
+    };
+    for (on_method, on_path, required, refused) in ON_CREATE {
+        if (on_method, on_path) == (method, path) {
+            let mut properties = serde_json::Map::new();
+            for field in required {
+                properties.insert(field.to_string(), json!({"not": {"type": "null"}}));
+            }
+            for field in refused {
+                properties.insert(field.to_string(), Value::Bool(false));
+            }
+            *json =
+                json!({"allOf": [json.clone(), {"required": required, "properties": properties}]});
+        }
+    }
+    let required = |schema: &Value| {
+        let schema = match schema["$ref"].as_str() {
+            Some(reference) => {
+                let name = reference.rsplit('/').next().unwrap_or_default();
+                &schemas[name]
+            }
+            None => schema,
+        };
+        schema["required"]
+            .as_array()
+            .is_some_and(|fields| !fields.is_empty())
+    };
+    let needs_fields = required(json)
+        || json["allOf"]
+            .as_array()
+            .is_some_and(|parts| parts.iter().any(required));
+    body["required"] = Value::Bool(needs_fields);
+}
+
+fn complete_operation(path: &str, operation: &mut Value) {
+    let tag = operation["tags"][0].as_str().unwrap_or_default().to_owned();
+    if let Some(id) = operation["operationId"].as_str()
+        && !tag.is_empty()
+        && !id.starts_with(&format!("{tag}_"))
+    {
+        operation["operationId"] = Value::String(format!("{tag}_{id}"));
+    }
+    let has_parameters = operation["parameters"]
+        .as_array()
+        .is_some_and(|parameters| !parameters.is_empty());
+    let has_body = operation.get("requestBody").is_some();
+    let authenticated = operation["security"]
+        .as_array()
+        .is_some_and(|security| !security.is_empty());
+    let errors = [
+        (StatusCode::BAD_REQUEST, has_parameters || has_body),
+        (StatusCode::UNAUTHORIZED, authenticated),
+        (StatusCode::NOT_FOUND, path.contains('{')),
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, has_body),
+    ];
+    let Some(responses) = operation["responses"].as_object_mut() else {
+        return;
+    };
+    for (status, answered) in errors {
+        if answered {
+            responses.entry(status.as_str()).or_insert_with(|| {
+                json!({
+                    "description": reason(status.as_str()),
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                })
+            });
+        }
+    }
+    for (status, response) in responses.iter_mut() {
+        if response.get("$ref").is_none()
+            && response["description"].as_str().is_none_or(str::is_empty)
+        {
+            response["description"] = Value::String(reason(status));
+        }
+        // A stream of server-sent events: each event's fields (the data is JSON text).
+        if let Some(stream) = response
+            .get_mut("content")
+            .and_then(|content| content.get_mut("text/event-stream"))
+        {
+            stream["schema"] = json!({
+                "type": "object",
+                "required": ["data"],
+                "properties": {
+                    "event": {"type": "string"},
+                    "data": {"type": "string", "contentMediaType": "application/json"},
+                    "id": {"type": "string"},
+                    "retry": {"type": "integer"},
+                },
+            });
+        }
+    }
+}
+
+/// The reason phrase of a status code.
+fn reason(status: &str) -> String {
+    status
+        .parse::<u16>()
+        .ok()
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .and_then(|code| code.canonical_reason())
+        .unwrap_or("Response")
+        .to_owned()
+}
+
+/// Replaces the schema of every refused field (wherever its object is described) by one
+/// that no value satisfies, keeping its description.
+fn forbid_unsupported_fields(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            if let Some(Value::Object(properties)) = object.get_mut("properties") {
+                for property in properties.values_mut() {
+                    // The description is the property's, or (for an optional reference)
+                    // that of the first member of its `oneOf`.
+                    let description = [
+                        &property["description"],
+                        &property["oneOf"][0]["description"],
+                    ]
+                    .into_iter()
+                    .find_map(|description| description.as_str())
+                    .filter(|description| description.starts_with(UNSUPPORTED_FIELD))
+                    .map(str::to_owned);
+                    if let Some(description) = description {
+                        *property = json!({"not": {}, "description": description});
+                    }
+                }
+            }
+            object.values_mut().for_each(forbid_unsupported_fields);
+        }
+        Value::Array(items) => items.iter_mut().for_each(forbid_unsupported_fields),
+        _ => {}
+    }
+}
+
+/// Characters no name may contain: C0 and C1 controls (`char::is_control`).
+const NO_CONTROLS: &str = r"[^\u0000-\u001F\u007F-\u009F]";
+
+fn string_schema(nullable: bool, description: &str) -> ObjectBuilder {
+    let schema_type: SchemaType = if nullable {
+        [Type::String, Type::Null].into_iter().collect()
+    } else {
+        Type::String.into()
+    };
+    ObjectBuilder::new()
+        .schema_type(schema_type)
+        .description(Some(description))
+}
+
+/// A name people give a profile or proxy: 1 to 255 characters, no control characters.
+pub fn display_name() -> Object {
+    string_schema(
+        false,
+        "1 to 255 characters without control characters; unique in the organization.",
+    )
+    .min_length(Some(1))
+    .max_length(Some(255))
+    .pattern(Some(format!("^{NO_CONTROLS}*$")))
+    .build()
+}
+
+/// `display_name`, or `null` for none.
+pub fn optional_display_name() -> Object {
+    string_schema(
+        true,
+        "1 to 255 characters without control characters; unique in the organization.",
+    )
+    .min_length(Some(1))
+    .max_length(Some(255))
+    .pattern(Some(format!("^{NO_CONTROLS}*$")))
+    .build()
+}
+
+/// A browser session's name on create and acquire: up to 255 characters, not blank, no
+/// control characters; `null` for none.
+pub fn session_name() -> Object {
+    string_schema(true, "Unique among the organization's live sessions: up to 255 characters, not blank, without control characters.")
+        .max_length(Some(255))
+        .pattern(Some(SESSION_NAME_PATTERN))
+        .build()
+}
+
+/// A browser session's new name on update: `""` or `null` removes it.
+pub fn new_session_name() -> Object {
+    string_schema(true, "Unique among the organization's live sessions: up to 255 characters, not blank, without control characters. `\"\"` or `null` removes the name.")
+        .max_length(Some(255))
+        .pattern(Some(format!("^$|{SESSION_NAME_PATTERN}")))
+        .build()
+}
+
+const SESSION_NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*[^\s\u0000-\u001F\u007F-\u009F][^\u0000-\u001F\u007F-\u009F]*$";
+
+/// The name of an extension or pool, which may become a directory name.
+pub fn resource_name() -> Object {
+    string_schema(
+        true,
+        "Unique in the organization: ^[A-Za-z0-9._-]{1,255}$, not `.` or `..`.",
+    )
+    .pattern(Some(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,255}$"))
+    .build()
+}
+
+/// A proxy's type (`/openapi.json` lists those this server serves).
+pub fn proxy_type() -> Object {
+    string_schema(false, "datacenter, isp, residential, mobile or custom; all but custom only where the operator maps them to upstream proxies.")
+        .enum_values(Some(TYPES))
+        .build()
+}
+
+/// A flag only `false` (or absent) of: this server cannot do what `true` asks.
+pub fn only_false() -> Object {
+    ObjectBuilder::new()
+        .schema_type(
+            [Type::Boolean, Type::Null]
+                .into_iter()
+                .collect::<SchemaType>(),
+        )
+        .enum_values(Some([json!(false), Value::Null]))
+        .description(Some(
+            "Only `false`: this server cannot do what `true` asks (a 400 says so).",
+        ))
+        .build()
+}
+
+/// Tags: up to 50 pairs; keys 1 to 128 characters, values up to 256, no control
+/// characters in either.
+pub fn tags() -> Object {
+    let key = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(128))
+        .pattern(Some(format!("^{NO_CONTROLS}*$")))
+        .build();
+    let value = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(256))
+        .pattern(Some(format!("^{NO_CONTROLS}*$")))
+        .build();
+    ObjectBuilder::new()
+        .schema_type([Type::Object, Type::Null].into_iter().collect::<SchemaType>())
+        .property_names(Some(key))
+        .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(
+            Schema::Object(value),
+        ))))
+        .max_properties(Some(50))
+        .description(Some("Up to 50 pairs: keys 1 to 128 characters, values up to 256, without control characters. `{}` or `null`: none."))
+        .build()
+}
+
+/// The values submitted to a login flow: discovered field name → value, at least one.
+pub fn submitted_fields() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(Schema::Object(
+            ObjectBuilder::new().schema_type(Type::String).build(),
+        )))))
+        .min_properties(Some(1))
+        .description(Some("Discovered field name → value; at least one."))
+        .build()
+}
+
+/// A host as the URL parser accepts it: a name whose last label starts with a letter, or
+/// an IPv4 address (IPv6 literals are accepted too but not described).
+const HOST: &str = r"(?:(?:[A-Za-z0-9-]+\.)*[A-Za-z][A-Za-z0-9-]*|(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]))(?::[0-9]{1,4})?";
+
+/// A site's domain, optionally with a port (no scheme or path).
+pub fn host_and_port() -> Object {
+    string_schema(
+        false,
+        "A host name or IPv4 address, optionally with a port (`example.com`, `127.0.0.1:8080`).",
+    )
+    .max_length(Some(253))
+    .pattern(Some(format!("^{HOST}$")))
+    .build()
+}
+
+/// An http or https URL of at most 8 KiB.
+pub fn http_url() -> Object {
+    string_schema(true, "An http or https URL, at most 8192 characters.")
+        .max_length(Some(8192))
+        .pattern(Some(format!("^https?://{HOST}(?:[/?#][!-~]*)?$")))
+        .build()
+}
+
+/// `http_url`, or `""` for no change.
+pub fn new_start_url() -> Object {
+    string_schema(true, "An http or https URL, at most 8192 characters, opened once the rest is applied; `\"\"` leaves the page as it is.")
+        .max_length(Some(8192))
+        .pattern(Some(format!("^$|^https?://{HOST}(?:[/?#][!-~]*)?$")))
+        .build()
+}
+
+/// Domains a login may pass through: up to 50, each a host (and port) or `*.` and one.
+pub fn allowed_domains() -> Array {
+    let domain = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(253))
+        .pattern(Some(format!(r"^(?:\*\.)?{HOST}$")));
+    ArrayBuilder::new()
+        .schema_type([Type::Array, Type::Null].into_iter().collect::<SchemaType>())
+        .items(domain)
+        .max_items(Some(50))
+        .description(Some("Further domains the login may pass through or end on: up to 50, `*.example.com` allowed."))
+        .build()
+}
+
+/// Hosts a proxy lets go direct: up to 100 entries of Chromium's bypass list (ASCII,
+/// no spaces, commas or semicolons, not starting with `-`).
+pub fn bypass_hosts() -> Array {
+    let host = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(253))
+        .pattern(Some(r"^[!-+.-:<-~][!-+\-.-:<-~]*$"));
+    ArrayBuilder::new()
+        .schema_type([Type::Array, Type::Null].into_iter().collect::<SchemaType>())
+        .items(host)
+        .max_items(Some(100))
+        .description(Some("Hosts that go direct (Chromium bypass-list entries such as `*.example.com` or `<local>`); up to 100."))
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What OpenAPI 3.1 requires of operations (the e2e suite also runs a validator over
+    /// the served document): unique operation ids, a description for every response, and
+    /// path parameters that are in the path.
+    #[test]
+    fn operations_are_complete() {
+        let json = document();
+        let mut ids = std::collections::HashSet::new();
+        for (path, item) in json["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("path item") {
+                let id = operation["operationId"].as_str().expect("operation id");
+                assert!(ids.insert(id.to_owned()), "{id} is used twice");
+                for (status, response) in operation["responses"].as_object().expect("responses") {
+                    assert!(
+                        response["description"]
+                            .as_str()
+                            .is_some_and(|d| !d.is_empty()),
+                        "{method} {path} {status} has no description"
+                    );
+                }
+                for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                    if parameter["in"] == "path" {
+                        let name = parameter["name"].as_str().expect("name");
+                        assert!(
+                            path.contains(&format!("{{{name}}}")),
+                            "{method} {path}: {name}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
