@@ -107,6 +107,15 @@ pub struct ServeConfig {
     /// one `POST /browsers` accepts. Set it to where the server runs.
     #[arg(long, env = "CONTROL_PLANE_REGION", default_value = "us-east")]
     pub region: String,
+    /// Base URL of the Chrome Web Store's update service, which
+    /// `GET /extensions/from_chrome_store` downloads packages from (a mirror, or a store
+    /// of your own, works too).
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_CHROME_WEB_STORE_URL",
+        default_value = "https://clients2.google.com/"
+    )]
+    pub chrome_web_store_url: url::Url,
     /// Non-public destinations tenants may nevertheless reach (custom proxies), as CIDR,
     /// IP address or host:port; repeat the flag or separate with commas. By default
     /// loopback, link-local (cloud metadata) and private addresses are refused.

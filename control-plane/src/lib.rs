@@ -6,6 +6,7 @@ pub mod api_keys;
 pub mod app;
 pub mod archive_formats;
 pub mod blobs;
+pub mod chrome_store;
 pub mod config;
 pub mod egress;
 pub mod error;

@@ -11,6 +11,7 @@ use axum::serve::ListenerExt;
 use crate::api::state::{AppState, HttpSettings};
 use crate::app::{ServiceSettings, Services};
 use crate::blobs::LocalBlobStore;
+use crate::chrome_store::ChromeWebStore;
 use crate::config::{Isolation, ServeConfig};
 use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
@@ -139,6 +140,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_extension_bytes: config.max_extension_bytes,
             proxy_check_url: config.proxy_check_url.clone(),
             region: config.region.clone(),
+            chrome_web_store: Arc::new(ChromeWebStore::new(
+                config.chrome_web_store_url.clone(),
+                config.max_extension_bytes,
+            )?),
         },
     );
     // Tests and scripts read this line to learn the chosen port.

@@ -42,11 +42,6 @@ def test_library_upload_list_download_delete(control_plane, client):
     metadata = (client.get("/extensions/lib-first/metadata", cast_to=object) if SEED_ERA
                 else client.extensions.get("lib-first").to_dict(mode="json"))
     assert metadata["id"] == one.id and metadata["checksum"] == hashlib.sha256(first).hexdigest()
-    # The Chrome Web Store route is not taken for an extension's name: it says what it is.
-    store = httpx.get(f"{control_plane.base_url}/extensions/from_chrome_store",
-                      params={"url": "https://chromewebstore.google.com/detail/x/abcdefghijklmnopabcdefghijklmnop"},
-                      headers={"Authorization": f"Bearer {control_plane.api_key}"})
-    assert store.status_code == 404 and "not supported by this server" in store.json()["message"]
 
     # Another organization sees none of it, by id or by name, even with the same name.
     other = Kernel(api_key=control_plane.create_api_key("org-ext-b"), base_url=control_plane.base_url,

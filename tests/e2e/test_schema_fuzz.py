@@ -11,7 +11,9 @@ reproduces.
 
 from __future__ import annotations
 
+import http.server
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -30,11 +32,30 @@ pytestmark = pytest.mark.skipif(not SEED_ERA, reason="fuzzed once, in the seed-e
 
 
 @pytest.fixture(scope="module")
-def control_plane(tmp_path_factory):
+def empty_store():
+    """A Chrome Web Store that has no extensions (this machine reaches no real one, and a
+    store that cannot be reached is a 502, which the fuzzer counts as a server error)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory, empty_store):
     # Valid requests start real browsers and pools: a small allowance keeps the run light
     # (beyond it the answers are 429 and 409, which the document lists).
     yield from control_plane_for_module(
-        tmp_path_factory, extra_args=["--max-live-browsers", "2", "--max-pooled-browsers", "2"])
+        tmp_path_factory, extra_args=["--max-live-browsers", "2", "--max-pooled-browsers", "2",
+                                      "--chrome-web-store-url", empty_store])
 
 
 def test_every_operation_answers_as_its_schema_says(control_plane, tmp_path):

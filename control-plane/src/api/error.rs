@@ -70,6 +70,9 @@ pub enum ApiError {
     },
     #[error("{0}")]
     AgentUnavailable(String),
+    /// A service this server relies on (the Chrome Web Store) failed.
+    #[error("{0}")]
+    BadGateway(String),
     #[error("{0}")]
     Timeout(String),
     #[error(transparent)]
@@ -122,6 +125,7 @@ impl ApiError {
                 retry_after,
             },
             Self::AgentUnavailable(m) => Self::AgentUnavailable(with(m)),
+            Self::BadGateway(m) => Self::BadGateway(with(m)),
             Self::Timeout(m) => Self::Timeout(with(m)),
             Self::Internal(error) => Self::Internal(error),
         }
@@ -161,6 +165,7 @@ impl ApiError {
                 (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
             }
             Self::AgentUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "agent_unavailable"),
+            Self::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }

@@ -169,6 +169,18 @@ pub async fn upload(
     if let Some(problem) = name.as_deref().and_then(|name| name_problem("name", name)) {
         return Err(ApiError::invalid_field(problem));
     }
+    let record = store_archive(org, name, temporary, size).await?;
+    Ok(Json(record.into()))
+}
+
+/// Checks that `temporary` (an archive of `size` bytes) is an extension, then stores it
+/// in the organization's library under `name`.
+pub(super) async fn store_archive(
+    org: Org,
+    name: Option<String>,
+    temporary: tempfile::NamedTempFile,
+    size: u64,
+) -> Result<ExtensionRecord, ApiError> {
     let readable = temporary
         .reopen()
         .map_err(|error| ApiError::Internal(error.into()))?;
@@ -206,10 +218,9 @@ pub async fn upload(
         }
         Ok(record)
     });
-    let record = stored
+    stored
         .await
-        .map_err(|error| ApiError::Internal(error.into()))??;
-    Ok(Json(record.into()))
+        .map_err(|error| ApiError::Internal(error.into()))?
 }
 
 /// The organization's extensions, oldest first (seed 4.12), paged with `limit`/`offset`.
@@ -264,19 +275,6 @@ async fn open_archive(
             std::io::ErrorKind::NotFound => ApiError::not_found("extension", id_or_name),
             _ => ApiError::Internal(error.into()),
         })
-}
-
-/// `extensions.download_from_chrome_store`: not supported by this server, which has no
-/// way to the Chrome Web Store yet. Its own route, so that `from_chrome_store` is never
-/// taken for an extension's name.
-#[utoipa::path(get, path = "/extensions/from_chrome_store", tag = "extensions", security(("bearer" = [])),
-    responses((status = 404, body = ErrorBody)))]
-pub async fn from_chrome_store(_org: Org) -> ApiError {
-    ApiError::NotFound(
-        "GET /extensions/from_chrome_store: downloading from the Chrome Web Store is not \
-         supported by this server; upload the extension's ZIP with POST /extensions"
-            .into(),
-    )
 }
 
 /// An extension's metadata with the SHA-256 of its archive.

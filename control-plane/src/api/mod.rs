@@ -6,6 +6,7 @@ pub mod auth_connections;
 pub mod browser_view;
 pub mod browsers;
 pub mod cdp;
+pub mod chrome_store;
 pub mod computer;
 pub mod error;
 pub mod extensions;
@@ -59,7 +60,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(extensions::list))
         .routes(routes!(extensions::download, extensions::delete))
         .routes(routes!(extensions::metadata))
-        .routes(routes!(extensions::from_chrome_store))
+        .routes(routes!(chrome_store::from_chrome_store))
         .routes(routes!(replays::start, replays::list))
         .routes(routes!(replays::stop))
         .routes(routes!(replays::download))
@@ -274,6 +275,13 @@ mod tests {
                 max_extension_bytes: 1024,
                 proxy_check_url: "http://example.com/".into(),
                 region: "us-east".into(),
+                chrome_web_store: std::sync::Arc::new(
+                    crate::chrome_store::ChromeWebStore::new(
+                        "http://127.0.0.1:9/".parse().expect("url"),
+                        1024,
+                    )
+                    .expect("client"),
+                ),
             },
         ))
     }

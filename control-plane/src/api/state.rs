@@ -21,6 +21,8 @@ pub struct HttpSettings {
     pub proxy_check_url: String,
     /// The region every browser and pool reports (`--region`).
     pub region: String,
+    /// Where `GET /extensions/from_chrome_store` downloads from.
+    pub chrome_web_store: Arc<crate::chrome_store::ChromeWebStore>,
 }
 
 #[derive(Clone)]
