@@ -132,8 +132,7 @@ pub fn extension_id(url_or_id: &str) -> Option<String> {
         return None;
     }
     url.path_segments()?
-        .filter(|segment| !segment.is_empty())
-        .next_back()
+        .rfind(|segment| !segment.is_empty())
         .filter(|segment| is_id(segment))
         .map(str::to_owned)
 }
