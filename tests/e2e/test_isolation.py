@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kernel import BadRequestError, Kernel, RateLimitError
+from kernel import BadRequestError, ConflictError, Kernel, PermissionDeniedError, RateLimitError
 
 from conftest import TEST_PAGE_TITLE
 from harness import CONTROL_PLANE, ControlPlane, read_page, session_processes
@@ -173,7 +173,8 @@ def test_an_organization_at_its_memory_limit_is_told_when_to_retry(tmp_path):
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "0.0.0.0", "169.254.169.254", "10.0.0.1"])
 def test_custom_proxies_cannot_point_inside_the_host(strict_client, host):
     client = strict_client
-    with pytest.raises(BadRequestError) as refused:
+    # Well-formed, but the operator's egress policy forbids it: 403.
+    with pytest.raises(PermissionDeniedError) as refused:
         client.proxies.create(type="custom", config={"host": host, "port": 3128})
     assert "--egress-allow" in str(refused.value)
     assert host not in [getattr(proxy.config, "host", None) for proxy in client.proxies.list()]
@@ -185,7 +186,8 @@ def test_a_proxy_name_is_judged_by_what_it_resolves_to_when_used(client):
     public = client.proxies.create(type="custom", config={"host": "203.0.113.10", "port": 3128})
     assert public.id
     unresolved = client.proxies.create(type="custom", config={"host": "proxy.example.invalid", "port": 3128})
-    with pytest.raises(BadRequestError) as refused:
+    # The proxy exists but cannot be used now: a conflict with its state.
+    with pytest.raises(ConflictError) as refused:
         client.browsers.create(headless=True, proxy_id=unresolved.id)
     assert "does not resolve" in str(refused.value)
     checked = client.proxies.check(unresolved.id)
