@@ -6,7 +6,6 @@
 use axum::body::Body;
 use axum::response::Response;
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
 use utoipa::IntoParams;
 
 use super::error::{ApiError, ErrorBody};
@@ -72,15 +71,7 @@ pub async fn from_chrome_store(
             .blobs
             .incoming()
             .map_err(|error| ApiError::Internal(error.into()))?;
-        let mut out = tokio::fs::File::from_std(
-            temporary
-                .reopen()
-                .map_err(|error| ApiError::Internal(error.into()))?,
-        );
-        out.write_all(&zip)
-            .await
-            .map_err(|error| ApiError::Internal(error.into()))?;
-        out.flush()
+        tokio::fs::write(temporary.path(), &zip)
             .await
             .map_err(|error| ApiError::Internal(error.into()))?;
         let stored =

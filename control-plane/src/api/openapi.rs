@@ -361,20 +361,16 @@ fn string_schema(nullable: bool, description: &str) -> ObjectBuilder {
 
 /// A name people give a profile or proxy: 1 to 255 characters, no control characters.
 pub fn display_name() -> Object {
-    string_schema(
-        false,
-        "1 to 255 characters without control characters; unique in the organization.",
-    )
-    .min_length(Some(1))
-    .max_length(Some(255))
-    .pattern(Some(format!("^{NO_CONTROLS}*$")))
-    .build()
+    display_name_schema(false)
 }
 
-/// `display_name`, or `null` for none.
 pub fn optional_display_name() -> Object {
+    display_name_schema(true)
+}
+
+fn display_name_schema(nullable: bool) -> Object {
     string_schema(
-        true,
+        nullable,
         "1 to 255 characters without control characters; unique in the organization.",
     )
     .min_length(Some(1))
@@ -486,11 +482,16 @@ pub fn host_and_port() -> Object {
     .build()
 }
 
+/// An http or https URL (unanchored).
+fn url_pattern() -> String {
+    format!("https?://{HOST}(?:[/?#][!-~]*)?")
+}
+
 /// An http or https URL of at most 8 KiB.
 pub fn http_url() -> Object {
     string_schema(true, "An http or https URL, at most 8192 characters.")
         .max_length(Some(8192))
-        .pattern(Some(format!("^https?://{HOST}(?:[/?#][!-~]*)?$")))
+        .pattern(Some(format!("^{}$", url_pattern())))
         .build()
 }
 
@@ -498,7 +499,7 @@ pub fn http_url() -> Object {
 pub fn new_start_url() -> Object {
     string_schema(true, "An http or https URL, at most 8192 characters, opened once the rest is applied; `\"\"` leaves the page as it is.")
         .max_length(Some(8192))
-        .pattern(Some(format!("^$|^https?://{HOST}(?:[/?#][!-~]*)?$")))
+        .pattern(Some(format!("^$|^{}$", url_pattern())))
         .build()
 }
 
