@@ -20,6 +20,8 @@ use crate::chrome_store::{FetchError, extension_id};
 pub struct FromChromeStoreQuery {
     /// The extension's Chrome Web Store URL
     /// (`https://chromewebstore.google.com/detail/<name>/<id>`) or its 32-letter id.
+    // The host part is `openapi::HOST` spelled out (the attribute takes a literal only);
+    // a test in `openapi` keeps the two equal.
     #[param(
         pattern = r#"^[a-p]{32}$|^https?://(?:(?:[A-Za-z0-9-]+\.)*[A-Za-z][A-Za-z0-9-]*|(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]))(?::[0-9]{1,4})?(?:/[!"$-.0-9:->@-~]*)*/[a-p]{32}/?(?:[?#][!-~]*)?$"#
     )]

@@ -567,4 +567,20 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn the_store_url_pattern_spells_the_host_pattern() {
+        let json = document();
+        let url = json["paths"]["/extensions/from_chrome_store"]["get"]["parameters"]
+            .as_array()
+            .expect("parameters")
+            .iter()
+            .find(|parameter| parameter["name"] == "url")
+            .expect("url parameter");
+        let pattern = url["schema"]["pattern"].as_str().expect("pattern");
+        assert!(
+            pattern.contains(&format!("^https?://{HOST}(?:/")),
+            "{pattern}"
+        );
+    }
 }
