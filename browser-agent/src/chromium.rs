@@ -23,8 +23,8 @@ pub struct LaunchConfig {
     pub user_data_dir: PathBuf,
     /// `None` for headless browsers.
     pub display: Option<String>,
-    pub width: u32,
-    pub height: u32,
+    /// Chromium's window fills it, at whatever size it has when Chromium starts.
+    pub screen: std::sync::Arc<crate::screen::Screen>,
     pub kiosk: bool,
     pub stealth: bool,
     /// IANA timezone (`TZ`) of Chromium and its pages.
@@ -146,6 +146,24 @@ async fn seed_profile(config: &LaunchConfig) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || crate::profile::seed(&archive, &dir)).await?
 }
 
+/// How long a started Chromium may take to map its window.
+const WINDOW_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Makes a new Chromium's window fill the screen exactly (see `Screen::fit_new_windows`)
+/// before anyone is told it is ready.
+async fn fit_windows(config: &LaunchConfig) {
+    let screen = config.screen.clone();
+    let started = std::time::Instant::now();
+    let fitted = tokio::task::spawn_blocking(move || screen.fit_new_windows(WINDOW_PATIENCE)).await;
+    match fitted {
+        Ok(Ok(())) => {
+            tracing::debug!(waited = ?started.elapsed(), "Chromium's window fills the screen")
+        }
+        Ok(Err(error)) => tracing::warn!(%error, "could not size Chromium's window"),
+        Err(error) => tracing::warn!(%error, "the window sizing task failed"),
+    }
+}
+
 /// A version of the extension set and its directories of unpacked extensions.
 pub type ExtensionSet = (u64, Vec<PathBuf>);
 
@@ -219,7 +237,10 @@ pub async fn supervise(
                     ready = tokio::time::timeout(READY_TIMEOUT, wait_until_ready(&mut chromium)) => ready,
                 };
                 match ready {
-                    Ok(Ok(devtools)) => Ok((chromium, devtools)),
+                    Ok(Ok(devtools)) => {
+                        fit_windows(&config).await;
+                        Ok((chromium, devtools))
+                    }
                     outcome => {
                         chromium.terminate(Duration::from_millis(500)).await;
                         Err(match outcome {
@@ -364,7 +385,10 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
         "--password-store=basic".to_owned(),
         // Without a window manager Chromium opens at +10+10 with its own size.
         "--window-position=0,0".to_owned(),
-        format!("--window-size={},{}", config.width, config.height),
+        {
+            let (width, height) = config.screen.size();
+            format!("--window-size={width},{height}")
+        },
     ];
     if running_as_root() {
         // Root cannot use the sandbox; --test-type hides the warning bar that would
@@ -627,8 +651,7 @@ mod tests {
             vm_root: "/tmp".into(),
             user_data_dir: "/tmp/x".into(),
             display: Some(":5".into()),
-            width: 1280,
-            height: 800,
+            screen: std::sync::Arc::new(crate::screen::Screen::new(None, (1280, 800), (1280, 800))),
             kiosk: false,
             stealth: false,
             timezone: None,

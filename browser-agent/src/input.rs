@@ -89,12 +89,14 @@ type Request = (Action, oneshot::Sender<Result<(i32, i32), InputError>>);
 #[derive(Clone)]
 pub struct Input {
     sender: std::sync::mpsc::Sender<Request>,
-    width: u32,
-    height: u32,
+    screen: std::sync::Arc<crate::screen::Screen>,
 }
 
 impl Input {
-    pub fn start(display: &str, width: u32, height: u32) -> std::io::Result<Self> {
+    pub fn start(
+        display: &str,
+        screen: std::sync::Arc<crate::screen::Screen>,
+    ) -> std::io::Result<Self> {
         let (sender, receiver) = std::sync::mpsc::channel::<Request>();
         let display = display.to_owned();
         thread::Builder::new().name("input".into()).spawn(move || {
@@ -122,11 +124,7 @@ impl Input {
                 let _ = reply.send(outcome);
             }
         })?;
-        Ok(Self {
-            sender,
-            width,
-            height,
-        })
+        Ok(Self { sender, screen })
     }
 
     /// Runs one action; `Action::Position` answers the pointer position, others (0, 0).
@@ -152,11 +150,11 @@ impl Input {
             | Action::Position
             | Action::Sleep { .. } => vec![],
         };
+        let (width, height) = self.screen.size();
         for (x, y) in points {
-            if x < 0 || y < 0 || x as u32 >= self.width || y as u32 >= self.height {
+            if x < 0 || y < 0 || x as u32 >= width || y as u32 >= height {
                 return Err(InputError::Invalid(format!(
-                    "({x}, {y}) is outside the {}x{} screen",
-                    self.width, self.height
+                    "({x}, {y}) is outside the {width}x{height} screen"
                 )));
             }
         }

@@ -19,6 +19,7 @@ mod process;
 mod profile;
 mod proxy;
 mod recording;
+mod screen;
 mod service;
 mod upload;
 
@@ -62,6 +63,12 @@ struct Args {
     width: u32,
     #[arg(long, default_value_t = 1080)]
     height: u32,
+    /// The largest screen the browser can be resized to while it runs: Xvfb keeps a
+    /// framebuffer of max(width, this) x max(height, --max-height) for its whole life.
+    #[arg(long, default_value_t = 0)]
+    max_width: u32,
+    #[arg(long, default_value_t = 0)]
+    max_height: u32,
     /// Run Chromium with --headless=new and no X display.
     #[arg(long)]
     headless: bool,
@@ -151,6 +158,10 @@ fn main() -> anyhow::Result<()> {
         (1..=MAX_SCREEN_SIDE).contains(&args.width) && (1..=MAX_SCREEN_SIDE).contains(&args.height),
         "screen size must be between 1 and {MAX_SCREEN_SIDE} on each side"
     );
+    let screen_limit = (
+        args.width.max(args.max_width.min(MAX_SCREEN_SIDE)),
+        args.height.max(args.max_height.min(MAX_SCREEN_SIDE)),
+    );
     std::fs::create_dir_all(&args.vm_root)
         .with_context(|| format!("creating {}", args.vm_root.display()))?;
     // Before anything is started: everything started inherits it. Outside a user
@@ -169,7 +180,7 @@ fn main() -> anyhow::Result<()> {
     let display = if args.headless {
         None
     } else {
-        let display = display::Display::start(&args.xvfb_path, args.width, args.height)?;
+        let display = display::Display::start(&args.xvfb_path, screen_limit.0, screen_limit.1)?;
         // SAFETY: no other thread exists yet (the async runtime is built below).
         unsafe {
             std::env::set_var("DISPLAY", &display.name);
@@ -179,10 +190,27 @@ fn main() -> anyhow::Result<()> {
         }
         Some(display)
     };
+    let screen = match &display {
+        Some(display) => {
+            let screen =
+                screen::Screen::new(Some(display.name.clone()), screen_limit, screen_limit);
+            if screen_limit != (args.width, args.height) {
+                // Down to the size asked for, within the larger framebuffer.
+                screen
+                    .resize(args.width, args.height)
+                    .context("sizing the screen")?;
+            }
+            screen
+        }
+        None => {
+            let size = (args.width, args.height);
+            screen::Screen::new(None, size, size)
+        }
+    };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(serve(args, display))
+        .block_on(serve(args, display, std::sync::Arc::new(screen)))
 }
 
 /// Where the gRPC server listens.
@@ -226,7 +254,11 @@ impl Listener {
     }
 }
 
-async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<()> {
+async fn serve(
+    args: Args,
+    display: Option<display::Display>,
+    screen: std::sync::Arc<screen::Screen>,
+) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let authenticator = auth::Authenticator::new(&args.secret);
     let (state_tx, state_rx) = watch::channel(BrowserState::initial());
@@ -293,8 +325,7 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
             vm_root: args.vm_root.clone(),
             user_data_dir: args.vm_root.join(chromium::USER_DATA_DIR),
             display: display_name.clone(),
-            width: args.width,
-            height: args.height,
+            screen: screen.clone(),
             kiosk: args.kiosk,
             stealth: args.stealth,
             timezone: args.timezone.clone(),
@@ -335,13 +366,12 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
     std::fs::create_dir_all(&scratch_dir)
         .with_context(|| format!("creating {}", scratch_dir.display()))?;
     let input = match &display_name {
-        Some(name) => Some(input::Input::start(name, args.width, args.height)?),
+        Some(name) => Some(input::Input::start(name, screen.clone())?),
         None => None,
     };
     let recordings = std::sync::Arc::new(recording::Recordings::new(
         display_name.clone(),
-        args.width,
-        args.height,
+        screen.clone(),
         args.recordings_dir
             .clone()
             .unwrap_or_else(|| scratch_dir.join("recordings")),
@@ -360,8 +390,7 @@ async fn serve(args: Args, display: Option<display::Display>) -> anyhow::Result<
         extensions,
         scratch_dir,
         display: display_name,
-        width: args.width,
-        height: args.height,
+        screen,
         vm_root: args.vm_root.clone(),
         browser: state_rx,
         shutdown: shutdown.clone(),

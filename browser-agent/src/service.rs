@@ -11,10 +11,11 @@ use browser_agent_proto::v1::{
     CursorVisibility, DataChunk, DeletePathRequest, DevtoolsState, DragMouseRequest, Empty,
     ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FileList,
     LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
-    PressKeysRequest, RecordingRequest, RecordingState, ScreenshotRequest, ScreenshotResponse,
-    ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, StartRecordingRequest,
-    StatusRequest, StatusResponse, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk,
-    cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
+    PressKeysRequest, RecordingRequest, RecordingState, ScreenSize, ScreenshotRequest,
+    ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse,
+    StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest, WatchEvent,
+    WatchRequest, WriteFileChunk, cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk,
+    write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -35,6 +36,7 @@ use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{Action, Input, InputError};
 use crate::recording::{Progress, RecordingError, RecordingInfo, Recordings};
+use crate::screen::{Screen, ScreenError};
 use crate::upload::{Part, spool};
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -45,8 +47,7 @@ pub struct AgentService {
     /// The display's clipboard and pointer; `None` for headless browsers.
     pub desktop: Option<Arc<Desktop>>,
     pub display: Option<String>,
-    pub width: u32,
-    pub height: u32,
+    pub screen: Arc<Screen>,
     pub vm_root: PathBuf,
     pub browser: watch::Receiver<BrowserState>,
     pub shutdown: CancellationToken,
@@ -60,6 +61,15 @@ pub struct AgentService {
     pub resets: watch::Sender<u64>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
+}
+
+impl From<ScreenError> for Status {
+    fn from(error: ScreenError) -> Self {
+        match error {
+            ScreenError::Invalid(message) => Status::invalid_argument(message),
+            ScreenError::Failed(message) => Status::internal(message),
+        }
+    }
 }
 
 impl From<RecordingError> for Status {
@@ -229,8 +239,8 @@ impl AgentService {
     fn status_of(&self, state: &BrowserState) -> StatusResponse {
         StatusResponse {
             display: self.display.clone().unwrap_or_default(),
-            screen_width: self.width,
-            screen_height: self.height,
+            screen_width: self.screen.size().0,
+            screen_height: self.screen.size().1,
             headless: self.display.is_none(),
             chromium_pid: state.pid,
             devtools_state: state.devtools as i32,
@@ -585,6 +595,17 @@ impl BrowserAgent for AgentService {
         Ok(Response::new(Empty {}))
     }
 
+    async fn resize_screen(&self, request: Request<ScreenSize>) -> Result<Response<Empty>, Status> {
+        let ScreenSize { width, height } = request.into_inner();
+        let (screen, recordings) = (self.screen.clone(), self.recordings.clone());
+        tokio::task::spawn_blocking(move || {
+            recordings.while_none_capture(|| screen.resize(width, height))
+        })
+        .await
+        .map_err(|error| Status::internal(format!("resize task failed: {error}")))???;
+        Ok(Response::new(Empty {}))
+    }
+
     async fn screenshot(
         &self,
         request: Request<ScreenshotRequest>,
@@ -594,7 +615,7 @@ impl BrowserAgent for AgentService {
             .into_inner()
             .region
             .map(|r| (r.x, r.y, r.width, r.height));
-        let screen = (self.width, self.height);
+        let screen = self.screen.size();
         let png = tokio::task::spawn_blocking(move || capture::screenshot(region, screen))
             .await
             .map_err(|error| Status::internal(format!("capture task failed: {error}")))??;

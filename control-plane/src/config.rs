@@ -91,6 +91,16 @@ pub struct ServeConfig {
     /// beyond: a zip bomb).
     #[arg(long, env = "CONTROL_PLANE_ZIP_MAX_RATIO", default_value_t = 200)]
     pub zip_max_ratio: u64,
+    /// Largest viewport (`WIDTHxHEIGHT`) a running browser can be resized to with PATCH
+    /// `/browsers/{id}` (a browser created larger can always return to its own size).
+    /// Each headful browser's X server keeps a framebuffer of this size for its life:
+    /// about 8 MiB at 1920x1080.
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_MAX_RESIZED_VIEWPORT",
+        default_value = "1920x1080"
+    )]
+    pub max_resized_viewport: ScreenSize,
     /// JSON file mapping proxy types (datacenter, isp, residential, mobile) and optionally
     /// countries to upstream proxy URLs: `{"datacenter": {"default": "http://u:p@host:port"}}`.
     /// Types it does not name are refused; `custom` proxies always work.
@@ -160,4 +170,50 @@ pub enum Isolation {
     Sandbox,
     /// Unsafe: for development only.
     None,
+}
+
+/// A screen size written `WIDTHxHEIGHT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScreenSize {
+    pub width: u32,
+    pub height: u32,
+}
+
+impl std::str::FromStr for ScreenSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let side = |side: Option<&str>| {
+            side.and_then(|side| side.trim().parse::<u32>().ok())
+                .filter(|side| (1..=7680).contains(side))
+        };
+        let mut sides = text.split(['x', 'X']);
+        match (side(sides.next()), side(sides.next()), sides.next()) {
+            (Some(width), Some(height), None) => Ok(Self { width, height }),
+            _ => Err(format!(
+                "{text:?} is not WIDTHxHEIGHT with sides between 1 and 7680"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ScreenSize;
+
+    #[test]
+    fn screen_sizes_read_as_width_x_height() {
+        assert_eq!(
+            "1920x1080".parse(),
+            Ok(ScreenSize {
+                width: 1920,
+                height: 1080
+            })
+        );
+        for wrong in [
+            "1920", "1920x", "x1080", "0x10", "10x10x10", "8000x100", "axb",
+        ] {
+            assert!(wrong.parse::<ScreenSize>().is_err(), "{wrong}");
+        }
+    }
 }

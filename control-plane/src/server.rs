@@ -87,6 +87,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         chromium: config.chromium.clone(),
         xvfb: config.xvfb.clone(),
         ffmpeg: config.ffmpeg.clone(),
+        max_resized_viewport: config.max_resized_viewport,
         agent_idle_grace,
         zip_limits: ZipLimits {
             max_entries: config.zip_max_entries,

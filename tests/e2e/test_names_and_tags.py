@@ -190,8 +190,8 @@ def test_bad_labels_and_unsupported_fields_are_named(client, control_plane):
     refused(lambda: create(proxy={"mode": "sideways"}), "proxy.mode must be direct or default")
     created = client.browsers.create(headless=True, **fields(name="bad-input"))
     try:
-        refused(lambda: update_browser(client, "bad-input", viewport={"width": 800, "height": 600}),
-                "viewport is not supported by this server")
+        refused(lambda: update_browser(client, "bad-input", telemetry={"enabled": True}),
+                "telemetry is not supported by this server")
         refused(lambda: update_browser(client, "bad-input", name="a\nb"), "control characters")
         refused(lambda: update_browser(client, "bad-input", start_url="javascript:alert(1)"), "start_url")
         other = client.browsers.create(headless=True, **fields(name="bad-input-2"))

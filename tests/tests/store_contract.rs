@@ -213,6 +213,26 @@ async fn contract(store: Arc<dyn Store>) {
     assert_eq!(read.vm_settings, settings);
     assert_eq!(read.name.as_deref(), Some("checkout"));
     assert_eq!(read.proxy_id.as_deref(), Some("proxy-1"));
+    assert!(
+        store
+            .set_session_viewport("s1", 1024, 768, Some(30))
+            .await
+            .expect("set viewport")
+    );
+    let read = store
+        .session(&a.id, "s1")
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!(
+        (
+            read.viewport_width,
+            read.viewport_height,
+            read.viewport_refresh_rate
+        ),
+        (1024, 768, Some(30))
+    );
+    assert_eq!(read.vm_settings, settings, "the viewport alone changed");
 
     // A live session's name addresses it in its organization only, and is unique there.
     let by_name = store.session(&a.id, "checkout").await.expect("get by name");
@@ -278,6 +298,12 @@ async fn contract(store: Arc<dyn Store>) {
             .set_session_settings("s1", None, None, &VmSettings::default())
             .await
             .expect("settings after end")
+    );
+    assert!(
+        !store
+            .set_session_viewport("s1", 800, 600, None)
+            .await
+            .expect("viewport after end")
     );
     // An ended session's name is free again, and no longer finds it.
     assert!(

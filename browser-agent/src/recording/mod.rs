@@ -106,8 +106,9 @@ impl Recording {
 pub struct Recordings {
     /// `None` for headless browsers.
     display: Option<String>,
-    width: u32,
-    height: u32,
+    /// A recording keeps the size the screen had when it started; the screen changes
+    /// size only while none is capturing (`while_none_capture`).
+    screen: Arc<crate::screen::Screen>,
     dir: PathBuf,
     ffmpeg: String,
     recordings: Mutex<HashMap<String, Arc<Recording>>>,
@@ -129,15 +130,13 @@ struct Job {
 impl Recordings {
     pub fn new(
         display: Option<String>,
-        width: u32,
-        height: u32,
+        screen: Arc<crate::screen::Screen>,
         dir: PathBuf,
         ffmpeg: String,
     ) -> Self {
         Self {
             display,
-            width,
-            height,
+            screen,
             dir,
             ffmpeg,
             recordings: Mutex::default(),
@@ -190,7 +189,7 @@ impl Recordings {
             progress: progress_rx,
             started_at: OnceLock::new(),
         });
-        {
+        let (width, height) = {
             let mut recordings = self.lock();
             if recordings.contains_key(id) {
                 return Err(RecordingError::Exists(id.to_owned()));
@@ -203,13 +202,15 @@ impl Recordings {
                 return Err(RecordingError::TooMany);
             }
             recordings.insert(id.to_owned(), recording.clone());
-        }
+            // Read under the lock that resizes take: the size holds while it captures.
+            self.screen.size()
+        };
 
         let job = Job {
             id: id.to_owned(),
             display,
-            width: self.width,
-            height: self.height,
+            width,
+            height,
             framerate,
             max_frames: (max_duration.as_secs_f64() * f64::from(framerate)).ceil() as u64,
             dir: self.dir.clone(),
@@ -236,6 +237,19 @@ impl Recordings {
                 Err(RecordingError::Failed(message))
             }
         }
+    }
+
+    /// Runs `change` (a resize of the screen) while no recording captures, so that none
+    /// sees the screen change size under it; a capturing one is `StillRunning`.
+    pub fn while_none_capture<T>(&self, change: impl FnOnce() -> T) -> Result<T, RecordingError> {
+        let recordings = self.lock();
+        let capturing = recordings
+            .iter()
+            .find(|(_, r)| matches!(*r.progress.borrow(), Progress::Recording));
+        if let Some((id, _)) = capturing {
+            return Err(RecordingError::StillRunning(id.clone()));
+        }
+        Ok(change())
     }
 
     /// Ends the capture (if still running) and waits until the file is final.

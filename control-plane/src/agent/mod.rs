@@ -14,7 +14,7 @@ use browser_agent_proto::v1::{
     CursorVisibility, DataChunk, DeletePathRequest, DragMouseRequest, Empty, ExtensionUploadChunk,
     ExtractZipChunk, ExtractZipResponse, FileInfo, LoadExtensionsResponse, MoveMouseRequest,
     MovePathRequest, PathRequest, Point, PressKeysRequest, RecordingInfo, RecordingRequest,
-    ScreenshotRequest, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
+    ScreenSize, ScreenshotRequest, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
     StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest, WatchEvent,
     WatchRequest, WriteFileChunk, cdp_frame::Kind,
 };
@@ -394,6 +394,13 @@ impl AgentClient {
     pub async fn set_cursor_visibility(&self, hidden: bool) -> Result<(), AgentError> {
         let request = Self::input_request(CursorVisibility { hidden }, Duration::ZERO);
         self.inner.clone().set_cursor_visibility(request).await?;
+        Ok(())
+    }
+
+    /// Resizes the screen and Chromium's windows (headful browsers).
+    pub async fn resize_screen(&self, width: u32, height: u32) -> Result<(), AgentError> {
+        let request = Self::input_request(ScreenSize { width, height }, Duration::ZERO);
+        self.inner.clone().resize_screen(request).await?;
         Ok(())
     }
 

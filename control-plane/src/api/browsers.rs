@@ -18,6 +18,7 @@ use crate::egress::HostAllowlist;
 use crate::sessions::labels::{self, LocationRequest};
 use crate::sessions::{
     BrowserConfig, NetworkConfig, ProfileReference, ResourceReference, SessionUpdate, Viewport,
+    ViewportChange, viewport_problems,
 };
 use crate::store::{SessionFilter, SessionRecord, SessionStatus};
 
@@ -437,9 +438,8 @@ pub struct UpdateBrowserRequest {
     #[schema(schema_with = super::openapi::new_start_url)]
     pub start_url: Option<String>,
     pub network: Option<NetworkUpdate>,
-    /// Not supported by this server (a 400 names it).
-    #[schema(value_type = Option<Object>)]
-    pub viewport: Option<serde_json::Value>,
+    /// A new screen and window size, applied live (headful browsers, not pool browsers).
+    pub viewport: Option<ViewportUpdate>,
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Object>)]
     pub location: Option<serde_json::Value>,
@@ -458,6 +458,24 @@ pub struct UpdateBrowserRequest {
     pub telemetry: Option<serde_json::Value>,
     /// Not supported by this server (a 400 names it).
     pub disable_default_proxy: Option<bool>,
+}
+
+/// The viewport a running browser is resized to: its screen (what recordings and
+/// screenshots show) and Chromium's window. A browser can grow up to the larger of its
+/// size at creation and the server's `--max-resized-viewport`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ViewportUpdate {
+    #[schema(minimum = 100, maximum = 7680)]
+    pub width: i64,
+    #[schema(minimum = 100, maximum = 7680)]
+    pub height: i64,
+    /// Recorded as the session's refresh rate; unchanged when absent.
+    #[schema(minimum = 1, maximum = 240)]
+    pub refresh_rate: Option<i64>,
+    /// While a recording runs the resize is refused (409) unless this is true: the
+    /// recordings are then stopped and go on at the new size as new replays.
+    pub force: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -485,7 +503,6 @@ impl UpdateBrowserRequest {
     /// The update, or every problem of the request at once.
     fn into_update(self, session: &SessionRecord) -> Result<SessionUpdate, ApiError> {
         let mut problems = unsupported(&[
-            ("viewport", self.viewport.is_some()),
             ("location", self.location.is_some()),
             ("profile", self.profile.is_some()),
             ("telemetry", self.telemetry.is_some()),
@@ -545,6 +562,27 @@ impl UpdateBrowserRequest {
             };
             problems.extend(labels::start_url_problem(url, effective));
         }
+        let viewport = self.viewport.and_then(|viewport| {
+            let mut wrong =
+                viewport_problems(viewport.width, viewport.height, viewport.refresh_rate);
+            if session.headless {
+                wrong.push(
+                    "viewport: changing a headless browser's viewport is not supported by this \
+                     server"
+                        .into(),
+                );
+            }
+            if !wrong.is_empty() {
+                problems.extend(wrong);
+                return None;
+            }
+            Some(ViewportChange {
+                width: viewport.width as u32,
+                height: viewport.height as u32,
+                refresh_rate: viewport.refresh_rate,
+                force: viewport.force.unwrap_or(false),
+            })
+        });
         if !problems.is_empty() {
             return Err(ApiError::invalid_fields(problems));
         }
@@ -553,6 +591,7 @@ impl UpdateBrowserRequest {
             tags,
             allowed_hosts,
             proxy,
+            viewport,
             start_url,
         })
     }

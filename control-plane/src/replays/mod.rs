@@ -216,6 +216,61 @@ impl Replays {
         .await
     }
 
+    /// The session's replays that are recording now.
+    pub async fn recording(&self, session: &SessionRecord) -> ServiceResult<Vec<ReplayRecord>> {
+        let replays = self
+            .store
+            .list_replays(&session.org_id, &session.id)
+            .await?;
+        Ok(replays
+            .into_iter()
+            .filter(|replay| replay.status == ReplayStatus::Recording)
+            .collect())
+    }
+
+    /// Runs `change` (a new screen size) with the session's recordings stopped: each is
+    /// finished as it was, and once the change is made, or has failed, a new replay
+    /// starts with the same frame rate for the rest of its maximum duration, as a
+    /// separate segment. Answers the change's outcome.
+    pub async fn split_around<T>(
+        self: &Arc<Self>,
+        session: &SessionRecord,
+        agent: &AgentClient,
+        change: impl Future<Output = ServiceResult<T>>,
+    ) -> ServiceResult<T> {
+        let mut stopped = Vec::new();
+        let mut failure = None;
+        for replay in self.recording(session).await? {
+            match self
+                .stop(session, Some(agent.clone()), replay.clone())
+                .await
+            {
+                Ok(_) => stopped.push(replay),
+                // Stopped meanwhile by its owner: nothing to start again.
+                Err(ServiceError::Conflict(_)) => {}
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        let outcome = match failure {
+            Some(error) => Err(error),
+            None => change.await,
+        };
+        for replay in stopped {
+            let elapsed = (Utc::now() - replay.started_at).num_seconds();
+            let left = (replay.max_duration_seconds - elapsed).clamp(1, i64::from(u32::MAX));
+            let restarted = self
+                .start(session, agent.clone(), replay.framerate as u32, left as u32)
+                .await;
+            if let Err(error) = restarted {
+                tracing::warn!(replay_id = %replay.id, %error, "could not record the next segment after a resize");
+            }
+        }
+        outcome
+    }
+
     /// Claims a replay for finishing; true for exactly one caller. A recording replay
     /// moves to `stopping` in the store; a `stopping` one qualifies only if no task of
     /// this process is finishing it (a previous process was cut off).

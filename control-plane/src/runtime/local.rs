@@ -44,6 +44,8 @@ pub struct LocalRuntimeConfig {
     pub sandbox: Option<Sandbox>,
     /// What VMs may reach besides public addresses.
     pub egress: EgressPolicy,
+    /// Largest screen a running browser can be resized to (its framebuffer's size).
+    pub max_resized_viewport: crate::config::ScreenSize,
 }
 
 /// Limits on archives extracted by `upload_zip`, enforced by the agent.
@@ -219,6 +221,14 @@ impl LocalRuntime {
         arg("exit-reason-file", &agent_run.join(EXIT_REASON_FILE));
         arg("width", &spec.width.to_string());
         arg("height", &spec.height.to_string());
+        arg(
+            "max-width",
+            &self.config.max_resized_viewport.width.to_string(),
+        );
+        arg(
+            "max-height",
+            &self.config.max_resized_viewport.height.to_string(),
+        );
         arg(
             "idle-grace-seconds",
             &self.config.agent_idle_grace.as_secs().max(1).to_string(),

@@ -17,8 +17,9 @@ use chrono::Utc;
 pub use spec::{
     BrowserConfig, BrowserSpec, DEFAULT_VIEWPORT, HEADFUL_MEMORY, HEADLESS_MEMORY,
     LibraryExtension, MAX_EXTENSIONS, NetworkConfig, ProfileReference, ResourceReference, Viewport,
+    viewport_problems,
 };
-pub use update::SessionUpdate;
+pub use update::{SessionUpdate, ViewportChange};
 
 use crate::agent::{AgentClient, AgentClients};
 use crate::blobs::BlobStore;

@@ -128,6 +128,26 @@ pub struct Viewport {
     pub refresh_rate: Option<i64>,
 }
 
+/// What is wrong with a viewport (on create and on update).
+pub fn viewport_problems(width: i64, height: i64, refresh_rate: Option<i64>) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (field, value) in [("viewport.width", width), ("viewport.height", height)] {
+        if !(MIN_VIEWPORT_SIDE..=MAX_VIEWPORT_SIDE).contains(&value) {
+            problems.push(format!(
+                "{field} must be between {MIN_VIEWPORT_SIDE} and {MAX_VIEWPORT_SIDE}, got {value}"
+            ));
+        }
+    }
+    if let Some(rate) = refresh_rate
+        && !(1..=240).contains(&rate)
+    {
+        problems.push(format!(
+            "viewport.refresh_rate must be between 1 and 240, got {rate}"
+        ));
+    }
+    problems
+}
+
 /// A resource of the organization, by id or by name (exactly one). Its wire shape is
 /// part of the API, hence the schema.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -245,20 +265,7 @@ fn validate(
         Some(viewport) => (viewport.width, viewport.height, viewport.refresh_rate),
         None => (DEFAULT_VIEWPORT.0, DEFAULT_VIEWPORT.1, None),
     };
-    for (field, value) in [("viewport.width", width), ("viewport.height", height)] {
-        if !(MIN_VIEWPORT_SIDE..=MAX_VIEWPORT_SIDE).contains(&value) {
-            problems.push(format!(
-                "{field} must be between {MIN_VIEWPORT_SIDE} and {MAX_VIEWPORT_SIDE}, got {value}"
-            ));
-        }
-    }
-    if let Some(rate) = refresh_rate
-        && !(1..=240).contains(&rate)
-    {
-        problems.push(format!(
-            "viewport.refresh_rate must be between 1 and 240, got {rate}"
-        ));
-    }
+    problems.extend(viewport_problems(width, height, refresh_rate));
     if let Some(id) = persistent_id
         && (id.is_empty() || id.len() > MAX_PERSISTENT_ID_LENGTH)
     {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::Sessions;
+use crate::agent::AgentError;
 use crate::agent::page::Page;
 use crate::egress::HostAllowlist;
 use crate::error::{ServiceError, ServiceResult};
@@ -25,8 +26,22 @@ pub struct SessionUpdate {
     pub allowed_hosts: Option<Option<HostAllowlist>>,
     /// The proxy (id or name) to switch to; `Some(None)` goes direct.
     pub proxy: Option<Option<String>>,
+    /// A new screen and window size, applied live.
+    pub viewport: Option<ViewportChange>,
     /// Opened in the browser's first tab once the rest is applied.
     pub start_url: Option<String>,
+}
+
+/// A validated `viewport` of an update.
+#[derive(Debug)]
+pub struct ViewportChange {
+    pub width: u32,
+    pub height: u32,
+    /// Kept as it was when `None`.
+    pub refresh_rate: Option<i64>,
+    /// Stop running recordings and record the new size as new replays, rather than
+    /// refuse the change while one runs.
+    pub force: bool,
 }
 
 impl Sessions {
@@ -41,6 +56,12 @@ impl Sessions {
         if session.pool_id.is_some() && update.proxy.is_some() {
             return Err(ServiceError::Conflict(
                 "proxy: a pool browser uses its pool's proxy (change the pool's proxy_id)".into(),
+            ));
+        }
+        if session.pool_id.is_some() && update.viewport.is_some() {
+            return Err(ServiceError::Conflict(
+                "viewport: a pool browser has its pool's viewport (change the pool's viewport)"
+                    .into(),
             ));
         }
         // Resolved (the custom proxy's host looked up) before anything changes.
@@ -85,6 +106,22 @@ impl Sessions {
         if let Some(proxy) = &proxy {
             updated.proxy_id = proxy.as_ref().map(|(id, _)| id.clone());
         }
+        // First, as the one change that can still be refused (too large, recording).
+        if let Some(viewport) = &update.viewport {
+            self.resize(session, viewport).await?;
+            updated.viewport_width = i64::from(viewport.width);
+            updated.viewport_height = i64::from(viewport.height);
+            updated.viewport_refresh_rate = viewport.refresh_rate.or(session.viewport_refresh_rate);
+            self.store
+                .set_session_viewport(
+                    &session.id,
+                    updated.viewport_width,
+                    updated.viewport_height,
+                    updated.viewport_refresh_rate,
+                )
+                .await?;
+            self.uncache(&session.id);
+        }
         if updated != *session {
             self.store_settings(&updated).await?;
         }
@@ -101,6 +138,38 @@ impl Sessions {
             self.open_url(&updated, url).await;
         }
         Ok(updated)
+    }
+
+    /// Resizes the browser's screen and window. While a recording runs this is refused,
+    /// unless `force`: the recordings then end and go on as new replays at the new size.
+    async fn resize(
+        &self,
+        session: &SessionRecord,
+        viewport: &ViewportChange,
+    ) -> ServiceResult<()> {
+        let agent = self.agent(session)?;
+        let resize = async {
+            agent
+                .resize_screen(viewport.width, viewport.height)
+                .await
+                .map_err(|error| match error {
+                    AgentError::InvalidArgument(message) => {
+                        ServiceError::invalid(format!("viewport: {message}"))
+                    }
+                    other => other.into(),
+                })
+        };
+        if viewport.force {
+            return self.replays.split_around(session, &agent, resize).await;
+        }
+        if let Some(replay) = self.replays.recording(session).await?.first() {
+            return Err(ServiceError::Conflict(format!(
+                "viewport: replay {} is recording; stop it first, or set viewport.force to \
+                 end it and record the new size as a new replay",
+                replay.id
+            )));
+        }
+        resize.await
     }
 
     /// Runs `change` on the stored record of a live session (not a cached copy) and stores

@@ -392,6 +392,15 @@ pub trait Store: Send + Sync + 'static {
         settings: &VmSettings,
     ) -> StoreResult<bool>;
 
+    /// Records a live session's new viewport; false if it has ended.
+    async fn set_session_viewport(
+        &self,
+        id: &str,
+        width: i64,
+        height: i64,
+        refresh_rate: Option<i64>,
+    ) -> StoreResult<bool>;
+
     /// Fails with `Conflict` when the organization already has an extension of that name.
     async fn insert_extension(&self, extension: &ExtensionRecord) -> StoreResult<()>;
     /// Looks the id up first, then the name: a name that equals another extension's id

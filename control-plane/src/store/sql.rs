@@ -281,6 +281,26 @@ impl Store for SqlStore {
         Ok(changed == 1)
     }
 
+    async fn set_session_viewport(
+        &self,
+        id: &str,
+        width: i64,
+        height: i64,
+        refresh_rate: Option<i64>,
+    ) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE browser_sessions SET viewport_width = $2, viewport_height = $3, \
+                     viewport_refresh_rate = $4 WHERE id = $1 AND status <> 'ended'"
+                ),
+                params![id, width, height, refresh_rate],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
     async fn insert_extension(&self, e: &ExtensionRecord) -> StoreResult<()> {
         self.database
             .execute(
