@@ -54,11 +54,13 @@ pub struct BrowserState {
     pub extensions_version: u64,
     /// How many resets (fresh profile) the running Chromium has behind it.
     pub reset_generation: u64,
+    /// The last `Relaunch` generation the running Chromium was started with.
+    pub relaunch_generation: u64,
 }
 
 impl BrowserState {
     pub fn initial() -> Self {
-        Self::starting(0, String::new(), 0, 0)
+        Self::starting(0, String::new(), 0, 0, 0)
     }
 
     fn starting(
@@ -66,6 +68,7 @@ impl BrowserState {
         last_exit: String,
         extensions_version: u64,
         reset_generation: u64,
+        relaunch_generation: u64,
     ) -> Self {
         Self {
             devtools: DevtoolsState::Starting,
@@ -76,8 +79,35 @@ impl BrowserState {
             last_exit,
             extensions_version,
             reset_generation,
+            relaunch_generation,
         }
     }
+}
+
+/// Launch settings a running browser can change (PATCH `location`, `profile`), each
+/// change applied by a clean restart of Chromium: its cookies and storage are written
+/// first, and the pages it had open again afterwards (or, when a profile is loaded,
+/// the profile's own last session).
+#[derive(Clone, Debug, Default)]
+pub struct Relaunch {
+    /// Bumped by each change.
+    pub generation: u64,
+    pub timezone: Option<String>,
+    pub locale: Option<String>,
+    /// A profile (ZIP of user data) to use in place of the user data in use.
+    pub profile_seed: Option<PathBuf>,
+}
+
+/// What a starting Chromium shows first.
+#[derive(Debug, Default)]
+enum FirstPages {
+    /// Its own choice: a new tab page, or the profile's startup setting.
+    #[default]
+    Default,
+    /// These URLs, each in a tab (the pages of the Chromium it replaces), once it runs.
+    Urls(Vec<String>),
+    /// The tabs of the profile's last session.
+    LastSession,
 }
 
 /// Chromium's user data (the profile), inside the VM root.
@@ -176,10 +206,15 @@ pub async fn supervise(
     config: LaunchConfig,
     mut extensions: watch::Receiver<ExtensionSet>,
     mut resets: watch::Receiver<u64>,
+    mut relaunches: watch::Receiver<Relaunch>,
     mut stop: watch::Receiver<bool>,
     state: watch::Sender<BrowserState>,
     shutdown: CancellationToken,
 ) {
+    let mut config = config;
+    let mut first_pages = FirstPages::Default;
+    let mut loading_profile = false;
+    let mut relaunched = 0;
     let mut restarts = 0;
     let mut failed_starts = 0;
     // The reset generation whose fresh profile is on disk. A reset that arrives while
@@ -194,10 +229,22 @@ pub async fn supervise(
         }
         let (version, loaded) = extensions.borrow_and_update().clone();
         let generation = *resets.borrow_and_update();
-        if wiped_generation != Some(generation) {
+        let relaunch = relaunches.borrow_and_update().clone();
+        if relaunch.generation != relaunched {
+            config.timezone = relaunch.timezone;
+            config.locale = relaunch.locale;
+            if relaunch.profile_seed.is_some() && relaunch.profile_seed != config.profile_seed {
+                config.profile_seed = relaunch.profile_seed;
+                // Unpacked below, in place of the user data in use.
+                loading_profile = true;
+                first_pages = FirstPages::LastSession;
+            }
+            relaunched = relaunch.generation;
+        }
+        if wiped_generation != Some(generation) || loading_profile {
             // A reset is for the browser's next user (a pool's next lessee): the files the
             // previous one wrote go too. The first start keeps what the VM was created with.
-            let cleared = if generation == 0 {
+            let cleared = if generation == 0 || loading_profile {
                 wipe_profile(&config.user_data_dir).await
             } else {
                 wipe_vm_files(&config.vm_root).await
@@ -221,8 +268,10 @@ pub async fn supervise(
                 return;
             }
             wiped_generation = Some(generation);
+            loading_profile = false;
         }
-        let started = match spawn(&config, &loaded) {
+        let first = std::mem::take(&mut first_pages);
+        let started = match spawn(&config, &loaded, matches!(first, FirstPages::LastSession)) {
             Ok(mut chromium) => {
                 state.send_modify(|s| {
                     s.pid = chromium.pid();
@@ -239,6 +288,9 @@ pub async fn supervise(
                 match ready {
                     Ok(Ok(devtools)) => {
                         fit_windows(&config).await;
+                        if let FirstPages::Urls(urls) = &first {
+                            crate::tabs::reopen_pages(devtools.0, urls).await;
+                        }
                         Ok((chromium, devtools))
                     }
                     outcome => {
@@ -261,6 +313,7 @@ pub async fn supervise(
                     s.browser_ws_url = browser_ws_url.clone();
                     s.extensions_version = version;
                     s.reset_generation = generation;
+                    s.relaunch_generation = relaunched;
                 });
                 (chromium, browser_ws_url)
             }
@@ -293,6 +346,20 @@ pub async fn supervise(
                 stopped(&state, &shutdown).await;
                 return;
             }
+            // New settings: a clean exit (cookies and storage written), and the same pages
+            // in the next Chromium unless it loads a profile (which has its own).
+            changed = relaunches.changed() => {
+                if changed.is_err() {
+                    shutdown.cancelled().await;
+                    return;
+                }
+                tracing::info!("restarting Chromium with new settings");
+                let devtools_port = state.borrow().devtools_port;
+                let pages = crate::tabs::open_pages(devtools_port).await;
+                close_cleanly(&mut chromium, &browser_ws_url).await;
+                first_pages = FirstPages::Urls(pages);
+                state.send_replace(BrowserState::starting(restarts, String::new(), version, generation, relaunched));
+            }
             // A deliberate restart, not a crash: the new extension set, or a fresh profile
             // (wiped at the top of the loop, before the next start).
             changed = async {
@@ -304,7 +371,7 @@ pub async fn supervise(
                 let (why, changed) = changed;
                 tracing::info!("restarting Chromium {why}");
                 chromium.terminate(Duration::from_secs(2)).await;
-                state.send_replace(BrowserState::starting(restarts, String::new(), version, generation));
+                state.send_replace(BrowserState::starting(restarts, String::new(), version, generation, relaunched));
                 if changed.is_err() {
                     // A sender is gone only when the agent stops.
                     shutdown.cancelled().await;
@@ -320,7 +387,7 @@ pub async fn supervise(
                 chromium.terminate(Duration::from_millis(200)).await;
                 restarts += 1;
                 tracing::warn!(%reason, restarts, "restarting Chromium");
-                state.send_replace(BrowserState::starting(restarts, reason, version, generation));
+                state.send_replace(BrowserState::starting(restarts, reason, version, generation, relaunched));
             }
         }
     }
@@ -456,7 +523,11 @@ fn confined(vm_root: &Path, extensions: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-fn spawn(config: &LaunchConfig, extensions: &[PathBuf]) -> anyhow::Result<GroupLeader> {
+fn spawn(
+    config: &LaunchConfig,
+    extensions: &[PathBuf],
+    restore_last_session: bool,
+) -> anyhow::Result<GroupLeader> {
     let extensions = confined(&config.vm_root, extensions);
     let extensions = extensions.as_slice();
     std::fs::create_dir_all(&config.user_data_dir)
@@ -464,6 +535,7 @@ fn spawn(config: &LaunchConfig, extensions: &[PathBuf]) -> anyhow::Result<GroupL
     let mut command = std::process::Command::new(&config.chromium_path);
     command
         .args(arguments(config, extensions))
+        .args(restore_last_session.then_some("--restore-last-session"))
         .env_remove("WAYLAND_DISPLAY")
         // The agent's own secrets are not Chromium's business.
         .env_remove("BROWSER_AGENT_SECRET")

@@ -21,6 +21,7 @@ mod proxy;
 mod recording;
 mod screen;
 mod service;
+mod tabs;
 mod upload;
 
 use std::net::SocketAddr;
@@ -318,6 +319,12 @@ async fn serve(
     };
     let (resets, resets_rx) = watch::channel(0u64);
     let (stop_chromium, stop_chromium_rx) = watch::channel(false);
+    let (relaunches, relaunches_rx) = watch::channel(chromium::Relaunch {
+        generation: 0,
+        timezone: args.timezone.clone(),
+        locale: args.locale.clone(),
+        profile_seed: args.profile_archive.clone(),
+    });
     let supervisor = {
         let config = LaunchConfig {
             proxy,
@@ -336,6 +343,7 @@ async fn serve(
             config,
             extension_set,
             resets_rx,
+            relaunches_rx,
             stop_chromium_rx,
             state_tx,
             shutdown.clone(),
@@ -383,6 +391,7 @@ async fn serve(
             .map(|_| std::sync::Arc::new(desktop::Desktop::default())),
         recordings,
         resets,
+        relaunches,
         stop_chromium,
         input,
         fs: api_fs,

@@ -33,6 +33,19 @@ const LEFT_OUT: &[&str] = &[
     "DevToolsActivePort",
 ];
 
+/// Whether an archive can be unpacked by `seed`: a readable ZIP whose every entry stays
+/// inside its directory.
+pub fn check(archive: &Path) -> anyhow::Result<()> {
+    let mut zip = zip::ZipArchive::new(File::open(archive)?)?;
+    for index in 0..zip.len() {
+        let entry = zip.by_index(index)?;
+        if entry.enclosed_name().is_none() {
+            anyhow::bail!("entry {:?} leaves its directory", entry.name());
+        }
+    }
+    Ok(())
+}
+
 /// Unpacks a stored profile into an empty user-data directory. The archive comes from
 /// our own export; `enclosed_name` still keeps every entry inside `dir`.
 pub fn seed(archive: &Path, dir: &Path) -> anyhow::Result<()> {

@@ -233,6 +233,29 @@ async fn contract(store: Arc<dyn Store>) {
         (1024, 768, Some(30))
     );
     assert_eq!(read.vm_settings, settings, "the viewport alone changed");
+    let profile = control_plane::store::SessionProfile {
+        id: "pro_1".into(),
+        save_changes: true,
+    };
+    assert!(
+        store
+            .set_session_profile("s1", &profile)
+            .await
+            .expect("set profile")
+    );
+    let read = store
+        .session(&a.id, "s1")
+        .await
+        .expect("get")
+        .expect("exists");
+    assert_eq!(read.profile, Some(profile.clone()));
+    assert!(
+        !store
+            .set_session_profile("s1", &profile)
+            .await
+            .expect("set profile again"),
+        "a session keeps the first profile it was given"
+    );
 
     // A live session's name addresses it in its organization only, and is unique there.
     let by_name = store.session(&a.id, "checkout").await.expect("get by name");

@@ -13,10 +13,10 @@ use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
     CursorVisibility, DataChunk, DeletePathRequest, DragMouseRequest, Empty, ExtensionUploadChunk,
     ExtractZipChunk, ExtractZipResponse, FileInfo, LoadExtensionsResponse, MoveMouseRequest,
-    MovePathRequest, PathRequest, Point, PressKeysRequest, RecordingInfo, RecordingRequest,
-    ScreenSize, ScreenshotRequest, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
-    StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest, WatchEvent,
-    WatchRequest, WriteFileChunk, cdp_frame::Kind,
+    MovePathRequest, PathRequest, Point, PressKeysRequest, ProfileChunk, RecordingInfo,
+    RecordingRequest, RelaunchRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
+    SetPermissionsRequest, ShutdownRequest, StartRecordingRequest, StatusRequest, StatusResponse,
+    TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -446,6 +446,53 @@ impl AgentClient {
             .export_profile(request)
             .await?
             .into_inner())
+    }
+
+    /// Restarts Chromium cleanly with another timezone and locale (`None`: the VM's
+    /// default), reopening its pages; answers once it is ready again.
+    pub async fn relaunch(
+        &self,
+        timezone: Option<&str>,
+        locale: Option<&str>,
+    ) -> Result<(), AgentError> {
+        let mut request = tonic::Request::new(RelaunchRequest {
+            timezone: timezone.unwrap_or_default().to_owned(),
+            locale: locale.unwrap_or_default().to_owned(),
+        });
+        request.set_timeout(Duration::from_secs(60));
+        self.inner.clone().relaunch(request).await?;
+        Ok(())
+    }
+
+    /// Loads a stored profile (its ZIP) into a browser that has none: Chromium restarts
+    /// with it. Answers once it is ready again.
+    pub async fn load_profile(&self, archive: tokio::fs::File) -> Result<(), AgentError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use tokio_stream::StreamExt;
+        // A read error ends the stream without `commit`, which changes nothing.
+        let failed = std::sync::Arc::new(AtomicBool::new(false));
+        let read_failed = failed.clone();
+        let chunks = tokio_util::io::ReaderStream::with_capacity(archive, 256 * 1024)
+            .map_while(move |chunk| match chunk {
+                Ok(data) => Some(ProfileChunk {
+                    kind: Some(profile_chunk::Kind::Data(data.to_vec())),
+                }),
+                Err(error) => {
+                    tracing::warn!(%error, "reading a profile archive failed");
+                    read_failed.store(true, Ordering::Relaxed);
+                    None
+                }
+            })
+            .chain(futures::stream::once(async move {
+                ProfileChunk {
+                    kind: (!failed.load(Ordering::Relaxed))
+                        .then_some(profile_chunk::Kind::Commit(Empty {})),
+                }
+            }));
+        let mut request = tonic::Request::new(chunks);
+        request.set_timeout(Duration::from_secs(120));
+        self.inner.clone().load_profile(request).await?;
+        Ok(())
     }
 
     /// Restarts Chromium with a fresh profile; answers once it is ready again.

@@ -16,6 +16,7 @@ use super::org::Org;
 use super::state::AppState;
 use crate::egress::HostAllowlist;
 use crate::sessions::labels::{self, LocationRequest};
+use crate::sessions::update::LocationChange;
 use crate::sessions::{
     BrowserConfig, NetworkConfig, ProfileReference, ResourceReference, SessionUpdate, Viewport,
     ViewportChange, viewport_problems,
@@ -440,9 +441,9 @@ pub struct UpdateBrowserRequest {
     pub network: Option<NetworkUpdate>,
     /// A new screen and window size, applied live (headful browsers, not pool browsers).
     pub viewport: Option<ViewportUpdate>,
-    /// Not supported by this server (a 400 names it).
-    #[schema(value_type = Option<Object>)]
-    pub location: Option<serde_json::Value>,
+    /// A new timezone or locale: Chromium restarts cleanly (cookies and storage kept)
+    /// and reopens its pages, after the other changes; open CDP connections end.
+    pub location: Option<LocationUpdate>,
     /// The proxy to switch to, live: new requests use it at once and open connections
     /// through the old route are closed. `mode` `direct` or `default` goes direct.
     pub proxy: Option<ProxySelection>,
@@ -450,14 +451,43 @@ pub struct UpdateBrowserRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
     pub proxy_id: Option<Option<String>>,
-    /// Not supported by this server (a 400 names it).
-    #[schema(value_type = Option<Object>)]
-    pub profile: Option<serde_json::Value>,
+    /// A profile to load into a browser that has none (409 otherwise): Chromium
+    /// restarts with its state and restores its last session; with `save_changes` the
+    /// browser's state is saved into it when the session ends.
+    pub profile: Option<ProfileReference>,
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Object>)]
     pub telemetry: Option<serde_json::Value>,
     /// Not supported by this server (a 400 names it).
     pub disable_default_proxy: Option<bool>,
+}
+
+/// Per field: absent leaves it, a string sets it, `null` returns to the default.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocationUpdate {
+    /// IANA timezone, such as `Europe/Berlin`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub timezone: Option<Option<String>>,
+    /// BCP 47 locale, such as `de-DE`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub locale: Option<Option<String>>,
+}
+
+impl LocationUpdate {
+    /// The change, with every value checked as on create.
+    fn change(self) -> Result<LocationChange, Vec<String>> {
+        let checked = labels::location(&LocationRequest {
+            timezone: self.timezone.clone().flatten(),
+            locale: self.locale.clone().flatten(),
+        })?;
+        Ok(LocationChange {
+            timezone: self.timezone.map(|set| set.and(checked.timezone)),
+            locale: self.locale.map(|set| set.and(checked.locale)),
+        })
+    }
 }
 
 /// The viewport a running browser is resized to: its screen (what recordings and
@@ -503,8 +533,6 @@ impl UpdateBrowserRequest {
     /// The update, or every problem of the request at once.
     fn into_update(self, session: &SessionRecord) -> Result<SessionUpdate, ApiError> {
         let mut problems = unsupported(&[
-            ("location", self.location.is_some()),
-            ("profile", self.profile.is_some()),
             ("telemetry", self.telemetry.is_some()),
             (
                 "disable_default_proxy",
@@ -583,10 +611,29 @@ impl UpdateBrowserRequest {
                 force: viewport.force.unwrap_or(false),
             })
         });
+        let location = self.location.and_then(|location| {
+            location
+                .change()
+                .map_err(|wrong| problems.extend(wrong))
+                .ok()
+        });
+        let profile = self.profile.and_then(|reference| {
+            let by = ResourceReference {
+                id: reference.id,
+                name: reference.name,
+            };
+            let key = by.key().map(str::to_owned);
+            if key.is_none() {
+                problems.push("profile must have exactly one of id or name".into());
+            }
+            key.map(|key| (key, reference.save_changes.unwrap_or(false)))
+        });
         if !problems.is_empty() {
             return Err(ApiError::invalid_fields(problems));
         }
         Ok(SessionUpdate {
+            location,
+            profile,
             name,
             tags,
             allowed_hosts,

@@ -9,7 +9,9 @@ use crate::agent::AgentError;
 use crate::agent::page::Page;
 use crate::egress::HostAllowlist;
 use crate::error::{ServiceError, ServiceResult};
-use crate::store::{PoolLease, SessionRecord, SessionStatus, StoreError};
+use crate::store::{
+    PoolLease, SessionLocation, SessionProfile, SessionRecord, SessionStatus, StoreError,
+};
 
 /// How long opening a start URL may hold the answer. Navigation is best effort, as the
 /// SDK documents: a page that does not load in time does not fail the call.
@@ -28,8 +30,32 @@ pub struct SessionUpdate {
     pub proxy: Option<Option<String>>,
     /// A new screen and window size, applied live.
     pub viewport: Option<ViewportChange>,
+    /// A new timezone or locale (validated), applied by a clean restart of Chromium.
+    pub location: Option<LocationChange>,
+    /// A profile (id or name, and `save_changes`) to load into a browser that has none.
+    pub profile: Option<(String, bool)>,
     /// Opened in the browser's first tab once the rest is applied.
     pub start_url: Option<String>,
+}
+
+/// A validated `location` of an update: per field, `None` leaves it as it is and
+/// `Some(None)` returns it to the default.
+#[derive(Debug, Default)]
+pub struct LocationChange {
+    pub timezone: Option<Option<String>>,
+    pub locale: Option<Option<String>>,
+}
+
+impl LocationChange {
+    /// The location a session has after this change.
+    fn applied_to(&self, current: Option<&SessionLocation>) -> Option<SessionLocation> {
+        let current = current.cloned().unwrap_or_default();
+        let location = SessionLocation {
+            timezone: self.timezone.clone().unwrap_or(current.timezone),
+            locale: self.locale.clone().unwrap_or(current.locale),
+        };
+        (location != SessionLocation::default()).then_some(location)
+    }
 }
 
 /// A validated `viewport` of an update.
@@ -58,12 +84,26 @@ impl Sessions {
                 "proxy: a pool browser uses its pool's proxy (change the pool's proxy_id)".into(),
             ));
         }
-        if session.pool_id.is_some() && update.viewport.is_some() {
-            return Err(ServiceError::Conflict(
-                "viewport: a pool browser has its pool's viewport (change the pool's viewport)"
-                    .into(),
-            ));
+        if session.pool_id.is_some() {
+            // What a pool's reset could not take back stays the pool's.
+            for (field, changed) in [
+                ("viewport", update.viewport.is_some()),
+                ("location", update.location.is_some()),
+                ("profile", update.profile.is_some()),
+            ] {
+                if changed {
+                    return Err(ServiceError::Conflict(format!(
+                        "{field}: a pool browser has its pool's {field} (change the pool)"
+                    )));
+                }
+            }
         }
+        let profile = match &update.profile {
+            Some((key, save_changes)) => {
+                Some(self.profile_to_load(session, key, *save_changes).await?)
+            }
+            None => None,
+        };
         // Resolved (the custom proxy's host looked up) before anything changes.
         let proxy = match &update.proxy {
             Some(Some(key)) => Some(Some(self.resolve_proxy(&session.org_id, key).await?)),
@@ -106,6 +146,10 @@ impl Sessions {
         if let Some(proxy) = &proxy {
             updated.proxy_id = proxy.as_ref().map(|(id, _)| id.clone());
         }
+        if let Some(location) = &update.location {
+            updated.vm_settings.location =
+                location.applied_to(session.vm_settings.location.as_ref());
+        }
         // First, as the one change that can still be refused (too large, recording).
         if let Some(viewport) = &update.viewport {
             self.resize(session, viewport).await?;
@@ -132,12 +176,87 @@ impl Sessions {
             self.runtime
                 .set_upstream(&session.id, proxy.map(|(_, route)| route));
         }
+        // Both restart Chromium; they come last, as the SDK documents, the location
+        // first so that a profile loaded with it starts in it.
+        if updated.vm_settings.location != session.vm_settings.location {
+            let location = updated.vm_settings.location.clone().unwrap_or_default();
+            self.agent(session)?
+                .relaunch(location.timezone.as_deref(), location.locale.as_deref())
+                .await?;
+        }
+        if let Some((profile, archive)) = profile {
+            self.load_profile(session, &profile, archive).await?;
+            updated.profile = Some(profile);
+        }
         // Navigation may take a while; other updates need not wait for it.
         drop(serialized);
         if let Some(url) = &update.start_url {
             self.open_url(&updated, url).await;
         }
         Ok(updated)
+    }
+
+    /// The profile a browser without one is to load, and its stored state (`None` while
+    /// it has none).
+    async fn profile_to_load(
+        &self,
+        session: &SessionRecord,
+        key: &str,
+        save_changes: bool,
+    ) -> ServiceResult<(SessionProfile, Option<std::path::PathBuf>)> {
+        if let Some(loaded) = &session.profile {
+            return Err(ServiceError::Conflict(format!(
+                "profile: this browser already has profile {} loaded",
+                loaded.id
+            )));
+        }
+        let profile = self
+            .store
+            .profile(&session.org_id, key)
+            .await?
+            .ok_or_else(|| {
+                ServiceError::NotFound(format!("profile: no profile {key:?} in this organization"))
+            })?;
+        let archive = self.profiles.launch_archive(&profile);
+        Ok((
+            SessionProfile {
+                id: profile.id,
+                save_changes,
+            },
+            archive,
+        ))
+    }
+
+    /// Loads the profile's state into the browser (Chromium restarts with it) and
+    /// records the profile as the session's, to be saved at its end with
+    /// `save_changes`. A profile without state yet has nothing to load: the browser
+    /// goes on as it is, and its state becomes the profile's.
+    async fn load_profile(
+        &self,
+        session: &SessionRecord,
+        profile: &SessionProfile,
+        archive: Option<std::path::PathBuf>,
+    ) -> ServiceResult<()> {
+        if let Some(archive) = archive {
+            let file = tokio::fs::File::open(&archive).await.map_err(|error| {
+                ServiceError::Internal(anyhow::anyhow!("opening the profile's state: {error}"))
+            })?;
+            self.agent(session)?.load_profile(file).await?;
+        }
+        if !self.store.set_session_profile(&session.id, profile).await? {
+            return Err(ServiceError::Conflict(
+                "profile: this browser ended or was given a profile meanwhile".into(),
+            ));
+        }
+        if let Err(error) = self
+            .store
+            .mark_profile_used(&profile.id, chrono::Utc::now())
+            .await
+        {
+            tracing::warn!(%error, profile_id = %profile.id, "could not record the profile's use");
+        }
+        self.uncache(&session.id);
+        Ok(())
     }
 
     /// Resizes the browser's screen and window. While a recording runs this is refused,

@@ -392,6 +392,10 @@ pub trait Store: Send + Sync + 'static {
         settings: &VmSettings,
     ) -> StoreResult<bool>;
 
+    /// Gives a live session that has no profile this one; false if it has ended or
+    /// already has a profile.
+    async fn set_session_profile(&self, id: &str, profile: &SessionProfile) -> StoreResult<bool>;
+
     /// Records a live session's new viewport; false if it has ended.
     async fn set_session_viewport(
         &self,

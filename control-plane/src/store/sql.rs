@@ -281,6 +281,24 @@ impl Store for SqlStore {
         Ok(changed == 1)
     }
 
+    async fn set_session_profile(
+        &self,
+        id: &str,
+        profile: &super::SessionProfile,
+    ) -> StoreResult<bool> {
+        let changed = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE browser_sessions SET profile_id = $2, profile_save_changes = $3 \
+                     WHERE id = $1 AND status <> 'ended' AND profile_id IS NULL"
+                ),
+                params![id, profile.id, profile.save_changes],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
     async fn set_session_viewport(
         &self,
         id: &str,

@@ -11,11 +11,11 @@ use browser_agent_proto::v1::{
     CursorVisibility, DataChunk, DeletePathRequest, DevtoolsState, DragMouseRequest, Empty,
     ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FileList,
     LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
-    PressKeysRequest, RecordingRequest, RecordingState, ScreenSize, ScreenshotRequest,
-    ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse,
-    StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest, WatchEvent,
-    WatchRequest, WriteFileChunk, cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk,
-    write_file_chunk,
+    PressKeysRequest, ProfileChunk, RecordingRequest, RecordingState, RelaunchRequest, ScreenSize,
+    ScreenshotRequest, ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
+    ShutdownResponse, StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest,
+    WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, extension_upload_chunk,
+    extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -26,10 +26,14 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
+mod browser;
+
+use browser::restarted;
+
 use crate::actions;
 use crate::capture::{self, CaptureError};
 use crate::cdp;
-use crate::chromium::{BrowserState, USER_DATA_DIR};
+use crate::chromium::{BrowserState, Relaunch};
 use crate::desktop::{Desktop, DesktopError};
 use crate::dir_watch;
 use crate::extensions::Extensions;
@@ -59,6 +63,8 @@ pub struct AgentService {
     pub recordings: Arc<Recordings>,
     /// Bumped to restart Chromium with a fresh profile.
     pub resets: watch::Sender<u64>,
+    /// Changed to restart Chromium with other settings.
+    pub relaunches: watch::Sender<Relaunch>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
 }
@@ -148,21 +154,6 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|error| Status::internal(format!("filesystem task failed: {error}")))?
         .map_err(Status::from)
-}
-
-/// Waits until Chromium is ready again in a state `caught_up` accepts, or has failed.
-async fn restarted(
-    mut browser: watch::Receiver<BrowserState>,
-    caught_up: impl Fn(&BrowserState) -> bool,
-    failure: &'static str,
-) -> Result<(), Status> {
-    let restarted = browser.wait_for(|s| {
-        (caught_up(s) && s.devtools == DevtoolsState::Ready) || s.devtools == DevtoolsState::Failed
-    });
-    match tokio::time::timeout(DEFAULT_WAIT, restarted).await {
-        Ok(Ok(state)) if state.devtools == DevtoolsState::Ready => Ok(()),
-        _ => Err(Status::unavailable(failure)),
-    }
 }
 
 /// A failure of the agent's own scratch file, outside the VM root.
@@ -676,42 +667,27 @@ impl BrowserAgent for AgentService {
     }
 
     async fn reset_browser(&self, _: Request<Empty>) -> Result<Response<Empty>, Status> {
-        let mut generation = 0;
-        self.resets.send_modify(|g| {
-            *g += 1;
-            generation = *g;
-        });
-        restarted(
-            self.browser.clone(),
-            |s| s.reset_generation >= generation,
-            "Chromium did not come back with a fresh profile",
-        )
-        .await?;
+        self.reset().await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn relaunch(&self, request: Request<RelaunchRequest>) -> Result<Response<Empty>, Status> {
+        self.relaunch_in(request.into_inner()).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn load_profile(
+        &self,
+        request: Request<Streaming<ProfileChunk>>,
+    ) -> Result<Response<Empty>, Status> {
+        self.load_profile_from(request.into_inner()).await?;
         Ok(Response::new(Empty {}))
     }
 
     type ExportProfileStream = DataStream;
 
     async fn export_profile(&self, _: Request<Empty>) -> Result<Response<DataStream>, Status> {
-        self.stop_chromium.send_replace(true);
-        let mut browser = self.browser.clone();
-        let stopped = browser.wait_for(|s| s.devtools == DevtoolsState::Stopped);
-        // A stop that arrives while Chromium is starting waits for the start, then the
-        // clean exit.
-        match tokio::time::timeout(2 * DEFAULT_WAIT, stopped).await {
-            Ok(Ok(_)) => {}
-            _ => return Err(Status::unavailable("Chromium did not stop in time")),
-        }
-        let (dir, scratch_dir) = (self.vm_root.join(USER_DATA_DIR), self.scratch_dir.clone());
-        let archive = tokio::task::spawn_blocking(move || {
-            let mut archive = crate::profile::export(&dir, tempfile::tempfile_in(&scratch_dir)?)?;
-            archive.rewind()?;
-            anyhow::Ok(archive)
-        })
-        .await
-        .map_err(|error| Status::internal(error.to_string()))?
-        .map_err(|error| Status::internal(format!("exporting the profile failed: {error:#}")))?;
-        Ok(Response::new(stream_file(archive)))
+        Ok(Response::new(self.stop_and_export_profile().await?))
     }
 
     async fn load_extensions(
