@@ -6,11 +6,13 @@ during a flow, control-plane restarts, organizations and bad input."""
 from __future__ import annotations
 
 import http.server
+import re
 import secrets
 import signal
 import threading
 import time
 import urllib.parse
+from datetime import datetime
 
 import httpx
 import kernel
@@ -18,7 +20,7 @@ import pytest
 from kernel import Kernel
 
 from harness import ControlPlane, control_plane_for_module, read_page, session_processes, wait_until
-from sdk import field
+from sdk import SEED_ERA, field
 
 USERNAME = "alice"
 PASSWORD = "correct-horse-battery-staple-7351"
@@ -263,6 +265,78 @@ def test_without_saved_credentials_a_health_check_sets_needs_auth(client, site):
     current = client.auth.connections.retrieve(connection.id)
     assert current.flow_type == "LOGIN"  # no REAUTH flow without saved values
     client.auth.connections.delete(connection.id)
+
+
+def update_connection(client: Kernel, connection_id: str, **given) -> dict:
+    """`auth.connections.update` today; the seed-era SDK has no such method, so it sends
+    `PATCH /auth/connections/{id}` through the client's generic `patch`."""
+    if SEED_ERA:
+        return client.patch(f"/auth/connections/{connection_id}", body=given, cast_to=object)
+    return client.auth.connections.update(connection_id, **given).to_dict(mode="json")
+
+
+def test_patch_changes_settings_and_the_workflow_follows_them(client, control_plane, site):
+    connection = client.auth.connections.create(
+        domain=site.domain, profile_name="patched-auth", login_url=site.login_url)
+    assert field(connection, "auto_reauth") is True and field(connection, "health_checks") is True
+    assert field(connection, "browser")["stealth"] is True
+    log_in(client, connection.id)
+    try:
+        updated = update_connection(client, connection.id, auto_reauth=False, health_check_interval=2,
+                                    allowed_domains=["*.example.org"], browser={"stealth": False})
+        assert updated["auto_reauth"] is False and updated["health_check_interval"] == 2
+        assert updated["allowed_domains"] == ["*.example.org"] and updated["browser"]["stealth"] is False
+        # The next check moved to one new interval from now, not an hour away.
+        next_check = field(client.auth.connections.retrieve(connection.id), "next_health_check_at")
+        next_check = datetime.fromisoformat(re.sub(r"\.\d+", "", next_check).replace("Z", "+00:00"))
+        assert time.time() - 1 < next_check.timestamp() < time.time() + 5
+
+        # Without auto_reauth, an expired session only turns NEEDS_AUTH.
+        logins = site.successful_logins
+        site.expire_sessions()
+        assert wait_until(lambda: client.auth.connections.retrieve(connection.id).status == "NEEDS_AUTH", 30)
+        time.sleep(3)
+        current = client.auth.connections.retrieve(connection.id)
+        assert current.flow_type == "LOGIN" and site.successful_logins == logins
+
+        # With it again, the next check logs in again by itself.
+        update_connection(client, connection.id, auto_reauth=True)
+        assert wait_until(lambda: client.auth.connections.retrieve(connection.id).flow_type == "REAUTH", 30)
+        wait_for_success(client, connection.id)
+        assert site.successful_logins == logins + 1
+
+        # Without health checks nothing is checked any more.
+        stopped = update_connection(client, connection.id, health_checks=False, login_url="")
+        assert stopped["health_checks"] is False and stopped["next_health_check_at"] is None
+        assert stopped.get("login_url") is None
+        site.expire_sessions()
+        time.sleep(4)
+        assert client.auth.connections.retrieve(connection.id).status == "AUTHENTICATED"
+
+        for body, needle in [({"credential": {"name": "vault-item"}}, "credential"),
+                             ({"record_session": True}, "record_session"),
+                             ({"browser": {"region": "eu-west"}}, "browser.region"),
+                             ({"browser": {"telemetry": {"enabled": True}}}, "browser.telemetry is not supported"),
+                             ({"health_check_interval": 1}, "health_check_interval"),
+                             ({"login_url": "ftp://example.com/"}, "login_url"),
+                             ({"allowed_domains": ["bad domain"]}, "allowed_domains[0]"),
+                             ({"browser": {"proxy": {"mode": "direct"}}, "proxy": {"id": "x"}}, "cannot be combined"),
+                             ({"unknown": True}, "unknown")]:
+            with pytest.raises(kernel.BadRequestError) as bad:
+                client.patch(f"/auth/connections/{connection.id}", body=body, cast_to=object)
+            text = bad.value.body["message"] + " ".join(d["message"] for d in bad.value.body.get("details") or [])
+            assert needle in text, (body, bad.value.body)
+        with pytest.raises(kernel.NotFoundError):
+            update_connection(client, connection.id, browser={"proxy": {"name": "no-such-proxy"}})
+        other = Kernel(api_key=control_plane.create_api_key("org-auth-patch"), base_url=control_plane.base_url,
+                       max_retries=0)
+        with pytest.raises(kernel.NotFoundError):
+            update_connection(other, connection.id, auto_reauth=False)
+        # Nothing of the refused changes stuck.
+        current = client.auth.connections.retrieve(connection.id)
+        assert field(current, "auto_reauth") is True and current.health_check_interval == 2
+    finally:
+        client.auth.connections.delete(connection.id)
 
 
 def test_delete_during_a_flow_cancels_it_ends_its_browser_and_stops_the_workflow(client, control_plane, site):

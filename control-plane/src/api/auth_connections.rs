@@ -19,7 +19,11 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, ErrorBody, ErrorDetail, OrNotFound};
+use super::auth_settings::{
+    ConnectionBrowserRequest, allowed_domains_problems, chosen_proxy, interval_problem,
+    settings_problems,
+};
+use super::error::{ApiError, ErrorBody, OrNotFound};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::org::Org;
 use super::replays::escape_html;
@@ -27,8 +31,7 @@ use super::state::AppState;
 use crate::error::ServiceError;
 use crate::ids;
 use crate::managed_auth::{
-    AuthStatus, DEFAULT_HEALTH_CHECK_INTERVAL, Document, FlowStep, FlowType,
-    MAX_HEALTH_CHECK_INTERVAL, state_event,
+    AuthStatus, DEFAULT_HEALTH_CHECK_INTERVAL, Document, FlowStep, FlowType, state_event,
 };
 use crate::profiles::name_problem;
 use crate::sessions::ResourceReference;
@@ -36,7 +39,7 @@ use crate::store::{AuthConnectionRecord, StoreError};
 
 /// Between heartbeats of an events stream.
 const SSE_HEARTBEAT: Duration = Duration::from_secs(5);
-const MAX_ALLOWED_DOMAINS: usize = 50;
+pub(super) const MAX_ALLOWED_DOMAINS: usize = 50;
 const MAX_URL_LENGTH: usize = 2048;
 /// Longest submitted value.
 const MAX_FIELD_VALUE: usize = 4096;
@@ -51,7 +54,7 @@ pub struct CreateAuthConnectionRequest {
     #[schema(schema_with = super::openapi::display_name)]
     pub profile_name: String,
     /// The login page; without it the domain's home page and its login link are tried.
-    #[schema(schema_with = super::openapi::http_url)]
+    #[schema(schema_with = super::openapi::login_url)]
     pub login_url: Option<String>,
     /// Further domains the login may pass through or end on (`*.example.com` allowed).
     #[schema(schema_with = super::openapi::allowed_domains)]
@@ -63,6 +66,16 @@ pub struct CreateAuthConnectionRequest {
     /// (`--min-health-check-interval`, default 300) to 86400.
     #[schema(minimum = 300, maximum = 86400)]
     pub health_check_interval: Option<i64>,
+    /// Whether health checks run. Default true.
+    pub health_checks: Option<bool>,
+    /// Whether a health check that finds the profile logged out logs in again with the
+    /// saved values. Default true.
+    pub auto_reauth: Option<bool>,
+    pub browser: Option<ConnectionBrowserRequest>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub browser_telemetry: Option<Value>,
+    /// Deprecated form of `browser.proxy`.
     pub proxy: Option<ResourceReference>,
     /// Keep the submitted values (encrypted; never one-time codes) to log in again by
     /// itself. Default true.
@@ -72,7 +85,7 @@ pub struct CreateAuthConnectionRequest {
     pub record_session: Option<bool>,
 }
 
-fn domain_problem(field: &str, domain: &str, wildcard: bool) -> Option<String> {
+pub(super) fn domain_problem(field: &str, domain: &str, wildcard: bool) -> Option<String> {
     let bare = if wildcard {
         domain.strip_prefix("*.").unwrap_or(domain)
     } else {
@@ -88,7 +101,7 @@ fn domain_problem(field: &str, domain: &str, wildcard: bool) -> Option<String> {
     (!valid).then(|| format!("{field} must be a host name, optionally with a port (no scheme or path), got {domain:?}"))
 }
 
-fn url_problem(field: &str, value: &str) -> Option<String> {
+pub(super) fn url_problem(field: &str, value: &str) -> Option<String> {
     let valid = value.len() <= MAX_URL_LENGTH
         && url::Url::parse(value)
             .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some());
@@ -98,7 +111,7 @@ fn url_problem(field: &str, value: &str) -> Option<String> {
 }
 
 /// An auth connection as the SDKs read it (`ManagedAuth`).
-fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Value, ApiError> {
+pub(super) fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Value, ApiError> {
     let document = Document::parse(record)?;
     let has_credentials = record.credentials.is_some();
     let mut body = json!({
@@ -110,11 +123,21 @@ fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Value, ApiErr
         "allowed_domains": document.allowed_domains,
         "login_url": document.login_url,
         "health_check_interval": document.health_check_interval,
+        "health_checks": document.health_checks,
+        "auto_reauth": document.auto_reauth,
+        "browser": {
+            "stealth": document.stealth,
+            "region": state.settings.region,
+            "proxy": match &document.proxy_id {
+                Some(id) => json!({"id": id}),
+                None => json!({"mode": "direct"}),
+            },
+        },
         "proxy_id": document.proxy_id,
         "last_auth_at": document.last_auth_at,
         "post_login_url": document.post_login_url,
         "created_at": record.created_at,
-        "next_health_check_at": document.next_health_check_at,
+        "next_health_check_at": document.health_checks.then_some(document.next_health_check_at),
         "can_reauth": has_credentials,
         // Values of the SDK's enum: login values saved by a successful login count as the
         // connection's credential.
@@ -154,7 +177,7 @@ fn hosted_url(
     )
 }
 
-async fn find(org: &Org, id: &str) -> Result<AuthConnectionRecord, ApiError> {
+pub(super) async fn find(org: &Org, id: &str) -> Result<AuthConnectionRecord, ApiError> {
     let found = org.store.auth_connection(&org.id, id).await?;
     found.or_not_found("auth connection", id)
 }
@@ -169,58 +192,34 @@ pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateAuthConnectionRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let mut problems = Vec::new();
-    let mut problem = |message: Option<String>| {
-        if let Some(message) = message {
-            problems.push(ErrorDetail::invalid_input(message));
-        }
-    };
-    problem(domain_problem("domain", &request.domain, false));
-    problem(name_problem(&request.profile_name).map(|p| format!("profile_name: {p}")));
+    let mut problems = settings_problems(
+        &org,
+        request.browser.as_ref(),
+        request.browser_telemetry.is_some(),
+        request.credential.is_some(),
+        request.record_session,
+    );
+    problems.extend(domain_problem("domain", &request.domain, false));
+    problems.extend(name_problem(&request.profile_name).map(|p| format!("profile_name: {p}")));
     if let Some(login_url) = &request.login_url {
-        problem(url_problem("login_url", login_url));
+        problems.extend(url_problem("login_url", login_url));
     }
     let allowed_domains = request.allowed_domains.unwrap_or_default();
-    if allowed_domains.len() > MAX_ALLOWED_DOMAINS {
-        problem(Some(format!(
-            "allowed_domains: at most {MAX_ALLOWED_DOMAINS}"
-        )));
-    }
-    for (index, domain) in allowed_domains.iter().enumerate() {
-        problem(domain_problem(
-            &format!("allowed_domains[{index}]"),
-            domain,
-            true,
-        ));
-    }
-    let minimum = org.managed_auth.min_health_check_interval;
+    problems.extend(allowed_domains_problems(&allowed_domains));
     let interval = request
         .health_check_interval
-        .unwrap_or(DEFAULT_HEALTH_CHECK_INTERVAL.max(minimum));
-    if !(minimum..=MAX_HEALTH_CHECK_INTERVAL).contains(&interval) {
-        problem(Some(format!(
-            "health_check_interval must be between {minimum} and {MAX_HEALTH_CHECK_INTERVAL} seconds, got {interval}"
-        )));
-    }
-    if request.credential.is_some() {
-        problem(Some(
-            "credential: credential stores and providers are not supported by this server; \
-             log in once with save_credentials to let it log in again by itself"
-                .into(),
-        ));
-    }
-    if request.record_session == Some(true) {
-        problem(Some(
-            "record_session: recording login flows is not supported by this server".into(),
-        ));
-    }
+        .unwrap_or(DEFAULT_HEALTH_CHECK_INTERVAL.max(org.managed_auth.min_health_check_interval));
+    problems.extend(interval_problem(&org, interval));
     if !problems.is_empty() {
-        return Err(ApiError::invalid(problems));
+        return Err(ApiError::invalid_fields(problems));
     }
-    let proxy_id = match request.proxy {
-        None => None,
-        Some(reference) => Some(resolve_proxy(&org, &org.id, reference).await?),
+    let (browser_proxy, stealth) = match request.browser {
+        Some(browser) => (browser.proxy, browser.stealth),
+        None => (None, None),
     };
+    let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy)
+        .await?
+        .flatten();
     let profile = match org.store.profile(&org.id, &request.profile_name).await? {
         Some(profile) => profile,
         None => match org
@@ -246,6 +245,9 @@ pub async fn create(
         health_check_interval: interval,
         proxy_id,
         save_credentials: request.save_credentials.unwrap_or(true),
+        health_checks: request.health_checks.unwrap_or(true),
+        auto_reauth: request.auto_reauth.unwrap_or(true),
+        stealth: stealth.unwrap_or(true),
         status: AuthStatus::NeedsAuth,
         last_auth_at: None,
         post_login_url: None,
@@ -276,7 +278,7 @@ pub async fn create(
     Ok(Json(view(&org, &record)?))
 }
 
-async fn resolve_proxy(
+pub(super) async fn resolve_proxy(
     state: &AppState,
     org_id: &str,
     reference: ResourceReference,
@@ -358,20 +360,6 @@ pub async fn list(
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
     let record = find(&org, &id).await?;
     Ok(Json(view(&org, &record)?))
-}
-
-/// `auth.connections.update`: not supported by this server, whose connection workflows own
-/// their records while they run (delete the connection and create it again). A 404 that
-/// says so, rather than a 405.
-#[utoipa::path(patch, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Auth connection id")),
-    responses((status = 404, body = ErrorBody)))]
-pub async fn update(_org: Org, PathParam(_id): PathParam<String>) -> ApiError {
-    ApiError::NotFound(
-        "PATCH /auth/connections/{id}: changing an auth connection is not supported by this \
-         server; delete it and create it again"
-            .into(),
-    )
 }
 
 /// Delete an auth connection (seed 4.13): the record goes, its workflow stops, and a

@@ -115,7 +115,7 @@ pub struct ProxySelection {
 
 impl ProxySelection {
     /// The proxy (id or name) it selects, `None` for no proxy.
-    fn proxy(&self, field: &str) -> Result<Option<String>, String> {
+    pub fn proxy(&self, field: &str) -> Result<Option<String>, String> {
         match (&self.id, &self.name, self.mode.as_deref()) {
             (Some(key), None, None) | (None, Some(key), None) if !key.is_empty() => {
                 Ok(Some(key.clone()))
@@ -473,6 +473,7 @@ pub struct LocationUpdate {
     /// BCP 47 locale, such as `de-DE`.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
+    #[schema(pattern = "^[A-Za-z]{2,3}(?:[-_][A-Za-z]{4})?(?:[-_](?:[A-Za-z]{2}|[0-9]{3}))?$")]
     pub locale: Option<Option<String>>,
 }
 

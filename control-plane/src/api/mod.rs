@@ -3,6 +3,7 @@
 //! generated from the same code that serves the routes.
 
 pub mod auth_connections;
+pub mod auth_settings;
 pub mod browser_view;
 pub mod browsers;
 pub mod cdp;
@@ -84,7 +85,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(auth_connections::create, auth_connections::list))
         .routes(routes!(
             auth_connections::retrieve,
-            auth_connections::update,
+            auth_settings::update,
             auth_connections::delete
         ))
         .routes(routes!(auth_connections::login))

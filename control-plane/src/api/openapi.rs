@@ -105,9 +105,15 @@ pub async fn openapi_json(State(state): State<AppState>) -> Json<Value> {
         schemas["CreateProxyRequest"]["required"] = json!(["type", "config"]);
     }
     // The operator sets the shortest interval, and the one region.
-    schemas["CreateAuthConnectionRequest"]["properties"]["health_check_interval"]["minimum"] =
-        json!(state.managed_auth.min_health_check_interval);
-    schemas["LocationRequest"]["properties"]["timezone"]["enum"] = timezones.clone();
+    for request in ["CreateAuthConnectionRequest", "UpdateAuthConnectionRequest"] {
+        schemas[request]["properties"]["health_check_interval"]["minimum"] =
+            json!(state.managed_auth.min_health_check_interval);
+    }
+    for request in ["LocationRequest", "LocationUpdate"] {
+        schemas[request]["properties"]["timezone"]["enum"] = timezones.clone();
+    }
+    schemas["ConnectionBrowserRequest"]["properties"]["region"]["enum"] =
+        json!([&state.settings.region, null]);
     schemas["PoolRequest"]["properties"]["size"]["maximum"] =
         json!(state.pools.max_pooled_browsers().min(MAX_POOL_SIZE));
     for request in ["CreateBrowserRequest", "PoolRequest"] {
@@ -501,6 +507,28 @@ pub fn new_start_url() -> Object {
         .max_length(Some(8192))
         .pattern(Some(format!("^$|^{}$", url_pattern())))
         .build()
+}
+
+/// An auth connection's login page: an http or https URL of at most 2048 characters;
+/// on update also `""`, which clears it.
+pub fn login_url() -> Object {
+    string_schema(
+        true,
+        "The login page: an http or https URL, at most 2048 characters.",
+    )
+    .max_length(Some(2048))
+    .pattern(Some(format!("^{}$", url_pattern())))
+    .build()
+}
+
+pub fn new_login_url() -> Object {
+    string_schema(
+        true,
+        "The login page: an http or https URL, at most 2048 characters; `\"\"` clears it.",
+    )
+    .max_length(Some(2048))
+    .pattern(Some(format!("^$|^{}$", url_pattern())))
+    .build()
 }
 
 /// Domains a login may pass through: up to 50, each a host (and port) or `*.` and one.

@@ -64,12 +64,81 @@ pub struct Document {
     pub health_check_interval: i64,
     pub proxy_id: Option<String>,
     pub save_credentials: bool,
+    /// Whether health checks run every `health_check_interval`.
+    #[serde(default = "yes")]
+    pub health_checks: bool,
+    /// Whether a health check that finds the profile logged out logs in again by itself
+    /// (with saved values); otherwise the connection just turns NEEDS_AUTH.
+    #[serde(default = "yes")]
+    pub auto_reauth: bool,
+    /// Whether the connection's browsers (logins, health checks) run in stealth mode.
+    #[serde(default = "yes")]
+    pub stealth: bool,
     pub status: AuthStatus,
     pub last_auth_at: Option<DateTime<Utc>>,
     pub post_login_url: Option<String>,
     pub next_health_check_at: DateTime<Utc>,
     /// The most recent login flow.
     pub flow: Option<Flow>,
+}
+
+/// Documents stored before a setting existed have it on, as the SDK's default.
+fn yes() -> bool {
+    true
+}
+
+/// A validated change of a connection's settings (PATCH); `None` leaves a field as it is.
+#[derive(Clone, Debug, Default)]
+pub struct SettingsChange {
+    /// `Some(None)` clears it.
+    pub login_url: Option<Option<String>>,
+    pub allowed_domains: Option<Vec<String>>,
+    pub health_check_interval: Option<i64>,
+    pub health_checks: Option<bool>,
+    pub auto_reauth: Option<bool>,
+    pub save_credentials: Option<bool>,
+    pub stealth: Option<bool>,
+    /// A proxy id; `Some(None)` goes direct.
+    pub proxy_id: Option<Option<String>>,
+}
+
+impl SettingsChange {
+    /// Applies the change; a new interval, or health checks turned on, schedule the next
+    /// check one interval from `now`.
+    pub fn apply(self, document: &mut Document, now: DateTime<Utc>) {
+        let reschedule = self
+            .health_check_interval
+            .is_some_and(|interval| interval != document.health_check_interval)
+            || (self.health_checks == Some(true) && !document.health_checks);
+        if let Some(login_url) = self.login_url {
+            document.login_url = login_url;
+        }
+        if let Some(allowed_domains) = self.allowed_domains {
+            document.allowed_domains = allowed_domains;
+        }
+        if let Some(interval) = self.health_check_interval {
+            document.health_check_interval = interval;
+        }
+        if let Some(health_checks) = self.health_checks {
+            document.health_checks = health_checks;
+        }
+        if let Some(auto_reauth) = self.auto_reauth {
+            document.auto_reauth = auto_reauth;
+        }
+        if let Some(save_credentials) = self.save_credentials {
+            document.save_credentials = save_credentials;
+        }
+        if let Some(stealth) = self.stealth {
+            document.stealth = stealth;
+        }
+        if let Some(proxy_id) = self.proxy_id {
+            document.proxy_id = proxy_id;
+        }
+        if reschedule {
+            document.next_health_check_at =
+                now + chrono::Duration::seconds(document.health_check_interval);
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

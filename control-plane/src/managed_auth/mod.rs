@@ -24,7 +24,8 @@ pub mod vault;
 mod workflow;
 
 pub use document::{
-    AuthStatus, Document, Flow, FlowStatus, FlowStep, FlowType, in_domains, state_event,
+    AuthStatus, Document, Flow, FlowStatus, FlowStep, FlowType, SettingsChange, in_domains,
+    state_event,
 };
 
 use std::collections::HashMap;
@@ -57,6 +58,11 @@ enum Command {
     },
     Submit {
         fields: Credentials,
+        reply: oneshot::Sender<ServiceResult<()>>,
+    },
+    /// New settings, written by the workflow that owns the record.
+    Update {
+        change: SettingsChange,
         reply: oneshot::Sender<ServiceResult<()>>,
     },
 }
@@ -175,6 +181,14 @@ impl ManagedAuth {
     /// Hands values to the flow waiting for input; answers once they are accepted.
     pub async fn submit(&self, id: &str, fields: Credentials) -> ServiceResult<()> {
         self.command(id, |reply| Command::Submit { fields, reply })
+            .await
+    }
+
+    /// Changes the connection's settings; answers once they are stored. A flow in
+    /// progress goes on; what it has not used yet (its next page, its browser's next
+    /// start), and every later flow and health check, follow the new settings.
+    pub async fn update(&self, id: &str, change: SettingsChange) -> ServiceResult<()> {
+        self.command(id, |reply| Command::Update { change, reply })
             .await
     }
 

@@ -43,6 +43,7 @@ impl Workflow {
                     headless: Some(true),
                     timeout_seconds: Some(FLOW_TTL.num_seconds() + 60),
                     proxy_id: self.document.proxy_id.clone(),
+                    stealth: Some(self.document.stealth),
                     profile: Some(ProfileReference {
                         id: Some(self.document.profile_id.clone()),
                         name: None,

@@ -40,7 +40,7 @@ impl Workflow {
         };
         tracing::info!(connection_id = %self.id(), logged_in, "health check");
         self.save_quietly().await;
-        if !logged_in && self.record.credentials.is_some() {
+        if !logged_in && self.document.auto_reauth && self.record.credentials.is_some() {
             self.begin_flow(FlowType::Reauth).await;
             Box::pin(self.discover()).await;
         }

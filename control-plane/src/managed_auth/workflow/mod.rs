@@ -103,7 +103,9 @@ impl Workflow {
         loop {
             let deadline = match self.document.flow_in_progress() {
                 Some(flow) => flow.expires_at,
-                None => self.document.next_health_check_at,
+                None if self.document.health_checks => self.document.next_health_check_at,
+                // Nothing is due; a command wakes the loop.
+                None => Utc::now() + chrono::Duration::days(1),
             };
             let wait = (deadline - Utc::now()).to_std().unwrap_or_default();
             let cancel = self.cancel.clone();
@@ -117,8 +119,10 @@ impl Workflow {
                 () = tokio::time::sleep(wait) => {
                     if self.document.flow_in_progress().is_some() {
                         Some(Operation::Expire)
-                    } else {
+                    } else if self.document.health_checks {
                         Some(Operation::HealthCheck)
+                    } else {
+                        None
                     }
                 }
             };
@@ -161,7 +165,9 @@ impl Workflow {
     async fn accept(&mut self, command: Command) -> Option<Operation> {
         // A caller that gave up waiting (COMMAND_TIMEOUT) was told it failed.
         let abandoned = match &command {
-            Command::Login { reply } | Command::Submit { reply, .. } => reply.is_closed(),
+            Command::Login { reply }
+            | Command::Submit { reply, .. }
+            | Command::Update { reply, .. } => reply.is_closed(),
         };
         if abandoned {
             return None;
@@ -177,6 +183,12 @@ impl Workflow {
                 self.begin_flow(FlowType::Login).await;
                 let _ = reply.send(Ok(()));
                 Some(Operation::Discover)
+            }
+            Command::Update { change, reply } => {
+                change.apply(&mut self.document, Utc::now());
+                self.save_quietly().await;
+                let _ = reply.send(Ok(()));
+                None
             }
             Command::Submit { fields, reply } => match self.check_submission(&fields) {
                 Ok(values) => {

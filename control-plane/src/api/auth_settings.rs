@@ -1,0 +1,221 @@
+//! The settings of an auth connection that today's SDK sends on create and changes with
+//! PATCH (`auth.connections.update`): checked here, applied by the connection's
+//! workflow, which owns its record.
+
+use axum::Json;
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::auth_connections::{
+    MAX_ALLOWED_DOMAINS, domain_problem, find, resolve_proxy, url_problem, view,
+};
+use super::browsers::{ProxySelection, unsupported};
+use super::error::{ApiError, ErrorBody};
+use super::extract::{JsonBody, PathParam};
+use super::org::Org;
+use super::state::AppState;
+use crate::managed_auth::{MAX_HEALTH_CHECK_INTERVAL, SettingsChange};
+use crate::sessions::ResourceReference;
+
+/// The connection's browsers (its logins and health checks).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionBrowserRequest {
+    /// Their proxy: `{id}` or `{name}` of one of the organization's proxies, or
+    /// `{mode: "direct" | "default"}` for none.
+    pub proxy: Option<ProxySelection>,
+    /// Only this server's region (`--region`); another is a 400.
+    pub region: Option<String>,
+    /// Whether they run in stealth mode. Default true.
+    pub stealth: Option<bool>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub telemetry: Option<Value>,
+}
+
+/// `PATCH /auth/connections/{id}`: absent fields are left as they are.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateAuthConnectionRequest {
+    /// Replaces the further domains the login may pass through or end on.
+    #[schema(schema_with = super::openapi::allowed_domains)]
+    pub allowed_domains: Option<Vec<String>>,
+    /// Whether a health check that finds the profile logged out logs in again with the
+    /// saved values (otherwise the connection turns NEEDS_AUTH).
+    pub auto_reauth: Option<bool>,
+    pub browser: Option<ConnectionBrowserRequest>,
+    /// Not supported by this server (a 400 names it).
+    #[schema(value_type = Option<Object>)]
+    pub browser_telemetry: Option<Value>,
+    /// Not supported by this server: credential stores and providers are not part of it.
+    #[schema(value_type = Option<Object>)]
+    pub credential: Option<Value>,
+    /// Seconds between health checks, from the server's minimum
+    /// (`--min-health-check-interval`, default 300) to 86400; the next check moves to one
+    /// new interval from now.
+    #[schema(minimum = 300, maximum = 86400)]
+    pub health_check_interval: Option<i64>,
+    /// Whether health checks run at all.
+    pub health_checks: Option<bool>,
+    /// The login page; `""` clears it (the domain's home page is tried).
+    #[schema(schema_with = super::openapi::new_login_url)]
+    pub login_url: Option<String>,
+    /// Deprecated form of `browser.proxy`.
+    pub proxy: Option<ResourceReference>,
+    /// Only `false`: login flows are not recorded by this server (a 400 says so).
+    #[schema(schema_with = super::openapi::only_false)]
+    pub record_session: Option<bool>,
+    /// Whether a successful login saves its values; existing saved values stay until the
+    /// next successful login.
+    pub save_credentials: Option<bool>,
+}
+
+/// The proxy a connection's browsers are to use, if the request says: `Some(None)` for
+/// none. `browser.proxy` and the deprecated `proxy` cannot be combined.
+pub async fn chosen_proxy(
+    state: &AppState,
+    org_id: &str,
+    browser_proxy: Option<ProxySelection>,
+    deprecated: Option<ResourceReference>,
+) -> Result<Option<Option<String>>, ApiError> {
+    let reference = match (browser_proxy, deprecated) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid_field(
+                "browser.proxy cannot be combined with proxy",
+            ));
+        }
+        (None, None) => return Ok(None),
+        (None, Some(reference)) => reference,
+        (Some(selection), None) => {
+            // Checked for exactly one of id, name or mode.
+            if selection
+                .proxy("browser.proxy")
+                .map_err(ApiError::invalid_field)?
+                .is_none()
+            {
+                return Ok(Some(None));
+            }
+            ResourceReference {
+                id: selection.id,
+                name: selection.name,
+            }
+        }
+    };
+    Ok(Some(Some(resolve_proxy(state, org_id, reference).await?)))
+}
+
+/// What is wrong with the settings both create and update take.
+pub fn settings_problems(
+    state: &AppState,
+    browser: Option<&ConnectionBrowserRequest>,
+    browser_telemetry: bool,
+    credential: bool,
+    record_session: Option<bool>,
+) -> Vec<String> {
+    let mut problems = unsupported(&[
+        ("browser_telemetry", browser_telemetry),
+        (
+            "browser.telemetry",
+            browser.is_some_and(|b| b.telemetry.is_some()),
+        ),
+    ]);
+    if let Some(asked) = browser
+        .and_then(|b| b.region.as_deref())
+        .filter(|asked| *asked != state.settings.region)
+    {
+        problems.push(format!(
+            "browser.region: this server serves {:?} only, not {asked:?}",
+            state.settings.region
+        ));
+    }
+    if credential {
+        problems.push(
+            "credential: credential stores and providers are not supported by this server; \
+             log in once with save_credentials to let it log in again by itself"
+                .into(),
+        );
+    }
+    if record_session == Some(true) {
+        problems
+            .push("record_session: recording login flows is not supported by this server".into());
+    }
+    problems
+}
+
+/// What is wrong with `allowed_domains`.
+pub fn allowed_domains_problems(domains: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    if domains.len() > MAX_ALLOWED_DOMAINS {
+        problems.push(format!("allowed_domains: at most {MAX_ALLOWED_DOMAINS}"));
+    }
+    problems.extend(domains.iter().enumerate().filter_map(|(index, domain)| {
+        domain_problem(&format!("allowed_domains[{index}]"), domain, true)
+    }));
+    problems
+}
+
+/// What is wrong with a health check interval.
+pub fn interval_problem(state: &AppState, interval: i64) -> Option<String> {
+    let minimum = state.managed_auth.min_health_check_interval;
+    (!(minimum..=MAX_HEALTH_CHECK_INTERVAL).contains(&interval)).then(|| {
+        format!(
+            "health_check_interval must be between {minimum} and {MAX_HEALTH_CHECK_INTERVAL} seconds, got {interval}"
+        )
+    })
+}
+
+/// Change an auth connection's settings. A flow in progress goes on; later flows and
+/// health checks follow the new settings.
+#[utoipa::path(patch, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Auth connection id")),
+    request_body = UpdateAuthConnectionRequest,
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody),
+        (status = 404, description = "No such connection, or a referenced proxy does not exist", body = ErrorBody)))]
+pub async fn update(
+    org: Org,
+    PathParam(id): PathParam<String>,
+    JsonBody(request): JsonBody<UpdateAuthConnectionRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let record = find(&org, &id).await?;
+    let mut problems = settings_problems(
+        &org,
+        request.browser.as_ref(),
+        request.browser_telemetry.is_some(),
+        request.credential.is_some(),
+        request.record_session,
+    );
+    if let Some(domains) = &request.allowed_domains {
+        problems.extend(allowed_domains_problems(domains));
+    }
+    if let Some(interval) = request.health_check_interval {
+        problems.extend(interval_problem(&org, interval));
+    }
+    let login_url = request
+        .login_url
+        .map(|url| (!url.is_empty()).then_some(url));
+    if let Some(Some(url)) = &login_url {
+        problems.extend(url_problem("login_url", url));
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid_fields(problems));
+    }
+    let (browser_proxy, stealth) = match request.browser {
+        Some(browser) => (browser.proxy, browser.stealth),
+        None => (None, None),
+    };
+    let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy).await?;
+    let change = SettingsChange {
+        login_url,
+        allowed_domains: request.allowed_domains,
+        health_check_interval: request.health_check_interval,
+        health_checks: request.health_checks,
+        auto_reauth: request.auto_reauth,
+        save_credentials: request.save_credentials,
+        stealth,
+        proxy_id,
+    };
+    org.managed_auth.update(&record.id, change).await?;
+    let updated = find(&org, &record.id).await?;
+    Ok(Json(view(&org, &updated)?))
+}
