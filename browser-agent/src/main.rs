@@ -16,6 +16,7 @@ mod input;
 mod memory;
 mod motion;
 mod process;
+mod processes;
 mod profile;
 mod proxy;
 mod recording;
@@ -317,6 +318,11 @@ async fn serve(
         }
         None => None,
     };
+    let processes = std::sync::Arc::new(processes::Processes::new(
+        args.vm_root.clone(),
+        display_name.clone(),
+        proxy.clone(),
+    ));
     let (resets, resets_rx) = watch::channel(0u64);
     let (stop_chromium, stop_chromium_rx) = watch::channel(false);
     let (relaunches, relaunches_rx) = watch::channel(chromium::Relaunch {
@@ -392,6 +398,7 @@ async fn serve(
         recordings,
         resets,
         relaunches,
+        processes,
         stop_chromium,
         input,
         fs: api_fs,

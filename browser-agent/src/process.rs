@@ -62,6 +62,36 @@ impl GroupLeader {
         })
     }
 
+    /// Like `spawn`, for a child whose stdin is a terminal's slave side: it leads a new
+    /// session (and so its own group) with that terminal as its controlling terminal,
+    /// as a shell in a terminal expects.
+    pub fn spawn_with_terminal(command: std::process::Command) -> std::io::Result<Self> {
+        let mut command = command;
+        // SAFETY: setsid, ioctl and prctl are async-signal-safe and change only the
+        // child's own state.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() < 0
+                    || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut command = tokio::process::Command::from(command);
+        command.kill_on_drop(true);
+        let child = command.spawn()?;
+        let pid = child
+            .id()
+            .ok_or_else(|| std::io::Error::other("child exited at once"))?;
+        Ok(Self {
+            child,
+            group: Pid::from_raw(pid as i32),
+        })
+    }
+
     pub fn pid(&self) -> u32 {
         self.group.as_raw() as u32
     }

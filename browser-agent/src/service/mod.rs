@@ -9,13 +9,14 @@ use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
     CursorVisibility, DataChunk, DeletePathRequest, DevtoolsState, DragMouseRequest, Empty,
-    ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FileList,
+    ExecResult, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FileList,
     LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
-    PressKeysRequest, ProfileChunk, RecordingRequest, RecordingState, RelaunchRequest, ScreenSize,
-    ScreenshotRequest, ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest,
-    ShutdownResponse, StartRecordingRequest, StatusRequest, StatusResponse, TypeTextRequest,
-    WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, extension_upload_chunk,
-    extract_zip_chunk, write_file_chunk,
+    PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingRequest,
+    RecordingState, RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest,
+    ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse,
+    SignalRequest, SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse,
+    StdinRequest, StdinResult, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk,
+    cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -27,8 +28,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 mod browser;
+mod processes;
 
 use browser::restarted;
+use processes::{OutputStream, terminal_side};
 
 use crate::actions;
 use crate::capture::{self, CaptureError};
@@ -39,6 +42,7 @@ use crate::dir_watch;
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{Action, Input, InputError};
+use crate::processes::{ProcessError, Processes};
 use crate::recording::{Progress, RecordingError, RecordingInfo, Recordings};
 use crate::screen::{Screen, ScreenError};
 use crate::upload::{Part, spool};
@@ -65,8 +69,23 @@ pub struct AgentService {
     pub resets: watch::Sender<u64>,
     /// Changed to restart Chromium with other settings.
     pub relaunches: watch::Sender<Relaunch>,
+    /// Commands run in the VM on request.
+    pub processes: Arc<Processes>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
+}
+
+impl From<ProcessError> for Status {
+    fn from(error: ProcessError) -> Self {
+        let message = error.to_string();
+        match error {
+            ProcessError::Invalid(_) => Status::invalid_argument(message),
+            ProcessError::TooMany => Status::resource_exhausted(message),
+            ProcessError::NotFound(_) => Status::not_found(message),
+            ProcessError::Conflict(_) => Status::failed_precondition(message),
+            ProcessError::Failed(_) => Status::internal(message),
+        }
+    }
 }
 
 impl From<ScreenError> for Status {
@@ -681,6 +700,67 @@ impl BrowserAgent for AgentService {
         request: Request<Streaming<ProfileChunk>>,
     ) -> Result<Response<Empty>, Status> {
         self.load_profile_from(request.into_inner()).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn exec_process(
+        &self,
+        request: Request<ProcessRequest>,
+    ) -> Result<Response<ExecResult>, Status> {
+        Ok(Response::new(self.exec_in_vm(request.into_inner()).await?))
+    }
+
+    async fn spawn_process(
+        &self,
+        request: Request<SpawnRequest>,
+    ) -> Result<Response<SpawnResult>, Status> {
+        Ok(Response::new(self.spawn_in_vm(request.into_inner()).await?))
+    }
+
+    async fn get_process(
+        &self,
+        request: Request<ProcessRef>,
+    ) -> Result<Response<ProcessState>, Status> {
+        Ok(Response::new(
+            self.process_state(&request.into_inner().process_id)?,
+        ))
+    }
+
+    async fn write_stdin(
+        &self,
+        request: Request<StdinRequest>,
+    ) -> Result<Response<StdinResult>, Status> {
+        Ok(Response::new(self.stdin_of(request.into_inner()).await?))
+    }
+
+    type StreamOutputStream = OutputStream;
+
+    async fn stream_output(
+        &self,
+        request: Request<ProcessRef>,
+    ) -> Result<Response<OutputStream>, Status> {
+        Ok(Response::new(
+            self.output_of(&request.into_inner().process_id)?,
+        ))
+    }
+
+    async fn signal_process(
+        &self,
+        request: Request<SignalRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        self.signal_in_vm(request.into_inner())?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn resize_terminal(
+        &self,
+        request: Request<ResizeTerminalRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let request = request.into_inner();
+        let (cols, rows) = (terminal_side(request.cols)?, terminal_side(request.rows)?);
+        self.processes
+            .spawned(&request.process_id)?
+            .resize(cols, rows)?;
         Ok(Response::new(Empty {}))
     }
 

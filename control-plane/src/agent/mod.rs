@@ -11,12 +11,14 @@ use browser_agent_proto::AUTHORIZATION_METADATA;
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
-    CursorVisibility, DataChunk, DeletePathRequest, DragMouseRequest, Empty, ExtensionUploadChunk,
-    ExtractZipChunk, ExtractZipResponse, FileInfo, LoadExtensionsResponse, MoveMouseRequest,
-    MovePathRequest, PathRequest, Point, PressKeysRequest, ProfileChunk, RecordingInfo,
-    RecordingRequest, RelaunchRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
-    SetPermissionsRequest, ShutdownRequest, StartRecordingRequest, StatusRequest, StatusResponse,
-    TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
+    CursorVisibility, DataChunk, DeletePathRequest, DragMouseRequest, Empty, ExecResult,
+    ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, LoadExtensionsResponse,
+    MoveMouseRequest, MovePathRequest, OutputChunk, PathRequest, Point, PressKeysRequest,
+    ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingInfo, RecordingRequest,
+    RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
+    SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
+    StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TypeTextRequest,
+    WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -492,6 +494,75 @@ impl AgentClient {
         let mut request = tonic::Request::new(chunks);
         request.set_timeout(Duration::from_secs(120));
         self.inner.clone().load_profile(request).await?;
+        Ok(())
+    }
+
+    /// Runs a command in the VM to its end (or its timeout).
+    pub async fn exec_process(&self, request: ProcessRequest) -> Result<ExecResult, AgentError> {
+        // The agent enforces the timeout; the call waits a little longer for its answer.
+        let timeout = Duration::from_secs(if request.timeout_sec == 0 {
+            60
+        } else {
+            request.timeout_sec.into()
+        });
+        let request = Self::input_request(request, timeout);
+        Ok(self.inner.clone().exec_process(request).await?.into_inner())
+    }
+
+    pub async fn spawn_process(&self, request: SpawnRequest) -> Result<SpawnResult, AgentError> {
+        let request = Self::input_request(request, Duration::ZERO);
+        Ok(self
+            .inner
+            .clone()
+            .spawn_process(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn get_process(&self, process_id: String) -> Result<ProcessState, AgentError> {
+        let request = Self::input_request(ProcessRef { process_id }, Duration::ZERO);
+        Ok(self.inner.clone().get_process(request).await?.into_inner())
+    }
+
+    pub async fn write_stdin(&self, process_id: String, data: Vec<u8>) -> Result<u64, AgentError> {
+        // A process that reads slowly may hold the write back a while.
+        let request =
+            Self::input_request(StdinRequest { process_id, data }, Duration::from_secs(30));
+        Ok(self
+            .inner
+            .clone()
+            .write_stdin(request)
+            .await?
+            .into_inner()
+            .written)
+    }
+
+    /// The process's kept output, then live output, then its exit code.
+    pub async fn stream_output(
+        &self,
+        process_id: String,
+    ) -> Result<Streaming<OutputChunk>, AgentError> {
+        Ok(self
+            .inner
+            .clone()
+            .stream_output(ProcessRef { process_id })
+            .await?
+            .into_inner())
+    }
+
+    pub async fn signal_process(
+        &self,
+        process_id: String,
+        signal: String,
+    ) -> Result<(), AgentError> {
+        let request = Self::input_request(SignalRequest { process_id, signal }, Duration::ZERO);
+        self.inner.clone().signal_process(request).await?;
+        Ok(())
+    }
+
+    pub async fn resize_terminal(&self, request: ResizeTerminalRequest) -> Result<(), AgentError> {
+        let request = Self::input_request(request, Duration::ZERO);
+        self.inner.clone().resize_terminal(request).await?;
         Ok(())
     }
 

@@ -21,6 +21,7 @@ pub mod openapi;
 pub mod org;
 pub mod paging;
 pub mod pools;
+pub mod processes;
 pub mod profiles;
 pub mod proxies;
 pub mod replays;
@@ -95,6 +96,13 @@ fn api_routes() -> OpenApiRouter<AppState> {
             auth_connections::hosted_page,
             auth_connections::hosted_submit
         ))
+        .routes(routes!(processes::exec))
+        .routes(routes!(processes::spawn))
+        .routes(routes!(processes::status))
+        .routes(routes!(processes::stdin))
+        .routes(routes!(processes::stream))
+        .routes(routes!(processes::kill))
+        .routes(routes!(processes::resize))
         .routes(routes!(computer::click_mouse))
         .routes(routes!(computer::drag_mouse))
         .routes(routes!(computer::get_mouse_position))

@@ -218,11 +218,13 @@ impl Sandbox {
             &run.join(IDENTITY_DIR).join("passwd"),
             "/etc/passwd",
         );
-        bind(
-            "--ro-bind",
-            &run.join(IDENTITY_DIR).join("group"),
-            "/etc/group",
-        );
+        for file in ["group", "hostname"] {
+            bind(
+                "--ro-bind",
+                &run.join(IDENTITY_DIR).join(file),
+                &format!("/etc/{file}"),
+            );
+        }
         for (link, target) in [
             ("/bin", "usr/bin"),
             ("/sbin", "usr/sbin"),
@@ -241,7 +243,7 @@ impl Sandbox {
             ])
             .args(["--unshare-uts", "--unshare-cgroup"])
             .args(["--uid", VM_UID, "--gid", VM_UID])
-            .args(["--hostname", "browser-vm"])
+            .args(["--hostname", VM_HOSTNAME])
             .args(["--proc", "/proc", "--dev", "/dev"])
             .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/tmp"])
             .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/dev/shm"])
@@ -280,8 +282,11 @@ impl Sandbox {
 
 /// Where `write_identity` puts the VM's own `passwd` and `group`, in its run directory.
 pub const IDENTITY_DIR: &str = "identity";
+/// The VM's host name (its own UTS namespace, and `/etc/hostname`).
+const VM_HOSTNAME: &str = "browser-vm";
 
-/// The VM's users as its programs look them up: `kernel` (uid 1000), nothing of the host.
+/// The VM's users as its programs look them up: `kernel` (uid 1000), nothing of the host;
+/// and its host name.
 pub fn write_identity(run: &Path) -> std::io::Result<()> {
     let dir = run.join(IDENTITY_DIR);
     std::fs::create_dir_all(&dir)?;
@@ -291,6 +296,7 @@ pub fn write_identity(run: &Path) -> std::io::Result<()> {
          kernel:x:1000:1000:kernel:/home/kernel:/bin/sh\n\
          nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
     )?;
+    std::fs::write(dir.join("hostname"), format!("{VM_HOSTNAME}\n"))?;
     std::fs::write(
         dir.join("group"),
         "root:x:0:\nkernel:x:1000:\nnogroup:x:65534:\n",
