@@ -12,11 +12,11 @@ use browser_agent_proto::v1::{
     ExecResult, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FileList,
     LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
     PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingRequest,
-    RecordingState, RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest,
-    ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse,
-    SignalRequest, SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse,
-    StdinRequest, StdinResult, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk,
-    cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
+    RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScreenshotResponse,
+    ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, SignalRequest,
+    SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest,
+    StdinResult, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind,
+    extension_upload_chunk, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -29,22 +29,24 @@ use tonic::{Request, Response, Status, Streaming};
 
 mod browser;
 mod processes;
+mod status;
 
 use browser::restarted;
 use processes::{OutputStream, terminal_side};
+use status::recording_info;
 
 use crate::actions;
-use crate::capture::{self, CaptureError};
+use crate::capture;
 use crate::cdp;
 use crate::chromium::{BrowserState, Relaunch};
 use crate::desktop::{Desktop, DesktopError};
 use crate::dir_watch;
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
-use crate::input::{Action, Input, InputError};
-use crate::processes::{ProcessError, Processes};
-use crate::recording::{Progress, RecordingError, RecordingInfo, Recordings};
-use crate::screen::{Screen, ScreenError};
+use crate::input::{Action, Input};
+use crate::processes::Processes;
+use crate::recording::Recordings;
+use crate::screen::Screen;
 use crate::upload::{Part, spool};
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -73,93 +75,6 @@ pub struct AgentService {
     pub processes: Arc<Processes>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
-}
-
-impl From<ProcessError> for Status {
-    fn from(error: ProcessError) -> Self {
-        let message = error.to_string();
-        match error {
-            ProcessError::Invalid(_) => Status::invalid_argument(message),
-            ProcessError::TooMany => Status::resource_exhausted(message),
-            ProcessError::NotFound(_) => Status::not_found(message),
-            ProcessError::Conflict(_) => Status::failed_precondition(message),
-            ProcessError::Failed(_) => Status::internal(message),
-        }
-    }
-}
-
-impl From<ScreenError> for Status {
-    fn from(error: ScreenError) -> Self {
-        match error {
-            ScreenError::Invalid(message) => Status::invalid_argument(message),
-            ScreenError::Failed(message) => Status::internal(message),
-        }
-    }
-}
-
-impl From<RecordingError> for Status {
-    fn from(error: RecordingError) -> Self {
-        let message = error.to_string();
-        match error {
-            RecordingError::Invalid(_) => Status::invalid_argument(message),
-            RecordingError::Headless | RecordingError::StillRunning(_) => {
-                Status::failed_precondition(message)
-            }
-            RecordingError::NotFound(_) => Status::not_found(message),
-            RecordingError::Exists(_) => Status::already_exists(message),
-            RecordingError::TooMany => Status::resource_exhausted(message),
-            RecordingError::Failed(_) => Status::internal(message),
-        }
-    }
-}
-
-fn unix_ms(at: std::time::SystemTime) -> i64 {
-    at.duration_since(std::time::UNIX_EPOCH)
-        .map(|since| since.as_millis() as i64)
-        .unwrap_or_default()
-}
-
-fn recording_info(info: RecordingInfo) -> browser_agent_proto::v1::RecordingInfo {
-    let mut message = browser_agent_proto::v1::RecordingInfo {
-        recording_id: info.id,
-        started_at_unix_ms: unix_ms(info.started_at),
-        ..Default::default()
-    };
-    let state = match info.progress {
-        Progress::Recording => RecordingState::Recording,
-        Progress::Finalizing => RecordingState::Finalizing,
-        Progress::Finished { at, bytes, frames } => {
-            message.finished_at_unix_ms = unix_ms(at);
-            message.size_bytes = bytes;
-            message.frames = frames;
-            RecordingState::Finished
-        }
-        Progress::Failed { at, message: error } => {
-            message.finished_at_unix_ms = unix_ms(at);
-            message.error = error;
-            RecordingState::Failed
-        }
-    };
-    message.set_state(state);
-    message
-}
-
-impl From<InputError> for Status {
-    fn from(error: InputError) -> Self {
-        match error {
-            InputError::Invalid(message) => Status::invalid_argument(message),
-            InputError::Failed(message) => Status::internal(message),
-        }
-    }
-}
-
-impl From<CaptureError> for Status {
-    fn from(error: CaptureError) -> Self {
-        match error {
-            CaptureError::Invalid(message) => Status::invalid_argument(message),
-            CaptureError::Failed(message) => Status::internal(message),
-        }
-    }
 }
 
 /// Chunk size of file data on the wire.
