@@ -47,7 +47,8 @@ pub enum ProcessError {
 /// What to run, as the API describes it.
 #[derive(Debug, Default)]
 pub struct ProcessSpec {
-    /// An executable (with `args`), or, without `args`, a shell command line.
+    /// A program (name or path) run with `args`, or, without `args`, a shell command
+    /// line when it has spaces or shell syntax.
     pub command: String,
     pub args: Vec<String>,
     /// Absolute; the VM's home when empty.
@@ -151,8 +152,8 @@ impl Processes {
                 cwd.display()
             ));
         }
-        // Without args the command is a shell command line.
-        let mut line: Vec<&str> = if spec.args.is_empty() {
+        // A command line with spaces or shell syntax, and no args, runs in a shell.
+        let mut line: Vec<&str> = if spec.args.is_empty() && is_shell_line(&spec.command) {
             vec!["/bin/sh", "-c", &spec.command]
         } else {
             std::iter::once(spec.command.as_str())
@@ -233,6 +234,13 @@ impl Processes {
             }
         }
     }
+}
+
+/// Whether a command is a shell command line rather than a program's name or path.
+fn is_shell_line(command: &str) -> bool {
+    command
+        .chars()
+        .any(|c| c.is_whitespace() || ";&|<>()$`\\\"'*?[]#~={}!".contains(c))
 }
 
 fn timeout_of(seconds: u32) -> Result<Duration, ProcessError> {
@@ -345,6 +353,16 @@ mod tests {
             b"",
             "the grandchild died too"
         );
+    }
+
+    #[test]
+    fn shell_lines_are_told_from_program_names() {
+        for program in ["id", "/usr/bin/true", "python3", "./run.sh"] {
+            assert!(!is_shell_line(program), "{program}");
+        }
+        for line in ["id -u", "echo $HOME", "a;b", "ls *", "x=1 env", "cat<f"] {
+            assert!(is_shell_line(line), "{line}");
+        }
     }
 
     #[tokio::test]

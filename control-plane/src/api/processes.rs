@@ -25,7 +25,8 @@ const MAX_TIMEOUT_SEC: i64 = 3600;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
-    /// An executable, run with `args`; without `args`, a shell command line (`sh -c`).
+    /// A program (name or path) run with `args`; without `args`, a command line with
+    /// spaces or shell syntax runs in `sh -c`.
     #[schema(min_length = 1)]
     pub command: String,
     pub args: Option<Vec<String>>,
