@@ -577,6 +577,7 @@ async fn wait_until_ready(chromium: &mut GroupLeader) -> anyhow::Result<(u16, St
         if stderr.read_until(b'\n', &mut line).await? == 0 {
             bail!("Chromium exited before DevTools started");
         }
+        crate::service_logs::append("chromium", &line);
         let text = String::from_utf8_lossy(&line);
         if let Some(port) = devtools_port_from_log_line(&text) {
             break port;
@@ -590,6 +591,7 @@ async fn wait_until_ready(chromium: &mut GroupLeader) -> anyhow::Result<(u16, St
             .await
             .is_ok_and(|read| read > 0)
         {
+            crate::service_logs::append("chromium", &line);
             tracing::debug!(target: "chromium", "{}", String::from_utf8_lossy(&line).trim_end());
             line.clear();
         }

@@ -38,6 +38,10 @@ impl Display {
             .args(["-nolisten", "tcp", "-noreset", "-extension", "GLX"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
+        // Its messages go to its own log (`logs/stream?source=supervisor`).
+        if let Some(log) = crate::service_logs::file("xvfb") {
+            command.stderr(log);
+        }
         // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on the write end in
         // the child only, so Xvfb inherits exactly that descriptor.
         unsafe {

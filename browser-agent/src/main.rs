@@ -13,6 +13,7 @@ mod display;
 mod extensions;
 mod fs;
 mod input;
+mod logs;
 mod memory;
 mod motion;
 mod process;
@@ -22,6 +23,7 @@ mod proxy;
 mod recording;
 mod screen;
 mod service;
+mod service_logs;
 mod tabs;
 mod upload;
 
@@ -144,15 +146,23 @@ struct Args {
 const MAX_SCREEN_SIDE: u32 = 7680;
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: agents log to files.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let args = Args::parse();
+    let scratch_dir = args.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
+    service_logs::init(scratch_dir.join("service-logs"))
+        .with_context(|| format!("creating {}", scratch_dir.display()))?;
+    {
+        use tracing_subscriber::fmt::writer::MakeWriterExt;
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "info".into()),
+            )
+            // To the agent's log file on the host, and to its own log in the VM.
+            .with_writer(std::io::stderr.and(|| service_logs::Writer("agent")))
+            // Colours only on a terminal: agents log to files.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     // The VM's own default, whatever its starter's (the control plane keeps its files
     // private): files the fs API and the browser create are 0644, directories 0755.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));

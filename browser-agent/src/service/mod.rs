@@ -10,13 +10,13 @@ use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
     CursorVisibility, DataChunk, DeletePathRequest, DevtoolsState, DragMouseRequest, Empty,
     ExecResult, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FileList,
-    LoadExtensionsResponse, MoveMouseRequest, MovePathRequest, PathRequest, Point,
-    PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingRequest,
-    RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScreenshotResponse,
-    ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, SignalRequest,
-    SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest,
-    StdinResult, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind,
-    extension_upload_chunk, extract_zip_chunk, write_file_chunk,
+    FollowFileRequest, LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest,
+    PathRequest, Point, PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk,
+    RecordingRequest, RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest,
+    ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse,
+    SignalRequest, SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse,
+    StdinRequest, StdinResult, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk,
+    cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -665,6 +665,40 @@ impl BrowserAgent for AgentService {
     ) -> Result<Response<Empty>, Status> {
         self.signal_in_vm(request.into_inner())?;
         Ok(Response::new(Empty {}))
+    }
+
+    type FollowFileStream = Pin<Box<dyn Stream<Item = Result<LogLine, Status>> + Send>>;
+
+    async fn follow_file(
+        &self,
+        request: Request<FollowFileRequest>,
+    ) -> Result<Response<Self::FollowFileStream>, Status> {
+        let FollowFileRequest {
+            path,
+            follow,
+            service,
+        } = request.into_inner();
+        let file = if service.is_empty() {
+            self.on_fs(move |fs| fs.open_for_reading(&path)).await?
+        } else {
+            let log = crate::service_logs::path(&service).ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "supervisor_process must be one of {}, got {service:?}",
+                    crate::service_logs::SERVICES.join(", ")
+                ))
+            })?;
+            // Created empty if the service has written nothing yet.
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .and_then(|_| std::fs::File::open(&log))
+                .map_err(|error| Status::internal(format!("opening the {service} log: {error}")))?
+        };
+        let lines = crate::logs::follow_file(file, follow, self.shutdown.clone());
+        let lines = tokio_stream::wrappers::ReceiverStream::new(lines)
+            .map(|(message, unix_ms)| Ok(LogLine { message, unix_ms }));
+        Ok(Response::new(Box::pin(lines)))
     }
 
     async fn resize_terminal(

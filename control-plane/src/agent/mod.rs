@@ -12,13 +12,13 @@ use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
     CursorVisibility, DataChunk, DeletePathRequest, DragMouseRequest, Empty, ExecResult,
-    ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, LoadExtensionsResponse,
-    MoveMouseRequest, MovePathRequest, OutputChunk, PathRequest, Point, PressKeysRequest,
-    ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingInfo, RecordingRequest,
-    RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
-    SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
-    StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TypeTextRequest,
-    WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
+    ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FollowFileRequest,
+    LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest, OutputChunk, PathRequest,
+    Point, PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingInfo,
+    RecordingRequest, RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest,
+    ScrollRequest, SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest,
+    SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest,
+    TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -535,6 +535,25 @@ impl AgentClient {
             .await?
             .into_inner()
             .written)
+    }
+
+    /// A file of the VM root (`path`), or a service's log (`service`), line by line.
+    pub async fn follow_file(
+        &self,
+        path: String,
+        service: String,
+        follow: bool,
+    ) -> Result<Streaming<LogLine>, AgentError> {
+        Ok(self
+            .inner
+            .clone()
+            .follow_file(FollowFileRequest {
+                path,
+                follow,
+                service,
+            })
+            .await?
+            .into_inner())
     }
 
     /// The process's kept output, then live output, then its exit code.

@@ -17,6 +17,7 @@ pub mod fs_upload;
 pub mod fs_watch;
 pub mod health;
 pub mod keep_alive;
+pub mod logs;
 pub mod openapi;
 pub mod org;
 pub mod paging;
@@ -96,6 +97,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
             auth_connections::hosted_page,
             auth_connections::hosted_submit
         ))
+        .routes(routes!(logs::stream))
         .routes(routes!(processes::exec))
         .routes(routes!(processes::spawn))
         .routes(routes!(processes::status))
