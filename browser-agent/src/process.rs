@@ -50,6 +50,11 @@ pub struct GroupLeader {
 impl GroupLeader {
     pub fn spawn(mut command: std::process::Command) -> std::io::Result<Self> {
         in_own_group_dying_with_agent(&mut command);
+        Self::start(command)
+    }
+
+    /// Starts a command already set up to lead its group.
+    fn start(command: std::process::Command) -> std::io::Result<Self> {
         let mut command = tokio::process::Command::from(command);
         command.kill_on_drop(true);
         let child = command.spawn()?;
@@ -80,16 +85,7 @@ impl GroupLeader {
                 Ok(())
             });
         }
-        let mut command = tokio::process::Command::from(command);
-        command.kill_on_drop(true);
-        let child = command.spawn()?;
-        let pid = child
-            .id()
-            .ok_or_else(|| std::io::Error::other("child exited at once"))?;
-        Ok(Self {
-            child,
-            group: Pid::from_raw(pid as i32),
-        })
+        Self::start(command)
     }
 
     pub fn pid(&self) -> u32 {
