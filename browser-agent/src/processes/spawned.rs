@@ -202,12 +202,8 @@ fn usage(pid: u32) -> Option<(f64, u64)> {
     Some((ticks / per_second, pages * page_size))
 }
 
+/// Sizes checked by the caller (`service::processes::terminal_side`).
 fn set_size(terminal: &OwnedFd, cols: u16, rows: u16) -> Result<(), ProcessError> {
-    if cols == 0 || rows == 0 || cols > 1000 || rows > 1000 {
-        return Err(ProcessError::Invalid(format!(
-            "cols and rows must be between 1 and 1000, got {cols}x{rows}"
-        )));
-    }
     let size = libc::winsize {
         ws_row: rows,
         ws_col: cols,

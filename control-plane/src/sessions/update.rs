@@ -166,7 +166,10 @@ impl Sessions {
                 .await?;
             self.uncache(&session.id);
         }
-        if updated != *session {
+        // The viewport is stored above; these are what `store_settings` writes.
+        let settings =
+            |s: &SessionRecord| (s.name.clone(), s.proxy_id.clone(), s.vm_settings.clone());
+        if settings(&updated) != settings(session) {
             self.store_settings(&updated).await?;
         }
         if let Some(allowed_hosts) = update.allowed_hosts {
