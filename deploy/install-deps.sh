@@ -16,9 +16,10 @@ if [[ "${1:-}" == "--tests" ]]; then
   # xdotool and unzip are references the benchmarks measure against.
   # iproute2 builds the tests' "public internet" host in a network namespace.
   packages+=(postgresql python3-venv xdotool unzip iproute2)
-  # Puppeteer runs on Node.js; any Node >= 18 will do, so keep one that is already there.
-  command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 fi
+# Playwright code runs in each VM on Node.js (and the tests' Puppeteer): any Node.js >= 20
+# will do (playwright-core needs it), so keep one that is already there.
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
@@ -43,4 +44,13 @@ fi
 if ! command -v cargo >/dev/null; then
   echo "cargo is missing: install Rust (https://rustup.rs) and run this again" >&2
   exit 1
+fi
+
+# The Node.js runtime of the VMs' Playwright executors: playwright-core and TypeScript at
+# the versions pinned by browser-agent/node/package-lock.json.
+node_runtime="$(dirname "$0")/../browser-agent/node"
+if ! cmp -s "$node_runtime/package-lock.json" "$node_runtime/node_modules/.installed-lock.json" 2>/dev/null; then
+  echo "installing the VMs' Node.js runtime (browser-agent/node)" >&2
+  npm ci --prefix "$node_runtime" --omit=dev --no-audit --no-fund --loglevel=error
+  cp "$node_runtime/package-lock.json" "$node_runtime/node_modules/.installed-lock.json"
 fi

@@ -16,6 +16,7 @@ mod input;
 mod logs;
 mod memory;
 mod motion;
+mod playwright;
 mod process;
 mod processes;
 mod profile;
@@ -131,6 +132,10 @@ struct Args {
     /// from again after each reset.
     #[arg(long)]
     profile_archive: Option<PathBuf>,
+    /// The Node.js runtime Playwright code runs in (`browser-agent/node` with its
+    /// `node_modules`); without it the Playwright RPCs are UNAVAILABLE.
+    #[arg(long)]
+    node_runtime: Option<PathBuf>,
     /// upload_zip: most entries an archive may have.
     #[arg(long, default_value_t = 100_000)]
     zip_max_entries: u64,
@@ -333,6 +338,11 @@ async fn serve(
         display_name.clone(),
         proxy.clone(),
     ));
+    let executors = std::sync::Arc::new(playwright::Executors::new(
+        args.node_runtime.clone(),
+        processes.clone(),
+        state_rx.clone(),
+    ));
     let (resets, resets_rx) = watch::channel(0u64);
     let (stop_chromium, stop_chromium_rx) = watch::channel(false);
     let (relaunches, relaunches_rx) = watch::channel(chromium::Relaunch {
@@ -409,6 +419,7 @@ async fn serve(
         resets,
         relaunches,
         processes,
+        executors: executors.clone(),
         stop_chromium,
         input,
         fs: api_fs,
@@ -456,6 +467,7 @@ async fn serve(
 
     // Whatever ended the server, nothing we started may outlive us.
     shutdown.cancel();
+    executors.reset().await;
     let _ = supervisor.await;
     if let Some(display) = display {
         display.stop().await;

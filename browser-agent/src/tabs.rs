@@ -62,3 +62,46 @@ pub async fn reopen_pages(devtools_port: u16, urls: &[String]) {
         }
     }
 }
+
+/// The URL of each page, by target id; none if Chromium cannot tell.
+pub async fn page_urls(devtools_port: u16) -> std::collections::HashMap<String, String> {
+    if devtools_port == 0 {
+        return Default::default();
+    }
+    let listed = async {
+        reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{devtools_port}/json/list"))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await?
+            .json::<Vec<serde_json::Value>>()
+            .await
+    };
+    listed
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|target| target["type"] == "page")
+        .filter_map(|target| {
+            Some((
+                target["id"].as_str()?.to_owned(),
+                target["url"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Closes a page (best effort: one already closed is fine).
+pub async fn close(devtools_port: u16, target_id: &str) {
+    if devtools_port == 0 {
+        return;
+    }
+    let escaped: String = url::form_urlencoded::byte_serialize(target_id.as_bytes()).collect();
+    let _ = reqwest::Client::new()
+        .get(format!(
+            "http://127.0.0.1:{devtools_port}/json/close/{escaped}"
+        ))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await;
+}

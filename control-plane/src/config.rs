@@ -62,6 +62,13 @@ pub struct ServeConfig {
     /// The browser-agent binary. Default: `browser-agent` next to this binary.
     #[arg(long, env = "CONTROL_PLANE_AGENT_BINARY")]
     pub agent_binary: Option<PathBuf>,
+    /// The Node.js runtime Playwright code runs in inside each VM: a directory with
+    /// `executor.mjs` and its `node_modules` (`npm ci` in `browser-agent/node`, which
+    /// deploy/install-deps.sh runs). Default: `browser-agent/node` of the source tree
+    /// this binary was built from. Without `playwright-core` installed there, the
+    /// Playwright routes answer 503.
+    #[arg(long, env = "CONTROL_PLANE_NODE_RUNTIME")]
+    pub node_runtime: Option<PathBuf>,
     #[arg(long, env = "CONTROL_PLANE_CHROMIUM", default_value = "chromium")]
     pub chromium: String,
     #[arg(long, env = "CONTROL_PLANE_XVFB", default_value = "Xvfb")]

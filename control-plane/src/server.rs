@@ -51,6 +51,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .context("locating the browser-agent binary")?
             .join("browser-agent"),
     };
+    let mut node_runtime = node_runtime(config.node_runtime.clone());
     let agent_idle_grace = Duration::from_secs(config.agent_idle_grace_seconds.max(1));
     let mut browsers_dir = data_dir.join("browsers");
     let mut agent_binary = agent_binary;
@@ -64,10 +65,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             };
             let sandbox = Sandbox::prepare(&config.vm_user).map_err(unsandboxable)?;
             let placement = sandbox
-                .place(&data_dir, &agent_binary)
+                .place(&data_dir, &agent_binary, node_runtime.as_deref())
                 .map_err(unsandboxable)?;
             browsers_dir = placement.browsers_dir;
             agent_binary = placement.agent_binary;
+            node_runtime = placement.node_runtime;
             Some(sandbox)
         }
         Isolation::None => {
@@ -84,6 +86,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         egress: egress.clone(),
         browsers_dir,
         agent_binary,
+        node_runtime,
         chromium: config.chromium.clone(),
         xvfb: config.xvfb.clone(),
         ffmpeg: config.ffmpeg.clone(),
@@ -163,6 +166,26 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 
 /// On the first start with an empty store, creates organization `default` and a key for
 /// it, prints the key once and writes it to `<data-dir>/bootstrap-api-key` (mode 0600).
+/// The Node.js runtime for Playwright executors, if it is installed (checked here, so a
+/// missing `npm ci` is reported once at start rather than on every call).
+fn node_runtime(configured: Option<std::path::PathBuf>) -> Option<std::path::PathBuf> {
+    let dir = configured
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../browser-agent/node"));
+    let installed = dir.join("executor.mjs").is_file()
+        && dir
+            .join("node_modules/playwright-core/package.json")
+            .is_file();
+    if !installed {
+        tracing::warn!(
+            dir = %dir.display(),
+            "no Node.js runtime with playwright-core there (run `npm ci` in it, as \
+             deploy/install-deps.sh does): /playwright routes answer 503"
+        );
+        return None;
+    }
+    dir.canonicalize().ok()
+}
+
 async fn bootstrap_api_key(store: &dyn Store, data_dir: &Path) -> anyhow::Result<()> {
     if store.api_key_count().await? > 0 {
         return Ok(());

@@ -163,13 +163,21 @@ impl Processes {
         if spec.as_root {
             line.splice(0..0, ["unshare", "--map-root-user", "--"]);
         }
-        let mut command = std::process::Command::new(line[0]);
-        command.args(&line[1..]).current_dir(&cwd).env_clear();
+        let mut command = self.in_vm_environment(line[0], spec.as_root);
+        command.args(&line[1..]).current_dir(&cwd).envs(&spec.env);
+        Ok(command)
+    }
+
+    /// `program` with the VM's environment and nothing of the agent's: its home,
+    /// display, and egress proxy; started in the VM's home.
+    pub fn in_vm_environment(&self, program: &str, as_root: bool) -> std::process::Command {
+        let mut command = std::process::Command::new(program);
+        command.current_dir(&self.home).env_clear();
         command
             .env("HOME", &self.home)
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("LANG", "C.UTF-8")
-            .env("USER", if spec.as_root { "root" } else { "kernel" });
+            .env("USER", if as_root { "root" } else { "kernel" });
         if let Some(display) = &self.display {
             command.env("DISPLAY", display);
         }
@@ -180,8 +188,7 @@ impl Processes {
             // No NO_PROXY: like Chromium (`<-loopback>`), tools reach even loopback
             // addresses the way out, so what they can reach is what the browser can.
         }
-        command.envs(&spec.env);
-        Ok(command)
+        command
     }
 
     /// Runs the command to its end (or its timeout, which kills its whole group) and

@@ -30,6 +30,8 @@ pub(super) async fn restarted(
 impl AgentService {
     /// Restarts Chromium with a fresh profile and waits until it runs.
     pub(super) async fn reset(&self) -> Result<(), Status> {
+        // Nothing of what earlier Playwright calls left (globals, tabs) survives.
+        self.executors.reset().await;
         let mut generation = 0;
         self.resets.send_modify(|g| {
             *g += 1;

@@ -8,15 +8,16 @@ use std::time::Duration;
 use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
-    CursorVisibility, DataChunk, DeletePathRequest, DevtoolsState, DragMouseRequest, Empty,
-    ExecResult, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FileList,
-    FollowFileRequest, LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest,
-    PathRequest, Point, PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk,
-    RecordingRequest, RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest,
-    ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse,
-    SignalRequest, SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse,
-    StdinRequest, StdinResult, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk,
-    cdp_frame::Kind, extension_upload_chunk, extract_zip_chunk, write_file_chunk,
+    CursorVisibility, DataChunk, DeleteExecutorRequest, DeletePathRequest, DevtoolsState,
+    DragMouseRequest, Empty, ExecResult, ExecutorList, ExtensionUploadChunk, ExtractZipChunk,
+    ExtractZipResponse, FileInfo, FileList, FollowFileRequest, LoadExtensionsResponse, LogLine,
+    MoveMouseRequest, MovePathRequest, PathRequest, PlaywrightRequest, PlaywrightResult, Point,
+    PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingRequest,
+    RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScreenshotResponse,
+    ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, SignalRequest,
+    SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest,
+    StdinResult, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind,
+    extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -28,10 +29,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 mod browser;
+mod extensions;
+mod playwright;
 mod processes;
 mod status;
 
-use browser::restarted;
 use processes::{OutputStream, terminal_side};
 use status::recording_info;
 
@@ -44,6 +46,7 @@ use crate::dir_watch;
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{Action, Input};
+use crate::playwright::Executors;
 use crate::processes::Processes;
 use crate::recording::Recordings;
 use crate::screen::Screen;
@@ -73,6 +76,8 @@ pub struct AgentService {
     pub relaunches: watch::Sender<Relaunch>,
     /// Commands run in the VM on request.
     pub processes: Arc<Processes>,
+    /// Users' Playwright code, run next to the browser.
+    pub executors: Arc<Executors>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
 }
@@ -723,84 +728,33 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<Streaming<ExtensionUploadChunk>>,
     ) -> Result<Response<LoadExtensionsResponse>, Status> {
-        use extension_upload_chunk::Kind;
-        let mut chunks = request.into_inner();
-        let scratch = |error: std::io::Error| Status::internal(format!("scratch file: {error}"));
-        // Slot → its archive (waiting outside the VM root) and its name, in arrival order.
-        let mut archives: Vec<(String, std::fs::File)> = Vec::new();
-        let mut names: std::collections::HashMap<String, String> = Default::default();
-        let mut current: Option<tokio::fs::File> = None;
-        loop {
-            let in_slot = current.is_some();
-            // One slot's data at a time: `Some` begins the next slot, `None` is the commit.
-            let part = |chunk: ExtensionUploadChunk| match chunk.kind {
-                Some(Kind::BeginSlot(slot)) => Ok(Part::Done(Some(slot))),
-                Some(Kind::Data(_)) if !in_slot => {
-                    Err(Status::invalid_argument("data before begin_slot"))
-                }
-                Some(Kind::Data(data)) => Ok(Part::Data(data)),
-                Some(Kind::Name(named)) => {
-                    names.insert(named.slot, named.name);
-                    Ok(Part::Skip)
-                }
-                Some(Kind::Commit(_)) => Ok(Part::Done(None)),
-                None => Ok(Part::Skip),
-            };
-            let next = match current.as_mut() {
-                Some(out) => spool(&mut chunks, out, part).await,
-                // Before the first slot, data has nowhere to go and `part` refuses it.
-                None => spool(&mut chunks, &mut tokio::io::sink(), part).await,
-            }
-            .map_err(|error| error.into_status("the upload ended without commit", scratch))?;
-            if let Some(mut previous) = current.take() {
-                previous.flush().await.map_err(scratch)?;
-            }
-            let Some(slot) = next else { break };
-            let file = tempfile::tempfile_in(&self.scratch_dir).map_err(scratch)?;
-            current = Some(tokio::fs::File::from_std(
-                file.try_clone().map_err(scratch)?,
-            ));
-            archives.push((slot, file));
-        }
-        if archives.is_empty() {
-            return Err(Status::invalid_argument("no extensions were sent"));
-        }
-        let mut batch = Vec::new();
-        for (slot, archive) in archives {
-            let name = names.remove(&slot).ok_or_else(|| {
-                Status::invalid_argument(format!("the extension in slot {slot} has no name"))
-            })?;
-            batch.push((name, archive));
-        }
-        if let Some(name) = names.into_values().next() {
-            return Err(Status::invalid_argument(format!(
-                "extension {name} has no zip_file"
-            )));
-        }
+        Ok(Response::new(
+            self.load_extensions_from(request.into_inner()).await?,
+        ))
+    }
 
-        if batch.len() > crate::extensions::MAX_LOADED {
-            return Err(Status::invalid_argument("too many extensions in one call"));
-        }
-        let extensions = self.extensions.clone();
-        let browser = self.browser.clone();
-        let (loaded, version) = blocking(move || {
-            let mut archives = Vec::new();
-            for (name, mut archive) in batch {
-                archive.rewind().map_err(scratch_failed)?;
-                archives.push((name, archive));
-            }
-            extensions.install(archives)
-        })
-        .await?;
-        // Done once Chromium runs with this set or a later one (a concurrent load may
-        // have restarted it with ours included). Open CDP connections end with the restart.
-        restarted(
-            browser,
-            |s| s.extensions_version >= version,
-            "Chromium did not come back with the extensions",
-        )
-        .await?;
-        Ok(Response::new(LoadExtensionsResponse { loaded }))
+    async fn playwright_execute(
+        &self,
+        request: Request<PlaywrightRequest>,
+    ) -> Result<Response<PlaywrightResult>, Status> {
+        Ok(Response::new(
+            self.execute_playwright(request.into_inner()).await?,
+        ))
+    }
+
+    async fn list_executors(&self, _: Request<Empty>) -> Result<Response<ExecutorList>, Status> {
+        Ok(Response::new(self.executor_list().await))
+    }
+
+    async fn delete_executor(
+        &self,
+        request: Request<DeleteExecutorRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let request = request.into_inner();
+        self.executors
+            .delete(&request.name, request.close_tab)
+            .await?;
+        Ok(Response::new(Empty {}))
     }
 
     async fn shutdown(

@@ -11,14 +11,15 @@ use browser_agent_proto::AUTHORIZATION_METADATA;
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
-    CursorVisibility, DataChunk, DeletePathRequest, DragMouseRequest, Empty, ExecResult,
-    ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo, FollowFileRequest,
-    LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest, OutputChunk, PathRequest,
-    Point, PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingInfo,
-    RecordingRequest, RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest,
-    ScrollRequest, SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest,
-    SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest,
-    TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
+    CursorVisibility, DataChunk, DeleteExecutorRequest, DeletePathRequest, DragMouseRequest, Empty,
+    ExecResult, ExecutorList, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo,
+    FollowFileRequest, LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest,
+    OutputChunk, PathRequest, PlaywrightRequest, PlaywrightResult, Point, PressKeysRequest,
+    ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingInfo, RecordingRequest,
+    RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
+    SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
+    StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TypeTextRequest,
+    WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -37,6 +38,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Filesystem calls may walk large trees (recursive delete, listing).
 const FS_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a Playwright call may wait for the calls queued before it on its executor.
+const PLAYWRIGHT_QUEUE_ALLOWANCE: Duration = Duration::from_secs(300);
 /// Stopping a recording waits for ffmpeg to flush and the file to be remuxed.
 const FINALIZE_TIMEOUT: Duration = Duration::from_secs(310);
 
@@ -582,6 +585,40 @@ impl AgentClient {
     pub async fn resize_terminal(&self, request: ResizeTerminalRequest) -> Result<(), AgentError> {
         let request = Self::input_request(request, Duration::ZERO);
         self.inner.clone().resize_terminal(request).await?;
+        Ok(())
+    }
+
+    /// Runs Playwright code in one of the VM's executors. The agent enforces the
+    /// timeout; the call also allows for calls queued before it on that executor.
+    pub async fn playwright_execute(
+        &self,
+        request: PlaywrightRequest,
+    ) -> Result<PlaywrightResult, AgentError> {
+        let expected =
+            Duration::from_millis(request.timeout_ms.into()) + PLAYWRIGHT_QUEUE_ALLOWANCE;
+        let request = Self::input_request(request, expected);
+        Ok(self
+            .inner
+            .clone()
+            .playwright_execute(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn list_executors(&self) -> Result<ExecutorList, AgentError> {
+        let request = Self::input_request(Empty {}, Duration::ZERO);
+        Ok(self
+            .inner
+            .clone()
+            .list_executors(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn delete_executor(&self, name: String, close_tab: bool) -> Result<(), AgentError> {
+        let request =
+            Self::input_request(DeleteExecutorRequest { name, close_tab }, Duration::ZERO);
+        self.inner.clone().delete_executor(request).await?;
         Ok(())
     }
 

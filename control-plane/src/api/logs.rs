@@ -25,8 +25,9 @@ pub struct LogStreamQuery {
     /// With `source=path`: the file, such as `/downloads/app.log`.
     #[param(min_length = 1)]
     pub path: Option<String>,
-    /// With `source=supervisor`: `agent`, `chromium` or `xvfb`.
-    #[param(pattern = "^(agent|chromium|xvfb)$")]
+    /// With `source=supervisor`: `agent`, `chromium`, `xvfb` or `playwright` (the
+    /// Playwright executors' own output, such as Node.js crashes).
+    #[param(pattern = "^(agent|chromium|xvfb|playwright)$")]
     pub supervisor_process: Option<String>,
     /// Keep streaming what is appended, like `tail -f` (default false: the stream ends at
     /// the end of the file).

@@ -21,6 +21,7 @@ pub mod logs;
 pub mod openapi;
 pub mod org;
 pub mod paging;
+pub mod playwright;
 pub mod pools;
 pub mod processes;
 pub mod profiles;
@@ -98,6 +99,9 @@ fn api_routes() -> OpenApiRouter<AppState> {
             auth_connections::hosted_submit
         ))
         .routes(routes!(logs::stream))
+        .routes(routes!(playwright::execute))
+        .routes(routes!(playwright::list_executors))
+        .routes(routes!(playwright::delete_executor))
         .routes(routes!(processes::exec))
         .routes(routes!(processes::spawn))
         .routes(routes!(processes::status))

@@ -34,6 +34,8 @@ pub struct LocalRuntimeConfig {
     /// Where browser directories live (`<data-dir>/browsers`).
     pub browsers_dir: PathBuf,
     pub agent_binary: PathBuf,
+    /// The Node.js runtime of Playwright executors, if installed.
+    pub node_runtime: Option<PathBuf>,
     pub chromium: String,
     pub xvfb: String,
     pub ffmpeg: String,
@@ -236,6 +238,12 @@ impl LocalRuntime {
         if self.config.sandbox.is_some() {
             arg("max-tasks", &MAX_VM_TASKS.to_string());
         }
+        if let Some(runtime) = &self.config.node_runtime {
+            match self.config.sandbox {
+                Some(_) => arg("node-runtime", &sandbox::VM_NODE_RUNTIME),
+                None => arg("node-runtime", runtime),
+            }
+        }
         arg(
             "memory-limit-bytes",
             &spec.memory_limit_bytes.unwrap_or(0).to_string(),
@@ -305,7 +313,10 @@ impl LocalRuntime {
                 let (info_read, info_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                     .map_err(std::io::Error::from)?;
                 let command = sandbox.command(
-                    &self.config.agent_binary,
+                    (
+                        &self.config.agent_binary,
+                        self.config.node_runtime.as_deref(),
+                    ),
                     args,
                     (&root, &run),
                     spec.memory_limit_bytes.unwrap_or(16 << 30),

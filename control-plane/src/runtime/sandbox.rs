@@ -20,6 +20,8 @@ pub const VM_HOME: &str = "/home/kernel";
 pub const VM_RUN: &str = "/run/vm";
 /// The agent's binary inside the sandbox.
 const VM_AGENT: &str = "/opt/browser-agent/browser-agent";
+/// The Node.js runtime of Playwright executors inside the sandbox.
+pub const VM_NODE_RUNTIME: &str = "/opt/browser-agent/node";
 /// The VM's user and group inside its user namespace, as in the reference images.
 const VM_UID: &str = "1000";
 
@@ -53,11 +55,13 @@ pub const POLICY_DIR: &str = "/etc/chromium/policies/managed";
 /// through.
 const FALLBACK_VM_BASE: &str = "/var/lib/browser-vms";
 
-/// Where the VMs' directories and the agent binary they start are.
+/// Where the VMs' directories, the agent binary they start and the Node.js runtime
+/// they run Playwright code with are.
 #[derive(Clone, Debug)]
 pub struct VmPlacement {
     pub browsers_dir: PathBuf,
     pub agent_binary: PathBuf,
+    pub node_runtime: Option<PathBuf>,
 }
 
 /// Whether every parent of `path` lets others pass through (o+x).
@@ -129,11 +133,17 @@ impl Sandbox {
     /// parents let the user through, else under `/var/lib/browser-vms/<data directory's
     /// hash>`. The directories it passes through are made traversable (0711): listing and
     /// reading stay ours.
-    pub fn place(&self, data_dir: &Path, agent_binary: &Path) -> Result<VmPlacement, String> {
+    pub fn place(
+        &self,
+        data_dir: &Path,
+        agent_binary: &Path,
+        node_runtime: Option<&Path>,
+    ) -> Result<VmPlacement, String> {
         let Some(user) = self.user else {
             return Ok(VmPlacement {
                 browsers_dir: data_dir.join("browsers"),
                 agent_binary: agent_binary.to_owned(),
+                node_runtime: node_runtime.map(Path::to_owned),
             });
         };
         let base = if traversable_parents(data_dir) {
@@ -176,9 +186,17 @@ impl Sandbox {
         }
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| fail(&staged.display().to_string(), e))?;
+        let node_runtime = match node_runtime {
+            Some(runtime) => Some(
+                stage_node_runtime(runtime, &agent_dir)
+                    .map_err(|e| fail(&format!("staging {}", runtime.display()), e))?,
+            ),
+            None => None,
+        };
         Ok(VmPlacement {
             browsers_dir,
             agent_binary: staged,
+            node_runtime,
         })
     }
 
@@ -188,7 +206,7 @@ impl Sandbox {
     /// hold at most `memory_bytes` each (what they hold counts in its memory too).
     pub fn command(
         &self,
-        agent: &Path,
+        (agent, node_runtime): (&Path, Option<&Path>),
         agent_args: Vec<OsString>,
         (root, run): (&Path, &Path),
         memory_bytes: u64,
@@ -212,6 +230,9 @@ impl Sandbox {
         bind("--bind", root, VM_HOME);
         bind("--bind", run, VM_RUN);
         bind("--ro-bind", agent, VM_AGENT);
+        if let Some(runtime) = node_runtime {
+            bind("--ro-bind", runtime, VM_NODE_RUNTIME);
+        }
         bind("--ro-bind", &run.join("policies"), POLICY_DIR);
         bind(
             "--ro-bind",
@@ -278,6 +299,64 @@ impl Sandbox {
         }
         command
     }
+}
+
+/// A copy of the Node.js runtime (hard links where the file system allows) the VM user
+/// can read, in `agent_dir`, named by a digest of the runtime's lock file and scripts so
+/// that an unchanged runtime is staged once; older copies are removed.
+fn stage_node_runtime(runtime: &Path, agent_dir: &Path) -> std::io::Result<PathBuf> {
+    let mut digest = sha2::Sha256::new();
+    let mut entries: Vec<_> = std::fs::read_dir(runtime)?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.is_file())
+        .collect();
+    entries.sort();
+    for path in entries {
+        digest.update(path.as_os_str().as_encoded_bytes());
+        digest.update(std::fs::read(&path)?);
+    }
+    let name = format!("node-{}", &hex::encode(digest.finalize())[..16]);
+    let staged = agent_dir.join(&name);
+    if staged.is_dir() {
+        return Ok(staged);
+    }
+    for entry in std::fs::read_dir(agent_dir)?.filter_map(Result::ok) {
+        if entry.file_name().to_string_lossy().starts_with("node-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let partial = agent_dir.join(format!("{name}.partial"));
+    let _ = std::fs::remove_dir_all(&partial);
+    copy_tree(runtime, &partial)?;
+    std::fs::rename(&partial, &staged)?;
+    Ok(staged)
+}
+
+/// Copies a directory tree readable by all (directories 0755, files 0644 or 0755),
+/// linking files instead where it can. Symbolic links are copied as links.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(to)?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755))?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&source, &target)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
+        } else {
+            let mode = entry.metadata()?.permissions().mode();
+            let readable = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
+            if mode & 0o777 == readable && std::fs::hard_link(&source, &target).is_ok() {
+                continue;
+            }
+            std::fs::copy(&source, &target)?;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(readable))?;
+        }
+    }
+    Ok(())
 }
 
 /// Where `write_identity` puts the VM's own `passwd` and `group`, in its run directory.

@@ -1,0 +1,91 @@
+//! A Node.js process of the VM's runtime (`browser-agent/node`), spoken to one JSON line
+//! at a time: a request on its stdin, its answer on its stdout. Its own stderr (Node's
+//! crash reports) goes to the `playwright` service log.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{ChildStdin, ChildStdout};
+
+use crate::process::GroupLeader;
+
+/// Longest answer line read (a result, output and images); a longer one ends the process.
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+pub struct NodeRunner {
+    process: GroupLeader,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("Node.js could not be started: {0}")]
+    Start(std::io::Error),
+    #[error("the Node.js process ended ({0})")]
+    Ended(String),
+}
+
+impl NodeRunner {
+    /// Starts `script` of the runtime directory with `command` (the VM's environment,
+    /// `node` as its program).
+    pub fn start(mut command: std::process::Command, script: &Path) -> Result<Self, RunnerError> {
+        command
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(match crate::service_logs::file("playwright") {
+                Some(log) => Stdio::from(log),
+                None => Stdio::null(),
+            });
+        let mut process = GroupLeader::spawn(command).map_err(RunnerError::Start)?;
+        let (Some(stdin), Some(stdout)) = (process.child.stdin.take(), process.child.stdout.take())
+        else {
+            return Err(RunnerError::Start(std::io::Error::other(
+                "its pipes are missing",
+            )));
+        };
+        Ok(Self {
+            process,
+            stdin,
+            stdout: BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// Sends one request and waits for its answer (no deadline: the caller sets one).
+    pub async fn call(
+        &mut self,
+        request: &serde_json::Value,
+    ) -> Result<serde_json::Value, RunnerError> {
+        let mut line = request.to_string();
+        line.push('\n');
+        if let Err(error) = self.stdin.write_all(line.as_bytes()).await {
+            return Err(self.ended(error.to_string()).await);
+        }
+        match self.stdout.next_line().await {
+            Ok(Some(answer)) if answer.len() <= MAX_ANSWER_BYTES => serde_json::from_str(&answer)
+                .map_err(|error| RunnerError::Ended(format!("it answered nonsense: {error}"))),
+            Ok(Some(_)) => Err(RunnerError::Ended(format!(
+                "its answer was larger than {} MiB",
+                MAX_ANSWER_BYTES >> 20
+            ))),
+            Ok(None) => Err(self.ended("it closed its output".into()).await),
+            Err(error) => Err(self.ended(error.to_string()).await),
+        }
+    }
+
+    /// Why the process ended, when it did: its exit status if it has one by now.
+    async fn ended(&mut self, otherwise: String) -> RunnerError {
+        match tokio::time::timeout(Duration::from_millis(200), self.process.wait()).await {
+            Ok(Ok(status)) => RunnerError::Ended(status.to_string()),
+            _ => RunnerError::Ended(otherwise),
+        }
+    }
+
+    /// Kills the process and everything it started, and reaps it.
+    pub async fn stop(mut self) {
+        self.process.terminate(Duration::ZERO).await;
+    }
+}

@@ -1,0 +1,217 @@
+//! Server-side Playwright, `/browsers/{id}/playwright/*`: users' code runs in executors
+//! inside the browser's VM (Node.js with playwright-core, next to Chromium), never on
+//! this host.
+
+use axum::Json;
+use axum::http::StatusCode;
+use browser_agent_proto::v1::PlaywrightRequest;
+use chrono::{DateTime, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ErrorBody};
+use super::extract::{JsonBody, PathParam, QueryParams};
+use super::org::Org;
+
+/// Longest `timeout_sec`.
+const MAX_TIMEOUT_SEC: i64 = 3600;
+const DEFAULT_TIMEOUT_SEC: i64 = 60;
+/// Largest `code`.
+const MAX_CODE_BYTES: usize = 1024 * 1024;
+/// Longest executor name.
+const MAX_NAME_CHARS: usize = 64;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteRequest {
+    /// TypeScript or JavaScript: the body of an async function with `page`, `context` and
+    /// `browser`; its `return` value is the answer's `result`. At most 1 MiB.
+    #[schema(min_length = 1)]
+    pub code: String,
+    /// The executor to run in (default `default`): letters, digits, `.`, `_` and `-`, up
+    /// to 64. A new name creates one; a browser has at most 8 named executors.
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+    pub executor: Option<String>,
+    /// Default 60, at most 3600. Past it the call fails and the executor drops its
+    /// browser connection; an executor that cannot even answer then is restarted.
+    #[schema(minimum = 1, maximum = 3600)]
+    pub timeout_sec: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Tab {
+    /// CDP target id of the tab.
+    pub target_id: String,
+    /// Whether this call opened it.
+    pub created: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExecuteResponse {
+    pub success: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What the code returned (JSON values as they are; anything else as its inspected
+    /// text). Absent when it returned nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// What the code printed (console included): the first MiB of each.
+    pub stdout: String,
+    pub stderr: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tab: Option<Tab>,
+}
+
+fn name_problem(name: &str) -> Option<String> {
+    let valid = (1..=MAX_NAME_CHARS).contains(&name.chars().count())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    (!valid).then(|| {
+        format!(
+            "executor: {name:?} is not a name of 1 to {MAX_NAME_CHARS} letters, digits, `.`, `_` or `-`"
+        )
+    })
+}
+
+/// Run Playwright code next to the browser, in one of its executors.
+#[utoipa::path(post, path = "/browsers/{id}/playwright/execute", tag = "playwright", request_body = ExecuteRequest,
+    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
+    responses((status = 200, body = ExecuteResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "A new executor past the 8 named ones", body = ErrorBody),
+        (status = 503, description = "No Node.js runtime, or the browser is restarting", body = ErrorBody)))]
+pub async fn execute(
+    org: Org,
+    PathParam(id): PathParam<String>,
+    JsonBody(request): JsonBody<ExecuteRequest>,
+) -> Result<Json<ExecuteResponse>, ApiError> {
+    let mut problems = Vec::new();
+    if request.code.trim().is_empty() {
+        problems.push("code must not be empty".to_owned());
+    }
+    if request.code.len() > MAX_CODE_BYTES {
+        problems.push(format!("code must be at most {MAX_CODE_BYTES} bytes"));
+    }
+    let executor = request.executor.unwrap_or_default();
+    if !executor.is_empty() {
+        problems.extend(name_problem(&executor));
+    }
+    let timeout_sec = request.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC);
+    if !(1..=MAX_TIMEOUT_SEC).contains(&timeout_sec) {
+        problems.push(format!(
+            "timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}, got {timeout_sec}"
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid_fields(problems));
+    }
+    let session = org.sessions.live(&org.id, &id).await?;
+    let agent = org.sessions.agent(&session)?;
+    let answer = agent
+        .playwright_execute(PlaywrightRequest {
+            code: request.code,
+            executor,
+            timeout_ms: (timeout_sec * 1000) as u32,
+        })
+        .await?;
+    // The agent's JSON is the executor's; anything unparsable is reported as text.
+    let result = answer
+        .result_json
+        .map(|json| serde_json::from_str(&json).unwrap_or(serde_json::Value::String(json)));
+    Ok(Json(ExecuteResponse {
+        success: answer.success,
+        error: answer.error,
+        result,
+        stdout: answer.stdout,
+        stderr: answer.stderr,
+        tab: answer.tab.map(|tab| Tab {
+            target_id: tab.target_id,
+            created: tab.created,
+        }),
+    }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Executor {
+    pub name: String,
+    /// Whether a call runs on it.
+    pub busy: bool,
+    pub created_at: DateTime<Utc>,
+    /// When its latest call started.
+    pub last_used_at: DateTime<Utc>,
+    /// The tab a named executor owns, while it is open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExecutorList {
+    /// The default executor, then the named ones in creation order.
+    pub executors: Vec<Executor>,
+}
+
+fn time(unix_ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(unix_ms)
+        .single()
+        .unwrap_or_default()
+}
+
+/// The browser's Playwright executors.
+#[utoipa::path(get, path = "/browsers/{id}/playwright/executors", tag = "playwright",
+    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
+    responses((status = 200, body = ExecutorList), (status = 404, body = ErrorBody)))]
+pub async fn list_executors(
+    org: Org,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<ExecutorList>, ApiError> {
+    let session = org.sessions.live(&org.id, &id).await?;
+    let agent = org.sessions.agent(&session)?;
+    let executors = agent
+        .list_executors()
+        .await?
+        .executors
+        .into_iter()
+        .map(|executor| Executor {
+            name: executor.name,
+            busy: executor.busy,
+            created_at: time(executor.created_at_unix_ms),
+            last_used_at: time(executor.last_used_at_unix_ms),
+            target_id: executor.target_id,
+            url: executor.url,
+        })
+        .collect();
+    Ok(Json(ExecutorList { executors }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteQuery {
+    /// Close the executor's tab too (default true).
+    pub close_tab: Option<bool>,
+}
+
+/// Delete a named executor (a call running on it fails; its tab closes unless
+/// `close_tab=false`), or restart the default one.
+#[utoipa::path(delete, path = "/browsers/{id}/playwright/executors/{name}", tag = "playwright",
+    params(("id" = String, Path, description = "Browser session id or name"),
+        ("name" = String, Path, description = "Executor name"), DeleteQuery),
+    security(("bearer" = [])),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn delete_executor(
+    org: Org,
+    PathParam((id, name)): PathParam<(String, String)>,
+    QueryParams(query): QueryParams<DeleteQuery>,
+) -> Result<StatusCode, ApiError> {
+    let session = org.sessions.live(&org.id, &id).await?;
+    if let Some(problem) = name_problem(&name) {
+        return Err(ApiError::invalid_fields(vec![problem]));
+    }
+    let agent = org.sessions.agent(&session)?;
+    agent
+        .delete_executor(name, query.close_tab.unwrap_or(true))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
