@@ -1,0 +1,67 @@
+"""`POST /browsers/{id}/playwright/execute` of `return await page.title()` (until the
+answer, on a warm executor) next to the same work done from outside: Playwright connects
+over the session's `cdp_ws_url`, reads the title and disconnects (its driver started
+once, before the clock). Measured alternately in the same run. Goal: at most 0.3x."""
+
+from __future__ import annotations
+
+import http.client as http_client
+import json
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import sync_playwright
+
+from harness import ControlPlane
+
+RUNS = 100
+WARMUP = 10
+TITLE = "bench page"
+
+
+def run(work_dir: Path, report) -> None:
+    server = ControlPlane(work_dir / "data").start()
+    try:
+        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"},
+                            timeout=60)
+        session = http.post("/browsers", json={"headless": True}).raise_for_status().json()
+        sid = session["session_id"]
+        connection = http_client.HTTPConnection("127.0.0.1", server.port)
+        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+
+        def execute(code: str) -> dict:
+            connection.request("POST", f"/browsers/{sid}/playwright/execute", json.dumps({"code": code}), headers)
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+            assert response.status == 200 and answer["success"], answer
+            return answer
+
+        execute(f"await page.setContent('<title>{TITLE}</title>')")
+
+        def inside() -> float:
+            started = time.perf_counter()
+            assert execute("return await page.title()")["result"] == TITLE
+            return time.perf_counter() - started
+
+        with sync_playwright() as playwright:
+            def outside() -> float:
+                started = time.perf_counter()
+                browser = playwright.chromium.connect_over_cdp(session["cdp_ws_url"])
+                assert browser.contexts[0].pages[0].title() == TITLE
+                browser.close()
+                return time.perf_counter() - started
+
+            for _ in range(WARMUP):
+                inside()
+                outside()
+            ours, references = [], []
+            for _ in range(RUNS):
+                ours.append(inside())
+                references.append(outside())
+        connection.close()
+        report("playwright_execute: page.title() run in the VM", ours,
+               {"connect_over_cdp + title + close": references}, percentiles=(50, 99))
+        http.delete(f"/browsers/{sid}").raise_for_status()
+    finally:
+        server.reap_everything()
