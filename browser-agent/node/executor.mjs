@@ -128,7 +128,7 @@ async function execute({ code, timeout_ms: timeoutMs, cdp }) {
       reply.timed_out = true;
     } else {
       reply.error = describeError(error);
-      if (error instanceof Error && error.stack) stderr.push(`${error.stack}\n`);
+      if (typeof error?.stack === 'string') stderr.push(`${error.stack}\n`);
     }
   } finally {
     clearTimeout(timer);

@@ -138,7 +138,8 @@ export async function jsonSafe(value) {
 
 /** An error as the API reports it. */
 export function describeError(error) {
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  // Errors of code run in another context are of its own Error class: no instanceof.
+  if (typeof error?.message === 'string') return `${error.name ?? 'Error'}: ${error.message}`;
   return String(error);
 }
 

@@ -6,7 +6,9 @@ mod actions;
 mod auth;
 mod capture;
 mod cdp;
+mod cdp_client;
 mod chromium;
+mod curl;
 mod desktop;
 mod dir_watch;
 mod display;
@@ -338,11 +340,13 @@ async fn serve(
         display_name.clone(),
         proxy.clone(),
     ));
-    let executors = std::sync::Arc::new(playwright::Executors::new(
+    let node_runtime = playwright::NodeRuntime::new(
         args.node_runtime.clone(),
         processes.clone(),
         state_rx.clone(),
-    ));
+    );
+    let executors = std::sync::Arc::new(playwright::Executors::new(node_runtime.clone()));
+    let repl = std::sync::Arc::new(playwright::Repl::new(node_runtime));
     let (resets, resets_rx) = watch::channel(0u64);
     let (stop_chromium, stop_chromium_rx) = watch::channel(false);
     let (relaunches, relaunches_rx) = watch::channel(chromium::Relaunch {
@@ -420,6 +424,7 @@ async fn serve(
         relaunches,
         processes,
         executors: executors.clone(),
+        repl: repl.clone(),
         stop_chromium,
         input,
         fs: api_fs,
@@ -468,6 +473,7 @@ async fn serve(
     // Whatever ended the server, nothing we started may outlive us.
     shutdown.cancel();
     executors.reset().await;
+    repl.reset().await;
     let _ = supervisor.await;
     if let Some(display) = display {
         display.stop().await;

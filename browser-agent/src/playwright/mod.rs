@@ -10,20 +10,18 @@
 //! (a blocked event loop), the agent kills its process `BLOCKED_GRACE` later, and the
 //! next call starts a new one. So does a call after a crash.
 
+mod repl;
 mod runner;
 
+pub use repl::{Repl, ReplContent};
 use runner::NodeRunner;
+pub use runner::NodeRuntime;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-
-use crate::chromium::BrowserState;
-use crate::processes::Processes;
 
 /// Named executors a browser may have; the default one does not count.
 pub const MAX_NAMED: usize = 8;
@@ -142,26 +140,16 @@ impl Drop for Busy<'_> {
 }
 
 pub struct Executors {
-    /// The runtime's directory (`executor.mjs`, `node_modules`); `None` when the VM has
-    /// none.
-    runtime: Option<PathBuf>,
-    processes: Arc<Processes>,
-    browser: watch::Receiver<BrowserState>,
+    runtime: NodeRuntime,
     default: Arc<Executor>,
     /// In creation order.
     named: std::sync::Mutex<Vec<Arc<Executor>>>,
 }
 
 impl Executors {
-    pub fn new(
-        runtime: Option<PathBuf>,
-        processes: Arc<Processes>,
-        browser: watch::Receiver<BrowserState>,
-    ) -> Self {
+    pub fn new(runtime: NodeRuntime) -> Self {
         Self {
             runtime,
-            processes,
-            browser,
             default: Executor::new(DEFAULT_EXECUTOR),
             named: std::sync::Mutex::default(),
         }
@@ -197,36 +185,13 @@ impl Executors {
         Ok(executor)
     }
 
-    /// The DevTools HTTP endpoint of the running Chromium.
-    fn devtools(&self) -> Result<String, PlaywrightError> {
-        let port = self.browser.borrow().devtools_port;
-        if port == 0 {
-            return Err(PlaywrightError::Unavailable(
-                "the browser is not running (it is starting or restarting)".into(),
-            ));
-        }
-        Ok(format!("http://127.0.0.1:{port}"))
-    }
-
     fn start_runner(&self, executor: &Executor) -> Result<NodeRunner, PlaywrightError> {
-        let runtime = self.runtime.as_ref().ok_or_else(|| {
-            PlaywrightError::Unavailable(
-                "this browser VM has no Node.js runtime for Playwright (see the README: \
-                 the control plane's --node-runtime)"
-                    .into(),
-            )
-        })?;
-        let mut command = self.processes.in_vm_environment("node", false);
-        // playwright-core honours HTTP(S)_PROXY for its own DevTools requests too; the
-        // VM's Chromium is on its loopback, not behind the way out.
-        command
-            .env("NO_PROXY", "127.0.0.1")
-            .env("no_proxy", "127.0.0.1");
-        if executor.owns_tab() {
-            command.env("EXECUTOR_OWNS_TAB", "1");
-        }
-        NodeRunner::start(command, &runtime.join("executor.mjs"))
-            .map_err(|error| PlaywrightError::Unavailable(error.to_string()))
+        let env: &[(&str, &str)] = if executor.owns_tab() {
+            &[("EXECUTOR_OWNS_TAB", "1")]
+        } else {
+            &[]
+        };
+        self.runtime.start("executor.mjs", env)
     }
 
     /// Runs `code` on the executor `name` (created if new), waiting for the calls before
@@ -265,7 +230,7 @@ impl Executors {
             state.last_used_at = SystemTime::now();
             (state.stop.clone(), state.generation)
         };
-        let endpoint = self.devtools()?;
+        let endpoint = self.runtime.devtools()?;
         if let Some((started_in, _)) = runner.as_ref()
             && *started_in != generation
             && let Some((_, outdated)) = runner.take()
@@ -325,8 +290,7 @@ impl Executors {
         let executors: Vec<Arc<Executor>> = std::iter::once(self.default.clone())
             .chain(self.named().iter().cloned())
             .collect();
-        let port = self.browser.borrow().devtools_port;
-        let pages = crate::tabs::page_urls(port).await;
+        let pages = crate::tabs::page_urls(self.runtime.devtools_port()).await;
         executors
             .iter()
             .map(|executor| {
@@ -368,8 +332,7 @@ impl Executors {
         executor.stop().await;
         let target = executor.state().target_id.clone();
         if close_tab && let Some(target) = target {
-            let port = self.browser.borrow().devtools_port;
-            crate::tabs::close(port, &target).await;
+            crate::tabs::close(self.runtime.devtools_port(), &target).await;
         }
         Ok(())
     }

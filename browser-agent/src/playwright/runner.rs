@@ -2,14 +2,77 @@
 //! at a time: a request on its stdin, its answer on its stdout. Its own stderr (Node's
 //! crash reports) goes to the `playwright` service log.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::watch;
 
+use super::PlaywrightError;
+use crate::chromium::BrowserState;
 use crate::process::GroupLeader;
+use crate::processes::Processes;
+
+/// The VM's Node.js runtime (`browser-agent/node`) and what its processes need: the
+/// VM's environment and the running Chromium.
+#[derive(Clone)]
+pub struct NodeRuntime {
+    /// Its directory (scripts, `node_modules`); `None` when the VM has none.
+    dir: Option<PathBuf>,
+    processes: Arc<Processes>,
+    browser: watch::Receiver<BrowserState>,
+}
+
+impl NodeRuntime {
+    pub fn new(
+        dir: Option<PathBuf>,
+        processes: Arc<Processes>,
+        browser: watch::Receiver<BrowserState>,
+    ) -> Self {
+        Self {
+            dir,
+            processes,
+            browser,
+        }
+    }
+
+    pub fn devtools_port(&self) -> u16 {
+        self.browser.borrow().devtools_port
+    }
+
+    /// The DevTools HTTP endpoint of the running Chromium.
+    pub fn devtools(&self) -> Result<String, PlaywrightError> {
+        match self.devtools_port() {
+            0 => Err(PlaywrightError::Unavailable(
+                "the browser is not running (it is starting or restarting)".into(),
+            )),
+            port => Ok(format!("http://127.0.0.1:{port}")),
+        }
+    }
+
+    /// Starts one of the runtime's scripts with the VM's environment and `env`.
+    pub fn start(&self, script: &str, env: &[(&str, &str)]) -> Result<NodeRunner, PlaywrightError> {
+        let dir = self.dir.as_ref().ok_or_else(|| {
+            PlaywrightError::Unavailable(
+                "this browser VM has no Node.js runtime for Playwright (see the README: \
+                 the control plane's --node-runtime)"
+                    .into(),
+            )
+        })?;
+        let mut command = self.processes.in_vm_environment("node", false);
+        // playwright-core honours HTTP(S)_PROXY for its own DevTools requests too; the
+        // VM's Chromium is on its loopback, not behind the way out.
+        command
+            .env("NO_PROXY", "127.0.0.1")
+            .env("no_proxy", "127.0.0.1");
+        command.envs(env.iter().copied());
+        NodeRunner::start(command, &dir.join(script))
+            .map_err(|error| PlaywrightError::Unavailable(error.to_string()))
+    }
+}
 
 /// Longest answer line read (a result, output and images); a longer one ends the process.
 const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;

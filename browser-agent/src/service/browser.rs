@@ -30,8 +30,9 @@ pub(super) async fn restarted(
 impl AgentService {
     /// Restarts Chromium with a fresh profile and waits until it runs.
     pub(super) async fn reset(&self) -> Result<(), Status> {
-        // Nothing of what earlier Playwright calls left (globals, tabs) survives.
+        // Nothing of what earlier Playwright and REPL calls left (globals, tabs) survives.
         self.executors.reset().await;
+        self.repl.reset().await;
         let mut generation = 0;
         self.resets.send_modify(|g| {
             *g += 1;

@@ -7,17 +7,18 @@ use std::time::Duration;
 
 use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
-    ActionBatch, CdpFrame, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
-    CursorVisibility, DataChunk, DeleteExecutorRequest, DeletePathRequest, DevtoolsState,
-    DragMouseRequest, Empty, ExecResult, ExecutorList, ExtensionUploadChunk, ExtractZipChunk,
-    ExtractZipResponse, FileInfo, FileList, FollowFileRequest, LoadExtensionsResponse, LogLine,
-    MoveMouseRequest, MovePathRequest, PathRequest, PlaywrightRequest, PlaywrightResult, Point,
-    PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingRequest,
-    RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScreenshotResponse,
-    ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse, SignalRequest,
-    SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest,
-    StdinResult, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind,
-    extract_zip_chunk, write_file_chunk,
+    ActionBatch, CdpFrame, ClickMouseRequest, ClipboardText, CreateDirectoryRequest, CurlRequest,
+    CurlResult, CursorVisibility, DataChunk, DeleteExecutorRequest, DeletePathRequest,
+    DevtoolsState, DragMouseRequest, Empty, ExecResult, ExecutorList, ExtensionUploadChunk,
+    ExtractZipChunk, ExtractZipResponse, FileInfo, FileList, FollowFileRequest,
+    LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest, PathRequest,
+    PlaywrightRequest, PlaywrightResult, Point, PressKeysRequest, ProcessRef, ProcessRequest,
+    ProcessState, ProfileChunk, RecordingRequest, RelaunchRequest, ReplRequest, ReplResult,
+    ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScreenshotResponse, ScrollRequest,
+    SetPermissionsRequest, ShutdownRequest, ShutdownResponse, SignalRequest, SpawnRequest,
+    SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, StdinResult,
+    TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, extract_zip_chunk,
+    write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -46,7 +47,7 @@ use crate::dir_watch;
 use crate::extensions::Extensions;
 use crate::fs::{FsError, VmFs, ZipLimits};
 use crate::input::{Action, Input};
-use crate::playwright::Executors;
+use crate::playwright::{Executors, Repl};
 use crate::processes::Processes;
 use crate::recording::Recordings;
 use crate::screen::Screen;
@@ -78,6 +79,8 @@ pub struct AgentService {
     pub processes: Arc<Processes>,
     /// Users' Playwright code, run next to the browser.
     pub executors: Arc<Executors>,
+    /// The browser's JavaScript REPL.
+    pub repl: Arc<Repl>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
 }
@@ -744,6 +747,16 @@ impl BrowserAgent for AgentService {
 
     async fn list_executors(&self, _: Request<Empty>) -> Result<Response<ExecutorList>, Status> {
         Ok(Response::new(self.executor_list().await))
+    }
+
+    async fn repl(&self, request: Request<ReplRequest>) -> Result<Response<ReplResult>, Status> {
+        Ok(Response::new(self.repl_eval(request.into_inner()).await?))
+    }
+
+    async fn curl(&self, request: Request<CurlRequest>) -> Result<Response<CurlResult>, Status> {
+        Ok(Response::new(
+            self.browser_curl(request.into_inner()).await?,
+        ))
     }
 
     async fn delete_executor(

@@ -1,14 +1,17 @@
-//! The Playwright RPCs: requests turned into `crate::playwright` calls and back.
+//! The RPCs of code next to the browser: Playwright executors and the REPL
+//! (`crate::playwright`), and the browser's own HTTP requests (`crate::curl`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use browser_agent_proto::v1::{
-    ExecutorInfo, ExecutorList, PlaywrightRequest, PlaywrightResult, PlaywrightTab,
+    CurlRequest, CurlResult, ExecutorInfo, ExecutorList, HttpHeader, PlaywrightRequest,
+    PlaywrightResult, PlaywrightTab, ReplImage, ReplRequest, ReplResult, ReplText, repl_content,
 };
 use tonic::Status;
 
 use super::AgentService;
-use crate::playwright::{DEFAULT_EXECUTOR, PlaywrightError};
+use crate::curl::CurlError;
+use crate::playwright::{DEFAULT_EXECUTOR, PlaywrightError, ReplContent};
 
 impl From<PlaywrightError> for Status {
     fn from(error: PlaywrightError) -> Self {
@@ -74,5 +77,87 @@ impl AgentService {
             })
             .collect();
         ExecutorList { executors }
+    }
+
+    pub(super) async fn browser_curl(&self, request: CurlRequest) -> Result<CurlResult, Status> {
+        if request.timeout_ms == 0 {
+            return Err(Status::invalid_argument("timeout_ms must be positive"));
+        }
+        let browser_ws_url = self.browser.borrow().browser_ws_url.clone();
+        let made = crate::curl::request(
+            &browser_ws_url,
+            crate::curl::CurlRequest {
+                url: request.url,
+                method: request.method,
+                headers: request.headers.into_iter().collect(),
+                body: request.body,
+                timeout: Duration::from_millis(request.timeout_ms.into()),
+            },
+        )
+        .await;
+        match made {
+            Ok(response) => Ok(CurlResult {
+                status: response.status,
+                headers: response
+                    .headers
+                    .into_iter()
+                    .map(|(name, value)| HttpHeader { name, value })
+                    .collect(),
+                body: response.body,
+                duration_ms: response.duration.as_millis() as u64,
+                failure: None,
+            }),
+            Err(CurlError::Failed(failure)) => Ok(CurlResult {
+                failure: Some(failure),
+                ..CurlResult::default()
+            }),
+            Err(CurlError::Invalid(message)) => Err(Status::invalid_argument(message)),
+            Err(CurlError::NotRunning) => Err(Status::unavailable(
+                "the browser is not running (it is starting or restarting)",
+            )),
+        }
+    }
+
+    pub(super) async fn repl_eval(&self, request: ReplRequest) -> Result<ReplResult, Status> {
+        if request.timeout_ms == 0 {
+            return Err(Status::invalid_argument("timeout_ms must be positive"));
+        }
+        let outcome = self
+            .repl
+            .clone()
+            .eval(
+                request.code,
+                request.reset,
+                Duration::from_millis(request.timeout_ms.into()),
+            )
+            .await?;
+        let content = outcome
+            .content
+            .into_iter()
+            .map(|item| browser_agent_proto::v1::ReplContent {
+                kind: Some(match item {
+                    ReplContent::Text { channel, text } => {
+                        repl_content::Kind::Text(ReplText { channel, text })
+                    }
+                    ReplContent::Image {
+                        data_b64,
+                        mime_type,
+                    } => repl_content::Kind::Image(ReplImage {
+                        data_b64,
+                        mime_type,
+                    }),
+                }),
+            })
+            .collect();
+        Ok(ReplResult {
+            repl_id: outcome.repl_id,
+            success: outcome.success,
+            content,
+            content_truncated: outcome.content_truncated,
+            error: outcome.error,
+            stack: outcome.stack,
+            repl_terminated: outcome.terminated,
+            duration_ms: outcome.duration.as_millis() as u64,
+        })
     }
 }

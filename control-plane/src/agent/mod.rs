@@ -11,15 +11,16 @@ use browser_agent_proto::AUTHORIZATION_METADATA;
 use browser_agent_proto::v1::browser_agent_client::BrowserAgentClient;
 use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
-    CursorVisibility, DataChunk, DeleteExecutorRequest, DeletePathRequest, DragMouseRequest, Empty,
-    ExecResult, ExecutorList, ExtensionUploadChunk, ExtractZipChunk, ExtractZipResponse, FileInfo,
-    FollowFileRequest, LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest,
-    OutputChunk, PathRequest, PlaywrightRequest, PlaywrightResult, Point, PressKeysRequest,
-    ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingInfo, RecordingRequest,
-    RelaunchRequest, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
-    SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
-    StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TypeTextRequest,
-    WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
+    CurlRequest, CurlResult, CursorVisibility, DataChunk, DeleteExecutorRequest, DeletePathRequest,
+    DragMouseRequest, Empty, ExecResult, ExecutorList, ExtensionUploadChunk, ExtractZipChunk,
+    ExtractZipResponse, FileInfo, FollowFileRequest, LoadExtensionsResponse, LogLine,
+    MoveMouseRequest, MovePathRequest, OutputChunk, PathRequest, PlaywrightRequest,
+    PlaywrightResult, Point, PressKeysRequest, ProcessRef, ProcessRequest, ProcessState,
+    ProfileChunk, RecordingInfo, RecordingRequest, RelaunchRequest, ReplRequest, ReplResult,
+    ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest, SetPermissionsRequest,
+    ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult, StartRecordingRequest,
+    StatusRequest, StatusResponse, StdinRequest, TypeTextRequest, WatchEvent, WatchRequest,
+    WriteFileChunk, cdp_frame::Kind, profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -38,7 +39,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Filesystem calls may walk large trees (recursive delete, listing).
 const FS_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a Playwright call may wait for the calls queued before it on its executor.
+/// How long a Playwright or REPL call may wait for the calls queued before it.
 const PLAYWRIGHT_QUEUE_ALLOWANCE: Duration = Duration::from_secs(300);
 /// Stopping a recording waits for ffmpeg to flush and the file to be remuxed.
 const FINALIZE_TIMEOUT: Duration = Duration::from_secs(310);
@@ -603,6 +604,22 @@ impl AgentClient {
             .playwright_execute(request)
             .await?
             .into_inner())
+    }
+
+    /// An HTTP request made by the browser itself; the agent enforces the timeout.
+    pub async fn curl(&self, request: CurlRequest) -> Result<CurlResult, AgentError> {
+        let expected = Duration::from_millis(request.timeout_ms.into());
+        let request = Self::input_request(request, expected);
+        Ok(self.inner.clone().curl(request).await?.into_inner())
+    }
+
+    /// Evaluates code in the VM's REPL; the agent enforces the timeout, and the call
+    /// allows for calls queued before it.
+    pub async fn repl(&self, request: ReplRequest) -> Result<ReplResult, AgentError> {
+        let expected =
+            Duration::from_millis(request.timeout_ms.into()) + PLAYWRIGHT_QUEUE_ALLOWANCE;
+        let request = Self::input_request(request, expected);
+        Ok(self.inner.clone().repl(request).await?.into_inner())
     }
 
     pub async fn list_executors(&self) -> Result<ExecutorList, AgentError> {

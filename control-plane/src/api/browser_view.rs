@@ -22,6 +22,9 @@ pub struct BrowserSession {
     /// WebSocket URL for Playwright `connect_over_cdp` / Puppeteer `connect`; carries a
     /// token valid for this session while it lives.
     pub cdp_ws_url: String,
+    /// Base of this session's own routes (`<base_url>/curl/raw`, `/computer/…`, …), which
+    /// accept the token of `cdp_ws_url` as `?jwt=` instead of an API key.
+    pub base_url: String,
     pub created_at: DateTime<Utc>,
     pub headless: bool,
     pub stealth: bool,
@@ -144,6 +147,11 @@ fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> B
         cdp_ws_url: format!(
             "{}/browsers/{}/cdp?jwt={token}",
             state.public_ws_url(),
+            session.id
+        ),
+        base_url: format!(
+            "{}/browsers/{}",
+            state.settings.public_url.trim_end_matches('/'),
             session.id
         ),
         created_at: session.created_at,

@@ -88,7 +88,7 @@ pub async fn connect(
 /// A pool browser's DevTools are open only to the lease the token names. Read from the
 /// store, not the running-session cache: a lease that has just ended must not let its
 /// lessee back in.
-async fn lease_holds(state: &AppState, claims: &CdpClaims) -> Result<(), ApiError> {
+pub(super) async fn lease_holds(state: &AppState, claims: &CdpClaims) -> Result<(), ApiError> {
     let current = state.store.session(&claims.org, &claims.sub).await?;
     let leased_to_this_token = current.is_some_and(|current| {
         current.pool_lease == Some(PoolLease::Leased) && current.pool_lease_id == claims.lease

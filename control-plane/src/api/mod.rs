@@ -9,6 +9,7 @@ pub mod browsers;
 pub mod cdp;
 pub mod chrome_store;
 pub mod computer;
+pub mod curl;
 pub mod error;
 pub mod extensions;
 pub mod extract;
@@ -27,6 +28,7 @@ pub mod processes;
 pub mod profiles;
 pub mod proxies;
 pub mod replays;
+pub mod session_token;
 pub mod state;
 
 use axum::Router;
@@ -99,7 +101,10 @@ fn api_routes() -> OpenApiRouter<AppState> {
             auth_connections::hosted_submit
         ))
         .routes(routes!(logs::stream))
+        .routes(routes!(curl::curl))
+        .routes(routes!(curl::raw))
         .routes(routes!(playwright::execute))
+        .routes(routes!(playwright::repl))
         .routes(routes!(playwright::list_executors))
         .routes(routes!(playwright::delete_executor))
         .routes(routes!(processes::exec))
@@ -173,6 +178,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            session_token::accept_session_tokens,
+        ))
         .layer(axum::middleware::from_fn(
             keep_alive::keep_connections_usable,
         ))

@@ -135,6 +135,7 @@ fn complete(document: &mut Value) {
     let Some(paths) = document["paths"].as_object_mut() else {
         return;
     };
+    let mut operation_ids = std::collections::HashSet::new();
     for (path, item) in paths.iter_mut() {
         let Some(item) = item.as_object_mut() else {
             continue;
@@ -142,6 +143,12 @@ fn complete(document: &mut Value) {
         for (method, operation) in item.iter_mut() {
             complete_operation(path, operation);
             complete_body(&schemas, method, path, operation);
+            // One handler for several methods (`curl/raw`) has one id: each gets its own.
+            if let Some(id) = operation["operationId"].as_str().map(str::to_owned)
+                && !operation_ids.insert(id.clone())
+            {
+                operation["operationId"] = Value::String(format!("{id}_{method}"));
+            }
         }
     }
     forbid_unsupported_fields(document);

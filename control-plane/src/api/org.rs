@@ -1,5 +1,6 @@
 //! The authenticated caller of a request: `Authorization: Bearer <api key>` resolved to
-//! its organization.
+//! its organization, or a session token on one of that session's own routes
+//! (`session_token`).
 
 use std::ops::Deref;
 
@@ -7,6 +8,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use super::error::{ApiError, OrNotFound};
+use super::session_token::SessionCaller;
 use super::state::AppState;
 use crate::agent::AgentClient;
 use crate::api_keys::organization_for_key;
@@ -25,6 +27,12 @@ impl FromRequestParts<AppState> for Org {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(caller) = parts.extensions.get::<SessionCaller>() {
+            return Ok(Self {
+                id: caller.org.clone(),
+                state: state.clone(),
+            });
+        }
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)

@@ -1,10 +1,10 @@
-//! Server-side Playwright, `/browsers/{id}/playwright/*`: users' code runs in executors
-//! inside the browser's VM (Node.js with playwright-core, next to Chromium), never on
-//! this host.
+//! Server-side Playwright, `/browsers/{id}/playwright/*`, and the browser's REPL,
+//! `/browsers/{id}/repl`: users' code runs inside the browser's VM (Node.js with
+//! playwright-core, next to Chromium), never on this host.
 
 use axum::Json;
 use axum::http::StatusCode;
-use browser_agent_proto::v1::PlaywrightRequest;
+use browser_agent_proto::v1::{PlaywrightRequest, ReplRequest, repl_content};
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -214,4 +214,114 @@ pub async fn delete_executor(
         .delete_executor(name, query.close_tab.unwrap_or(true))
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplBody {
+    /// JavaScript, evaluated as Node's REPL does (top-level `await`; top-level bindings
+    /// persist between calls). Output comes from `repl.write(text)`, console methods and
+    /// `repl.emitImage(bytes or base64, mime_type)`; expression values are not output.
+    /// May be empty only with `reset`. At most 1 MiB.
+    pub code: String,
+    /// End the current REPL and start a fresh one before evaluating.
+    pub reset: Option<bool>,
+    /// Default 60, at most 3600. Past it the REPL is terminated (`repl_terminated`).
+    #[schema(minimum = 1, maximum = 3600)]
+    pub timeout_sec: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ReplContent {
+    /// `channel`: `write` (repl.write), `stdout` or `stderr` (console).
+    Text {
+        channel: String,
+        text: String,
+    },
+    Image {
+        data_b64: String,
+        mime_type: String,
+    },
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplResponse {
+    /// The REPL process this call ran in; a new one after a reset, a timeout or a crash.
+    pub repl_id: String,
+    pub success: bool,
+    /// Text and images in the order they were produced (text: the first MiB; images:
+    /// 16 MiB together).
+    pub content: Vec<ReplContent>,
+    pub content_truncated: bool,
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<String>,
+    /// Whether this call ended the REPL `repl_id` names (its timeout or crash).
+    pub repl_terminated: bool,
+}
+
+/// Evaluate JavaScript in the browser's persistent REPL, with Playwright's `page`,
+/// `context` and `browser` bound to it.
+#[utoipa::path(post, path = "/browsers/{id}/repl", tag = "playwright", request_body = ReplBody,
+    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
+    responses((status = 200, body = ReplResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 503, description = "No Node.js runtime, or the browser is restarting", body = ErrorBody)))]
+pub async fn repl(
+    org: Org,
+    PathParam(id): PathParam<String>,
+    JsonBody(body): JsonBody<ReplBody>,
+) -> Result<Json<ReplResponse>, ApiError> {
+    let mut problems = Vec::new();
+    let reset = body.reset.unwrap_or(false);
+    if body.code.trim().is_empty() && !reset {
+        problems.push("code must not be empty (unless reset is true)".to_owned());
+    }
+    if body.code.len() > MAX_CODE_BYTES {
+        problems.push(format!("code must be at most {MAX_CODE_BYTES} bytes"));
+    }
+    let timeout_sec = body.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC);
+    if !(1..=MAX_TIMEOUT_SEC).contains(&timeout_sec) {
+        problems.push(format!(
+            "timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}, got {timeout_sec}"
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid_fields(problems));
+    }
+    let session = org.sessions.live(&org.id, &id).await?;
+    let agent = org.sessions.agent(&session)?;
+    let answer = agent
+        .repl(ReplRequest {
+            code: body.code,
+            reset,
+            timeout_ms: (timeout_sec * 1000) as u32,
+        })
+        .await?;
+    let content = answer
+        .content
+        .into_iter()
+        .filter_map(|item| match item.kind? {
+            repl_content::Kind::Text(text) => Some(ReplContent::Text {
+                channel: text.channel,
+                text: text.text,
+            }),
+            repl_content::Kind::Image(image) => Some(ReplContent::Image {
+                data_b64: image.data_b64,
+                mime_type: image.mime_type,
+            }),
+        })
+        .collect();
+    Ok(Json(ReplResponse {
+        repl_id: answer.repl_id,
+        success: answer.success,
+        content,
+        content_truncated: answer.content_truncated,
+        duration_ms: answer.duration_ms,
+        error: answer.error,
+        stack: answer.stack,
+        repl_terminated: answer.repl_terminated,
+    }))
 }

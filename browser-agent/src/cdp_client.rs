@@ -1,0 +1,146 @@
+//! A small client of Chromium's DevTools protocol, for the agent's own short
+//! conversations with the browser (curl): commands with ids, their answers, and the
+//! events that arrive meanwhile, kept in order for the caller to read.
+
+use std::collections::VecDeque;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::cdp::MAX_CDP_MESSAGE_BYTES;
+
+/// An event of a target's session (`session` empty for the browser's own).
+#[derive(Debug)]
+pub struct Event {
+    pub session: String,
+    pub method: String,
+    pub params: Value,
+}
+
+/// What arrived: an answer to a command, or an event.
+#[derive(Debug)]
+pub enum Incoming {
+    Answer {
+        id: u64,
+        result: Result<Value, String>,
+    },
+    Event(Event),
+}
+
+pub struct CdpClient {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+    /// Events read while waiting for an answer, and answers read while waiting for an
+    /// event, in arrival order.
+    queued: VecDeque<Incoming>,
+}
+
+impl CdpClient {
+    pub async fn connect(browser_ws_url: &str) -> Result<Self, String> {
+        let mut config = WebSocketConfig::default();
+        config.max_message_size = Some(MAX_CDP_MESSAGE_BYTES);
+        config.max_frame_size = Some(MAX_CDP_MESSAGE_BYTES);
+        let (socket, _) =
+            tokio_tungstenite::connect_async_with_config(browser_ws_url, Some(config), true)
+                .await
+                .map_err(|error| format!("connecting to DevTools failed: {error}"))?;
+        Ok(Self {
+            socket,
+            next_id: 1,
+            queued: VecDeque::new(),
+        })
+    }
+
+    /// Sends a command (to a target's `session`, or the browser's with an empty one)
+    /// without waiting for its answer; answers its id.
+    pub async fn send(
+        &mut self,
+        session: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<u64, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut message = json!({ "id": id, "method": method, "params": params });
+        if !session.is_empty() {
+            message["sessionId"] = Value::String(session.to_owned());
+        }
+        self.socket
+            .send(Message::text(message.to_string()))
+            .await
+            .map_err(|error| format!("DevTools connection failed: {error}"))?;
+        Ok(id)
+    }
+
+    /// Sends a command and waits for its answer; events meanwhile are kept for `next`.
+    pub async fn call(
+        &mut self,
+        session: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
+        let id = self.send(session, method, params).await?;
+        let mut arrived = Vec::new();
+        let answer = loop {
+            match self.read().await? {
+                Incoming::Answer {
+                    id: answered,
+                    result,
+                } if answered == id => break result,
+                other => arrived.push(other),
+            }
+        };
+        self.queued.extend(arrived);
+        answer.map_err(|error| format!("{method}: {error}"))
+    }
+
+    /// The next answer or event, the kept ones first.
+    pub async fn next(&mut self) -> Result<Incoming, String> {
+        match self.queued.pop_front() {
+            Some(incoming) => Ok(incoming),
+            None => self.read().await,
+        }
+    }
+
+    /// The events kept for `next`, not taken.
+    pub fn queued_events(&self) -> impl Iterator<Item = &Event> {
+        self.queued.iter().filter_map(|incoming| match incoming {
+            Incoming::Event(event) => Some(event),
+            Incoming::Answer { .. } => None,
+        })
+    }
+
+    async fn read(&mut self) -> Result<Incoming, String> {
+        loop {
+            let message = self
+                .socket
+                .next()
+                .await
+                .ok_or("DevTools closed the connection")?
+                .map_err(|error| format!("DevTools connection failed: {error}"))?;
+            let text = match message {
+                Message::Text(text) => text,
+                Message::Close(_) => return Err("DevTools closed the connection".into()),
+                _ => continue,
+            };
+            let mut value: Value = serde_json::from_str(text.as_str())
+                .map_err(|error| format!("DevTools sent nonsense: {error}"))?;
+            if let Some(id) = value["id"].as_u64() {
+                let result = match value.get("error") {
+                    Some(error) => Err(error["message"].as_str().unwrap_or("failed").to_owned()),
+                    None => Ok(value["result"].take()),
+                };
+                return Ok(Incoming::Answer { id, result });
+            }
+            return Ok(Incoming::Event(Event {
+                session: value["sessionId"].as_str().unwrap_or_default().to_owned(),
+                method: value["method"].as_str().unwrap_or_default().to_owned(),
+                params: value["params"].take(),
+            }));
+        }
+    }
+}
