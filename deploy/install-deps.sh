@@ -9,7 +9,8 @@ set -euo pipefail
 # bubblewrap puts every browser in a sandbox of its own. chromium-l10n holds Chromium's
 # translations: without them a browser's `location.locale` cannot reach Intl.
 # tzdata: the timezones a browser's `location.timezone` may name.
-packages=(chromium chromium-l10n tzdata xvfb ffmpeg bubblewrap pkg-config ca-certificates procps
+# chromium-driver: WebDriver BiDi (`webdriver_ws_url`), the same build as chromium.
+packages=(chromium chromium-l10n chromium-driver tzdata xvfb ffmpeg bubblewrap pkg-config ca-certificates procps
   # xcap (screenshots) always compiles its Wayland/PipeWire code, so it needs these to build.
   libwayland-dev libpipewire-0.3-dev libgbm-dev libclang-dev libxcb1-dev libegl-dev)
 if [[ "${1:-}" == "--tests" ]]; then

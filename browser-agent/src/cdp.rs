@@ -1,5 +1,6 @@
 //! The agent's end of the CDP tunnel: gRPC frames from the control plane on one side,
-//! one of Chromium's DevTools WebSockets on the other.
+//! one of Chromium's DevTools WebSockets (or chromedriver's WebDriver BiDi one) on the
+//! other.
 
 use browser_agent_proto::v1::{CdpClose, CdpFrame, cdp_frame::Kind};
 use futures::{SinkExt, StreamExt};
@@ -26,12 +27,17 @@ pub fn target_url(path: &str, devtools_port: u16, browser_ws_url: &str) -> Resul
     Ok(format!("ws://127.0.0.1:{devtools_port}{path}"))
 }
 
-/// Connects to Chromium and pumps frames both ways until either side closes.
-/// Frames from Chromium go to `outbound`.
+/// What the tunnel does to each text message from the client on its way in.
+pub type Rewrite = Box<dyn Fn(String) -> String + Send + Sync>;
+
+/// Connects to Chromium (or another WebSocket of the VM) and pumps frames both ways
+/// until either side closes. Frames from Chromium go to `outbound`; the client's text
+/// messages pass through `rewrite`, if any.
 pub async fn connect(
     url: &str,
     mut inbound: Streaming<CdpFrame>,
     outbound: mpsc::Sender<Result<CdpFrame, Status>>,
+    rewrite: Option<Rewrite>,
 ) -> Result<(), Status> {
     let mut config = WebSocketConfig::default();
     config.max_message_size = Some(MAX_CDP_MESSAGE_BYTES);
@@ -47,7 +53,10 @@ pub async fn connect(
         let upstream = async {
             while let Some(Ok(frame)) = inbound.next().await {
                 let message = match frame.kind {
-                    Some(Kind::Text(text)) => Message::text(text),
+                    Some(Kind::Text(text)) => Message::text(match &rewrite {
+                        Some(rewrite) => rewrite(text),
+                        None => text,
+                    }),
                     Some(Kind::Binary(bytes)) => Message::binary(bytes),
                     Some(Kind::Close(close)) => {
                         let _ = to_chromium

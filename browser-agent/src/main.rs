@@ -29,6 +29,7 @@ mod service;
 mod service_logs;
 mod tabs;
 mod upload;
+mod webdriver;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -347,6 +348,7 @@ async fn serve(
     );
     let executors = std::sync::Arc::new(playwright::Executors::new(node_runtime.clone()));
     let repl = std::sync::Arc::new(playwright::Repl::new(node_runtime));
+    let webdriver = std::sync::Arc::new(webdriver::WebDriver::new(processes.clone()));
     let (resets, resets_rx) = watch::channel(0u64);
     let (stop_chromium, stop_chromium_rx) = watch::channel(false);
     let (relaunches, relaunches_rx) = watch::channel(chromium::Relaunch {
@@ -425,6 +427,7 @@ async fn serve(
         processes,
         executors: executors.clone(),
         repl: repl.clone(),
+        webdriver: webdriver.clone(),
         stop_chromium,
         input,
         fs: api_fs,
@@ -474,6 +477,7 @@ async fn serve(
     shutdown.cancel();
     executors.reset().await;
     repl.reset().await;
+    webdriver.stop().await;
     let _ = supervisor.await;
     if let Some(display) = display {
         display.stop().await;

@@ -52,6 +52,7 @@ use crate::processes::Processes;
 use crate::recording::Recordings;
 use crate::screen::Screen;
 use crate::upload::{Part, spool};
+use crate::webdriver::{self, WebDriver};
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
@@ -81,6 +82,8 @@ pub struct AgentService {
     pub executors: Arc<Executors>,
     /// The browser's JavaScript REPL.
     pub repl: Arc<Repl>,
+    /// WebDriver BiDi (chromedriver attached to the browser).
+    pub webdriver: Arc<WebDriver>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
 }
@@ -233,9 +236,20 @@ impl BrowserAgent for AgentService {
                 "Chromium's DevTools endpoint is not ready",
             ));
         }
-        let url = cdp::target_url(&path, state.devtools_port, &state.browser_ws_url)?;
         let (outbound, receiver) = mpsc::channel(64);
-        cdp::connect(&url, inbound, outbound).await?;
+        if path == webdriver::TUNNEL_PATH {
+            let url = self
+                .webdriver
+                .endpoint()
+                .await
+                .map_err(Status::unavailable)?;
+            let port = state.devtools_port;
+            let attach = move |message| webdriver::attach_sessions_to(port, message);
+            cdp::connect(&url, inbound, outbound, Some(Box::new(attach))).await?;
+        } else {
+            let url = cdp::target_url(&path, state.devtools_port, &state.browser_ws_url)?;
+            cdp::connect(&url, inbound, outbound, None).await?;
+        }
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
     }
 

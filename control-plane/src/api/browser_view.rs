@@ -22,6 +22,9 @@ pub struct BrowserSession {
     /// WebSocket URL for Playwright `connect_over_cdp` / Puppeteer `connect`; carries a
     /// token valid for this session while it lives.
     pub cdp_ws_url: String,
+    /// WebSocket URL for WebDriver BiDi clients (Selenium, Puppeteer with
+    /// `protocol: 'webDriverBiDi'`); the same token as `cdp_ws_url`.
+    pub webdriver_ws_url: String,
     /// Base of this session's own routes (`<base_url>/curl/raw`, `/computer/…`, …), which
     /// accept the token of `cdp_ws_url` as `?jwt=` instead of an API key.
     pub base_url: String,
@@ -146,6 +149,11 @@ fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> B
         session_id: session.id.clone(),
         cdp_ws_url: format!(
             "{}/browsers/{}/cdp?jwt={token}",
+            state.public_ws_url(),
+            session.id
+        ),
+        webdriver_ws_url: format!(
+            "{}/browsers/{}/webdriver?jwt={token}",
             state.public_ws_url(),
             session.id
         ),

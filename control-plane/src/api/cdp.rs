@@ -1,6 +1,8 @@
-//! `GET /browsers/{id}/cdp?jwt=…`: the WebSocket behind `cdp_ws_url`. Authenticated by
-//! the signed token instead of an API key (Playwright and Puppeteer cannot send headers
-//! here); tunnelled over gRPC to the agent, which connects to Chromium's DevTools.
+//! `GET /browsers/{id}/cdp?jwt=…`: the WebSocket behind `cdp_ws_url`, and
+//! `GET /browsers/{id}/webdriver?jwt=…`, the one behind `webdriver_ws_url`. Authenticated
+//! by the signed token instead of an API key (Playwright, Puppeteer and Selenium cannot
+//! send headers here); tunnelled over gRPC to the agent, which connects to Chromium's
+//! DevTools, or to the VM's chromedriver for WebDriver BiDi.
 
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -49,6 +51,36 @@ pub async fn connect(
     QueryParams(query): QueryParams<CdpQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
+    tunnel(state, id, query, upgrade, "").await
+}
+
+/// WebSocket endpoint speaking WebDriver BiDi to the session's browser: open a session
+/// with `session.new` (it attaches to this browser whatever Chrome options it names).
+#[utoipa::path(get, path = "/browsers/{id}/webdriver", tag = "browsers",
+    params(("id" = String, Path, description = "Browser session ID"), CdpQuery),
+    responses((status = 101, description = "Switching to the WebDriver BiDi WebSocket"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn webdriver(
+    State(state): State<AppState>,
+    PathParam(id): PathParam<String>,
+    QueryParams(query): QueryParams<CdpQuery>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    tunnel(state, id, query, upgrade, WEBDRIVER_TUNNEL_PATH).await
+}
+
+/// The agent's tunnel path for WebDriver BiDi (its `webdriver::TUNNEL_PATH`).
+const WEBDRIVER_TUNNEL_PATH: &str = "webdriver";
+
+/// The WebSocket, once its token names this live session, tunnelled to `agent_path`.
+async fn tunnel(
+    state: AppState,
+    id: String,
+    query: CdpQuery,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    agent_path: &str,
+) -> Result<Response, ApiError> {
     let claims = query
         .jwt
         .as_deref()
@@ -67,10 +99,10 @@ pub async fn connect(
     }
     let agent = state.sessions.agent(&session)?;
     let (to_agent, from_agent) =
-        tokio::time::timeout(TUNNEL_OPEN_TIMEOUT, agent.open_cdp_tunnel(""))
+        tokio::time::timeout(TUNNEL_OPEN_TIMEOUT, agent.open_cdp_tunnel(agent_path))
             .await
             .map_err(|_| {
-                ApiError::Timeout("the browser's DevTools endpoint did not answer in time".into())
+                ApiError::Timeout("the browser's endpoint did not answer in time".into())
             })??;
     if pooled {
         // Again once the tunnel is open: had the lease ended while it opened, the tunnel

@@ -25,9 +25,10 @@ pub struct LogStreamQuery {
     /// With `source=path`: the file, such as `/downloads/app.log`.
     #[param(min_length = 1)]
     pub path: Option<String>,
-    /// With `source=supervisor`: `agent`, `chromium`, `xvfb` or `playwright` (the
-    /// Playwright executors' own output, such as Node.js crashes).
-    #[param(pattern = "^(agent|chromium|xvfb|playwright)$")]
+    /// With `source=supervisor`: `agent`, `chromium`, `xvfb`, `playwright` (the
+    /// Playwright executors' own output, such as Node.js crashes) or `webdriver`
+    /// (chromedriver's).
+    #[param(pattern = "^(agent|chromium|xvfb|playwright|webdriver)$")]
     pub supervisor_process: Option<String>,
     /// Keep streaming what is appended, like `tail -f` (default false: the stream ends at
     /// the end of the file).

@@ -63,6 +63,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
             browsers::delete
         ))
         .routes(routes!(cdp::connect))
+        .routes(routes!(cdp::webdriver))
         .routes(routes!(extensions::list))
         .routes(routes!(extensions::download, extensions::delete))
         .routes(routes!(extensions::metadata))
