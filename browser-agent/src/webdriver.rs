@@ -123,7 +123,10 @@ pub fn attach_sessions_to(devtools_port: u16, message: String) -> String {
         *capabilities = serde_json::json!({});
     }
     // (`get_mut`: indexing a missing key mutably would insert a null.)
-    if let Some(first_match) = capabilities.get_mut("firstMatch").and_then(Value::as_array_mut) {
+    if let Some(first_match) = capabilities
+        .get_mut("firstMatch")
+        .and_then(Value::as_array_mut)
+    {
         for alternative in first_match.iter_mut().filter_map(Value::as_object_mut) {
             alternative.remove("goog:chromeOptions");
         }
@@ -170,7 +173,8 @@ mod tests {
     fn bare_capabilities_stay_bare() -> bool {
         let sent: Value = serde_json::from_str(&attach_sessions_to(
             1,
-            r#"{"id":1,"method":"session.new","params":{"capabilities":{"alwaysMatch":{}}}}"#.into(),
+            r#"{"id":1,"method":"session.new","params":{"capabilities":{"alwaysMatch":{}}}}"#
+                .into(),
         ))
         .expect("json");
         sent["params"]["capabilities"].get("firstMatch").is_none()

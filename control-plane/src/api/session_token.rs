@@ -74,12 +74,23 @@ pub async fn accept_session_tokens(
     let Some(session_id) = session_route(request.uri().path()).map(str::to_owned) else {
         return next.run(request).await;
     };
-    if has_key {
-        return next.run(request).await;
-    }
     let Some((token, rest)) = take_jwt(request.uri()) else {
         return next.run(request).await;
     };
+    let path = request.uri().path().to_owned();
+    let without_token = if rest.is_empty() {
+        path
+    } else {
+        format!("{path}?{rest}")
+    };
+    match without_token.parse::<Uri>() {
+        Ok(uri) => *request.uri_mut() = uri,
+        Err(_) => return ApiError::invalid_field("a malformed query".to_owned()).into_response(),
+    }
+    // With an API key too, the key decides (the token is only taken out of the way).
+    if has_key {
+        return next.run(request).await;
+    }
     let Some(claims) = state
         .tokens
         .verify_cdp(&token)
@@ -96,16 +107,6 @@ pub async fn accept_session_tokens(
     };
     if pooled && let Err(error) = lease_holds(&state, &claims).await {
         return error.into_response();
-    }
-    let path = request.uri().path().to_owned();
-    let path_and_query = if rest.is_empty() {
-        path
-    } else {
-        format!("{path}?{rest}")
-    };
-    match path_and_query.parse::<Uri>() {
-        Ok(uri) => *request.uri_mut() = uri,
-        Err(_) => return ApiError::invalid_field("a malformed query".to_owned()).into_response(),
     }
     request
         .extensions_mut()
