@@ -8,68 +8,18 @@
 // named executor, which opens and keeps a tab of its own (the default executor binds
 // `page` to the browser's active tab instead).
 
-import { chromium } from 'playwright-core';
+import { activePage, connected, disconnect, pageWithTarget, targetIdOf } from './browser.mjs';
 import { BoundedText, answer, capturing, compileBody, describeError, jsonSafe, serve } from './protocol.mjs';
 
 const ownsTab = process.env.EXECUTOR_OWNS_TAB === '1';
 
-let browser = null;
-let endpoint = null;
 /** The target id of the tab a named executor owns. */
 let ownedTarget = null;
-const targetIds = new WeakMap();
-
-async function connected(cdp) {
-  if (browser?.isConnected() && cdp === endpoint) return browser;
-  disconnect();
-  endpoint = cdp;
-  browser = await chromium.connectOverCDP(endpoint);
-  return browser;
-}
-
-/** Drops the browser connection, so code abandoned by a timeout cannot drive it on. */
-function disconnect() {
-  const dropped = browser;
-  browser = null;
-  dropped?.close().catch(() => {});
-}
-
-async function targetIdOf(page) {
-  let id = targetIds.get(page);
-  if (!id) {
-    const session = await page.context().newCDPSession(page);
-    try {
-      id = (await session.send('Target.getTargetInfo')).targetInfo.targetId;
-    } finally {
-      session.detach().catch(() => {});
-    }
-    targetIds.set(page, id);
-  }
-  return id;
-}
-
-async function pageWithTarget(browser, targetId) {
-  for (const context of browser.contexts()) {
-    for (const page of context.pages()) {
-      if (!page.isClosed() && (await targetIdOf(page).catch(() => null)) === targetId) return page;
-    }
-  }
-  return null;
-}
 
 /** The page a call binds: [page, created]. */
 async function bindPage(browser) {
   const context = browser.contexts()[0];
-  if (!ownsTab) {
-    // DevTools lists pages most recently active first: the first is the active tab.
-    const listed = await (await fetch(`${endpoint}/json/list`)).json();
-    const active = listed.find((target) => target.type === 'page');
-    const page = active && (await pageWithTarget(browser, active.id));
-    if (page) return [page, false];
-    const any = browser.contexts().flatMap((c) => c.pages())[0];
-    if (any) return [any, false];
-    return [await context.newPage(), true];
-  }
+  if (!ownsTab) return activePage(browser);
   if (ownedTarget) {
     const page = await pageWithTarget(browser, ownedTarget);
     if (page) return [page, false];

@@ -2,9 +2,10 @@
 // browser agent, capture of what users' code prints, and compiling users' TypeScript.
 //
 // The agent writes one JSON request per line on stdin and reads one JSON answer per line
-// on stdout. Users' code must not break that: everything written to process.stdout and
-// process.stderr (console.* included) is captured for the call that runs, and only
-// `answer` writes to the real stdout.
+// on stdout, each answer carrying its request's `id`. Users' code must not break that:
+// everything written to process.stdout and process.stderr (console.* included) is
+// captured for the call that runs, and only `answer` writes to the real stdout (a line
+// that reaches it otherwise is skipped by the agent: it has no matching id).
 
 import { createRequire } from 'node:module';
 import readline from 'node:readline';
@@ -17,10 +18,14 @@ const realStdoutWrite = process.stdout.write.bind(process.stdout);
 /** Largest answer: a larger result is refused instead. */
 export const MAX_ANSWER_BYTES = 32 * 1024 * 1024;
 
-/** Sends one answer to the agent. */
+/** The id of the request being handled, which its answer carries back. */
+let requestId = null;
+
+/** Sends the answer to the request being handled. */
 export function answer(message) {
+  message = { ...message, id: requestId };
   let line = JSON.stringify(message);
-  if (line.length > MAX_ANSWER_BYTES) {
+  if (Buffer.byteLength(line) > MAX_ANSWER_BYTES) {
     line = JSON.stringify({
       ...message,
       success: false,
@@ -29,7 +34,8 @@ export function answer(message) {
       error: `the answer would be larger than ${MAX_ANSWER_BYTES >> 20} MiB; return less`,
     });
   }
-  realStdoutWrite(`${line}\n`);
+  // On a line of its own even after a stray write without a newline.
+  realStdoutWrite(`\n${line}\n`);
 }
 
 /** What the running call printed; writes between calls are dropped. */
@@ -91,6 +97,7 @@ export async function serve(handle) {
       answer({ success: false, error: `bad request from the agent: ${error.message}` });
       continue;
     }
+    requestId = request.id ?? null;
     await handle(request);
   }
   // The agent closed our stdin: it is done with us.

@@ -11,7 +11,7 @@ import domain from 'node:domain';
 import repl from 'node:repl';
 import { Console } from 'node:console';
 import { PassThrough, Writable } from 'node:stream';
-import { chromium } from 'playwright-core';
+import { activePage, connected } from './browser.mjs';
 import { MAX_OUTPUT_BYTES, answer, capturing, describeError, serve } from './protocol.mjs';
 
 /** Images kept per call (bytes of their base64 together). */
@@ -77,32 +77,11 @@ scope.repl = {
   emitImage,
 };
 
-let browser = null;
-let endpoint = null;
-
 /** Binds `browser`, `context` and `page` (the active tab) for this call. */
 async function bindBrowser(cdp) {
-  if (!browser?.isConnected() || cdp !== endpoint) {
-    endpoint = cdp;
-    browser = await chromium.connectOverCDP(cdp);
-  }
-  const context = browser.contexts()[0];
-  // DevTools lists pages most recently active first.
-  const listed = await (await fetch(`${cdp}/json/list`)).json();
-  const active = listed.find((target) => target.type === 'page');
-  let page = null;
-  for (const candidate of context.pages()) {
-    if (!active) break;
-    const session = await context.newCDPSession(candidate);
-    const { targetInfo } = await session.send('Target.getTargetInfo');
-    session.detach().catch(() => {});
-    if (targetInfo.targetId === active.id) {
-      page = candidate;
-      break;
-    }
-  }
-  page ??= context.pages()[0] ?? (await context.newPage());
-  Object.assign(scope, { browser, context, page });
+  const browser = await connected(cdp);
+  const [page] = await activePage(browser);
+  Object.assign(scope, { browser, context: page.context(), page });
 }
 
 function evaluate(code) {

@@ -27,12 +27,13 @@ pub fn target_url(path: &str, devtools_port: u16, browser_ws_url: &str) -> Resul
     Ok(format!("ws://127.0.0.1:{devtools_port}{path}"))
 }
 
-/// What the tunnel does to each text message from the client on its way in.
-pub type Rewrite = Box<dyn Fn(String) -> String + Send + Sync>;
+/// What the tunnel does to each text message from the client on its way in (`None`
+/// drops it).
+pub type Rewrite = Box<dyn Fn(String) -> Option<String> + Send + Sync>;
 
 /// Connects to Chromium (or another WebSocket of the VM) and pumps frames both ways
 /// until either side closes. Frames from Chromium go to `outbound`; the client's text
-/// messages pass through `rewrite`, if any.
+/// messages pass through `rewrite`, if any, and its binary ones only without one.
 pub async fn connect(
     url: &str,
     mut inbound: Streaming<CdpFrame>,
@@ -53,10 +54,15 @@ pub async fn connect(
         let upstream = async {
             while let Some(Ok(frame)) = inbound.next().await {
                 let message = match frame.kind {
-                    Some(Kind::Text(text)) => Message::text(match &rewrite {
-                        Some(rewrite) => rewrite(text),
-                        None => text,
-                    }),
+                    Some(Kind::Text(text)) => match &rewrite {
+                        None => Message::text(text),
+                        Some(rewrite) => match rewrite(text) {
+                            Some(text) => Message::text(text),
+                            None => continue,
+                        },
+                    },
+                    // A rewritten conversation is JSON text only.
+                    Some(Kind::Binary(_)) if rewrite.is_some() => continue,
                     Some(Kind::Binary(bytes)) => Message::binary(bytes),
                     Some(Kind::Close(close)) => {
                         let _ = to_chromium

@@ -106,16 +106,16 @@ impl WebDriver {
 }
 
 /// A client's BiDi message with a `session.new` made to attach to the VM's Chromium
-/// (its DevTools on `devtools_port`); any other message as it is.
-pub fn attach_sessions_to(devtools_port: u16, message: String) -> String {
-    if !message.contains("session.new") {
-        return message;
+/// (its DevTools on `devtools_port`); any other command as it is. What is not a JSON
+/// command is dropped: chromedriver must never read a `session.new` this did not see
+/// (an escaped method name, say).
+pub fn attach_sessions_to(devtools_port: u16, message: String) -> Option<String> {
+    let mut command = serde_json::from_str::<Value>(&message).ok()?;
+    if !command.is_object() {
+        return None;
     }
-    let Ok(mut command) = serde_json::from_str::<Value>(&message) else {
-        return message;
-    };
     if command["method"] != "session.new" {
-        return message;
+        return Some(message);
     }
     let attach = serde_json::json!({ "debuggerAddress": format!("127.0.0.1:{devtools_port}") });
     let capabilities = &mut command["params"]["capabilities"];
@@ -135,7 +135,7 @@ pub fn attach_sessions_to(devtools_port: u16, message: String) -> String {
         capabilities["alwaysMatch"] = serde_json::json!({});
     }
     capabilities["alwaysMatch"]["goog:chromeOptions"] = attach;
-    command.to_string()
+    Some(command.to_string())
 }
 
 #[cfg(test)]
@@ -148,7 +148,8 @@ mod tests {
             "alwaysMatch":{"goog:chromeOptions":{"binary":"/bin/evil","args":["--x"]},"webSocketUrl":true},
             "firstMatch":[{"goog:chromeOptions":{"binary":"/bin/evil"}}]}}}"#;
         let sent: Value =
-            serde_json::from_str(&attach_sessions_to(9222, asked.into())).expect("json");
+            serde_json::from_str(&attach_sessions_to(9222, asked.into()).expect("kept"))
+                .expect("json");
         let capabilities = &sent["params"]["capabilities"];
         assert_eq!(
             capabilities["alwaysMatch"]["goog:chromeOptions"],
@@ -157,26 +158,30 @@ mod tests {
         assert_eq!(capabilities["alwaysMatch"]["webSocketUrl"], true);
         assert_eq!(capabilities["firstMatch"][0], serde_json::json!({}));
         assert!(bare_capabilities_stay_bare());
-        let bare: Value = serde_json::from_str(&attach_sessions_to(
-            1,
-            r#"{"id":2,"method":"session.new","params":{}}"#.into(),
-        ))
+        // An escaped method name is the same method once parsed.
+        let bare: Value = serde_json::from_str(
+            &attach_sessions_to(
+                1,
+                r#"{"id":2,"method":"session\u002enew","params":{}}"#.into(),
+            )
+            .expect("kept"),
+        )
         .expect("json");
         assert_eq!(
             bare["params"]["capabilities"]["alwaysMatch"]["goog:chromeOptions"]["debuggerAddress"],
             "127.0.0.1:1"
         );
         let other = r#"{"id":3,"method":"browsingContext.getTree","params":{}}"#;
-        assert_eq!(attach_sessions_to(1, other.into()), other);
+        assert_eq!(attach_sessions_to(1, other.into()).as_deref(), Some(other));
+        assert_eq!(attach_sessions_to(1, "not json".into()), None);
+        assert_eq!(attach_sessions_to(1, "[1]".into()), None);
     }
 
     fn bare_capabilities_stay_bare() -> bool {
-        let sent: Value = serde_json::from_str(&attach_sessions_to(
-            1,
-            r#"{"id":1,"method":"session.new","params":{"capabilities":{"alwaysMatch":{}}}}"#
-                .into(),
-        ))
-        .expect("json");
+        let asked =
+            r#"{"id":1,"method":"session.new","params":{"capabilities":{"alwaysMatch":{}}}}"#;
+        let sent: Value = serde_json::from_str(&attach_sessions_to(1, asked.into()).expect("kept"))
+            .expect("json");
         sent["params"]["capabilities"].get("firstMatch").is_none()
     }
 }

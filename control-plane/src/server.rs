@@ -164,8 +164,6 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// On the first start with an empty store, creates organization `default` and a key for
-/// it, prints the key once and writes it to `<data-dir>/bootstrap-api-key` (mode 0600).
 /// The Node.js runtime for Playwright executors, if it is installed (checked here, so a
 /// missing `npm ci` is reported once at start rather than on every call).
 fn node_runtime(configured: Option<std::path::PathBuf>) -> Option<std::path::PathBuf> {
@@ -186,6 +184,8 @@ fn node_runtime(configured: Option<std::path::PathBuf>) -> Option<std::path::Pat
     dir.canonicalize().ok()
 }
 
+/// On the first start with an empty store, creates organization `default` and a key for
+/// it, prints the key once and writes it to `<data-dir>/bootstrap-api-key` (mode 0600).
 async fn bootstrap_api_key(store: &dyn Store, data_dir: &Path) -> anyhow::Result<()> {
     if store.api_key_count().await? > 0 {
         return Ok(());

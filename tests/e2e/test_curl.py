@@ -158,6 +158,12 @@ def test_the_sdks_request_and_stream_go_through_base_url(client, browser, echo, 
     assert seen["path"] == "/raw?q=1" and json.loads(seen["body"]) == {"hello": "vm"}
     assert seen["headers"]["x-custom"] == "raw"
     assert "authorization" not in seen["headers"] and not any(h.startswith("x-stainless") for h in seen["headers"])
+    # Served from this server's origin: sandboxed, and without what would act on it.
+    assert response.headers["content-security-policy"] == "sandbox"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    cookie_setter = client.browsers.request(sid, "GET", f"{echo.url}/set-cookie")
+    assert cookie_setter.status_code == 200 and "set-cookie" not in cookie_setter.headers
+    assert cookie_setter.headers.get_list("x-twice") == ["one", "two"]
     with client.browsers.stream(sid, "GET", f"{echo.url}/binary") as streamed:
         assert b"".join(streamed.iter_bytes()) == bytes(range(256))
     # The route takes the session's token instead of an API key, for this session only.
@@ -182,7 +188,9 @@ def test_bad_input_is_a_400_and_another_organization_gets_404(client, browser, c
                          ({"url": "not a url"}, "url"),
                          ({"url": "http://x/", "method": "TRACE"}, "method"),
                          ({"url": "http://x/", "response_encoding": "hex"}, "response_encoding"),
-                         ({"url": "http://x/", "timeout_ms": 0}, "timeout_ms")]:
+                         ({"url": "http://x/", "timeout_ms": 0}, "timeout_ms"),
+                         ({"url": "http://x/", "headers": {"bad name": "x"}}, "headers"),
+                         ({"url": "http://x/", "headers": {"X-Ok": "line\nbreak"}}, "headers")]:
         answer = httpx.post(f"{control_plane.base_url}/browsers/{sid}/curl", json=body, headers=headers, timeout=10)
         assert answer.status_code == 400 and needle in json.dumps(answer.json()), (body, answer.text)
     raw = httpx.get(f"{control_plane.base_url}/browsers/{sid}/curl/raw", headers=headers, timeout=10)

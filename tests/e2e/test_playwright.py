@@ -182,7 +182,7 @@ def test_bad_input_is_a_400_and_another_organization_gets_404(client, browser, c
     headers = {"Authorization": f"Bearer {control_plane.api_key}"}
     url = f"{control_plane.base_url}/browsers/{sid}/playwright/execute"
     for body, needle in [({}, "code"),
-                         ({"code": " "}, "code"),
+                         ({"code": ""}, "code"),
                          ({"code": "return 1", "executor": "no spaces"}, "executor"),
                          ({"code": "return 1", "timeout_sec": 0}, "timeout_sec"),
                          ({"code": "return 1", "surprise": True}, "surprise")]:

@@ -141,6 +141,8 @@ impl Drop for Busy<'_> {
 
 pub struct Executors {
     runtime: NodeRuntime,
+    /// Resets of the browser so far: a call queued before one does not run after it.
+    resets: std::sync::atomic::AtomicU64,
     default: Arc<Executor>,
     /// In creation order.
     named: std::sync::Mutex<Vec<Arc<Executor>>>,
@@ -150,6 +152,7 @@ impl Executors {
     pub fn new(runtime: NodeRuntime) -> Self {
         Self {
             runtime,
+            resets: std::sync::atomic::AtomicU64::new(0),
             default: Executor::new(DEFAULT_EXECUTOR),
             named: std::sync::Mutex::default(),
         }
@@ -205,7 +208,8 @@ impl Executors {
         timeout: Duration,
     ) -> Result<Outcome, PlaywrightError> {
         let executor = self.executor(name)?;
-        tokio::spawn(async move { self.run(executor, code, timeout).await })
+        let resets = self.resets.load(Ordering::Acquire);
+        tokio::spawn(async move { self.run(executor, code, timeout, resets).await })
             .await
             .map_err(|error| PlaywrightError::Unavailable(format!("the call failed: {error}")))?
     }
@@ -215,21 +219,29 @@ impl Executors {
         executor: Arc<Executor>,
         code: String,
         timeout: Duration,
+        resets: u64,
     ) -> Result<Outcome, PlaywrightError> {
         let name = &executor.name;
         let mut runner = executor.runner.lock().await;
-        if executor.deleted.load(Ordering::Acquire) {
-            return Err(PlaywrightError::NotFound(format!(
-                "the executor {name:?} was deleted"
-            )));
-        }
-        executor.busy.store(true, Ordering::Release);
-        let _busy = Busy(&executor.busy);
         let (stop, generation) = {
             let mut state = executor.state();
             state.last_used_at = SystemTime::now();
             (state.stop.clone(), state.generation)
         };
+        // Checked after the state is read: a deletion marks the executor before it
+        // bumps the generation, so a call that read the new one sees the mark.
+        if executor.deleted.load(Ordering::Acquire) {
+            return Err(PlaywrightError::NotFound(format!(
+                "the executor {name:?} was deleted"
+            )));
+        }
+        if self.resets.load(Ordering::Acquire) != resets {
+            return Err(PlaywrightError::Unavailable(
+                "the browser was reset while the call waited".into(),
+            ));
+        }
+        executor.busy.store(true, Ordering::Release);
+        let _busy = Busy(&executor.busy);
         let endpoint = self.runtime.devtools()?;
         if let Some((started_in, _)) = runner.as_ref()
             && *started_in != generation
@@ -340,6 +352,7 @@ impl Executors {
     /// Deletes the named executors and restarts the default one: nothing of what
     /// earlier calls left survives (a pool browser's next lease, the agent's end).
     pub async fn reset(&self) {
+        self.resets.fetch_add(1, Ordering::AcqRel);
         let named: Vec<Arc<Executor>> = std::mem::take(&mut *self.named());
         for executor in named {
             executor.deleted.store(true, Ordering::Release);

@@ -6,10 +6,13 @@
 
 use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
 use super::PlaywrightError;
-use super::runner::{NodeRunner, NodeRuntime};
+use super::runner::{NodeRunner, NodeRuntime, RunnerError};
 
 pub enum ReplContent {
     Text { channel: String, text: String },
@@ -31,7 +34,12 @@ pub struct ReplOutcome {
 
 pub struct Repl {
     runtime: NodeRuntime,
+    /// The REPL's id and process, held for the length of a call: calls queue here.
     current: tokio::sync::Mutex<Option<(String, NodeRunner)>>,
+    /// Cancelled by a reset of the browser, to end the running call at once.
+    stop: std::sync::Mutex<CancellationToken>,
+    /// Resets of the browser so far: a call queued before one does not run after it.
+    resets: AtomicU64,
 }
 
 impl Repl {
@@ -39,7 +47,15 @@ impl Repl {
         Self {
             runtime,
             current: tokio::sync::Mutex::new(None),
+            stop: std::sync::Mutex::default(),
+            resets: AtomicU64::new(0),
         }
+    }
+
+    fn stop_token(&self) -> std::sync::MutexGuard<'_, CancellationToken> {
+        self.stop
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Evaluates `code` (after a fresh start with `reset`), waiting for calls before it.
@@ -51,7 +67,8 @@ impl Repl {
         reset: bool,
         timeout: Duration,
     ) -> Result<ReplOutcome, PlaywrightError> {
-        tokio::spawn(async move { self.run(code, reset, timeout).await })
+        let resets = self.resets.load(Ordering::Acquire);
+        tokio::spawn(async move { self.run(code, reset, timeout, resets).await })
             .await
             .map_err(|error| PlaywrightError::Unavailable(format!("the call failed: {error}")))?
     }
@@ -61,8 +78,15 @@ impl Repl {
         code: String,
         reset: bool,
         timeout: Duration,
+        resets: u64,
     ) -> Result<ReplOutcome, PlaywrightError> {
         let mut current = self.current.lock().await;
+        let stop = self.stop_token().clone();
+        if self.resets.load(Ordering::Acquire) != resets {
+            return Err(PlaywrightError::Unavailable(
+                "the browser was reset while the call waited".into(),
+            ));
+        }
         let started = Instant::now();
         if reset && let Some((_, runner)) = current.take() {
             runner.stop().await;
@@ -78,7 +102,11 @@ impl Repl {
             }
         };
         let request = serde_json::json!({ "code": code, "cdp": endpoint });
-        let failure = match tokio::time::timeout(timeout, runner.call(&request)).await {
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(timeout, runner.call(&request)) => answered,
+            () = stop.cancelled() => Ok(Err(RunnerError::Ended("the browser was reset".into()))),
+        };
+        let failure = match answered {
             Ok(Ok(answer)) => {
                 return Ok(ReplOutcome {
                     duration: started.elapsed(),
@@ -103,8 +131,11 @@ impl Repl {
         })
     }
 
-    /// Ends the REPL (a pool browser's next lease, the agent's end).
+    /// Ends the REPL, a call running in it, and calls waiting for it (a pool browser's
+    /// next lease, the agent's end).
     pub async fn reset(&self) {
+        self.resets.fetch_add(1, Ordering::AcqRel);
+        std::mem::take(&mut *self.stop_token()).cancel();
         if let Some((_, runner)) = self.current.lock().await.take() {
             runner.stop().await;
         }

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::watch;
 
@@ -80,7 +80,9 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 pub struct NodeRunner {
     process: GroupLeader,
     stdin: ChildStdin,
-    stdout: Lines<BufReader<ChildStdout>>,
+    stdout: BufReader<ChildStdout>,
+    /// The id of the last request; its answer carries it back.
+    last_id: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,29 +115,52 @@ impl NodeRunner {
         Ok(Self {
             process,
             stdin,
-            stdout: BufReader::new(stdout).lines(),
+            stdout: BufReader::new(stdout),
+            last_id: 0,
         })
     }
 
     /// Sends one request and waits for its answer (no deadline: the caller sets one).
+    /// Requests carry an id that answers echo: a line that is not the answer (users'
+    /// code writing to the descriptor itself, say) is skipped, so a stray line cannot
+    /// pass for the answer of this call or the next.
     pub async fn call(
         &mut self,
         request: &serde_json::Value,
     ) -> Result<serde_json::Value, RunnerError> {
+        self.last_id += 1;
+        let mut request = request.clone();
+        request["id"] = self.last_id.into();
         let mut line = request.to_string();
         line.push('\n');
         if let Err(error) = self.stdin.write_all(line.as_bytes()).await {
             return Err(self.ended(error.to_string()).await);
         }
-        match self.stdout.next_line().await {
-            Ok(Some(answer)) if answer.len() <= MAX_ANSWER_BYTES => serde_json::from_str(&answer)
-                .map_err(|error| RunnerError::Ended(format!("it answered nonsense: {error}"))),
-            Ok(Some(_)) => Err(RunnerError::Ended(format!(
-                "its answer was larger than {} MiB",
-                MAX_ANSWER_BYTES >> 20
-            ))),
-            Ok(None) => Err(self.ended("it closed its output".into()).await),
-            Err(error) => Err(self.ended(error.to_string()).await),
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let read = (&mut self.stdout)
+                .take(MAX_ANSWER_BYTES as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .await;
+            match read {
+                Ok(0) => return Err(self.ended("it closed its output".into()).await),
+                Ok(_) if line.len() > MAX_ANSWER_BYTES => {
+                    return Err(RunnerError::Ended(format!(
+                        "it wrote a line larger than {} MiB",
+                        MAX_ANSWER_BYTES >> 20
+                    )));
+                }
+                Ok(_) => {}
+                Err(error) => return Err(self.ended(error.to_string()).await),
+            }
+            let answer: Option<serde_json::Value> = serde_json::from_slice(&line).ok();
+            match answer {
+                Some(answer) if answer["id"].as_u64() == Some(self.last_id) => return Ok(answer),
+                // (Answers start with a newline of their own: skip the empty line.)
+                _ if line == b"\n" => {}
+                _ => crate::service_logs::append("playwright", &line),
+            }
         }
     }
 

@@ -30,9 +30,12 @@ pub(super) async fn restarted(
 impl AgentService {
     /// Restarts Chromium with a fresh profile and waits until it runs.
     pub(super) async fn reset(&self) -> Result<(), Status> {
-        // Nothing of what earlier Playwright and REPL calls left (globals, tabs) survives.
+        // Nothing of what earlier Playwright, REPL and WebDriver clients left (globals,
+        // tabs, sessions) survives.
         self.executors.reset().await;
         self.repl.reset().await;
+        // Its BiDi sessions end too (the next connection starts chromedriver again).
+        self.webdriver.stop().await;
         let mut generation = 0;
         self.resets.send_modify(|g| {
             *g += 1;
@@ -108,6 +111,8 @@ impl AgentService {
 
     /// Changes Chromium's launch settings and waits until it runs with them.
     async fn relaunch_with(&self, change: impl FnOnce(&mut Relaunch)) -> Result<(), Status> {
+        // chromedriver's sessions are of the Chromium that goes away, like CDP connections.
+        self.webdriver.stop().await;
         let mut generation = 0;
         self.relaunches.send_modify(|settings| {
             change(settings);

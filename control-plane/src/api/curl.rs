@@ -23,20 +23,25 @@ const DEFAULT_TIMEOUT_MS: i64 = 30_000;
 const MAX_TIMEOUT_MS: i64 = 300_000;
 /// Largest request body `curl/raw` passes on.
 pub const MAX_RAW_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Longest `url` (as the schema says, `openapi::request_url`).
+const MAX_URL_CHARS: usize = 4096;
 const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CurlBody {
     /// http or https.
-    #[schema(min_length = 1)]
+    #[schema(schema_with = super::openapi::request_url)]
     pub url: String,
     /// GET (default), HEAD, POST, PUT, PATCH, DELETE or OPTIONS.
+    #[schema(pattern = "^(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS)$")]
     pub method: Option<String>,
     /// Over the browser's own headers for the request.
+    #[schema(schema_with = super::openapi::request_headers)]
     pub headers: Option<BTreeMap<String, String>>,
     pub body: Option<String>,
     /// `utf8` (default; invalid sequences replaced) or `base64`.
+    #[schema(pattern = "^(utf8|base64)$")]
     pub response_encoding: Option<String>,
     /// Default 30000, at most 300000.
     #[schema(minimum = 1, maximum = 300000)]
@@ -54,14 +59,17 @@ pub struct CurlResponse {
 }
 
 fn checked_method(method: &str, problems: &mut Vec<String>) -> String {
-    let method = method.to_ascii_uppercase();
-    if !METHODS.contains(&method.as_str()) {
+    if !METHODS.contains(&method) {
         problems.push(format!("method must be one of {}", METHODS.join(", ")));
     }
-    method
+    method.to_owned()
 }
 
 fn checked_url(url: &str, problems: &mut Vec<String>) {
+    if url.chars().count() > MAX_URL_CHARS {
+        problems.push(format!("url must be at most {MAX_URL_CHARS} characters"));
+        return;
+    }
     match url::Url::parse(url) {
         Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {}
         Ok(_) => problems.push("url must be http or https".into()),
@@ -109,6 +117,15 @@ pub async fn curl(
             false
         }
     };
+    for (name, value) in body.headers.iter().flatten() {
+        if HeaderName::try_from(name.as_str()).is_err()
+            || HeaderValue::try_from(value.as_str()).is_err()
+        {
+            problems.push(format!(
+                "headers: {name:?} is not a valid HTTP header name and value"
+            ));
+        }
+    }
     let timeout_ms = body.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
     if !(1..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
         problems.push(format!("timeout_ms must be between 1 and {MAX_TIMEOUT_MS}"));
@@ -149,6 +166,7 @@ pub async fn curl(
 pub struct RawQuery {
     /// The URL to request (http or https); the route's other query parameters are added
     /// to its query.
+    #[param(schema_with = super::openapi::request_url)]
     pub url: String,
 }
 
@@ -174,18 +192,36 @@ fn forwarded(name: &HeaderName) -> bool {
         && !name.starts_with("x-kernel-")
 }
 
-/// Response headers that no longer describe the body we send (it is decoded, whole).
+/// Response headers passed back: not those that no longer describe the body we send (it
+/// is decoded, whole), nor those that would act on this server's own origin (cookies,
+/// service workers, site data, CORS and CSP) instead of the site's.
 fn passed_back(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
     !matches!(
-        name.to_ascii_lowercase().as_str(),
-        "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "content-encoding"
-    )
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "content-length"
+            | "content-encoding"
+            | "set-cookie"
+            | "set-cookie2"
+            | "service-worker-allowed"
+            | "clear-site-data"
+            | "content-security-policy"
+            | "content-security-policy-report-only"
+            | "x-content-type-options"
+            | "x-frame-options"
+            | "refresh"
+            | "link"
+    ) && !name.starts_with("access-control-")
 }
 
 /// The browser's request, passed through: the method, headers (but the caller's own
-/// client's) and body of this request go to `url`, and the response comes back as it
-/// is (decoded). Redirects are answered, not followed; a request the browser could not
-/// complete is a 502 in the Error shape.
+/// client's) and body of this request go to `url`, and the response comes back (decoded;
+/// without the headers that would act on this server's origin, and sandboxed by CSP).
+/// Redirects are answered, not followed; a request the browser could not complete is a
+/// 502 in the Error shape. (`jwt` is this route's own parameter, never the target's.)
 #[utoipa::path(method(get, post, put, patch, delete, head, options), path = "/browsers/{id}/curl/raw", tag = "browsers",
     params(("id" = String, Path, description = "Browser session id or name"), RawQuery), security(("bearer" = [])),
     responses((status = 200, description = "The response of the URL, whatever its status"),
@@ -259,10 +295,20 @@ pub async fn raw(
         .and_then(|status| StatusCode::from_u16(status).ok())
         .unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = (status, Bytes::from(result.body)).into_response();
+    let headers = response.headers_mut();
     // The response's own content type, or none: not the default for bytes.
-    response
-        .headers_mut()
-        .remove(axum::http::header::CONTENT_TYPE);
+    headers.remove(axum::http::header::CONTENT_TYPE);
+    // Another site's page, served from this server's origin, must not run there: a
+    // browser that opens it gets a sandbox (an opaque origin, no scripts), and no
+    // sniffing of its type.
+    headers.insert(
+        axum::http::header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox"),
+    );
+    headers.insert(
+        axum::http::header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     for header in result
         .headers
         .iter()

@@ -259,7 +259,23 @@ fn complete_body(schemas: &Value, method: &str, path: &str, operation: &mut Valu
     body["required"] = Value::Bool(needs_fields);
 }
 
+/// Query parameters that are required though their schema comes from a function (with
+/// `schema_with`, utoipa marks every parameter optional).
+const REQUIRED_QUERY: &[(&str, &str)] = &[("/browsers/{id}/curl/raw", "url")];
+
 fn complete_operation(path: &str, operation: &mut Value) {
+    let parameters = operation
+        .get_mut("parameters")
+        .and_then(Value::as_array_mut);
+    for parameter in parameters.into_iter().flatten() {
+        if parameter["in"] == "query"
+            && REQUIRED_QUERY
+                .iter()
+                .any(|(on, name)| *on == path && parameter["name"] == *name)
+        {
+            parameter["required"] = Value::Bool(true);
+        }
+    }
     let tag = operation["tags"][0].as_str().unwrap_or_default().to_owned();
     if let Some(id) = operation["operationId"].as_str()
         && !tag.is_empty()
@@ -505,6 +521,36 @@ pub fn http_url() -> Object {
     string_schema(true, "An http or https URL, at most 8192 characters.")
         .max_length(Some(8192))
         .pattern(Some(format!("^{}$", url_pattern())))
+        .build()
+}
+
+/// The URL a browser's own request goes to: an http or https URL of at most 4096
+/// characters (so that even a longer one, percent-encoded in a query, stays within
+/// what a URI may hold and is answered with a 400).
+pub fn request_url() -> Object {
+    string_schema(false, "An http or https URL, at most 4096 characters.")
+        .max_length(Some(4096))
+        .pattern(Some(format!("^{}$", url_pattern())))
+        .build()
+}
+
+/// Request headers: names HTTP allows (tokens), values of visible ASCII and tabs.
+pub fn request_headers() -> Object {
+    let name = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))
+        .build();
+    let value = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some("^[\\t -~]*$"))
+        .build();
+    ObjectBuilder::new()
+        .schema_type([Type::Object, Type::Null].into_iter().collect::<SchemaType>())
+        .property_names(Some(name))
+        .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(
+            Schema::Object(value),
+        ))))
+        .description(Some("Over the browser's own headers for the request: HTTP header names, values of visible ASCII."))
         .build()
 }
 

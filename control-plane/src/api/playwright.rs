@@ -86,7 +86,7 @@ pub async fn execute(
     JsonBody(request): JsonBody<ExecuteRequest>,
 ) -> Result<Json<ExecuteResponse>, ApiError> {
     let mut problems = Vec::new();
-    if request.code.trim().is_empty() {
+    if request.code.is_empty() {
         problems.push("code must not be empty".to_owned());
     }
     if request.code.len() > MAX_CODE_BYTES {
@@ -222,7 +222,7 @@ pub struct ReplBody {
     /// JavaScript, evaluated as Node's REPL does (top-level `await`; top-level bindings
     /// persist between calls). Output comes from `repl.write(text)`, console methods and
     /// `repl.emitImage(bytes or base64, mime_type)`; expression values are not output.
-    /// May be empty only with `reset`. At most 1 MiB.
+    /// Empty evaluates nothing (with `reset`: just a fresh REPL). At most 1 MiB.
     pub code: String,
     /// End the current REPL and start a fresh one before evaluating.
     pub reset: Option<bool>,
@@ -275,10 +275,8 @@ pub async fn repl(
     JsonBody(body): JsonBody<ReplBody>,
 ) -> Result<Json<ReplResponse>, ApiError> {
     let mut problems = Vec::new();
+    // Empty code (the SDK sends it with `reset`) evaluates nothing.
     let reset = body.reset.unwrap_or(false);
-    if body.code.trim().is_empty() && !reset {
-        problems.push("code must not be empty (unless reset is true)".to_owned());
-    }
     if body.code.len() > MAX_CODE_BYTES {
         problems.push(format!("code must be at most {MAX_CODE_BYTES} bytes"));
     }

@@ -3,7 +3,8 @@
 //! VM" (`curl`, `computer`, `fs`, `process`, `playwright`, `logs/stream`, and the raw
 //! requests of `browsers.request`) there, with the token of `cdp_ws_url` as `?jwt=`
 //! instead of an API key. Such a token opens those routes of its own session only (and
-//! of a pool browser only while its lease lasts), nothing else.
+//! of a pool browser only while its lease lasts), nothing else. That widens nothing: a
+//! holder of `cdp_ws_url` already commands the browser, and the VM is all it reaches.
 
 use axum::extract::{Request, State};
 use axum::http::Uri;
@@ -15,14 +16,13 @@ use super::error::ApiError;
 use super::state::AppState;
 
 /// The routes under `/browsers/{id}/` a session token opens, as the SDKs route them.
-const SUBRESOURCES: [&str; 7] = [
+const SUBRESOURCES: [&str; 6] = [
     "curl",
     "computer",
     "fs",
     "process",
     "playwright",
     "logs/stream",
-    "telemetry/stream",
 ];
 
 /// The organization a valid session token speaks for; `Org` takes it instead of an API
