@@ -62,6 +62,18 @@ pub struct ExecuteResponse {
     pub tab: Option<Tab>,
 }
 
+/// A call's `timeout_sec` (default 60) in milliseconds, or its problem.
+fn timeout_ms(timeout_sec: Option<i64>, problems: &mut Vec<String>) -> u32 {
+    let timeout_sec = timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC);
+    if !(1..=MAX_TIMEOUT_SEC).contains(&timeout_sec) {
+        problems.push(format!(
+            "timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}, got {timeout_sec}"
+        ));
+        return 0;
+    }
+    (timeout_sec * 1000) as u32
+}
+
 fn name_problem(name: &str) -> Option<String> {
     let valid = (1..=MAX_NAME_CHARS).contains(&name.chars().count())
         && name
@@ -96,12 +108,7 @@ pub async fn execute(
     if !executor.is_empty() {
         problems.extend(name_problem(&executor));
     }
-    let timeout_sec = request.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC);
-    if !(1..=MAX_TIMEOUT_SEC).contains(&timeout_sec) {
-        problems.push(format!(
-            "timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}, got {timeout_sec}"
-        ));
-    }
+    let timeout_ms = timeout_ms(request.timeout_sec, &mut problems);
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
     }
@@ -111,7 +118,7 @@ pub async fn execute(
         .playwright_execute(PlaywrightRequest {
             code: request.code,
             executor,
-            timeout_ms: (timeout_sec * 1000) as u32,
+            timeout_ms,
         })
         .await?;
     // The agent's JSON is the executor's; anything unparsable is reported as text.
@@ -280,12 +287,7 @@ pub async fn repl(
     if body.code.len() > MAX_CODE_BYTES {
         problems.push(format!("code must be at most {MAX_CODE_BYTES} bytes"));
     }
-    let timeout_sec = body.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC);
-    if !(1..=MAX_TIMEOUT_SEC).contains(&timeout_sec) {
-        problems.push(format!(
-            "timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}, got {timeout_sec}"
-        ));
-    }
+    let timeout_ms = timeout_ms(body.timeout_sec, &mut problems);
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
     }
@@ -295,7 +297,7 @@ pub async fn repl(
         .repl(ReplRequest {
             code: body.code,
             reset,
-            timeout_ms: (timeout_sec * 1000) as u32,
+            timeout_ms,
         })
         .await?;
     let content = answer
