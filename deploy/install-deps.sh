@@ -10,13 +10,17 @@ set -euo pipefail
 # translations: without them a browser's `location.locale` cannot reach Intl.
 # tzdata: the timezones a browser's `location.timezone` may name.
 # chromium-driver: WebDriver BiDi (`webdriver_ws_url`), the same build as chromium.
+# libturbojpeg0-dev: the live view's JPEG encoder (libjpeg-turbo), linked by the agent.
+# pulseaudio: each headful VM's own sound server (a null sink), for live audio and
+# recordings with `record_audio`.
 packages=(chromium chromium-l10n chromium-driver tzdata xvfb ffmpeg bubblewrap pkg-config ca-certificates procps
+  libturbojpeg0-dev pulseaudio
   # xcap (screenshots) always compiles its Wayland/PipeWire code, so it needs these to build.
   libwayland-dev libpipewire-0.3-dev libgbm-dev libclang-dev libxcb1-dev libegl-dev)
 if [[ "${1:-}" == "--tests" ]]; then
-  # xdotool and unzip are references the benchmarks measure against.
+  # xdotool, unzip, x11vnc and novnc are references the benchmarks measure against.
   # iproute2 builds the tests' "public internet" host in a network namespace.
-  packages+=(postgresql python3-venv xdotool unzip iproute2)
+  packages+=(postgresql python3-venv xdotool unzip iproute2 x11vnc novnc)
 fi
 # Playwright code runs in each VM on Node.js (and the tests' Puppeteer): any Node.js >= 20
 # will do (playwright-core needs it), so keep one that is already there.

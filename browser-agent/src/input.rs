@@ -72,6 +72,11 @@ pub enum Action {
         hold: Vec<String>,
     },
     Position,
+    /// One key (by `key_named`) going down or up, as a live viewer's keyboard sends them.
+    Key {
+        name: String,
+        down: bool,
+    },
     /// Waits, in a batch.
     Sleep {
         ms: u32,
@@ -147,6 +152,7 @@ impl Input {
             Action::Drag { path, .. } => path.clone(),
             Action::Type { .. }
             | Action::PressKeys { .. }
+            | Action::Key { .. }
             | Action::Position
             | Action::Sleep { .. } => vec![],
         };
@@ -177,7 +183,9 @@ fn perform(enigo: &mut Enigo, action: Action) -> Result<(i32, i32), InputError> 
             .iter()
             .map(|name| key_named(name))
             .collect::<Result<Vec<_>, _>>()?,
-        Action::Type { .. } | Action::Position | Action::Sleep { .. } => Vec::new(),
+        Action::Type { .. } | Action::Key { .. } | Action::Position | Action::Sleep { .. } => {
+            Vec::new()
+        }
     };
     // Parse everything before touching the display, so a bad key changes nothing.
     let combos = match &action {
@@ -341,6 +349,14 @@ fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), Inp
         Action::Sleep { ms } => {
             sleep_ms(ms);
             Ok(())
+        }
+        Action::Key { name, down } => {
+            let direction = if down {
+                Direction::Press
+            } else {
+                Direction::Release
+            };
+            enigo.key(key_named(&name)?, direction).map_err(failed)
         }
         Action::Position => Ok(()),
     }

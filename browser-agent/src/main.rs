@@ -15,6 +15,7 @@ mod display;
 mod extensions;
 mod fs;
 mod input;
+mod live;
 mod logs;
 mod memory;
 mod motion;
@@ -429,6 +430,10 @@ async fn serve(
         repl: repl.clone(),
         webdriver: webdriver.clone(),
         stop_chromium,
+        live: display_name
+            .clone()
+            .filter(|_| input.is_some())
+            .map(|display| std::sync::Arc::new(live::LiveView::new(display, screen.clone()))),
         input,
         fs: api_fs,
         zip_limits,

@@ -3,6 +3,9 @@
 //! - `cdp_ws_url`: names one session of one organization. No expiry: it is honoured only
 //!   while that session lives (checked against the store on every connection), and
 //!   session ids are never reused.
+//! - `browser_live_view_url`: names one session of one organization (and lease), and
+//!   whether input is allowed. No expiry, like `cdp_ws_url`: honoured only while that
+//!   session (and lease) lives.
 //! - `replay_view_url`: names one replay of one session and organization, and expires
 //!   (`REPLAY_VIEW_TTL`): anyone holding the URL can watch the video until then.
 
@@ -16,6 +19,7 @@ const SIGNING_KEY_SETTING: &str = "cdp_token_signing_key";
 const CDP_AUDIENCE: &str = "cdp";
 const REPLAY_VIEW_AUDIENCE: &str = "replay-view";
 const HOSTED_LOGIN_AUDIENCE: &str = "hosted-login";
+const LIVE_VIEW_AUDIENCE: &str = "live-view";
 /// How long a `replay_view_url` works after it was issued (every response that carries
 /// one issues a fresh one).
 pub const REPLAY_VIEW_TTL: chrono::Duration = chrono::Duration::hours(24);
@@ -31,6 +35,20 @@ pub struct CdpClaims {
     /// once that lease ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LiveViewClaims {
+    /// Session id.
+    pub sub: String,
+    pub org: String,
+    pub aud: String,
+    pub iat: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+    /// Watch only: the viewer's input is ignored.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -63,6 +81,7 @@ pub struct Tokens {
     cdp: Validation,
     replay_view: Validation,
     hosted_login: Validation,
+    live_view: Validation,
 }
 
 impl Tokens {
@@ -86,12 +105,15 @@ impl Tokens {
         replay_view.leeway = 0;
         let mut hosted_login = replay_view.clone();
         hosted_login.set_audience(&[HOSTED_LOGIN_AUDIENCE]);
+        let mut live_view = cdp.clone();
+        live_view.set_audience(&[LIVE_VIEW_AUDIENCE]);
         Self {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
             cdp,
             replay_view,
             hosted_login,
+            live_view,
         }
     }
 
@@ -114,6 +136,30 @@ impl Tokens {
     /// The claims of a genuine CDP token, or `None`.
     pub fn verify_cdp(&self, token: &str) -> Option<CdpClaims> {
         jsonwebtoken::decode::<CdpClaims>(token, &self.decoding, &self.cdp)
+            .ok()
+            .map(|data| data.claims)
+    }
+
+    pub fn issue_live_view(
+        &self,
+        session_id: &str,
+        org_id: &str,
+        lease: Option<&str>,
+        read_only: bool,
+    ) -> String {
+        self.sign(&LiveViewClaims {
+            sub: session_id.to_owned(),
+            org: org_id.to_owned(),
+            aud: LIVE_VIEW_AUDIENCE.to_owned(),
+            iat: Utc::now().timestamp(),
+            lease: lease.map(str::to_owned),
+            read_only,
+        })
+    }
+
+    /// The claims of a genuine live-view token, or `None`.
+    pub fn verify_live_view(&self, token: &str) -> Option<LiveViewClaims> {
+        jsonwebtoken::decode::<LiveViewClaims>(token, &self.decoding, &self.live_view)
             .ok()
             .map(|data| data.claims)
     }
@@ -209,5 +255,27 @@ mod tests {
         assert!(tokens.verify_cdp(&view).is_none());
         let cdp = tokens.issue_cdp("session1", "org_a", None);
         assert!(tokens.verify_replay_view(&cdp).is_none());
+    }
+
+    #[test]
+    fn live_view_tokens_carry_their_mode_and_are_no_other_kind() {
+        let tokens = Tokens::from_secret(b"one key");
+        let view = tokens.issue_live_view("session1", "org_a", Some("lease1"), true);
+        let claims = tokens.verify_live_view(&view).expect("valid");
+        assert_eq!(
+            (
+                claims.sub.as_str(),
+                claims.org.as_str(),
+                claims.lease.as_deref()
+            ),
+            ("session1", "org_a", Some("lease1"))
+        );
+        assert!(claims.read_only);
+        assert!(tokens.verify_cdp(&view).is_none(), "not a CDP token");
+        let cdp = tokens.issue_cdp("session1", "org_a", None);
+        assert!(
+            tokens.verify_live_view(&cdp).is_none(),
+            "CDP tokens do not open it"
+        );
     }
 }

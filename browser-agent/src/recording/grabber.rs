@@ -27,7 +27,7 @@ pub struct Grabber {
     has_xfixes: bool,
 }
 
-type GrabResult<T> = Result<T, String>;
+pub(crate) type GrabResult<T> = Result<T, String>;
 
 fn failed(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
     move |error| format!("{what}: {error}")
@@ -165,7 +165,7 @@ fn draw_cursor(
 
 /// Creates a System V shared memory segment, has the X server attach it, and marks it for
 /// removal at once: the kernel frees it when both sides have detached, also if we crash.
-fn attach_shared_segment(
+pub(crate) fn attach_shared_segment(
     connection: &RustConnection,
     bytes: usize,
 ) -> GrabResult<(u32, SharedSegment)> {
@@ -188,7 +188,7 @@ fn attach_shared_segment(
 }
 
 /// A System V shared memory segment mapped into this process.
-struct SharedSegment {
+pub(crate) struct SharedSegment {
     id: libc::c_int,
     address: NonNull<u8>,
     bytes: usize,
@@ -224,7 +224,7 @@ impl SharedSegment {
         }
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is `bytes` long and lives as long as `self`.
         unsafe { std::slice::from_raw_parts_mut(self.address.as_ptr(), self.bytes) }
     }

@@ -9,7 +9,7 @@
 //! `<id>.recording.mp4` while recording, `<id>.mp4` once finished.
 
 mod encoder;
-mod grabber;
+pub(crate) mod grabber;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -31,6 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 mod browser;
 mod extensions;
+mod live;
 mod playwright;
 mod processes;
 mod status;
@@ -84,6 +85,8 @@ pub struct AgentService {
     pub repl: Arc<Repl>,
     /// WebDriver BiDi (chromedriver attached to the browser).
     pub webdriver: Arc<WebDriver>,
+    /// The display's live view encoder; `None` for headless browsers.
+    pub live: Option<Arc<crate::live::LiveView>>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
 }
@@ -782,6 +785,27 @@ impl BrowserAgent for AgentService {
             .delete(&request.name, request.close_tab)
             .await?;
         Ok(Response::new(Empty {}))
+    }
+
+    type LiveViewStream = live::LiveStream;
+
+    async fn live_view(
+        &self,
+        request: Request<Streaming<browser_agent_proto::v1::LiveViewInput>>,
+    ) -> Result<Response<Self::LiveViewStream>, Status> {
+        let (Some(view), Some(desktop)) = (&self.live, &self.desktop) else {
+            return Err(Status::failed_precondition(
+                "this browser is headless: it has no display to view",
+            ));
+        };
+        let stream = live::open(
+            view.clone(),
+            self.input()?.clone(),
+            desktop.clone(),
+            request.into_inner(),
+        )
+        .await?;
+        Ok(Response::new(stream))
     }
 
     async fn shutdown(

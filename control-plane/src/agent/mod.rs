@@ -13,14 +13,14 @@ use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, CdpOpen, ClickMouseRequest, ClipboardText, CreateDirectoryRequest,
     CurlRequest, CurlResult, CursorVisibility, DataChunk, DeleteExecutorRequest, DeletePathRequest,
     DragMouseRequest, Empty, ExecResult, ExecutorList, ExtensionUploadChunk, ExtractZipChunk,
-    ExtractZipResponse, FileInfo, FollowFileRequest, LoadExtensionsResponse, LogLine,
-    MoveMouseRequest, MovePathRequest, OutputChunk, PathRequest, PlaywrightRequest,
-    PlaywrightResult, Point, PressKeysRequest, ProcessRef, ProcessRequest, ProcessState,
-    ProfileChunk, RecordingInfo, RecordingRequest, RelaunchRequest, ReplRequest, ReplResult,
-    ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest, SetPermissionsRequest,
-    ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult, StartRecordingRequest,
-    StatusRequest, StatusResponse, StdinRequest, TypeTextRequest, WatchEvent, WatchRequest,
-    WriteFileChunk, cdp_frame::Kind, profile_chunk,
+    ExtractZipResponse, FileInfo, FollowFileRequest, LiveViewInput, LiveViewUpdate,
+    LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest, OutputChunk, PathRequest,
+    PlaywrightRequest, PlaywrightResult, Point, PressKeysRequest, ProcessRef, ProcessRequest,
+    ProcessState, ProfileChunk, RecordingInfo, RecordingRequest, RelaunchRequest, ReplRequest,
+    ReplResult, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
+    SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
+    StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TypeTextRequest,
+    WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -179,6 +179,20 @@ impl AgentClient {
             .inner
             .clone()
             .cdp_tunnel(ReceiverStream::new(outbound))
+            .await?;
+        Ok((to_agent, response.into_inner()))
+    }
+
+    /// Opens the display's live view: returns the sender for the viewer's input and the
+    /// stream of screen updates, which ends with the display.
+    pub async fn open_live_view(
+        &self,
+    ) -> Result<(mpsc::Sender<LiveViewInput>, Streaming<LiveViewUpdate>), AgentError> {
+        let (to_agent, outbound) = mpsc::channel(256);
+        let response = self
+            .inner
+            .clone()
+            .live_view(ReceiverStream::new(outbound))
             .await?;
         Ok((to_agent, response.into_inner()))
     }

@@ -28,6 +28,13 @@ pub struct BrowserSession {
     /// Base of this session's own routes (`<base_url>/curl/raw`, `/computer/…`, …), which
     /// accept the token of `cdp_ws_url` as `?jwt=` instead of an API key.
     pub base_url: String,
+    /// The live view: a page showing the browser's screen that the viewer can use (mouse,
+    /// keyboard, paste), valid while the session lives. Headful sessions only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub browser_live_view_url: Option<String>,
+    /// The same view, watch only: the viewer's input is ignored. Headful sessions only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub browser_live_view_read_only_url: Option<String>,
     pub created_at: DateTime<Utc>,
     pub headless: bool,
     pub stealth: bool,
@@ -145,6 +152,7 @@ fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> B
         session.pool_lease_id.as_deref(),
     );
     let settings = &session.vm_settings;
+    let live_view = super::live_view::urls(state, session).filter(|_| session.ended_at.is_none());
     BrowserSession {
         session_id: session.id.clone(),
         cdp_ws_url: format!(
@@ -162,6 +170,8 @@ fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> B
             state.settings.public_url.trim_end_matches('/'),
             session.id
         ),
+        browser_live_view_read_only_url: live_view.as_ref().map(|(_, read_only)| read_only.clone()),
+        browser_live_view_url: live_view.map(|(interactive, _)| interactive),
         created_at: session.created_at,
         headless: session.headless,
         stealth: session.stealth,

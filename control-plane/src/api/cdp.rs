@@ -121,9 +121,19 @@ async fn tunnel(
 /// store, not the running-session cache: a lease that has just ended must not let its
 /// lessee back in.
 pub(super) async fn lease_holds(state: &AppState, claims: &CdpClaims) -> Result<(), ApiError> {
-    let current = state.store.session(&claims.org, &claims.sub).await?;
+    lease_is_current(state, &claims.org, &claims.sub, claims.lease.as_deref()).await
+}
+
+/// Whether the pool browser `session_id` is still leased under `lease` (401 otherwise).
+pub(super) async fn lease_is_current(
+    state: &AppState,
+    org_id: &str,
+    session_id: &str,
+    lease: Option<&str>,
+) -> Result<(), ApiError> {
+    let current = state.store.session(org_id, session_id).await?;
     let leased_to_this_token = current.is_some_and(|current| {
-        current.pool_lease == Some(PoolLease::Leased) && current.pool_lease_id == claims.lease
+        current.pool_lease == Some(PoolLease::Leased) && current.pool_lease_id.as_deref() == lease
     });
     if leased_to_this_token {
         Ok(())

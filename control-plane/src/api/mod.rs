@@ -18,6 +18,7 @@ pub mod fs_upload;
 pub mod fs_watch;
 pub mod health;
 pub mod keep_alive;
+pub mod live_view;
 pub mod logs;
 pub mod openapi;
 pub mod org;
@@ -64,6 +65,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(cdp::connect))
         .routes(routes!(cdp::webdriver))
+        .routes(routes!(live_view::page))
+        .routes(routes!(live_view::socket))
         .routes(routes!(extensions::list))
         .routes(routes!(extensions::download, extensions::delete))
         .routes(routes!(extensions::metadata))

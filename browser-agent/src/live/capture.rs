@@ -1,0 +1,273 @@
+//! What the live view sends: the parts of the screen that changed, as the X server's
+//! DAMAGE extension reports them, read through MIT-SHM and compressed with libjpeg-turbo.
+//! An unchanged screen costs one non-blocking read of the X socket per tick: nothing is
+//! captured or encoded until something is drawn.
+
+use x11rb::connection::Connection;
+use x11rb::protocol::Event;
+use x11rb::protocol::damage::{ConnectionExt as _, ReportLevel};
+use x11rb::protocol::shm::ConnectionExt as _;
+use x11rb::protocol::xfixes::ConnectionExt as _;
+use x11rb::protocol::xproto::{ConnectionExt as _, ImageFormat, Window};
+use x11rb::rust_connection::RustConnection;
+
+use crate::recording::grabber::{GrabResult, SharedSegment, attach_shared_segment};
+
+/// JPEG quality of the tiles: text stays crisp enough to read, a full 1080p frame of a
+/// typical page is ~150 KiB.
+const JPEG_QUALITY: i32 = 75;
+
+/// A rectangle of the screen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rect {
+    pub x: u16,
+    pub y: u16,
+    pub width: u16,
+    pub height: u16,
+}
+
+pub struct DamageCapture {
+    connection: RustConnection,
+    root: Window,
+    damage: u32,
+    /// XFixes region the damage is moved into, to read its extent.
+    region: u32,
+    size: (u16, u16),
+    /// Sized for the whole screen; `None` without MIT-SHM (frames come over the socket).
+    shared: Option<(u32, SharedSegment)>,
+    copied: Vec<u8>,
+    /// Something was drawn since the damage was last taken.
+    pending: bool,
+    compressor: turbojpeg::Compressor,
+}
+
+fn failed(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
+    move |error| format!("{what}: {error}")
+}
+
+impl DamageCapture {
+    pub fn connect(display: &str, (width, height): (u32, u32)) -> GrabResult<Self> {
+        let (connection, screen) =
+            x11rb::connect(Some(display)).map_err(|e| failed("connecting to the X display")(&e))?;
+        let root = connection.setup().roots[screen].root;
+        connection
+            .xfixes_query_version(4, 0)
+            .map_err(|e| failed("XFixes")(&e))?
+            .reply()
+            .map_err(|e| failed("XFixes")(&e))?;
+        connection
+            .damage_query_version(1, 1)
+            .map_err(|e| failed("DAMAGE")(&e))?
+            .reply()
+            .map_err(|e| failed("DAMAGE")(&e))?;
+        let damage = connection
+            .generate_id()
+            .map_err(|e| failed("X resource id")(&e))?;
+        connection
+            .damage_create(damage, root, ReportLevel::NON_EMPTY)
+            .map_err(|e| failed("creating the damage monitor")(&e))?;
+        let region = connection
+            .generate_id()
+            .map_err(|e| failed("X resource id")(&e))?;
+        connection
+            .xfixes_create_region(region, &[])
+            .map_err(|e| failed("creating a region")(&e))?;
+        let mut compressor =
+            turbojpeg::Compressor::new().map_err(|e| failed("libjpeg-turbo")(&e))?;
+        compressor.set_quality(JPEG_QUALITY);
+        compressor.set_subsamp(turbojpeg::Subsamp::Sub2x2);
+        let mut capture = Self {
+            connection,
+            root,
+            damage,
+            region,
+            size: (0, 0),
+            shared: None,
+            copied: Vec::new(),
+            // The first frame is whole anyway.
+            pending: true,
+            compressor,
+        };
+        capture.resize((width, height))?;
+        Ok(capture)
+    }
+
+    pub fn size(&self) -> (u16, u16) {
+        self.size
+    }
+
+    /// Follows a new screen size (a viewport change).
+    pub fn resize(&mut self, (width, height): (u32, u32)) -> GrabResult<()> {
+        let size = (
+            u16::try_from(width).map_err(|_| "screen too wide".to_owned())?,
+            u16::try_from(height).map_err(|_| "screen too high".to_owned())?,
+        );
+        if size == self.size {
+            return Ok(());
+        }
+        let bytes = usize::from(size.0) * usize::from(size.1) * 4;
+        // Detach the old segment first: the X server keeps its own mapping otherwise.
+        if let Some((segment_id, _)) = self.shared.take() {
+            let _ = self.connection.shm_detach(segment_id);
+        }
+        self.shared = match attach_shared_segment(&self.connection, bytes) {
+            Ok(shared) => Some(shared),
+            Err(error) => {
+                tracing::warn!(%error, "MIT-SHM unavailable; the live view copies frames over the X socket");
+                None
+            }
+        };
+        self.size = size;
+        Ok(())
+    }
+
+    /// Reads the events that have arrived; answers whether anything was drawn since the
+    /// damage was last taken.
+    pub fn poll(&mut self) -> GrabResult<bool> {
+        while let Some(event) = self
+            .connection
+            .poll_for_event()
+            .map_err(|e| failed("reading X events")(&e))?
+        {
+            if let Event::DamageNotify(_) = event {
+                self.pending = true;
+            }
+        }
+        Ok(self.pending)
+    }
+
+    /// The extent of what was drawn since the last call, within the screen, and re-arms
+    /// the monitor (the next drawing sends a new event).
+    pub fn take_damage(&mut self) -> GrabResult<Option<Rect>> {
+        self.pending = false;
+        self.connection
+            .damage_subtract(self.damage, x11rb::NONE, self.region)
+            .map_err(|e| failed("reading the damage")(&e))?;
+        let extents = self
+            .connection
+            .xfixes_fetch_region(self.region)
+            .map_err(|e| failed("reading the damage")(&e))?
+            .reply()
+            .map_err(|e| failed("reading the damage")(&e))?
+            .extents;
+        Ok(clip(
+            (
+                i32::from(extents.x),
+                i32::from(extents.y),
+                i32::from(extents.width),
+                i32::from(extents.height),
+            ),
+            self.size,
+        ))
+    }
+
+    pub fn whole_screen(&self) -> Rect {
+        Rect {
+            x: 0,
+            y: 0,
+            width: self.size.0,
+            height: self.size.1,
+        }
+    }
+
+    /// The rectangle as a JPEG.
+    pub fn encode(&mut self, rect: Rect) -> GrabResult<Vec<u8>> {
+        let pixels: &[u8] = match &mut self.shared {
+            Some((segment_id, segment)) => {
+                self.connection
+                    .shm_get_image(
+                        self.root,
+                        rect.x as i16,
+                        rect.y as i16,
+                        rect.width,
+                        rect.height,
+                        !0,
+                        ImageFormat::Z_PIXMAP.into(),
+                        *segment_id,
+                        0,
+                    )
+                    .map_err(|e| failed("requesting a frame")(&e))?
+                    .reply()
+                    .map_err(|e| failed("capturing a frame")(&e))?;
+                segment.bytes_mut()
+            }
+            None => {
+                self.copied = self
+                    .connection
+                    .get_image(
+                        ImageFormat::Z_PIXMAP,
+                        self.root,
+                        rect.x as i16,
+                        rect.y as i16,
+                        rect.width,
+                        rect.height,
+                        !0,
+                    )
+                    .map_err(|e| failed("requesting a frame")(&e))?
+                    .reply()
+                    .map_err(|e| failed("capturing a frame")(&e))?
+                    .data;
+                &self.copied
+            }
+        };
+        let (width, height) = (usize::from(rect.width), usize::from(rect.height));
+        let image = turbojpeg::Image {
+            pixels: pixels
+                .get(..width * height * 4)
+                .ok_or_else(|| "the captured frame is short".to_owned())?,
+            width,
+            pitch: width * 4,
+            height,
+            format: turbojpeg::PixelFormat::BGRX,
+        };
+        self.compressor
+            .compress_to_vec(image)
+            .map_err(|e| failed("encoding a tile")(&e))
+    }
+
+    /// Where the pointer is.
+    pub fn pointer(&self) -> GrabResult<(i32, i32)> {
+        let reply = self
+            .connection
+            .query_pointer(self.root)
+            .map_err(|e| failed("reading the pointer")(&e))?
+            .reply()
+            .map_err(|e| failed("reading the pointer")(&e))?;
+        Ok((i32::from(reply.root_x), i32::from(reply.root_y)))
+    }
+}
+
+/// `(x, y, width, height)` clipped to a screen of `size`; `None` when nothing is left.
+fn clip((x, y, width, height): (i32, i32, i32, i32), size: (u16, u16)) -> Option<Rect> {
+    let left = x.max(0);
+    let top = y.max(0);
+    let right = (x + width).min(i32::from(size.0));
+    let bottom = (y + height).min(i32::from(size.1));
+    (right > left && bottom > top).then(|| Rect {
+        x: left as u16,
+        y: top as u16,
+        width: (right - left) as u16,
+        height: (bottom - top) as u16,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damage_is_clipped_to_the_screen() {
+        let screen = (100, 50);
+        assert_eq!(
+            clip((-10, 40, 30, 30), screen),
+            Some(Rect {
+                x: 0,
+                y: 40,
+                width: 20,
+                height: 10
+            })
+        );
+        assert_eq!(clip((100, 0, 10, 10), screen), None);
+        assert_eq!(clip((5, 5, 0, 10), screen), None);
+    }
+}

@@ -1,0 +1,238 @@
+//! The live view's encoder: one thread per display, shared by every viewer (every open
+//! `LiveView` stream), started by the first and ended when the last leaves. It sends
+//! what the screen changed, at most [`MAX_FPS`] times a second, and where the pointer
+//! is; a viewer that joins or falls behind asks for the whole screen.
+
+pub mod capture;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use browser_agent_proto::v1::{LiveTile, LiveViewUpdate};
+use tokio::sync::broadcast;
+
+use crate::screen::Screen;
+use capture::DamageCapture;
+
+/// Frames per second at most: a page animating all the time is sent at this rate.
+pub const MAX_FPS: u32 = 30;
+const MIN_FRAME_INTERVAL: Duration = Duration::from_millis(1000 / MAX_FPS as u64);
+/// How often the encoder looks for damage: the latency an idle screen adds to its first
+/// change, and its cost while idle (one non-blocking read of the X socket).
+const TICK: Duration = Duration::from_millis(4);
+/// How often the pointer's position is read while the screen is unchanged.
+const POINTER_INTERVAL: Duration = Duration::from_millis(33);
+/// Updates a viewer may be behind before it skips them and gets the whole screen.
+const BACKLOG: usize = 8;
+/// Capture errors in a row (e.g. while the screen is being resized) that end the view.
+const ERRORS_TOLERATED: u32 = 3;
+
+pub type Update = Arc<LiveViewUpdate>;
+
+/// A viewer's share of the encoder.
+pub struct Subscription {
+    pub updates: broadcast::Receiver<Update>,
+    /// Set to have the whole screen sent next.
+    pub refresh: Arc<AtomicBool>,
+}
+
+struct Running {
+    updates: broadcast::Sender<Update>,
+    refresh: Arc<AtomicBool>,
+}
+
+pub struct LiveView {
+    display: String,
+    screen: Arc<Screen>,
+    running: Mutex<Option<Running>>,
+}
+
+impl LiveView {
+    pub fn new(display: String, screen: Arc<Screen>) -> Self {
+        Self {
+            display,
+            screen,
+            running: Mutex::new(None),
+        }
+    }
+
+    /// Joins the running encoder, or starts it. Blocking (it may connect to the display).
+    pub fn subscribe(self: &Arc<Self>) -> Result<Subscription, String> {
+        let mut running = self
+            .running
+            .lock()
+            .map_err(|_| "the live view's lock is poisoned".to_owned())?;
+        if let Some(running) = running.as_ref() {
+            running.refresh.store(true, Ordering::Relaxed);
+            return Ok(Subscription {
+                updates: running.updates.subscribe(),
+                refresh: running.refresh.clone(),
+            });
+        }
+        let capture = DamageCapture::connect(&self.display, self.screen.size())?;
+        let (updates, receiver) = broadcast::channel(BACKLOG);
+        let refresh = Arc::new(AtomicBool::new(true));
+        let encoder = Encoder {
+            hub: self.clone(),
+            capture,
+            updates: updates.clone(),
+            refresh: refresh.clone(),
+        };
+        std::thread::Builder::new()
+            .name("live-view".into())
+            .spawn(move || encoder.run())
+            .map_err(|error| format!("starting the live view's encoder: {error}"))?;
+        *running = Some(Running {
+            updates,
+            refresh: refresh.clone(),
+        });
+        Ok(Subscription {
+            updates: receiver,
+            refresh,
+        })
+    }
+}
+
+struct Encoder {
+    hub: Arc<LiveView>,
+    capture: DamageCapture,
+    updates: broadcast::Sender<Update>,
+    refresh: Arc<AtomicBool>,
+}
+
+impl Encoder {
+    fn run(mut self) {
+        let mut last_frame: Option<Instant> = None;
+        let mut last_pointer_read = Instant::now();
+        let mut pointer = (-1, -1);
+        let mut errors = 0;
+        loop {
+            if self.no_viewer_left() {
+                return;
+            }
+            match self.step(&mut last_frame, &mut last_pointer_read, &mut pointer) {
+                Ok(()) => errors = 0,
+                Err(error) if errors + 1 < ERRORS_TOLERATED => {
+                    errors += 1;
+                    tracing::debug!(%error, "live view capture failed; retrying with the whole screen");
+                    self.refresh.store(true, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the live view's capture failed; its viewers are disconnected");
+                    return;
+                }
+            }
+            std::thread::sleep(TICK);
+        }
+    }
+
+    /// Under the hub's lock, so no viewer can join an encoder that is about to end.
+    fn no_viewer_left(&self) -> bool {
+        match self.hub.running.lock() {
+            Ok(mut running) if self.updates.receiver_count() == 0 => {
+                *running = None;
+                true
+            }
+            Ok(_) => false,
+            Err(_) => true,
+        }
+    }
+
+    fn step(
+        &mut self,
+        last_frame: &mut Option<Instant>,
+        last_pointer_read: &mut Instant,
+        pointer: &mut (i32, i32),
+    ) -> Result<(), String> {
+        let size = self.hub.screen.size();
+        if (
+            u32::from(self.capture.size().0),
+            u32::from(self.capture.size().1),
+        ) != size
+        {
+            self.capture.resize(size)?;
+            self.refresh.store(true, Ordering::Relaxed);
+        }
+        let damaged = self.capture.poll()?;
+        let whole = self.refresh.load(Ordering::Relaxed);
+        let due = last_frame.is_none_or(|at| at.elapsed() >= MIN_FRAME_INTERVAL);
+        if (damaged || whole) && due {
+            self.refresh.store(false, Ordering::Relaxed);
+            // Taken also when the whole screen goes out, to re-arm the monitor.
+            let damage = self.capture.take_damage()?;
+            let rect = if whole {
+                Some(self.capture.whole_screen())
+            } else {
+                damage
+            };
+            *last_frame = Some(Instant::now());
+            if let Some(rect) = rect {
+                let captured_at_us = now_us();
+                let jpeg = self.capture.encode(rect)?;
+                *pointer = self.capture.pointer()?;
+                *last_pointer_read = Instant::now();
+                self.send(LiveViewUpdate {
+                    tiles: vec![LiveTile {
+                        x: rect.x.into(),
+                        y: rect.y.into(),
+                        width: rect.width.into(),
+                        height: rect.height.into(),
+                        jpeg,
+                    }],
+                    full: whole,
+                    captured_at_us,
+                    ..self.header(*pointer)
+                });
+            }
+        } else if last_pointer_read.elapsed() >= POINTER_INTERVAL {
+            *last_pointer_read = Instant::now();
+            let now = self.capture.pointer()?;
+            if now != *pointer {
+                *pointer = now;
+                self.send(LiveViewUpdate {
+                    captured_at_us: now_us(),
+                    ..self.header(now)
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn header(&self, (pointer_x, pointer_y): (i32, i32)) -> LiveViewUpdate {
+        let (width, height) = self.capture.size();
+        LiveViewUpdate {
+            width: width.into(),
+            height: height.into(),
+            pointer_x,
+            pointer_y,
+            pointer_visible: !crate::desktop::cursor_hidden(),
+            ..Default::default()
+        }
+    }
+
+    fn send(&self, update: LiveViewUpdate) {
+        // No receiver: the last viewer just left; the next loop ends the encoder.
+        let _ = self.updates.send(Arc::new(update));
+    }
+}
+
+impl Drop for Encoder {
+    /// However the encoder ends (a panic included), the hub forgets it, so that the
+    /// viewers' streams end (the last sender is gone) and the next viewer starts anew.
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.hub.running.lock()
+            && running
+                .as_ref()
+                .is_some_and(|running| running.updates.same_channel(&self.updates))
+        {
+            *running = None;
+        }
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_micros() as u64)
+}
