@@ -450,6 +450,9 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
         "--disable-sync".to_owned(),
         "--disable-dev-shm-usage".to_owned(),
         "--password-store=basic".to_owned(),
+        // Pages play sound without waiting for a user's gesture: programs drive these
+        // browsers, and people watch and hear them through the live view.
+        "--autoplay-policy=no-user-gesture-required".to_owned(),
         // Without a window manager Chromium opens at +10+10 with its own size.
         "--window-position=0,0".to_owned(),
         {

@@ -28,6 +28,7 @@ mod recording;
 mod screen;
 mod service;
 mod service_logs;
+mod sound;
 mod tabs;
 mod upload;
 mod webdriver;
@@ -98,6 +99,9 @@ struct Args {
     chromium_path: String,
     #[arg(long, env = "BROWSER_AGENT_XVFB", default_value = "Xvfb")]
     xvfb_path: String,
+    /// The PulseAudio daemon that gives a headful VM its own sound (a null sink).
+    #[arg(long, env = "BROWSER_AGENT_PULSEAUDIO", default_value = "pulseaudio")]
+    pulseaudio_path: String,
     /// Where uploads wait before extraction; outside the VM root. Default: the system's
     /// temporary directory.
     #[arg(long, env = "BROWSER_AGENT_SCRATCH_DIR")]
@@ -198,6 +202,17 @@ fn main() -> anyhow::Result<()> {
 
     // The display starts before any other thread exists: xcap finds it only through
     // $DISPLAY, and the environment can be changed safely only while single-threaded.
+    // The sound server starts alongside the display (it is ready by the time Xvfb is).
+    // Without it the browser works, silently: recordings with audio are refused.
+    let sound = (!args.headless)
+        .then(|| sound::SoundServer::spawn(&args.pulseaudio_path, &scratch_dir.join("pulse")))
+        .and_then(|spawned| {
+            spawned
+                .inspect_err(
+                    |error| tracing::warn!(%error, "no sound server: the browser has no sound"),
+                )
+                .ok()
+        });
     let display = if args.headless {
         None
     } else {
@@ -211,6 +226,18 @@ fn main() -> anyhow::Result<()> {
         }
         Some(display)
     };
+    let sound = sound.and_then(|sound| {
+        sound
+            .ready()
+            .inspect_err(
+                |error| tracing::warn!(%error, "no sound server: the browser has no sound"),
+            )
+            .ok()
+    });
+    if let Some(sound) = &sound {
+        // SAFETY: still single-threaded. Chromium and ffmpeg find the VM's sound here.
+        unsafe { std::env::set_var("PULSE_SERVER", sound.address()) };
+    }
     let screen = match &display {
         Some(display) => {
             let screen =
@@ -231,7 +258,7 @@ fn main() -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(serve(args, display, std::sync::Arc::new(screen)))
+        .block_on(serve(args, display, sound, std::sync::Arc::new(screen)))
 }
 
 /// Where the gRPC server listens.
@@ -278,6 +305,7 @@ impl Listener {
 async fn serve(
     args: Args,
     display: Option<display::Display>,
+    sound: Option<sound::SoundServer>,
     screen: std::sync::Arc<screen::Screen>,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
@@ -417,6 +445,7 @@ async fn serve(
             .clone()
             .unwrap_or_else(|| scratch_dir.join("recordings")),
         args.ffmpeg_path.clone(),
+        sound.is_some(),
     ));
     let service = service::AgentService {
         desktop: input
@@ -433,7 +462,12 @@ async fn serve(
         live: display_name
             .clone()
             .filter(|_| input.is_some())
-            .map(|display| std::sync::Arc::new(live::LiveView::new(display, screen.clone()))),
+            .map(|display| {
+                let audio = sound
+                    .is_some()
+                    .then(|| live::audio::LiveAudio::new(args.ffmpeg_path.clone()));
+                std::sync::Arc::new(live::LiveView::new(display, screen.clone(), audio))
+            }),
         input,
         fs: api_fs,
         zip_limits,
@@ -486,6 +520,9 @@ async fn serve(
     let _ = supervisor.await;
     if let Some(display) = display {
         display.stop().await;
+    }
+    if let Some(sound) = sound {
+        sound.stop().await;
     }
     tracing::info!("browser agent stopped");
     served.context("gRPC server failed")

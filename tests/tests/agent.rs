@@ -256,6 +256,7 @@ async fn agent_records_the_display_into_a_faststart_mp4() {
                 recording_id: id.into(),
                 framerate,
                 max_duration_seconds,
+                record_audio: false,
             },
             secret,
         )
@@ -422,6 +423,7 @@ async fn a_recording_fed_to_a_slow_encoder_still_ends_at_its_stop() {
                 recording_id: "slow".into(),
                 framerate: 10,
                 max_duration_seconds: 60,
+                record_audio: false,
             },
             secret,
         ))

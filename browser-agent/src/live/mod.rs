@@ -3,6 +3,7 @@
 //! what the screen changed, at most [`MAX_FPS`] times a second, and where the pointer
 //! is; a viewer that joins or falls behind asks for the whole screen.
 
+pub mod audio;
 pub mod capture;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,9 +19,11 @@ use capture::DamageCapture;
 /// Frames per second at most: a page animating all the time is sent at this rate.
 pub const MAX_FPS: u32 = 30;
 const MIN_FRAME_INTERVAL: Duration = Duration::from_millis(1000 / MAX_FPS as u64);
-/// How often the encoder looks for damage: the latency an idle screen adds to its first
-/// change, and its cost while idle (one non-blocking read of the X socket).
-const TICK: Duration = Duration::from_millis(4);
+/// Longest wait for the X server between looks at the pointer and at the viewers. Damage
+/// wakes the encoder at once; an idle screen costs a wake-up per tick.
+const TICK: Duration = Duration::from_millis(33);
+/// How often a viewer's request for the whole screen is looked at while nothing is drawn.
+const REFRESH_CHECK: Duration = Duration::from_millis(10);
 /// How often the pointer's position is read while the screen is unchanged.
 const POINTER_INTERVAL: Duration = Duration::from_millis(33);
 /// Updates a viewer may be behind before it skips them and gets the whole screen.
@@ -46,14 +49,17 @@ pub struct LiveView {
     display: String,
     screen: Arc<Screen>,
     running: Mutex<Option<Running>>,
+    /// The VM's sound; `None` without a sound server.
+    pub audio: Option<Arc<audio::LiveAudio>>,
 }
 
 impl LiveView {
-    pub fn new(display: String, screen: Arc<Screen>) -> Self {
+    pub fn new(display: String, screen: Arc<Screen>, audio: Option<audio::LiveAudio>) -> Self {
         Self {
             display,
             screen,
             running: Mutex::new(None),
+            audio: audio.map(Arc::new),
         }
     }
 
@@ -123,7 +129,26 @@ impl Encoder {
                     return;
                 }
             }
-            std::thread::sleep(TICK);
+            if let Err(error) = self.wait(last_frame) {
+                tracing::warn!(%error, "the live view's capture failed; its viewers are disconnected");
+                return;
+            }
+        }
+    }
+
+    /// Until the X server says something (damage), a refresh may be due, or the next frame
+    /// may go out; at most a tick.
+    fn wait(&mut self, last_frame: Option<Instant>) -> Result<(), String> {
+        let pending_frame = last_frame
+            .map(|at| MIN_FRAME_INTERVAL.saturating_sub(at.elapsed()))
+            .filter(|left| !left.is_zero());
+        match pending_frame {
+            // Damage is waiting for the frame interval: sleep out the rest of it.
+            Some(left) if self.capture.pending() => {
+                std::thread::sleep(left);
+                Ok(())
+            }
+            _ => self.capture.wait(REFRESH_CHECK.min(TICK)),
         }
     }
 
@@ -169,17 +194,20 @@ impl Encoder {
             *last_frame = Some(Instant::now());
             if let Some(rect) = rect {
                 let captured_at_us = now_us();
-                let jpeg = self.capture.encode(rect)?;
+                let tiles = self.capture.encode(rect)?;
                 *pointer = self.capture.pointer()?;
                 *last_pointer_read = Instant::now();
                 self.send(LiveViewUpdate {
-                    tiles: vec![LiveTile {
-                        x: rect.x.into(),
-                        y: rect.y.into(),
-                        width: rect.width.into(),
-                        height: rect.height.into(),
-                        jpeg,
-                    }],
+                    tiles: tiles
+                        .into_iter()
+                        .map(|(band, jpeg)| LiveTile {
+                            x: band.x.into(),
+                            y: band.y.into(),
+                            width: band.width.into(),
+                            height: band.height.into(),
+                            jpeg,
+                        })
+                        .collect(),
                     full: whole,
                     captured_at_us,
                     ..self.header(*pointer)

@@ -150,7 +150,16 @@ impl FrameWriter {
 /// ffmpeg arguments that encode the writer's stream from stdin into fragmented MP4. The
 /// benchmark gives `ffmpeg -f x11grab` the same encoder settings
 /// (`bench/scenarios/record_cpu.py`).
-pub fn encoder_args(format: &Format, output: &std::path::Path) -> Vec<String> {
+///
+/// With `audio` (the wall-clock time of slot 0), the VM's sound joins as an AAC track.
+/// PulseAudio's packets carry wall-clock timestamps; shifted back by slot 0's time and
+/// kept as they are (`-copyts`, where ffmpeg would otherwise start each input at zero
+/// whenever it happened to open it), they fall on the video's timeline.
+pub fn encoder_args(
+    format: &Format,
+    output: &std::path::Path,
+    audio: Option<std::time::SystemTime>,
+) -> Vec<String> {
     let framerate = format.framerate.to_string();
     let mut args: Vec<String> = [
         "-hide_banner",
@@ -160,45 +169,94 @@ pub fn encoder_args(format: &Format, output: &std::path::Path) -> Vec<String> {
         "matroska",
         "-i",
         "pipe:0",
-        // One output frame per slot, each the latest frame at or before its time: frames
-        // repeat over skipped slots, so video time is wall time. The filter, not the
-        // muxer's frame-rate conversion, because it places every frame at its exact
-        // slot and ends at the last one (ffmpeg 5's `-fps_mode cfr` shifts frames by a
-        // slot and pads the end).
-        "-vf",
-        &format!("fps={framerate}"),
-        "-fps_mode",
-        "passthrough",
-        "-c:v",
-        "libx264",
-        "-preset",
-        "veryfast",
-        "-pix_fmt",
-        "yuv420p",
-        // Say what the frames are, so players convert the colours back exactly.
-        "-colorspace",
-        "bt709",
-        "-color_primaries",
-        "bt709",
-        "-color_trc",
-        "bt709",
-        "-color_range",
-        "tv",
-        // A keyframe, and so a fragment, every second: a crash loses at most that.
-        "-g",
-        &framerate,
-        "-movflags",
-        "+frag_keyframe+empty_moov+default_base_moof",
-        // Each fragment reaches the file when it is complete, not when ffmpeg's
-        // 32 KiB buffer fills: downloads in progress and crashes see it.
-        "-flush_packets",
-        "1",
-        "-f",
-        "mp4",
-        "-y",
     ]
     .map(str::to_owned)
     .into();
+    if let Some(origin) = audio {
+        let origin = origin
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        args.extend(
+            [
+                "-copyts",
+                "-thread_queue_size",
+                "1024",
+                "-itsoffset",
+                &format!("-{origin:.6}"),
+                // Stamped when read, in 10 ms fragments: PulseAudio's own timestamps
+                // subtract the null sink's latency and land up to a second early.
+                "-use_wallclock_as_timestamps",
+                "1",
+                "-fragment_size",
+                "1920",
+                "-f",
+                "pulse",
+                "-sample_rate",
+                "48000",
+                "-channels",
+                "2",
+                "-i",
+                crate::sound::MONITOR_SOURCE,
+                "-map",
+                "0:v",
+                "-map",
+                "1:a",
+                // Silence from slot 0 until the sound's first packet: a fragmented MP4
+                // starts every track at zero, whatever its first timestamp says.
+                "-af",
+                "aresample=async=1:first_pts=0",
+                "-c:a",
+                "aac",
+                "-b:a",
+                "128k",
+                // The sound never ends by itself: the video's end is the recording's.
+                "-shortest",
+            ]
+            .map(str::to_owned),
+        );
+    }
+    args.extend(
+        [
+            // One output frame per slot, each the latest frame at or before its time: frames
+            // repeat over skipped slots, so video time is wall time. The filter, not the
+            // muxer's frame-rate conversion, because it places every frame at its exact
+            // slot and ends at the last one (ffmpeg 5's `-fps_mode cfr` shifts frames by a
+            // slot and pads the end).
+            "-vf",
+            &format!("fps={framerate}"),
+            "-fps_mode",
+            "passthrough",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-pix_fmt",
+            "yuv420p",
+            // Say what the frames are, so players convert the colours back exactly.
+            "-colorspace",
+            "bt709",
+            "-color_primaries",
+            "bt709",
+            "-color_trc",
+            "bt709",
+            "-color_range",
+            "tv",
+            // A keyframe, and so a fragment, every second: a crash loses at most that.
+            "-g",
+            &framerate,
+            "-movflags",
+            "+frag_keyframe+empty_moov+default_base_moof",
+            // Each fragment reaches the file when it is complete, not when ffmpeg's
+            // 32 KiB buffer fills: downloads in progress and crashes see it.
+            "-flush_packets",
+            "1",
+            "-f",
+            "mp4",
+            "-y",
+        ]
+        .map(str::to_owned),
+    );
     args.push(output.display().to_string());
     args
 }
@@ -365,7 +423,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let output = dir.path().join("out.mp4");
         let log = std::fs::File::create(dir.path().join("log")).expect("log");
-        let mut ffmpeg = spawn("ffmpeg", &encoder_args(&FORMAT, &output), log).expect("ffmpeg");
+        let mut ffmpeg =
+            spawn("ffmpeg", &encoder_args(&FORMAT, &output, None), log).expect("ffmpeg");
         let stdin = ffmpeg.0.stdin.take().expect("stdin");
         let mut writer = FrameWriter::spawn(stdin, &FORMAT, "test").expect("writer");
         // Gaps of several slots, as when the encoder was behind, then the final slot.

@@ -38,6 +38,8 @@ pub enum RecordingError {
     Invalid(String),
     #[error("this browser is headless: it has no display to record")]
     Headless,
+    #[error("this browser has no sound server, so its sound cannot be recorded")]
+    NoSound,
     #[error("recording {0} not found")]
     NotFound(String),
     #[error("recording {0} already exists")]
@@ -111,6 +113,8 @@ pub struct Recordings {
     screen: Arc<crate::screen::Screen>,
     dir: PathBuf,
     ffmpeg: String,
+    /// Whether the VM has a sound server to record from.
+    sound: bool,
     recordings: Mutex<HashMap<String, Arc<Recording>>>,
 }
 
@@ -124,6 +128,8 @@ struct Job {
     max_frames: u64,
     dir: PathBuf,
     ffmpeg: String,
+    /// Also the VM's sound, from its sound server's monitor.
+    record_audio: bool,
     stop: mpsc::Receiver<Instant>,
 }
 
@@ -133,12 +139,14 @@ impl Recordings {
         screen: Arc<crate::screen::Screen>,
         dir: PathBuf,
         ffmpeg: String,
+        sound: bool,
     ) -> Self {
         Self {
             display,
             screen,
             dir,
             ffmpeg,
+            sound,
             recordings: Mutex::default(),
         }
     }
@@ -163,6 +171,7 @@ impl Recordings {
         id: &str,
         framerate: u32,
         max_duration: Duration,
+        record_audio: bool,
     ) -> Result<RecordingInfo, RecordingError> {
         valid_id(id)?;
         if !FRAMERATES.contains(&framerate) {
@@ -179,6 +188,9 @@ impl Recordings {
             )));
         }
         let display = self.display.clone().ok_or(RecordingError::Headless)?;
+        if record_audio && !self.sound {
+            return Err(RecordingError::NoSound);
+        }
         std::fs::create_dir_all(&self.dir)
             .map_err(|error| RecordingError::Failed(format!("recordings directory: {error}")))?;
 
@@ -215,6 +227,7 @@ impl Recordings {
             max_frames: (max_duration.as_secs_f64() * f64::from(framerate)).ceil() as u64,
             dir: self.dir.clone(),
             ffmpeg: self.ffmpeg.clone(),
+            record_audio,
             stop: stop_rx,
         };
         let (started_tx, started_rx) = oneshot::channel();
@@ -481,7 +494,11 @@ fn capture(
         height: converter.height,
         framerate: job.framerate,
     };
-    let args = encoder::encoder_args(&format, &recording_path(&job.dir, &job.id));
+    // Slot 0's instant, as a wall-clock time for the sound's timestamps and as the
+    // schedule's start.
+    let (origin, start) = (SystemTime::now(), Instant::now());
+    let audio = job.record_audio.then_some(origin);
+    let args = encoder::encoder_args(&format, &recording_path(&job.dir, &job.id), audio);
     let mut ffmpeg = encoder::spawn(&job.ffmpeg, &args, log).map_err(|error| (0, error))?;
     let stdin = ffmpeg
         .0
@@ -492,7 +509,7 @@ fn capture(
         encoder::FrameWriter::spawn(stdin, &format, &job.id).map_err(|error| (0, error))?;
 
     let schedule = Schedule {
-        start: Instant::now(),
+        start,
         period: Duration::from_secs(1) / job.framerate,
     };
     let mut grab_into = |frame: &mut encoder::Frame| {

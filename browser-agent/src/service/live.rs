@@ -1,21 +1,27 @@
-//! `LiveView`: a viewer's stream of screen updates, and its input played on the display.
+//! `LiveView`: a viewer's stream of screen updates (and sound, once it asks), and its
+//! input played on the display.
 
 use std::collections::HashSet;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use browser_agent_proto::v1::{LiveViewInput, LiveViewUpdate, live_pointer, live_view_input::Kind};
 use enigo::Button;
 use futures::{Stream, StreamExt};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use crate::desktop::Desktop;
 use crate::input::{Action, ClickKind, Input};
-use crate::live::{LiveView, Subscription};
+use crate::live::{LiveView, Subscription, audio};
 
 pub type LiveStream = Pin<Box<dyn Stream<Item = Result<LiveViewUpdate, Status>> + Send>>;
+
+type Outbound = mpsc::Sender<Result<LiveViewUpdate, Status>>;
 
 /// Joins the display's encoder and plays the viewer's input until the viewer leaves.
 pub async fn open(
@@ -24,111 +30,189 @@ pub async fn open(
     desktop: Arc<Desktop>,
     inbound: Streaming<LiveViewInput>,
 ) -> Result<LiveStream, Status> {
-    let Subscription { updates, refresh } = tokio::task::spawn_blocking(move || live.subscribe())
+    let joined = live.clone();
+    let Subscription { updates, refresh } = tokio::task::spawn_blocking(move || joined.subscribe())
         .await
         .map_err(|error| Status::internal(format!("live view task failed: {error}")))?
         .map_err(Status::unavailable)?;
-    let asked_refresh = refresh.clone();
-    tokio::spawn(play_input(inbound, input, desktop, move || {
-        asked_refresh.store(true, Ordering::Relaxed);
-    }));
-    let stream = futures::stream::unfold(updates, move |mut updates| {
-        let refresh = refresh.clone();
-        async move {
-            loop {
-                match updates.recv().await {
-                    Ok(update) => return Some((Ok((*update).clone()), updates)),
-                    // Behind: the skipped tiles are lost, so the whole screen comes next.
-                    Err(RecvError::Lagged(_)) => refresh.store(true, Ordering::Relaxed),
-                    Err(RecvError::Closed) => return None,
-                }
-            }
-        }
-    });
-    Ok(Box::pin(stream))
+    let (outbound, receiver) = mpsc::channel(4);
+    tokio::spawn(forward_screen(updates, refresh.clone(), outbound.clone()));
+    let viewer = Viewer {
+        input,
+        desktop,
+        live,
+        refresh,
+        outbound,
+        sound: None,
+    };
+    tokio::spawn(viewer.play_input(inbound));
+    Ok(Box::pin(ReceiverStream::new(receiver)))
 }
 
-/// Plays the viewer's input in order. Input the display refuses (an unknown key, a point
-/// off a screen that just shrank) is skipped: a viewer's stale event must not end its
-/// view. Keys and buttons the viewer left down are released when it leaves.
-async fn play_input(
-    mut inbound: Streaming<LiveViewInput>,
-    input: Input,
-    desktop: Arc<Desktop>,
-    refresh: impl Fn(),
+/// Sends the encoder's updates until the viewer has gone (also while nothing changes, so
+/// that its share of the encoder ends with it).
+async fn forward_screen(
+    mut updates: broadcast::Receiver<crate::live::Update>,
+    refresh: Arc<AtomicBool>,
+    outbound: Outbound,
 ) {
-    let mut keys_down = HashSet::new();
-    let mut buttons_down = HashSet::new();
-    while let Some(Ok(message)) = inbound.next().await {
-        let action = match message.kind {
-            Some(Kind::Refresh(_)) => {
-                refresh();
-                continue;
-            }
-            Some(Kind::Pointer(pointer)) => {
-                let button = button(pointer.button);
-                match live_pointer::Action::try_from(pointer.action) {
-                    Ok(live_pointer::Action::Down) => {
-                        buttons_down.insert(pointer.button);
-                        click(pointer.x, pointer.y, button, ClickKind::Down)
-                    }
-                    Ok(live_pointer::Action::Up) => {
-                        buttons_down.remove(&pointer.button);
-                        click(pointer.x, pointer.y, button, ClickKind::Up)
-                    }
-                    _ => Action::Move {
-                        x: pointer.x,
-                        y: pointer.y,
-                        smooth: None,
-                        hold: Vec::new(),
-                    },
-                }
-            }
-            Some(Kind::Key(key)) => {
-                if key.down {
-                    keys_down.insert(key.key.clone());
-                } else {
-                    keys_down.remove(&key.key);
-                }
-                Action::Key {
-                    name: key.key,
-                    down: key.down,
-                }
-            }
-            Some(Kind::Wheel(wheel)) => Action::Scroll {
-                x: wheel.x,
-                y: wheel.y,
-                delta_x: wheel.delta_x,
-                delta_y: wheel.delta_y,
-                hold: Vec::new(),
-            },
-            Some(Kind::Text(text)) => Action::Type { text, delay_ms: 0 },
-            Some(Kind::Paste(text)) => {
-                let desktop = desktop.clone();
-                let written =
-                    tokio::task::spawn_blocking(move || desktop.write_clipboard(&text)).await;
-                if !matches!(written, Ok(Ok(()))) {
-                    tracing::debug!("a live view paste could not reach the clipboard");
-                    continue;
-                }
-                Action::PressKeys {
-                    keys: vec!["ctrl+v".into()],
-                    duration_ms: 0,
-                    hold: Vec::new(),
-                }
-            }
-            None => continue,
+    loop {
+        let update = tokio::select! {
+            () = outbound.closed() => return,
+            update = updates.recv() => update,
         };
-        if let Err(error) = input.run(action).await {
-            tracing::debug!(%error, "live view input skipped");
+        match update {
+            Ok(update) => {
+                if outbound.send(Ok((*update).clone())).await.is_err() {
+                    return;
+                }
+            }
+            // Behind: the skipped tiles are lost, so the whole screen comes next.
+            Err(RecvError::Lagged(_)) => refresh.store(true, Ordering::Relaxed),
+            Err(RecvError::Closed) => return,
         }
     }
-    for name in keys_down {
-        let _ = input.run(Action::Key { name, down: false }).await;
+}
+
+/// Sends the VM's sound until stopped or the viewer has gone.
+async fn forward_sound(mut chunks: broadcast::Receiver<audio::Chunk>, outbound: Outbound) {
+    loop {
+        let chunk = tokio::select! {
+            () = outbound.closed() => return,
+            chunk = chunks.recv() => chunk,
+        };
+        match chunk {
+            Ok(chunk) => {
+                let update = LiveViewUpdate {
+                    audio: chunk.to_vec(),
+                    audio_rate: audio::RATE,
+                    audio_channels: audio::CHANNELS,
+                    ..Default::default()
+                };
+                if outbound.send(Ok(update)).await.is_err() {
+                    return;
+                }
+            }
+            // A slow listener skips sound rather than falling further behind.
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return,
+        }
     }
-    for held in buttons_down {
-        let (x, y) = input.run(Action::Position).await.unwrap_or((0, 0));
-        let _ = input.run(click(x, y, button(held), ClickKind::Up)).await;
+}
+
+struct Viewer {
+    input: Input,
+    desktop: Arc<Desktop>,
+    live: Arc<LiveView>,
+    refresh: Arc<AtomicBool>,
+    outbound: Outbound,
+    /// The task sending sound, while the viewer listens.
+    sound: Option<JoinHandle<()>>,
+}
+
+impl Viewer {
+    /// Plays the viewer's input in order. Input the display refuses (an unknown key, a
+    /// point off a screen that just shrank) is skipped: a viewer's stale event must not
+    /// end its view. Keys and buttons the viewer left down are released when it leaves.
+    async fn play_input(mut self, mut inbound: Streaming<LiveViewInput>) {
+        let mut keys_down = HashSet::new();
+        let mut buttons_down = HashSet::new();
+        while let Some(Ok(message)) = inbound.next().await {
+            let action = match message.kind {
+                Some(Kind::Refresh(_)) => {
+                    self.refresh.store(true, Ordering::Relaxed);
+                    continue;
+                }
+                Some(Kind::Audio(on)) => {
+                    self.listen(on).await;
+                    continue;
+                }
+                Some(Kind::Pointer(pointer)) => {
+                    let button = button(pointer.button);
+                    match live_pointer::Action::try_from(pointer.action) {
+                        Ok(live_pointer::Action::Down) => {
+                            buttons_down.insert(pointer.button);
+                            click(pointer.x, pointer.y, button, ClickKind::Down)
+                        }
+                        Ok(live_pointer::Action::Up) => {
+                            buttons_down.remove(&pointer.button);
+                            click(pointer.x, pointer.y, button, ClickKind::Up)
+                        }
+                        _ => Action::Move {
+                            x: pointer.x,
+                            y: pointer.y,
+                            smooth: None,
+                            hold: Vec::new(),
+                        },
+                    }
+                }
+                Some(Kind::Key(key)) => {
+                    if key.down {
+                        keys_down.insert(key.key.clone());
+                    } else {
+                        keys_down.remove(&key.key);
+                    }
+                    Action::Key {
+                        name: key.key,
+                        down: key.down,
+                    }
+                }
+                Some(Kind::Wheel(wheel)) => Action::Scroll {
+                    x: wheel.x,
+                    y: wheel.y,
+                    delta_x: wheel.delta_x,
+                    delta_y: wheel.delta_y,
+                    hold: Vec::new(),
+                },
+                Some(Kind::Text(text)) => Action::Type { text, delay_ms: 0 },
+                Some(Kind::Paste(text)) => {
+                    let desktop = self.desktop.clone();
+                    let written =
+                        tokio::task::spawn_blocking(move || desktop.write_clipboard(&text)).await;
+                    if !matches!(written, Ok(Ok(()))) {
+                        tracing::debug!("a live view paste could not reach the clipboard");
+                        continue;
+                    }
+                    Action::PressKeys {
+                        keys: vec!["ctrl+v".into()],
+                        duration_ms: 0,
+                        hold: Vec::new(),
+                    }
+                }
+                None => continue,
+            };
+            if let Err(error) = self.input.run(action).await {
+                tracing::debug!(%error, "live view input skipped");
+            }
+        }
+        self.listen(false).await;
+        for name in keys_down {
+            let _ = self.input.run(Action::Key { name, down: false }).await;
+        }
+        for held in buttons_down {
+            let (x, y) = self.input.run(Action::Position).await.unwrap_or((0, 0));
+            let _ = self
+                .input
+                .run(click(x, y, button(held), ClickKind::Up))
+                .await;
+        }
+    }
+
+    /// Starts or stops sending the VM's sound to this viewer.
+    async fn listen(&mut self, on: bool) {
+        if let Some(sending) = self.sound.take() {
+            sending.abort();
+        }
+        let Some(sound) = self.live.audio.clone().filter(|_| on) else {
+            return;
+        };
+        match tokio::task::spawn_blocking(move || sound.subscribe()).await {
+            Ok(Ok(chunks)) => {
+                self.sound = Some(tokio::spawn(forward_sound(chunks, self.outbound.clone())));
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "the live view's sound could not start"),
+            Err(error) => tracing::warn!(%error, "the live view's sound could not start"),
+        }
     }
 }
 

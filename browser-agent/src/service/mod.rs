@@ -583,6 +583,7 @@ impl BrowserAgent for AgentService {
                 &request.recording_id,
                 request.framerate,
                 Duration::from_secs(request.max_duration_seconds.into()),
+                request.record_audio,
             )
             .await?;
         Ok(Response::new(recording_info(info)))

@@ -36,9 +36,9 @@ impl From<RecordingError> for Status {
         let message = error.to_string();
         match error {
             RecordingError::Invalid(_) => Status::invalid_argument(message),
-            RecordingError::Headless | RecordingError::StillRunning(_) => {
-                Status::failed_precondition(message)
-            }
+            RecordingError::Headless
+            | RecordingError::NoSound
+            | RecordingError::StillRunning(_) => Status::failed_precondition(message),
             RecordingError::NotFound(_) => Status::not_found(message),
             RecordingError::Exists(_) => Status::already_exists(message),
             RecordingError::TooMany => Status::resource_exhausted(message),

@@ -667,11 +667,13 @@ impl AgentClient {
         recording_id: &str,
         framerate: u32,
         max_duration_seconds: u32,
+        record_audio: bool,
     ) -> Result<RecordingInfo, AgentError> {
         let mut request = tonic::Request::new(StartRecordingRequest {
             recording_id: recording_id.to_owned(),
             framerate,
             max_duration_seconds,
+            record_audio,
         });
         request.set_timeout(CALL_TIMEOUT);
         Ok(self

@@ -69,6 +69,8 @@ pub struct StartReplayRequest {
     /// The recording stops by itself after this many seconds, 1 to 14400. Default 3600.
     #[schema(minimum = 1, maximum = 14400)]
     pub max_duration_in_seconds: Option<i64>,
+    /// Also record the browser's sound, as an AAC track in sync with the video.
+    pub record_audio: Option<bool>,
 }
 
 fn validate(request: &StartReplayRequest) -> Result<(u32, u32), ApiError> {
@@ -123,7 +125,13 @@ pub async fn start(
     let agent = org.sessions.agent(&session)?;
     let record = org
         .replays
-        .start(&session, agent, framerate, max_duration)
+        .start(
+            &session,
+            agent,
+            framerate,
+            max_duration,
+            request.record_audio.unwrap_or(false),
+        )
         .await?;
     Ok(Json(replay_of(&org, &record)))
 }

@@ -91,6 +91,7 @@ impl Replays {
         agent: AgentClient,
         framerate: u32,
         max_duration_seconds: u32,
+        record_audio: bool,
     ) -> ServiceResult<ReplayRecord> {
         if session.headless {
             return Err(ServiceError::invalid(format!(
@@ -100,8 +101,14 @@ impl Replays {
         }
         let (this, session) = (self.clone(), session.clone());
         run_to_completion(async move {
-            this.start_inner(session, agent, framerate, max_duration_seconds)
-                .await
+            this.start_inner(
+                session,
+                agent,
+                framerate,
+                max_duration_seconds,
+                record_audio,
+            )
+            .await
         })
         .await
     }
@@ -112,10 +119,11 @@ impl Replays {
         agent: AgentClient,
         framerate: u32,
         max_duration_seconds: u32,
+        record_audio: bool,
     ) -> ServiceResult<ReplayRecord> {
         let id = ids::new_id("rpl");
         let info = match agent
-            .start_recording(&id, framerate, max_duration_seconds)
+            .start_recording(&id, framerate, max_duration_seconds, record_audio)
             .await
         {
             Ok(info) => info,
@@ -261,8 +269,15 @@ impl Replays {
         for replay in stopped {
             let elapsed = (Utc::now() - replay.started_at).num_seconds();
             let left = (replay.max_duration_seconds - elapsed).clamp(1, i64::from(u32::MAX));
+            // The next segment is video only: whether the first had sound is not stored.
             let restarted = self
-                .start(session, agent.clone(), replay.framerate as u32, left as u32)
+                .start(
+                    session,
+                    agent.clone(),
+                    replay.framerate as u32,
+                    left as u32,
+                    false,
+                )
                 .await;
             if let Err(error) = restarted {
                 tracing::warn!(replay_id = %replay.id, %error, "could not record the next segment after a resize");

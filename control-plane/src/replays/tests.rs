@@ -24,7 +24,7 @@ async fn recording_session(
     let client = services.sessions.agent(&session).expect("agent");
     let replay = services
         .replays
-        .start(&session, client, 10, 60)
+        .start(&session, client, 10, 60, false)
         .await
         .expect("recording");
     (services, runtime, agent, session, replay)
@@ -115,7 +115,10 @@ async fn a_headless_browser_has_nothing_to_record() {
         ..session.clone()
     };
     let client = services.sessions.agent(&session).expect("agent");
-    let refused = services.replays.start(&headless, client, 10, 60).await;
+    let refused = services
+        .replays
+        .start(&headless, client, 10, 60, false)
+        .await;
     assert!(
         matches!(refused, Err(ServiceError::Invalid(_))),
         "{refused:?}"

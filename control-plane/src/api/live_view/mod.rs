@@ -8,6 +8,8 @@
 //! however many viewers); each becomes one binary WebSocket message:
 //! `[1][u32 LE header length][header JSON][the tiles' JPEG bytes, in order]`, the header
 //! `{"w","h","full","px","py","pv","t","tiles":[[x, y, width, height, bytes], …]}`.
+//! Once the viewer unmutes, the browser's sound comes as messages of kind 2 (see
+//! [`encode_update`]).
 //! The viewer sends its input as JSON text messages ([`ViewerInput`]).
 
 use axum::extract::State;
@@ -171,13 +173,40 @@ pub async fn socket(
 #[serde(tag = "t", rename_all = "snake_case")]
 enum ViewerInput {
     Refresh,
-    Move { x: i32, y: i32 },
-    Down { x: i32, y: i32, b: u32 },
-    Up { x: i32, y: i32, b: u32 },
-    Wheel { x: i32, y: i32, dx: i32, dy: i32 },
-    Key { key: String, down: bool },
-    Text { text: String },
-    Paste { text: String },
+    Move {
+        x: i32,
+        y: i32,
+    },
+    Down {
+        x: i32,
+        y: i32,
+        b: u32,
+    },
+    Up {
+        x: i32,
+        y: i32,
+        b: u32,
+    },
+    Wheel {
+        x: i32,
+        y: i32,
+        dx: i32,
+        dy: i32,
+    },
+    Key {
+        key: String,
+        down: bool,
+    },
+    Text {
+        text: String,
+    },
+    Paste {
+        text: String,
+    },
+    /// Start or stop hearing the browser's sound.
+    Audio {
+        on: bool,
+    },
 }
 
 impl ViewerInput {
@@ -194,6 +223,8 @@ impl ViewerInput {
         };
         let kind = match self {
             Self::Refresh => Kind::Refresh(true),
+            // Hearing is watching.
+            Self::Audio { on } => Kind::Audio(on),
             _ if read_only => return None,
             Self::Move { x, y } => pointer(live_pointer::Action::Move, x, y, 0),
             Self::Down { x, y, b } => pointer(live_pointer::Action::Down, x, y, b.clamp(1, 3)),
@@ -215,8 +246,17 @@ impl ViewerInput {
     }
 }
 
-/// One screen update as the viewer's binary message.
+/// One update as the viewer's binary message: a picture (kind 1) or sound (kind 2:
+/// `[2][u32 LE sample rate][u8 channels][16-bit LE PCM, interleaved]`).
 fn encode_update(update: LiveViewUpdate) -> Vec<u8> {
+    if !update.audio.is_empty() {
+        let mut message = Vec::with_capacity(6 + update.audio.len());
+        message.push(2);
+        message.extend_from_slice(&update.audio_rate.to_le_bytes());
+        message.push(update.audio_channels.min(8) as u8);
+        message.extend_from_slice(&update.audio);
+        return message;
+    }
     let tiles: Vec<[u64; 5]> = update
         .tiles
         .iter()

@@ -1,0 +1,118 @@
+//! The live view's sound: one ffmpeg per VM reading the sound server's monitor as 16-bit
+//! PCM, shared by every viewer that unmuted, started by the first and ended (killed and
+//! reaped) once the last has gone.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+/// What viewers get: 24 kHz stereo, plenty for a browser's sound at a quarter of CD's
+/// bandwidth (96 KB/s).
+pub const RATE: u32 = 24_000;
+pub const CHANNELS: u32 = 2;
+/// 20 ms of sound per chunk.
+const CHUNK_BYTES: usize = (RATE * CHANNELS * 2 / 50) as usize;
+/// Chunks a listener may be behind before it skips some.
+const BACKLOG: usize = 16;
+
+pub type Chunk = Arc<Vec<u8>>;
+
+pub struct LiveAudio {
+    ffmpeg: String,
+    running: Mutex<Option<broadcast::Sender<Chunk>>>,
+}
+
+impl LiveAudio {
+    pub fn new(ffmpeg: String) -> Self {
+        Self {
+            ffmpeg,
+            running: Mutex::new(None),
+        }
+    }
+
+    /// Joins the running capture, or starts it. Blocking (it starts a process).
+    pub fn subscribe(self: &Arc<Self>) -> Result<broadcast::Receiver<Chunk>, String> {
+        let mut running = self
+            .running
+            .lock()
+            .map_err(|_| "the live audio's lock is poisoned".to_owned())?;
+        if let Some(chunks) = running.as_ref() {
+            return Ok(chunks.subscribe());
+        }
+        let mut child = Command::new(&self.ffmpeg)
+            .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
+            // Small fragments: PulseAudio hands sound over every 10 ms, not every second.
+            .args(["-f", "pulse", "-fragment_size", "1920", "-i"])
+            .arg(crate::sound::MONITOR_SOURCE)
+            .args(["-ac", &CHANNELS.to_string(), "-ar", &RATE.to_string()])
+            .args(["-f", "s16le", "-flush_packets", "1", "pipe:1"])
+            .env_remove("BROWSER_AGENT_SECRET")
+            .env_remove("BROWSER_AGENT_PROXY_USERNAME")
+            .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|error| format!("starting the sound capture: {error}"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| "the sound capture has no output".to_owned())?;
+        let (chunks, receiver) = broadcast::channel(BACKLOG);
+        let capture = Capture {
+            hub: self.clone(),
+            child,
+            chunks: chunks.clone(),
+        };
+        std::thread::Builder::new()
+            .name("live-audio".into())
+            .spawn(move || capture.run(stdout))
+            .map_err(|error| format!("starting the sound capture: {error}"))?;
+        *running = Some(chunks);
+        Ok(receiver)
+    }
+}
+
+struct Capture {
+    hub: Arc<LiveAudio>,
+    child: std::process::Child,
+    chunks: broadcast::Sender<Chunk>,
+}
+
+impl Capture {
+    fn run(self, mut stdout: std::process::ChildStdout) {
+        let mut buffer = vec![0; CHUNK_BYTES];
+        loop {
+            // ffmpeg writes continuously (silence too): a whole chunk arrives every 20 ms.
+            if stdout.read_exact(&mut buffer).is_err() {
+                return;
+            }
+            let chunk = buffer.clone();
+            // Under the hub's lock, so no listener joins a capture about to end.
+            if let Ok(mut running) = self.hub.running.lock()
+                && self.chunks.receiver_count() == 0
+            {
+                *running = None;
+                return;
+            }
+            let _ = self.chunks.send(Arc::new(chunk));
+        }
+    }
+}
+
+impl Drop for Capture {
+    /// However the capture ends, ffmpeg is killed and reaped, and the hub forgets it.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Ok(mut running) = self.hub.running.lock()
+            && running
+                .as_ref()
+                .is_some_and(|chunks| chunks.same_channel(&self.chunks))
+        {
+            *running = None;
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The VM's own sound: a PulseAudio daemon of the VM's user with one null sink, started
+//! with the display. Chromium (and anything else in the VM) plays into the sink; its
+//! monitor is what recordings with `record_audio` and the live view's sound capture.
+//! Nothing reaches the host's audio: the daemon has no device and speaks only on a socket
+//! in the VM's scratch directory.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::process::StdGroupLeader;
+
+/// The PulseAudio source that carries what the VM plays.
+pub const MONITOR_SOURCE: &str = "vm.monitor";
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct SoundServer {
+    daemon: StdGroupLeader,
+    socket: PathBuf,
+}
+
+impl SoundServer {
+    /// Starts the daemon with its state in `dir`; [`ready`](Self::ready) waits until it
+    /// accepts clients. Blocking, before any thread exists (like the display).
+    pub fn spawn(pulseaudio: &str, dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        let socket = dir.join("native");
+        let _ = std::fs::remove_file(&socket);
+        let mut command = std::process::Command::new(pulseaudio);
+        command
+            .args(["-n", "--daemonize=no", "--use-pid-file=no", "--exit-idle-time=-1"])
+            // No shared memory: the VM's clients are few and the sound is small.
+            .args(["--disable-shm=yes", "--log-target=stderr", "--log-level=warning"])
+            .arg(format!(
+                "--load=module-native-protocol-unix socket={} auth-anonymous=1",
+                socket.display()
+            ))
+            .arg("--load=module-null-sink sink_name=vm rate=48000 sink_properties=device.description=vm")
+            .env("HOME", dir)
+            .env("XDG_RUNTIME_DIR", dir)
+            .env("PULSE_RUNTIME_PATH", dir)
+            .env("PULSE_STATE_PATH", dir)
+            .env_remove("BROWSER_AGENT_SECRET")
+            .env_remove("BROWSER_AGENT_PROXY_USERNAME")
+            .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        if let Some(log) = crate::service_logs::file("pulseaudio") {
+            command.stderr(log);
+        } else {
+            command.stderr(std::process::Stdio::null());
+        }
+        let daemon = StdGroupLeader::spawn(&mut command)
+            .with_context(|| format!("starting {pulseaudio}"))?;
+        Ok(Self { daemon, socket })
+    }
+
+    /// Waits until the daemon's socket exists (it is created once the modules loaded).
+    pub fn ready(mut self) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        while !self.socket.exists() {
+            if started.elapsed() > START_TIMEOUT {
+                self.daemon.kill_now();
+                bail!("the sound server did not start in {START_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(self)
+    }
+
+    /// `PULSE_SERVER` for the daemon's clients.
+    pub fn address(&self) -> String {
+        format!("unix:{}", self.socket.display())
+    }
+
+    pub async fn stop(mut self) {
+        self.daemon.terminate(Duration::from_millis(500)).await;
+    }
+}

@@ -1,0 +1,176 @@
+"""Sound: each headful VM has its own sound server; `record_audio` puts what the page
+plays into the replay, in sync with the picture, and the live view plays it to a viewer
+who unmutes."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from harness import first_tab, wait_until
+from sdk import field, fields, on_browser
+from test_replays import download, wait_finished
+
+# Black and silent; `flash()` turns the page white and plays 440 Hz for one second, both
+# at the same instant (the oscillator runs all along behind a muted gain, so starting the
+# sound costs nothing).
+TONE_PAGE = """<!doctype html><html><head><style>html, body { margin: 0; height: 100%; background: #000; }
+</style></head><body><script>
+let gain;
+window.prepare = async () => {
+  const context = new AudioContext();
+  await context.resume();
+  const oscillator = context.createOscillator();
+  oscillator.frequency.value = 440;
+  gain = context.createGain();
+  gain.gain.value = 0;
+  oscillator.connect(gain).connect(context.destination);
+  oscillator.start();
+  return context.state;
+};
+window.flash = () => {
+  document.body.style.background = '#fff';
+  gain.gain.value = 0.8;
+  setTimeout(() => { document.body.style.background = '#000'; gain.gain.value = 0; }, 1000);
+};
+</script></body></html>"""
+
+RATE = 8000
+FRAMERATE = 20
+
+
+@pytest.fixture(scope="module")
+def playing(client):
+    """A headful session on TONE_PAGE, its sound prepared, and its Playwright page."""
+    session = client.browsers.create(viewport={"width": 1024, "height": 768}, timeout_seconds=300)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+        page = first_tab(browser)
+        page.set_content(TONE_PAGE)
+        page.bring_to_front()
+        assert page.evaluate("prepare()") == "running"
+        yield session, page, playwright
+        browser.close()
+    client.browsers.delete_by_id(session.session_id)
+
+
+def start_times(path: Path) -> dict[str, float]:
+    probe = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=codec_type,codec_name,start_time",
+                            "-of", "json", str(path)], check=True, capture_output=True, text=True).stdout
+    streams = json.loads(probe)["streams"]
+    return {stream["codec_type"]: float(stream["start_time"]) for stream in streams} | \
+        {f"{stream['codec_type']}_codec": stream["codec_name"] for stream in streams}
+
+
+def samples(path: Path) -> list[int]:
+    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:a", "-ac", "1", "-ar", str(RATE),
+                          "-f", "s16le", "-"], check=True, capture_output=True).stdout
+    return list(struct.unpack(f"<{len(raw) // 2}h", raw))
+
+
+def brightness(path: Path) -> list[int]:
+    """Mean luma of each video frame (as stored: one per slot)."""
+    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:v", "-fps_mode", "passthrough",
+                          "-vf", "scale=8:8", "-f", "rawvideo", "-pix_fmt", "gray", "-"],
+                         check=True, capture_output=True).stdout
+    return [sum(raw[i:i + 64]) // 64 for i in range(0, len(raw), 64)]
+
+
+def strength(window: list[int], frequency: float) -> float:
+    """Goertzel: the power of one frequency in the window."""
+    coefficient = 2 * math.cos(2 * math.pi * frequency / RATE)
+    previous = before = 0.0
+    for sample in window:
+        previous, before = sample + coefficient * previous - before, previous
+    return previous * previous + before * before - coefficient * previous * before
+
+
+def test_a_replay_with_record_audio_has_the_tone_in_sync_with_the_flash(client, playing, tmp_path):
+    session, page, _ = playing
+    sid = session.session_id
+    replay = client.browsers.replays.start(sid, framerate=FRAMERATE, **fields(record_audio=True))
+    time.sleep(1.5)
+    page.evaluate("flash()")
+    time.sleep(2.5)
+    client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
+    wait_finished(client, sid, replay.replay_id, 60)
+    video = download(client, sid, replay.replay_id, tmp_path / "tone.mp4")
+
+    starts = start_times(video)
+    assert starts.get("audio_codec") == "aac", starts
+    sound = samples(video)
+    loudest = max(abs(s) for s in sound)
+    assert loudest > 3000, f"the tone is missing (peak {loudest})"
+
+    # The sound's onset: the first 5 ms window that is loud.
+    window = RATE // 200
+    onset = next(i for i in range(0, len(sound) - window, window)
+                 if max(abs(s) for s in sound[i:i + window]) > loudest / 4)
+    sound_onset = starts["audio"] + onset / RATE
+    # Its dominant frequency, among 100..2000 Hz, over the middle of the tone.
+    middle = sound[onset + RATE // 4: onset + RATE // 4 + 2048]
+    powers = {frequency: strength(middle, frequency) for frequency in range(100, 2001, 10)}
+    dominant = max(powers, key=powers.get)
+    assert abs(dominant - 440) <= 10, f"dominant frequency {dominant} Hz"
+
+    # The flash's onset: the first bright frame.
+    frames = brightness(video)
+    first_bright = next(i for i, luma in enumerate(frames) if luma > 128)
+    flash_onset = starts["video"] + first_bright / FRAMERATE
+    # A frame shows what was on screen when its slot began, so the flash happened in the
+    # slot before at the earliest.
+    print(f"sound onset {sound_onset:.3f} s, flash onset {flash_onset:.3f} s")
+    assert abs(sound_onset - flash_onset) <= 0.1 + 1 / FRAMERATE, \
+        f"sound at {sound_onset:.3f} s, flash at {flash_onset:.3f} s; {starts}, frames {frames[:60]}"
+
+
+def test_replays_without_record_audio_have_no_sound_track(client, playing, tmp_path):
+    session, _, _ = playing
+    sid = session.session_id
+    replay = client.browsers.replays.start(sid)
+    time.sleep(1)
+    client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
+    wait_finished(client, sid, replay.replay_id, 60)
+    starts = start_times(download(client, sid, replay.replay_id, tmp_path / "silent.mp4"))
+    assert "audio" not in starts and "video" in starts
+
+
+def test_the_live_view_plays_the_sound_once_unmuted(playing):
+    session, page, playwright = playing
+    viewer_browser = playwright.chromium.launch(
+        executable_path="/usr/bin/chromium",
+        args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required"])
+    try:
+        viewer = viewer_browser.new_page()
+        viewer.goto(field(session, "browser_live_view_url"))
+        viewer.wait_for_function("() => window.liveView.frames > 0", timeout=10_000)
+        # Count what arrives, and how loud, before it is played.
+        viewer.evaluate("""() => { window.heard = { chunks: 0, peak: 0 };
+            const play = window.liveViewAudio.play.bind(window.liveViewAudio);
+            window.liveViewAudio.play = (buffer) => {
+              const samples = new Int16Array(buffer.slice(6));
+              window.heard.chunks += 1;
+              for (const s of samples) window.heard.peak = Math.max(window.heard.peak, Math.abs(s));
+              play(buffer);
+            }; }""")
+        time.sleep(0.5)
+        assert viewer.evaluate("window.heard.chunks") == 0, "muted: no sound is sent"
+        viewer.click("#sound")
+        assert wait_until(lambda: viewer.evaluate("window.heard.chunks") > 10, 5), "no sound arrived"
+        assert viewer.evaluate("window.heard.peak") < 500, "silence before the tone"
+        page.evaluate("flash()")
+        assert wait_until(lambda: viewer.evaluate("window.heard.peak") > 3000, 3), "the tone was not heard"
+        viewer.click("#sound")
+        time.sleep(0.3)
+        chunks = viewer.evaluate("window.heard.chunks")
+        time.sleep(0.5)
+        assert viewer.evaluate("window.heard.chunks") - chunks <= 2, "muting stops the sound"
+    finally:
+        viewer_browser.close()
