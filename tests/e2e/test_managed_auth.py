@@ -482,3 +482,47 @@ def test_bad_input_answers_the_error_shape(client, site):
     denied = httpx.get(f"{str(client.base_url).rstrip('/')}/auth/connections/{connection.id}/hosted?jwt=forged")
     assert denied.status_code == 401
     client.auth.connections.delete(connection.id)
+
+
+def test_a_person_completes_the_login_through_the_flows_live_view(client, site):
+    """Login flows run headful: their `live_view_url` shows the flow's browser, and what
+    a person does there (here: the whole sign-in, by keyboard) completes the flow."""
+    from playwright.sync_api import sync_playwright
+
+    connection = client.auth.connections.create(domain=site.domain, profile_name="by-hand", login_url=site.login_url)
+    started = client.auth.connections.login(connection.id)
+    live_view_url = field(started, "live_view_url")
+    assert live_view_url and f"/auth/connections/{connection.id}/live?jwt=" in live_view_url
+    awaiting = wait_for_step(client, connection.id, "AWAITING_INPUT")
+    assert field(awaiting, "live_view_url").split("?")[0] == live_view_url.split("?")[0]
+    # The hosted page embeds it.
+    assert f"/auth/connections/{connection.id}/live?jwt=" in httpx.get(started.hosted_url).text
+    # Another connection's link does not open this one's browser.
+    forged = live_view_url.replace(connection.id, "nope")
+    assert httpx.get(forged).status_code == 401
+
+    logins_before = site.successful_logins
+    with sync_playwright() as playwright:
+        viewer_browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        try:
+            viewer = viewer_browser.new_page(viewport={"width": 1280, "height": 800})
+            viewer.goto(live_view_url)
+            viewer.wait_for_function("() => window.liveView.frames > 0", timeout=15_000)
+            # Click into the page (below the browser's toolbar), then Tab to the first
+            # field and type, as a person would.
+            box = viewer.locator("#screen").bounding_box()
+            viewer.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] * 0.8)
+            viewer.keyboard.press("Tab")
+            viewer.keyboard.type(USERNAME)
+            viewer.keyboard.press("Tab")
+            viewer.keyboard.type(PASSWORD)
+            viewer.keyboard.press("Enter")
+            done = wait_for_success(client, connection.id, timeout=30)
+        finally:
+            viewer_browser.close()
+    assert done.status == "AUTHENTICATED"
+    assert site.successful_logins == logins_before + 1
+    assert f"Welcome {USERNAME}" in page_text(client, "by-hand", site.base + "/")
+    # The flow is over: its live view is gone.
+    assert httpx.get(live_view_url).status_code in (401, 404)
+    client.auth.connections.delete(connection.id)

@@ -155,6 +155,7 @@ pub(super) fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Va
         if flow.in_progress() {
             body["flow_expires_at"] = json!(flow.expires_at);
             body["hosted_url"] = json!(hosted_url(state, record, flow.expires_at));
+            body["live_view_url"] = json!(live_view_url(state, record, flow.expires_at));
             if flow.step == FlowStep::AwaitingInput {
                 body["discovered_fields"] = json!(flow.discovered_fields);
             }
@@ -168,12 +169,32 @@ fn hosted_url(
     record: &AuthConnectionRecord,
     expires_at: DateTime<Utc>,
 ) -> String {
+    flow_url(state, record, expires_at, "hosted")
+}
+
+/// The live view of the flow's browser (it runs headful), where a person can complete
+/// what the automation cannot; granted by the same token as `hosted_url`.
+fn live_view_url(
+    state: &AppState,
+    record: &AuthConnectionRecord,
+    expires_at: DateTime<Utc>,
+) -> String {
+    flow_url(state, record, expires_at, "live")
+}
+
+fn flow_url(
+    state: &AppState,
+    record: &AuthConnectionRecord,
+    expires_at: DateTime<Utc>,
+    page: &str,
+) -> String {
     let token = state
         .tokens
         .issue_hosted_login(&record.id, &record.org_id, expires_at);
     format!(
-        "{}/auth/connections/{}/hosted?jwt={token}",
-        state.settings.public_url, record.id
+        "{}/auth/connections/{}/{page}?jwt={token}",
+        state.settings.public_url.trim_end_matches('/'),
+        record.id
     )
 }
 
@@ -396,6 +417,9 @@ pub struct LoginResponse {
     pub flow_expires_at: DateTime<Utc>,
     /// A page of this server showing the flow, where a person can enter the values.
     pub hosted_url: String,
+    /// The live view of the flow's browser, where a person can complete what the
+    /// automation cannot (an unexpected challenge).
+    pub live_view_url: String,
 }
 
 /// Start a login flow: a browser with the profile opens the login page and its fields
@@ -428,6 +452,7 @@ pub async fn login(
         flow_type: flow.flow_type,
         flow_expires_at: flow.expires_at,
         hosted_url: hosted_url(&org, &record, flow.expires_at),
+        live_view_url: live_view_url(&org, &record, flow.expires_at),
     }))
 }
 
@@ -546,7 +571,7 @@ pub struct HostedQuery {
 }
 
 /// The connection of a genuine hosted-login token for `id`.
-async fn hosted_connection(
+pub(super) async fn hosted_connection(
     state: &AppState,
     id: &str,
     jwt: Option<&str>,
@@ -600,6 +625,16 @@ pub async fn hosted_page(
                 ));
             }
             body.push_str("<p><button type=\"submit\">Log in</button></p></form>");
+            // The flow's browser itself, for what the form cannot do (a challenge).
+            if let Some(jwt) = &query.jwt {
+                body.push_str(&format!(
+                    "<h2>Or finish in the browser</h2><iframe title=\"The login browser\" \
+                     src=\"/auth/connections/{id}/live?jwt={jwt}&amp;embed=true\" \
+                     style=\"width:100%;aspect-ratio:16/9;border:1px solid #ccc\"></iframe>",
+                    id = escape_html(&id),
+                    jwt = escape_html(jwt),
+                ));
+            }
         }
         Some(flow) if flow.in_progress() => {
             body.push_str("<p>Working…</p><meta http-equiv=\"refresh\" content=\"1\">");
@@ -613,7 +648,8 @@ pub async fn hosted_page(
     let page = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Log in to {domain}</title>\
-<style>body{{font-family:sans-serif;max-width:420px;margin:40px auto}}.error{{color:#b00}}</style></head>\
+<style>body{{font-family:sans-serif;max-width:960px;margin:40px auto}}form{{max-width:420px}}\
+.error{{color:#b00}}</style></head>\
 <body><h1>Log in to {domain}</h1>{body}</body></html>",
         domain = escape_html(&record.domain),
     );

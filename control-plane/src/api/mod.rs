@@ -67,6 +67,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cdp::webdriver))
         .routes(routes!(live_view::page))
         .routes(routes!(live_view::socket))
+        .routes(routes!(live_view::flow_page))
+        .routes(routes!(live_view::flow_socket))
         .routes(routes!(extensions::list))
         .routes(routes!(extensions::download, extensions::delete))
         .routes(routes!(extensions::metadata))

@@ -32,6 +32,7 @@ use super::cdp::lease_is_current;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{PathParam, QueryParams};
 use super::state::AppState;
+use crate::managed_auth::Document;
 use crate::sessions::CdpConnectionGuard;
 use crate::store::SessionRecord;
 use crate::tokens::LiveViewClaims;
@@ -109,14 +110,19 @@ pub async fn page(
 ) -> Result<Response, ApiError> {
     let claims = claims_for(&state, &id, query.jwt.as_deref())?;
     viewed_session(&state, &claims).await?;
-    let mode = match (claims.read_only, query.embed.unwrap_or(false)) {
+    Ok(viewer_page(claims.read_only, query.embed.unwrap_or(false)))
+}
+
+/// The viewer page; it opens its WebSocket at its own path + `/ws`, with its query.
+fn viewer_page(read_only: bool, embed: bool) -> Response {
+    let mode = match (read_only, embed) {
         (true, true) => "read-only embed",
         (true, false) => "read-only",
         (false, true) => "interactive embed",
         (false, false) => "interactive",
     };
     let page = VIEWER_PAGE.replace("{{MODE}}", mode);
-    Ok((
+    (
         [
             (CACHE_CONTROL, "no-store"),
             // The token is in the URL: never send it on as a referrer.
@@ -129,7 +135,7 @@ pub async fn page(
         ],
         Html(page),
     )
-        .into_response())
+        .into_response()
 }
 
 /// The live view's WebSocket (see the module's documentation for the messages).
@@ -152,20 +158,89 @@ pub async fn socket(
         ))
     })?;
     let session = viewed_session(&state, &claims).await?;
+    open_socket(&state, &session, claims.read_only, upgrade).await
+}
+
+/// The WebSocket of a viewer of `session`'s display, once the agent's stream is open.
+async fn open_socket(
+    state: &AppState,
+    session: &SessionRecord,
+    read_only: bool,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
     if session.headless {
         return Err(ApiError::Conflict(
             "this browser is headless: it has no display to view".into(),
         ));
     }
-    let agent = state.sessions.agent(&session)?;
+    let agent = state.sessions.agent(session)?;
     let (to_agent, from_agent) = tokio::time::timeout(OPEN_TIMEOUT, agent.open_live_view())
         .await
         .map_err(|_| ApiError::Timeout("the browser's display did not answer in time".into()))??;
-    let guard = state.sessions.cdp_connection_opened(&id);
-    let read_only = claims.read_only;
+    let guard = state.sessions.cdp_connection_opened(&session.id);
     Ok(upgrade
         .max_message_size(MAX_INPUT_BYTES)
         .on_upgrade(move |socket| pump(socket, to_agent, from_agent, read_only, guard)))
+}
+
+/// The browser of the connection's login flow in progress, if the hosted-login token
+/// names this connection.
+async fn flow_session(
+    state: &AppState,
+    connection_id: &str,
+    jwt: Option<&str>,
+) -> Result<SessionRecord, ApiError> {
+    let record = super::auth_connections::hosted_connection(state, connection_id, jwt)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Unauthorized("missing or invalid login link for this connection".into())
+        })?;
+    let document = Document::parse(&record)?;
+    let session_id = document
+        .flow_in_progress()
+        .and_then(|flow| flow.session_id.clone())
+        .ok_or_else(|| {
+            ApiError::NotFound("this connection has no login flow with a browser now".into())
+        })?;
+    Ok(state.sessions.live(&record.org_id, &session_id).await?)
+}
+
+/// `live_view_url` of a login flow: the flow's browser, for a person to complete what
+/// the automation cannot (an unexpected challenge). Granted by the flow's login link
+/// token, until the flow ends.
+#[utoipa::path(get, path = "/auth/connections/{id}/live", tag = "managed auth",
+    params(("id" = String, Path, description = "Auth connection id"), LiveQuery),
+    responses((status = 200, content_type = "text/html", body = String),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn flow_page(
+    State(state): State<AppState>,
+    PathParam(id): PathParam<String>,
+    QueryParams(query): QueryParams<LiveQuery>,
+) -> Result<Response, ApiError> {
+    flow_session(&state, &id, query.jwt.as_deref()).await?;
+    Ok(viewer_page(false, query.embed.unwrap_or(false)))
+}
+
+/// The WebSocket of a login flow's live view.
+#[utoipa::path(get, path = "/auth/connections/{id}/live/ws", tag = "managed auth",
+    params(("id" = String, Path, description = "Auth connection id"), LiveQuery),
+    responses((status = 101, description = "Switching to the live view WebSocket"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn flow_socket(
+    State(state): State<AppState>,
+    PathParam(id): PathParam<String>,
+    QueryParams(query): QueryParams<LiveQuery>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let session = flow_session(&state, &id, query.jwt.as_deref()).await?;
+    let upgrade = upgrade.map_err(|rejection| {
+        ApiError::invalid_field(format!(
+            "this endpoint needs a WebSocket upgrade: {rejection}"
+        ))
+    })?;
+    open_socket(&state, &session, false, upgrade).await
 }
 
 /// A viewer's input, as its page sends it.

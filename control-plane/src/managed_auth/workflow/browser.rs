@@ -1,5 +1,7 @@
-//! The headless browser a flow or health check drives: started with the connection's
-//! profile (or re-attached after a restart), and ended when the workflow is done with it.
+//! The browser a flow or health check drives: started with the connection's profile (or
+//! re-attached after a restart), and ended when the workflow is done with it. Login flows
+//! run headful, so that a person can step in through their `live_view_url`; health
+//! checks, which nobody watches, headless.
 
 use super::{PAGE_SETTLE_TIMEOUT, Workflow};
 use crate::managed_auth::FLOW_TTL;
@@ -25,9 +27,13 @@ impl Workflow {
         browser.page.settled(PAGE_SETTLE_TIMEOUT).await
     }
 
-    /// A headless browser with the connection's profile (never saving by itself), or
-    /// the flow's browser that survived a restart.
-    pub(super) async fn open_browser(&mut self, reuse: Option<&str>) -> anyhow::Result<()> {
+    /// A browser with the connection's profile (never saving by itself), or the flow's
+    /// browser that survived a restart.
+    pub(super) async fn open_browser(
+        &mut self,
+        reuse: Option<&str>,
+        headful: bool,
+    ) -> anyhow::Result<()> {
         if self.browser.is_some() {
             return Ok(());
         }
@@ -40,7 +46,7 @@ impl Workflow {
             Some(session) => session,
             None => {
                 let config = BrowserConfig {
-                    headless: Some(true),
+                    headless: Some(!headful),
                     timeout_seconds: Some(FLOW_TTL.num_seconds() + 60),
                     proxy_id: self.document.proxy_id.clone(),
                     stealth: Some(self.document.stealth),

@@ -12,7 +12,7 @@ impl Workflow {
         let interval = chrono::Duration::seconds(self.document.health_check_interval);
         self.document.next_health_check_at = Utc::now() + interval;
         let result = async {
-            self.open_browser(None).await?;
+            self.open_browser(None, false).await?;
             let target = self
                 .document
                 .post_login_url

@@ -69,7 +69,7 @@ impl Workflow {
         }
         self.save().await;
         let reused = self.flow_mut().and_then(|flow| flow.session_id.clone());
-        if let Err(error) = self.open_browser(reused.as_deref()).await {
+        if let Err(error) = self.open_browser(reused.as_deref(), true).await {
             return self.fail("browser_failed", &format!("{error:#}")).await;
         }
         if let Some(session_id) = self.browser.as_ref().map(|b| b.session.id.clone())
@@ -232,6 +232,42 @@ impl Workflow {
             ),
         )
         .await
+    }
+
+    /// While the flow waits for input, a person may log in through its live view: once
+    /// the page has settled inside the allowed domains, without the fields the flow
+    /// waits for and without a password or one-time field (as after a submission), the
+    /// login has succeeded.
+    pub(super) async fn watch_page(&mut self) {
+        let Some(browser) = &self.browser else {
+            return;
+        };
+        let awaited: Vec<String> = self
+            .document
+            .flow_in_progress()
+            .and_then(|flow| flow.discovered_fields.as_ref())
+            .map(|fields| fields.iter().map(|field| field.selector.clone()).collect())
+            .unwrap_or_default();
+        let logged_in = |assessment: &Assessment| {
+            !assessment.password_field
+                && assessment.error.is_none()
+                && !assessment
+                    .fields
+                    .iter()
+                    .any(|field| field.is_one_time() || awaited.contains(&field.selector))
+        };
+        // A quick look first: the settling below takes half a second at least.
+        match browser.page.assess().await {
+            Some(now) if logged_in(&now) && self.inside(&now.url) => {}
+            _ => return,
+        }
+        let Ok(settled) = browser.page.settled(PAGE_SETTLE_TIMEOUT).await else {
+            return;
+        };
+        if logged_in(&settled) && self.inside(&settled.url) {
+            tracing::info!(connection_id = %self.id(), "logged in through the live view");
+            self.succeed(settled.url).await;
+        }
     }
 
     /// Logged in: save the profile (and the values), finish the flow.

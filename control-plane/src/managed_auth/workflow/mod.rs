@@ -34,7 +34,12 @@ enum Operation {
     Submit(Vec<(DiscoveredField, String)>),
     HealthCheck,
     Expire,
+    /// Look whether a person logged in through the live view.
+    Watch,
 }
+
+/// How often the page of a flow waiting for input is looked at.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How an operation of the workflow ended.
 enum Outcome {
@@ -109,6 +114,11 @@ impl Workflow {
             };
             let wait = (deadline - Utc::now()).to_std().unwrap_or_default();
             let cancel = self.cancel.clone();
+            let awaiting_input = self.browser.is_some()
+                && self
+                    .document
+                    .flow_in_progress()
+                    .is_some_and(|flow| flow.step == FlowStep::AwaitingInput);
             let operation = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return self.canceled().await,
@@ -125,6 +135,7 @@ impl Workflow {
                         None
                     }
                 }
+                () = tokio::time::sleep(WATCH_INTERVAL), if awaiting_input => Some(Operation::Watch),
             };
             if let Some(operation) = operation
                 && let Outcome::Canceled = self.cancellable(operation).await
@@ -151,6 +162,7 @@ impl Workflow {
             Operation::Discover => self.discover().await,
             Operation::Submit(values) => self.submit(values).await,
             Operation::HealthCheck => self.health_check().await,
+            Operation::Watch => self.watch_page().await,
             Operation::Expire => {
                 self.finish_flow(
                     FlowStatus::Expired,
