@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
-from harness import first_tab, wait_until
+from harness import descendants, first_tab, session_processes, wait_until
 from sdk import field, fields, on_browser
 from test_replays import download, wait_finished
 
@@ -142,7 +142,21 @@ def test_replays_without_record_audio_have_no_sound_track(client, playing, tmp_p
     assert "audio" not in starts and "video" in starts
 
 
-def test_the_live_view_plays_the_sound_once_unmuted(playing):
+def sound_captures(control_plane, session_id: str) -> list[int]:
+    """The live view's sound capture processes (ffmpeg writing raw PCM) of the session."""
+    found = []
+    for agent in session_processes(control_plane, session_id)["agent"]:
+        for pid in descendants(agent):
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"s16le" in command and b"pulse" in command:
+                found.append(pid)
+    return found
+
+
+def test_the_live_view_plays_the_sound_once_unmuted(control_plane, playing):
     session, page, playwright = playing
     viewer_browser = playwright.chromium.launch(
         executable_path="/usr/bin/chromium",
@@ -172,5 +186,12 @@ def test_the_live_view_plays_the_sound_once_unmuted(playing):
         chunks = viewer.evaluate("window.heard.chunks")
         time.sleep(0.5)
         assert viewer.evaluate("window.heard.chunks") - chunks <= 2, "muting stops the sound"
+        # The capture ends with its last listener.
+        assert wait_until(lambda: not sound_captures(control_plane, session.session_id), 5)
+        viewer.click("#sound")
+        assert wait_until(lambda: len(sound_captures(control_plane, session.session_id)) == 1, 5)
+        viewer.close()
+        assert wait_until(lambda: not sound_captures(control_plane, session.session_id), 5), \
+            "the capture outlived its listener"
     finally:
         viewer_browser.close()

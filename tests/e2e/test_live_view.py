@@ -264,3 +264,26 @@ def test_viewers_share_one_encoder_that_ends_with_the_last(control_plane, watche
         viewer.close()
     assert wait_until(lambda: agent_live_view_threads(control_plane, session.session_id) == 0, 5), \
         "the encoder outlived its viewers"
+
+
+def test_a_pool_browsers_view_ends_with_its_lease(client, viewer_browser):
+    """The previous lessee's viewers must not watch the next lessee: releasing the
+    browser closes its open views, and their URL no longer opens."""
+    pool = client.browser_pools.create(size=1, fill_rate_per_minute=6000, headless=False)
+    try:
+        assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 1, 60)
+        leased = client.browser_pools.acquire(pool.id, acquire_timeout_seconds=60)
+        url = live_url(leased)
+        viewer = open_viewer(viewer_browser, url)
+        client.browser_pools.release(pool.id, session_id=leased.session_id, reuse=True)
+        viewer.wait_for_function("() => window.liveView.closed", timeout=10_000)
+        viewer.close()
+        assert httpx.get(url).status_code == 401
+        # The next lease has a view of its own.
+        again = client.browser_pools.acquire(pool.id, acquire_timeout_seconds=60)
+        assert again.session_id == leased.session_id and live_url(again) != url
+        viewer = open_viewer(viewer_browser, live_url(again))
+        viewer.close()
+        client.browser_pools.release(pool.id, session_id=again.session_id, reuse=False)
+    finally:
+        client.browser_pools.delete(pool.id, force=True)

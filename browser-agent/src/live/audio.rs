@@ -21,7 +21,13 @@ pub type Chunk = Arc<Vec<u8>>;
 
 pub struct LiveAudio {
     ffmpeg: String,
-    running: Mutex<Option<broadcast::Sender<Chunk>>>,
+    running: Mutex<Option<Running>>,
+}
+
+struct Running {
+    chunks: broadcast::Sender<Chunk>,
+    /// The capturing ffmpeg, to end it (and so every listener's stream) at once.
+    pid: u32,
 }
 
 impl LiveAudio {
@@ -38,8 +44,8 @@ impl LiveAudio {
             .running
             .lock()
             .map_err(|_| "the live audio's lock is poisoned".to_owned())?;
-        if let Some(chunks) = running.as_ref() {
-            return Ok(chunks.subscribe());
+        if let Some(running) = running.as_ref() {
+            return Ok(running.chunks.subscribe());
         }
         let mut child = Command::new(&self.ffmpeg)
             .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
@@ -61,6 +67,7 @@ impl LiveAudio {
             .take()
             .ok_or_else(|| "the sound capture has no output".to_owned())?;
         let (chunks, receiver) = broadcast::channel(BACKLOG);
+        let pid = child.id();
         let capture = Capture {
             hub: self.clone(),
             child,
@@ -70,8 +77,21 @@ impl LiveAudio {
             .name("live-audio".into())
             .spawn(move || capture.run(stdout))
             .map_err(|error| format!("starting the sound capture: {error}"))?;
-        *running = Some(chunks);
+        *running = Some(Running { chunks, pid });
         Ok(receiver)
+    }
+
+    /// Ends the capture: its listeners' streams close once ffmpeg is gone.
+    pub fn disconnect_all(&self) {
+        if let Ok(mut running) = self.running.lock()
+            && let Some(running) = running.take()
+        {
+            // Reaped by the capture thread, which reads EOF now.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(running.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 
@@ -94,7 +114,12 @@ impl Capture {
             if let Ok(mut running) = self.hub.running.lock()
                 && self.chunks.receiver_count() == 0
             {
-                *running = None;
+                if running
+                    .as_ref()
+                    .is_some_and(|r| r.chunks.same_channel(&self.chunks))
+                {
+                    *running = None;
+                }
                 return;
             }
             let _ = self.chunks.send(Arc::new(chunk));
@@ -110,7 +135,7 @@ impl Drop for Capture {
         if let Ok(mut running) = self.hub.running.lock()
             && running
                 .as_ref()
-                .is_some_and(|chunks| chunks.same_channel(&self.chunks))
+                .is_some_and(|running| running.chunks.same_channel(&self.chunks))
         {
             *running = None;
         }

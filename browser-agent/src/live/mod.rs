@@ -43,6 +43,8 @@ pub struct Subscription {
 struct Running {
     updates: broadcast::Sender<Update>,
     refresh: Arc<AtomicBool>,
+    /// Set to end the encoder (and so every viewer's stream) at once.
+    stop: Arc<AtomicBool>,
 }
 
 pub struct LiveView {
@@ -79,11 +81,13 @@ impl LiveView {
         let capture = DamageCapture::connect(&self.display, self.screen.size())?;
         let (updates, receiver) = broadcast::channel(BACKLOG);
         let refresh = Arc::new(AtomicBool::new(true));
+        let stop = Arc::new(AtomicBool::new(false));
         let encoder = Encoder {
             hub: self.clone(),
             capture,
             updates: updates.clone(),
             refresh: refresh.clone(),
+            stop: stop.clone(),
         };
         std::thread::Builder::new()
             .name("live-view".into())
@@ -92,11 +96,25 @@ impl LiveView {
         *running = Some(Running {
             updates,
             refresh: refresh.clone(),
+            stop,
         });
         Ok(Subscription {
             updates: receiver,
             refresh,
         })
+    }
+
+    /// Ends every viewer's stream (and their sound): a pool browser's next lessee must
+    /// not be watched by the previous one's viewers. Later viewers start anew.
+    pub fn disconnect_all(&self) {
+        if let Ok(mut running) = self.running.lock()
+            && let Some(running) = running.take()
+        {
+            running.stop.store(true, Ordering::Relaxed);
+        }
+        if let Some(audio) = &self.audio {
+            audio.disconnect_all();
+        }
     }
 }
 
@@ -105,6 +123,7 @@ struct Encoder {
     capture: DamageCapture,
     updates: broadcast::Sender<Update>,
     refresh: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
 }
 
 impl Encoder {
@@ -114,7 +133,7 @@ impl Encoder {
         let mut pointer = (-1, -1);
         let mut errors = 0;
         loop {
-            if self.no_viewer_left() {
+            if self.stop.load(Ordering::Relaxed) || self.no_viewer_left() {
                 return;
             }
             match self.step(&mut last_frame, &mut last_pointer_read, &mut pointer) {

@@ -36,6 +36,10 @@ impl AgentService {
         self.repl.reset().await;
         // Its BiDi sessions end too (the next connection starts chromedriver again).
         self.webdriver.stop().await;
+        // And whoever watched it: the next user's screen is not theirs to see.
+        if let Some(live) = &self.live {
+            live.disconnect_all();
+        }
         let mut generation = 0;
         self.resets.send_modify(|g| {
             *g += 1;

@@ -13,6 +13,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
 use crate::desktop::Desktop;
@@ -36,7 +37,15 @@ pub async fn open(
         .map_err(|error| Status::internal(format!("live view task failed: {error}")))?
         .map_err(Status::unavailable)?;
     let (outbound, receiver) = mpsc::channel(4);
-    tokio::spawn(forward_screen(updates, refresh.clone(), outbound.clone()));
+    // The stream ends with the encoder's (a reset, a failed display), even while the
+    // viewer's input and sound tasks still hold senders.
+    let ended = CancellationToken::new();
+    tokio::spawn(forward_screen(
+        updates,
+        refresh.clone(),
+        outbound.clone(),
+        ended.clone(),
+    ));
     let viewer = Viewer {
         input,
         desktop,
@@ -46,7 +55,9 @@ pub async fn open(
         sound: None,
     };
     tokio::spawn(viewer.play_input(inbound));
-    Ok(Box::pin(ReceiverStream::new(receiver)))
+    Ok(Box::pin(
+        ReceiverStream::new(receiver).take_until(ended.cancelled_owned()),
+    ))
 }
 
 /// Sends the encoder's updates until the viewer has gone (also while nothing changes, so
@@ -55,7 +66,9 @@ async fn forward_screen(
     mut updates: broadcast::Receiver<crate::live::Update>,
     refresh: Arc<AtomicBool>,
     outbound: Outbound,
+    ended: CancellationToken,
 ) {
+    let _end_stream = ended.drop_guard();
     loop {
         let update = tokio::select! {
             () = outbound.closed() => return,
