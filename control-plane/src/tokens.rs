@@ -20,6 +20,7 @@ const CDP_AUDIENCE: &str = "cdp";
 const REPLAY_VIEW_AUDIENCE: &str = "replay-view";
 const HOSTED_LOGIN_AUDIENCE: &str = "hosted-login";
 const LIVE_VIEW_AUDIENCE: &str = "live-view";
+const FLOW_LIVE_VIEW_AUDIENCE: &str = "login-live-view";
 /// How long a `replay_view_url` works after it was issued (every response that carries
 /// one issues a fresh one).
 pub const REPLAY_VIEW_TTL: chrono::Duration = chrono::Duration::hours(24);
@@ -82,6 +83,7 @@ pub struct Tokens {
     replay_view: Validation,
     hosted_login: Validation,
     live_view: Validation,
+    flow_live_view: Validation,
 }
 
 impl Tokens {
@@ -107,6 +109,8 @@ impl Tokens {
         hosted_login.set_audience(&[HOSTED_LOGIN_AUDIENCE]);
         let mut live_view = cdp.clone();
         live_view.set_audience(&[LIVE_VIEW_AUDIENCE]);
+        let mut flow_live_view = replay_view.clone();
+        flow_live_view.set_audience(&[FLOW_LIVE_VIEW_AUDIENCE]);
         Self {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
@@ -114,6 +118,7 @@ impl Tokens {
             replay_view,
             hosted_login,
             live_view,
+            flow_live_view,
         }
     }
 
@@ -194,6 +199,30 @@ impl Tokens {
             iat: Utc::now().timestamp(),
             exp: expires_at.timestamp(),
         })
+    }
+
+    /// A login flow's `live_view_url`: its browser, for one auth connection of one
+    /// organization, until the flow expires. Apart from `hosted_url`'s token: a link to
+    /// the form does not give control of the browser.
+    pub fn issue_flow_live_view(
+        &self,
+        connection_id: &str,
+        org_id: &str,
+        expires_at: DateTime<Utc>,
+    ) -> String {
+        self.sign(&HostedLoginClaims {
+            sub: connection_id.to_owned(),
+            org: org_id.to_owned(),
+            aud: FLOW_LIVE_VIEW_AUDIENCE.to_owned(),
+            iat: Utc::now().timestamp(),
+            exp: expires_at.timestamp(),
+        })
+    }
+
+    pub fn verify_flow_live_view(&self, token: &str) -> Option<HostedLoginClaims> {
+        jsonwebtoken::decode::<HostedLoginClaims>(token, &self.decoding, &self.flow_live_view)
+            .ok()
+            .map(|data| data.claims)
     }
 
     /// The claims of a genuine, unexpired hosted-login token, or `None`.

@@ -189,6 +189,17 @@ def test_read_only_ignores_input_and_embed_has_no_controls(watched, viewer_brows
     assert viewer.locator("#bar").is_visible()
     viewer.mouse.click(*screen_to_viewer(viewer, 400, 400))
     viewer.keyboard.type("nothing")
+    # The server drops input on a watch-only view, whatever a client sends.
+    viewer.evaluate("""() => new Promise((resolve) => {
+        const socket = new WebSocket(location.href.replace(/^http/, 'ws').replace('/live?', '/live/ws?'));
+        socket.onopen = () => {
+          socket.send(JSON.stringify({ t: 'down', x: 400, y: 400, b: 1 }));
+          socket.send(JSON.stringify({ t: 'up', x: 400, y: 400, b: 1 }));
+          socket.send(JSON.stringify({ t: 'text', text: 'sneaky' }));
+          socket.send(JSON.stringify({ t: 'paste', text: 'sneaky' }));
+          setTimeout(() => { socket.close(); resolve(); }, 500);
+        };
+      })""")
     time.sleep(1)
     assert page.evaluate("window.clicks.length") == 0
     assert page.evaluate("document.getElementById('text').value") == ""

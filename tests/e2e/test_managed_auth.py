@@ -497,9 +497,11 @@ def test_a_person_completes_the_login_through_the_flows_live_view(client, site):
     assert field(awaiting, "live_view_url").split("?")[0] == live_view_url.split("?")[0]
     # The hosted page embeds it.
     assert f"/auth/connections/{connection.id}/live?jwt=" in httpx.get(started.hosted_url).text
-    # Another connection's link does not open this one's browser.
+    # Another connection's link does not open this one's browser, nor does the link to
+    # the hosted form.
     forged = live_view_url.replace(connection.id, "nope")
     assert httpx.get(forged).status_code == 401
+    assert httpx.get(started.hosted_url.replace("/hosted?", "/live?")).status_code == 401
 
     logins_before = site.successful_logins
     with sync_playwright() as playwright:

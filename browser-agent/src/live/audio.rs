@@ -128,10 +128,10 @@ impl Capture {
 }
 
 impl Drop for Capture {
-    /// However the capture ends, ffmpeg is killed and reaped, and the hub forgets it.
+    /// However the capture ends, the hub forgets it, then ffmpeg is killed and reaped (in
+    /// this order: `disconnect_all` signals the pid it finds in the hub, which must not
+    /// have been reaped and reused yet).
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         if let Ok(mut running) = self.hub.running.lock()
             && running
                 .as_ref()
@@ -139,5 +139,7 @@ impl Drop for Capture {
         {
             *running = None;
         }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -258,9 +258,12 @@ impl DamageCapture {
                 .map(|(band, compressor)| {
                     let rows = &pixels[usize::from(band.y - rect.y) * pitch..]
                         [..usize::from(band.height) * pitch];
-                    scope.spawn(move || compress(compressor, rows, *band, pitch))
+                    std::thread::Builder::new()
+                        .name("live-view-band".into())
+                        .spawn_scoped(scope, move || compress(compressor, rows, *band, pitch))
                 })
-                .collect();
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| format!("starting a tile encoder: {error}"))?;
             bands
                 .iter()
                 .zip(workers)

@@ -72,9 +72,11 @@ impl LiveView {
             .lock()
             .map_err(|_| "the live view's lock is poisoned".to_owned())?;
         if let Some(running) = running.as_ref() {
+            // Subscribed first: the whole screen it asks for must not go out before.
+            let updates = running.updates.subscribe();
             running.refresh.store(true, Ordering::Relaxed);
             return Ok(Subscription {
-                updates: running.updates.subscribe(),
+                updates,
                 refresh: running.refresh.clone(),
             });
         }
@@ -199,10 +201,10 @@ impl Encoder {
             self.refresh.store(true, Ordering::Relaxed);
         }
         let damaged = self.capture.poll()?;
-        let whole = self.refresh.load(Ordering::Relaxed);
         let due = last_frame.is_none_or(|at| at.elapsed() >= MIN_FRAME_INTERVAL);
+        // Taken only when a frame goes out now, so no request for it is lost.
+        let whole = due && self.refresh.swap(false, Ordering::Relaxed);
         if (damaged || whole) && due {
-            self.refresh.store(false, Ordering::Relaxed);
             // Taken also when the whole screen goes out, to re-arm the monitor.
             let damage = self.capture.take_damage()?;
             let rect = if whole {

@@ -20,6 +20,9 @@ use crate::desktop::Desktop;
 use crate::input::{Action, ClickKind, Input};
 use crate::live::{LiveView, Subscription, audio};
 
+/// Keys a viewer may hold down at once (a hand has ten fingers).
+const MAX_KEYS_DOWN: usize = 10;
+
 pub type LiveStream = Pin<Box<dyn Stream<Item = Result<LiveViewUpdate, Status>> + Send>>;
 
 type Outbound = mpsc::Sender<Result<LiveViewUpdate, Status>>;
@@ -54,7 +57,7 @@ pub async fn open(
         outbound,
         sound: None,
     };
-    tokio::spawn(viewer.play_input(inbound));
+    tokio::spawn(viewer.play_input(inbound, ended.clone()));
     Ok(Box::pin(
         ReceiverStream::new(receiver).take_until(ended.cancelled_owned()),
     ))
@@ -127,10 +130,16 @@ impl Viewer {
     /// Plays the viewer's input in order. Input the display refuses (an unknown key, a
     /// point off a screen that just shrank) is skipped: a viewer's stale event must not
     /// end its view. Keys and buttons the viewer left down are released when it leaves.
-    async fn play_input(mut self, mut inbound: Streaming<LiveViewInput>) {
+    async fn play_input(mut self, mut inbound: Streaming<LiveViewInput>, ended: CancellationToken) {
         let mut keys_down = HashSet::new();
         let mut buttons_down = HashSet::new();
-        while let Some(Ok(message)) = inbound.next().await {
+        loop {
+            // A viewer whose stream has ended (a reset) has no more say over the display.
+            let message = tokio::select! {
+                () = ended.cancelled() => break,
+                message = inbound.next() => message,
+            };
+            let Some(Ok(message)) = message else { break };
             let action = match message.kind {
                 Some(Kind::Refresh(_)) => {
                     self.refresh.store(true, Ordering::Relaxed);
@@ -160,10 +169,16 @@ impl Viewer {
                     }
                 }
                 Some(Kind::Key(key)) => {
-                    if key.down {
+                    // Unknown keys are skipped before they are counted as held.
+                    if crate::input::key_named(&key.key).is_err() {
+                        continue;
+                    }
+                    if !key.down {
+                        keys_down.remove(&key.key);
+                    } else if keys_down.len() < MAX_KEYS_DOWN {
                         keys_down.insert(key.key.clone());
                     } else {
-                        keys_down.remove(&key.key);
+                        continue;
                     }
                     Action::Key {
                         name: key.key,

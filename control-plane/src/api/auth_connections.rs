@@ -173,13 +173,24 @@ fn hosted_url(
 }
 
 /// The live view of the flow's browser (it runs headful), where a person can complete
-/// what the automation cannot; granted by the same token as `hosted_url`.
+/// what the automation cannot; with a token of its own, valid until the flow expires.
 fn live_view_url(
     state: &AppState,
     record: &AuthConnectionRecord,
     expires_at: DateTime<Utc>,
 ) -> String {
-    flow_url(state, record, expires_at, "live")
+    let token = state
+        .tokens
+        .issue_flow_live_view(&record.id, &record.org_id, expires_at);
+    format!(
+        "{}{}",
+        state.settings.public_url.trim_end_matches('/'),
+        live_view_path(&record.id, &token)
+    )
+}
+
+fn live_view_path(connection_id: &str, token: &str) -> String {
+    format!("/auth/connections/{connection_id}/live?jwt={token}")
 }
 
 fn flow_url(
@@ -571,7 +582,7 @@ pub struct HostedQuery {
 }
 
 /// The connection of a genuine hosted-login token for `id`.
-pub(super) async fn hosted_connection(
+async fn hosted_connection(
     state: &AppState,
     id: &str,
     jwt: Option<&str>,
@@ -626,15 +637,16 @@ pub async fn hosted_page(
             }
             body.push_str("<p><button type=\"submit\">Log in</button></p></form>");
             // The flow's browser itself, for what the form cannot do (a challenge).
-            if let Some(jwt) = &query.jwt {
-                body.push_str(&format!(
-                    "<h2>Or finish in the browser</h2><iframe title=\"The login browser\" \
-                     src=\"/auth/connections/{id}/live?jwt={jwt}&amp;embed=true\" \
-                     style=\"width:100%;aspect-ratio:16/9;border:1px solid #ccc\"></iframe>",
-                    id = escape_html(&id),
-                    jwt = escape_html(jwt),
-                ));
-            }
+            let token =
+                state
+                    .tokens
+                    .issue_flow_live_view(&record.id, &record.org_id, flow.expires_at);
+            body.push_str(&format!(
+                "<h2>Or finish in the browser</h2><iframe title=\"The login browser\" \
+                 src=\"{src}&amp;embed=true\" \
+                 style=\"width:100%;aspect-ratio:16/9;border:1px solid #ccc\"></iframe>",
+                src = escape_html(&live_view_path(&record.id, &token)),
+            ));
         }
         Some(flow) if flow.in_progress() => {
             body.push_str("<p>Working…</p><meta http-equiv=\"refresh\" content=\"1\">");

@@ -153,6 +153,9 @@ pub struct Flow {
     pub error_message: Option<String>,
     /// The flow's browser session.
     pub session_id: Option<String>,
+    /// The page that showed the form the flow waits for input on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting_url: Option<String>,
     /// Saved values were submitted by the flow itself already (tried once only).
     #[serde(default)]
     pub auto_submitted: bool,

@@ -45,6 +45,11 @@ const SILENCE_LIMIT: Duration = Duration::from_secs(60);
 /// Largest message from a viewer (a paste, typed text).
 const MAX_INPUT_BYTES: usize = 256 * 1024;
 const MAX_KEY_NAME: usize = 64;
+/// Longest text typed in one message (key by key, or a composition): typing is slow
+/// (it holds the display's input), so longer text is for paste.
+const MAX_TYPED_CHARS: usize = 256;
+/// A viewer that takes longer than this to accept a message is gone.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -158,7 +163,8 @@ pub async fn socket(
         ))
     })?;
     let session = viewed_session(&state, &claims).await?;
-    open_socket(&state, &session, claims.read_only, upgrade).await
+    let lease = session.pool_id.is_some().then_some(&claims);
+    open_socket(&state, &session, claims.read_only, lease, upgrade).await
 }
 
 /// The WebSocket of a viewer of `session`'s display, once the agent's stream is open.
@@ -166,6 +172,7 @@ async fn open_socket(
     state: &AppState,
     session: &SessionRecord,
     read_only: bool,
+    lease: Option<&LiveViewClaims>,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     if session.headless {
@@ -177,24 +184,35 @@ async fn open_socket(
     let (to_agent, from_agent) = tokio::time::timeout(OPEN_TIMEOUT, agent.open_live_view())
         .await
         .map_err(|_| ApiError::Timeout("the browser's display did not answer in time".into()))??;
+    if let Some(claims) = lease {
+        // Again once the stream is open: had the lease ended meanwhile, its reset may have
+        // come before the stream and would not have closed it (dropping it closes it).
+        lease_is_current(state, &claims.org, &claims.sub, claims.lease.as_deref()).await?;
+    }
     let guard = state.sessions.cdp_connection_opened(&session.id);
     Ok(upgrade
         .max_message_size(MAX_INPUT_BYTES)
         .on_upgrade(move |socket| pump(socket, to_agent, from_agent, read_only, guard)))
 }
 
-/// The browser of the connection's login flow in progress, if the hosted-login token
-/// names this connection.
+/// The browser of the connection's login flow in progress, if the token names this
+/// connection.
 async fn flow_session(
     state: &AppState,
     connection_id: &str,
     jwt: Option<&str>,
 ) -> Result<SessionRecord, ApiError> {
-    let record = super::auth_connections::hosted_connection(state, connection_id, jwt)
-        .await?
+    let claims = jwt
+        .and_then(|token| state.tokens.verify_flow_live_view(token))
+        .filter(|claims| claims.sub == connection_id)
         .ok_or_else(|| {
-            ApiError::Unauthorized("missing or invalid login link for this connection".into())
+            ApiError::Unauthorized("missing or invalid live view link for this connection".into())
         })?;
+    let record = state
+        .store
+        .auth_connection(&claims.org, connection_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound("this connection no longer exists".into()))?;
     let document = Document::parse(&record)?;
     let session_id = document
         .flow_in_progress()
@@ -206,8 +224,8 @@ async fn flow_session(
 }
 
 /// `live_view_url` of a login flow: the flow's browser, for a person to complete what
-/// the automation cannot (an unexpected challenge). Granted by the flow's login link
-/// token, until the flow ends.
+/// the automation cannot (an unexpected challenge). Granted by its own token (not
+/// `hosted_url`'s), until the flow ends.
 #[utoipa::path(get, path = "/auth/connections/{id}/live", tag = "managed auth",
     params(("id" = String, Path, description = "Auth connection id"), LiveQuery),
     responses((status = 200, content_type = "text/html", body = String),
@@ -240,7 +258,7 @@ pub async fn flow_socket(
             "this endpoint needs a WebSocket upgrade: {rejection}"
         ))
     })?;
-    open_socket(&state, &session, false, upgrade).await
+    open_socket(&state, &session, false, None, upgrade).await
 }
 
 /// A viewer's input, as its page sends it.
@@ -313,7 +331,9 @@ impl ViewerInput {
             Self::Key { key, down } if !key.is_empty() && key.len() <= MAX_KEY_NAME => {
                 Kind::Key(LiveKey { key, down })
             }
-            Self::Text { text } if !text.is_empty() => Kind::Text(text),
+            Self::Text { text } if !text.is_empty() && text.chars().count() <= MAX_TYPED_CHARS => {
+                Kind::Text(text)
+            }
             Self::Paste { text } if !text.is_empty() => Kind::Paste(text),
             _ => return None,
         };
@@ -404,7 +424,7 @@ async fn pump(
                 update = from_agent.next() => update,
                 _ = keepalive.tick() => {
                     if last_heard.borrow_and_update().elapsed() > SILENCE_LIMIT
-                        || to_viewer.send(Message::Ping(Default::default())).await.is_err()
+                        || !sent(&mut to_viewer, Message::Ping(Default::default())).await
                     {
                         return;
                     }
@@ -412,26 +432,38 @@ async fn pump(
                 }
             };
             let Some(Ok(update)) = update else { break };
-            if to_viewer
-                .send(Message::Binary(encode_update(update).into()))
-                .await
-                .is_err()
+            if !sent(
+                &mut to_viewer,
+                Message::Binary(encode_update(update).into()),
+            )
+            .await
             {
                 return;
             }
         }
         // The display went away (the session ended): say so rather than leave it hanging.
-        let _ = to_viewer
-            .send(Message::Close(Some(CloseFrame {
-                code: 1000,
-                reason: "the browser session ended".into(),
-            })))
-            .await;
+        let closing = Message::Close(Some(CloseFrame {
+            code: 1000,
+            reason: "the browser session ended".into(),
+        }));
+        sent(&mut to_viewer, closing).await;
     };
+    // Either side's end ends both: the viewer's input stops reaching the agent with it.
     tokio::select! {
         () = upstream => {},
         () = downstream => {},
     }
+}
+
+/// Sends one message; false if the viewer is gone or does not take it in time.
+async fn sent(
+    to_viewer: &mut futures::stream::SplitSink<WebSocket, Message>,
+    message: Message,
+) -> bool {
+    matches!(
+        tokio::time::timeout(SEND_TIMEOUT, to_viewer.send(message)).await,
+        Ok(Ok(()))
+    )
 }
 
 #[cfg(test)]

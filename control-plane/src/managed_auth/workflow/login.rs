@@ -135,6 +135,7 @@ impl Workflow {
             flow.step = FlowStep::AwaitingInput;
             flow.discovered_fields = Some(fields.clone());
             flow.website_error = website_error;
+            flow.awaiting_url = Some(url.to_owned());
         }
         self.save().await;
         let automatic = self

@@ -227,6 +227,7 @@ impl Workflow {
             error_code: None,
             error_message: None,
             session_id: None,
+            awaiting_url: None,
             auto_submitted: false,
         });
         self.save().await;
