@@ -1,5 +1,5 @@
 //! The logs of the VM's own services (`logs/stream?source=supervisor`): the agent's log,
-//! Chromium's, Xvfb's, the Playwright executors' and chromedriver's output, each appended to a file of its own in the scratch
+//! Chromium's, Xvfb's, the Playwright executors', chromedriver's and PulseAudio's output, each appended to a file of its own in the scratch
 //! directory (outside the VM root), which a stream then follows like any file. A file
 //! past `MAX_BYTES` starts again from empty (followers start again from its top).
 
@@ -9,7 +9,14 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// The services whose logs can be streamed.
-pub const SERVICES: [&str; 5] = ["agent", "chromium", "xvfb", "playwright", "webdriver"];
+pub const SERVICES: [&str; 6] = [
+    "agent",
+    "chromium",
+    "xvfb",
+    "playwright",
+    "webdriver",
+    "pulseaudio",
+];
 const MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 static DIR: OnceLock<PathBuf> = OnceLock::new();

@@ -26,9 +26,9 @@ pub struct LogStreamQuery {
     #[param(min_length = 1)]
     pub path: Option<String>,
     /// With `source=supervisor`: `agent`, `chromium`, `xvfb`, `playwright` (the
-    /// Playwright executors' own output, such as Node.js crashes) or `webdriver`
-    /// (chromedriver's).
-    #[param(pattern = "^(agent|chromium|xvfb|playwright|webdriver)$")]
+    /// Playwright executors' own output, such as Node.js crashes), `webdriver`
+    /// (chromedriver's) or `pulseaudio` (the VM's sound server).
+    #[param(pattern = "^(agent|chromium|xvfb|playwright|webdriver|pulseaudio)$")]
     pub supervisor_process: Option<String>,
     /// Keep streaming what is appended, like `tail -f` (default false: the stream ends at
     /// the end of the file).
