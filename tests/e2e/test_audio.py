@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from harness import descendants, first_tab, session_processes, wait_until
-from sdk import field, fields, on_browser
+from sdk import field, fields, on_browser, update_browser
 from test_replays import download, wait_finished
 
 # Black and silent; `flash()` turns the page white and plays 440 Hz for one second, both
@@ -130,6 +130,24 @@ def test_a_replay_with_record_audio_has_the_tone_in_sync_with_the_flash(client, 
     print(f"sound onset {sound_onset:.3f} s, flash onset {flash_onset:.3f} s")
     assert abs(sound_onset - flash_onset) <= 0.1 + 1 / FRAMERATE, \
         f"sound at {sound_onset:.3f} s, flash at {flash_onset:.3f} s; {starts}, frames {frames[:60]}"
+
+
+def test_the_segment_after_a_viewport_change_records_sound_too(client, tmp_path):
+    session = client.browsers.create(viewport={"width": 1024, "height": 768}, timeout_seconds=300)
+    sid = session.session_id
+    try:
+        first = client.browsers.replays.start(sid, **fields(record_audio=True))
+        time.sleep(1)
+        update_browser(client, sid, viewport={"width": 800, "height": 600, "force": True})
+        second = next(r for r in client.browsers.replays.list(**on_browser(sid)) if r.replay_id != first.replay_id)
+        time.sleep(1)
+        client.browsers.replays.stop(second.replay_id, **on_browser(sid))
+        for replay in (first, second):
+            wait_finished(client, sid, replay.replay_id, 60)
+            starts = start_times(download(client, sid, replay.replay_id, tmp_path / f"{replay.replay_id}.mp4"))
+            assert starts.get("audio_codec") == "aac", (replay.replay_id, starts)
+    finally:
+        client.browsers.delete_by_id(sid)
 
 
 def test_replays_without_record_audio_have_no_sound_track(client, playing, tmp_path):

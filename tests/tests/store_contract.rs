@@ -778,6 +778,7 @@ fn replay(id: &str, org_id: &str, session_id: &str, age_seconds: i64) -> ReplayR
         size_bytes: None,
         blob_key: None,
         failure: None,
+        record_audio: age_seconds % 2 == 0,
     }
 }
 

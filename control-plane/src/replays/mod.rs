@@ -152,6 +152,7 @@ impl Replays {
             size_bytes: None,
             blob_key: None,
             failure: None,
+            record_audio,
         };
         if let Err(error) = self.store.insert_replay(&replay).await {
             // Unrecorded, the recording would never be finished or found: drop it.
@@ -269,14 +270,13 @@ impl Replays {
         for replay in stopped {
             let elapsed = (Utc::now() - replay.started_at).num_seconds();
             let left = (replay.max_duration_seconds - elapsed).clamp(1, i64::from(u32::MAX));
-            // The next segment is video only: whether the first had sound is not stored.
             let restarted = self
                 .start(
                     session,
                     agent.clone(),
                     replay.framerate as u32,
                     left as u32,
-                    false,
+                    replay.record_audio,
                 )
                 .await;
             if let Err(error) = restarted {

@@ -323,6 +323,8 @@ pub struct ReplayRecord {
     pub size_bytes: Option<i64>,
     pub blob_key: Option<String>,
     pub failure: Option<String>,
+    /// The browser's sound is recorded too.
+    pub record_audio: bool,
 }
 
 /// How a recording ended.

@@ -18,7 +18,7 @@ pub const PROFILE_COLUMNS: &str =
 pub const AUTH_CONNECTION_COLUMNS: &str =
     "id, org_id, domain, profile_name, created_at, document, credentials";
 pub const REPLAY_COLUMNS: &str = "id, org_id, session_id, framerate, max_duration_seconds, status, \
-    started_at, finished_at, size_bytes, blob_key, failure";
+    started_at, finished_at, size_bytes, blob_key, failure, record_audio";
 pub const PROXY_COLUMNS: &str = "id, org_id, name, type, protocol, bypass_hosts, config, status, \
     last_checked, ip_address, check_error, created_at";
 pub const EXTENSION_COLUMNS: &str =
@@ -116,6 +116,7 @@ pub fn replay_from_row(row: &Row<'_>) -> StoreResult<ReplayRecord> {
         size_bytes: row.get(8)?,
         blob_key: row.get(9)?,
         failure: row.get(10)?,
+        record_audio: row.get::<Option<bool>>(11)?.unwrap_or(false),
     })
 }
 

@@ -771,7 +771,7 @@ impl Store for SqlStore {
             .execute(
                 sql!(
                     "INSERT INTO replays ({REPLAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
-                     $8, $9, $10, $11)"
+                     $8, $9, $10, $11, $12)"
                 ),
                 params![
                     r.id,
@@ -784,7 +784,8 @@ impl Store for SqlStore {
                     r.finished_at,
                     r.size_bytes,
                     r.blob_key,
-                    r.failure
+                    r.failure,
+                    r.record_audio
                 ],
             )
             .await?;
