@@ -28,6 +28,7 @@ import httpx
 from playwright.sync_api import sync_playwright
 
 from harness import ControlPlane, first_tab, session_processes
+from scenarios.record_cpu import display_of
 
 VIEWPORT = (1920, 1080)
 SAMPLES = 30
@@ -154,18 +155,6 @@ def bridge_into_vm(pid: int, port: int) -> int:
     return listener.getsockname()[1]
 
 
-def display_of(chromium_pids) -> str:
-    for pid in chromium_pids:
-        try:
-            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for entry in environment:
-            if entry.startswith(b"DISPLAY="):
-                return entry.split(b"=", 1)[1].decode()
-    raise RuntimeError("could not find the session's display")
-
-
 class Viewers:
     """`count` viewer pages of one kind; the first is the one measured."""
 
@@ -238,7 +227,6 @@ def run(work_dir: Path, report) -> None:
                                 "-rfbport", str(rfb_port), "-localhost", "-nopw", "-shared", "-forever", "-quiet"],
                                stdout=subprocess.DEVNULL, stderr=open(work_dir / "x11vnc.log", "wb"))
         time.sleep(2)
-        print((work_dir / "x11vnc.log").read_text()[-2000:])
         bridge_port = bridge_into_vm(xvfb, rfb_port)
         websockify = subprocess.Popen(["websockify", "--web", "/usr/share/novnc", f"127.0.0.1:{web_port}",
                                        f"127.0.0.1:{bridge_port}"], stdout=subprocess.DEVNULL,
@@ -265,7 +253,6 @@ def run(work_dir: Path, report) -> None:
             results = {}
             for count in (1, 5):
                 for kind, (url, selector, ready, serving) in kinds.items():
-                    print(f"measuring {kind} with {count} viewer(s)", flush=True)
                     viewers = Viewers(viewer_browser, url, selector, ready, count)
                     try:
                         time.sleep(1)
