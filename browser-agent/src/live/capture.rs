@@ -8,10 +8,10 @@ use x11rb::protocol::Event;
 use x11rb::protocol::damage::{ConnectionExt as _, ReportLevel};
 use x11rb::protocol::shm::ConnectionExt as _;
 use x11rb::protocol::xfixes::ConnectionExt as _;
-use x11rb::protocol::xproto::{ConnectionExt as _, ImageFormat, Window};
+use x11rb::protocol::xproto::{ConnectionExt as _, Window};
 use x11rb::rust_connection::RustConnection;
 
-use crate::recording::grabber::{GrabResult, SharedSegment, attach_shared_segment};
+use crate::recording::grabber::{GrabResult, SharedSegment, attach_shared_segment, read_area};
 
 /// JPEG quality of the tiles: text stays crisp enough to read, a full 1080p frame of a
 /// typical page is ~150 KiB.
@@ -205,44 +205,13 @@ impl DamageCapture {
 
     /// The rectangle as JPEG tiles: one per band, top to bottom.
     pub fn encode(&mut self, rect: Rect) -> GrabResult<Vec<(Rect, Vec<u8>)>> {
-        let pixels: &[u8] = match &mut self.shared {
-            Some((segment_id, segment)) => {
-                self.connection
-                    .shm_get_image(
-                        self.root,
-                        rect.x as i16,
-                        rect.y as i16,
-                        rect.width,
-                        rect.height,
-                        !0,
-                        ImageFormat::Z_PIXMAP.into(),
-                        *segment_id,
-                        0,
-                    )
-                    .map_err(|e| failed("requesting a frame")(&e))?
-                    .reply()
-                    .map_err(|e| failed("capturing a frame")(&e))?;
-                segment.bytes_mut()
-            }
-            None => {
-                self.copied = self
-                    .connection
-                    .get_image(
-                        ImageFormat::Z_PIXMAP,
-                        self.root,
-                        rect.x as i16,
-                        rect.y as i16,
-                        rect.width,
-                        rect.height,
-                        !0,
-                    )
-                    .map_err(|e| failed("requesting a frame")(&e))?
-                    .reply()
-                    .map_err(|e| failed("capturing a frame")(&e))?
-                    .data;
-                &self.copied
-            }
-        };
+        let pixels = read_area(
+            &self.connection,
+            self.root,
+            &mut self.shared,
+            &mut self.copied,
+            (rect.x as i16, rect.y as i16, rect.width, rect.height),
+        )?;
         let pitch = usize::from(rect.width) * 4;
         let pixels = pixels
             .get(..pitch * usize::from(rect.height))

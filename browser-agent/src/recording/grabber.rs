@@ -83,36 +83,13 @@ impl Grabber {
     /// valid until the next call.
     pub fn grab(&mut self) -> GrabResult<&[u8]> {
         let (width, height) = (self.width, self.height);
-        let frame: &mut [u8] = match &mut self.shared {
-            Some((segment_id, segment)) => {
-                self.connection
-                    .shm_get_image(
-                        self.root,
-                        0,
-                        0,
-                        width,
-                        height,
-                        !0,
-                        ImageFormat::Z_PIXMAP.into(),
-                        *segment_id,
-                        0,
-                    )
-                    .map_err(|e| failed("requesting a frame")(&e))?
-                    .reply()
-                    .map_err(|e| failed("capturing a frame")(&e))?;
-                segment.bytes_mut()
-            }
-            None => {
-                self.copied = self
-                    .connection
-                    .get_image(ImageFormat::Z_PIXMAP, self.root, 0, 0, width, height, !0)
-                    .map_err(|e| failed("requesting a frame")(&e))?
-                    .reply()
-                    .map_err(|e| failed("capturing a frame")(&e))?
-                    .data;
-                &mut self.copied
-            }
-        };
+        let frame = read_area(
+            &self.connection,
+            self.root,
+            &mut self.shared,
+            &mut self.copied,
+            (0, 0, width, height),
+        )?;
         // A hidden pointer (`computer/cursor`) is not drawn in either.
         if self.has_xfixes
             && !crate::desktop::cursor_hidden()
@@ -125,6 +102,48 @@ impl Grabber {
             draw_cursor(frame, usize::from(width), usize::from(height), &cursor);
         }
         Ok(frame)
+    }
+}
+
+/// Reads an area (x, y, width, height) of the root window as depth-24 ZPixmap rows: the
+/// X server writes it into the shared segment (MIT-SHM, sized for the whole screen)
+/// when there is one, else it comes over the socket into `copied`. Valid until the next
+/// read.
+pub(crate) fn read_area<'a>(
+    connection: &RustConnection,
+    root: Window,
+    shared: &'a mut Option<(u32, SharedSegment)>,
+    copied: &'a mut Vec<u8>,
+    (x, y, width, height): (i16, i16, u16, u16),
+) -> GrabResult<&'a mut [u8]> {
+    match shared {
+        Some((segment_id, segment)) => {
+            connection
+                .shm_get_image(
+                    root,
+                    x,
+                    y,
+                    width,
+                    height,
+                    !0,
+                    ImageFormat::Z_PIXMAP.into(),
+                    *segment_id,
+                    0,
+                )
+                .map_err(|e| failed("requesting a frame")(&e))?
+                .reply()
+                .map_err(|e| failed("capturing a frame")(&e))?;
+            Ok(segment.bytes_mut())
+        }
+        None => {
+            *copied = connection
+                .get_image(ImageFormat::Z_PIXMAP, root, x, y, width, height, !0)
+                .map_err(|e| failed("requesting a frame")(&e))?
+                .reply()
+                .map_err(|e| failed("capturing a frame")(&e))?
+                .data;
+            Ok(copied)
+        }
     }
 }
 
