@@ -192,13 +192,7 @@ impl Tokens {
         org_id: &str,
         expires_at: DateTime<Utc>,
     ) -> String {
-        self.sign(&HostedLoginClaims {
-            sub: connection_id.to_owned(),
-            org: org_id.to_owned(),
-            aud: HOSTED_LOGIN_AUDIENCE.to_owned(),
-            iat: Utc::now().timestamp(),
-            exp: expires_at.timestamp(),
-        })
+        self.issue_for_connection(HOSTED_LOGIN_AUDIENCE, connection_id, org_id, expires_at)
     }
 
     /// A login flow's `live_view_url`: its browser, for one auth connection of one
@@ -210,10 +204,22 @@ impl Tokens {
         org_id: &str,
         expires_at: DateTime<Utc>,
     ) -> String {
+        self.issue_for_connection(FLOW_LIVE_VIEW_AUDIENCE, connection_id, org_id, expires_at)
+    }
+
+    /// A token of `audience` for one auth connection of one organization, until
+    /// `expires_at`.
+    fn issue_for_connection(
+        &self,
+        audience: &str,
+        connection_id: &str,
+        org_id: &str,
+        expires_at: DateTime<Utc>,
+    ) -> String {
         self.sign(&HostedLoginClaims {
             sub: connection_id.to_owned(),
             org: org_id.to_owned(),
-            aud: FLOW_LIVE_VIEW_AUDIENCE.to_owned(),
+            aud: audience.to_owned(),
             iat: Utc::now().timestamp(),
             exp: expires_at.timestamp(),
         })

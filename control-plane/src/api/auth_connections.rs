@@ -169,7 +169,14 @@ fn hosted_url(
     record: &AuthConnectionRecord,
     expires_at: DateTime<Utc>,
 ) -> String {
-    flow_url(state, record, expires_at, "hosted")
+    let token = state
+        .tokens
+        .issue_hosted_login(&record.id, &record.org_id, expires_at);
+    format!(
+        "{}/auth/connections/{}/hosted?jwt={token}",
+        state.settings.public_url.trim_end_matches('/'),
+        record.id
+    )
 }
 
 /// The live view of the flow's browser (it runs headful), where a person can complete
@@ -191,22 +198,6 @@ fn live_view_url(
 
 fn live_view_path(connection_id: &str, token: &str) -> String {
     format!("/auth/connections/{connection_id}/live?jwt={token}")
-}
-
-fn flow_url(
-    state: &AppState,
-    record: &AuthConnectionRecord,
-    expires_at: DateTime<Utc>,
-    page: &str,
-) -> String {
-    let token = state
-        .tokens
-        .issue_hosted_login(&record.id, &record.org_id, expires_at);
-    format!(
-        "{}/auth/connections/{}/{page}?jwt={token}",
-        state.settings.public_url.trim_end_matches('/'),
-        record.id
-    )
 }
 
 pub(super) async fn find(org: &Org, id: &str) -> Result<AuthConnectionRecord, ApiError> {
