@@ -1,6 +1,6 @@
-//! OS-level mouse and keyboard on the X display, through enigo. One dedicated thread owns
-//! the enigo handle (it is not `Send`-friendly and X input must stay ordered); requests
-//! are serialized through a channel to it.
+//! OS-level mouse and keyboard on the X display, through enigo (text through
+//! `keyboard::Typist`). One dedicated thread owns both (enigo is not `Send`-friendly and X
+//! input must stay ordered); requests are serialized through a channel to it.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use enigo::{Axis, Button, Coordinate, Direction, Enigo, Key, Keyboard, Mouse, Settings};
 use tokio::sync::oneshot;
 
+use crate::keyboard::{Layout, Typist};
 use crate::motion;
 
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +89,20 @@ pub enum Action {
 /// millisecond would never make a double click.
 const REPEATED_CLICK_GAP: Duration = Duration::from_millis(3);
 
+fn open_devices(display: &str, layout: &Layout) -> Result<(Enigo, Typist), InputError> {
+    let enigo = Enigo::new(&Settings {
+        // The default 12 ms makes every click cost 25 ms; Chromium still registers every
+        // event without it.
+        linux_delay: 0,
+        x11_display: Some(display.to_owned()),
+        ..Settings::default()
+    })
+    .map_err(|error| InputError::Failed(error.to_string()))?;
+    let typist =
+        Typist::new(display, layout).map_err(|error| InputError::Failed(format!("{error:#}")))?;
+    Ok((enigo, typist))
+}
+
 type Request = (Action, oneshot::Sender<Result<(i32, i32), InputError>>);
 
 /// Sends actions to the input thread of one display.
@@ -100,30 +115,28 @@ pub struct Input {
 impl Input {
     pub fn start(
         display: &str,
+        layout: Layout,
         screen: std::sync::Arc<crate::screen::Screen>,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = std::sync::mpsc::channel::<Request>();
         let display = display.to_owned();
         thread::Builder::new().name("input".into()).spawn(move || {
             // Created on first use, so a failure is reported to a caller, not lost.
-            let mut enigo: Option<Enigo> = None;
+            let mut devices: Option<(Enigo, Typist)> = None;
             for (action, reply) in receiver {
                 // A caller that gave up (timeout, disconnect) must not have its action
                 // performed later, behind others' backs.
                 if reply.is_closed() {
                     continue;
                 }
-                let outcome = match &mut enigo {
-                    Some(enigo) => perform(enigo, action),
-                    None => match Enigo::new(&Settings {
-                        // The default 12 ms makes every click cost 25 ms; Chromium still
-                        // registers every event without it.
-                        linux_delay: 0,
-                        x11_display: Some(display.clone()),
-                        ..Settings::default()
-                    }) {
-                        Ok(created) => perform(enigo.insert(created), action),
-                        Err(error) => Err(InputError::Failed(error.to_string())),
+                let outcome = match &mut devices {
+                    Some((enigo, typist)) => perform(enigo, typist, action),
+                    None => match open_devices(&display, &layout) {
+                        Ok(opened) => {
+                            let (enigo, typist) = devices.insert(opened);
+                            perform(enigo, typist, action)
+                        }
+                        Err(error) => Err(error),
                     },
                 };
                 let _ = reply.send(outcome);
@@ -172,7 +185,11 @@ fn failed(error: enigo::InputError) -> InputError {
     InputError::Failed(error.to_string())
 }
 
-fn perform(enigo: &mut Enigo, action: Action) -> Result<(i32, i32), InputError> {
+fn perform(
+    enigo: &mut Enigo,
+    typist: &mut Typist,
+    action: Action,
+) -> Result<(i32, i32), InputError> {
     let is_position = matches!(action, Action::Position);
     let hold = match &action {
         Action::Click { hold, .. }
@@ -205,7 +222,7 @@ fn perform(enigo: &mut Enigo, action: Action) -> Result<(i32, i32), InputError> 
         pressed.push(*key);
     }
     if outcome.is_ok() {
-        outcome = act(enigo, action, &combos);
+        outcome = act(enigo, typist, action, &combos);
     }
     // Hold keys are released whatever happened.
     for key in pressed.iter().rev() {
@@ -221,7 +238,12 @@ fn perform(enigo: &mut Enigo, action: Action) -> Result<(i32, i32), InputError> 
     }
 }
 
-fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), InputError> {
+fn act(
+    enigo: &mut Enigo,
+    typist: &mut Typist,
+    action: Action,
+    combos: &[Vec<Key>],
+) -> Result<(), InputError> {
     match action {
         Action::Click {
             x,
@@ -298,14 +320,15 @@ fn act(enigo: &mut Enigo, action: Action, combos: &[Vec<Key>]) -> Result<(), Inp
             moved.and(released)
         }
         Action::Type { text, delay_ms } => {
-            if delay_ms == 0 {
-                return enigo.text(&text).map_err(failed);
-            }
+            // One line break, one Return.
+            let text = text.replace("\r\n", "\n");
             for (index, character) in text.chars().enumerate() {
                 if index > 0 {
                     sleep_ms(delay_ms);
                 }
-                enigo.text(&character.to_string()).map_err(failed)?;
+                typist
+                    .type_char(character)
+                    .map_err(|error| InputError::Failed(format!("{error:#}")))?;
             }
             Ok(())
         }

@@ -15,6 +15,7 @@ mod display;
 mod extensions;
 mod fs;
 mod input;
+mod keyboard;
 mod live;
 mod logs;
 mod memory;
@@ -213,10 +214,13 @@ fn main() -> anyhow::Result<()> {
                 )
                 .ok()
         });
+    let mut keyboard_layout = keyboard::Layout::default();
     let display = if args.headless {
         None
     } else {
         let display = display::Display::start(&args.xvfb_path, screen_limit.0, screen_limit.1)?;
+        // Before Chromium starts, so that it loads the map with these keys.
+        keyboard_layout = keyboard::prepare(&display.name).context("preparing the keyboard map")?;
         // SAFETY: no other thread exists yet (the async runtime is built below).
         unsafe {
             std::env::set_var("DISPLAY", &display.name);
@@ -258,7 +262,13 @@ fn main() -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(serve(args, display, sound, std::sync::Arc::new(screen)))
+        .block_on(serve(
+            args,
+            display,
+            keyboard_layout,
+            sound,
+            std::sync::Arc::new(screen),
+        ))
 }
 
 /// Where the gRPC server listens.
@@ -305,6 +315,7 @@ impl Listener {
 async fn serve(
     args: Args,
     display: Option<display::Display>,
+    keyboard_layout: keyboard::Layout,
     sound: Option<sound::SoundServer>,
     screen: std::sync::Arc<screen::Screen>,
 ) -> anyhow::Result<()> {
@@ -435,7 +446,7 @@ async fn serve(
     std::fs::create_dir_all(&scratch_dir)
         .with_context(|| format!("creating {}", scratch_dir.display()))?;
     let input = match &display_name {
-        Some(name) => Some(input::Input::start(name, screen.clone())?),
+        Some(name) => Some(input::Input::start(name, keyboard_layout, screen.clone())?),
         None => None,
     };
     let recordings = std::sync::Arc::new(recording::Recordings::new(

@@ -131,6 +131,15 @@ def test_keyboard_scroll_and_move(client, desktop):
     computer.press_key(sid, keys=["Ctrl+a"])
     computer.type_text(sid, text="x")
     assert wait_until(lambda: page.input_value("#text") == "x", 5), page.input_value("#text")
+    # Capitals, symbols and letters of many languages come out as written, also with
+    # Caps Lock on; a character no keyboard here has (Ω) too.
+    computer.press_key(sid, keys=["Ctrl+a"])
+    text = "Zoë's café: 1€ < 2£! Łódź, Ærøskøbing, ¿qué? Ω"
+    computer.type_text(sid, text=text)
+    computer.press_key(sid, keys=["Caps_Lock"])
+    computer.type_text(sid, text=" aB!é")
+    computer.press_key(sid, keys=["Caps_Lock"])
+    assert wait_until(lambda: page.input_value("#text") == text + " aB!é", 5), page.input_value("#text")
 
     computer.scroll(sid, x=400, y=400, delta_y=5)
     assert wait_until(lambda: page.evaluate("window.scrollY") > 0, 5)

@@ -45,11 +45,20 @@ def playwright():
 
 
 @pytest.fixture(scope="module")
-def viewer_browser(playwright):
+def viewer_chromium(playwright):
     """The viewer's own Chromium, outside any VM."""
     browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
     yield browser
     browser.close()
+
+
+@pytest.fixture
+def viewer_browser(viewer_chromium):
+    """A fresh context of the viewer's Chromium for each test: views a failed test left
+    open close with it, so they cannot keep the next test's encoder running."""
+    context = viewer_chromium.new_context(viewport={"width": 1400, "height": 900})
+    yield context
+    context.close()
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +84,7 @@ def canvas_colour(viewer, x: int, y: int) -> list[int]:
 
 
 def open_viewer(viewer_browser, url: str):
-    viewer = viewer_browser.new_page(viewport={"width": 1400, "height": 900})
+    viewer = viewer_browser.new_page()
     viewer.goto(url)
     viewer.wait_for_function("() => window.liveView.frames > 0", timeout=10_000)
     return viewer
