@@ -2,6 +2,7 @@
 //! crate, its events turned into the SDK's CREATE, WRITE, DELETE and RENAME with VM paths.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 use browser_agent_proto::v1::WatchEvent;
 use notify::event::{CreateKind, EventKind, ModifyKind, RemoveKind};
@@ -15,7 +16,7 @@ const BUFFERED_EVENTS: usize = 1024;
 
 /// A running watch: events arrive on `events` while `watcher` lives.
 pub struct Watch {
-    pub watcher: notify::RecommendedWatcher,
+    pub watcher: Arc<Mutex<notify::RecommendedWatcher>>,
     pub events: mpsc::Receiver<WatchEvent>,
 }
 
@@ -39,27 +40,47 @@ pub fn start(vm_root: &Path, api_path: &str, recursive: bool) -> Result<Watch, F
         )));
     }
     let (sender, events) = mpsc::channel(BUFFERED_EVENTS);
+    let (new_directories, created) = std::sync::mpsc::channel::<Vec<PathBuf>>();
     let event_root = root.clone();
-    let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
+    let handler_sender = sender.clone();
+    let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
         let Ok(event) = result else { return };
-        let mut found = translate(&event_root, &event);
-        if recursive {
-            found.extend(already_inside(&event_root, &found));
-        }
+        let found = translate(&event_root, &event);
+        let directories: Vec<PathBuf> = found
+            .iter()
+            .filter(|event| recursive && event.kind == "CREATE" && event.is_dir)
+            .map(|event| event_root.join(event.path.trim_start_matches('/')))
+            .collect();
         for event in found {
             // A reader that fell this far behind loses events rather than memory.
-            let _ = sender.try_send(event);
+            let _ = handler_sender.try_send(event);
+        }
+        if !directories.is_empty() {
+            let _ = new_directories.send(directories);
         }
     })
     .map_err(|error| FsError::Invalid(format!("cannot watch {api_path}: {error}")))?;
+    let watcher = Arc::new(Mutex::new(watcher));
     let mode = if recursive {
         RecursiveMode::Recursive
     } else {
         RecursiveMode::NonRecursive
     };
     watcher
+        .lock()
+        .map_err(|_| FsError::Invalid(format!("cannot watch {api_path}")))?
         .watch(&target, mode)
         .map_err(|error| FsError::Invalid(format!("cannot watch {api_path}: {error}")))?;
+    if recursive {
+        let (weak, root) = (Arc::downgrade(&watcher), root.clone());
+        std::thread::Builder::new()
+            .name("dir-watch".into())
+            .spawn(move || report_contents_of_new_directories(weak, &root, created, sender))
+            .map_err(|source| FsError::Io {
+                context: "starting a watch".into(),
+                source,
+            })?;
+    }
     Ok(Watch { watcher, events })
 }
 
@@ -95,17 +116,36 @@ fn translate(root: &Path, event: &notify::Event) -> Vec<WatchEvent> {
         .collect()
 }
 
-/// Entries made in a new directory before the watch could be placed on it (inotify
-/// watches a new directory only once it has seen it created), reported as created. An
-/// entry the watch also saw is reported twice rather than not at all.
-fn already_inside(root: &Path, events: &[WatchEvent]) -> Vec<WatchEvent> {
+/// Reports, as created, what new directories held before the watch reached them: inotify
+/// watches a new directory only once it has seen it created, and notify places that watch
+/// after its event handler has run, so the listing waits for notify's event loop to answer
+/// a no-op request (it does once the watches of the events handled so far are in place).
+/// An entry the watch also saw is reported twice rather than not at all. Ends with the
+/// watcher (its event handler holds the other end of `created`).
+fn report_contents_of_new_directories(
+    watcher: Weak<Mutex<notify::RecommendedWatcher>>,
+    root: &Path,
+    created: std::sync::mpsc::Receiver<Vec<PathBuf>>,
+    sender: mpsc::Sender<WatchEvent>,
+) {
+    for directories in created {
+        let Some(watcher) = watcher.upgrade() else {
+            return;
+        };
+        if let Ok(mut watcher) = watcher.lock() {
+            let _ = watcher.configure(notify::Config::default());
+        }
+        drop(watcher);
+        for event in already_inside(root, directories) {
+            let _ = sender.try_send(event);
+        }
+    }
+}
+
+/// Everything inside `directories`, as CREATE events.
+fn already_inside(root: &Path, mut pending: Vec<PathBuf>) -> Vec<WatchEvent> {
     const MOST: usize = 10_000;
     let mut found = Vec::new();
-    let mut pending: Vec<PathBuf> = events
-        .iter()
-        .filter(|event| event.kind == "CREATE" && event.is_dir)
-        .map(|event| root.join(event.path.trim_start_matches('/')))
-        .collect();
     while let Some(directory) = pending.pop() {
         let Ok(entries) = std::fs::read_dir(&directory) else {
             continue;

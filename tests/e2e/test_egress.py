@@ -154,13 +154,15 @@ def test_a_running_browser_gets_a_new_allowlist(control_plane, client, public_ho
         assert _visit(created.cdp_ws_url, [public_host]) == [(200, None, PUBLIC_TITLE)]
         narrowed = patch({"allowed_hosts": ["example.com"]})
         assert narrowed.status_code == 200 and narrowed.json()["network"] == {"allowed_hosts": ["example.com"]}
-        ((status, error, _),) = _visit(created.cdp_ws_url, [public_host])
+        # A new URL each time: the page just loaded may still be fresh in Chromium's cache,
+        # which answers without going out.
+        ((status, error, _),) = _visit(created.cdp_ws_url, [public_host + "?after-narrowing"])
         assert (status, error) == (403, DENIED)
         assert field(client.browsers.retrieve(created.session_id), "network") == {"allowed_hosts": ["example.com"]}
         assert patch({"allowed_hosts": []}).status_code == 400
         removed = patch({"allowed_hosts": None})
         assert removed.status_code == 200 and "network" not in removed.json()
-        assert _visit(created.cdp_ws_url, [public_host]) == [(200, None, PUBLIC_TITLE)]
+        assert _visit(created.cdp_ws_url, [public_host + "?after-removal"]) == [(200, None, PUBLIC_TITLE)]
         # Once removed, an allowlist cannot come back (as the SDK documents).
         again = patch({"allowed_hosts": [PUBLIC_HOST]})
         assert again.status_code == 400 and "cannot be given one" in again.json()["message"]
