@@ -8,6 +8,8 @@ use anyhow::Context;
 
 use crate::agent::AgentClients;
 use crate::blobs::BlobStore;
+use crate::credentials::CredentialService;
+use crate::credentials::onepassword::OnePassword;
 use crate::egress::EgressPolicy;
 use crate::managed_auth::ManagedAuth;
 use crate::managed_auth::vault::Vault;
@@ -31,6 +33,8 @@ pub struct ServiceSettings {
     /// What one organization may have live outside its pools.
     pub live_limits: crate::sessions::LiveLimits,
     pub vault: Vault,
+    /// The 1Password Connect server credential providers of type onepassword use.
+    pub onepassword_connect_url: Option<String>,
     /// Shortest health-check interval an organization may ask for.
     pub min_health_check_interval: i64,
 }
@@ -46,6 +50,7 @@ pub struct Services {
     pub sessions: Arc<Sessions>,
     pub pools: Arc<Pools>,
     pub managed_auth: Arc<ManagedAuth>,
+    pub credentials: Arc<CredentialService>,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     pub egress: Arc<EgressPolicy>,
 }
@@ -83,12 +88,24 @@ impl Services {
             replays.clone(),
             settings.max_pooled_browsers,
         ));
+        let vault = Arc::new(settings.vault);
+        let credentials = Arc::new(CredentialService::new(
+            store.clone(),
+            vault.clone(),
+            OnePassword::new(
+                store.clone(),
+                vault.clone(),
+                settings.onepassword_connect_url,
+            ),
+        ));
         let managed_auth = Arc::new(ManagedAuth::new(
-            settings.vault,
+            vault,
             settings.min_health_check_interval,
             store.clone(),
             sessions.clone(),
             profiles.clone(),
+            credentials.clone(),
+            replays.clone(),
         ));
         Self {
             store,
@@ -100,6 +117,7 @@ impl Services {
             sessions,
             pools,
             managed_auth,
+            credentials,
             proxy_upstreams: settings.proxy_upstreams,
             egress: settings.egress,
         }

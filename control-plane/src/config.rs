@@ -166,6 +166,11 @@ pub struct ServeConfig {
     /// a database must share it.
     #[arg(long, env = "CONTROL_PLANE_CREDENTIAL_KEY", hide_env_values = true)]
     pub credential_key: Option<String>,
+    /// The 1Password Connect server (e.g. http://connect.internal:8080) that credential
+    /// providers of type `onepassword` read vaults through, each with its own token.
+    /// Without it, such providers cannot be created.
+    #[arg(long, env = "CONTROL_PLANE_ONEPASSWORD_CONNECT_URL")]
+    pub onepassword_connect_url: Option<String>,
     /// Shortest `health_check_interval` an auth connection may ask for, in seconds.
     #[arg(long, env = "CONTROL_PLANE_MIN_HEALTH_CHECK_INTERVAL", default_value_t = 300,
         value_parser = clap::value_parser!(i64).range(1..=86_400))]

@@ -8,6 +8,7 @@ pub mod archive_formats;
 pub mod blobs;
 pub mod chrome_store;
 pub mod config;
+pub mod credentials;
 pub mod egress;
 pub mod error;
 pub mod ids;

@@ -118,6 +118,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             },
             vault: Vault::open(config.credential_key.as_deref(), &data_dir)
                 .context("opening the credential key")?,
+            onepassword_connect_url: config.onepassword_connect_url.clone(),
             min_health_check_interval: config.min_health_check_interval,
         },
     );

@@ -298,6 +298,7 @@ pub async fn services_over(
             },
             egress: Default::default(),
             vault: Vault::open(None, dir).expect("vault"),
+            onepassword_connect_url: None,
             min_health_check_interval: 300,
         },
     );

@@ -313,8 +313,7 @@ def test_patch_changes_settings_and_the_workflow_follows_them(client, control_pl
         time.sleep(4)
         assert client.auth.connections.retrieve(connection.id).status == "AUTHENTICATED"
 
-        for body, needle in [({"credential": {"name": "vault-item"}}, "credential"),
-                             ({"record_session": True}, "record_session"),
+        for body, needle in [({"credential": {"name": "vault-item", "auto": True}}, "credential"),
                              ({"browser": {"region": "eu-west"}}, "browser.region"),
                              ({"browser": {"telemetry": {"enabled": True}}}, "browser.telemetry is not supported"),
                              ({"health_check_interval": 1}, "health_check_interval"),
@@ -328,6 +327,8 @@ def test_patch_changes_settings_and_the_workflow_follows_them(client, control_pl
             assert needle in text, (body, bad.value.body)
         with pytest.raises(kernel.NotFoundError):
             update_connection(client, connection.id, browser={"proxy": {"name": "no-such-proxy"}})
+        with pytest.raises(kernel.NotFoundError):
+            update_connection(client, connection.id, credential={"name": "no-such-credential"})
         other = Kernel(api_key=control_plane.create_api_key("org-auth-patch"), base_url=control_plane.base_url,
                        max_retries=0)
         with pytest.raises(kernel.NotFoundError):
@@ -452,7 +453,7 @@ def test_bad_input_answers_the_error_shape(client, site):
         {"domain": "example.com", "profile_name": "p", "health_check_interval": 1},
         {"domain": "example.com", "profile_name": "p", "health_check_interval": 86401},
         {"domain": "example.com", "profile_name": "p", "allowed_domains": ["bad domain"]},
-        {"domain": "example.com", "profile_name": "p", "credential": {"name": "vault-item"}},
+        {"domain": "example.com", "profile_name": "p", "credential": {"path": "Vault/Item"}},
         {"domain": "example.com", "profile_name": "p", "unknown": True},
     ]
     for body in bad_creates:

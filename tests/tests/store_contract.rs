@@ -10,7 +10,8 @@ use chrono::{Duration, Utc};
 use control_plane::store::{
     self, AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, PoolLease,
     PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, ReplayStatus,
-    SessionFilter, SessionProfile, SessionRecord, SessionStatus, Store, StoreError, VmSettings,
+    SecretKind, SecretRecord, SessionFilter, SessionProfile, SessionRecord, SessionStatus, Store,
+    StoreError, VmSettings,
 };
 
 fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64) -> SessionRecord {
@@ -396,6 +397,102 @@ async fn contract(store: Arc<dyn Store>) {
     pool_contract(store.clone(), &a.id, &b.id).await;
     profile_contract(store.as_ref(), &a.id, &b.id).await;
     auth_connection_contract(store.as_ref(), &a.id, &b.id).await;
+    secret_contract(store.as_ref(), &a.id, &b.id).await;
+}
+
+async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
+    let secret = |id: &str, org: &str, kind: SecretKind, name: &str| SecretRecord {
+        id: id.into(),
+        org_id: org.into(),
+        kind,
+        name: name.into(),
+        created_at: micros(Utc::now()),
+        updated_at: micros(Utc::now()),
+        document: format!("{{\"of\":\"{id}\"}}"),
+        sealed: Some(vec![1, 2, 3]),
+    };
+    let first = secret("cred_1", a, SecretKind::Credential, "shop");
+    store.insert_secret(&first).await.unwrap();
+    // Names are unique per organization and kind only.
+    assert!(matches!(
+        store
+            .insert_secret(&secret("cred_2", a, SecretKind::Credential, "shop"))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    store
+        .insert_secret(&secret("cred_3", b, SecretKind::Credential, "shop"))
+        .await
+        .unwrap();
+    store
+        .insert_secret(&secret("cp_1", a, SecretKind::CredentialProvider, "shop"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .secret(a, SecretKind::Credential, "shop")
+            .await
+            .unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        store
+            .secret(a, SecretKind::Credential, "cred_1")
+            .await
+            .unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        store
+            .secret(b, SecretKind::Credential, "cred_1")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .secret(a, SecretKind::CredentialProvider, "cred_1")
+            .await
+            .unwrap(),
+        None
+    );
+    let listed = store.list_secrets(a, SecretKind::Credential).await.unwrap();
+    assert_eq!(listed, vec![first.clone()]);
+    let mut renamed = first.clone();
+    renamed.name = "shop-2".into();
+    renamed.document = "{}".into();
+    renamed.sealed = None;
+    assert!(store.update_secret(&renamed).await.unwrap());
+    assert_eq!(
+        store
+            .secret(a, SecretKind::Credential, "shop-2")
+            .await
+            .unwrap(),
+        Some(renamed.clone())
+    );
+    // Another organization's record is not updated or deleted.
+    let mut foreign = renamed.clone();
+    foreign.org_id = b.into();
+    assert!(!store.update_secret(&foreign).await.unwrap());
+    assert!(
+        !store
+            .delete_secret(b, SecretKind::Credential, "cred_1")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .delete_secret(a, SecretKind::Credential, "cred_1")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .delete_secret(a, SecretKind::Credential, "cred_1")
+            .await
+            .unwrap()
+    );
+    assert!(!store.update_secret(&renamed).await.unwrap());
 }
 
 fn micros(at: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {

@@ -59,9 +59,9 @@ pub struct CreateAuthConnectionRequest {
     /// Further domains the login may pass through or end on (`*.example.com` allowed).
     #[schema(schema_with = super::openapi::allowed_domains)]
     pub allowed_domains: Option<Vec<String>>,
-    /// Not supported by this server: credential stores and providers are not part of it.
-    #[schema(value_type = Option<Object>)]
-    pub credential: Option<Value>,
+    /// What logins fill in: `{name}`, `{provider, path}` or `{provider, auto: true}`.
+    #[schema(schema_with = super::openapi::credential_reference)]
+    pub credential: Option<super::auth_settings::CredentialReference>,
     /// Seconds between health checks; default 3600, from the server's minimum
     /// (`--min-health-check-interval`, default 300) to 86400.
     #[schema(minimum = 300, maximum = 86400)]
@@ -80,8 +80,7 @@ pub struct CreateAuthConnectionRequest {
     /// Keep the submitted values (encrypted; never one-time codes) to log in again by
     /// itself. Default true.
     pub save_credentials: Option<bool>,
-    /// Only `false`: login flows are not recorded by this server (a 400 says so).
-    #[schema(schema_with = super::openapi::only_false)]
+    /// Whether login flows record their browser as a replay. Default false.
     pub record_session: Option<bool>,
 }
 
@@ -113,7 +112,12 @@ pub(super) fn url_problem(field: &str, value: &str) -> Option<String> {
 /// An auth connection as the SDKs read it (`ManagedAuth`).
 pub(super) fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Value, ApiError> {
     let document = Document::parse(record)?;
-    let has_credentials = record.credentials.is_some();
+    let has_credentials = record.credentials.is_some() || document.credential.is_some();
+    let reauth_reason = match &document.credential {
+        Some(credential) if credential.provider.is_some() => "external_credential",
+        _ if has_credentials => "has_credential",
+        _ => "no_credential",
+    };
     let mut body = json!({
         "id": record.id,
         "domain": record.domain,
@@ -141,10 +145,12 @@ pub(super) fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Va
         "can_reauth": has_credentials,
         // Values of the SDK's enum: login values saved by a successful login count as the
         // connection's credential.
-        "can_reauth_reason": if has_credentials { "has_credential" } else { "no_credential" },
-        // Login flows are not recorded by this server.
-        "record_session": false,
+        "can_reauth_reason": reauth_reason,
+        "record_session": document.record_session,
     });
+    if let Some(credential) = &document.credential {
+        body["credential"] = credential.view();
+    }
     if let Some(flow) = &document.flow {
         body["flow_type"] = json!(flow.flow_type);
         body["flow_status"] = json!(flow.status);
@@ -209,7 +215,7 @@ pub(super) async fn find(org: &Org, id: &str) -> Result<AuthConnectionRecord, Ap
 /// at once (first health check after `health_check_interval`); log in with `login`.
 #[utoipa::path(post, path = "/auth/connections", tag = "managed auth",
     request_body = CreateAuthConnectionRequest, security(("bearer" = [])),
-    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, description = "A referenced proxy does not exist", body = ErrorBody),
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, description = "A referenced proxy, credential or credential provider does not exist", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
@@ -219,8 +225,6 @@ pub async fn create(
         &org,
         request.browser.as_ref(),
         request.browser_telemetry.is_some(),
-        request.credential.is_some(),
-        request.record_session,
     );
     problems.extend(domain_problem("domain", &request.domain, false));
     problems.extend(name_problem(&request.profile_name).map(|p| format!("profile_name: {p}")));
@@ -243,6 +247,12 @@ pub async fn create(
     let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy)
         .await?
         .flatten();
+    let credential = match request.credential {
+        Some(reference) => {
+            Some(super::auth_settings::checked_credential(&org, &org.id, reference).await?)
+        }
+        None => None,
+    };
     let profile = match org.store.profile(&org.id, &request.profile_name).await? {
         Some(profile) => profile,
         None => match org
@@ -276,6 +286,9 @@ pub async fn create(
         post_login_url: None,
         next_health_check_at: now + chrono::Duration::seconds(interval),
         flow: None,
+        credential,
+        record_session: request.record_session.unwrap_or(false),
+        timeline: Vec::new(),
     };
     let record = AuthConnectionRecord {
         id: ids::new_id("auth"),
@@ -461,13 +474,20 @@ pub async fn login(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// Discovered field name → value; at least one.
-    #[schema(schema_with = super::openapi::submitted_fields, required = true)]
+    /// Discovered field name → value; at least one (here or in `field_values`).
+    #[schema(schema_with = super::openapi::submitted_fields)]
     pub fields: Option<BTreeMap<String, String>>,
-    /// Not supported by this server: submit `fields`.
+    /// Today's SDK's name for `fields` (merged with them).
+    pub field_values: Option<BTreeMap<String, String>>,
+    /// The flows of this server ask for fields only: choices, sign-in and MFA options
+    /// and SSO buttons are never offered, so these are a 400.
     pub mfa_option_id: Option<String>,
-    /// Not supported by this server: submit `fields`.
     pub sso_button_selector: Option<String>,
+    pub selected_choice_id: Option<String>,
+    pub sign_in_option_id: Option<String>,
+    pub sso_provider: Option<String>,
+    /// Accepted and ignored: a flow has one interaction at a time.
+    pub interaction_id: Option<String>,
 }
 
 fn check_values(fields: &BTreeMap<String, String>) -> Result<(), ApiError> {
@@ -498,12 +518,27 @@ pub async fn submit(
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<SubmitRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    if request.mfa_option_id.is_some() || request.sso_button_selector.is_some() {
-        return Err(ApiError::invalid_field(
-            "mfa_option_id and sso_button_selector are not supported; submit fields",
-        ));
+    let offered_never = [
+        ("mfa_option_id", request.mfa_option_id.is_some()),
+        ("sso_button_selector", request.sso_button_selector.is_some()),
+        ("selected_choice_id", request.selected_choice_id.is_some()),
+        ("sign_in_option_id", request.sign_in_option_id.is_some()),
+        ("sso_provider", request.sso_provider.is_some()),
+    ];
+    let given: Vec<&str> = offered_never
+        .iter()
+        .filter(|(_, given)| *given)
+        .map(|(name, _)| *name)
+        .collect();
+    if !given.is_empty() {
+        return Err(ApiError::invalid_field(format!(
+            "{}: this flow offers no choices or options, only the fields in discovered_fields \
+             (give a credential with sso_provider to sign in through SSO)",
+            given.join(", ")
+        )));
     }
-    let fields = request.fields.unwrap_or_default();
+    let mut fields = request.fields.unwrap_or_default();
+    fields.extend(request.field_values.unwrap_or_default());
     check_values(&fields)?;
     find(&org, &id).await?;
     org.managed_auth.submit(&id, fields).await?;

@@ -15,7 +15,8 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam};
 use super::org::Org;
 use super::state::AppState;
-use crate::managed_auth::{MAX_HEALTH_CHECK_INTERVAL, SettingsChange};
+use crate::error::ServiceError;
+use crate::managed_auth::{CredentialRef, MAX_HEALTH_CHECK_INTERVAL, SettingsChange};
 use crate::sessions::ResourceReference;
 
 /// The connection's browsers (its logins and health checks).
@@ -48,9 +49,9 @@ pub struct UpdateAuthConnectionRequest {
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Object>)]
     pub browser_telemetry: Option<Value>,
-    /// Not supported by this server: credential stores and providers are not part of it.
-    #[schema(value_type = Option<Object>)]
-    pub credential: Option<Value>,
+    /// A new credential to log in with.
+    #[schema(schema_with = super::openapi::credential_reference)]
+    pub credential: Option<CredentialReference>,
     /// Seconds between health checks, from the server's minimum
     /// (`--min-health-check-interval`, default 300) to 86400; the next check moves to one
     /// new interval from now.
@@ -63,12 +64,99 @@ pub struct UpdateAuthConnectionRequest {
     pub login_url: Option<String>,
     /// Deprecated form of `browser.proxy`.
     pub proxy: Option<ResourceReference>,
-    /// Only `false`: login flows are not recorded by this server (a 400 says so).
-    #[schema(schema_with = super::openapi::only_false)]
+    /// Whether login flows record their browser as a replay (listed in the timeline).
     pub record_session: Option<bool>,
     /// Whether a successful login saves its values; existing saved values stay until the
     /// next successful login.
     pub save_credentials: Option<bool>,
+}
+
+/// Where a connection's logins take their values from: `{name}` (a credential, by name
+/// or id), `{provider, path}` (a provider's item, `Vault/Item`) or `{provider, auto:
+/// true}` (the provider's item with a URL on the connection's domain).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialReference {
+    pub name: Option<String>,
+    pub provider: Option<String>,
+    pub path: Option<String>,
+    pub auto: Option<bool>,
+}
+
+/// The credential a request names, checked to exist in the organization (404 when it
+/// does not, as for a proxy).
+pub async fn checked_credential(
+    state: &AppState,
+    org_id: &str,
+    reference: CredentialReference,
+) -> Result<CredentialRef, ApiError> {
+    let invalid = |message: &str| ApiError::invalid_field(format!("credential: {message}"));
+    let not_found = |kind: &'static str, id: String| {
+        move |error: ServiceError| match error {
+            ServiceError::NotFound(_) => ApiError::not_found(kind, &id),
+            other => other.into(),
+        }
+    };
+    // The shape first (a 400), then whether what it names exists (a 404).
+    match reference {
+        CredentialReference {
+            name: Some(name),
+            provider: None,
+            path: None,
+            auto: None,
+        } => {
+            let found = state
+                .credentials
+                .get(org_id, &name)
+                .await
+                .map_err(not_found("credential", name.clone()))?;
+            Ok(CredentialRef {
+                name: Some(name),
+                credential_id: Some(found.id),
+                ..CredentialRef::default()
+            })
+        }
+        CredentialReference {
+            name: None,
+            provider: Some(provider),
+            path,
+            auto,
+        } => {
+            let path = match (path, auto) {
+                (Some(path), None) => {
+                    let well_formed = path
+                        .split_once('/')
+                        .is_some_and(|(vault, item)| !vault.is_empty() && !item.is_empty());
+                    if !well_formed {
+                        return Err(invalid("path must be Vault/Item"));
+                    }
+                    Some(path)
+                }
+                (None, Some(true)) => None,
+                _ => {
+                    return Err(invalid(
+                        "with provider, give either path (Vault/Item) or auto: true",
+                    ));
+                }
+            };
+            let found = state
+                .credentials
+                .onepassword
+                .get(org_id, &provider)
+                .await
+                .map_err(not_found("credential provider", provider.clone()))?;
+            Ok(CredentialRef {
+                auto: path.is_none().then_some(true),
+                path,
+                provider: Some(provider),
+                provider_id: Some(found.id),
+                ..CredentialRef::default()
+            })
+        }
+        _ => Err(invalid(
+            "give {name} for a stored credential, {provider, path} or {provider, auto: true}",
+        )),
+    }
 }
 
 /// The proxy a connection's browsers are to use, if the request says: `Some(None)` for
@@ -110,8 +198,6 @@ pub fn settings_problems(
     state: &AppState,
     browser: Option<&ConnectionBrowserRequest>,
     browser_telemetry: bool,
-    credential: bool,
-    record_session: Option<bool>,
 ) -> Vec<String> {
     let mut problems = unsupported(&[
         ("browser_telemetry", browser_telemetry),
@@ -128,17 +214,6 @@ pub fn settings_problems(
             "browser.region: this server serves {:?} only, not {asked:?}",
             state.settings.region
         ));
-    }
-    if credential {
-        problems.push(
-            "credential: credential stores and providers are not supported by this server; \
-             log in once with save_credentials to let it log in again by itself"
-                .into(),
-        );
-    }
-    if record_session == Some(true) {
-        problems
-            .push("record_session: recording login flows is not supported by this server".into());
     }
     problems
 }
@@ -171,7 +246,7 @@ pub fn interval_problem(state: &AppState, interval: i64) -> Option<String> {
     params(("id" = String, Path, description = "Auth connection id")),
     request_body = UpdateAuthConnectionRequest,
     responses((status = 200, body = Object), (status = 400, body = ErrorBody),
-        (status = 404, description = "No such connection, or a referenced proxy does not exist", body = ErrorBody)))]
+        (status = 404, description = "No such connection, or a referenced proxy, credential or credential provider does not exist", body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -182,8 +257,6 @@ pub async fn update(
         &org,
         request.browser.as_ref(),
         request.browser_telemetry.is_some(),
-        request.credential.is_some(),
-        request.record_session,
     );
     if let Some(domains) = &request.allowed_domains {
         problems.extend(allowed_domains_problems(domains));
@@ -205,6 +278,10 @@ pub async fn update(
         None => (None, None),
     };
     let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy).await?;
+    let credential = match request.credential {
+        Some(reference) => Some(checked_credential(&org, &org.id, reference).await?),
+        None => None,
+    };
     let change = SettingsChange {
         login_url,
         allowed_domains: request.allowed_domains,
@@ -214,6 +291,8 @@ pub async fn update(
         save_credentials: request.save_credentials,
         stealth,
         proxy_id,
+        credential,
+        record_session: request.record_session,
     };
     org.managed_auth.update(&record.id, change).await?;
     let updated = find(&org, &record.id).await?;

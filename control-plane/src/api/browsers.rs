@@ -522,7 +522,7 @@ pub struct NetworkUpdate {
 }
 
 /// A field that is present, `null` or not: `Some(None)` for `null`.
-fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+pub(super) fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,

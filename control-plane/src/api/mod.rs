@@ -4,11 +4,14 @@
 
 pub mod auth_connections;
 pub mod auth_settings;
+pub mod auth_timeline;
 pub mod browser_view;
 pub mod browsers;
 pub mod cdp;
 pub mod chrome_store;
 pub mod computer;
+pub mod credential_providers;
+pub mod credentials;
 pub mod curl;
 pub mod error;
 pub mod extensions;
@@ -106,6 +109,25 @@ fn api_routes() -> OpenApiRouter<AppState> {
             auth_connections::hosted_page,
             auth_connections::hosted_submit
         ))
+        .routes(routes!(auth_timeline::timeline))
+        .routes(routes!(credentials::create, credentials::list))
+        .routes(routes!(
+            credentials::retrieve,
+            credentials::update,
+            credentials::delete
+        ))
+        .routes(routes!(credentials::totp_code))
+        .routes(routes!(
+            credential_providers::create,
+            credential_providers::list
+        ))
+        .routes(routes!(
+            credential_providers::retrieve,
+            credential_providers::update,
+            credential_providers::delete
+        ))
+        .routes(routes!(credential_providers::items))
+        .routes(routes!(credential_providers::test))
         .routes(routes!(logs::stream))
         .routes(routes!(curl::curl))
         .routes(routes!(curl::raw))

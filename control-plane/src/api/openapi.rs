@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use utoipa::openapi::OpenApi as OpenApiDocument;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{
-    AdditionalProperties, Array, ArrayBuilder, Object, ObjectBuilder, Schema, SchemaType, Type,
+    AdditionalProperties, Array, ArrayBuilder, Object, ObjectBuilder, OneOfBuilder, Schema,
+    SchemaType, Type,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -596,6 +597,74 @@ pub fn allowed_domains() -> Array {
         .max_items(Some(50))
         .description(Some("Further domains the login may pass through or end on: up to 50, `*.example.com` allowed."))
         .build()
+}
+
+/// A TOTP algorithm.
+pub fn totp_algorithm() -> Object {
+    string_schema(true, "SHA1 (default), SHA256 or SHA512.")
+        .enum_values(Some(["SHA1", "SHA256", "SHA512"]))
+        .build()
+}
+
+/// An auth connection's credential: `{name}`, `{provider, path}` or `{provider, auto:
+/// true}`, nothing else.
+pub fn credential_reference() -> Schema {
+    let text = |description: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(255))
+            .description(Some(description))
+    };
+    let exactly = |properties: Vec<(&str, Object)>| {
+        let mut object = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)));
+        for (name, schema) in properties {
+            object = object.property(name, schema).required(name);
+        }
+        object.build()
+    };
+    OneOfBuilder::new()
+        .item(exactly(vec![(
+            "name",
+            text("A credential of the organization, by name or id.").build(),
+        )]))
+        .item(exactly(vec![
+            (
+                "provider",
+                text("A credential provider, by name or id.").build(),
+            ),
+            (
+                "path",
+                text("The provider's item, `Vault/Item`.")
+                    .pattern(Some(r"^[^/]+/.+$"))
+                    .build(),
+            ),
+        ]))
+        .item(exactly(vec![
+            (
+                "provider",
+                text("A credential provider, by name or id.").build(),
+            ),
+            (
+                "auto",
+                ObjectBuilder::new()
+                    .schema_type(Type::Boolean)
+                    .enum_values(Some([json!(true)]))
+                    .description(Some(
+                        "The provider's item with a URL on the connection's domain.",
+                    ))
+                    .build(),
+            ),
+        ]))
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "`{name}` (a stored credential), `{provider, path}` or `{provider, auto: true}`; a \
+             credential or provider the organization does not have is a 404.",
+        ))
+        .build()
+        .into()
 }
 
 /// Hosts a proxy lets go direct: up to 100 entries of Chromium's bypass list (ASCII,

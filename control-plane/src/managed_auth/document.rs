@@ -80,6 +80,57 @@ pub struct Document {
     pub next_health_check_at: DateTime<Utc>,
     /// The most recent login flow.
     pub flow: Option<Flow>,
+    /// Where logins take their values from, besides those saved from earlier logins.
+    #[serde(default)]
+    pub credential: Option<CredentialRef>,
+    /// Whether login flows record their browser as a replay.
+    #[serde(default)]
+    pub record_session: bool,
+    /// Flows and health checks, oldest first.
+    #[serde(default)]
+    pub timeline: Vec<super::timeline::TimelineEvent>,
+}
+
+/// A connection's credential, as the SDK names one: `{name}` (a stored credential, by
+/// name or id), `{provider, path}` (an item of a credential provider, `Vault/Item`), or
+/// `{provider, auto: true}` (the provider's item for the connection's domain).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct CredentialRef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto: Option<bool>,
+    /// The credential `name` resolved to when the connection was given it (a rename
+    /// does not break the connection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_id: Option<String>,
+    /// Likewise for `provider`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+}
+
+impl CredentialRef {
+    /// As the SDK reads it (without the resolved ids).
+    pub fn view(&self) -> serde_json::Value {
+        let mut view = serde_json::json!({});
+        for (key, value) in [
+            ("name", &self.name),
+            ("provider", &self.provider),
+            ("path", &self.path),
+        ] {
+            if let Some(value) = value {
+                view[key] = serde_json::json!(value);
+            }
+        }
+        if let Some(auto) = self.auto {
+            view["auto"] = serde_json::json!(auto);
+        }
+        view
+    }
 }
 
 /// Documents stored before a setting existed have it on, as the SDK's default.
@@ -100,6 +151,9 @@ pub struct SettingsChange {
     pub stealth: Option<bool>,
     /// A proxy id; `Some(None)` goes direct.
     pub proxy_id: Option<Option<String>>,
+    /// A new credential to log in with.
+    pub credential: Option<CredentialRef>,
+    pub record_session: Option<bool>,
 }
 
 impl SettingsChange {
@@ -134,6 +188,12 @@ impl SettingsChange {
         if let Some(proxy_id) = self.proxy_id {
             document.proxy_id = proxy_id;
         }
+        if let Some(credential) = self.credential {
+            document.credential = Some(credential);
+        }
+        if let Some(record_session) = self.record_session {
+            document.record_session = record_session;
+        }
         if reschedule {
             document.next_health_check_at =
                 now + chrono::Duration::seconds(document.health_check_interval);
@@ -143,6 +203,14 @@ impl SettingsChange {
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Flow {
+    /// Names the flow in the timeline (empty for flows stored before it existed).
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
+    /// The replay recording the flow's browser (`record_session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_id: Option<String>,
     pub flow_type: FlowType,
     pub status: FlowStatus,
     pub step: FlowStep,
@@ -159,6 +227,9 @@ pub struct Flow {
     /// Saved values were submitted by the flow itself already (tried once only).
     #[serde(default)]
     pub auto_submitted: bool,
+    /// Steps the flow has filled by itself from the connection's credential.
+    #[serde(default)]
+    pub auto_steps: u32,
 }
 
 impl Flow {

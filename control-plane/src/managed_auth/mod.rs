@@ -20,12 +20,13 @@
 
 mod document;
 pub mod page;
+pub mod timeline;
 pub mod vault;
 mod workflow;
 
 pub use document::{
-    AuthStatus, Document, Flow, FlowStatus, FlowStep, FlowType, SettingsChange, in_domains,
-    state_event,
+    AuthStatus, CredentialRef, Document, Flow, FlowStatus, FlowStep, FlowType, SettingsChange,
+    in_domains, state_event,
 };
 
 use std::collections::HashMap;
@@ -36,8 +37,10 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::credentials::CredentialService;
 use crate::error::{ServiceError, ServiceResult};
 use crate::profiles::Profiles;
+use crate::replays::Replays;
 use crate::sessions::Sessions;
 use crate::store::{AuthConnectionRecord, Store};
 use vault::{Credentials, Vault};
@@ -83,23 +86,29 @@ pub struct ManagedAuth {
     store: Arc<dyn Store>,
     sessions: Arc<Sessions>,
     profiles: Arc<Profiles>,
+    credentials: Arc<CredentialService>,
+    replays: Arc<Replays>,
     workers: Mutex<HashMap<String, Worker>>,
 }
 
 impl ManagedAuth {
     pub fn new(
-        vault: Vault,
+        vault: Arc<Vault>,
         min_health_check_interval: i64,
         store: Arc<dyn Store>,
         sessions: Arc<Sessions>,
         profiles: Arc<Profiles>,
+        credentials: Arc<CredentialService>,
+        replays: Arc<Replays>,
     ) -> Self {
         Self {
-            vault: Arc::new(vault),
+            vault,
             min_health_check_interval,
             store,
             sessions,
             profiles,
+            credentials,
+            replays,
             workers: Mutex::default(),
         }
     }
@@ -174,6 +183,30 @@ impl ManagedAuth {
     }
 
     /// Starts a login flow; answers once it is recorded (DISCOVERING).
+    /// The first of the organization's connections that logs in with the stored
+    /// credential `id` (named `name`).
+    pub async fn connection_using_credential(
+        &self,
+        org_id: &str,
+        id: &str,
+        name: &str,
+    ) -> ServiceResult<Option<String>> {
+        for record in self.store.list_auth_connections(Some(org_id)).await? {
+            let uses = Document::parse(&record).is_ok_and(|document| {
+                document.credential.is_some_and(|credential| {
+                    credential.credential_id.as_deref() == Some(id)
+                        || credential
+                            .name
+                            .is_some_and(|named| named == id || named == name)
+                })
+            });
+            if uses {
+                return Ok(Some(record.id));
+            }
+        }
+        Ok(None)
+    }
+
     pub async fn login(&self, id: &str) -> ServiceResult<()> {
         self.command(id, |reply| Command::Login { reply }).await
     }

@@ -83,6 +83,28 @@ impl Page {
     }
 }
 
+impl Page {
+    /// Follows the page's sign-in button or link of an SSO provider (its name in the
+    /// button's text or label, e.g. "Sign in with Google"); returns whether there was one.
+    pub async fn follow_sso_button(&self, provider: &str) -> anyhow::Result<bool> {
+        let script = format!(
+            "({SSO_BUTTON_SCRIPT})({})",
+            Value::String(provider.to_owned())
+        );
+        match self.evaluate(&script).await {
+            Ok(Value::String(href)) if !href.is_empty() => {
+                self.navigate(&href).await?;
+                Ok(true)
+            }
+            Ok(Value::Bool(clicked)) => Ok(clicked),
+            Ok(_) => Ok(false),
+            // A click that navigates may lose the document before the answer.
+            Err(error) if error.to_string().contains("context") => Ok(true),
+            Err(error) => Err(error),
+        }
+    }
+}
+
 /// A form field the user (or the saved credentials) must fill, as the SDKs read it.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct DiscoveredField {
@@ -203,6 +225,22 @@ const FILL_AND_SUBMIT_SCRIPT: &str = r#"(fields) => {
     else if (form) form.requestSubmit();
   }, 0);
   return null;
+}"#;
+
+/// The href of a visible link naming the provider, or `true` after clicking such a
+/// button (`false` when there is none).
+const SSO_BUTTON_SCRIPT: &str = r#"(provider) => {
+  const wanted = provider.toLowerCase();
+  const named = (el) => [el.innerText, el.getAttribute('aria-label'), el.getAttribute('title'), el.value]
+    .some((text) => (text || '').toLowerCase().includes(wanted));
+  const visible = (el) => { const box = el.getBoundingClientRect(); return box.width > 0 && box.height > 0; };
+  const found = [...document.querySelectorAll('a[href], button, [role=button], input[type=submit], input[type=button]')]
+    .find((el) => visible(el) && named(el));
+  if (!found) return false;
+  if (found.matches('a[href]')) return found.href;
+  window.__managedAuthSubmitted = true;
+  setTimeout(() => found.click(), 0);
+  return true;
 }"#;
 
 /// The href of a visible link or button that leads to a login page.

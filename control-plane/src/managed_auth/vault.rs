@@ -1,4 +1,5 @@
-//! Saved login values, encrypted at rest with AES-256-GCM.
+//! Secrets at rest (saved login values, credentials, providers' tokens), encrypted with
+//! AES-256-GCM.
 //!
 //! The key comes from configuration (`--credential-key`, base64 of 32 bytes), or is
 //! generated once into `<data-dir>/credential.key` (mode 0600). It is never in the
@@ -48,8 +49,8 @@ impl Vault {
 
     /// Random nonce, then ciphertext with its tag. `owner` (the connection) is bound in as
     /// associated data: sealed values copied to another connection do not open there.
-    pub fn seal(&self, credentials: &Credentials, owner: &str) -> anyhow::Result<Vec<u8>> {
-        let plaintext = serde_json::to_vec(credentials)?;
+    pub fn seal<T: serde::Serialize>(&self, secret: &T, owner: &str) -> anyhow::Result<Vec<u8>> {
+        let plaintext = serde_json::to_vec(secret)?;
         let mut nonce = [0u8; NONCE_BYTES];
         rand::rng().fill(&mut nonce);
         let ciphertext = self
@@ -65,7 +66,11 @@ impl Vault {
         Ok([nonce.as_slice(), &ciphertext].concat())
     }
 
-    pub fn open_sealed(&self, sealed: &[u8], owner: &str) -> anyhow::Result<Credentials> {
+    pub fn open_sealed<T: serde::de::DeserializeOwned>(
+        &self,
+        sealed: &[u8],
+        owner: &str,
+    ) -> anyhow::Result<T> {
         if sealed.len() < NONCE_BYTES {
             bail!("sealed credentials are too short");
         }
@@ -120,13 +125,28 @@ mod tests {
         assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
         // The key file is reused on the next start.
         let reopened = Vault::open(None, dir.path())?;
-        assert_eq!(reopened.open_sealed(&sealed, "org/auth_1")?, credentials);
-        assert!(reopened.open_sealed(&sealed, "org/auth_2").is_err());
+        assert_eq!(
+            reopened.open_sealed::<Credentials>(&sealed, "org/auth_1")?,
+            credentials
+        );
+        assert!(
+            reopened
+                .open_sealed::<Credentials>(&sealed, "org/auth_2")
+                .is_err()
+        );
         let other = Vault::open(Some(&STANDARD.encode([7u8; 32])), dir.path())?;
-        assert!(other.open_sealed(&sealed, "org/auth_1").is_err());
+        assert!(
+            other
+                .open_sealed::<Credentials>(&sealed, "org/auth_1")
+                .is_err()
+        );
         let mut tampered = sealed.clone();
         tampered[NONCE_BYTES] ^= 1;
-        assert!(vault.open_sealed(&tampered, "org/auth_1").is_err());
+        assert!(
+            vault
+                .open_sealed::<Credentials>(&tampered, "org/auth_1")
+                .is_err()
+        );
         Ok(())
     }
 }

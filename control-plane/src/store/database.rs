@@ -16,7 +16,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 9] = [
+const MIGRATIONS: [(&str, &str); 10] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -52,6 +52,10 @@ const MIGRATIONS: [(&str, &str); 9] = [
     (
         "V9__replay_audio",
         include_str!("../../migrations/V9__replay_audio.sql"),
+    ),
+    (
+        "V10__credentials",
+        include_str!("../../migrations/V10__credentials.sql"),
     ),
 ];
 

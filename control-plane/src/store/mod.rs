@@ -190,6 +190,37 @@ pub struct AuthConnectionRecord {
     pub credentials: Option<Vec<u8>>,
 }
 
+/// What a `SecretRecord` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretKind {
+    Credential,
+    CredentialProvider,
+}
+
+impl SecretKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Credential => "credential",
+            Self::CredentialProvider => "credential_provider",
+        }
+    }
+}
+
+/// A credential or a credential provider. The store keeps its public settings as an
+/// opaque JSON `document` (the credentials module's) and its secrets `sealed`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretRecord {
+    pub id: String,
+    pub org_id: String,
+    pub kind: SecretKind,
+    /// Unique per organization and kind.
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub document: String,
+    pub sealed: Option<Vec<u8>>,
+}
+
 /// Where a pool's browser is in its cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolLease {
@@ -496,6 +527,22 @@ pub trait Store: Send + Sync + 'static {
     /// Replaces `document` and `credentials`; false if the connection is gone.
     async fn update_auth_connection(&self, connection: &AuthConnectionRecord) -> StoreResult<bool>;
     async fn delete_auth_connection(&self, org_id: &str, id: &str) -> StoreResult<bool>;
+
+    /// Fails with `Conflict` when the organization has one of that kind and name.
+    async fn insert_secret(&self, secret: &SecretRecord) -> StoreResult<()>;
+    /// By id, else by name.
+    async fn secret(
+        &self,
+        org_id: &str,
+        kind: SecretKind,
+        id_or_name: &str,
+    ) -> StoreResult<Option<SecretRecord>>;
+    /// Oldest first.
+    async fn list_secrets(&self, org_id: &str, kind: SecretKind) -> StoreResult<Vec<SecretRecord>>;
+    /// Replaces name, `updated_at`, document and sealed secrets; false if it is gone.
+    /// Fails with `Conflict` when the new name is taken.
+    async fn update_secret(&self, secret: &SecretRecord) -> StoreResult<bool>;
+    async fn delete_secret(&self, org_id: &str, kind: SecretKind, id: &str) -> StoreResult<bool>;
 
     async fn insert_replay(&self, replay: &ReplayRecord) -> StoreResult<()>;
     async fn replay(

@@ -4,8 +4,8 @@
 use super::database::Row;
 use super::{
     AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease,
-    PoolRecord, ProfileRecord, ProxyRecord, ReplayRecord, ReplayStatus, SessionProfile,
-    SessionRecord, SessionStatus, StoreResult,
+    PoolRecord, ProfileRecord, ProxyRecord, ReplayRecord, ReplayStatus, SecretKind, SecretRecord,
+    SessionProfile, SessionRecord, SessionStatus, StoreError, StoreResult,
 };
 
 /// Columns of `browser_sessions` in the order both backends read and write them.
@@ -24,6 +24,7 @@ pub const PROXY_COLUMNS: &str = "id, org_id, name, type, protocol, bypass_hosts,
 pub const EXTENSION_COLUMNS: &str =
     "id, org_id, name, size_bytes, blob_key, created_at, last_used_at";
 pub const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at";
+pub const SECRET_COLUMNS: &str = "id, org_id, kind, name, created_at, updated_at, document, sealed";
 
 pub fn organization_from_row(row: &Row<'_>) -> StoreResult<Organization> {
     Ok(Organization {
@@ -141,6 +142,28 @@ pub fn auth_connection_from_row(row: &Row<'_>) -> StoreResult<AuthConnectionReco
         created_at: row.get(4)?,
         document: row.get(5)?,
         credentials: row.get(6)?,
+    })
+}
+
+pub fn secret_from_row(row: &Row<'_>) -> StoreResult<SecretRecord> {
+    let kind: String = row.get(2)?;
+    Ok(SecretRecord {
+        id: row.get(0)?,
+        org_id: row.get(1)?,
+        kind: match kind.as_str() {
+            "credential" => SecretKind::Credential,
+            "credential_provider" => SecretKind::CredentialProvider,
+            other => {
+                return Err(StoreError::Backend(format!(
+                    "unknown secret kind {other:?}"
+                )));
+            }
+        },
+        name: row.get(3)?,
+        created_at: row.get(4)?,
+        updated_at: row.get(5)?,
+        document: row.get(6)?,
+        sealed: row.get(7)?,
     })
 }
 

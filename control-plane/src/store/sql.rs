@@ -9,8 +9,8 @@ use super::database::{Database, params, sql};
 use super::rows::*;
 use super::{
     AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease,
-    PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, SessionFilter,
-    SessionRecord, Store, StoreResult,
+    PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, SecretKind,
+    SecretRecord, SessionFilter, SessionRecord, Store, StoreResult,
 };
 
 /// Looks a row up by id first, then by name, in one statement: a name that equals another
@@ -761,6 +761,91 @@ impl Store for SqlStore {
             .execute(
                 sql!("DELETE FROM auth_connections WHERE org_id = $1 AND id = $2"),
                 params![org_id, id],
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    async fn insert_secret(&self, s: &SecretRecord) -> StoreResult<()> {
+        self.database
+            .execute(
+                sql!(
+                    "INSERT INTO secrets ({SECRET_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                ),
+                params![
+                    s.id,
+                    s.org_id,
+                    s.kind.as_str(),
+                    s.name,
+                    s.created_at,
+                    s.updated_at,
+                    s.document,
+                    s.sealed
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn secret(
+        &self,
+        org_id: &str,
+        kind: SecretKind,
+        id_or_name: &str,
+    ) -> StoreResult<Option<SecretRecord>> {
+        self.database
+            .query_opt(
+                sql!(
+                    "SELECT {SECRET_COLUMNS} FROM secrets WHERE org_id = $1 AND kind = $3 \
+                     AND {ID_FIRST}"
+                ),
+                params![org_id, id_or_name, kind.as_str()],
+                secret_from_row,
+            )
+            .await
+    }
+
+    async fn list_secrets(&self, org_id: &str, kind: SecretKind) -> StoreResult<Vec<SecretRecord>> {
+        self.database
+            .query(
+                sql!(
+                    "SELECT {SECRET_COLUMNS} FROM secrets WHERE org_id = $1 AND kind = $2 \
+                     ORDER BY created_at, id"
+                ),
+                params![org_id, kind.as_str()],
+                secret_from_row,
+            )
+            .await
+    }
+
+    async fn update_secret(&self, s: &SecretRecord) -> StoreResult<bool> {
+        let updated = self
+            .database
+            .execute(
+                sql!(
+                    "UPDATE secrets SET name = $4, updated_at = $5, document = $6, sealed = $7 \
+                     WHERE org_id = $1 AND kind = $2 AND id = $3"
+                ),
+                params![
+                    s.org_id,
+                    s.kind.as_str(),
+                    s.id,
+                    s.name,
+                    s.updated_at,
+                    s.document,
+                    s.sealed
+                ],
+            )
+            .await?;
+        Ok(updated == 1)
+    }
+
+    async fn delete_secret(&self, org_id: &str, kind: SecretKind, id: &str) -> StoreResult<bool> {
+        let deleted = self
+            .database
+            .execute(
+                sql!("DELETE FROM secrets WHERE org_id = $1 AND kind = $2 AND id = $3"),
+                params![org_id, kind.as_str(), id],
             )
             .await?;
         Ok(deleted == 1)

@@ -1,5 +1,5 @@
 //! The periodic health check: is the profile still logged in, and if not, a REAUTH flow
-//! when values are saved.
+//! when values are saved or the connection has a credential.
 
 use chrono::Utc;
 
@@ -21,6 +21,10 @@ impl Workflow {
             self.load(&target).await
         }
         .await;
+        let session_id = self
+            .browser
+            .as_ref()
+            .map(|browser| browser.session.id.clone());
         if let Some(browser) = self.browser.take() {
             self.end_browser(browser).await;
         }
@@ -33,14 +37,18 @@ impl Workflow {
             }
         };
         let logged_in = !assessment.password_field && self.inside(&assessment.url);
+        let before = self.document.status;
         self.document.status = if logged_in {
             AuthStatus::Authenticated
         } else {
             AuthStatus::NeedsAuth
         };
+        self.document
+            .record_health_check(before, self.document.status, session_id);
         tracing::info!(connection_id = %self.id(), logged_in, "health check");
         self.save_quietly().await;
-        if !logged_in && self.document.auto_reauth && self.record.credentials.is_some() {
+        let can_reauth = self.record.credentials.is_some() || self.document.credential.is_some();
+        if !logged_in && self.document.auto_reauth && can_reauth {
             self.begin_flow(FlowType::Reauth).await;
             Box::pin(self.discover()).await;
         }

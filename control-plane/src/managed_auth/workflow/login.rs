@@ -6,6 +6,8 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::{PAGE_SETTLE_TIMEOUT, Workflow};
+use crate::credentials::LoginValues;
+use crate::credentials::onepassword::ItemLookup;
 use crate::error::{ServiceError, ServiceResult};
 use crate::managed_auth::document::strip_query;
 use crate::managed_auth::page::{Assessment, DiscoveredField};
@@ -14,6 +16,44 @@ use crate::managed_auth::{AuthStatus, FlowStatus, FlowStep, FlowType};
 
 /// How long a submission may take to leave the login page.
 const SUBMIT_NAVIGATION_WAIT: Duration = Duration::from_secs(10);
+/// Steps of one flow filled from a credential (password, one-time code, a further
+/// check) before the flow waits for a person: a site that keeps asking is not retried.
+const MAX_AUTOMATIC_STEPS: u32 = 4;
+
+/// The value a field gets without a person: a one-time code from the credential's TOTP
+/// seed; else the credential's value of the same name, or of the field's kind (password,
+/// email, user name); else a value saved from an earlier login under the field's name.
+fn value_for(
+    field: &DiscoveredField,
+    credential: &LoginValues,
+    saved: &Credentials,
+) -> Option<String> {
+    if field.is_one_time() {
+        return credential.totp.as_ref().map(|totp| totp.code.clone());
+    }
+    let value = |key: &str| {
+        credential
+            .values
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(key))
+            .map(|(_, value)| value.clone())
+    };
+    let hint = format!("{} {}", field.name, field.label).to_lowercase();
+    let by_kind = || match field.kind.as_str() {
+        "password" => value("password"),
+        "email" => value("email").or_else(|| value("username")),
+        _ if ["user", "login", "email", "account"]
+            .iter()
+            .any(|word| hint.contains(word)) =>
+        {
+            value("username").or_else(|| value("email"))
+        }
+        _ => None,
+    };
+    value(&field.name)
+        .or_else(by_kind)
+        .or_else(|| saved.get(&field.name).cloned())
+}
 
 impl Workflow {
     /// The discovered fields paired with the submitted values, or why not.
@@ -77,6 +117,7 @@ impl Workflow {
         {
             flow.session_id = Some(session_id);
         }
+        self.record_flow_browser().await;
         let target = self.login_target();
         let assessment = match self.load(&target).await {
             Ok(assessment) => assessment,
@@ -91,6 +132,24 @@ impl Workflow {
         } else {
             assessment
         };
+        // A credential for an SSO provider signs in through the provider's button on
+        // the login form.
+        let sso_provider = match &self.document.credential {
+            Some(_) if !assessment.fields.is_empty() => self
+                .credential_values()
+                .await
+                .ok()
+                .and_then(|v| v.sso_provider),
+            _ => None,
+        };
+        let assessment = match sso_provider {
+            Some(provider) => match self.follow_sso_button(&provider).await {
+                Ok(Some(found)) => found,
+                Ok(None) => assessment,
+                Err(error) => return self.fail("navigation_failed", &format!("{error:#}")).await,
+            },
+            None => assessment,
+        };
         if assessment.fields.is_empty() {
             if self.inside(&assessment.url) {
                 // The profile is logged in already.
@@ -104,6 +163,55 @@ impl Workflow {
                 .await;
         }
         Box::pin(self.await_input(&assessment.url, assessment.fields, None)).await;
+    }
+
+    /// With `record_session`, records the flow's browser as a replay (once per flow; it
+    /// ends with the browser).
+    async fn record_flow_browser(&mut self) {
+        let recording = self
+            .document
+            .flow_in_progress()
+            .is_some_and(|flow| flow.replay_id.is_some());
+        if !self.document.record_session || recording {
+            return;
+        }
+        let Some(session) = self.browser.as_ref().map(|browser| browser.session.clone()) else {
+            return;
+        };
+        let started = match self.sessions.agent(&session) {
+            Ok(agent) => {
+                let longest = (crate::managed_auth::FLOW_TTL.num_seconds() + 60) as u32;
+                self.replays
+                    .start(&session, agent, 10, longest, false)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        match started {
+            Ok(replay) => {
+                if let Some(flow) = self.flow_mut() {
+                    flow.replay_id = Some(replay.id);
+                }
+                self.save().await;
+            }
+            Err(error) => {
+                tracing::warn!(connection_id = %self.id(), %error, "the flow's browser cannot be recorded")
+            }
+        }
+    }
+
+    async fn follow_sso_button(&mut self, provider: &str) -> anyhow::Result<Option<Assessment>> {
+        let Some(browser) = &self.browser else {
+            return Ok(None);
+        };
+        if !browser.page.follow_sso_button(provider).await? {
+            return Ok(None);
+        }
+        browser
+            .page
+            .wait_for_new_document(SUBMIT_NAVIGATION_WAIT)
+            .await;
+        Ok(Some(browser.page.settled(PAGE_SETTLE_TIMEOUT).await?))
     }
 
     async fn follow_login_link(&mut self) -> anyhow::Result<Option<Assessment>> {
@@ -123,6 +231,7 @@ impl Workflow {
         fields: Vec<DiscoveredField>,
         website_error: Option<String>,
     ) {
+        let site_refused = website_error.is_some();
         // A form outside the domain and allowed domains is never filled.
         if !self.inside(url) {
             let message = format!(
@@ -138,31 +247,79 @@ impl Workflow {
             flow.awaiting_url = Some(url.to_owned());
         }
         self.save().await;
-        let automatic = self
-            .document
-            .flow_in_progress()
-            .is_some_and(|flow| flow.flow_type == FlowType::Reauth && !flow.auto_submitted);
+        // A REAUTH flow submits the saved values once; with a credential, every flow
+        // fills each step it can (username and password, a one-time code from its TOTP
+        // seed) until the site rejects a submission.
+        let has_credential = self.document.credential.is_some();
+        let automatic = !site_refused
+            && self.document.flow_in_progress().is_some_and(|flow| {
+                if has_credential {
+                    flow.auto_steps < MAX_AUTOMATIC_STEPS
+                } else {
+                    flow.flow_type == FlowType::Reauth && !flow.auto_submitted
+                }
+            });
         if !automatic {
             return;
         }
+        let credential = match self.credential_values().await {
+            Ok(values) => values,
+            Err(error) => {
+                tracing::warn!(connection_id = %self.id(), %error, "the connection's credential is unusable");
+                if let Some(flow) = self.flow_mut() {
+                    flow.error_message =
+                        Some(format!("the connection's credential is unusable: {error}"));
+                }
+                self.save().await;
+                return;
+            }
+        };
         let saved = self.saved_credentials();
-        let all_known = fields
+        let values: Option<Vec<(DiscoveredField, String)>> = fields
             .iter()
-            .all(|field| !field.is_one_time() && saved.contains_key(&field.name));
-        if all_known {
+            .map(|field| value_for(field, &credential, &saved).map(|value| (field.clone(), value)))
+            .collect();
+        if let Some(values) = values {
             if let Some(flow) = self.flow_mut() {
                 flow.auto_submitted = true;
+                flow.auto_steps += 1;
             }
-            let values = fields
-                .into_iter()
-                .filter_map(|field| {
-                    saved
-                        .get(&field.name)
-                        .map(|value| (field.clone(), value.clone()))
-                })
-                .collect();
             Box::pin(self.submit(values)).await;
         }
+    }
+
+    /// The values of the connection's credential (none without one).
+    pub(super) async fn credential_values(&self) -> ServiceResult<LoginValues> {
+        let Some(reference) = &self.document.credential else {
+            return Ok(LoginValues::default());
+        };
+        let org_id = &self.record.org_id;
+        if let Some(name) = reference.credential_id.as_ref().or(reference.name.as_ref()) {
+            return self.credentials.login_values(org_id, name).await;
+        }
+        let provider = reference
+            .provider_id
+            .as_deref()
+            .or(reference.provider.as_deref())
+            .unwrap_or_default();
+        let item = match &reference.path {
+            Some(path) => ItemLookup::Path(path),
+            None => ItemLookup::Domain(&self.record.domain),
+        };
+        self.credentials
+            .onepassword
+            .login_values(org_id, provider, item)
+            .await?
+            .ok_or_else(|| {
+                ServiceError::NotFound(format!(
+                    "credential provider {} has no item {}",
+                    reference.provider.as_deref().unwrap_or_default(),
+                    reference
+                        .path
+                        .clone()
+                        .unwrap_or_else(|| format!("for {}", self.record.domain))
+                ))
+            })
     }
 
     fn saved_credentials(&self) -> Credentials {
@@ -295,7 +452,11 @@ impl Workflow {
                 )
                 .await;
         }
-        if self.document.save_credentials && !self.submitted.is_empty() {
+        // A connection with a credential logs in from it: it keeps no values of its own.
+        if self.document.save_credentials
+            && self.document.credential.is_none()
+            && !self.submitted.is_empty()
+        {
             let mut credentials = self.saved_credentials();
             credentials.extend(std::mem::take(&mut self.submitted));
             match self.vault.seal(&credentials, &self.vault_owner()) {

@@ -20,8 +20,10 @@ use super::{
     Command, Document, FLOW_TTL, Flow, FlowStatus, FlowStep, FlowType, ManagedAuth, in_domains,
     state_event,
 };
+use crate::credentials::CredentialService;
 use crate::error::ServiceError;
 use crate::profiles::Profiles;
+use crate::replays::Replays;
 use crate::sessions::Sessions;
 use crate::store::{AuthConnectionRecord, Store};
 use browser::FlowBrowser;
@@ -52,6 +54,8 @@ pub(super) struct Workflow {
     sessions: Arc<Sessions>,
     profiles: Arc<Profiles>,
     vault: Arc<Vault>,
+    credentials: Arc<CredentialService>,
+    replays: Arc<Replays>,
     record: AuthConnectionRecord,
     document: Document,
     events: broadcast::Sender<Value>,
@@ -75,6 +79,8 @@ impl Workflow {
             sessions: auth.sessions.clone(),
             profiles: auth.profiles.clone(),
             vault: auth.vault.clone(),
+            credentials: auth.credentials.clone(),
+            replays: auth.replays.clone(),
             record,
             document,
             events,
@@ -218,6 +224,9 @@ impl Workflow {
     async fn begin_flow(&mut self, flow_type: FlowType) {
         self.submitted.clear();
         self.document.flow = Some(Flow {
+            id: crate::ids::new_id("flow"),
+            started_at: Some(Utc::now()),
+            replay_id: None,
             flow_type,
             status: FlowStatus::InProgress,
             step: FlowStep::Discovering,
@@ -229,6 +238,7 @@ impl Workflow {
             session_id: None,
             awaiting_url: None,
             auto_submitted: false,
+            auto_steps: 0,
         });
         self.save().await;
     }
@@ -243,6 +253,7 @@ impl Workflow {
 
     /// Writes the document without an event (no flow changed).
     async fn save_quietly(&mut self) {
+        self.document.record_flow();
         match serde_json::to_string(&self.document) {
             Ok(document) => self.record.document = document,
             Err(error) => tracing::error!(%error, "serializing an auth connection failed"),
