@@ -317,13 +317,21 @@ def test_a_onepassword_item_logs_in_by_path_and_by_domain(client, site, connect)
     try:
         assert by_path["can_reauth_reason"] == "external_credential"
         assert by_path["credential"] == {"provider": "team-vault", "path": "Work/Example"}
-        for connection in (by_path, by_domain):
+        for connection, record in ((by_path, True), (by_domain, None)):
             accepted = site.codes_accepted
-            client.auth.connections.login(connection["id"])
+            # A login may ask for its browser to be recorded, whatever the connection says.
+            body = {} if record is None else {"record_session": record}
+            client.post(f"/auth/connections/{connection['id']}/login", body=body, cast_to=object)
             done = wait_for_flow(client, connection["id"])
             assert done.flow_status == "SUCCESS", done
             assert site.codes_accepted == accepted + 1
+            (login,) = timeline(client, connection["id"], type="login")
+            assert (login.get("replay_id") is not None) == bool(record), login
         assert connect.calls["item"] >= 2
+        # A provider in use cannot be deleted.
+        with pytest.raises(Exception) as in_use:
+            client.credential_providers.delete(provider.id)
+        assert getattr(in_use.value, "status_code", None) == 409
     finally:
         client.auth.connections.delete(by_path["id"])
         client.auth.connections.delete(by_domain["id"])
@@ -354,13 +362,26 @@ def test_references_are_checked_and_scoped_to_the_organization(client, control_p
                                   "credential": {"provider": "checked", "path": "no-slash"}})
         assert answer.status_code == 400 and "Vault/Item" in answer.text
         client.credential_providers.delete(provider.id)
-        # PATCH takes a credential too, and the view shows it.
+        # A stored credential is for its domain only.
+        client.credentials.create(name="elsewhere", domain="bank.example", values={"password": "y"})
+        answer = httpx.post(f"{control_plane.base_url}/auth/connections", timeout=30,
+                            headers={"Authorization": f"Bearer {control_plane.api_key}"},
+                            json={"domain": site.domain, "profile_name": "p", "credential": {"name": "elsewhere"}})
+        assert answer.status_code == 409 and "bank.example" in answer.text, answer.text
+        client.credentials.delete("elsewhere")
+        # PATCH takes a credential too, and the view shows it; null removes it, and then
+        # the credential can be deleted.
         connection = create_connection(client, domain=site.domain, profile_name="patched-credential",
                                        login_url=site.login_url)
         assert "credential" not in connection or connection["credential"] is None
-        patched = client.patch(f"/auth/connections/{connection['id']}", body={"credential": {"name": "only-mine"}},
-                               cast_to=object)
+        path = f"/auth/connections/{connection['id']}"
+        patched = client.patch(path, body={"credential": {"name": "only-mine"}}, cast_to=object)
         assert patched["credential"] == {"name": "only-mine"}
+        with pytest.raises(Exception) as in_use:
+            client.credentials.delete("only-mine")
+        assert getattr(in_use.value, "status_code", None) == 409
+        removed = client.patch(path, body={"credential": None}, cast_to=object)
+        assert removed.get("credential") is None
         client.auth.connections.delete(connection["id"])
     finally:
         client.credentials.delete("only-mine")

@@ -89,6 +89,11 @@ def test_values_and_seeds_are_write_only(client, control_plane):
             stored = (control_plane.data_dir / path).read_bytes()
             assert PASSWORD.encode() not in stored and SEED.encode() not in stored, path
 
+        # Settings alone change the stored seed's codes (and give no code).
+        resettled = raw(control_plane, "PATCH", f"/credentials/{created.id}", json={"totp_digits": 8})
+        assert resettled.status_code == 200 and resettled.json()["totp_digits"] == 8
+        assert "totp_code" not in resettled.json()
+        assert client.credentials.totp_code(created.id).code == pyotp.TOTP(SEED, digits=8).now()
         # Removing the seed removes its settings.
         cleared = client.credentials.update(created.id, totp_secret="")
         assert not cleared.has_totp_secret and field(cleared, "totp_algorithm") is None
@@ -154,6 +159,8 @@ def test_bad_input_gets_the_error_shape(control_plane):
     # Giving TOTP settings without a seed is refused.
     created = raw(control_plane, "POST", "/credentials", json=base).json()
     answer = raw(control_plane, "PATCH", f"/credentials/{created['id']}", json={"totp_digits": 8})
+    assert answer.status_code == 400 and "totp_secret" in answer.json()["message"]
+    answer = raw(control_plane, "POST", "/credentials", json={**base, "name": "bad-2", "totp_period": 60})
     assert answer.status_code == 400 and "totp_secret" in answer.json()["message"]
     raw(control_plane, "DELETE", f"/credentials/{created['id']}")
 

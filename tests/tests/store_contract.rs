@@ -462,7 +462,16 @@ async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
     renamed.name = "shop-2".into();
     renamed.document = "{}".into();
     renamed.sealed = None;
-    assert!(store.update_secret(&renamed).await.unwrap());
+    renamed.updated_at = micros(Utc::now() + Duration::seconds(1));
+    // Not over a change made since it was read.
+    let stale = micros(first.updated_at - Duration::seconds(5));
+    assert!(!store.update_secret(&renamed, stale).await.unwrap());
+    assert!(
+        store
+            .update_secret(&renamed, first.updated_at)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         store
             .secret(a, SecretKind::Credential, "shop-2")
@@ -473,7 +482,12 @@ async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
     // Another organization's record is not updated or deleted.
     let mut foreign = renamed.clone();
     foreign.org_id = b.into();
-    assert!(!store.update_secret(&foreign).await.unwrap());
+    assert!(
+        !store
+            .update_secret(&foreign, renamed.updated_at)
+            .await
+            .unwrap()
+    );
     assert!(
         !store
             .delete_secret(b, SecretKind::Credential, "cred_1")
@@ -492,7 +506,12 @@ async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
             .await
             .unwrap()
     );
-    assert!(!store.update_secret(&renamed).await.unwrap());
+    assert!(
+        !store
+            .update_secret(&renamed, renamed.updated_at)
+            .await
+            .unwrap()
+    );
 }
 
 fn micros(at: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {

@@ -249,7 +249,11 @@ pub async fn create(
         .flatten();
     let credential = match request.credential {
         Some(reference) => {
-            Some(super::auth_settings::checked_credential(&org, &org.id, reference).await?)
+            let target = super::auth_settings::Target {
+                domain: &request.domain,
+                allowed_domains: &allowed_domains,
+            };
+            Some(super::auth_settings::checked_credential(&org, &org.id, reference, target).await?)
         }
         None => None,
     };
@@ -421,6 +425,9 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 pub struct LoginRequest {
     /// Not supported by this server per flow: set the proxy on the connection.
     pub proxy: Option<ResourceReference>,
+    /// Records this login's browser as a replay, or not, whatever the connection's
+    /// `record_session`.
+    pub record_session: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -456,7 +463,7 @@ pub async fn login(
         ));
     }
     find(&org, &id).await?;
-    org.managed_auth.login(&id).await?;
+    org.managed_auth.login(&id, request.record_session).await?;
     let record = find(&org, &id).await?;
     let document = Document::parse(&record)?;
     let flow = document

@@ -16,7 +16,9 @@ use super::extract::{JsonBody, PathParam};
 use super::org::Org;
 use super::state::AppState;
 use crate::error::ServiceError;
-use crate::managed_auth::{CredentialRef, MAX_HEALTH_CHECK_INTERVAL, SettingsChange};
+use crate::managed_auth::{
+    CredentialRef, Document, MAX_HEALTH_CHECK_INTERVAL, SettingsChange, in_domains,
+};
 use crate::sessions::ResourceReference;
 
 /// The connection's browsers (its logins and health checks).
@@ -49,9 +51,10 @@ pub struct UpdateAuthConnectionRequest {
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Object>)]
     pub browser_telemetry: Option<Value>,
-    /// A new credential to log in with.
+    /// A new credential to log in with; `null` removes it.
+    #[serde(default, deserialize_with = "super::browsers::present")]
     #[schema(schema_with = super::openapi::credential_reference)]
-    pub credential: Option<CredentialReference>,
+    pub credential: Option<Option<CredentialReference>>,
     /// Seconds between health checks, from the server's minimum
     /// (`--min-health-check-interval`, default 300) to 86400; the next check moves to one
     /// new interval from now.
@@ -83,12 +86,20 @@ pub struct CredentialReference {
     pub auto: Option<bool>,
 }
 
+/// The site a connection logs in to: its domain and allowed domains.
+pub struct Target<'a> {
+    pub domain: &'a str,
+    pub allowed_domains: &'a [String],
+}
+
 /// The credential a request names, checked to exist in the organization (404 when it
-/// does not, as for a proxy).
+/// does not, as for a proxy) and, for a stored credential, to be for the connection's
+/// site (409 when it is for another).
 pub async fn checked_credential(
     state: &AppState,
     org_id: &str,
     reference: CredentialReference,
+    target: Target<'_>,
 ) -> Result<CredentialRef, ApiError> {
     let invalid = |message: &str| ApiError::invalid_field(format!("credential: {message}"));
     let not_found = |kind: &'static str, id: String| {
@@ -110,6 +121,18 @@ pub async fn checked_credential(
                 .get(org_id, &name)
                 .await
                 .map_err(not_found("credential", name.clone()))?;
+            // A credential is for its domain: it is not given to another site.
+            let domain = &found.settings.domain;
+            if !in_domains(
+                &format!("http://{domain}/"),
+                target.domain,
+                target.allowed_domains,
+            ) {
+                return Err(ApiError::Conflict(format!(
+                    "credential: credential {name:?} is for {domain}, not for {} or its allowed domains",
+                    target.domain
+                )));
+            }
             Ok(CredentialRef {
                 name: Some(name),
                 credential_id: Some(found.id),
@@ -246,7 +269,8 @@ pub fn interval_problem(state: &AppState, interval: i64) -> Option<String> {
     params(("id" = String, Path, description = "Auth connection id")),
     request_body = UpdateAuthConnectionRequest,
     responses((status = 200, body = Object), (status = 400, body = ErrorBody),
-        (status = 404, description = "No such connection, or a referenced proxy, credential or credential provider does not exist", body = ErrorBody)))]
+        (status = 404, description = "No such connection, or a referenced proxy, credential or credential provider does not exist", body = ErrorBody),
+        (status = 409, description = "The credential is for another site", body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -279,7 +303,21 @@ pub async fn update(
     };
     let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy).await?;
     let credential = match request.credential {
-        Some(reference) => Some(checked_credential(&org, &org.id, reference).await?),
+        Some(Some(reference)) => {
+            let document = Document::parse(&record)?;
+            let allowed = request
+                .allowed_domains
+                .as_deref()
+                .unwrap_or(&document.allowed_domains);
+            let target = Target {
+                domain: &record.domain,
+                allowed_domains: allowed,
+            };
+            Some(Some(
+                checked_credential(&org, &org.id, reference, target).await?,
+            ))
+        }
+        Some(None) => Some(None),
         None => None,
     };
     let change = SettingsChange {

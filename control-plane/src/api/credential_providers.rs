@@ -49,7 +49,8 @@ impl From<Provider> for CredentialProvider {
     }
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+/// (No `Debug`: it holds the token.)
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateCredentialProviderRequest {
     /// Unique in the organization (trimmed).
@@ -116,7 +117,8 @@ pub async fn retrieve(
     ))
 }
 
-#[derive(Debug, Default, Deserialize, ToSchema)]
+/// (No `Debug`: it holds the token.)
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateCredentialProviderRequest {
     pub name: Option<String>,
@@ -153,12 +155,26 @@ pub async fn update(
     Ok(Json(provider.into()))
 }
 
-/// Delete a credential provider.
+/// Delete a credential provider. Refused (409) while an auth connection logs in with its
+/// items.
 #[utoipa::path(delete, path = "/org/credential_providers/{id}", tag = "credential providers",
     security(("bearer" = [])), params(("id" = String, Path, description = "Provider id or name")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
-    org.credentials.onepassword.delete(&org.id, &id).await?;
+    let provider = org.credentials.onepassword.get(&org.id, &id).await?;
+    if let Some(connection) = org
+        .managed_auth
+        .connection_using_provider(&org.id, &provider.id, &provider.name)
+        .await?
+    {
+        return Err(ApiError::Conflict(format!(
+            "auth connection {connection} logs in with this provider's items; change or delete it first"
+        )));
+    }
+    org.credentials
+        .onepassword
+        .delete(&org.id, &provider.id)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -66,7 +66,8 @@ fn view(credential: Stored, code: Option<TotpCode>, with_keys: bool) -> Credenti
     }
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+/// (No `Debug`: it holds secrets.)
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateCredentialRequest {
     /// Unique in the organization; 1 to 255 characters without control characters.
@@ -196,8 +197,9 @@ pub async fn retrieve(
     Ok(Json(view(credential, None, true)))
 }
 
-/// Fields of `PATCH /credentials/{id_or_name}`; absent fields stay as they are.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+/// Fields of `PATCH /credentials/{id_or_name}`; absent fields stay as they are. (No
+/// `Debug`: it holds secrets.)
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateCredentialRequest {
     #[schema(schema_with = super::openapi::optional_display_name)]

@@ -62,6 +62,12 @@ where
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|error| ApiError::invalid_field(format!("malformed JSON: {error}")))?;
+    // Every body here is an object; serde would read a struct from an array by position.
+    if value.is_array() {
+        return Err(ApiError::invalid_field(
+            "the request body must be a JSON object, not an array",
+        ));
+    }
     whole_numbers_as_integers(&mut value);
     serde_path_to_error::deserialize(value).map_err(|error| {
         let path = error.path().to_string();
@@ -253,5 +259,6 @@ mod tests {
         assert!(parse::<Point>(br#"{"x": 175.5, "scale": 1}"#).is_err());
         assert!(parse::<Point>(br#"{"x": 1e300, "scale": 1}"#).is_err());
         assert!(parse::<Point>(b"{").is_err());
+        assert!(parse::<Point>(b"[1, 2]").is_err());
     }
 }

@@ -62,8 +62,9 @@ pub struct TotpCode {
     pub expires_at: DateTime<Utc>,
 }
 
-/// What a login fills a form with: the values, and a code when there is a seed.
-#[derive(Clone, Debug, Default)]
+/// What a login fills a form with: the values, and a code when there is a seed. (No
+/// `Debug`: it holds secrets.)
+#[derive(Clone, Default)]
 pub struct LoginValues {
     pub values: BTreeMap<String, String>,
     pub totp: Option<TotpCode>,
@@ -183,6 +184,9 @@ impl CredentialService {
         problems.extend(totp::check_given(&given).err());
         let mut new_seed = false;
         match change.totp_secret.as_deref() {
+            Some(text) if text.trim().is_empty() && given.any() => {
+                problems.push("TOTP settings cannot be given while removing the secret".into())
+            }
             Some(text) if text.trim().is_empty() => {
                 secrets.totp_seed = None;
                 settings.totp = None;
@@ -198,7 +202,17 @@ impl CredentialService {
                     Err(problem) => problems.push(problem),
                 }
             }
-            None if given.any() => problems.push(SETTINGS_NEED_SEED.into()),
+            // New settings for the stored seed.
+            None if given.any() => match settings.totp {
+                Some(current) => {
+                    settings.totp = Some(TotpSettings {
+                        algorithm: given.algorithm.unwrap_or(current.algorithm),
+                        digits: given.digits.unwrap_or(current.digits),
+                        period: given.period.unwrap_or(current.period),
+                    })
+                }
+                None => problems.push(SETTINGS_NEED_SEED.into()),
+            },
             None => {}
         }
         if let Some(provider) = change.sso_provider {
@@ -221,17 +235,11 @@ impl CredentialService {
             record.name = name;
         }
         let now = Utc::now();
+        let read_at = record.updated_at;
         record.updated_at = now;
         record.document = serde_json::to_string(&settings).map_err(anyhow::Error::from)?;
         record.sealed = Some(self.vault.seal(&secrets, &owner(org_id, &record.id))?);
-        let updated = self
-            .store
-            .update_secret(&record)
-            .await
-            .map_err(|error| name_taken(error, &record.name))?;
-        if !updated {
-            return Err(not_found(id_or_name));
-        }
+        write_changed(self.store.as_ref(), &record, read_at, "a credential").await?;
         let code = if new_seed {
             current_code(&secrets, &settings, now)?
         } else {
@@ -316,11 +324,42 @@ fn not_found(id_or_name: &str) -> ServiceError {
 }
 
 fn name_taken(error: crate::store::StoreError, name: &str) -> ServiceError {
+    taken(error, "a credential", name)
+}
+
+fn taken(error: crate::store::StoreError, kind: &str, name: &str) -> ServiceError {
     match error {
         crate::store::StoreError::Conflict(_) => {
-            ServiceError::Conflict(format!("a credential named {name:?} exists"))
+            ServiceError::Conflict(format!("{kind} named {name:?} exists"))
         }
         other => other.into(),
+    }
+}
+
+/// Writes a record changed since it was read at `read_at`: a 404 if it is gone, a 409
+/// if another change landed in between (the SDKs retry a 409, which reads it again).
+pub(crate) async fn write_changed(
+    store: &dyn Store,
+    record: &SecretRecord,
+    read_at: DateTime<Utc>,
+    kind: &str,
+) -> ServiceResult<()> {
+    if store
+        .update_secret(record, read_at)
+        .await
+        .map_err(|error| taken(error, kind, &record.name))?
+    {
+        return Ok(());
+    }
+    match store
+        .secret(&record.org_id, record.kind, &record.id)
+        .await?
+    {
+        Some(_) => Err(ServiceError::Conflict(format!(
+            "{kind} {} was changed at the same time; retry",
+            record.id
+        ))),
+        None => Err(ServiceError::NotFound(format!("{} not found", record.id))),
     }
 }
 

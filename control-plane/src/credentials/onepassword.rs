@@ -193,16 +193,16 @@ impl OnePassword {
             .unwrap_or(settings.cache_ttl_seconds);
         settings.enabled = change.enabled.unwrap_or(settings.enabled);
         settings.priority = change.priority.unwrap_or(settings.priority);
+        let read_at = record.updated_at;
         record.updated_at = Utc::now();
         record.document = serde_json::to_string(&settings).map_err(anyhow::Error::from)?;
-        if !self
-            .store
-            .update_secret(&record)
-            .await
-            .map_err(|error| name_taken(error, &record.name))?
-        {
-            return Err(not_found(id));
-        }
+        super::write_changed(
+            self.store.as_ref(),
+            &record,
+            read_at,
+            "a credential provider",
+        )
+        .await?;
         self.forget(&record.id);
         Ok(provider(&record, settings))
     }

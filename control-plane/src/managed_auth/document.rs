@@ -151,8 +151,8 @@ pub struct SettingsChange {
     pub stealth: Option<bool>,
     /// A proxy id; `Some(None)` goes direct.
     pub proxy_id: Option<Option<String>>,
-    /// A new credential to log in with.
-    pub credential: Option<CredentialRef>,
+    /// A new credential to log in with; `Some(None)` removes it.
+    pub credential: Option<Option<CredentialRef>>,
     pub record_session: Option<bool>,
 }
 
@@ -189,7 +189,7 @@ impl SettingsChange {
             document.proxy_id = proxy_id;
         }
         if let Some(credential) = self.credential {
-            document.credential = Some(credential);
+            document.credential = credential;
         }
         if let Some(record_session) = self.record_session {
             document.record_session = record_session;
@@ -211,6 +211,9 @@ pub struct Flow {
     /// The replay recording the flow's browser (`record_session`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_id: Option<String>,
+    /// This flow's `record_session`, where its login asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_session: Option<bool>,
     pub flow_type: FlowType,
     pub status: FlowStatus,
     pub step: FlowStep,
@@ -230,6 +233,9 @@ pub struct Flow {
     /// Steps the flow has filled by itself from the connection's credential.
     #[serde(default)]
     pub auto_steps: u32,
+    /// The selectors of the form the flow last filled by itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub auto_filled: Vec<String>,
 }
 
 impl Flow {

@@ -57,6 +57,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 enum Command {
     Login {
+        /// Records this flow's browser, or not, whatever the connection's default.
+        record_session: Option<bool>,
         reply: oneshot::Sender<ServiceResult<()>>,
     },
     Submit {
@@ -191,24 +193,55 @@ impl ManagedAuth {
         id: &str,
         name: &str,
     ) -> ServiceResult<Option<String>> {
+        self.connection_with(org_id, |credential| match &credential.credential_id {
+            Some(credential_id) => credential_id == id,
+            None => credential
+                .name
+                .as_deref()
+                .is_some_and(|named| named == id || named == name),
+        })
+        .await
+    }
+
+    /// The first of the organization's connections that logs in with an item of the
+    /// credential provider `id` (named `name`).
+    pub async fn connection_using_provider(
+        &self,
+        org_id: &str,
+        id: &str,
+        name: &str,
+    ) -> ServiceResult<Option<String>> {
+        self.connection_with(org_id, |credential| match &credential.provider_id {
+            Some(provider_id) => provider_id == id,
+            None => credential
+                .provider
+                .as_deref()
+                .is_some_and(|named| named == id || named == name),
+        })
+        .await
+    }
+
+    async fn connection_with(
+        &self,
+        org_id: &str,
+        uses: impl Fn(&CredentialRef) -> bool,
+    ) -> ServiceResult<Option<String>> {
         for record in self.store.list_auth_connections(Some(org_id)).await? {
-            let uses = Document::parse(&record).is_ok_and(|document| {
-                document.credential.is_some_and(|credential| {
-                    credential.credential_id.as_deref() == Some(id)
-                        || credential
-                            .name
-                            .is_some_and(|named| named == id || named == name)
-                })
-            });
-            if uses {
+            let found = Document::parse(&record)
+                .is_ok_and(|document| document.credential.as_ref().is_some_and(&uses));
+            if found {
                 return Ok(Some(record.id));
             }
         }
         Ok(None)
     }
 
-    pub async fn login(&self, id: &str) -> ServiceResult<()> {
-        self.command(id, |reply| Command::Login { reply }).await
+    pub async fn login(&self, id: &str, record_session: Option<bool>) -> ServiceResult<()> {
+        self.command(id, |reply| Command::Login {
+            record_session,
+            reply,
+        })
+        .await
     }
 
     /// Hands values to the flow waiting for input; answers once they are accepted.

@@ -63,6 +63,8 @@ impl Document {
         let finished = !flow.in_progress();
         let index = match self.timeline.iter().position(|event| event.id == flow.id) {
             Some(index) => index,
+            // Trimmed away since it finished: it stays out.
+            None if finished => return,
             None => {
                 self.timeline.push(TimelineEvent {
                     id: flow.id.clone(),

@@ -539,9 +539,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Option<SecretRecord>>;
     /// Oldest first.
     async fn list_secrets(&self, org_id: &str, kind: SecretKind) -> StoreResult<Vec<SecretRecord>>;
-    /// Replaces name, `updated_at`, document and sealed secrets; false if it is gone.
-    /// Fails with `Conflict` when the new name is taken.
-    async fn update_secret(&self, secret: &SecretRecord) -> StoreResult<bool>;
+    /// Replaces name, `updated_at`, document and sealed secrets if the stored record was
+    /// last updated at `read_at` (as read before the change); false if it is gone or was
+    /// changed since. Fails with `Conflict` when the new name is taken.
+    async fn update_secret(
+        &self,
+        secret: &SecretRecord,
+        read_at: DateTime<Utc>,
+    ) -> StoreResult<bool>;
     async fn delete_secret(&self, org_id: &str, kind: SecretKind, id: &str) -> StoreResult<bool>;
 
     async fn insert_replay(&self, replay: &ReplayRecord) -> StoreResult<()>;

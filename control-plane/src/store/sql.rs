@@ -818,13 +818,13 @@ impl Store for SqlStore {
             .await
     }
 
-    async fn update_secret(&self, s: &SecretRecord) -> StoreResult<bool> {
+    async fn update_secret(&self, s: &SecretRecord, read_at: DateTime<Utc>) -> StoreResult<bool> {
         let updated = self
             .database
             .execute(
                 sql!(
                     "UPDATE secrets SET name = $4, updated_at = $5, document = $6, sealed = $7 \
-                     WHERE org_id = $1 AND kind = $2 AND id = $3"
+                     WHERE org_id = $1 AND kind = $2 AND id = $3 AND updated_at = $8"
                 ),
                 params![
                     s.org_id,
@@ -833,7 +833,8 @@ impl Store for SqlStore {
                     s.name,
                     s.updated_at,
                     s.document,
-                    s.sealed
+                    s.sealed,
+                    read_at
                 ],
             )
             .await?;

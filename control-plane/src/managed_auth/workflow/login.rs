@@ -142,10 +142,17 @@ impl Workflow {
                 .and_then(|v| v.sso_provider),
             _ => None,
         };
+        // Its values are for the identity provider: without the button, nothing is filled.
         let assessment = match sso_provider {
             Some(provider) => match self.follow_sso_button(&provider).await {
                 Ok(Some(found)) => found,
-                Ok(None) => assessment,
+                Ok(None) => {
+                    let message = format!(
+                        "the login page has no button or link for SSO provider {provider:?}, at {}",
+                        strip_query(&assessment.url)
+                    );
+                    return self.fail("sso_button_not_found", &message).await;
+                }
                 Err(error) => return self.fail("navigation_failed", &format!("{error:#}")).await,
             },
             None => assessment,
@@ -168,11 +175,11 @@ impl Workflow {
     /// With `record_session`, records the flow's browser as a replay (once per flow; it
     /// ends with the browser).
     async fn record_flow_browser(&mut self) {
-        let recording = self
-            .document
-            .flow_in_progress()
-            .is_some_and(|flow| flow.replay_id.is_some());
-        if !self.document.record_session || recording {
+        let Some(flow) = self.document.flow_in_progress() else {
+            return;
+        };
+        let wanted = flow.record_session.unwrap_or(self.document.record_session);
+        if !wanted || flow.replay_id.is_some() {
             return;
         }
         let Some(session) = self.browser.as_ref().map(|browser| browser.session.clone()) else {
@@ -274,15 +281,30 @@ impl Workflow {
                 return;
             }
         };
+        // The same form back without an error after filling it: the site did not take the
+        // values, and sending them again could lock the account.
+        let selectors: Vec<String> = fields.iter().map(|field| field.selector.clone()).collect();
+        let same_form_again = self
+            .document
+            .flow_in_progress()
+            .is_some_and(|flow| flow.auto_filled == selectors);
+        // An SSO credential's values belong to the identity provider, not to the site.
+        let on_site = crate::managed_auth::in_domains(url, &self.record.domain, &[]);
+        let credential = if credential.sso_provider.is_some() && on_site {
+            LoginValues::default()
+        } else {
+            credential
+        };
         let saved = self.saved_credentials();
         let values: Option<Vec<(DiscoveredField, String)>> = fields
             .iter()
             .map(|field| value_for(field, &credential, &saved).map(|value| (field.clone(), value)))
             .collect();
-        if let Some(values) = values {
+        if let Some(values) = values.filter(|_| !same_form_again) {
             if let Some(flow) = self.flow_mut() {
                 flow.auto_submitted = true;
                 flow.auto_steps += 1;
+                flow.auto_filled = selectors;
             }
             Box::pin(self.submit(values)).await;
         }
@@ -350,7 +372,16 @@ impl Workflow {
                 .fail("browser_failed", "the flow's browser is gone")
                 .await;
         };
+        // The page may have moved on since the form was read (a redirect while values
+        // were fetched): values are filled inside the allowed domains only.
         let before = browser.page.assess().await.map(|a| a.url);
+        if let Some(url) = before.as_deref().filter(|url| !self.inside(url)) {
+            let message = format!(
+                "the login form is outside the allowed domains, at {}",
+                strip_query(url)
+            );
+            return self.fail("left_allowed_domains", &message).await;
+        }
         if let Err(error) = browser.page.fill_and_submit(&values).await {
             return self.fail("submit_failed", &format!("{error:#}")).await;
         }

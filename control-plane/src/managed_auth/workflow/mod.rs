@@ -183,7 +183,7 @@ impl Workflow {
     async fn accept(&mut self, command: Command) -> Option<Operation> {
         // A caller that gave up waiting (COMMAND_TIMEOUT) was told it failed.
         let abandoned = match &command {
-            Command::Login { reply }
+            Command::Login { reply, .. }
             | Command::Submit { reply, .. }
             | Command::Update { reply, .. } => reply.is_closed(),
         };
@@ -191,7 +191,10 @@ impl Workflow {
             return None;
         }
         match command {
-            Command::Login { reply } => {
+            Command::Login {
+                record_session,
+                reply,
+            } => {
                 if self.document.flow_in_progress().is_some() {
                     let _ = reply.send(Err(ServiceError::Conflict(
                         "a login flow is already in progress for this connection".into(),
@@ -199,6 +202,9 @@ impl Workflow {
                     return None;
                 }
                 self.begin_flow(FlowType::Login).await;
+                if let Some(flow) = self.flow_mut() {
+                    flow.record_session = record_session;
+                }
                 let _ = reply.send(Ok(()));
                 Some(Operation::Discover)
             }
@@ -227,6 +233,7 @@ impl Workflow {
             id: crate::ids::new_id("flow"),
             started_at: Some(Utc::now()),
             replay_id: None,
+            record_session: None,
             flow_type,
             status: FlowStatus::InProgress,
             step: FlowStep::Discovering,
@@ -239,6 +246,7 @@ impl Workflow {
             awaiting_url: None,
             auto_submitted: false,
             auto_steps: 0,
+            auto_filled: Vec::new(),
         });
         self.save().await;
     }
