@@ -84,9 +84,12 @@ def test_values_and_seeds_are_write_only(client, control_plane):
             client.credentials.create(name="shop-2", domain="example.com", values={})
         assert getattr(taken.value, "status_code", None) == 409
 
-        # Nowhere in clear: not in any answer above, not in the database, not in the log.
-        for path in ("control-plane.db", "control-plane.log"):
-            stored = (control_plane.data_dir / path).read_bytes()
+        # Nowhere in clear: not in any answer above, not in the database (with its journal),
+        # not in the log.
+        stored_files = [*control_plane.data_dir.glob("control-plane.db*"), control_plane.data_dir / "control-plane.log"]
+        assert len(stored_files) >= 2
+        for path in stored_files:
+            stored = path.read_bytes()
             assert PASSWORD.encode() not in stored and SEED.encode() not in stored, path
 
         # Settings alone change the stored seed's codes (and give no code).
@@ -233,4 +236,5 @@ def test_a_onepassword_provider_lists_items_tests_its_token_and_caches(client, c
         client.credential_providers.delete(provider.id)
     assert raw(control_plane, "GET", f"/org/credential_providers/{provider.id}").status_code == 404
     # The token is sealed like credentials.
-    assert CONNECT_TOKEN.encode() not in (control_plane.data_dir / "control-plane.db").read_bytes()
+    for path in control_plane.data_dir.glob("control-plane.db*"):
+        assert CONNECT_TOKEN.encode() not in path.read_bytes(), path
