@@ -382,6 +382,13 @@ def test_references_are_checked_and_scoped_to_the_organization(client, control_p
         assert getattr(in_use.value, "status_code", None) == 409
         removed = client.patch(path, body={"credential": None}, cast_to=object)
         assert removed.get("credential") is None
+        # Another organization cannot read the connection's timeline.
+        foreign = httpx.get(f"{control_plane.base_url}{path}/timeline", timeout=30,
+                            headers={"Authorization": f"Bearer {other.api_key}"})
+        assert foreign.status_code == 404 and foreign.json()["code"] == "not_found"
+        bad_type = httpx.get(f"{control_plane.base_url}{path}/timeline?type=flows", timeout=30,
+                             headers={"Authorization": f"Bearer {control_plane.api_key}"})
+        assert bad_type.status_code == 400 and bad_type.json()["code"] == "bad_request"
         client.auth.connections.delete(connection["id"])
     finally:
         client.credentials.delete("only-mine")
