@@ -3,6 +3,7 @@
 //! started) on Shutdown, on SIGTERM, or when no control plane has called for the grace period.
 
 mod actions;
+mod app_sandbox;
 mod auth;
 mod capture;
 mod cdp;
@@ -160,6 +161,10 @@ struct Args {
 const MAX_SCREEN_SIDE: u32 = 7680;
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("app-sandbox") {
+        let code = app_sandbox::main(std::env::args().skip(1))?;
+        std::process::exit(code);
+    }
     let args = Args::parse();
     let scratch_dir = args.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
     service_logs::init(scratch_dir.join("service-logs"))

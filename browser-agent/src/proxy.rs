@@ -15,7 +15,22 @@ pub async fn start(
     egress_socket: PathBuf,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    forward_loopback(
+        "127.0.0.1:0".parse().map_err(std::io::Error::other)?,
+        egress_socket,
+        shutdown,
+    )
+    .await
+}
+
+/// Passes every connection to `listen` (port 0: any free one) on to the Unix socket
+/// `socket`, until `shutdown`; answers the bound address.
+pub async fn forward_loopback(
+    listen: SocketAddr,
+    egress_socket: PathBuf,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(listen).await?;
     let address = listener.local_addr()?;
     // A socket address holds 108 bytes; deeper paths are reached through a descriptor
     // of their directory, kept open while the forwarder runs.
@@ -45,8 +60,8 @@ async fn forward(mut client: TcpStream, egress_socket: &std::path::Path) -> std:
     let mut egress = match UnixStream::connect(egress_socket).await {
         Ok(egress) => egress,
         Err(error) => {
-            tracing::warn!(%error, "the egress socket is unreachable");
-            let reason = "the VM's egress is unavailable";
+            tracing::warn!(%error, socket = %egress_socket.display(), "the socket is unreachable");
+            let reason = "the VM's way out is unavailable";
             let answer = format!(
                 "HTTP/1.1 502 Bad Gateway\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reason}",
                 reason.len()

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::agent::AgentClients;
+use crate::apps::Apps;
 use crate::blobs::BlobStore;
 use crate::credentials::CredentialService;
 use crate::credentials::onepassword::OnePassword;
@@ -37,6 +38,10 @@ pub struct ServiceSettings {
     pub onepassword_connect_url: Option<String>,
     /// Shortest health-check interval an organization may ask for.
     pub min_health_check_interval: i64,
+    /// Where apps' builds and actions run; `None` without the VM sandbox.
+    pub app_runner: Option<crate::apps::runner::AppRunner>,
+    /// Most invocations one organization may run at once.
+    pub max_running_invocations: usize,
 }
 
 #[derive(Clone)]
@@ -51,6 +56,7 @@ pub struct Services {
     pub pools: Arc<Pools>,
     pub managed_auth: Arc<ManagedAuth>,
     pub credentials: Arc<CredentialService>,
+    pub apps: Arc<Apps>,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     pub egress: Arc<EgressPolicy>,
 }
@@ -98,6 +104,13 @@ impl Services {
                 settings.onepassword_connect_url,
             ),
         ));
+        let apps = Arc::new(Apps::new(
+            store.clone(),
+            vault.clone(),
+            sessions.clone(),
+            settings.app_runner,
+            settings.max_running_invocations,
+        ));
         let managed_auth = Arc::new(ManagedAuth::new(
             vault,
             settings.min_health_check_interval,
@@ -118,6 +131,7 @@ impl Services {
             pools,
             managed_auth,
             credentials,
+            apps,
             proxy_upstreams: settings.proxy_upstreams,
             egress: settings.egress,
         }
@@ -138,6 +152,10 @@ impl Services {
             .resume_all()
             .await
             .context("resuming auth connection workflows")?;
+        self.apps
+            .resume()
+            .await
+            .context("resuming deployments and invocations")?;
         Ok(())
     }
 }

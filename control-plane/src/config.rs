@@ -175,6 +175,11 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_MIN_HEALTH_CHECK_INTERVAL", default_value_t = 300,
         value_parser = clap::value_parser!(i64).range(1..=86_400))]
     pub min_health_check_interval: i64,
+    /// Most invocations of apps' actions one organization may run at once; past it,
+    /// `POST /invocations` answers 429 with Retry-After.
+    #[arg(long, env = "CONTROL_PLANE_MAX_RUNNING_INVOCATIONS", default_value_t = 8,
+        value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub max_running_invocations: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod api;
 pub mod api_keys;
 pub mod app;
+pub mod apps;
 pub mod archive_formats;
 pub mod blobs;
 pub mod chrome_store;

@@ -10,6 +10,7 @@ use axum::serve::ListenerExt;
 
 use crate::api::state::{AppState, HttpSettings};
 use crate::app::{ServiceSettings, Services};
+use crate::apps::runner::AppRunner;
 use crate::blobs::LocalBlobStore;
 use crate::chrome_store::ChromeWebStore;
 use crate::config::{Isolation, ServeConfig};
@@ -54,6 +55,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let mut node_runtime = node_runtime(config.node_runtime.clone());
     let agent_idle_grace = Duration::from_secs(config.agent_idle_grace_seconds.max(1));
     let mut browsers_dir = data_dir.join("browsers");
+    let mut apps_dir = data_dir.join("apps");
     let mut agent_binary = agent_binary;
     let sandbox = match config.isolation {
         Isolation::Sandbox => {
@@ -68,6 +70,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 .place(&data_dir, &agent_binary, node_runtime.as_deref())
                 .map_err(unsandboxable)?;
             browsers_dir = placement.browsers_dir;
+            apps_dir = placement.apps_dir;
             agent_binary = placement.agent_binary;
             node_runtime = placement.node_runtime;
             Some(sandbox)
@@ -81,6 +84,26 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }
     };
     let egress = EgressPolicy::new(config.egress_allow.clone());
+    // Bound before the services start: apps reach the API at its port.
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let bound = listener.local_addr()?;
+    let public_url = config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"))
+        .trim_end_matches('/')
+        .to_owned();
+    let app_api_socket = apps_dir.join(APP_API_SOCKET);
+    let app_runner = sandbox.clone().map(|sandbox| AppRunner {
+        sandbox,
+        agent_binary: agent_binary.clone(),
+        apps_dir: apps_dir.clone(),
+        api_socket: app_api_socket.clone(),
+        api_port: app_api_port(&public_url, bound.port()),
+        egress: egress.clone(),
+    });
     let runtime = Arc::new(LocalRuntime::new(LocalRuntimeConfig {
         sandbox,
         egress: egress.clone(),
@@ -120,22 +143,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 .context("opening the credential key")?,
             onepassword_connect_url: config.onepassword_connect_url.clone(),
             min_health_check_interval: config.min_health_check_interval,
+            app_runner,
+            max_running_invocations: config.max_running_invocations as usize,
         },
     );
     // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
     services.runtime.isolation().log();
     services.start(agent_idle_grace / 4).await?;
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    let bound = listener.local_addr()?;
-    let public_url = config
-        .public_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{bound}"))
-        .trim_end_matches('/')
-        .to_owned();
     let state = AppState::new(
         services,
         Tokens::load(store.as_ref()).await?,
@@ -158,10 +173,56 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let listener = listener.tap_io(|stream| {
         let _ = stream.set_nodelay(true);
     });
-    axum::serve(listener, api::router(state))
+    let router = api::router(state);
+    serve_app_sandboxes(&app_api_socket, router.clone())?;
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     // Browsers keep running: a restarted control plane re-adopts them.
+    Ok(())
+}
+
+/// The API socket app sandboxes reach, in the apps directory.
+const APP_API_SOCKET: &str = "api.sock";
+
+/// The loopback port apps reach the API at inside their sandbox: the public URL's, when
+/// that is a loopback address (so that the URLs the API hands out work inside too),
+/// else the port this server listens on.
+fn app_api_port(public_url: &str, bound_port: u16) -> u16 {
+    let Ok(url) = url::Url::parse(public_url) else {
+        return bound_port;
+    };
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(address)) => address.is_loopback(),
+        Some(url::Host::Ipv6(address)) => address.is_loopback(),
+        Some(url::Host::Domain(name)) => name == "localhost",
+        None => false,
+    };
+    match url.port_or_known_default() {
+        Some(port) if loopback => port,
+        _ => bound_port,
+    }
+}
+
+/// Serves the API on the socket app sandboxes reach it by (their key is checked like
+/// any other). The socket is open to the VM user; the directory it is in lets others
+/// through without listing it.
+fn serve_app_sandboxes(socket: &Path, router: axum::Router) -> anyhow::Result<()> {
+    let Some(dir) = socket.parent() else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let _ = std::fs::remove_file(socket);
+    let short = browser_agent_proto::unix_socket::short_path(socket)?;
+    let listener = tokio::net::UnixListener::bind(&short.path)
+        .with_context(|| format!("binding {}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))?;
+    tokio::spawn(async move {
+        let _short = short;
+        if let Err(error) = axum::serve(listener, router).await {
+            tracing::error!(%error, "the apps' API socket stopped");
+        }
+    });
     Ok(())
 }
 

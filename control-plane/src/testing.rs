@@ -300,6 +300,8 @@ pub async fn services_over(
             vault: Vault::open(None, dir).expect("vault"),
             onepassword_connect_url: None,
             min_health_check_interval: 300,
+            app_runner: None,
+            max_running_invocations: 4,
         },
     );
     (services, runtime, agent)

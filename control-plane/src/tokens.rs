@@ -8,6 +8,9 @@
 //!   session (and lease) lives.
 //! - `replay_view_url`: names one replay of one session and organization, and expires
 //!   (`REPLAY_VIEW_TTL`): anyone holding the URL can watch the video until then.
+//! - an invocation's API key (`ik_<JWT>`, in the action's `KERNEL_API_KEY`): names one
+//!   invocation of one organization, and expires with the invocation's time limit; it is
+//!   honoured only while the invocation has not finished (checked on every request).
 
 use chrono::{DateTime, Utc};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -21,6 +24,9 @@ const REPLAY_VIEW_AUDIENCE: &str = "replay-view";
 const HOSTED_LOGIN_AUDIENCE: &str = "hosted-login";
 const LIVE_VIEW_AUDIENCE: &str = "live-view";
 const FLOW_LIVE_VIEW_AUDIENCE: &str = "login-live-view";
+const INVOCATION_AUDIENCE: &str = "invocation";
+/// What starts an invocation's API key, so that it is told from a JWT of another kind.
+const INVOCATION_KEY_PREFIX: &str = "ik_";
 /// How long a `replay_view_url` works after it was issued (every response that carries
 /// one issues a fresh one).
 pub const REPLAY_VIEW_TTL: chrono::Duration = chrono::Duration::hours(24);
@@ -76,6 +82,17 @@ pub struct HostedLoginClaims {
     pub exp: i64,
 }
 
+/// An invocation's API key.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InvocationClaims {
+    /// Invocation id.
+    pub sub: String,
+    pub org: String,
+    pub aud: String,
+    pub iat: i64,
+    pub exp: i64,
+}
+
 pub struct Tokens {
     encoding: EncodingKey,
     decoding: DecodingKey,
@@ -84,6 +101,7 @@ pub struct Tokens {
     hosted_login: Validation,
     live_view: Validation,
     flow_live_view: Validation,
+    invocation: Validation,
 }
 
 impl Tokens {
@@ -111,6 +129,8 @@ impl Tokens {
         live_view.set_audience(&[LIVE_VIEW_AUDIENCE]);
         let mut flow_live_view = replay_view.clone();
         flow_live_view.set_audience(&[FLOW_LIVE_VIEW_AUDIENCE]);
+        let mut invocation = replay_view.clone();
+        invocation.set_audience(&[INVOCATION_AUDIENCE]);
         Self {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
@@ -119,6 +139,7 @@ impl Tokens {
             hosted_login,
             live_view,
             flow_live_view,
+            invocation,
         }
     }
 
@@ -234,6 +255,31 @@ impl Tokens {
     /// The claims of a genuine, unexpired hosted-login token, or `None`.
     pub fn verify_hosted_login(&self, token: &str) -> Option<HostedLoginClaims> {
         jsonwebtoken::decode::<HostedLoginClaims>(token, &self.decoding, &self.hosted_login)
+            .ok()
+            .map(|data| data.claims)
+    }
+
+    /// An API key for the action of one invocation, valid until `expires`.
+    pub fn issue_invocation_key(
+        &self,
+        invocation_id: &str,
+        org_id: &str,
+        expires: DateTime<Utc>,
+    ) -> String {
+        let token = self.sign(&InvocationClaims {
+            sub: invocation_id.to_owned(),
+            org: org_id.to_owned(),
+            aud: INVOCATION_AUDIENCE.to_owned(),
+            iat: Utc::now().timestamp(),
+            exp: expires.timestamp(),
+        });
+        format!("{INVOCATION_KEY_PREFIX}{token}")
+    }
+
+    /// The claims of a genuine, unexpired invocation key, or `None`.
+    pub fn verify_invocation_key(&self, key: &str) -> Option<InvocationClaims> {
+        let token = key.strip_prefix(INVOCATION_KEY_PREFIX)?;
+        jsonwebtoken::decode::<InvocationClaims>(token, &self.decoding, &self.invocation)
             .ok()
             .map(|data| data.claims)
     }

@@ -6,6 +6,9 @@
 
 use std::sync::Arc;
 
+#[path = "store_contract/apps.rs"]
+mod apps;
+
 use chrono::{Duration, Utc};
 use control_plane::store::{
     self, AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, PoolLease,
@@ -199,6 +202,7 @@ async fn contract(store: Arc<dyn Store>) {
             timezone: Some("Europe/Berlin".into()),
             locale: None,
         }),
+        invocation_id: Some("inv_1".into()),
     };
     assert!(
         store
@@ -398,6 +402,7 @@ async fn contract(store: Arc<dyn Store>) {
     profile_contract(store.as_ref(), &a.id, &b.id).await;
     auth_connection_contract(store.as_ref(), &a.id, &b.id).await;
     secret_contract(store.as_ref(), &a.id, &b.id).await;
+    apps::apps_contract(store.as_ref(), &a.id, &b.id).await;
 }
 
 async fn secret_contract(store: &dyn Store, a: &str, b: &str) {

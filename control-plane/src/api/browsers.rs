@@ -213,7 +213,15 @@ pub async fn create(
         .await?;
     spec.name = name;
     spec.tags = tags.unwrap_or_default();
+    spec.invocation_id = org.invocation_id.clone();
     let session = org.sessions.create(&org.id, spec).await?;
+    if let Some(invocation_id) = &org.invocation_id {
+        // The invocation may have ended while the browser started, after its browsers
+        // were ended: this one ends too.
+        org.apps
+            .keep_only_while_running(&org.id, invocation_id, &session)
+            .await?;
+    }
     Ok(Json(browser_view(&org, &session).await?))
 }
 

@@ -2,6 +2,7 @@
 //! registered through `utoipa_axum`, so the OpenAPI document at `/openapi.json` is
 //! generated from the same code that serves the routes.
 
+pub mod app_events;
 pub mod auth_connections;
 pub mod auth_settings;
 pub mod auth_timeline;
@@ -13,6 +14,7 @@ pub mod computer;
 pub mod credential_providers;
 pub mod credentials;
 pub mod curl;
+pub mod deployments;
 pub mod error;
 pub mod extensions;
 pub mod extract;
@@ -20,6 +22,7 @@ pub mod fs;
 pub mod fs_upload;
 pub mod fs_watch;
 pub mod health;
+pub mod invocations;
 pub mod keep_alive;
 pub mod live_view;
 pub mod logs;
@@ -126,6 +129,17 @@ fn api_routes() -> OpenApiRouter<AppState> {
             credential_providers::update,
             credential_providers::delete
         ))
+        .routes(routes!(deployments::list))
+        .routes(routes!(deployments::retrieve, deployments::delete))
+        .routes(routes!(deployments::events))
+        .routes(routes!(deployments::list_apps))
+        .routes(routes!(invocations::create, invocations::list))
+        .routes(routes!(invocations::retrieve, invocations::update))
+        .routes(routes!(invocations::events))
+        .routes(routes!(
+            invocations::list_browsers,
+            invocations::delete_browsers
+        ))
         .routes(routes!(credential_providers::items))
         .routes(routes!(credential_providers::test))
         .routes(routes!(logs::stream))
@@ -174,6 +188,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
                 .routes(routes!(fs_upload::upload))
                 .routes(routes!(extensions::upload))
                 .routes(routes!(extensions::load_into_browser))
+                .routes(routes!(deployments::create))
                 .layer(DefaultBodyLimit::disable()),
         )
         .routes(routes!(health::healthz))

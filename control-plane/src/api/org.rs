@@ -20,6 +20,8 @@ use crate::store::SessionRecord;
 #[derive(Clone)]
 pub struct Org {
     pub id: String,
+    /// Set when the caller is an action, with its invocation's short-lived key.
+    pub invocation_id: Option<String>,
     state: AppState,
 }
 
@@ -30,6 +32,7 @@ impl FromRequestParts<AppState> for Org {
         if let Some(caller) = parts.extensions.get::<SessionCaller>() {
             return Ok(Self {
                 id: caller.org.clone(),
+                invocation_id: None,
                 state: state.clone(),
             });
         }
@@ -46,9 +49,24 @@ impl FromRequestParts<AppState> for Org {
             .ok_or_else(|| {
                 ApiError::Unauthorized("the Authorization header must be `Bearer <api key>`".into())
             })?;
-        match organization_for_key(state.store.as_ref(), &state.key_cache, key.trim()).await? {
+        let key = key.trim();
+        if let Some(claims) = state.tokens.verify_invocation_key(key) {
+            // Honoured only while its invocation runs.
+            if !state.apps.is_unfinished(&claims.org, &claims.sub).await? {
+                return Err(ApiError::Unauthorized(
+                    "this invocation's API key expired with its invocation".into(),
+                ));
+            }
+            return Ok(Self {
+                id: claims.org,
+                invocation_id: Some(claims.sub),
+                state: state.clone(),
+            });
+        }
+        match organization_for_key(state.store.as_ref(), &state.key_cache, key).await? {
             Some(id) => Ok(Self {
                 id,
+                invocation_id: None,
                 state: state.clone(),
             }),
             None => Err(ApiError::Unauthorized("invalid API key".into())),

@@ -60,6 +60,8 @@ const FALLBACK_VM_BASE: &str = "/var/lib/browser-vms";
 #[derive(Clone, Debug)]
 pub struct VmPlacement {
     pub browsers_dir: PathBuf,
+    /// Deployments' directories and their runs (`crate::apps`).
+    pub apps_dir: PathBuf,
     pub agent_binary: PathBuf,
     pub node_runtime: Option<PathBuf>,
 }
@@ -142,6 +144,7 @@ impl Sandbox {
         let Some(user) = self.user else {
             return Ok(VmPlacement {
                 browsers_dir: data_dir.join("browsers"),
+                apps_dir: data_dir.join("apps"),
                 agent_binary: agent_binary.to_owned(),
                 node_runtime: node_runtime.map(Path::to_owned),
             });
@@ -163,8 +166,12 @@ impl Sandbox {
         let fail = |what: &str, error: std::io::Error| format!("{what}: {error}");
         let agent_dir = base.join("agent");
         let browsers_dir = base.join("browsers");
+        let apps_dir = base.join("apps");
         let fallback = (base != data_dir).then(|| PathBuf::from(FALLBACK_VM_BASE));
-        for dir in fallback.iter().chain([&base, &browsers_dir, &agent_dir]) {
+        for dir in fallback
+            .iter()
+            .chain([&base, &browsers_dir, &apps_dir, &agent_dir])
+        {
             std::fs::create_dir_all(dir).map_err(|e| fail(&dir.display().to_string(), e))?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
                 .map_err(|e| fail(&dir.display().to_string(), e))?;
@@ -195,6 +202,7 @@ impl Sandbox {
         };
         Ok(VmPlacement {
             browsers_dir,
+            apps_dir,
             agent_binary: staged,
             node_runtime,
         })
@@ -212,7 +220,88 @@ impl Sandbox {
         memory_bytes: u64,
         info: &OwnedFd,
     ) -> tokio::process::Command {
+        let mut command = self.system(run, memory_bytes);
+        let mut bind = |option: &str, source: &Path, target: &str| {
+            command.arg(option).arg(source).arg(target);
+        };
+        bind("--bind", root, VM_HOME);
+        bind("--bind", run, VM_RUN);
+        bind("--ro-bind", agent, VM_AGENT);
+        if let Some(runtime) = node_runtime {
+            bind("--ro-bind", runtime, VM_NODE_RUNTIME);
+        }
+        bind("--ro-bind", &run.join("policies"), POLICY_DIR);
+        command
+            .args(["--dir", "/tmp/.X11-unix"])
+            .args(["--chdir", VM_HOME]);
+        self.finish(command, info, VM_AGENT.as_ref(), agent_args)
+    }
+
+    /// The command that runs `program` (a path inside) in an app sandbox: the app's
+    /// directory at `APP_DIR` (writable while it is built, read-only when its actions
+    /// run), its run directory at `APP_RUN` (its egress socket, result file and the
+    /// service's scripts), the API socket at `APP_API_SOCKET`, the agent binary (which
+    /// starts first and opens the ways out, `browser-agent app-sandbox`), and nothing else
+    /// of the host but its system directories. `env` is the program's whole environment.
+    pub fn app_command(
+        &self,
+        agent: &Path,
+        app: AppMounts<'_>,
+        memory_bytes: u64,
+        info: &OwnedFd,
+        program: (&str, Vec<OsString>),
+        env: &[(String, String)],
+    ) -> tokio::process::Command {
+        let mut command = self.system(app.run, memory_bytes);
+        let mut bind = |option: &str, source: &Path, target: &str| {
+            command.arg(option).arg(source).arg(target);
+        };
+        let app_bind = if app.app_writable {
+            "--bind"
+        } else {
+            "--ro-bind"
+        };
+        bind(app_bind, app.app, APP_DIR);
+        bind("--bind", app.run, APP_RUN);
+        bind("--bind", app.api_socket, APP_API_SOCKET);
+        bind("--ro-bind", agent, VM_AGENT);
+        if let Some(cache) = app.cache {
+            bind("--bind", cache, APP_CACHE);
+        }
+        command
+            .args(["--dir", "/tmp/home"])
+            .args(["--chdir", APP_DIR])
+            // Unlike a browser, which outlives a restart of the service, an app's run
+            // belongs to the process that waits for its result.
+            .arg("--die-with-parent");
+        let (name, args) = program;
+        let mut sandbox_args: Vec<OsString> = vec![
+            "app-sandbox".into(),
+            "--egress-socket".into(),
+            Path::new(APP_RUN).join(APP_EGRESS_SOCKET).into(),
+            "--api-socket".into(),
+            APP_API_SOCKET.into(),
+            "--api-port".into(),
+            app.api_port.to_string().into(),
+            "--".into(),
+            name.into(),
+        ];
+        sandbox_args.extend(args);
+        let mut command = self.finish(command, info, VM_AGENT.as_ref(), sandbox_args);
+        // Only what the caller names: nothing of the service's own environment.
+        command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        command
+    }
+
+    /// A bubblewrap command that shows the host's system directories, read-only, the
+    /// VM's own identity (from `run`), and memory-backed `/tmp` and `/dev/shm` of at most
+    /// `memory_bytes` each.
+    fn system(&self, run: &Path, memory_bytes: u64) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.bwrap);
+        command
+            .args(["--proc", "/proc", "--dev", "/dev"])
+            .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/tmp"])
+            .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/dev/shm"]);
         let mut bind = |option: &str, source: &Path, target: &str| {
             command.arg(option).arg(source).arg(target);
         };
@@ -227,13 +316,6 @@ impl Sandbox {
                 bind("--ro-bind", &path, &path.to_string_lossy());
             }
         }
-        bind("--bind", root, VM_HOME);
-        bind("--bind", run, VM_RUN);
-        bind("--ro-bind", agent, VM_AGENT);
-        if let Some(runtime) = node_runtime {
-            bind("--ro-bind", runtime, VM_NODE_RUNTIME);
-        }
-        bind("--ro-bind", &run.join("policies"), POLICY_DIR);
         bind(
             "--ro-bind",
             &run.join(IDENTITY_DIR).join("passwd"),
@@ -255,6 +337,17 @@ impl Sandbox {
             command.arg("--symlink").arg(target).arg(link);
         }
         command
+    }
+
+    /// Namespaces, the VM user, and `program`.
+    fn finish(
+        &self,
+        mut command: tokio::process::Command,
+        info: &OwnedFd,
+        program: &Path,
+        args: Vec<OsString>,
+    ) -> tokio::process::Command {
+        command
             // Each namespace named: `--unshare-all` only tries the cgroup one.
             .args([
                 "--unshare-user",
@@ -265,16 +358,11 @@ impl Sandbox {
             .args(["--unshare-uts", "--unshare-cgroup"])
             .args(["--uid", VM_UID, "--gid", VM_UID])
             .args(["--hostname", VM_HOSTNAME])
-            .args(["--proc", "/proc", "--dev", "/dev"])
-            .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/tmp"])
-            .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/dev/shm"])
-            .args(["--dir", "/tmp/.X11-unix"])
-            .args(["--chdir", VM_HOME])
             .arg("--info-fd")
             .arg(info.as_raw_fd().to_string())
             .arg("--")
-            .arg(VM_AGENT)
-            .args(agent_args);
+            .arg(program)
+            .args(args);
         // Nothing of the service's environment (database URLs, keys) enters the VM.
         command
             .env_clear()
@@ -300,6 +388,31 @@ impl Sandbox {
         command
     }
 }
+
+/// Where an app sandbox's directories come from on the host.
+pub struct AppMounts<'a> {
+    /// The deployment's directory: its source and installed dependencies.
+    pub app: &'a Path,
+    pub app_writable: bool,
+    /// This run's own directory (egress socket, result, scripts).
+    pub run: &'a Path,
+    /// The control plane's API socket for app sandboxes.
+    pub api_socket: &'a Path,
+    /// The loopback port the API is reached on inside.
+    pub api_port: u16,
+    /// The organization's package cache (builds only).
+    pub cache: Option<&'a Path>,
+}
+
+/// An app's directory inside its sandbox.
+pub const APP_DIR: &str = "/app";
+/// An app sandbox's run directory inside.
+pub const APP_RUN: &str = "/run/app";
+/// The package cache inside a build's sandbox.
+pub const APP_CACHE: &str = "/run/cache";
+/// The egress socket's name in an app sandbox's run directory.
+pub const APP_EGRESS_SOCKET: &str = "egress.sock";
+const APP_API_SOCKET: &str = "/run/api.sock";
 
 /// A copy of the Node.js runtime (hard links where the file system allows) the VM user
 /// can read, in `agent_dir`, named by a digest of the runtime's lock file and scripts so

@@ -215,6 +215,8 @@ pub struct BrowserSpec {
     pub tags: BTreeMap<String, String>,
     pub start_url: Option<String>,
     pub location: Option<SessionLocation>,
+    /// The invocation whose action created the browser (it ends with the invocation).
+    pub invocation_id: Option<String>,
 }
 
 impl BrowserSpec {
@@ -227,6 +229,7 @@ impl BrowserSpec {
             tags: self.tags.clone(),
             start_url: self.start_url.clone(),
             location: self.location.clone(),
+            invocation_id: self.invocation_id.clone(),
         }
     }
 }
@@ -383,6 +386,7 @@ fn validate(
         tags: BTreeMap::new(),
         start_url: config.start_url.clone(),
         location,
+        invocation_id: None,
     };
     let references = References {
         extensions,

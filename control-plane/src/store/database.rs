@@ -16,7 +16,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 10] = [
+const MIGRATIONS: [(&str, &str); 11] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -57,6 +57,7 @@ const MIGRATIONS: [(&str, &str); 10] = [
         "V10__credentials",
         include_str!("../../migrations/V10__credentials.sql"),
     ),
+    ("V11__apps", include_str!("../../migrations/V11__apps.sql")),
 ];
 
 /// PostgreSQL column types and the SQLite types that hold the same values as the

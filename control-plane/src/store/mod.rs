@@ -3,6 +3,7 @@
 //! (many replicas); one contract test suite (`tests/tests/store_contract.rs`) runs
 //! against both.
 
+mod apps;
 mod database;
 mod rows;
 mod sql;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+pub use apps::{AppVersionRecord, AppsStore, DeploymentRecord, InvocationRecord};
 pub use sql::SqlStore;
 
 use database::Database;
@@ -135,6 +137,9 @@ pub struct VmSettings {
     /// Timezone and locale overrides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<SessionLocation>,
+    /// The invocation whose action created the browser.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_id: Option<String>,
 }
 
 /// A session's timezone (IANA) and locale (BCP 47) overrides; absent ones are the
@@ -375,7 +380,7 @@ pub enum SessionFilter {
 }
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: AppsStore + Send + Sync + 'static {
     /// Returns the organization with this name, creating it first if needed.
     async fn ensure_organization(&self, name: &str) -> StoreResult<Organization>;
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()>;

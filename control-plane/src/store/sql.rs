@@ -26,6 +26,10 @@ impl SqlStore {
     pub fn new(database: Database) -> Self {
         Self { database }
     }
+
+    pub(super) fn database(&self) -> &Database {
+        &self.database
+    }
 }
 
 #[async_trait]

@@ -1,0 +1,759 @@
+//! Apps as code: users deploy a small Python or TypeScript program that defines named
+//! actions with the official SDK's app framework, then invoke those actions by name.
+//!
+//! - A deployment's source (an uploaded ZIP, or a git repository) is built in an app
+//!   sandbox (`runner`): its dependencies are installed from its manifest, then the
+//!   service's loader (`boot/`) imports the entrypoint and records the apps and actions
+//!   it defines. A successful build publishes one app version per app.
+//! - An invocation runs one action in a sandbox of its own, over the deployment's files
+//!   (read-only), with its environment variables and a short-lived API key scoped to the
+//!   organization and the invocation; browsers the action creates end with it.
+//!
+//! Builds and actions never run on the host itself: without the VM sandbox, deployments
+//! are refused.
+
+pub mod events;
+pub mod invocations;
+pub mod runner;
+pub mod source;
+pub mod views;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ServiceError, ServiceResult};
+use crate::ids;
+use crate::managed_auth::vault::Vault;
+use crate::sessions::Sessions;
+use crate::store::{AppVersionRecord, DeploymentRecord, Store};
+pub use invocations::{InvocationStatus, NewInvocation};
+use runner::{AppRunner, Ended, Run, Stream};
+use source::Language;
+
+/// The one region apps report, as the SDK knows it.
+pub const REGION: &str = "aws.us-east-1a";
+/// How long a build may take, dependencies included.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// The Python loader and build script, written into each run's directory.
+const PYTHON_BOOT: &str = include_str!("boot/boot.py");
+const PYTHON_BUILD: &str = include_str!("boot/build-python.sh");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentStatus {
+    Queued,
+    InProgress,
+    Running,
+    Failed,
+    Stopped,
+}
+
+impl DeploymentStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::InProgress => "in_progress",
+            Self::Running => "running",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
+
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "queued" => Self::Queued,
+            "in_progress" => Self::InProgress,
+            "running" => Self::Running,
+            "stopped" => Self::Stopped,
+            _ => Self::Failed,
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Running | Self::Failed | Self::Stopped)
+    }
+}
+
+/// A deployment's public settings (the store's `document`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentDocument {
+    pub entrypoint_rel_path: String,
+    pub version: String,
+    /// The names of its environment variables; the values are sealed.
+    pub env_var_names: Vec<String>,
+    pub force: bool,
+    pub source_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_checksum: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_reason: Option<String>,
+    /// What the build found: apps and their actions.
+    #[serde(default)]
+    pub apps: Vec<AppDefinition>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppDefinition {
+    pub name: String,
+    pub actions: Vec<String>,
+}
+
+/// Where a new deployment's code comes from.
+pub enum NewSource {
+    /// An uploaded ZIP, already on disk, with its SHA-256.
+    Upload { archive: PathBuf, checksum: String },
+    Git {
+        url: String,
+        git_ref: String,
+        path: Option<String>,
+        token: Option<String>,
+    },
+}
+
+pub struct NewDeployment {
+    pub source: NewSource,
+    pub entrypoint_rel_path: String,
+    pub version: String,
+    pub env_vars: BTreeMap<String, String>,
+    pub force: bool,
+}
+
+/// Environment variable names the service sets itself.
+const RESERVED_ENV_VARS: &[&str] = &[
+    "KERNEL_API_KEY",
+    "KERNEL_BASE_URL",
+    "KERNEL_INVOCATION_ID",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "PATH",
+    "HOME",
+];
+const MAX_ENV_VARS: usize = 100;
+const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
+
+/// Checks a deployment's version and environment variables; one message per problem.
+pub fn check_settings(version: &str, env_vars: &BTreeMap<String, String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !is_label(version) {
+        problems.push(format!(
+            "version must be 1 to 64 letters, digits, `.`, `_` or `-`, got {version:?}"
+        ));
+    }
+    if env_vars.len() > MAX_ENV_VARS {
+        problems.push(format!("env_vars holds at most {MAX_ENV_VARS} variables"));
+    }
+    for (name, value) in env_vars {
+        let valid_name = !name.is_empty()
+            && name.len() <= 128
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_name {
+            problems.push(format!(
+                "env_vars: {name:?} is not a variable name (letters, digits and `_`, not starting with a digit)"
+            ));
+        } else if RESERVED_ENV_VARS.contains(&name.to_ascii_uppercase().as_str()) {
+            problems.push(format!("env_vars: {name} is set by the service"));
+        }
+        if value.len() > MAX_ENV_VALUE_BYTES || value.contains('\0') {
+            problems.push(format!(
+                "env_vars.{name}: at most {} KiB, without NUL characters",
+                MAX_ENV_VALUE_BYTES / 1024
+            ));
+        }
+    }
+    problems
+}
+
+/// App names, versions and action names: 1 to 64 of `[A-Za-z0-9._-]`.
+pub fn is_label(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// The service.
+pub struct Apps {
+    store: Arc<dyn Store>,
+    vault: Arc<Vault>,
+    sessions: Arc<Sessions>,
+    runner: Option<Arc<AppRunner>>,
+    pub events: events::EventLogs,
+    /// Builds under way, by deployment id.
+    builds: Mutex<HashMap<String, CancellationToken>>,
+    invocations: invocations::Running,
+}
+
+impl Apps {
+    pub fn new(
+        store: Arc<dyn Store>,
+        vault: Arc<Vault>,
+        sessions: Arc<Sessions>,
+        runner: Option<AppRunner>,
+        max_running_invocations: usize,
+    ) -> Self {
+        Self {
+            store,
+            vault,
+            sessions,
+            runner: runner.map(Arc::new),
+            events: events::EventLogs::default(),
+            builds: Mutex::default(),
+            invocations: invocations::Running::new(max_running_invocations),
+        }
+    }
+
+    fn runner(&self) -> ServiceResult<&Arc<AppRunner>> {
+        self.runner.as_ref().ok_or_else(|| {
+            ServiceError::Unavailable(
+                "apps run only in the VM sandbox, and this server runs without it \
+                 (--isolation none)"
+                    .into(),
+            )
+        })
+    }
+
+    /// Where uploads wait for their deployment, and where deployments live.
+    pub fn upload_dir(&self) -> ServiceResult<PathBuf> {
+        Ok(self.runner()?.apps_dir.join("uploads"))
+    }
+
+    fn deployment_dir(runner: &AppRunner, id: &str) -> PathBuf {
+        runner.apps_dir.join("deployments").join(id)
+    }
+
+    /// Records a deployment and starts its build; answers it `queued`.
+    pub async fn deploy(
+        self: &Arc<Self>,
+        org_id: &str,
+        new: NewDeployment,
+    ) -> ServiceResult<DeploymentRecord> {
+        let runner = self.runner()?.clone();
+        let mut problems = check_settings(&new.version, &new.env_vars);
+        if let Err(problem) =
+            source::check_relative_path("entrypoint_rel_path", &new.entrypoint_rel_path)
+        {
+            problems.push(problem);
+        } else if Language::of(&new.entrypoint_rel_path).is_none() {
+            problems.push(format!(
+                "entrypoint_rel_path must name a Python (.py) or JavaScript/TypeScript \
+                 (.js, .mjs, .cjs, .ts, .mts) file, got {:?}",
+                new.entrypoint_rel_path
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(ServiceError::Invalid(problems));
+        }
+        let id = ids::new_id("dep");
+        let now = Utc::now();
+        let mut document = DeploymentDocument {
+            entrypoint_rel_path: new.entrypoint_rel_path.clone(),
+            version: new.version.clone(),
+            env_var_names: new.env_vars.keys().cloned().collect(),
+            force: new.force,
+            ..Default::default()
+        };
+        let dir = Self::deployment_dir(&runner, &id);
+        runner::traversable_dir(&dir).map_err(ServiceError::internal)?;
+        std::fs::create_dir(dir.join("app")).map_err(ServiceError::internal)?;
+        match &new.source {
+            NewSource::Upload { archive, checksum } => {
+                document.source_type = "file".into();
+                document.source_checksum = Some(checksum.clone());
+                let unpacked = std::fs::File::open(archive)
+                    .map_err(|error| error.to_string())
+                    .and_then(|file| {
+                        source::unpack_zip(std::io::BufReader::new(file), &dir.join("app"))
+                    });
+                let _ = std::fs::remove_file(archive);
+                let entrypoint = dir.join("app").join(&new.entrypoint_rel_path);
+                let problem = match unpacked {
+                    Err(problem) => Some(format!("file: {problem}")),
+                    Ok(()) if !entrypoint.is_file() => Some(format!(
+                        "entrypoint_rel_path: the archive has no file {}",
+                        new.entrypoint_rel_path
+                    )),
+                    Ok(()) => None,
+                };
+                if let Some(problem) = problem {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(ServiceError::invalid(problem));
+                }
+            }
+            NewSource::Git {
+                url, git_ref, path, ..
+            } => {
+                document.source_type = "github".into();
+                document.source_url = Some(url.clone());
+                document.source_ref = Some(git_ref.clone());
+                document.source_path = path.clone();
+            }
+        }
+        let record = DeploymentRecord {
+            id: id.clone(),
+            org_id: org_id.to_owned(),
+            status: DeploymentStatus::Queued.as_str().into(),
+            created_at: now,
+            updated_at: now,
+            document: serde_json::to_string(&document).map_err(ServiceError::internal)?,
+            sealed: Some(
+                self.vault
+                    .seal(&new.env_vars, &id)
+                    .map_err(ServiceError::Internal)?,
+            ),
+        };
+        if let Err(error) = self.store.insert_deployment(&record).await {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(error.into());
+        }
+        self.events
+            .push(&id, views::deployment_state_event(&record), false);
+        let cancel = CancellationToken::new();
+        if let Ok(mut builds) = self.builds.lock() {
+            builds.insert(id.clone(), cancel.clone());
+        }
+        let this = self.clone();
+        let (record_for_build, git) = (
+            record.clone(),
+            match new.source {
+                NewSource::Git {
+                    url,
+                    git_ref,
+                    path,
+                    token,
+                } => Some((url, git_ref, path, token)),
+                NewSource::Upload { .. } => None,
+            },
+        );
+        tokio::spawn(async move {
+            this.build(runner, record_for_build, document, git, cancel)
+                .await;
+        });
+        Ok(record)
+    }
+
+    /// Builds a deployment to its end: `running` with its apps published, or `failed`
+    /// with a reason (the installer's or loader's own words are in its events).
+    async fn build(
+        self: Arc<Self>,
+        runner: Arc<AppRunner>,
+        mut record: DeploymentRecord,
+        mut document: DeploymentDocument,
+        git: Option<(String, String, Option<String>, Option<String>)>,
+        cancel: CancellationToken,
+    ) {
+        let id = record.id.clone();
+        self.set_deployment_status(&mut record, &document, DeploymentStatus::InProgress)
+            .await;
+        let outcome = self
+            .build_steps(&runner, &record, &mut document, git, cancel)
+            .await;
+        let published = match outcome {
+            Ok(()) => self.publish(&record, &document).await,
+            Err(reason) => Err(reason),
+        };
+        if let Ok(mut builds) = self.builds.lock() {
+            builds.remove(&id);
+        }
+        let status = match published {
+            Ok(published) => {
+                for (app, definition) in published.iter().zip(&document.apps) {
+                    self.events.push(
+                        &id,
+                        views::app_version_summary_event(app, definition),
+                        false,
+                    );
+                }
+                DeploymentStatus::Running
+            }
+            Err(reason) => {
+                document.status_reason = Some(reason);
+                DeploymentStatus::Failed
+            }
+        };
+        self.set_deployment_status(&mut record, &document, status)
+            .await;
+    }
+
+    async fn set_deployment_status(
+        &self,
+        record: &mut DeploymentRecord,
+        document: &DeploymentDocument,
+        status: DeploymentStatus,
+    ) {
+        record.status = status.as_str().into();
+        record.updated_at = Utc::now();
+        record.document = serde_json::to_string(document).unwrap_or_default();
+        match self.store.update_deployment(record).await {
+            Ok(true) => {}
+            // Deleted while it was built: nothing more to tell.
+            Ok(false) => return,
+            Err(error) => {
+                tracing::error!(deployment_id = %record.id, %error, "recording a deployment's status failed");
+            }
+        }
+        self.events.push(
+            &record.id,
+            views::deployment_state_event(record),
+            status.is_final(),
+        );
+    }
+
+    async fn build_steps(
+        &self,
+        runner: &AppRunner,
+        record: &DeploymentRecord,
+        document: &mut DeploymentDocument,
+        git: Option<(String, String, Option<String>, Option<String>)>,
+        cancel: CancellationToken,
+    ) -> Result<(), String> {
+        let dir = Self::deployment_dir(runner, &record.id);
+        let app_dir = dir.join("app");
+        let owner = runner.vm_user().map(|user| (user.uid, user.gid));
+        let cache = runner.apps_dir.join("cache").join(&record.org_id);
+        runner::traversable_dir(&cache).map_err(|error| format!("internal error: {error}"))?;
+        if let Some(owner) = owner {
+            source::chown_tree(&app_dir, owner)
+                .map_err(|error| format!("internal error: {error}"))?;
+            std::os::unix::fs::lchown(&cache, Some(owner.0), Some(owner.1))
+                .map_err(|error| format!("internal error: {error}"))?;
+        }
+        if let Some((url, git_ref, path, token)) = git {
+            self.fetch_git(
+                runner,
+                record,
+                &app_dir,
+                (&url, &git_ref, path.as_deref(), token.as_deref()),
+                &cancel,
+            )
+            .await?;
+            let entrypoint = app_dir.join(&document.entrypoint_rel_path);
+            if !entrypoint.is_file() {
+                return Err(format!(
+                    "the repository has no file {} at {git_ref}",
+                    document.entrypoint_rel_path
+                ));
+            }
+        }
+        let language = Language::of(&document.entrypoint_rel_path)
+            .ok_or("the entrypoint's language is not supported")?;
+        let (script, files): (&str, Vec<(&'static str, Vec<u8>)>) = match language {
+            Language::Python => (
+                "/run/app/build.sh",
+                vec![
+                    ("build.sh", PYTHON_BUILD.as_bytes().to_vec()),
+                    ("boot.py", PYTHON_BOOT.as_bytes().to_vec()),
+                ],
+            ),
+            Language::Node => {
+                return Err("JavaScript and TypeScript apps are not supported yet".into());
+            }
+        };
+        let mut env = base_env();
+        env.push(("PIP_CACHE_DIR".into(), "/run/cache/pip".into()));
+        env.push(("npm_config_cache".into(), "/run/cache/npm".into()));
+        env.extend(package_manager_env());
+        let outcome = self
+            .run_logged(
+                runner,
+                &record.id,
+                Run {
+                    app_dir: &app_dir,
+                    app_writable: true,
+                    cache: Some(&cache),
+                    program: (
+                        "/bin/sh",
+                        vec![script.into(), document.entrypoint_rel_path.clone().into()],
+                    ),
+                    env,
+                    files,
+                    timeout: BUILD_TIMEOUT,
+                    cancel,
+                    allowed_hosts: None,
+                },
+            )
+            .await;
+        match outcome.ended {
+            Ended::Exited(0) => {}
+            Ended::Exited(code) => {
+                return Err(format!(
+                    "the build failed (exit code {code}): its output is in the deployment's events"
+                ));
+            }
+            Ended::TimedOut => {
+                return Err(format!(
+                    "the build took longer than {} minutes",
+                    BUILD_TIMEOUT.as_secs() / 60
+                ));
+            }
+            Ended::Cancelled => return Err("the deployment was deleted".into()),
+            Ended::NotStarted(why) => {
+                tracing::error!(deployment_id = %record.id, why, "an app build could not start");
+                return Err("internal error: the build's sandbox could not start".into());
+            }
+        }
+        let described: serde_json::Value = match outcome.result {
+            Some(Ok(bytes)) => serde_json::from_slice(&bytes)
+                .map_err(|_| "the loader's answer is not JSON".to_string())?,
+            Some(Err(problem)) => return Err(problem),
+            None => return Err("loading the entrypoint gave no answer".into()),
+        };
+        if described["ok"] != true {
+            let error = described["error"].as_str().unwrap_or("unknown error");
+            self.events.push(&record.id, views::log_event(error), false);
+            return Err(format!(
+                "loading {} failed: {}",
+                document.entrypoint_rel_path,
+                last_line(error)
+            ));
+        }
+        let apps: Vec<AppDefinition> = serde_json::from_value(described["apps"].clone())
+            .map_err(|_| "the loader's answer has no apps".to_string())?;
+        if apps.is_empty() {
+            return Err(format!(
+                "{} defines no app: create one with the SDK's app framework (kernel.App(\"name\"))",
+                document.entrypoint_rel_path
+            ));
+        }
+        for app in &apps {
+            if !is_label(&app.name) {
+                return Err(format!(
+                    "app name {:?}: 1 to 64 letters, digits, `.`, `_` or `-`",
+                    app.name
+                ));
+            }
+            if let Some(action) = app.actions.iter().find(|action| !is_label(action)) {
+                return Err(format!(
+                    "action name {action:?}: 1 to 64 letters, digits, `.`, `_` or `-`"
+                ));
+            }
+        }
+        document.apps = apps;
+        Ok(())
+    }
+
+    /// Runs `run`, passing its output to the log of `log_id`.
+    async fn run_logged(&self, runner: &AppRunner, log_id: &str, run: Run<'_>) -> runner::Outcome {
+        let (lines, mut received) = mpsc::channel::<(Stream, String)>(256);
+        let events = &self.events;
+        let forward = async {
+            while let Some((_, line)) = received.recv().await {
+                events.push(log_id, views::log_event(&line), false);
+            }
+        };
+        let (outcome, ()) = tokio::join!(runner.run(run, lines), forward);
+        outcome
+    }
+
+    async fn fetch_git(
+        &self,
+        runner: &AppRunner,
+        record: &DeploymentRecord,
+        app_dir: &Path,
+        (url, git_ref, path, token): (&str, &str, Option<&str>, Option<&str>),
+        cancel: &CancellationToken,
+    ) -> Result<(), String> {
+        let _ = (runner, record, app_dir, url, git_ref, path, token, cancel);
+        Err("git sources are not supported yet".into())
+    }
+
+    /// Publishes the deployment's apps at its version. Another deployment's app at the
+    /// same version is replaced (and that deployment stopped) only with `force`.
+    async fn publish(
+        &self,
+        record: &DeploymentRecord,
+        document: &DeploymentDocument,
+    ) -> Result<Vec<AppVersionRecord>, String> {
+        let internal = |error: crate::store::StoreError| {
+            tracing::error!(deployment_id = %record.id, %error, "publishing apps failed");
+            "internal error while publishing the apps".to_string()
+        };
+        for app in &document.apps {
+            let existing = self
+                .store
+                .app_version(&record.org_id, &app.name, &document.version)
+                .await
+                .map_err(internal)?;
+            if let Some(existing) = existing {
+                if !document.force {
+                    return Err(format!(
+                        "app {} version {} is already deployed ({}): deploy with force to replace it",
+                        app.name, document.version, existing.deployment_id
+                    ));
+                }
+                self.stop_deployment(&record.org_id, &existing.deployment_id)
+                    .await;
+            }
+        }
+        let now = Utc::now();
+        let mut published = Vec::new();
+        for app in &document.apps {
+            let version = AppVersionRecord {
+                id: ids::new_id("app"),
+                org_id: record.org_id.clone(),
+                app_name: app.name.clone(),
+                version: document.version.clone(),
+                deployment_id: record.id.clone(),
+                actions: serde_json::to_string(&app.actions).unwrap_or_default(),
+                created_at: now,
+            };
+            if let Err(error) = self.store.insert_app_version(&version).await {
+                let _ = self
+                    .store
+                    .delete_app_versions(&record.org_id, &record.id)
+                    .await;
+                return match error {
+                    crate::store::StoreError::Conflict(_) => Err(format!(
+                        "app {} version {} was deployed by another deployment meanwhile",
+                        app.name, document.version
+                    )),
+                    other => Err(internal(other)),
+                };
+            }
+            published.push(version);
+        }
+        Ok(published)
+    }
+
+    /// Stops a running deployment that another replaced: its apps are unpublished and its
+    /// running invocations end.
+    async fn stop_deployment(&self, org_id: &str, deployment_id: &str) {
+        let _ = self.store.delete_app_versions(org_id, deployment_id).await;
+        self.invocations
+            .cancel_of_deployment(deployment_id, "its deployment was replaced");
+        if let Ok(Some(mut record)) = self.store.deployment(org_id, deployment_id).await {
+            let document: DeploymentDocument =
+                serde_json::from_str(&record.document).unwrap_or_default();
+            record.status = DeploymentStatus::Stopped.as_str().into();
+            record.updated_at = Utc::now();
+            let mut document = document;
+            document.status_reason =
+                Some("replaced by a newer deployment of the same app version".into());
+            record.document = serde_json::to_string(&document).unwrap_or_default();
+            let _ = self.store.update_deployment(&record).await;
+        }
+    }
+
+    pub async fn deployment(&self, org_id: &str, id: &str) -> ServiceResult<DeploymentRecord> {
+        self.store
+            .deployment(org_id, id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("deployment {id} not found")))
+    }
+
+    /// Deletes a deployment: its build stops, its running invocations end (failed), its
+    /// apps are unpublished and its files removed.
+    pub async fn delete_deployment(&self, org_id: &str, id: &str) -> ServiceResult<()> {
+        let record = self.deployment(org_id, id).await?;
+        if let Some(cancel) = self
+            .builds
+            .lock()
+            .ok()
+            .and_then(|mut builds| builds.remove(&record.id))
+        {
+            cancel.cancel();
+        }
+        self.invocations
+            .cancel_of_deployment(&record.id, "its deployment was deleted");
+        self.store.delete_deployment(org_id, &record.id).await?;
+        self.events.forget(&record.id);
+        if let Some(runner) = &self.runner {
+            let dir = Self::deployment_dir(runner, &record.id);
+            // Files of a build that is still stopping are removed once it has.
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let _ = tokio::fs::remove_dir_all(dir).await;
+            });
+        }
+        Ok(())
+    }
+
+    /// A deployment's environment variables, values included (for its actions only).
+    fn env_vars(&self, record: &DeploymentRecord) -> ServiceResult<BTreeMap<String, String>> {
+        match &record.sealed {
+            Some(sealed) => self
+                .vault
+                .open_sealed(sealed, &record.id)
+                .map_err(ServiceError::Internal),
+            None => Ok(BTreeMap::new()),
+        }
+    }
+
+    /// After a restart: builds and invocations that were under way have lost their
+    /// process; they fail with a reason.
+    pub async fn resume(&self) -> anyhow::Result<()> {
+        for mut record in self
+            .store
+            .deployments_in(&["queued", "in_progress"])
+            .await?
+        {
+            let mut document: DeploymentDocument =
+                serde_json::from_str(&record.document).unwrap_or_default();
+            document.status_reason =
+                Some("the service restarted during the build: deploy again".into());
+            self.set_deployment_status(&mut record, &document, DeploymentStatus::Failed)
+                .await;
+        }
+        self.fail_unfinished_invocations().await
+    }
+}
+
+/// The environment every app process starts with.
+fn base_env() -> Vec<(String, String)> {
+    vec![
+        (
+            "PATH".into(),
+            "/app/.venv/bin:/app/node_modules/.bin:/usr/local/bin:/usr/bin:/bin".into(),
+        ),
+        ("HOME".into(), "/tmp/home".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+    ]
+}
+
+/// The operator's package manager settings (a private index, a CA bundle), passed to
+/// builds as they are in this service's environment.
+fn package_manager_env() -> Vec<(String, String)> {
+    const PASSED: &[&str] = &[
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_TRUSTED_HOST",
+        "PIP_CERT",
+        "PIP_DEFAULT_TIMEOUT",
+        "NPM_CONFIG_REGISTRY",
+        "npm_config_registry",
+        "NPM_CONFIG_CAFILE",
+        "npm_config_cafile",
+        "NODE_EXTRA_CA_CERTS",
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+    ];
+    PASSED
+        .iter()
+        .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
+        .collect()
+}
+
+/// The last non-empty line of a traceback: the exception itself.
+fn last_line(text: &str) -> &str {
+    text.lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or(text)
+        .trim()
+}
