@@ -157,7 +157,7 @@ pub struct InvocationListQuery {
     #[param(pattern = "^(queued|running|succeeded|failed)$")]
     pub status: Option<String>,
     /// Only invocations started since: an RFC 3339 time, or a duration such as `5m`.
-    #[param(pattern = r"^([0-9]{1,9}[smhd]|[0-9]{4}-[0-9]{2}-[0-9]{2}T.+)$")]
+    #[param(schema_with = super::openapi::since)]
     pub since: Option<String>,
     /// Only invocations whose id is this, or whose app or action name contains it.
     pub query: Option<String>,

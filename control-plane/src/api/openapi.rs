@@ -599,6 +599,27 @@ pub fn allowed_domains() -> Array {
         .build()
 }
 
+/// `since` of event streams and lists: an RFC 3339 time, or a duration back from now.
+pub fn since() -> Schema {
+    use utoipa::openapi::schema::{AnyOfBuilder, KnownFormat, SchemaFormat};
+    AnyOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(r"^[0-9]{1,9}[smhd]$")),
+        )
+        .description(Some(
+            "An RFC 3339 time, or a duration back from now such as 90s, 5m, 2h or 1d.",
+        ))
+        .build()
+        .into()
+}
+
 /// A TOTP algorithm.
 pub fn totp_algorithm() -> Object {
     string_schema(true, "SHA1 (default), SHA256 or SHA512.")
