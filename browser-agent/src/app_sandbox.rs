@@ -59,12 +59,11 @@ async fn run(args: AppSandboxArgs) -> anyhow::Result<i32> {
     for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
         command.env(name, &proxy_url);
     }
-    // npm reads its own settings before the variables above.
+    // npm reads its own settings before the variables above. What goes direct (the
+    // sandbox's own loopback, where the API is) is the caller's `NO_PROXY`.
     command
         .env("npm_config_proxy", &proxy_url)
-        .env("npm_config_https_proxy", &proxy_url)
-        .env("NO_PROXY", "localhost,127.0.0.1")
-        .env("no_proxy", "localhost,127.0.0.1");
+        .env("npm_config_https_proxy", &proxy_url);
     let status = command
         .status()
         .await

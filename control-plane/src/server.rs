@@ -99,6 +99,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let app_runner = sandbox.clone().map(|sandbox| AppRunner {
         sandbox,
         agent_binary: agent_binary.clone(),
+        node_runtime: node_runtime.clone(),
         apps_dir: apps_dir.clone(),
         api_socket: app_api_socket.clone(),
         api_port: app_api_port(&public_url, bound.port()),

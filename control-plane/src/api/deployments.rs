@@ -19,7 +19,7 @@ use super::extract::{MultipartBody, PathParam, QueryParams, capped_text, unreada
 use super::org::Org;
 use super::paging::{Paging, page_of};
 use crate::apps::views::{self, AppVersion, Deployment};
-use crate::apps::{DeploymentDocument, NewDeployment, NewSource};
+use crate::apps::{DeploymentDocument, GitSource, NewDeployment, NewSource};
 use crate::ids;
 
 /// Largest app archive.
@@ -35,8 +35,8 @@ pub struct DeploymentForm {
     /// ZIP of the app's directory (or of one folder holding it). Either this or `source`.
     #[schema(value_type = String, format = Binary)]
     file: Option<Vec<u8>>,
-    /// The entrypoint's path inside the app: a `.py` file (JavaScript and TypeScript are
-    /// not served yet). Required with `file`.
+    /// The entrypoint's path inside the app: a Python (`.py`), JavaScript (`.js`, `.mjs`,
+    /// `.cjs`) or TypeScript (`.ts`, `.mts`) file. Required with `file`.
     entrypoint_rel_path: Option<String>,
     /// Version label, 1 to 64 of `[A-Za-z0-9._-]` (default `latest`).
     version: Option<String>,
@@ -240,26 +240,19 @@ fn into_deployment(form: &mut Form) -> Result<NewDeployment, ApiError> {
                     "source.auth.method must be github_token",
                 ));
             }
-            let url = field("url")?;
-            if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2048 {
-                return Err(ApiError::invalid_field(
-                    "source.url must be an http(s) URL of a git repository",
-                ));
-            }
-            let entrypoint = field("entrypoint")?;
-            let path = source.get("path").filter(|path| !path.is_empty()).cloned();
-            let entrypoint_rel_path = match &path {
-                Some(path) => format!("{}/{entrypoint}", path.trim_end_matches('/')),
-                None => entrypoint,
-            };
+            let path = source
+                .get("path")
+                .map(|path| path.trim_matches('/').to_owned())
+                .filter(|path| !path.is_empty() && path != ".");
             Ok(NewDeployment {
-                source: NewSource::Git {
-                    url,
+                source: NewSource::Git(GitSource {
+                    url: field("url")?,
                     git_ref: field("ref")?,
                     path,
                     token: source.get("auth.token").cloned(),
-                },
-                entrypoint_rel_path,
+                }),
+                // Relative to `path`, whose files are the app's.
+                entrypoint_rel_path: field("entrypoint")?,
                 version,
                 env_vars,
                 force: form.force,

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::runner::{Ended, Run};
-use super::{Apps, DeploymentStatus, Language, PYTHON_BOOT, base_env, views};
+use super::{Apps, DeploymentStatus, Language, base_env, views};
 use crate::error::{ServiceError, ServiceResult};
 use crate::ids;
 use crate::store::{InvocationRecord, SessionFilter, SessionRecord};
@@ -330,19 +330,20 @@ impl Apps {
             format!("http://127.0.0.1:{}", runner.api_port),
         ));
         env.push(("KERNEL_INVOCATION_ID".into(), record.id.clone()));
+        // The API is on the sandbox's own loopback; everything else goes through the
+        // egress proxy.
+        env.push(("NO_PROXY".into(), "localhost,127.0.0.1".into()));
+        env.push(("no_proxy".into(), "localhost,127.0.0.1".into()));
         env.push(("PYTHONDONTWRITEBYTECODE".into(), "1".into()));
-        let (program, files) = match Language::of(&deployment.entrypoint_rel_path) {
-            Some(Language::Python) => (
-                "/app/.venv/bin/python",
-                vec![
-                    ("boot.py", PYTHON_BOOT.as_bytes().to_vec()),
-                    (
-                        "payload.json",
-                        document.payload.clone().unwrap_or_default().into_bytes(),
-                    ),
-                ],
-            ),
-            _ => ("/bin/false", Vec::new()),
+        let language = Language::of(&deployment.entrypoint_rel_path).unwrap_or(Language::Python);
+        let (program, mut files) = super::loader(language);
+        files.push((
+            "payload.json",
+            document.payload.clone().unwrap_or_default().into_bytes(),
+        ));
+        let boot = match language {
+            Language::Python => "/run/app/boot.py",
+            Language::Node => "/run/app/boot.mjs",
         };
         let app_dir = runner
             .apps_dir
@@ -360,7 +361,7 @@ impl Apps {
                     program: (
                         program,
                         vec![
-                            "/run/app/boot.py".into(),
+                            boot.into(),
                             "invoke".into(),
                             deployment.entrypoint_rel_path.clone().into(),
                             record.app_name.clone().into(),

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -44,6 +45,31 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The Python loader and build script, written into each run's directory.
 const PYTHON_BOOT: &str = include_str!("boot/boot.py");
 const PYTHON_BUILD: &str = include_str!("boot/build-python.sh");
+/// The Node.js loader, its module hooks (TypeScript) and build script.
+const NODE_BOOT: &str = include_str!("boot/boot.mjs");
+const NODE_HOOKS: &str = include_str!("boot/hooks.mjs");
+const NODE_BUILD: &str = include_str!("boot/build-node.sh");
+/// Fetches a git source.
+const GIT_FETCH: &str = include_str!("boot/fetch-git.sh");
+/// How long fetching a repository may take.
+const GIT_FETCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// What runs an app's loader, and the files it needs in the run directory.
+fn loader(language: Language) -> (&'static str, Vec<(&'static str, Vec<u8>)>) {
+    match language {
+        Language::Python => (
+            "/app/.venv/bin/python",
+            vec![("boot.py", PYTHON_BOOT.as_bytes().to_vec())],
+        ),
+        Language::Node => (
+            "/usr/bin/node",
+            vec![
+                ("boot.mjs", NODE_BOOT.as_bytes().to_vec()),
+                ("hooks.mjs", NODE_HOOKS.as_bytes().to_vec()),
+            ],
+        ),
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -114,13 +140,20 @@ pub struct AppDefinition {
 /// Where a new deployment's code comes from.
 pub enum NewSource {
     /// An uploaded ZIP, already on disk, with its SHA-256.
-    Upload { archive: PathBuf, checksum: String },
-    Git {
-        url: String,
-        git_ref: String,
-        path: Option<String>,
-        token: Option<String>,
+    Upload {
+        archive: PathBuf,
+        checksum: String,
     },
+    Git(GitSource),
+}
+
+/// A git repository's ref (branch, tag or commit), and the folder of it to deploy.
+pub struct GitSource {
+    pub url: String,
+    pub git_ref: String,
+    pub path: Option<String>,
+    /// Sent as a GitHub token; used for the fetch only, never kept.
+    pub token: Option<String>,
 }
 
 pub struct NewDeployment {
@@ -174,6 +207,38 @@ pub fn check_settings(version: &str, env_vars: &BTreeMap<String, String>) -> Vec
                 MAX_ENV_VALUE_BYTES / 1024
             ));
         }
+    }
+    problems
+}
+
+/// Checks a git source: its URL, ref and folder reach git as they are.
+fn check_git_source(source: &GitSource) -> Vec<String> {
+    let mut problems = Vec::new();
+    let url_ok = (source.url.starts_with("https://") || source.url.starts_with("http://"))
+        && source.url.len() <= 2048
+        && url::Url::parse(&source.url).is_ok()
+        && !source.url.chars().any(char::is_whitespace);
+    if !url_ok {
+        problems.push("source.url must be an http(s) URL of a git repository".to_owned());
+    }
+    let ref_ok = !source.git_ref.is_empty()
+        && source.git_ref.len() <= 255
+        && !source.git_ref.starts_with('-')
+        && !source.git_ref.contains("..")
+        && source
+            .git_ref
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+    if !ref_ok {
+        problems.push(format!(
+            "source.ref must be a branch, tag or commit name, got {:?}",
+            source.git_ref
+        ));
+    }
+    if let Some(path) = &source.path
+        && let Err(problem) = source::check_relative_path("source.path", path)
+    {
+        problems.push(problem);
     }
     problems
 }
@@ -256,6 +321,9 @@ impl Apps {
                 new.entrypoint_rel_path
             ));
         }
+        if let NewSource::Git(source) = &new.source {
+            problems.extend(check_git_source(source));
+        }
         if !problems.is_empty() {
             return Err(ServiceError::Invalid(problems));
         }
@@ -295,13 +363,11 @@ impl Apps {
                     return Err(ServiceError::invalid(problem));
                 }
             }
-            NewSource::Git {
-                url, git_ref, path, ..
-            } => {
+            NewSource::Git(source) => {
                 document.source_type = "github".into();
-                document.source_url = Some(url.clone());
-                document.source_ref = Some(git_ref.clone());
-                document.source_path = path.clone();
+                document.source_url = Some(source.url.clone());
+                document.source_ref = Some(source.git_ref.clone());
+                document.source_path = source.path.clone();
             }
         }
         let record = DeploymentRecord {
@@ -331,12 +397,7 @@ impl Apps {
         let (record_for_build, git) = (
             record.clone(),
             match new.source {
-                NewSource::Git {
-                    url,
-                    git_ref,
-                    path,
-                    token,
-                } => Some((url, git_ref, path, token)),
+                NewSource::Git(source) => Some(source),
                 NewSource::Upload { .. } => None,
             },
         );
@@ -354,7 +415,7 @@ impl Apps {
         runner: Arc<AppRunner>,
         mut record: DeploymentRecord,
         mut document: DeploymentDocument,
-        git: Option<(String, String, Option<String>, Option<String>)>,
+        git: Option<GitSource>,
         cancel: CancellationToken,
     ) {
         let id = record.id.clone();
@@ -419,7 +480,7 @@ impl Apps {
         runner: &AppRunner,
         record: &DeploymentRecord,
         document: &mut DeploymentDocument,
-        git: Option<(String, String, Option<String>, Option<String>)>,
+        git: Option<GitSource>,
         cancel: CancellationToken,
     ) -> Result<(), String> {
         let dir = Self::deployment_dir(runner, &record.id);
@@ -433,40 +494,36 @@ impl Apps {
             std::os::unix::fs::lchown(&cache, Some(owner.0), Some(owner.1))
                 .map_err(|error| format!("internal error: {error}"))?;
         }
-        if let Some((url, git_ref, path, token)) = git {
-            self.fetch_git(
-                runner,
-                record,
-                &app_dir,
-                (&url, &git_ref, path.as_deref(), token.as_deref()),
-                &cancel,
-            )
-            .await?;
+        if let Some(source) = git {
+            let (commit, checksum) = self
+                .fetch_git(runner, record, &app_dir, &source, &cancel)
+                .await?;
+            document.source_checksum = Some(checksum);
+            tracing::info!(deployment_id = %record.id, commit, "fetched a git source");
             let entrypoint = app_dir.join(&document.entrypoint_rel_path);
             if !entrypoint.is_file() {
                 return Err(format!(
-                    "the repository has no file {} at {git_ref}",
-                    document.entrypoint_rel_path
+                    "the repository has no file {} at {}",
+                    document.entrypoint_rel_path, source.git_ref
                 ));
             }
         }
         let language = Language::of(&document.entrypoint_rel_path)
             .ok_or("the entrypoint's language is not supported")?;
-        let (script, files): (&str, Vec<(&'static str, Vec<u8>)>) = match language {
-            Language::Python => (
-                "/run/app/build.sh",
-                vec![
-                    ("build.sh", PYTHON_BUILD.as_bytes().to_vec()),
-                    ("boot.py", PYTHON_BOOT.as_bytes().to_vec()),
-                ],
-            ),
-            Language::Node => {
-                return Err("JavaScript and TypeScript apps are not supported yet".into());
-            }
+        let (_, mut files) = loader(language);
+        let build = match language {
+            Language::Python => PYTHON_BUILD,
+            Language::Node => NODE_BUILD,
         };
+        files.push(("build.sh", build.as_bytes().to_vec()));
+        let script = "/run/app/build.sh";
         let mut env = base_env();
         env.push(("PIP_CACHE_DIR".into(), "/run/cache/pip".into()));
         env.push(("npm_config_cache".into(), "/run/cache/npm".into()));
+        env.push(("npm_config_update_notifier".into(), "false".into()));
+        // Apps commonly make their client when loaded; it needs a key to be made, not
+        // one that works.
+        env.push(("KERNEL_API_KEY".into(), "build-time-placeholder".into()));
         env.extend(package_manager_env());
         let outcome = self
             .run_logged(
@@ -560,16 +617,70 @@ impl Apps {
         outcome
     }
 
+    /// Fetches a git source into the (empty) app directory, in a sandbox whose only way
+    /// out is the egress proxy; answers the commit and a checksum of its files.
     async fn fetch_git(
         &self,
         runner: &AppRunner,
         record: &DeploymentRecord,
         app_dir: &Path,
-        (url, git_ref, path, token): (&str, &str, Option<&str>, Option<&str>),
+        source: &GitSource,
         cancel: &CancellationToken,
-    ) -> Result<(), String> {
-        let _ = (runner, record, app_dir, url, git_ref, path, token, cancel);
-        Err("git sources are not supported yet".into())
+    ) -> Result<(String, String), String> {
+        let mut env = base_env();
+        env.extend(package_manager_env());
+        env.push(("SOURCE_URL".into(), source.url.clone()));
+        env.push(("SOURCE_REF".into(), source.git_ref.clone()));
+        env.push((
+            "SOURCE_PATH".into(),
+            source.path.clone().unwrap_or_default(),
+        ));
+        env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
+        if let Some(token) = &source.token {
+            // In git's configuration from the environment: never on a command line.
+            let basic =
+                base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
+            env.push(("GIT_CONFIG_COUNT".into(), "1".into()));
+            env.push(("GIT_CONFIG_KEY_0".into(), "http.extraHeader".into()));
+            env.push((
+                "GIT_CONFIG_VALUE_0".into(),
+                format!("Authorization: Basic {basic}"),
+            ));
+        }
+        let outcome = self
+            .run_logged(
+                runner,
+                &record.id,
+                Run {
+                    app_dir,
+                    app_writable: true,
+                    cache: None,
+                    program: ("/bin/sh", vec!["/run/app/fetch.sh".into()]),
+                    env,
+                    files: vec![("fetch.sh", GIT_FETCH.as_bytes().to_vec())],
+                    timeout: GIT_FETCH_TIMEOUT,
+                    cancel: cancel.clone(),
+                    allowed_hosts: None,
+                },
+            )
+            .await;
+        match (outcome.ended, outcome.result) {
+            (Ended::Exited(0), Some(Ok(bytes))) => {
+                let result: serde_json::Value =
+                    serde_json::from_slice(&bytes).map_err(|_| "fetching gave no answer")?;
+                let text = |name: &str| result[name].as_str().unwrap_or_default().to_owned();
+                Ok((text("commit"), text("checksum")))
+            }
+            (Ended::Cancelled, _) => Err("the deployment was deleted".into()),
+            (Ended::TimedOut, _) => Err(format!(
+                "fetching the repository took longer than {} minutes",
+                GIT_FETCH_TIMEOUT.as_secs() / 60
+            )),
+            _ => Err(format!(
+                "fetching {} at {} failed: git's words are in the deployment's events",
+                source.url, source.git_ref
+            )),
+        }
     }
 
     /// Publishes the deployment's apps at its version. Another deployment's app at the
@@ -741,7 +852,9 @@ fn package_manager_env() -> Vec<(String, String)> {
         "npm_config_cafile",
         "NODE_EXTRA_CA_CERTS",
         "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
         "REQUESTS_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
     ];
     PASSED
         .iter()

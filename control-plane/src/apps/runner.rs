@@ -37,6 +37,8 @@ pub struct AppRunner {
     pub sandbox: Sandbox,
     /// The agent binary the VM user can start (it opens the sandbox's ways out).
     pub agent_binary: PathBuf,
+    /// The service's Node.js runtime, whose `typescript` compiles TypeScript apps.
+    pub node_runtime: Option<PathBuf>,
     /// Runs' directories live in `<apps_dir>/runs`.
     pub apps_dir: PathBuf,
     /// The control plane's API, as app sandboxes reach it.
@@ -160,6 +162,7 @@ impl AppRunner {
                 api_socket: &self.api_socket,
                 api_port: self.api_port,
                 cache: run.cache,
+                node_runtime: self.node_runtime.as_deref(),
             },
             RUN_TMPFS_BYTES,
             &info_write,

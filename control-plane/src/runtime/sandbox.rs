@@ -268,6 +268,10 @@ impl Sandbox {
         if let Some(cache) = app.cache {
             bind("--bind", cache, APP_CACHE);
         }
+        // Its `typescript` compiles TypeScript apps as they load.
+        if let Some(runtime) = app.node_runtime {
+            bind("--ro-bind", runtime, VM_NODE_RUNTIME);
+        }
         command
             .args(["--dir", "/tmp/home"])
             .args(["--chdir", APP_DIR])
@@ -402,6 +406,8 @@ pub struct AppMounts<'a> {
     pub api_port: u16,
     /// The organization's package cache (builds only).
     pub cache: Option<&'a Path>,
+    /// The service's Node.js runtime (`browser-agent/node`).
+    pub node_runtime: Option<&'a Path>,
 }
 
 /// An app's directory inside its sandbox.
