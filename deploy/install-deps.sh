@@ -13,17 +13,20 @@ set -euo pipefail
 # libturbojpeg0-dev: the live view's JPEG encoder (libjpeg-turbo), linked by the agent.
 # pulseaudio: each headful VM's own sound server (a null sink), for live audio and
 # recordings with `record_audio`.
+# python3-venv and git: apps' builds (a virtual environment per Python app; sources
+# fetched from git repositories), in their sandboxes.
 packages=(chromium chromium-l10n chromium-driver tzdata xvfb ffmpeg bubblewrap pkg-config ca-certificates procps
-  libturbojpeg0-dev pulseaudio
+  libturbojpeg0-dev pulseaudio python3-venv git
   # xcap (screenshots) always compiles its Wayland/PipeWire code, so it needs these to build.
   libwayland-dev libpipewire-0.3-dev libgbm-dev libclang-dev libxcb1-dev libegl-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # xdotool, unzip, x11vnc and novnc are references the benchmarks measure against.
   # iproute2 builds the tests' "public internet" host in a network namespace.
-  packages+=(postgresql python3-venv xdotool unzip iproute2 x11vnc novnc)
+  packages+=(postgresql xdotool unzip iproute2 x11vnc novnc)
 fi
-# Playwright code runs in each VM on Node.js (and the tests' Puppeteer): any Node.js >= 20
-# will do (playwright-core needs it), so keep one that is already there.
+# Playwright code runs in each VM on Node.js (and the tests' Puppeteer), as do JavaScript
+# and TypeScript apps: any Node.js >= 20 will do (playwright-core needs it, and apps'
+# module hooks), so keep one that is already there.
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 
 sudo=""

@@ -62,7 +62,7 @@ fn loader(language: Language) -> (&'static str, Vec<(&'static str, Vec<u8>)>) {
             vec![("boot.py", PYTHON_BOOT.as_bytes().to_vec())],
         ),
         Language::Node => (
-            "/usr/bin/node",
+            "node",
             vec![
                 ("boot.mjs", NODE_BOOT.as_bytes().to_vec()),
                 ("hooks.mjs", NODE_HOOKS.as_bytes().to_vec()),
