@@ -15,13 +15,15 @@ CREATE TABLE deployments (
 CREATE INDEX deployments_org ON deployments (org_id, created_at);
 
 -- One row per app a running deployment defines; an organization has one app of a name
--- per version.
+-- per version. (`deployment_id` has no foreign key: a deployment's delete removes its
+-- rows first, and a build that publishes meanwhile removes its own once it finds the
+-- deployment gone.)
 CREATE TABLE app_versions (
     id             TEXT PRIMARY KEY,
     org_id         TEXT NOT NULL REFERENCES organizations(id),
     app_name       TEXT NOT NULL,
     version        TEXT NOT NULL,
-    deployment_id  TEXT NOT NULL REFERENCES deployments(id),
+    deployment_id  TEXT NOT NULL,
     actions        TEXT NOT NULL,
     created_at     TIMESTAMPTZ NOT NULL
 );

@@ -188,8 +188,14 @@ const APP_API_SOCKET: &str = "api.sock";
 
 /// The loopback port apps reach the API at inside their sandbox: the public URL's, when
 /// that is a loopback address (so that the URLs the API hands out work inside too),
-/// else the port this server listens on.
+/// else the port this server listens on. Ports below 1024 cannot be opened by the
+/// sandbox's unprivileged user: 8080 then.
 fn app_api_port(public_url: &str, bound_port: u16) -> u16 {
+    let port = app_api_port_wanted(public_url, bound_port);
+    if port < 1024 { 8080 } else { port }
+}
+
+fn app_api_port_wanted(public_url: &str, bound_port: u16) -> u16 {
     let Ok(url) = url::Url::parse(public_url) else {
         return bound_port;
     };

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import kernel
@@ -138,6 +139,52 @@ def test_an_action_can_be_ended_and_the_first_end_wins(client, deployed):
     assert client.invocations.retrieve(queued.id).status == "failed"
     assert wait_until(lambda: app_processes_left() == [], 10), app_processes_left()
     assert wait_until(lambda: client.invocations.list_browsers(queued.id).browsers == [], 10)
+
+
+def test_an_action_past_its_memory_limit_fails_saying_so(client, deployed):
+    result = invoke(client, "hog")
+    assert result.status == "failed"
+    assert "more memory than its limit" in result.status_reason, result.status_reason
+    assert app_processes_left() == []
+
+
+def test_the_apps_variables_reach_only_the_action_not_the_sandboxes_starter(client, deployed):
+    """bubblewrap runs on the host before any namespace exists: the app's variables (an
+    LD_PRELOAD of its own, say) must never be in its environment."""
+    queued = invoke(client, "sleepy", {"seconds": 300}, async_=True)
+    try:
+        assert wait_until(lambda: client.invocations.retrieve(queued.id).status == "running", 30)
+        assert wait_until(lambda: len(client.invocations.list_browsers(queued.id).browsers) == 1, 30)
+        environments = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                command = (entry / "cmdline").read_bytes().split(b"\0")
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if any(b"/run/app/boot.py" in part for part in command):
+                environments[Path(command[0].decode()).name] = environ
+        assert "bwrap" in environments and "browser-agent" in environments, environments.keys()
+        assert GREETING.encode() not in environments["bwrap"]
+        assert GREETING.encode() not in environments["browser-agent"]
+        assert b"ik_" not in environments["bwrap"]
+        assert any(GREETING.encode() in environ for name, environ in environments.items()
+                   if name.startswith("python")), environments.keys()
+    finally:
+        client.invocations.update(queued.id, status="failed")
+    assert wait_until(lambda: app_processes_left() == [], 10), app_processes_left()
+
+
+def test_concurrent_builds_are_limited_per_organization(client):
+    broken = ("broken.zip", python_app("no-such-package-e2e-2718==1.0\n"), "application/zip")
+    building = [client.deployments.create(file=broken, entrypoint_rel_path="main.py",
+                                          version=f"limit-{n}") for n in range(2)]
+    with pytest.raises(kernel.RateLimitError):
+        client.deployments.create(file=broken, entrypoint_rel_path="main.py", version="limit-3")
+    for deployment in building:
+        assert follow(client.deployments.follow(deployment.id))[-1]["deployment"]["status"] == "failed"
 
 
 def test_concurrent_invocations_are_limited_per_organization(client, deployed):

@@ -155,6 +155,8 @@ def test_a_wrong_token_or_ref_fails_with_gits_words(client, repository):
         assert words in logs, logs
     for bad in [
         {"type": "github", "url": "file:///etc", "ref": "main", "entrypoint": "a.py"},
+        {"type": "github", "url": repository.replace("http://", f"http://x:{TOKEN}@"),
+         "ref": "main", "entrypoint": "a.py"},
         {"type": "github", "url": repository, "ref": "--upload-pack=x", "entrypoint": "a.py"},
         {"type": "github", "url": repository, "ref": "main", "entrypoint": "a.py", "path": "../x"},
         {"type": "gitlab", "url": repository, "ref": "main", "entrypoint": "a.py"},

@@ -47,7 +47,8 @@ pub struct CreateBrowserRequest {
     /// GPU acceleration; this server has none, so only `false` is accepted.
     #[schema(schema_with = super::openapi::only_false)]
     pub gpu: Option<bool>,
-    /// Accepted for compatibility; invocations are not part of this server.
+    /// An unfinished invocation of the organization the browser belongs to (it ends with
+    /// it); an action's own key implies its invocation.
     pub invocation_id: Option<String>,
     /// Extensions of the organization's library to load, each by id or by name.
     pub extensions: Option<Vec<ResourceReference>>,
@@ -205,6 +206,18 @@ pub async fn create(
     JsonBody(request): JsonBody<CreateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
     let (name, tags) = (request.name.clone(), request.tags.clone());
+    let invocation_id = match (&org.invocation_id, &request.invocation_id) {
+        (Some(own), _) => Some(own.clone()),
+        (None, Some(given)) => {
+            if !org.apps.is_unfinished(&org.id, given).await? {
+                return Err(ApiError::NotFound(format!(
+                    "invocation {given} not found, or it has finished"
+                )));
+            }
+            Some(given.clone())
+        }
+        (None, None) => None,
+    };
     let (config, persistent_id, mut problems) = request.into_config(&org.settings.region);
     problems.extend(label_problems(name.as_deref(), tags.as_ref()));
     let mut spec = org
@@ -213,9 +226,9 @@ pub async fn create(
         .await?;
     spec.name = name;
     spec.tags = tags.unwrap_or_default();
-    spec.invocation_id = org.invocation_id.clone();
+    spec.invocation_id = invocation_id.clone();
     let session = org.sessions.create(&org.id, spec).await?;
-    if let Some(invocation_id) = &org.invocation_id {
+    if let Some(invocation_id) = &invocation_id {
         // The invocation may have ended while the browser started, after its browsers
         // were ended: this one ends too.
         org.apps

@@ -3,7 +3,6 @@
 //! published. The build itself is `crate::apps`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 
 use axum::Json;
 use axum::extract::multipart::Field;
@@ -26,6 +25,8 @@ use crate::ids;
 const MAX_ARCHIVE_BYTES: u64 = 200 * 1024 * 1024;
 /// Largest text part.
 const MAX_TEXT_PART_BYTES: usize = 64 * 1024;
+/// Most parts a deployment's form may have (the route has no body limit).
+const MAX_PARTS: usize = 256;
 
 /// The multipart fields of `POST /deployments` (nested objects as `env_vars[NAME]` and
 /// `source[url]`, as the SDKs send them).
@@ -113,7 +114,14 @@ async fn read_form(
     uploads: &std::path::Path,
     form: &mut Form,
 ) -> Result<(), ApiError> {
+    let mut parts = 0;
     while let Some(mut field) = multipart.next_field().await.map_err(unreadable_part)? {
+        parts += 1;
+        if parts > MAX_PARTS {
+            return Err(ApiError::invalid_field(format!(
+                "a deployment's form has at most {MAX_PARTS} parts"
+            )));
+        }
         let name = field.name().unwrap_or_default().to_owned();
         if name == "file" {
             if form.archive.is_some() {
@@ -168,7 +176,10 @@ async fn read_form(
 
 /// Streams the archive to `path` (at most `MAX_ARCHIVE_BYTES`); answers its SHA-256.
 async fn save_archive(field: &mut Field<'_>, path: &std::path::Path) -> Result<String, ApiError> {
-    let mut file = std::fs::File::create(path).map_err(|e| ApiError::Internal(e.into()))?;
+    use tokio::io::AsyncWriteExt;
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
     let mut digest = sha2::Sha256::new();
     let mut size = 0u64;
     while let Some(chunk) = field.chunk().await.map_err(unreadable_part)? {
@@ -178,8 +189,12 @@ async fn save_archive(field: &mut Field<'_>, path: &std::path::Path) -> Result<S
         }
         digest.update(&chunk);
         file.write_all(&chunk)
+            .await
             .map_err(|e| ApiError::Internal(e.into()))?;
     }
+    file.flush()
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
     Ok(hex::encode(digest.finalize()))
 }
 

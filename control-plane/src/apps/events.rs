@@ -11,9 +11,9 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 /// Most bytes of events kept per deployment or invocation: the oldest log lines go first.
-const MAX_LOG_BYTES: usize = 4 * 1024 * 1024;
+const MAX_LOG_BYTES: usize = 1024 * 1024;
 /// Ended logs kept for late followers; the oldest are forgotten first.
-const MAX_ENDED_LOGS: usize = 500;
+const MAX_ENDED_LOGS: usize = 200;
 /// Live events a slow follower may lag behind before it is cut off.
 const FOLLOWER_BACKLOG: usize = 4096;
 
@@ -113,10 +113,26 @@ impl EventLogs {
         })
     }
 
-    /// Forgets a log (its deployment or invocation was deleted).
+    /// Forgets a log (its deployment or invocation was deleted): an empty, ended log
+    /// stands in for it, so that what is still pushed is dropped, until it is evicted
+    /// like any ended log.
     pub fn forget(&self, id: &str) {
-        if let Ok(mut logs) = self.logs.lock() {
-            logs.remove(id);
+        let Ok(mut logs) = self.logs.lock() else {
+            return;
+        };
+        let was_ended = logs.get(id).is_some_and(|log| log.ended);
+        logs.insert(
+            id.to_owned(),
+            Log {
+                events: VecDeque::new(),
+                bytes: 0,
+                live: broadcast::channel(1).0,
+                ended: true,
+            },
+        );
+        drop(logs);
+        if !was_ended {
+            self.remember_ended(id);
         }
     }
 }
@@ -140,5 +156,10 @@ mod tests {
         logs.push("d1", serde_json::json!({"n": 3}), false);
         assert_eq!(logs.follow("d1", None).expect("log").past.len(), 2);
         assert!(logs.follow("d2", None).is_none());
+        logs.push("d3", serde_json::json!({"n": 1}), false);
+        logs.forget("d3");
+        logs.push("d3", serde_json::json!({"n": 2}), false);
+        let forgotten = logs.follow("d3", None).expect("log");
+        assert!(forgotten.past.is_empty() && forgotten.live.is_none());
     }
 }

@@ -260,33 +260,43 @@ impl Apps {
                 },
             );
         }
-        if let Err(error) = self.store.insert_invocation(&record).await {
-            if let Ok(mut entries) = self.invocations.entries.lock() {
-                entries.remove(&record.id);
-            }
-            return Err(error.into());
-        }
-        self.events
-            .push(&record.id, views::invocation_state_event(&record), false);
         let key = issue_key(&record.id, deadline + chrono::Duration::minutes(1));
+        // Recorded and started in a task of its own, which also gives the slot back: a
+        // caller that goes away leaves no slot taken and no invocation queued forever.
+        let (recorded_tx, recorded) = tokio::sync::oneshot::channel();
         let this = self.clone();
         let started = record.clone();
         tokio::spawn(async move {
             let mut record = started;
-            let action = ActionRun {
-                env_vars,
-                key,
-                timeout,
-                cancel,
-                cancel_reason,
-            };
-            this.run_action(&runner, &mut record, &document, action)
-                .await;
+            match this.store.insert_invocation(&record).await {
+                Ok(()) => {
+                    let _ = recorded_tx.send(Ok(()));
+                    this.events
+                        .push(&record.id, views::invocation_state_event(&record), false);
+                    let action = ActionRun {
+                        env_vars,
+                        key,
+                        timeout,
+                        cancel,
+                        cancel_reason,
+                    };
+                    this.run_action(&runner, &mut record, &document, action)
+                        .await;
+                }
+                Err(error) => {
+                    let _ = recorded_tx.send(Err(error));
+                }
+            }
             if let Ok(mut entries) = this.invocations.entries.lock() {
                 entries.remove(&record.id);
             }
             let _ = finished_tx.send(true);
         });
+        match recorded.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(error.into()),
+            Err(_) => return Err(ServiceError::internal("the invocation's task ended")),
+        }
         if new.asynchronous {
             return Ok(record);
         }
@@ -309,6 +319,23 @@ impl Apps {
             cancel,
             cancel_reason,
         } = action;
+        // Its deployment may have been deleted since it was looked up (its running
+        // invocations were cancelled then, but not this one, not yet registered).
+        if !matches!(
+            self.store
+                .deployment(&record.org_id, &record.deployment_id)
+                .await,
+            Ok(Some(_))
+        ) {
+            self.finish(
+                record,
+                InvocationStatus::Failed,
+                None,
+                Some("The invocation was ended: its deployment was deleted".into()),
+            )
+            .await;
+            return;
+        }
         record.status = InvocationStatus::Running.as_str().into();
         match self.store.update_unfinished_invocation(record).await {
             Ok(true) => self
@@ -394,6 +421,14 @@ impl Apps {
                     .and_then(|why| why.clone())
                     .map(|why| format!("The invocation was ended: {why}"))
                     .unwrap_or_else(|| "The invocation was ended".into()),
+            ),
+            (Ended::OutOfMemory, _) => (
+                InvocationStatus::Failed,
+                None,
+                format!(
+                    "The action used more memory than its limit ({} MiB)",
+                    super::runner::MEMORY_LIMIT_MIB
+                ),
             ),
             (Ended::NotStarted(why), _) => {
                 tracing::error!(invocation_id = %record.id, why, "an action's sandbox could not start");

@@ -40,6 +40,9 @@ use source::Language;
 
 /// The one region apps report, as the SDK knows it.
 pub const REGION: &str = "aws.us-east-1a";
+/// Most builds one organization may run at once (each installs packages and runs the
+/// app's code); 429 beyond.
+const MAX_BUILDS_PER_ORGANIZATION: usize = 2;
 /// How long a build may take, dependencies included.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The Python loader and build script, written into each run's directory.
@@ -220,6 +223,11 @@ fn check_git_source(source: &GitSource) -> Vec<String> {
         && !source.url.chars().any(char::is_whitespace);
     if !url_ok {
         problems.push("source.url must be an http(s) URL of a git repository".to_owned());
+    } else if carries_credentials(&source.url) {
+        // It would be kept and shown with the deployment.
+        problems.push(
+            "source.url must not carry credentials: give a token as source.auth.token".to_owned(),
+        );
     }
     let ref_ok = !source.git_ref.is_empty()
         && source.git_ref.len() <= 255
@@ -259,8 +267,8 @@ pub struct Apps {
     sessions: Arc<Sessions>,
     runner: Option<Arc<AppRunner>>,
     pub events: events::EventLogs,
-    /// Builds under way, by deployment id.
-    builds: Mutex<HashMap<String, CancellationToken>>,
+    /// Builds under way, by deployment id: their organization, and what stops them.
+    builds: Mutex<HashMap<String, (String, CancellationToken)>>,
     invocations: invocations::Running,
 }
 
@@ -328,6 +336,54 @@ impl Apps {
             return Err(ServiceError::Invalid(problems));
         }
         let id = ids::new_id("dep");
+        // The organization's build slot is taken before anything is written, and given
+        // back on every way out but a started build.
+        let cancel = CancellationToken::new();
+        {
+            let mut builds = self
+                .builds
+                .lock()
+                .map_err(|_| ServiceError::internal("build registry poisoned"))?;
+            let running = builds.values().filter(|(org, _)| org == org_id).count();
+            if running >= MAX_BUILDS_PER_ORGANIZATION {
+                return Err(ServiceError::LimitReached {
+                    message: format!(
+                        "this organization already builds {running} deployments, its most at once"
+                    ),
+                    retry_after: Duration::from_secs(10),
+                });
+            }
+            builds.insert(id.clone(), (org_id.to_owned(), cancel.clone()));
+        }
+        // In a task of its own: a caller that goes away leaves nothing half-made.
+        let this = self.clone();
+        let org_id = org_id.to_owned();
+        let started = crate::error::run_to_completion(async move {
+            let id = id.clone();
+            let outcome = this
+                .clone()
+                .start_build(runner, &org_id, new, &id, cancel)
+                .await;
+            if outcome.is_err()
+                && let Ok(mut builds) = this.builds.lock()
+            {
+                builds.remove(&id);
+            }
+            outcome
+        })
+        .await?;
+        Ok(started)
+    }
+
+    /// Unpacks an upload, records the deployment and starts its build.
+    async fn start_build(
+        self: Arc<Self>,
+        runner: Arc<AppRunner>,
+        org_id: &str,
+        new: NewDeployment,
+        id: &str,
+        cancel: CancellationToken,
+    ) -> ServiceResult<DeploymentRecord> {
         let now = Utc::now();
         let mut document = DeploymentDocument {
             entrypoint_rel_path: new.entrypoint_rel_path.clone(),
@@ -336,75 +392,60 @@ impl Apps {
             force: new.force,
             ..Default::default()
         };
-        let dir = Self::deployment_dir(&runner, &id);
-        runner::traversable_dir(&dir).map_err(ServiceError::internal)?;
-        std::fs::create_dir(dir.join("app")).map_err(ServiceError::internal)?;
+        let dir = Self::deployment_dir(&runner, id);
         match &new.source {
             NewSource::Upload { archive, checksum } => {
                 document.source_type = "file".into();
                 document.source_checksum = Some(checksum.clone());
-                let unpacked = std::fs::File::open(archive)
-                    .map_err(|error| error.to_string())
-                    .and_then(|file| {
-                        source::unpack_zip(std::io::BufReader::new(file), &dir.join("app"))
-                    });
-                let _ = std::fs::remove_file(archive);
-                let entrypoint = dir.join("app").join(&new.entrypoint_rel_path);
-                let problem = match unpacked {
-                    Err(problem) => Some(format!("file: {problem}")),
-                    Ok(()) if !entrypoint.is_file() => Some(format!(
-                        "entrypoint_rel_path: the archive has no file {}",
-                        new.entrypoint_rel_path
-                    )),
-                    Ok(()) => None,
-                };
-                if let Some(problem) = problem {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(ServiceError::invalid(problem));
-                }
+                let (archive, dir) = (archive.clone(), dir.clone());
+                let entrypoint = new.entrypoint_rel_path.clone();
+                tokio::task::spawn_blocking(move || unpack_upload(&archive, &dir, &entrypoint))
+                    .await
+                    .map_err(ServiceError::internal)??;
             }
             NewSource::Git(source) => {
                 document.source_type = "github".into();
                 document.source_url = Some(source.url.clone());
                 document.source_ref = Some(source.git_ref.clone());
                 document.source_path = source.path.clone();
+                runner::traversable_dir(&dir).map_err(ServiceError::internal)?;
+                std::fs::create_dir(dir.join("app")).map_err(ServiceError::internal)?;
             }
         }
+        let sealed = self.vault.seal(&new.env_vars, id);
         let record = DeploymentRecord {
-            id: id.clone(),
+            id: id.to_owned(),
             org_id: org_id.to_owned(),
             status: DeploymentStatus::Queued.as_str().into(),
             created_at: now,
             updated_at: now,
-            document: serde_json::to_string(&document).map_err(ServiceError::internal)?,
-            sealed: Some(
-                self.vault
-                    .seal(&new.env_vars, &id)
-                    .map_err(ServiceError::Internal)?,
-            ),
+            document: serde_json::to_string(&document).unwrap_or_default(),
+            sealed: sealed.ok(),
         };
-        if let Err(error) = self.store.insert_deployment(&record).await {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(error.into());
+        let inserted = match record.sealed {
+            Some(_) => self
+                .store
+                .insert_deployment(&record)
+                .await
+                .map_err(Into::into),
+            None => Err(ServiceError::internal(
+                "sealing environment variables failed",
+            )),
+        };
+        if let Err(error) = inserted {
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+            return Err(error);
         }
         self.events
-            .push(&id, views::deployment_state_event(&record), false);
-        let cancel = CancellationToken::new();
-        if let Ok(mut builds) = self.builds.lock() {
-            builds.insert(id.clone(), cancel.clone());
-        }
-        let this = self.clone();
-        let (record_for_build, git) = (
-            record.clone(),
-            match new.source {
-                NewSource::Git(source) => Some(source),
-                NewSource::Upload { .. } => None,
-            },
+            .push(id, views::deployment_state_event(&record), false);
+        let git = match new.source {
+            NewSource::Git(source) => Some(source),
+            NewSource::Upload { .. } => None,
+        };
+        tokio::spawn(
+            self.clone()
+                .build(runner, record.clone(), document, git, cancel),
         );
-        tokio::spawn(async move {
-            this.build(runner, record_for_build, document, git, cancel)
-                .await;
-        });
         Ok(record)
     }
 
@@ -462,8 +503,16 @@ impl Apps {
         record.document = serde_json::to_string(document).unwrap_or_default();
         match self.store.update_deployment(record).await {
             Ok(true) => {}
-            // Deleted while it was built: nothing more to tell.
-            Ok(false) => return,
+            // Deleted while it was built: what it may have published goes too, and
+            // nothing more is told.
+            Ok(false) => {
+                let _ = self
+                    .store
+                    .delete_app_versions(&record.org_id, &record.id)
+                    .await;
+                self.events.forget(&record.id);
+                return;
+            }
             Err(error) => {
                 tracing::error!(deployment_id = %record.id, %error, "recording a deployment's status failed");
             }
@@ -489,7 +538,11 @@ impl Apps {
         let cache = runner.apps_dir.join("cache").join(&record.org_id);
         runner::traversable_dir(&cache).map_err(|error| format!("internal error: {error}"))?;
         if let Some(owner) = owner {
-            source::chown_tree(&app_dir, owner)
+            let tree = app_dir.clone();
+            tokio::task::spawn_blocking(move || source::chown_tree(&tree, owner))
+                .await
+                .map_err(|error| error.to_string())
+                .and_then(|chowned| chowned.map_err(|error| error.to_string()))
                 .map_err(|error| format!("internal error: {error}"))?;
             std::os::unix::fs::lchown(&cache, Some(owner.0), Some(owner.1))
                 .map_err(|error| format!("internal error: {error}"))?;
@@ -500,8 +553,7 @@ impl Apps {
                 .await?;
             document.source_checksum = Some(checksum);
             tracing::info!(deployment_id = %record.id, commit, "fetched a git source");
-            let entrypoint = app_dir.join(&document.entrypoint_rel_path);
-            if !entrypoint.is_file() {
+            if !is_plain_file(&app_dir, &document.entrypoint_rel_path) {
                 return Err(format!(
                     "the repository has no file {} at {}",
                     document.entrypoint_rel_path, source.git_ref
@@ -559,6 +611,12 @@ impl Apps {
                 ));
             }
             Ended::Cancelled => return Err("the deployment was deleted".into()),
+            Ended::OutOfMemory => {
+                return Err(format!(
+                    "the build used more memory than its limit ({} MiB)",
+                    runner::MEMORY_LIMIT_MIB
+                ));
+            }
             Ended::NotStarted(why) => {
                 tracing::error!(deployment_id = %record.id, why, "an app build could not start");
                 return Err("internal error: the build's sandbox could not start".into());
@@ -771,7 +829,7 @@ impl Apps {
     /// apps are unpublished and its files removed.
     pub async fn delete_deployment(&self, org_id: &str, id: &str) -> ServiceResult<()> {
         let record = self.deployment(org_id, id).await?;
-        if let Some(cancel) = self
+        if let Some((_, cancel)) = self
             .builds
             .lock()
             .ok()
@@ -808,6 +866,12 @@ impl Apps {
     /// After a restart: builds and invocations that were under way have lost their
     /// process; they fail with a reason.
     pub async fn resume(&self) -> anyhow::Result<()> {
+        // Runs and uploads of the previous process: their sandboxes died with it.
+        if let Some(runner) = &self.runner {
+            for leftover in ["runs", "uploads"] {
+                let _ = tokio::fs::remove_dir_all(runner.apps_dir.join(leftover)).await;
+            }
+        }
         for mut record in self
             .store
             .deployments_in(&["queued", "in_progress"])
@@ -838,7 +902,9 @@ fn base_env() -> Vec<(String, String)> {
 }
 
 /// The operator's package manager settings (a private index, a CA bundle), passed to
-/// builds as they are in this service's environment.
+/// builds as they are in this service's environment. App code runs in builds (a
+/// `setup.py`, the entrypoint being loaded), so an index URL that carries credentials is
+/// not passed (and the operator is told once).
 fn package_manager_env() -> Vec<(String, String)> {
     const PASSED: &[&str] = &[
         "PIP_INDEX_URL",
@@ -856,10 +922,76 @@ fn package_manager_env() -> Vec<(String, String)> {
         "REQUESTS_CA_BUNDLE",
         "GIT_SSL_CAINFO",
     ];
+    static WARNED: std::sync::Once = std::sync::Once::new();
     PASSED
         .iter()
-        .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
+        .filter_map(|name| {
+            let value = std::env::var(name).ok()?;
+            if carries_credentials(&value) {
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        variable = name,
+                        "a package index URL with credentials is not passed to app builds \
+                         (app code runs there): give the index's credentials another way"
+                    );
+                });
+                return None;
+            }
+            Some((name.to_string(), value))
+        })
         .collect()
+}
+
+/// Whether a setting holds a URL with a user name or password in it.
+fn carries_credentials(value: &str) -> bool {
+    value.split_whitespace().any(|part| {
+        url::Url::parse(part)
+            .is_ok_and(|url| !url.username().is_empty() || url.password().is_some())
+    })
+}
+
+/// Unpacks an uploaded archive into `<dir>/app` (the archive is removed); the
+/// deployment's directory is removed again when the archive is refused.
+fn unpack_upload(archive: &Path, dir: &Path, entrypoint: &str) -> ServiceResult<()> {
+    let app = dir.join("app");
+    runner::traversable_dir(dir).map_err(ServiceError::internal)?;
+    std::fs::create_dir(&app).map_err(ServiceError::internal)?;
+    let unpacked = std::fs::File::open(archive)
+        .map_err(|error| error.to_string())
+        .and_then(|file| source::unpack_zip(std::io::BufReader::new(file), &app));
+    let _ = std::fs::remove_file(archive);
+    let problem = match unpacked {
+        Err(problem) => Some(format!("file: {problem}")),
+        Ok(()) if !is_plain_file(&app, entrypoint) => Some(format!(
+            "entrypoint_rel_path: the archive has no file {entrypoint}"
+        )),
+        Ok(()) => None,
+    };
+    match problem {
+        Some(problem) => {
+            let _ = std::fs::remove_dir_all(dir);
+            Err(ServiceError::invalid(problem))
+        }
+        None => Ok(()),
+    }
+}
+
+/// `relative` in `base` is a regular file reached through no link (this process is not
+/// sandboxed: it must not follow what an app's files point at).
+fn is_plain_file(base: &Path, relative: &str) -> bool {
+    let mut path = base.to_owned();
+    let components: Vec<_> = Path::new(relative).components().collect();
+    for (index, component) in components.iter().enumerate() {
+        path.push(component);
+        let Ok(metadata) = std::fs::symlink_metadata(&path) else {
+            return false;
+        };
+        let last = index + 1 == components.len();
+        if metadata.file_type().is_symlink() || (last && !metadata.is_file()) {
+            return false;
+        }
+    }
+    !components.is_empty()
 }
 
 /// The last non-empty line of a traceback: the exception itself.

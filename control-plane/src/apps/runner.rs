@@ -21,7 +21,10 @@ use tokio_util::sync::CancellationToken;
 use crate::egress::{EgressPolicy, EgressServer, HostAllowlist, VmEgress};
 use crate::ids;
 use crate::runtime::Sandbox;
-use crate::runtime::sandbox::{APP_EGRESS_SOCKET, AppMounts, VmUser, write_identity};
+use crate::runtime::sandbox::{
+    APP_EGRESS_SOCKET, APP_ENV_FILE, APP_EXIT_REASON_FILE, AppLimits, AppMounts, VmUser,
+    write_identity,
+};
 
 /// The file a run's program writes its result to, in its run directory.
 pub const RESULT_FILE: &str = "result.json";
@@ -29,8 +32,15 @@ pub const RESULT_FILE: &str = "result.json";
 pub const MAX_RESULT_BYTES: u64 = 2 * 1024 * 1024;
 /// Longest output line passed on; the rest of a longer line is dropped.
 const MAX_LINE_BYTES: usize = 16 * 1024;
-/// What `/tmp` and `/dev/shm` of a run hold at most.
-const RUN_TMPFS_BYTES: u64 = 1 << 30;
+/// What one run may use: its memory-backed `/tmp` and `/dev/shm` (each), its memory in
+/// all (those included), and its processes and threads.
+const RUN_LIMITS: AppLimits = AppLimits {
+    tmpfs_bytes: 512 << 20,
+    memory_bytes: MEMORY_LIMIT_MIB << 20,
+    max_tasks: 1024,
+};
+/// The memory limit of one run, in MiB.
+pub const MEMORY_LIMIT_MIB: u64 = 2048;
 
 /// Where app sandboxes start from, and how they reach out.
 pub struct AppRunner {
@@ -68,6 +78,8 @@ pub struct Run<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ended {
     Exited(i32),
+    /// Ended past its memory limit.
+    OutOfMemory,
     TimedOut,
     Cancelled,
     /// The sandbox could not be set up or started (the reason is for the operator's log;
@@ -128,6 +140,8 @@ impl AppRunner {
         for (name, contents) in &run.files {
             std::fs::write(dir.join(name), contents)?;
         }
+        let environment = serde_json::to_vec(&run.env).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join(APP_ENV_FILE), environment)?;
         let owner = self.vm_user().map(|user| (user.uid, user.gid));
         if let Some(owner) = owner {
             super::source::chown_tree(dir, owner)?;
@@ -164,10 +178,9 @@ impl AppRunner {
                 cache: run.cache,
                 node_runtime: self.node_runtime.as_deref(),
             },
-            RUN_TMPFS_BYTES,
+            RUN_LIMITS,
             &info_write,
             (run.program.0, run.program.1.clone()),
-            &run.env,
         );
         command
             .stdin(Stdio::null())
@@ -215,19 +228,32 @@ impl AppRunner {
             () = run.cancel.cancelled() => Ended::Cancelled,
         };
         if matches!(ended, Ended::TimedOut | Ended::Cancelled) {
-            // The sandbox's PID 1 takes its whole PID namespace with it; bubblewrap
-            // (whose death also kills it, --die-with-parent) is reaped here.
-            if let Ok(Some(pid)) = sandbox_pid.await {
+            // Bubblewrap's death kills the sandbox's PID 1 (--die-with-parent), which
+            // takes its whole PID namespace with it; PID 1 is also killed directly.
+            let _ = child.start_kill();
+            if let Ok(Ok(Some(pid))) =
+                tokio::time::timeout(Duration::from_secs(2), sandbox_pid).await
+            {
                 let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
-            let _ = child.start_kill();
             let _ = child.wait().await;
         }
-        // The output read to its end (the pipes close with the last process).
+        // The output read to its end (the pipes close with the last process); a reader
+        // still waiting then is given up.
         for reader in readers.into_iter().flatten() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+            let abort = reader.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(5), reader)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
         }
-        ended
+        let out_of_memory = std::fs::symlink_metadata(dir.join(APP_EXIT_REASON_FILE)).is_ok();
+        match ended {
+            Ended::Exited(_) if out_of_memory => Ended::OutOfMemory,
+            other => other,
+        }
     }
 }
 

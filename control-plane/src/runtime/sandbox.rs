@@ -242,16 +242,19 @@ impl Sandbox {
     /// run), its run directory at `APP_RUN` (its egress socket, result file and the
     /// service's scripts), the API socket at `APP_API_SOCKET`, the agent binary (which
     /// starts first and opens the ways out, `browser-agent app-sandbox`), and nothing else
-    /// of the host but its system directories. `env` is the program's whole environment.
+    /// of the host but its system directories. The program's environment is the run
+    /// directory's `APP_ENV_FILE`, applied inside: bubblewrap, on the host, runs with the
+    /// service's minimal one (an app's `LD_PRELOAD` must never reach it). The run ends
+    /// past `limits`.
     pub fn app_command(
         &self,
         agent: &Path,
         app: AppMounts<'_>,
-        memory_bytes: u64,
+        limits: AppLimits,
         info: &OwnedFd,
         program: (&str, Vec<OsString>),
-        env: &[(String, String)],
     ) -> tokio::process::Command {
+        let memory_bytes = limits.tmpfs_bytes;
         let mut command = self.system(app.run, memory_bytes);
         let mut bind = |option: &str, source: &Path, target: &str| {
             command.arg(option).arg(source).arg(target);
@@ -287,14 +290,19 @@ impl Sandbox {
             APP_API_SOCKET.into(),
             "--api-port".into(),
             app.api_port.to_string().into(),
+            "--env-file".into(),
+            Path::new(APP_RUN).join(APP_ENV_FILE).into(),
+            "--memory-limit-bytes".into(),
+            limits.memory_bytes.to_string().into(),
+            "--exit-reason-file".into(),
+            Path::new(APP_RUN).join(APP_EXIT_REASON_FILE).into(),
+            "--max-tasks".into(),
+            limits.max_tasks.to_string().into(),
             "--".into(),
             name.into(),
         ];
         sandbox_args.extend(args);
-        let mut command = self.finish(command, info, VM_AGENT.as_ref(), sandbox_args);
-        // Only what the caller names: nothing of the service's own environment.
-        command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
-        command
+        self.finish(command, info, VM_AGENT.as_ref(), sandbox_args)
     }
 
     /// A bubblewrap command that shows the host's system directories, read-only, the
@@ -409,6 +417,22 @@ pub struct AppMounts<'a> {
     /// The service's Node.js runtime (`browser-agent/node`).
     pub node_runtime: Option<&'a Path>,
 }
+
+/// What an app run may use.
+#[derive(Clone, Copy, Debug)]
+pub struct AppLimits {
+    /// Size of its memory-backed `/tmp` and `/dev/shm`, each.
+    pub tmpfs_bytes: u64,
+    /// Its processes' memory (proportional set size) plus what those directories hold.
+    pub memory_bytes: u64,
+    /// Processes and threads.
+    pub max_tasks: u64,
+}
+
+/// The file of an app run's environment, in its run directory (a JSON array of pairs).
+pub const APP_ENV_FILE: &str = "env.json";
+/// Where an app run says why it was ended (its memory limit), in its run directory.
+pub const APP_EXIT_REASON_FILE: &str = "exit-reason";
 
 /// An app's directory inside its sandbox.
 pub const APP_DIR: &str = "/app";

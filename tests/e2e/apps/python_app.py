@@ -84,3 +84,11 @@ def other_org(ctx: kernel.KernelContext, payload: dict):
         return "reached"
     except kernel.NotFoundError:
         return "not found"
+
+
+@app.action("hog")
+def hog(ctx: kernel.KernelContext):
+    """Takes 3 GiB, more than a run may use."""
+    blocks = [b"\x01" * (64 << 20) for _ in range(48)]
+    time.sleep(10)
+    return len(blocks)
