@@ -231,14 +231,17 @@ impl Workflow {
         Ok(Some(browser.page.settled(PAGE_SETTLE_TIMEOUT).await?))
     }
 
-    /// AWAITING_INPUT with these fields; a REAUTH flow submits saved values itself once.
+    /// The flow's next form: filled and submitted by the flow itself when it can (a
+    /// REAUTH flow submits saved values once; with a credential, every flow fills each
+    /// step it can until the site rejects a submission), else AWAITING_INPUT with these
+    /// fields. AWAITING_INPUT is announced only when a person must act: a step the flow
+    /// fills itself goes from DISCOVERING straight to SUBMITTING.
     async fn await_input(
         &mut self,
         url: &str,
         fields: Vec<DiscoveredField>,
         website_error: Option<String>,
     ) {
-        let site_refused = website_error.is_some();
         // A form outside the domain and allowed domains is never filled.
         if !self.inside(url) {
             let message = format!(
@@ -248,15 +251,48 @@ impl Workflow {
             return self.fail("left_allowed_domains", &message).await;
         }
         if let Some(flow) = self.flow_mut() {
-            flow.step = FlowStep::AwaitingInput;
             flow.discovered_fields = Some(fields.clone());
-            flow.website_error = website_error;
+            flow.website_error = website_error.clone();
             flow.awaiting_url = Some(url.to_owned());
         }
-        self.save().await;
-        // A REAUTH flow submits the saved values once; with a credential, every flow
-        // fills each step it can (username and password, a one-time code from its TOTP
-        // seed) until the site rejects a submission.
+        let values = match self
+            .automatic_values(url, &fields, website_error.is_some())
+            .await
+        {
+            Ok(values) => values,
+            Err(error) => {
+                if let Some(flow) = self.flow_mut() {
+                    flow.error_message = Some(error);
+                }
+                None
+            }
+        };
+        match values {
+            Some(values) => {
+                if let Some(flow) = self.flow_mut() {
+                    flow.auto_submitted = true;
+                    flow.auto_steps += 1;
+                    flow.auto_filled = fields.iter().map(|field| field.selector.clone()).collect();
+                }
+                Box::pin(self.submit(values)).await;
+            }
+            None => {
+                if let Some(flow) = self.flow_mut() {
+                    flow.step = FlowStep::AwaitingInput;
+                }
+                self.save().await;
+            }
+        }
+    }
+
+    /// The values the flow fills `fields` with itself, if it may and has them all;
+    /// `Err` says why the connection's credential cannot be used.
+    async fn automatic_values(
+        &self,
+        url: &str,
+        fields: &[DiscoveredField],
+        site_refused: bool,
+    ) -> Result<Option<Vec<(DiscoveredField, String)>>, String> {
         let has_credential = self.document.credential.is_some();
         let automatic = !site_refused
             && self.document.flow_in_progress().is_some_and(|flow| {
@@ -267,27 +303,22 @@ impl Workflow {
                 }
             });
         if !automatic {
-            return;
+            return Ok(None);
         }
-        let credential = match self.credential_values().await {
-            Ok(values) => values,
-            Err(error) => {
-                tracing::warn!(connection_id = %self.id(), %error, "the connection's credential is unusable");
-                if let Some(flow) = self.flow_mut() {
-                    flow.error_message =
-                        Some(format!("the connection's credential is unusable: {error}"));
-                }
-                self.save().await;
-                return;
-            }
-        };
+        let credential = self.credential_values().await.map_err(|error| {
+            tracing::warn!(connection_id = %self.id(), %error, "the connection's credential is unusable");
+            format!("the connection's credential is unusable: {error}")
+        })?;
         // The same form back without an error after filling it: the site did not take the
         // values, and sending them again could lock the account.
         let selectors: Vec<String> = fields.iter().map(|field| field.selector.clone()).collect();
-        let same_form_again = self
+        if self
             .document
             .flow_in_progress()
-            .is_some_and(|flow| flow.auto_filled == selectors);
+            .is_some_and(|flow| flow.auto_filled == selectors)
+        {
+            return Ok(None);
+        }
         // An SSO credential's values belong to the identity provider, not to the site.
         let on_site = crate::managed_auth::in_domains(url, &self.record.domain, &[]);
         let credential = if credential.sso_provider.is_some() && on_site {
@@ -296,18 +327,10 @@ impl Workflow {
             credential
         };
         let saved = self.saved_credentials();
-        let values: Option<Vec<(DiscoveredField, String)>> = fields
+        Ok(fields
             .iter()
             .map(|field| value_for(field, &credential, &saved).map(|value| (field.clone(), value)))
-            .collect();
-        if let Some(values) = values.filter(|_| !same_form_again) {
-            if let Some(flow) = self.flow_mut() {
-                flow.auto_submitted = true;
-                flow.auto_steps += 1;
-                flow.auto_filled = selectors;
-            }
-            Box::pin(self.submit(values)).await;
-        }
+            .collect())
     }
 
     /// The values of the connection's credential (none without one).
