@@ -15,23 +15,11 @@ from pathlib import Path
 
 import kernel
 import pytest
-from kernel import Kernel
 
 from apps_kit import APPS, app_processes_left, follow, zip_of
 from conftest import TEST_PAGE_TITLE
-from harness import control_plane_for_module
 
 TOKEN = "ghp_e2e-token-5150"
-
-
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory):
-    yield from control_plane_for_module(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def client(control_plane) -> Kernel:
-    return Kernel(api_key=control_plane.api_key, base_url=control_plane.base_url, max_retries=0)
 
 
 def ts_files() -> dict[str, str]:

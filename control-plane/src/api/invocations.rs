@@ -13,7 +13,6 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams};
 use super::org::Org;
 use super::paging::{Paging, page_of};
-use crate::apps::invocations::{ASYNC_TIMEOUT_RANGE, MAX_PAYLOAD_BYTES};
 use crate::apps::views::{self, Invocation};
 use crate::apps::{InvocationStatus, NewInvocation};
 
@@ -52,23 +51,6 @@ pub async fn create(
     JsonBody(request): JsonBody<CreateInvocationRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
     let asynchronous = request.asynchronous.unwrap_or(false);
-    if let Some(payload) = &request.payload
-        && payload.len() > MAX_PAYLOAD_BYTES
-    {
-        return Err(ApiError::invalid_field(format!(
-            "payload is at most {} KiB",
-            MAX_PAYLOAD_BYTES / 1024
-        )));
-    }
-    let (low, high) = ASYNC_TIMEOUT_RANGE;
-    if request
-        .async_timeout_seconds
-        .is_some_and(|s| !(low..=high).contains(&s))
-    {
-        return Err(ApiError::invalid_field(format!(
-            "async_timeout_seconds must be between {low} and {high}"
-        )));
-    }
     let tokens = org.tokens.clone();
     let org_id = org.id.clone();
     let record = org

@@ -372,11 +372,7 @@ impl Apps {
             Language::Python => "/run/app/boot.py",
             Language::Node => "/run/app/boot.mjs",
         };
-        let app_dir = runner
-            .apps_dir
-            .join("deployments")
-            .join(&record.deployment_id)
-            .join("app");
+        let app_dir = Apps::deployment_dir(runner, &record.deployment_id).join("app");
         let outcome = self
             .run_logged(
                 runner,
