@@ -292,6 +292,17 @@ def test_organizations_see_only_their_own_apps(client, control_plane, deployed, 
     with pytest.raises(kernel.NotFoundError):
         other.invocations.retrieve(mine.id)
     with pytest.raises(kernel.NotFoundError):
+        other.invocations.update(mine.id, status="failed")
+    with pytest.raises(kernel.NotFoundError):
+        other.invocations.list_browsers(mine.id)
+    with pytest.raises(kernel.NotFoundError):
+        other.invocations.delete_browsers(mine.id)
+    with pytest.raises(kernel.NotFoundError):
+        follow(other.invocations.follow(mine.id))
+    with pytest.raises(kernel.NotFoundError):
+        follow(other.deployments.follow(created.id))
+    assert [i.id for i in other.invocations.list()] == []
+    with pytest.raises(kernel.NotFoundError):
         other.deployments.delete(created.id)
     # An action's key cannot reach another organization's browser.
     foreign = other.browsers.create(headless=True)
