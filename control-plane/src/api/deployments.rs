@@ -305,8 +305,7 @@ pub async fn list(
     let mut records = org.store.list_deployments(&org.id).await?;
     records.reverse();
     records.retain(|record| {
-        let document: DeploymentDocument =
-            serde_json::from_str(&record.document).unwrap_or_default();
+        let document = DeploymentDocument::of(record);
         let names = || document.apps.iter().map(|app| app.name.as_str());
         query
             .app_name
@@ -421,9 +420,7 @@ pub async fn list_apps(
     for app in &page {
         if !env_names.contains_key(&app.deployment_id) {
             let names = match org.store.deployment(&org.id, &app.deployment_id).await? {
-                Some(record) => serde_json::from_str::<DeploymentDocument>(&record.document)
-                    .map(|document| document.env_var_names)
-                    .unwrap_or_default(),
+                Some(record) => DeploymentDocument::of(&record).env_var_names,
                 None => Vec::new(),
             };
             env_names.insert(app.deployment_id.clone(), names);

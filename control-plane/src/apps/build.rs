@@ -67,30 +67,32 @@ impl Apps {
                 std::fs::create_dir(dir.join("app")).map_err(ServiceError::internal)?;
             }
         }
-        let sealed = self.vault.seal(&new.env_vars, id);
-        let record = DeploymentRecord {
-            id: id.to_owned(),
-            org_id: org_id.to_owned(),
-            status: DeploymentStatus::Queued.as_str().into(),
-            created_at: now,
-            updated_at: now,
-            document: serde_json::to_string(&document).unwrap_or_default(),
-            sealed: sealed.ok(),
+        let inserted = match self.vault.seal(&new.env_vars, id) {
+            Ok(sealed) => {
+                let record = DeploymentRecord {
+                    id: id.to_owned(),
+                    org_id: org_id.to_owned(),
+                    status: DeploymentStatus::Queued.as_str().into(),
+                    created_at: now,
+                    updated_at: now,
+                    document: serde_json::to_string(&document).unwrap_or_default(),
+                    sealed: Some(sealed),
+                };
+                self.store
+                    .insert_deployment(&record)
+                    .await
+                    .map(|()| record)
+                    .map_err(Into::into)
+            }
+            Err(error) => Err(ServiceError::Internal(error)),
         };
-        let inserted = match record.sealed {
-            Some(_) => self
-                .store
-                .insert_deployment(&record)
-                .await
-                .map_err(Into::into),
-            None => Err(ServiceError::internal(
-                "sealing environment variables failed",
-            )),
+        let record = match inserted {
+            Ok(record) => record,
+            Err(error) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(error);
+            }
         };
-        if let Err(error) = inserted {
-            let _ = tokio::fs::remove_dir_all(&dir).await;
-            return Err(error);
-        }
         self.events
             .push(id, views::deployment_state_event(&record), false);
         let git = match new.source {
@@ -448,15 +450,11 @@ impl Apps {
         self.invocations
             .cancel_of_deployment(deployment_id, "its deployment was replaced");
         if let Ok(Some(mut record)) = self.store.deployment(org_id, deployment_id).await {
-            let document: DeploymentDocument =
-                serde_json::from_str(&record.document).unwrap_or_default();
-            record.status = DeploymentStatus::Stopped.as_str().into();
-            record.updated_at = Utc::now();
-            let mut document = document;
+            let mut document = DeploymentDocument::of(&record);
             document.status_reason =
                 Some("replaced by a newer deployment of the same app version".into());
-            record.document = serde_json::to_string(&document).unwrap_or_default();
-            let _ = self.store.update_deployment(&record).await;
+            self.set_deployment_status(&mut record, &document, DeploymentStatus::Stopped)
+                .await;
         }
     }
 }

@@ -78,6 +78,13 @@ pub struct InvocationDocument {
     pub deadline: Option<DateTime<Utc>>,
 }
 
+impl InvocationDocument {
+    /// The document of a stored invocation (the default if it cannot be read).
+    pub fn of(record: &InvocationRecord) -> Self {
+        serde_json::from_str(&record.document).unwrap_or_default()
+    }
+}
+
 pub struct NewInvocation {
     pub app_name: String,
     pub action_name: String,
@@ -205,8 +212,7 @@ impl Apps {
             )));
         }
         let env_vars = self.env_vars(&deployment)?;
-        let document: super::DeploymentDocument =
-            serde_json::from_str(&deployment.document).unwrap_or_default();
+        let document = super::DeploymentDocument::of(&deployment);
         let timeout = if new.asynchronous {
             Duration::from_secs(new.async_timeout_seconds.unwrap_or(ASYNC_TIMEOUT_DEFAULT))
         } else {
@@ -347,8 +353,7 @@ impl Apps {
                 tracing::error!(invocation_id = %record.id, %error, "recording an invocation's start failed")
             }
         }
-        let document: InvocationDocument =
-            serde_json::from_str(&record.document).unwrap_or_default();
+        let document = InvocationDocument::of(record);
         let mut env = base_env();
         env.extend(env_vars);
         env.push(("KERNEL_API_KEY".into(), key));
@@ -464,8 +469,7 @@ impl Apps {
         output: Option<String>,
         status_reason: Option<String>,
     ) -> bool {
-        let mut document: InvocationDocument =
-            serde_json::from_str(&record.document).unwrap_or_default();
+        let mut document = InvocationDocument::of(record);
         document.output = output;
         document.status_reason = status_reason;
         record.status = status.as_str().into();

@@ -125,6 +125,13 @@ pub struct DeploymentDocument {
     pub apps: Vec<AppDefinition>,
 }
 
+impl DeploymentDocument {
+    /// The document of a stored deployment (the default if it cannot be read).
+    pub fn of(record: &DeploymentRecord) -> Self {
+        serde_json::from_str(&record.document).unwrap_or_default()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppDefinition {
     pub name: String,
@@ -349,8 +356,7 @@ impl Apps {
         // In a task of its own: a caller that goes away leaves nothing half-made.
         let this = self.clone();
         let org_id = org_id.to_owned();
-        let started = crate::error::run_to_completion(async move {
-            let id = id.clone();
+        crate::error::run_to_completion(async move {
             let outcome = this
                 .clone()
                 .start_build(runner, &org_id, new, &id, cancel)
@@ -362,8 +368,7 @@ impl Apps {
             }
             outcome
         })
-        .await?;
-        Ok(started)
+        .await
     }
 
     /// Runs `run`, passing its output to the log of `log_id`.
@@ -438,8 +443,7 @@ impl Apps {
             .deployments_in(&["queued", "in_progress"])
             .await?
         {
-            let mut document: DeploymentDocument =
-                serde_json::from_str(&record.document).unwrap_or_default();
+            let mut document = DeploymentDocument::of(&record);
             document.status_reason =
                 Some("the service restarted during the build: deploy again".into());
             self.set_deployment_status(&mut record, &document, DeploymentStatus::Failed)

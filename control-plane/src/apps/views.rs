@@ -64,7 +64,7 @@ pub struct Deployment {
 }
 
 pub fn deployment(record: &DeploymentRecord) -> Deployment {
-    let document: DeploymentDocument = serde_json::from_str(&record.document).unwrap_or_default();
+    let document = DeploymentDocument::of(record);
     Deployment {
         id: record.id.clone(),
         created_at: record.created_at,
@@ -157,7 +157,7 @@ pub struct Invocation {
 }
 
 pub fn invocation(record: &InvocationRecord) -> Invocation {
-    let document: InvocationDocument = serde_json::from_str(&record.document).unwrap_or_default();
+    let document = InvocationDocument::of(record);
     Invocation {
         id: record.id.clone(),
         app_name: record.app_name.clone(),
