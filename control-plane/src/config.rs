@@ -180,6 +180,20 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_MAX_RUNNING_INVOCATIONS", default_value_t = 8,
         value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub max_running_invocations: u64,
+    /// Bearer token that `GET /metrics` (Prometheus) requires on the API's address.
+    /// Without it (and without `--metrics-listen`), the API serves no metrics.
+    #[arg(long, env = "CONTROL_PLANE_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+    /// An operator-only address (e.g. 127.0.0.1:9464, or a cluster-internal one) that
+    /// serves `GET /metrics` without a token, and nothing else.
+    #[arg(long, env = "CONTROL_PLANE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// How many browser VMs the deployment is sized for, reported as
+    /// `browser_service_capacity_browsers` for autoscalers. Default: one per GiB of this
+    /// host's memory.
+    #[arg(long, env = "CONTROL_PLANE_CAPACITY_BROWSERS",
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub capacity_browsers: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

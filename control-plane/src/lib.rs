@@ -15,6 +15,7 @@ pub mod error;
 pub mod ids;
 pub mod in_progress;
 pub mod managed_auth;
+pub mod metrics;
 pub mod pools;
 pub mod profiles;
 pub mod proxies;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 
-use crate::api::state::{AppState, HttpSettings};
+use crate::api::state::{AppState, HttpSettings, MetricsSettings};
 use crate::app::{ServiceSettings, Services};
 use crate::apps::runner::AppRunner;
 use crate::blobs::LocalBlobStore;
@@ -16,6 +16,7 @@ use crate::chrome_store::ChromeWebStore;
 use crate::config::{Isolation, ServeConfig};
 use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
+use crate::metrics::Capacity;
 use crate::proxies::ProxyUpstreams;
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, Sandbox, ZipLimits};
 use crate::sessions::LiveLimits;
@@ -165,6 +166,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 config.chrome_web_store_url.clone(),
                 config.max_extension_bytes,
             )?),
+            metrics: MetricsSettings {
+                token: config.metrics_token.clone(),
+                capacity: Capacity {
+                    browsers: config
+                        .capacity_browsers
+                        .unwrap_or_else(browsers_host_memory_fits),
+                },
+            },
         },
     );
     // Tests and scripts read this line to learn the chosen port.
@@ -174,6 +183,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let listener = listener.tap_io(|stream| {
         let _ = stream.set_nodelay(true);
     });
+    if let Some(address) = config.metrics_listen {
+        serve_metrics(address, state.clone()).await?;
+    }
     let router = api::router(state);
     serve_app_sandboxes(&app_api_socket, router.clone())?;
     axum::serve(listener, router)
@@ -231,6 +243,39 @@ fn serve_app_sandboxes(socket: &Path, router: axum::Router) -> anyhow::Result<()
         }
     });
     Ok(())
+}
+
+/// Serves `GET /metrics` without a token on the operator's address.
+async fn serve_metrics(address: std::net::SocketAddr, state: AppState) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("binding the metrics address {address}"))?;
+    tracing::info!(address = %listener.local_addr()?, "serving /metrics");
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, api::metrics::operator_router(state)).await {
+            tracing::error!(%error, "the metrics listener stopped");
+        }
+    });
+    Ok(())
+}
+
+/// The default capacity: one browser per GiB of this host's memory (at least one).
+fn browsers_host_memory_fits() -> u64 {
+    let total_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("MemTotal:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .unwrap_or(0);
+    (total_kib >> 20).max(1)
 }
 
 /// The Node.js runtime for Playwright executors, if it is installed (checked here, so a

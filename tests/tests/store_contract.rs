@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 #[path = "store_contract/apps.rs"]
 mod apps;
+#[path = "store_contract/coordination.rs"]
+mod coordination;
 
 use chrono::{Duration, Utc};
 use control_plane::store::{
@@ -403,6 +405,7 @@ async fn contract(store: Arc<dyn Store>) {
     auth_connection_contract(store.as_ref(), &a.id, &b.id).await;
     secret_contract(store.as_ref(), &a.id, &b.id).await;
     apps::apps_contract(store.as_ref(), &a.id, &b.id).await;
+    coordination::lease_contract(store.as_ref()).await;
 }
 
 async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
@@ -1198,6 +1201,10 @@ async fn postgres_store_meets_the_contract() {
         .await
         .expect("reopen");
     assert_eq!(reopened.api_key_count().await.expect("count"), 1);
+    let replica = store::open(Some(&scoped_url), std::path::Path::new("/nonexistent"))
+        .await
+        .expect("open a second replica's store");
+    coordination::admission_lock_contract(reopened, replica).await;
     admin
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await

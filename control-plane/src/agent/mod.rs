@@ -65,6 +65,9 @@ pub enum AgentError {
 impl From<Status> for AgentError {
     fn from(status: Status) -> Self {
         let message = status.message().to_owned();
+        if agent_at_fault(status.code()) {
+            crate::metrics::METRICS.agent_rpc_error(status.code());
+        }
         match status.code() {
             Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange | Code::Aborted => {
                 Self::InvalidArgument(message)
@@ -77,6 +80,21 @@ impl From<Status> for AgentError {
             _ => Self::Internal(format!("{:?}: {message}", status.code())),
         }
     }
+}
+
+/// Whether a call failed because of the agent or the way to it, not because of what the
+/// caller asked (a missing file, a bad argument) or because the caller went away.
+fn agent_at_fault(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unavailable
+            | Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::Internal
+            | Code::DataLoss
+            | Code::Unimplemented
+            | Code::Unauthenticated
+    )
 }
 
 type Authenticated = InterceptedService<Channel, BearerCredential>;

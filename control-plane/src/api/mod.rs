@@ -26,6 +26,7 @@ pub mod invocations;
 pub mod keep_alive;
 pub mod live_view;
 pub mod logs;
+pub mod metrics;
 pub mod openapi;
 pub mod org;
 pub mod paging;
@@ -218,6 +219,7 @@ pub fn zip_attachment(filename: &str, length: Option<i64>, body: Body) -> Respon
 pub fn router(state: AppState) -> Router {
     let (routes, _) = api_routes().split_for_parts();
     routes
+        .route(metrics::PATH, axum::routing::get(metrics::with_token))
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
@@ -228,6 +230,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(
             keep_alive::keep_connections_usable,
         ))
+        .layer(axum::middleware::from_fn(metrics::count_requests))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -362,6 +365,10 @@ mod tests {
                     )
                     .expect("client"),
                 ),
+                metrics: state::MetricsSettings {
+                    token: Some("metrics-token".into()),
+                    capacity: crate::metrics::Capacity { browsers: 4 },
+                },
             },
         ))
     }
@@ -446,6 +453,63 @@ mod tests {
                 error["code"].is_string() && error["message"].is_string(),
                 "{error}"
             );
+        }
+    }
+
+    async fn get(router: &Router, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut request = Request::builder().uri(path);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request.body(Body::empty()).expect("request");
+        let response = router.clone().oneshot(request).await.expect("response");
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn metrics_need_their_token_and_count_requests_by_route_template() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let router = test_router(dir.path()).await;
+        assert_eq!(get(&router, "/metrics", None).await.0, 401);
+        assert_eq!(get(&router, "/metrics", Some("wrong")).await.0, 401);
+        // An API key is not the metrics token.
+        assert_eq!(get(&router, "/metrics", Some("sk_whatever")).await.0, 401);
+        assert_eq!(get(&router, "/browsers/some-id-1", None).await.0, 401);
+        assert_eq!(get(&router, "/browsers/some-id-2", None).await.0, 401);
+        let (status, text) = get(&router, "/metrics", Some("metrics-token")).await;
+        assert_eq!(status, 200, "{text}");
+        let line = text
+            .lines()
+            .find(|line| {
+                line.starts_with("browser_service_http_requests_total{")
+                    && line.contains(r#"route="/browsers/{id}""#)
+                    && line.contains(r#"status="401""#)
+            })
+            .unwrap_or_else(|| panic!("no request counter for the route template:\n{text}"));
+        let count: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|value| value.parse().ok())
+            .expect("a value");
+        // Other tests of this process may count too (the metrics are process-wide).
+        assert!(count >= 2.0, "{line}");
+        assert!(
+            !text.contains("some-id-1"),
+            "raw paths must not become labels"
+        );
+        for name in [
+            "browser_service_capacity_browsers 4",
+            "browser_service_browser_vms 0",
+            "browser_service_recordings_active 0",
+            "# TYPE browser_service_pool_acquire_duration_seconds histogram",
+            "# TYPE browser_service_browser_create_duration_seconds histogram",
+            "# EOF",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
         }
     }
 }

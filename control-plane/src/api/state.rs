@@ -23,6 +23,15 @@ pub struct HttpSettings {
     pub region: String,
     /// Where `GET /extensions/from_chrome_store` downloads from.
     pub chrome_web_store: Arc<crate::chrome_store::ChromeWebStore>,
+    pub metrics: MetricsSettings,
+}
+
+/// Who may read `GET /metrics` on the API's address, and what capacity it reports.
+#[derive(Clone, Debug)]
+pub struct MetricsSettings {
+    /// `None`: the API's address serves no metrics.
+    pub token: Option<String>,
+    pub capacity: crate::metrics::Capacity,
 }
 
 #[derive(Clone)]

@@ -242,6 +242,7 @@ impl Pools {
         id_or_name: &str,
         timeout: Option<Duration>,
     ) -> ServiceResult<(PoolRecord, Option<SessionRecord>)> {
+        let _pending = crate::metrics::METRICS.acquire_started();
         let pool = self.find(org_id, id_or_name).await?;
         let timeout = match timeout {
             Some(timeout) => timeout,

@@ -144,6 +144,7 @@ impl Sessions {
         {
             return Ok(existing);
         }
+        let started = std::time::Instant::now();
         let record = SessionRecord {
             id: ids::new_session_id(),
             org_id: org_id.to_owned(),
@@ -169,9 +170,21 @@ impl Sessions {
             profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
         };
         let inserted = {
+            // In this process, then across replicas: no two creates of one organization
+            // count its browsers before the other inserted its own.
             let _admission = self.admission.lock().await;
-            self.check_live_limit(&record).await?;
-            self.store.insert_session(&record).await
+            let lock = match record.pool_id {
+                None => Some(self.store.lock_admission(org_id).await?),
+                Some(_) => None,
+            };
+            let admitted = match self.check_live_limit(&record).await {
+                Ok(()) => Ok(self.store.insert_session(&record).await),
+                Err(refused) => Err(refused),
+            };
+            if let Some(lock) = lock {
+                lock.release().await;
+            }
+            admitted?
         };
         match inserted {
             Ok(()) => {}
@@ -197,7 +210,11 @@ impl Sessions {
         // client timeout) it still finishes and records its outcome, so no session is
         // left half-started and no browser is left without a session.
         let this = self.clone();
-        run_to_completion(async move { this.launch(record, new).await }).await
+        let launched = run_to_completion(async move { this.launch(record, new).await }).await;
+        if launched.is_ok() {
+            crate::metrics::METRICS.browser_created(started);
+        }
+        launched
     }
 
     /// Refuses a new session that would take its organization past its limit of live

@@ -16,7 +16,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 11] = [
+const MIGRATIONS: [(&str, &str); 12] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -58,6 +58,10 @@ const MIGRATIONS: [(&str, &str); 11] = [
         include_str!("../../migrations/V10__credentials.sql"),
     ),
     ("V11__apps", include_str!("../../migrations/V11__apps.sql")),
+    (
+        "V12__leases",
+        include_str!("../../migrations/V12__leases.sql"),
+    ),
 ];
 
 /// PostgreSQL column types and the SQLite types that hold the same values as the
@@ -339,6 +343,31 @@ impl Database {
         Ok(Self::Postgres(pool))
     }
 
+    /// Holds the database-wide lock named `key` until the returned guard is released or
+    /// dropped, waiting for another holder (of any process) to let it go first. SQLite's
+    /// file serves one process, which serializes its own callers: no lock is taken there.
+    pub async fn exclusive(&self, key: &str) -> StoreResult<ExclusiveLock> {
+        let Self::Postgres(pool) = self else {
+            return Ok(ExclusiveLock { client: None });
+        };
+        // The guard owns the connection before the lock is asked for: should this future
+        // be dropped while the server still waits for the lock, the guard closes the
+        // connection, and the server releases what it granted to it.
+        let mut lock = ExclusiveLock {
+            client: Some(pool.get().await.map_err(pool_error)?),
+        };
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(key.as_bytes());
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&digest[..8]);
+        if let Some(client) = &mut lock.client {
+            client
+                .execute("SELECT pg_advisory_lock($1)", &[&i64::from_be_bytes(id)])
+                .await
+                .map_err(postgres_error)?;
+        }
+        Ok(lock)
+    }
+
     /// Runs a statement; returns how many rows it changed.
     pub async fn execute(
         &self,
@@ -454,15 +483,16 @@ async fn postgres_prepared(
     pool: &Pool,
     statement: &'static Statement,
 ) -> StoreResult<(deadpool_postgres::Object, tokio_postgres::Statement)> {
-    let client = pool
-        .get()
-        .await
-        .map_err(|error| StoreError::Backend(format!("PostgreSQL pool: {error:?}")))?;
+    let client = pool.get().await.map_err(pool_error)?;
     let prepared = client
         .prepare_cached(&statement.postgres)
         .await
         .map_err(postgres_error)?;
     Ok((client, prepared))
+}
+
+fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Backend(format!("PostgreSQL pool: {error:?}"))
 }
 
 fn postgres_params(params: &[Value]) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
@@ -482,6 +512,37 @@ fn sqlite_error(error: rusqlite::Error) -> StoreError {
             StoreError::Conflict(error.to_string())
         }
         _ => StoreError::Backend(error.to_string()),
+    }
+}
+
+/// A lock of [`Database::exclusive`]. Release it with [`ExclusiveLock::release`]; a
+/// guard merely dropped (its task cancelled) closes its connection, which releases it too.
+#[must_use = "the lock is released when this is dropped"]
+pub struct ExclusiveLock {
+    client: Option<deadpool_postgres::Object>,
+}
+
+impl ExclusiveLock {
+    pub async fn release(mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        if client
+            .execute("SELECT pg_advisory_unlock_all()", &[])
+            .await
+            .is_err()
+        {
+            // Not back to the pool with a lock still held.
+            drop(deadpool_postgres::Object::take(client));
+        }
+    }
+}
+
+impl Drop for ExclusiveLock {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            drop(deadpool_postgres::Object::take(client));
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! against both.
 
 mod apps;
+mod coordination;
 mod database;
 mod rows;
 mod sql;
@@ -16,6 +17,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 pub use apps::{AppVersionRecord, AppsStore, DeploymentRecord, InvocationRecord};
+pub use coordination::{CoordinationStore, ExclusiveLock};
 pub use sql::SqlStore;
 
 use database::Database;
@@ -380,7 +382,7 @@ pub enum SessionFilter {
 }
 
 #[async_trait]
-pub trait Store: AppsStore + Send + Sync + 'static {
+pub trait Store: AppsStore + CoordinationStore + Send + Sync + 'static {
     /// Returns the organization with this name, creating it first if needed.
     async fn ensure_organization(&self, name: &str) -> StoreResult<Organization>;
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()>;
