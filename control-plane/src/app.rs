@@ -18,6 +18,7 @@ use crate::pools::Pools;
 use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
+use crate::replicas::Replica;
 use crate::runtime::Runtime;
 use crate::sessions::{Sessions, SessionsDeps};
 use crate::store::Store;
@@ -42,6 +43,8 @@ pub struct ServiceSettings {
     pub app_runner: Option<crate::apps::runner::AppRunner>,
     /// Most invocations one organization may run at once.
     pub max_running_invocations: usize,
+    /// This process among the replicas sharing the store; the same across its restarts.
+    pub replica_id: String,
 }
 
 #[derive(Clone)]
@@ -59,6 +62,8 @@ pub struct Services {
     pub apps: Arc<Apps>,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     pub egress: Arc<EgressPolicy>,
+    /// This process among the replicas sharing the store.
+    pub replica: Arc<Replica>,
 }
 
 impl Services {
@@ -69,6 +74,7 @@ impl Services {
         settings: ServiceSettings,
     ) -> Self {
         let agents = Arc::new(AgentClients::default());
+        let replica = Replica::new(store.clone(), settings.replica_id);
         let replays = Arc::new(Replays::new(
             store.clone(),
             blobs.clone(),
@@ -87,6 +93,7 @@ impl Services {
             proxy_upstreams: settings.proxy_upstreams.clone(),
             egress: settings.egress.clone(),
             live_limits: settings.live_limits,
+            replica: replica.clone(),
         }));
         let pools = Arc::new(Pools::new(
             store.clone(),
@@ -134,20 +141,23 @@ impl Services {
             apps,
             proxy_upstreams: settings.proxy_upstreams,
             egress: settings.egress,
+            replica,
         }
     }
 
     /// Picks up what a previous process left (sessions, recordings, workflows) and starts
     /// the background loops. `heartbeat` is how often agents are called.
     pub async fn start(&self, heartbeat: Duration) -> anyhow::Result<()> {
-        self.sessions
-            .reconcile()
+        self.replica
+            .join()
             .await
-            .context("reconciling browser sessions")?;
+            .context("joining the control-plane replicas")?;
+        self.pools.start();
+        self.sessions
+            .start_background(heartbeat)
+            .await
+            .context("adopting browser sessions")?;
         self.replays.resume().await.context("resuming replays")?;
-        tokio::spawn(self.sessions.clone().run_inactivity_reaper());
-        tokio::spawn(self.sessions.clone().run_heartbeats(heartbeat));
-        tokio::spawn(self.pools.clone().run_reconciler());
         self.managed_auth
             .resume_all()
             .await

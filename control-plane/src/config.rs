@@ -194,6 +194,13 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_CAPACITY_BROWSERS",
         value_parser = clap::value_parser!(u64).range(1..))]
     pub capacity_browsers: Option<u64>,
+    /// This replica's name among the control planes sharing one PostgreSQL database:
+    /// unique among those running, and best the same across restarts (a pod's name, a
+    /// host name), so that a restarted replica takes its browsers back at once; others
+    /// adopt them once it has been gone for a few seconds. Default: a name generated once
+    /// into `<data-dir>/replica-id`.
+    #[arg(long, env = "CONTROL_PLANE_REPLICA_ID")]
+    pub replica_id: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

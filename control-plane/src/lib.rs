@@ -20,6 +20,7 @@ pub mod pools;
 pub mod profiles;
 pub mod proxies;
 pub mod replays;
+pub mod replicas;
 pub mod runtime;
 pub mod server;
 pub mod sessions;

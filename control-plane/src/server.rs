@@ -147,12 +147,17 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             min_health_check_interval: config.min_health_check_interval,
             app_runner,
             max_running_invocations: config.max_running_invocations as usize,
+            replica_id: match &config.replica_id {
+                Some(id) => id.clone(),
+                None => replica_id(&data_dir)?,
+            },
         },
     );
     // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
     services.runtime.isolation().log();
     services.start(agent_idle_grace / 4).await?;
 
+    let replica = services.replica.clone();
     let state = AppState::new(
         services,
         Tokens::load(store.as_ref()).await?,
@@ -191,6 +196,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
+    // The other replicas adopt this one's browsers at once.
+    replica.leave().await;
     // Browsers keep running: a restarted control plane re-adopts them.
     Ok(())
 }
@@ -243,6 +250,20 @@ fn serve_app_sandboxes(socket: &Path, router: axum::Router) -> anyhow::Result<()
         }
     });
     Ok(())
+}
+
+/// The replica id kept in the data directory, generated on the first start.
+fn replica_id(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join("replica-id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
+        _ => {
+            let id = format!("rep_{}", crate::ids::new_secret(12));
+            write_private_file(&path, &id)
+                .with_context(|| format!("writing {}", path.display()))?;
+            Ok(id)
+        }
+    }
 }
 
 /// Serves `GET /metrics` without a token on the operator's address.

@@ -302,6 +302,7 @@ pub async fn services_over(
             min_health_check_interval: 300,
             app_runner: None,
             max_running_invocations: 4,
+            replica_id: format!("rep_{}", crate::ids::new_secret(8)),
         },
     );
     (services, runtime, agent)

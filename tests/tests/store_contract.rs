@@ -44,6 +44,7 @@ fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64
         vm_settings: Default::default(),
         profile: None,
         name: None,
+        owner: None,
     }
 }
 

@@ -486,6 +486,7 @@ mod tests {
             .lines()
             .find(|line| {
                 line.starts_with("browser_service_http_requests_total{")
+                    && line.contains(r#"method="GET""#)
                     && line.contains(r#"route="/browsers/{id}""#)
                     && line.contains(r#"status="401""#)
             })

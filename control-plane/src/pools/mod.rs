@@ -27,6 +27,7 @@ use crate::error::{ServiceError, ServiceResult};
 use crate::ids;
 use crate::in_progress::InProgress;
 use crate::replays::Replays;
+use crate::replicas::Signal;
 use crate::sessions::Sessions;
 use crate::store::{PoolLease, PoolRecord, SessionRecord, SessionStatus, Store, StoreError};
 
@@ -337,7 +338,18 @@ impl Pools {
                 return Ok(());
             }
         };
-        self.reset_in_background(session);
+        // Reset by the replica that serves the browser (also when another adopts it).
+        if self.sessions.replica().owns(&session) {
+            self.reset_in_background(session);
+        } else {
+            self.sessions
+                .replica()
+                .publish(Signal::ResetRequested {
+                    org_id: session.org_id.clone(),
+                    session_id: session.id.clone(),
+                })
+                .await;
+        }
         Ok(())
     }
 

@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{PoolConfig, Pools};
+use tokio::sync::broadcast;
+
 use crate::error::ServiceResult;
+use crate::replicas::Signal;
 use crate::sessions::BrowserSpec;
 use crate::store::{PoolLease, PoolRecord, SessionRecord, SessionStatus};
 
@@ -26,14 +29,24 @@ type Budgets = Arc<Mutex<HashMap<String, Budget>>>;
 
 impl Pools {
     /// Keeps every pool at its size. Runs forever.
-    pub async fn run_reconciler(self: Arc<Self>) {
+    /// Keeps every pool at its size, on one replica at a time; resets the browsers this
+    /// replica serves when asked (by the replica that released one, or by adopting one
+    /// that was being reset). Call before sessions are adopted.
+    pub fn start(self: &Arc<Self>) {
+        // Listening before any adoption: it may ask for a reset.
+        tokio::spawn(
+            self.clone()
+                .run_reset_requests(self.sessions.replica().subscribe()),
+        );
+        tokio::spawn(self.clone().run_reconciler());
+    }
+
+    async fn run_reconciler(self: Arc<Self>) {
+        let mut duty = self.sessions.replica().duty("pool-reconciler");
         let budgets: Budgets = Arc::default();
-        // Resets a previous process left unfinished are resumed once, at the start (later
-        // passes would race this process's own reset tasks).
-        let mut first_pass = true;
         loop {
-            let first = std::mem::take(&mut first_pass);
-            if let Err(error) = self.reconcile_once(&budgets, first).await {
+            duty.held().await;
+            if let Err(error) = self.reconcile_once(&budgets).await {
                 tracing::warn!(%error, "pool reconciliation failed");
             }
             tokio::select! {
@@ -43,20 +56,37 @@ impl Pools {
         }
     }
 
-    async fn reconcile_once(
-        self: &Arc<Self>,
-        budgets: &Budgets,
-        first_pass: bool,
-    ) -> ServiceResult<()> {
+    async fn run_reset_requests(self: Arc<Self>, mut signals: broadcast::Receiver<Signal>) {
+        loop {
+            let (org_id, session_id) = match signals.recv().await {
+                Ok(Signal::ResetRequested { org_id, session_id })
+                | Ok(Signal::Adopted { org_id, session_id }) => (org_id, session_id),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            match self.store.session(&org_id, &session_id).await {
+                Ok(Some(session))
+                    if session.pool_lease == Some(PoolLease::Resetting)
+                        && session.status == SessionStatus::Running
+                        && self.sessions.replica().owns(&session) =>
+                {
+                    self.reset_in_background(session);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(session_id, %error, "could not read a pool browser to reset")
+                }
+            }
+        }
+    }
+
+    async fn reconcile_once(self: &Arc<Self>, budgets: &Budgets) -> ServiceResult<()> {
         let pools = self.store.list_pools(None).await?;
         if let Ok(mut budgets) = budgets.lock() {
             budgets.retain(|id, _| pools.iter().any(|pool| &pool.id == id));
         }
         for pool in pools {
             let members = self.store.pool_members(&pool.id).await?;
-            if first_pass {
-                self.resume_resets(&members);
-            }
             self.retire_excess(&pool, &members).await;
             let config = match PoolConfig::stored(&pool) {
                 Ok(config) => config,
@@ -148,17 +178,6 @@ impl Pools {
             this.idle.notify_waiters();
             this.changed();
         });
-    }
-
-    /// Resets browsers left `resetting` by a previous process.
-    fn resume_resets(self: &Arc<Self>, members: &[SessionRecord]) {
-        for member in members {
-            if member.pool_lease == Some(PoolLease::Resetting)
-                && member.status == SessionStatus::Running
-            {
-                self.reset_in_background(member.clone());
-            }
-        }
     }
 }
 

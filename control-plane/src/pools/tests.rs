@@ -170,6 +170,8 @@ async fn a_restart_resumes_the_resets_a_previous_process_left() {
             .await
             .expect("store")
     );
+    // ... and left (a clean stop; a killed one's membership expires instead).
+    services.replica.leave().await;
     let (after, _, after_agent) =
         crate::testing::services_over(services.store.clone(), dir.path()).await;
     after

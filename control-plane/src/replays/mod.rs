@@ -565,25 +565,58 @@ impl Replays {
             else {
                 continue;
             };
-            let agent = match session.status {
-                SessionStatus::Running => self.agents.get(&session.id, session.agent.as_ref()).ok(),
-                _ => None,
+            // A running session's recordings are its owner's: this replica's only if it
+            // adopted the session (`resume_for`).
+            if session.status != SessionStatus::Running {
+                self.resume_one(session, replay).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Picks up the recordings of a running session adopted from a replica that is gone:
+    /// their deadlines, and finishing those it had begun to stop.
+    pub fn resume_for(self: &Arc<Self>, session: &SessionRecord) {
+        let (this, session) = (self.clone(), session.clone());
+        tokio::spawn(async move {
+            let replays = match this.store.unfinished_replays().await {
+                Ok(replays) => replays,
+                Err(error) => {
+                    tracing::warn!(session_id = %session.id, %error, "could not resume an adopted session's recordings");
+                    return;
+                }
             };
-            match (replay.status, agent) {
-                (ReplayStatus::Recording, Some(agent)) => {
-                    self.finish_at_deadline(session, agent, replay);
+            for replay in replays.into_iter().filter(|r| r.session_id == session.id) {
+                if let Err(error) = this.resume_one(session.clone(), replay).await {
+                    tracing::warn!(session_id = %session.id, %error, "could not resume a recording");
                 }
-                (_, agent) => {
-                    if !self.claim(&replay).await? {
-                        continue;
+            }
+        });
+    }
+
+    async fn resume_one(
+        self: &Arc<Self>,
+        session: SessionRecord,
+        replay: ReplayRecord,
+    ) -> Result<(), StoreError> {
+        let agent = match session.status {
+            SessionStatus::Running => self.agents.get(&session.id, session.agent.as_ref()).ok(),
+            _ => None,
+        };
+        match (replay.status, agent) {
+            (ReplayStatus::Recording, Some(agent)) => {
+                self.finish_at_deadline(session, agent, replay);
+            }
+            (_, agent) => {
+                if !self.claim(&replay).await? {
+                    return Ok(());
+                }
+                let this = self.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = this.finish(&session, agent, replay).await {
+                        tracing::warn!(%error, "could not finish a replay after a restart");
                     }
-                    let this = self.clone();
-                    tokio::spawn(async move {
-                        if let Err(error) = this.finish(&session, agent, replay).await {
-                            tracing::warn!(%error, "could not finish a replay after a restart");
-                        }
-                    });
-                }
+                });
             }
         }
         Ok(())

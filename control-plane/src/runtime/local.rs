@@ -610,6 +610,12 @@ impl Runtime for LocalRuntime {
         Ok(())
     }
 
+    fn forget(&self, session_id: &str) {
+        if let Ok(mut servers) = self.egress_servers.lock() {
+            servers.remove(session_id);
+        }
+    }
+
     fn set_allowed_hosts(&self, session_id: &str, allowed_hosts: Option<HostAllowlist>) {
         if let Ok(servers) = self.egress_servers.lock()
             && let Some(server) = servers.get(session_id)

@@ -94,6 +94,11 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Drops what this process holds for a VM that another replica ended (its egress).
+    fn forget(&self, session_id: &str) {
+        let _ = session_id;
+    }
+
     /// Replaces a live VM's `allowed_hosts`, for connections opened from now on.
     fn set_allowed_hosts(&self, session_id: &str, allowed_hosts: Option<HostAllowlist>) {
         let _ = (session_id, allowed_hosts);

@@ -2,16 +2,16 @@
 //! inactivity timeout, agent heartbeats, and reconciliation after a restart.
 
 pub mod labels;
+mod replication;
 mod spec;
 #[cfg(test)]
 mod tests;
 pub mod update;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use browser_agent_proto::v1::DevtoolsState;
 use chrono::Utc;
 
 pub use spec::{
@@ -23,21 +23,25 @@ pub use update::{SessionUpdate, ViewportChange};
 
 use crate::agent::{AgentClient, AgentClients};
 use crate::blobs::BlobStore;
-use crate::egress::{EgressPolicy, HostAllowlist, VmEgress};
+use crate::egress::{EgressPolicy, VmEgress};
 use crate::error::{ServiceError, ServiceResult, run_to_completion};
 use crate::ids;
 use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
+use crate::replicas::{Replica, Signal};
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
 use crate::store::{PoolLease, SessionFilter, SessionRecord, SessionStatus, Store, StoreError};
 
-/// When a session was last used and how many CDP connections it has open. Kept in
-/// memory: after a restart every adopted session starts a fresh inactivity period.
+/// When a session was last used through this replica and how many CDP connections it
+/// has open here; written to the store every second (`replication`), where the reaper
+/// reads what every replica saw.
 #[derive(Debug)]
 struct Activity {
     last: Instant,
     open_cdp_connections: usize,
+    /// Written to the store since `last` changed.
+    recorded: bool,
 }
 
 /// The session's activity record; a session first seen now (new, or adopted after a
@@ -46,6 +50,7 @@ fn activity_of<'a>(activity: &'a mut HashMap<String, Activity>, id: &str) -> &'a
     activity.entry(id.to_owned()).or_insert_with(|| Activity {
         last: Instant::now(),
         open_cdp_connections: 0,
+        recorded: false,
     })
 }
 
@@ -68,6 +73,7 @@ pub struct Sessions {
     /// Serializes changes of live sessions' settings (`update`), each made on the stored
     /// record, so that none undoes another.
     settings_lock: tokio::sync::Mutex<()>,
+    replica: Arc<Replica>,
 }
 
 /// What `Sessions` works with.
@@ -81,6 +87,7 @@ pub struct SessionsDeps {
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     pub egress: Arc<EgressPolicy>,
     pub live_limits: LiveLimits,
+    pub replica: Arc<Replica>,
 }
 
 /// What one organization may have live outside its pools.
@@ -106,13 +113,8 @@ const RUNNING_CACHE_TTL: Duration = Duration::from_secs(2);
 /// When a caller at its live-browser limit is told to try again: browsers end when
 /// deleted or after their inactivity timeout, which nothing here can predict.
 const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(10);
-/// How often the inactivity reaper looks.
-const REAPER_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a persistent-id create waits for a concurrent create of the same id.
 const STARTING_WAIT: Duration = Duration::from_secs(60);
-/// A session still `starting` after this long lost its launcher (which always records an
-/// outcome well within it) and is ended.
-const STALE_START: Duration = Duration::from_secs(180);
 
 impl Sessions {
     pub fn new(deps: SessionsDeps) -> Self {
@@ -130,6 +132,7 @@ impl Sessions {
             activity: Mutex::default(),
             running: Mutex::default(),
             settings_lock: tokio::sync::Mutex::default(),
+            replica: deps.replica,
         }
     }
 
@@ -168,6 +171,7 @@ impl Sessions {
             name: new.name.clone(),
             pool_id: new.pool_id.clone(),
             profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
+            owner: Some(self.replica.id().to_owned()),
         };
         let inserted = {
             // In this process, then across replicas: no two creates of one organization
@@ -410,6 +414,11 @@ impl Sessions {
         }
     }
 
+    /// This process among the replicas.
+    pub fn replica(&self) -> &Arc<Replica> {
+        &self.replica
+    }
+
     /// Drops the cached copy of a session whose record changed.
     fn uncache(&self, id: &str) {
         if let Ok(mut running) = self.running.lock() {
@@ -449,6 +458,11 @@ impl Sessions {
         }
         tracing::info!(session_id = %session.id, reason, "ending browser session");
         self.forget(&session.id);
+        self.replica
+            .publish(Signal::SessionEnded {
+                session_id: session.id.clone(),
+            })
+            .await;
         // Recordings are finalized and kept before their browser goes.
         let agent = session
             .agent
@@ -524,7 +538,9 @@ impl Sessions {
 
     pub fn touch(&self, id: &str) {
         if let Ok(mut activity) = self.activity.lock() {
-            activity_of(&mut activity, id).last = Instant::now();
+            let entry = activity_of(&mut activity, id);
+            entry.last = Instant::now();
+            entry.recorded = false;
         }
     }
 
@@ -535,182 +551,12 @@ impl Sessions {
             let entry = activity_of(&mut activity, id);
             entry.open_cdp_connections += 1;
             entry.last = Instant::now();
+            entry.recorded = false;
         }
         CdpConnectionGuard {
             sessions: self.clone(),
             id: id.to_owned(),
         }
-    }
-
-    /// Whether the session has had no activity and no open CDP connection for `timeout`.
-    fn is_idle(&self, id: &str, timeout: Duration) -> bool {
-        let Ok(mut activity) = self.activity.lock() else {
-            return false;
-        };
-        let entry = activity_of(&mut activity, id);
-        entry.open_cdp_connections == 0 && entry.last.elapsed() >= timeout
-    }
-
-    /// Ends sessions that have been inactive for their `timeout_seconds`. Runs forever.
-    pub async fn run_inactivity_reaper(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(REAPER_INTERVAL);
-        loop {
-            tick.tick().await;
-            let live = match self.store.live_sessions().await {
-                Ok(live) => live,
-                Err(error) => {
-                    tracing::warn!(%error, "inactivity reaper could not list sessions");
-                    continue;
-                }
-            };
-            for session in live {
-                // Pool browsers waiting to be leased (or being reset) are not in use by
-                // anyone: only leased ones time out.
-                let waiting_in_pool = matches!(
-                    session.pool_lease,
-                    Some(PoolLease::Idle | PoolLease::Resetting | PoolLease::Retiring)
-                );
-                let reason = match session.status {
-                    SessionStatus::Running
-                        if !waiting_in_pool
-                            && self.is_idle(
-                                &session.id,
-                                Duration::from_secs(session.timeout_seconds.max(0) as u64),
-                            ) =>
-                    {
-                        "inactivity timeout"
-                    }
-                    SessionStatus::Starting
-                        if (Utc::now() - session.created_at)
-                            .to_std()
-                            .unwrap_or_default()
-                            > STALE_START =>
-                    {
-                        "launch never finished"
-                    }
-                    _ => continue,
-                };
-                let this = self.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = this.end(&session, reason).await {
-                        tracing::warn!(session_id = %session.id, %error, "could not end a session");
-                    }
-                });
-            }
-        }
-    }
-
-    /// Calls every running agent periodically, so agents know their control plane is alive
-    /// (they shut themselves down after a grace period otherwise), and ends sessions whose
-    /// agent has died. Runs forever.
-    pub async fn run_heartbeats(self: Arc<Self>, interval: Duration) {
-        let mut tick = tokio::time::interval(interval);
-        loop {
-            tick.tick().await;
-            let Ok(live) = self.store.live_sessions().await else {
-                continue;
-            };
-            for session in live
-                .into_iter()
-                .filter(|s| s.status == SessionStatus::Running)
-            {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    let Ok(client) = this.agent(&session) else {
-                        return;
-                    };
-                    match client.status().await {
-                        // The agent gave up restarting Chromium: the browser is gone.
-                        Ok(status) if status.devtools_state() == DevtoolsState::Failed => {
-                            let _ = this
-                                .end(&session, "Chromium failed and could not be restarted")
-                                .await;
-                        }
-                        Ok(_) => {}
-                        Err(error) => {
-                            let gone = session
-                                .agent
-                                .as_ref()
-                                .and_then(|location| this.runtime.agent_exists(location))
-                                == Some(false);
-                            if gone {
-                                let _ = this.end(&session, "browser agent exited").await;
-                            } else {
-                                tracing::warn!(session_id = %session.id, %error, "agent heartbeat failed");
-                            }
-                        }
-                    }
-                });
-            }
-        }
-    }
-
-    /// Serves an adopted VM's egress again; false if it cannot be (its proxy is gone).
-    async fn reattach(&self, session: &SessionRecord) -> bool {
-        let upstream = match &session.proxy_id {
-            Some(proxy_id) => match self.resolve_proxy(&session.org_id, proxy_id).await {
-                Ok((_, route)) => Some(route),
-                Err(error) => {
-                    tracing::warn!(session_id = %session.id, %error, "the session's proxy is gone");
-                    return false;
-                }
-            },
-            None => None,
-        };
-        // Checked when the session was created; one that no longer passes (stricter
-        // rules since) ends the session rather than leave its egress unfiltered.
-        let allowed_hosts = match session.vm_settings.allowed_hosts.as_deref() {
-            None => None,
-            Some(hosts) => match HostAllowlist::parse(hosts) {
-                Ok(allowed) => Some(allowed),
-                Err(problem) => {
-                    tracing::warn!(session_id = %session.id, %problem, "the browser's allowlist no longer passes");
-                    return false;
-                }
-            },
-        };
-        let egress = VmEgress {
-            upstream,
-            allowed_hosts,
-        };
-        match self.runtime.reattach(&session.id, egress) {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::warn!(session_id = %session.id, %error, "could not serve the VM's egress");
-                false
-            }
-        }
-    }
-
-    /// After a (re)start: adopts sessions whose agent still answers, ends the others, and
-    /// reaps browsers that no live session owns. Assumes one control plane per store:
-    /// with several replicas, `starting` sessions of another replica would be ended here
-    /// (replicas need per-replica ownership of launches first).
-    pub async fn reconcile(self: &Arc<Self>) -> anyhow::Result<()> {
-        let mut adopted = HashSet::new();
-        for session in self.store.live_sessions().await? {
-            let alive = match (&session.status, &session.agent) {
-                (SessionStatus::Running, Some(location)) => match AgentClient::new(location) {
-                    Ok(client) => client.status().await.is_ok(),
-                    Err(_) => false,
-                },
-                // A launch that the previous process did not finish.
-                _ => false,
-            };
-            let alive = alive && self.reattach(&session).await;
-            if alive {
-                tracing::info!(session_id = %session.id, "re-adopted running browser session");
-                self.touch(&session.id);
-                adopted.insert(session.id.clone());
-                self.watch_agent(session);
-            } else {
-                tracing::info!(session_id = %session.id, "browser of a session is gone; ending it");
-                self.end(&session, "lost during a control-plane restart")
-                    .await?;
-            }
-        }
-        self.runtime.reap_strays(&adopted).await;
-        Ok(())
     }
 }
 
@@ -726,6 +572,7 @@ impl Drop for CdpConnectionGuard {
         {
             entry.open_cdp_connections = entry.open_cdp_connections.saturating_sub(1);
             entry.last = Instant::now();
+            entry.recorded = false;
         }
     }
 }

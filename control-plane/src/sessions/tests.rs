@@ -138,7 +138,36 @@ async fn a_restart_adopts_browsers_that_answer_and_ends_the_others() {
         .expect("store");
 
     let (after, after_runtime, _) = services_over(before.store.clone(), dir.path()).await;
-    after.sessions.reconcile().await.expect("reconciled");
+    // While the replica that serves them is alive, another leaves them alone.
+    before.replica.join().await.expect("join");
+    after
+        .sessions
+        .adopt(super::replication::Adopt::Orphans)
+        .await
+        .expect("adoption");
+    let owner = async |id: &str| {
+        stored_session(after.store.as_ref(), &org_id, id)
+            .await
+            .owner
+    };
+    for id in [&alive.id, &dead.id, &half_started.id] {
+        assert_eq!(owner(id).await.as_deref(), Some(before.replica.id()));
+    }
+    assert_eq!(
+        stored_session(after.store.as_ref(), &org_id, &half_started.id)
+            .await
+            .status,
+        SessionStatus::Starting
+    );
+    // Gone (as after a restart): adopted or ended.
+    before.replica.leave().await;
+    after.replica.join().await.expect("join");
+    after
+        .sessions
+        .start_background(Duration::from_secs(60))
+        .await
+        .expect("adopted");
+    assert_eq!(owner(&alive.id).await.as_deref(), Some(after.replica.id()));
 
     let status = async |id: &str| {
         stored_session(after.store.as_ref(), &org_id, id)
@@ -151,7 +180,7 @@ async fn a_restart_adopts_browsers_that_answer_and_ends_the_others() {
     let kept = after_runtime.kept_by_reap.lock().expect("lock").clone();
     assert_eq!(
         kept,
-        Some(HashSet::from([alive.id.clone()])),
+        Some(std::collections::HashSet::from([alive.id.clone()])),
         "strays are reaped"
     );
     assert!(after.sessions.live(&org_id, &alive.id).await.is_ok());

@@ -9,6 +9,7 @@ use crate::agent::AgentError;
 use crate::agent::page::Page;
 use crate::egress::HostAllowlist;
 use crate::error::{ServiceError, ServiceResult};
+use crate::replicas::Signal;
 use crate::store::{
     PoolLease, SessionLocation, SessionProfile, SessionRecord, SessionStatus, StoreError,
 };
@@ -172,12 +173,24 @@ impl Sessions {
         if settings(&updated) != settings(session) {
             self.store_settings(&updated).await?;
         }
+        // Applied where the VM's egress is served: here, or by the replica that serves it.
+        let egress_changed = Signal::EgressChanged {
+            org_id: session.org_id.clone(),
+            session_id: session.id.clone(),
+            allowlist: update.allowed_hosts.is_some(),
+            proxy: proxy.is_some(),
+        };
         if let Some(allowed_hosts) = update.allowed_hosts {
             self.runtime.set_allowed_hosts(&session.id, allowed_hosts);
         }
         if let Some(proxy) = proxy {
             self.runtime
                 .set_upstream(&session.id, proxy.map(|(_, route)| route));
+        }
+        if !self.replica.owns(session)
+            && matches!(egress_changed, Signal::EgressChanged { allowlist, proxy, .. } if allowlist || proxy)
+        {
+            self.replica.publish(egress_changed).await;
         }
         // Both restart Chromium; they come last, as the SDK documents, the location
         // first so that a profile loaded with it starts in it.

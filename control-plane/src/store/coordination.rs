@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
 
 use super::StoreResult;
 pub use super::database::ExclusiveLock;
@@ -31,6 +32,27 @@ pub trait CoordinationStore {
 
     /// Who holds the lease `name` and until when, expired or not.
     async fn lease(&self, name: &str) -> StoreResult<Option<(String, DateTime<Utc>)>>;
+
+    /// Holders of the unexpired leases whose name starts with `prefix`.
+    async fn lease_holders(&self, prefix: &str, now: DateTime<Utc>) -> StoreResult<Vec<String>>;
+
+    /// Sends `payload` to every listener of `channel`, in every replica.
+    async fn notify(&self, channel: &str, payload: &str) -> StoreResult<()>;
+
+    /// What is sent to `channel` from now on; `None` where one process has the store
+    /// (SQLite): it then tells itself.
+    fn listen(&self, channel: &str) -> Option<mpsc::UnboundedReceiver<String>>;
+
+    /// Makes `to` the owner of the live session if `from` still is; true if it did. Of
+    /// replicas racing to adopt a session, one wins.
+    async fn claim_session(&self, id: &str, from: Option<&str>, to: &str) -> StoreResult<bool>;
+
+    /// Records that the session was used at `at` (kept if it was used later already).
+    async fn record_activity(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
+
+    /// When each live session was last used through any replica (`None`: not since it
+    /// started).
+    async fn session_activity(&self) -> StoreResult<Vec<(String, Option<DateTime<Utc>>)>>;
 }
 
 #[async_trait]
@@ -78,6 +100,65 @@ impl CoordinationStore for SqlStore {
             .query_opt(
                 sql!("SELECT holder, expires_at FROM leases WHERE name = $1"),
                 params![name],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .await
+    }
+
+    async fn lease_holders(&self, prefix: &str, now: DateTime<Utc>) -> StoreResult<Vec<String>> {
+        // A prefix match without LIKE's wildcards.
+        self.database()
+            .query(
+                sql!(
+                    "SELECT holder FROM leases WHERE substr(name, 1, length($1)) = $1 \
+                     AND expires_at > $2"
+                ),
+                params![prefix, now],
+                |row| row.get(0),
+            )
+            .await
+    }
+
+    async fn notify(&self, channel: &str, payload: &str) -> StoreResult<()> {
+        self.database().notify(channel, payload).await
+    }
+
+    fn listen(&self, channel: &str) -> Option<mpsc::UnboundedReceiver<String>> {
+        self.database().listen(channel)
+    }
+
+    async fn claim_session(&self, id: &str, from: Option<&str>, to: &str) -> StoreResult<bool> {
+        let changed = self
+            .database()
+            .execute(
+                sql!(
+                    "UPDATE browser_sessions SET owner = $3 WHERE id = $1 AND status <> 'ended' \
+                     AND (owner = $2 OR (owner IS NULL AND $2 IS NULL))"
+                ),
+                params![id, from, to],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn record_activity(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        self.database()
+            .execute(
+                sql!(
+                    "UPDATE browser_sessions SET last_active_at = $2 WHERE id = $1 \
+                     AND (last_active_at IS NULL OR last_active_at < $2)"
+                ),
+                params![id, at],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn session_activity(&self) -> StoreResult<Vec<(String, Option<DateTime<Utc>>)>> {
+        self.database()
+            .query(
+                sql!("SELECT id, last_active_at FROM browser_sessions WHERE status <> 'ended'"),
+                params![],
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )
             .await

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::{IsNull, Type, to_sql_checked};
 
@@ -16,7 +17,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 12] = [
+const MIGRATIONS: [(&str, &str); 13] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -61,6 +62,10 @@ const MIGRATIONS: [(&str, &str); 12] = [
     (
         "V12__leases",
         include_str!("../../migrations/V12__leases.sql"),
+    ),
+    (
+        "V13__session_owners",
+        include_str!("../../migrations/V13__session_owners.sql"),
     ),
 ];
 
@@ -288,7 +293,8 @@ pub type Mapper<T> = fn(&Row<'_>) -> StoreResult<T>;
 pub enum Database {
     /// One connection, used from blocking threads.
     Sqlite(Arc<Mutex<rusqlite::Connection>>),
-    Postgres(Pool),
+    /// The pool, and how to open a connection of its own (listening for notifications).
+    Postgres(Pool, Box<tokio_postgres::Config>),
 }
 
 impl Database {
@@ -331,7 +337,7 @@ impl Database {
             let _ = driver.await;
         }
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -340,14 +346,14 @@ impl Database {
         let pool = Pool::builder(manager)
             .max_size(POSTGRES_POOL_SIZE)
             .build()?;
-        Ok(Self::Postgres(pool))
+        Ok(Self::Postgres(pool, Box::new(config)))
     }
 
     /// Holds the database-wide lock named `key` until the returned guard is released or
     /// dropped, waiting for another holder (of any process) to let it go first. SQLite's
     /// file serves one process, which serializes its own callers: no lock is taken there.
     pub async fn exclusive(&self, key: &str) -> StoreResult<ExclusiveLock> {
-        let Self::Postgres(pool) = self else {
+        let Self::Postgres(pool, _) = self else {
             return Ok(ExclusiveLock { client: None });
         };
         // The guard owns the connection before the lock is asked for: should this future
@@ -368,6 +374,44 @@ impl Database {
         Ok(lock)
     }
 
+    /// Sends `payload` to every listener of `channel` (every replica's, this one's too).
+    /// SQLite's file serves one process: nothing to send there.
+    pub async fn notify(&self, channel: &str, payload: &str) -> StoreResult<()> {
+        let Self::Postgres(pool, _) = self else {
+            return Ok(());
+        };
+        let client = pool.get().await.map_err(pool_error)?;
+        client
+            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+            .await
+            .map_err(postgres_error)?;
+        Ok(())
+    }
+
+    /// The payloads sent to `channel` from now on, by any replica; `None` for SQLite. A
+    /// lost connection is opened again (what was sent meanwhile is lost).
+    pub fn listen(&self, channel: &str) -> Option<mpsc::UnboundedReceiver<String>> {
+        let Self::Postgres(_, config) = self else {
+            return None;
+        };
+        let (payloads, received) = mpsc::unbounded_channel();
+        let (config, listen) = ((**config).clone(), format!("LISTEN \"{channel}\""));
+        tokio::spawn(async move {
+            while !payloads.is_closed() {
+                match config.connect(NoTls).await {
+                    Ok((client, connection)) => {
+                        forward_notifications(&client, connection, &listen, &payloads).await;
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = ?error, "could not listen for other replicas' notices")
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+        Some(received)
+    }
+
     /// Runs a statement; returns how many rows it changed.
     pub async fn execute(
         &self,
@@ -384,7 +428,7 @@ impl Database {
                 })
                 .await
             }
-            Self::Postgres(pool) => {
+            Self::Postgres(pool, _) => {
                 let (client, prepared) = postgres_prepared(pool, statement).await?;
                 client
                     .execute(&prepared, &postgres_params(&params))
@@ -415,7 +459,7 @@ impl Database {
                 })
                 .await
             }
-            Self::Postgres(pool) => {
+            Self::Postgres(pool, _) => {
                 let (client, prepared) = postgres_prepared(pool, statement).await?;
                 let rows = client
                     .query(&prepared, &postgres_params(&params))
@@ -489,6 +533,41 @@ async fn postgres_prepared(
         .await
         .map_err(postgres_error)?;
     Ok((client, prepared))
+}
+
+/// Listens on one connection until it is lost (or nobody receives any more).
+async fn forward_notifications<S, T>(
+    client: &tokio_postgres::Client,
+    mut connection: tokio_postgres::Connection<S, T>,
+    listen: &str,
+    payloads: &mpsc::UnboundedSender<String>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    // Polling for messages is what drives the connection, the LISTEN below included.
+    let (messages, mut received) = mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut stream = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures::StreamExt::next(&mut stream).await {
+            if let tokio_postgres::AsyncMessage::Notification(notice) = message
+                && messages.send(notice.payload().to_owned()).is_err()
+            {
+                break;
+            }
+        }
+    });
+    match client.batch_execute(listen).await {
+        Ok(()) => {
+            while let Some(payload) = received.recv().await {
+                if payloads.send(payload).is_err() {
+                    break;
+                }
+            }
+        }
+        Err(error) => tracing::warn!(error = ?error, "LISTEN failed"),
+    }
+    driver.abort();
 }
 
 fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {

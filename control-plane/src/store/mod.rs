@@ -116,6 +116,9 @@ pub struct SessionRecord {
     pub vm_settings: VmSettings,
     /// Unique among the organization's live sessions; addresses the session like its id.
     pub name: Option<String>,
+    /// The control-plane replica that serves it: its launch, its egress, the watch on its
+    /// agent. Another replica adopts it when this one is gone.
+    pub owner: Option<String>,
 }
 
 /// What a session was created (or updated) with beyond its launch options: settings of

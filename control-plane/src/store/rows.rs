@@ -12,7 +12,7 @@ use super::{
 pub const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
     timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
     ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root, proxy_id, pool_id, \
-    pool_lease, profile_id, profile_save_changes, pool_lease_id, vm_settings, name";
+    pool_lease, profile_id, profile_save_changes, pool_lease_id, vm_settings, name, owner";
 pub const PROFILE_COLUMNS: &str =
     "id, org_id, name, created_at, updated_at, last_used_at, size_bytes";
 pub const AUTH_CONNECTION_COLUMNS: &str =
@@ -89,6 +89,7 @@ pub fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
             .and_then(|text| serde_json::from_str(&text).ok())
             .unwrap_or_default(),
         name: row.get(25)?,
+        owner: row.get(26)?,
     })
 }
 

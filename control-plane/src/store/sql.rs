@@ -114,7 +114,7 @@ impl Store for SqlStore {
                 sql!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
                      $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
-                     $22, $23, $24, $25, $26)"
+                     $22, $23, $24, $25, $26, $27)"
                 ),
                 params![
                     s.id,
@@ -143,6 +143,7 @@ impl Store for SqlStore {
                     s.pool_lease_id,
                     serde_json::to_string(&s.vm_settings).ok(),
                     s.name,
+                    s.owner,
                 ],
             )
             .await?;

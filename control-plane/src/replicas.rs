@@ -1,0 +1,224 @@
+//! Several control planes (replicas) on one PostgreSQL database, any of them serving any
+//! request. What they share lives in the store; what is per process is coordinated here:
+//! - membership: each replica holds a lease named after its id while it runs; a replica
+//!   whose lease expired is gone, and the others adopt its sessions;
+//! - duties: background work that must run once across replicas (the inactivity reaper,
+//!   the pool reconciler) runs where its lease is held, and moves within the lease's
+//!   time to live when that replica dies;
+//! - signals: what one replica changed that another must act on (a session ended, its
+//!   egress changed, a pool browser to reset), sent with PostgreSQL's NOTIFY; the sender
+//!   acts on its own change directly.
+//!
+//! With SQLite (one process) the same code runs: every lease is this process's, and
+//! signals go only to itself.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::{broadcast, watch};
+
+use crate::store::{Store, StoreResult};
+
+/// How long a lease lasts unless renewed: a dead replica's work moves within it.
+const LEASE_TTL: Duration = Duration::from_secs(6);
+/// How often leases are renewed: a few renewals fit in one time to live.
+const RENEW_INTERVAL: Duration = Duration::from_secs(2);
+/// The NOTIFY channel of signals.
+const SIGNALS_CHANNEL: &str = "browser_service_signals";
+const MEMBERSHIP_PREFIX: &str = "replica:";
+
+/// What one replica tells the others (and itself).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "signal", rename_all = "snake_case")]
+pub enum Signal {
+    /// The session ended: what is cached of it goes, its owner drops its egress.
+    SessionEnded { session_id: String },
+    /// The session's allowlist or proxy changed in the store: its owner applies it.
+    EgressChanged {
+        org_id: String,
+        session_id: String,
+        allowlist: bool,
+        proxy: bool,
+    },
+    /// The pool browser was released for reuse: its owner resets it.
+    ResetRequested { org_id: String, session_id: String },
+    /// This replica adopted the session from a replica that is gone (never sent to
+    /// others).
+    Adopted { org_id: String, session_id: String },
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Envelope {
+    from: String,
+    #[serde(flatten)]
+    signal: Signal,
+}
+
+pub struct Replica {
+    id: String,
+    store: Arc<dyn Store>,
+    signals: broadcast::Sender<Signal>,
+    /// Set once it left: its membership is no longer renewed.
+    left: std::sync::atomic::AtomicBool,
+}
+
+impl Replica {
+    /// `id` must be unique among the running replicas, and is best kept across restarts:
+    /// a restarted replica then takes its sessions back at once.
+    pub fn new(store: Arc<dyn Store>, id: String) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            store,
+            signals: broadcast::channel(1024).0,
+            left: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether this replica serves the session.
+    pub fn owns(&self, session: &crate::store::SessionRecord) -> bool {
+        session.owner.as_deref() == Some(self.id.as_str())
+    }
+
+    /// Joins: holds this replica's membership (and keeps renewing it) and listens for
+    /// the others' signals.
+    pub async fn join(self: &Arc<Self>) -> StoreResult<()> {
+        self.renew(&self.membership()).await?;
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RENEW_INTERVAL);
+            loop {
+                tick.tick().await;
+                if this.left.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                // Nobody else holds a replica's own membership: only the store can fail.
+                // (Had this process stalled past the lease, others adopted its sessions
+                // meanwhile; their owner in the store says so, and this one leaves them.)
+                if let Err(error) = this.renew(&this.membership()).await {
+                    tracing::warn!(%error, "could not renew this replica's membership");
+                }
+            }
+        });
+        if let Some(mut notices) = self.store.listen(SIGNALS_CHANNEL) {
+            let this = self.clone();
+            tokio::spawn(async move {
+                while let Some(payload) = notices.recv().await {
+                    match serde_json::from_str::<Envelope>(&payload) {
+                        // Its own: it acted when it sent it.
+                        Ok(envelope) if envelope.from == this.id => {}
+                        Ok(envelope) => {
+                            let _ = this.signals.send(envelope.signal);
+                        }
+                        Err(error) => tracing::warn!(%error, "an unreadable signal"),
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives up this replica's membership and duties at once (a clean shutdown), so that
+    /// the others adopt its work without waiting for the leases to expire.
+    pub async fn leave(&self) {
+        self.left.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.store.release_lease(&self.membership(), &self.id).await;
+    }
+
+    fn membership(&self) -> String {
+        format!("{MEMBERSHIP_PREFIX}{}", self.id)
+    }
+
+    async fn renew(&self, lease: &str) -> StoreResult<bool> {
+        let now = Utc::now();
+        let ttl = chrono::Duration::from_std(LEASE_TTL).unwrap_or_default();
+        self.store.hold_lease(lease, &self.id, now, now + ttl).await
+    }
+
+    /// Replicas whose membership has not expired, this one included.
+    pub async fn live_replicas(&self) -> StoreResult<HashSet<String>> {
+        let mut live: HashSet<String> = self
+            .store
+            .lease_holders(MEMBERSHIP_PREFIX, Utc::now())
+            .await?
+            .into_iter()
+            .collect();
+        live.insert(self.id.clone());
+        Ok(live)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Signal> {
+        self.signals.subscribe()
+    }
+
+    /// Sends the signal to the other replicas (this one acts on its own change itself).
+    pub async fn publish(&self, signal: Signal) {
+        let envelope = Envelope {
+            from: self.id.clone(),
+            signal,
+        };
+        let Ok(payload) = serde_json::to_string(&envelope) else {
+            return;
+        };
+        if let Err(error) = self.store.notify(SIGNALS_CHANNEL, &payload).await {
+            tracing::warn!(%error, "could not signal the other replicas");
+        }
+    }
+
+    /// Tells only this replica.
+    pub fn publish_here(&self, signal: Signal) {
+        let _ = self.signals.send(signal);
+    }
+
+    /// Starts holding the duty `name` whenever no other live replica holds it.
+    pub fn duty(self: &Arc<Self>, name: &str) -> Duty {
+        let (held_tx, held) = watch::channel(false);
+        let (this, lease) = (self.clone(), format!("duty:{name}"));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RENEW_INTERVAL);
+            loop {
+                tick.tick().await;
+                let holds = match this.renew(&lease).await {
+                    Ok(holds) => holds,
+                    // Unsure whether it still holds it: it acts as if not.
+                    Err(error) => {
+                        tracing::warn!(%error, lease, "could not renew a duty");
+                        false
+                    }
+                };
+                if *held_tx.borrow() != holds {
+                    tracing::info!(lease, holds, "duty changed hands");
+                }
+                if held_tx.send(holds).is_err() {
+                    let _ = this.store.release_lease(&lease, &this.id).await;
+                    return;
+                }
+            }
+        });
+        Duty { held }
+    }
+}
+
+/// A piece of background work that runs on one replica at a time.
+pub struct Duty {
+    held: watch::Receiver<bool>,
+}
+
+impl Duty {
+    pub fn is_held(&self) -> bool {
+        *self.held.borrow()
+    }
+
+    /// Resolves once this replica holds the duty.
+    pub async fn held(&mut self) {
+        let _ = self.held.wait_for(|held| *held).await;
+    }
+}
+
+/// How long a replica that died keeps its work: within this, another takes it over.
+pub const TAKEOVER: Duration = LEASE_TTL;
