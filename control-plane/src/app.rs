@@ -18,7 +18,7 @@ use crate::pools::Pools;
 use crate::profiles::Profiles;
 use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
-use crate::replicas::Replica;
+use crate::replicas::{Replica, WORKFLOWS};
 use crate::runtime::Runtime;
 use crate::sessions::{Sessions, SessionsDeps};
 use crate::store::Store;
@@ -45,6 +45,8 @@ pub struct ServiceSettings {
     pub max_running_invocations: usize,
     /// This process among the replicas sharing the store; the same across its restarts.
     pub replica_id: String,
+    /// Where the other replicas reach this one.
+    pub replica_address: String,
 }
 
 #[derive(Clone)]
@@ -74,7 +76,7 @@ impl Services {
         settings: ServiceSettings,
     ) -> Self {
         let agents = Arc::new(AgentClients::default());
-        let replica = Replica::new(store.clone(), settings.replica_id);
+        let replica = Replica::new(store.clone(), settings.replica_id, settings.replica_address);
         let replays = Arc::new(Replays::new(
             store.clone(),
             blobs.clone(),
@@ -158,6 +160,35 @@ impl Services {
             .await
             .context("adopting browser sessions")?;
         self.replays.resume().await.context("resuming replays")?;
+        // Workflows run on one replica: at once if no other runs them (as after a
+        // restart), else once the one that does is gone.
+        let mut workflows = self.replica.duty(WORKFLOWS);
+        workflows.settled().await;
+        if workflows.is_held() {
+            self.resume_workflows().await?;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if !workflows.is_held() {
+                workflows.held().await;
+                if let Err(error) = this.resume_workflows().await {
+                    tracing::error!(
+                        error = format!("{error:#}"),
+                        "could not take the workflows over"
+                    );
+                }
+            }
+            workflows.lost().await;
+            // Another replica may run them now: two would each act on every connection
+            // and invocation. A supervisor starts this one again.
+            tracing::error!("this replica lost the workflows duty while running them; exiting");
+            std::process::exit(70);
+        });
+        Ok(())
+    }
+
+    async fn resume_workflows(&self) -> anyhow::Result<()> {
+        tracing::info!("running managed-auth workflows and apps on this replica");
         self.managed_auth
             .resume_all()
             .await
@@ -165,7 +196,6 @@ impl Services {
         self.apps
             .resume()
             .await
-            .context("resuming deployments and invocations")?;
-        Ok(())
+            .context("resuming deployments and invocations")
     }
 }

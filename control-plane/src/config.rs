@@ -59,6 +59,12 @@ pub struct ServeConfig {
     /// `cdp_ws_url`. Default: `http://<listen address>`.
     #[arg(long, env = "CONTROL_PLANE_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// Base URL the other control-plane replicas reach this one at (requests for the
+    /// work one replica runs: managed-auth flows, apps). Default: `http://<listen
+    /// address>`, with 127.0.0.1 for an unspecified address: set it when replicas run on
+    /// several hosts.
+    #[arg(long, env = "CONTROL_PLANE_INTERNAL_URL")]
+    pub internal_url: Option<String>,
     /// The browser-agent binary. Default: `browser-agent` next to this binary.
     #[arg(long, env = "CONTROL_PLANE_AGENT_BINARY")]
     pub agent_binary: Option<PathBuf>,

@@ -58,21 +58,27 @@ struct Envelope {
 
 pub struct Replica {
     id: String,
+    /// Where the other replicas reach this one (`--internal-url`).
+    address: String,
     store: Arc<dyn Store>,
     signals: broadcast::Sender<Signal>,
-    /// Set once it left: its membership is no longer renewed.
+    /// Set once it left: its membership and duties are no longer renewed.
     left: std::sync::atomic::AtomicBool,
+    /// The leases of its duties.
+    duties: std::sync::Mutex<Vec<String>>,
 }
 
 impl Replica {
     /// `id` must be unique among the running replicas, and is best kept across restarts:
     /// a restarted replica then takes its sessions back at once.
-    pub fn new(store: Arc<dyn Store>, id: String) -> Arc<Self> {
+    pub fn new(store: Arc<dyn Store>, id: String, address: String) -> Arc<Self> {
         Arc::new(Self {
             id,
+            address,
             store,
             signals: broadcast::channel(1024).0,
             left: std::sync::atomic::AtomicBool::new(false),
+            duties: std::sync::Mutex::default(),
         })
     }
 
@@ -88,6 +94,9 @@ impl Replica {
     /// Joins: holds this replica's membership (and keeps renewing it) and listens for
     /// the others' signals.
     pub async fn join(self: &Arc<Self>) -> StoreResult<()> {
+        self.store
+            .register_replica(&self.id, &self.address, Utc::now())
+            .await?;
         self.renew(&self.membership()).await?;
         let this = self.clone();
         tokio::spawn(async move {
@@ -123,10 +132,14 @@ impl Replica {
         Ok(())
     }
 
-    /// Gives up this replica's membership and duties at once (a clean shutdown), so that
-    /// the others adopt its work without waiting for the leases to expire.
+    /// Gives up this replica's membership and duties at once (a clean shutdown), so that the others adopt its work without waiting for the leases
+    /// to expire.
     pub async fn leave(&self) {
         self.left.store(true, std::sync::atomic::Ordering::SeqCst);
+        let duties = self.duties.lock().map(|d| d.clone()).unwrap_or_default();
+        for lease in duties {
+            let _ = self.store.release_lease(&lease, &self.id).await;
+        }
         let _ = self.store.release_lease(&self.membership(), &self.id).await;
     }
 
@@ -150,6 +163,17 @@ impl Replica {
             .collect();
         live.insert(self.id.clone());
         Ok(live)
+    }
+
+    /// Where to reach the live replica that holds the duty `name`, if another one does.
+    pub async fn duty_holder_elsewhere(&self, name: &str) -> StoreResult<Option<String>> {
+        let Some((holder, until)) = self.store.lease(&duty_lease(name)).await? else {
+            return Ok(None);
+        };
+        if holder == self.id || until <= Utc::now() {
+            return Ok(None);
+        }
+        self.store.replica_address(&holder).await
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Signal> {
@@ -177,12 +201,19 @@ impl Replica {
 
     /// Starts holding the duty `name` whenever no other live replica holds it.
     pub fn duty(self: &Arc<Self>, name: &str) -> Duty {
-        let (held_tx, held) = watch::channel(false);
-        let (this, lease) = (self.clone(), format!("duty:{name}"));
+        let (held_tx, held) = watch::channel(None);
+        let (this, lease) = (self.clone(), duty_lease(name));
+        if let Ok(mut duties) = self.duties.lock() {
+            duties.push(lease.clone());
+        }
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RENEW_INTERVAL);
             loop {
                 tick.tick().await;
+                if this.left.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = this.store.release_lease(&lease, &this.id).await;
+                    return;
+                }
                 let holds = match this.renew(&lease).await {
                     Ok(holds) => holds,
                     // Unsure whether it still holds it: it acts as if not.
@@ -191,10 +222,10 @@ impl Replica {
                         false
                     }
                 };
-                if *held_tx.borrow() != holds {
+                if *held_tx.borrow() != Some(holds) {
                     tracing::info!(lease, holds, "duty changed hands");
                 }
-                if held_tx.send(holds).is_err() {
+                if held_tx.send(Some(holds)).is_err() {
                     let _ = this.store.release_lease(&lease, &this.id).await;
                     return;
                 }
@@ -204,21 +235,48 @@ impl Replica {
     }
 }
 
+fn duty_lease(name: &str) -> String {
+    format!("duty:{name}")
+}
+
 /// A piece of background work that runs on one replica at a time.
 pub struct Duty {
-    held: watch::Receiver<bool>,
+    /// `None` until the first attempt to take it.
+    held: watch::Receiver<Option<bool>>,
 }
 
 impl Duty {
     pub fn is_held(&self) -> bool {
-        *self.held.borrow()
+        *self.held.borrow() == Some(true)
     }
 
     /// Resolves once this replica holds the duty.
     pub async fn held(&mut self) {
-        let _ = self.held.wait_for(|held| *held).await;
+        let _ = self.held.wait_for(|held| *held == Some(true)).await;
+    }
+
+    /// Resolves once this replica no longer holds the duty (never after it left).
+    pub async fn lost(&mut self) {
+        if self
+            .held
+            .wait_for(|held| *held == Some(false))
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Resolves once the first attempt to take the duty is over.
+    pub async fn settled(&mut self) {
+        let _ = self.held.wait_for(Option::is_some).await;
     }
 }
+
+/// Managed-auth workflows (logins, health checks) and apps (builds, invocations): they
+/// live in one process's memory, so one replica runs them all, and the others forward
+/// their requests to it.
+pub const WORKFLOWS: &str = "workflows";
 
 /// How long a replica that died keeps its work: within this, another takes it over.
 pub const TAKEOVER: Duration = LEASE_TTL;

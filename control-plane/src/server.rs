@@ -96,7 +96,26 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .unwrap_or_else(|| format!("http://{bound}"))
         .trim_end_matches('/')
         .to_owned();
-    let app_api_socket = apps_dir.join(APP_API_SOCKET);
+    let replica_id = match &config.replica_id {
+        Some(id) => id.clone(),
+        None => replica_id(&data_dir)?,
+    };
+    // It names a file (the apps' API socket) and appears in logs and metrics.
+    anyhow::ensure!(
+        !replica_id.is_empty()
+            && replica_id.len() <= 64
+            && replica_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')),
+        "the replica id {replica_id:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
+    );
+    let internal_url = match &config.internal_url {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None if bound.ip().is_unspecified() => format!("http://127.0.0.1:{}", bound.port()),
+        None => format!("http://{bound}"),
+    };
+    // One per replica: replicas on one host may share the data directory.
+    let app_api_socket = apps_dir.join(format!("api-{replica_id}.sock"));
     let app_runner = sandbox.clone().map(|sandbox| AppRunner {
         sandbox,
         agent_binary: agent_binary.clone(),
@@ -147,10 +166,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             min_health_check_interval: config.min_health_check_interval,
             app_runner,
             max_running_invocations: config.max_running_invocations as usize,
-            replica_id: match &config.replica_id {
-                Some(id) => id.clone(),
-                None => replica_id(&data_dir)?,
-            },
+            replica_id,
+            replica_address: internal_url,
         },
     );
     // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
@@ -201,9 +218,6 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     // Browsers keep running: a restarted control plane re-adopts them.
     Ok(())
 }
-
-/// The API socket app sandboxes reach, in the apps directory.
-const APP_API_SOCKET: &str = "api.sock";
 
 /// The loopback port apps reach the API at inside their sandbox: the public URL's, when
 /// that is a loopback address (so that the URLs the API hands out work inside too),

@@ -303,6 +303,7 @@ pub async fn services_over(
             app_runner: None,
             max_running_invocations: 4,
             replica_id: format!("rep_{}", crate::ids::new_secret(8)),
+            replica_address: "http://127.0.0.1:9".into(),
         },
     );
     (services, runtime, agent)

@@ -407,6 +407,7 @@ async fn contract(store: Arc<dyn Store>) {
     secret_contract(store.as_ref(), &a.id, &b.id).await;
     apps::apps_contract(store.as_ref(), &a.id, &b.id).await;
     coordination::lease_contract(store.as_ref()).await;
+    coordination::session_sharing_contract(store.as_ref(), &a.id).await;
 }
 
 async fn secret_contract(store: &dyn Store, a: &str, b: &str) {

@@ -18,6 +18,7 @@ pub mod deployments;
 pub mod error;
 pub mod extensions;
 pub mod extract;
+pub mod forward;
 pub mod fs;
 pub mod fs_upload;
 pub mod fs_watch;
@@ -223,6 +224,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            forward::to_workflows_replica,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             session_token::accept_session_tokens,

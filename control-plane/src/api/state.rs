@@ -43,6 +43,8 @@ pub struct AppState {
     pub settings: Arc<HttpSettings>,
     /// Live `fs/watch` watches (in this process).
     pub watches: Arc<super::fs_watch::Watches>,
+    /// Forwards requests to the replica that runs workflows.
+    pub forwarder: reqwest::Client,
 }
 
 impl AppState {
@@ -53,6 +55,7 @@ impl AppState {
             tokens: Arc::new(tokens),
             settings: Arc::new(settings),
             watches: Arc::default(),
+            forwarder: super::forward::client(),
         }
     }
 

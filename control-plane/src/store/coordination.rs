@@ -33,6 +33,13 @@ pub trait CoordinationStore {
     /// Who holds the lease `name` and until when, expired or not.
     async fn lease(&self, name: &str) -> StoreResult<Option<(String, DateTime<Utc>)>>;
 
+    /// Records where the replica `id` answers the others.
+    async fn register_replica(&self, id: &str, address: &str, at: DateTime<Utc>)
+    -> StoreResult<()>;
+
+    /// Where the replica `id` answers, if it registered.
+    async fn replica_address(&self, id: &str) -> StoreResult<Option<String>>;
+
     /// Holders of the unexpired leases whose name starts with `prefix`.
     async fn lease_holders(&self, prefix: &str, now: DateTime<Utc>) -> StoreResult<Vec<String>>;
 
@@ -101,6 +108,35 @@ impl CoordinationStore for SqlStore {
                 sql!("SELECT holder, expires_at FROM leases WHERE name = $1"),
                 params![name],
                 |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .await
+    }
+
+    async fn register_replica(
+        &self,
+        id: &str,
+        address: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        self.database()
+            .execute(
+                sql!(
+                    "INSERT INTO replicas (id, address, joined_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (id) DO UPDATE SET address = excluded.address, \
+                     joined_at = excluded.joined_at"
+                ),
+                params![id, address, at],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn replica_address(&self, id: &str) -> StoreResult<Option<String>> {
+        self.database()
+            .query_opt(
+                sql!("SELECT address FROM replicas WHERE id = $1"),
+                params![id],
+                |row| row.get(0),
             )
             .await
     }
