@@ -59,7 +59,9 @@ class ControlPlane:
                 raise RuntimeError(f"control plane exited early; see {self.data_dir}/control-plane.log")
             if line.startswith("listening on "):
                 self.base_url = line.split(" ", 2)[2].strip()
-                self.port = int(self.base_url.rsplit(":", 1)[1])
+                if not self.port:
+                    # The public URL names the listening port unless it was set.
+                    self.port = int(self.base_url.rsplit(":", 1)[1])
                 break
         else:
             raise RuntimeError("control plane did not start listening")
@@ -108,7 +110,13 @@ def make_traversable(data_dir: Path) -> None:
 
 def control_plane_for_module(tmp_path_factory, **options):
     """A module's control plane (started with `ControlPlane`'s `options`); reaped with
-    everything it started once the module is done. Yield from it in a module fixture."""
+    everything it started once the module is done. Yield from it in a module fixture.
+    With E2E_REPLICAS=2 it is two replicas on PostgreSQL behind a load balancer."""
+    if os.environ.get("E2E_REPLICAS"):
+        from replicas_kit import replicated_for_module  # noqa: PLC0415 (imports harness)
+        yield from replicated_for_module(tmp_path_factory, count=int(os.environ["E2E_REPLICAS"]),
+                                         **options)
+        return
     server = ControlPlane(tmp_path_factory.mktemp("cp") / "data", **options).start()
     yield server
     server.reap_everything()
