@@ -35,6 +35,8 @@ const MEMBERSHIP_PREFIX: &str = "replica:";
 pub enum Signal {
     /// The session ended: what is cached of it goes, its owner drops its egress.
     SessionEnded { session_id: String },
+    /// The session's record changed (its viewport, name, profile): cached copies go.
+    SessionChanged { session_id: String },
     /// The session's allowlist or proxy changed in the store: its owner applies it.
     EgressChanged {
         org_id: String,
@@ -174,6 +176,18 @@ impl Replica {
             return Ok(None);
         }
         self.store.replica_address(&holder).await
+    }
+
+    /// Where to reach the replica that serves the live session `id`, if it is another
+    /// live one.
+    pub async fn owner_elsewhere(&self, session_id: &str) -> StoreResult<Option<String>> {
+        let Some(owner) = self.store.session_owner(session_id).await? else {
+            return Ok(None);
+        };
+        if owner == self.id || !self.live_replicas().await?.contains(&owner) {
+            return Ok(None);
+        }
+        self.store.replica_address(&owner).await
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Signal> {

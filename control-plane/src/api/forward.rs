@@ -1,6 +1,7 @@
-//! Requests for the work one replica runs (managed-auth flows, apps: their state lives in
-//! that replica's memory) are forwarded to that replica when another one receives them,
-//! streams (SSE) and WebSocket upgrades included. Behind a load balancer, any replica
+//! Requests for state that lives in one replica's memory are forwarded to that replica
+//! when another one receives them, streams (SSE) and WebSocket upgrades included: the
+//! work one replica runs (managed-auth flows, apps), and a browser's filesystem watches
+//! (kept by the replica that serves the browser). Behind a load balancer, any replica
 //! then serves any request.
 
 use std::time::Duration;
@@ -24,13 +25,37 @@ use crate::replicas::WORKFLOWS;
 /// believes about who runs the workflows (no request goes back and forth).
 const FORWARDED: &str = "x-browser-service-forwarded";
 
-/// The routes whose work runs on the workflows replica.
-fn runs_on_workflows_replica(path: &str) -> bool {
-    path.starts_with("/auth/")
+/// Where a route's state lives.
+#[derive(Debug, PartialEq, Eq)]
+enum Home<'a> {
+    /// Wherever the request lands (the store has it all).
+    Anywhere,
+    /// The replica that runs workflows.
+    Workflows,
+    /// The replica that serves this browser.
+    Browser(&'a str),
+}
+
+fn home(path: &str) -> Home<'_> {
+    let under = |prefix: &str| path == prefix || path.starts_with(&format!("{prefix}/"));
+    if path.starts_with("/auth/")
         || path == "/apps"
-        || ["/deployments", "/invocations"]
-            .iter()
-            .any(|prefix| path == *prefix || path.starts_with(&format!("{prefix}/")))
+        || under("/deployments")
+        || under("/invocations")
+    {
+        return Home::Workflows;
+    }
+    let mut parts = path.split('/');
+    match (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some(""), Some("browsers"), Some(id), Some("fs"), Some("watch")) => Home::Browser(id),
+        _ => Home::Anywhere,
+    }
 }
 
 /// The client forwarded requests go through: no overall timeout (streams last), a
@@ -43,23 +68,23 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
-pub async fn to_workflows_replica(
+pub async fn to_home_replica(
     State(state): State<AppState>,
     request: Request,
     next: Next,
 ) -> Response {
-    if !runs_on_workflows_replica(request.uri().path()) || request.headers().contains_key(FORWARDED)
-    {
+    if request.headers().contains_key(FORWARDED) {
         return next.run(request).await;
     }
-    match state
-        .services
-        .replica
-        .duty_holder_elsewhere(WORKFLOWS)
-        .await
-    {
+    let replica = &state.services.replica;
+    let elsewhere = match home(request.uri().path()) {
+        Home::Anywhere => return next.run(request).await,
+        Home::Workflows => replica.duty_holder_elsewhere(WORKFLOWS).await,
+        Home::Browser(id) => replica.owner_elsewhere(id).await,
+    };
+    match elsewhere {
         Ok(Some(address)) => forward(&state.forwarder, &address, request).await,
-        // Here, or nowhere yet (then this replica is about to take them).
+        // Here, or nowhere (then this replica is about to take it, or it does not exist).
         Ok(None) => next.run(request).await,
         Err(error) => ApiError::from(error).into_response(),
     }
@@ -149,10 +174,10 @@ async fn forward(client: &reqwest::Client, address: &str, mut request: Request) 
 
 #[cfg(test)]
 mod tests {
-    use super::runs_on_workflows_replica;
+    use super::{Home, home};
 
     #[test]
-    fn only_workflow_routes_are_forwarded() {
+    fn routes_are_served_where_their_state_lives() {
         for path in [
             "/auth/connections",
             "/auth/connections/x/live/ws",
@@ -161,16 +186,21 @@ mod tests {
             "/deployments/d/events",
             "/invocations/i",
         ] {
-            assert!(runs_on_workflows_replica(path), "{path}");
+            assert_eq!(home(path), Home::Workflows, "{path}");
+        }
+        for path in ["/browsers/b1/fs/watch", "/browsers/b1/fs/watch/w/events"] {
+            assert_eq!(home(path), Home::Browser("b1"), "{path}");
         }
         for path in [
             "/browsers",
+            "/browsers/b1",
+            "/browsers/b1/fs/read_file",
             "/appsx",
             "/deploymentsx",
             "/credentials",
             "/browser_pools",
         ] {
-            assert!(!runs_on_workflows_replica(path), "{path}");
+            assert_eq!(home(path), Home::Anywhere, "{path}");
         }
     }
 }

@@ -226,7 +226,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            forward::to_workflows_replica,
+            forward::to_home_replica,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

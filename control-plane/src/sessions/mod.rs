@@ -419,6 +419,16 @@ impl Sessions {
         &self.replica
     }
 
+    /// A session's record changed: every replica drops its cached copy.
+    async fn changed(&self, id: &str) {
+        self.uncache(id);
+        self.replica
+            .publish(Signal::SessionChanged {
+                session_id: id.to_owned(),
+            })
+            .await;
+    }
+
     /// Drops the cached copy of a session whose record changed.
     fn uncache(&self, id: &str) {
         if let Ok(mut running) = self.running.lock() {

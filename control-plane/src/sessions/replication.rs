@@ -335,6 +335,7 @@ impl Sessions {
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             };
             match signal {
+                Signal::SessionChanged { session_id } => self.uncache(&session_id),
                 Signal::SessionEnded { session_id } => {
                     self.forget(&session_id);
                     self.runtime.forget(&session_id);

@@ -165,7 +165,7 @@ impl Sessions {
                     updated.viewport_refresh_rate,
                 )
                 .await?;
-            self.uncache(&session.id);
+            self.changed(&session.id).await;
         }
         // The viewport is stored above; these are what `store_settings` writes.
         let settings =
@@ -271,7 +271,7 @@ impl Sessions {
         {
             tracing::warn!(%error, profile_id = %profile.id, "could not record the profile's use");
         }
-        self.uncache(&session.id);
+        self.changed(&session.id).await;
         Ok(())
     }
 
@@ -355,7 +355,7 @@ impl Sessions {
                 session.id
             )));
         }
-        self.uncache(&session.id);
+        self.changed(&session.id).await;
         Ok(())
     }
 

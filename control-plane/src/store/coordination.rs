@@ -54,6 +54,9 @@ pub trait CoordinationStore {
     /// replicas racing to adopt a session, one wins.
     async fn claim_session(&self, id: &str, from: Option<&str>, to: &str) -> StoreResult<bool>;
 
+    /// The replica that serves the live session `id`.
+    async fn session_owner(&self, id: &str) -> StoreResult<Option<String>>;
+
     /// Records that the session was used at `at` (kept if it was used later already).
     async fn record_activity(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
 
@@ -175,6 +178,18 @@ impl CoordinationStore for SqlStore {
             )
             .await?;
         Ok(changed == 1)
+    }
+
+    async fn session_owner(&self, id: &str) -> StoreResult<Option<String>> {
+        let owner: Option<Option<String>> = self
+            .database()
+            .query_opt(
+                sql!("SELECT owner FROM browser_sessions WHERE id = $1 AND status <> 'ended'"),
+                params![id],
+                |row| row.get(0),
+            )
+            .await?;
+        Ok(owner.flatten())
     }
 
     async fn record_activity(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
