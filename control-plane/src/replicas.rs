@@ -222,6 +222,7 @@ impl Replica {
         }
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RENEW_INTERVAL);
+            let mut renewed: Option<std::time::Instant> = None;
             loop {
                 tick.tick().await;
                 if this.left.load(std::sync::atomic::Ordering::SeqCst) {
@@ -229,11 +230,15 @@ impl Replica {
                     return;
                 }
                 let holds = match this.renew(&lease).await {
-                    Ok(holds) => holds,
-                    // Unsure whether it still holds it: it acts as if not.
+                    Ok(holds) => {
+                        renewed = holds.then(std::time::Instant::now);
+                        holds
+                    }
+                    // The store did not answer: still held while the last renewal
+                    // lasts (with a renewal's margin), not after.
                     Err(error) => {
                         tracing::warn!(%error, lease, "could not renew a duty");
-                        false
+                        renewed.is_some_and(|at| at.elapsed() < LEASE_TTL - RENEW_INTERVAL)
                     }
                 };
                 if *held_tx.borrow() != Some(holds) {

@@ -69,7 +69,7 @@ def gauge(values, name: str, **labels) -> float:
 
 def test_concurrent_acquires_over_both_replicas_never_lease_a_browser_twice(replicas):
     client = sdk(replicas)
-    pool = client.browser_pools.create(size=6, headless=True)
+    pool = client.browser_pools.create(size=6, headless=True, fill_rate_per_minute=6000)
     assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 6, 90, interval=0.5)
     ports = [member.port for member in replicas.members]
 
@@ -102,7 +102,7 @@ def test_the_live_browser_limit_and_metrics_hold_across_replicas(replicas):
     assert refused.headers["retry-after"] and refused.json()["code"] == "limit_reached"
 
     client = sdk(replicas)
-    pool = client.browser_pools.create(size=2, headless=True)
+    pool = client.browser_pools.create(size=2, headless=True, fill_rate_per_minute=6000)
     assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 2, 90, interval=0.5)
     client.browser_pools.acquire(pool.id)
     # The API lists every live browser, the pool's included.
@@ -160,7 +160,7 @@ def test_a_replica_killed_while_filling_a_pool_leaves_it_filled_by_the_other(rep
     first, _ = replicas.members
     client = sdk(replicas)
     # The first replica started first: it holds the pool reconciler's duty.
-    pool = client.browser_pools.create(size=3, headless=True)
+    pool = client.browser_pools.create(size=3, headless=True, fill_rate_per_minute=6000)
     time.sleep(0.3)
     replicas.kill(first)
     assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 3, 60, interval=0.5), \

@@ -226,11 +226,13 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            forward::to_home_replica,
+            session_token::accept_session_tokens,
         ))
+        // Outside the session-token layer, which takes the token out of the URL: a
+        // forwarded request keeps it.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            session_token::accept_session_tokens,
+            forward::to_home_replica,
         ))
         .layer(axum::middleware::from_fn(
             keep_alive::keep_connections_usable,
