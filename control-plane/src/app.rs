@@ -154,11 +154,12 @@ impl Services {
             .join()
             .await
             .context("joining the control-plane replicas")?;
-        self.pools.start();
+        self.pools.listen_for_resets();
         self.sessions
             .start_background(heartbeat)
             .await
             .context("adopting browser sessions")?;
+        self.pools.start_reconciler();
         self.replays.resume().await.context("resuming replays")?;
         // Workflows run on one replica: at once if no other runs them (as after a
         // restart), else once the one that does is gone.
@@ -179,6 +180,11 @@ impl Services {
                 }
             }
             workflows.lost().await;
+            if !this.replica.is_shared() {
+                // Alone on its store (SQLite): nobody else can have taken them.
+                tracing::warn!("could not renew the workflows duty; no other replica can run them");
+                return;
+            }
             // Another replica may run them now: two would each act on every connection
             // and invocation. A supervisor starts this one again.
             tracing::error!("this replica lost the workflows duty while running them; exiting");

@@ -58,6 +58,10 @@ impl From<StoreError> for ServiceError {
         match error {
             StoreError::Conflict(message) => Self::Conflict(message),
             StoreError::Backend(message) => Self::internal(format!("store: {message}")),
+            StoreError::Busy(message) => Self::LimitReached {
+                message: format!("the service is busy ({message}); retry"),
+                retry_after: std::time::Duration::from_secs(1),
+            },
         }
     }
 }

@@ -22,9 +22,13 @@ use tokio::sync::{broadcast, watch};
 use crate::store::{Store, StoreResult};
 
 /// How long a lease lasts unless renewed: a dead replica's work moves within it.
-const LEASE_TTL: Duration = Duration::from_secs(6);
-/// How often leases are renewed: a few renewals fit in one time to live.
-const RENEW_INTERVAL: Duration = Duration::from_secs(2);
+const LEASE_TTL: Duration = Duration::from_secs(5);
+/// How often leases are renewed: a few renewals fit in one time to live. A renewal
+/// that takes longer is given up.
+const RENEW_INTERVAL: Duration = Duration::from_millis(1500);
+/// How long past its membership's end a replica still counts as live: after the database
+/// was unreachable for everyone, each replica renews its own before any adopts another's.
+const MEMBERSHIP_GRACE: Duration = Duration::from_secs(2);
 /// The NOTIFY channel of signals.
 const SIGNALS_CHANNEL: &str = "browser_service_signals";
 const MEMBERSHIP_PREFIX: &str = "replica:";
@@ -60,6 +64,14 @@ struct Envelope {
 
 pub struct Replica {
     id: String,
+    /// This process's own mark in its membership: another process with the same id
+    /// (misconfigured, or this one's previous life) is told apart.
+    instance: String,
+    /// When this replica last renewed its membership.
+    renewed: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Whether other replicas may share the store (PostgreSQL), which then carries
+    /// signals between them.
+    shared: std::sync::atomic::AtomicBool,
     /// Where the other replicas reach this one (`--internal-url`).
     address: String,
     store: Arc<dyn Store>,
@@ -76,6 +88,9 @@ impl Replica {
     pub fn new(store: Arc<dyn Store>, id: String, address: String) -> Arc<Self> {
         Arc::new(Self {
             id,
+            instance: crate::ids::new_secret(12),
+            renewed: std::sync::Mutex::default(),
+            shared: std::sync::atomic::AtomicBool::new(false),
             address,
             store,
             signals: broadcast::channel(1024).0,
@@ -94,12 +109,20 @@ impl Replica {
     }
 
     /// Joins: holds this replica's membership (and keeps renewing it) and listens for
-    /// the others' signals.
+    /// the others' signals. Waits while another process holds the membership of this id
+    /// (this replica's previous life, killed less than a lease ago; or another process
+    /// given the same id, which must not run twice).
     pub async fn join(self: &Arc<Self>) -> StoreResult<()> {
         self.store
             .register_replica(&self.id, &self.address, Utc::now())
             .await?;
-        self.renew(&self.membership()).await?;
+        let mut warned = false;
+        while !self.renew_membership().await? {
+            if !std::mem::replace(&mut warned, true) {
+                tracing::warn!(replica = %self.id, "another process holds this replica id's membership; waiting until its lease ends (each replica needs an id of its own)");
+            }
+            tokio::time::sleep(RENEW_INTERVAL).await;
+        }
         let this = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RENEW_INTERVAL);
@@ -108,15 +131,21 @@ impl Replica {
                 if this.left.load(std::sync::atomic::Ordering::SeqCst) {
                     return;
                 }
-                // Nobody else holds a replica's own membership: only the store can fail.
                 // (Had this process stalled past the lease, others adopted its sessions
                 // meanwhile; their owner in the store says so, and this one leaves them.)
-                if let Err(error) = this.renew(&this.membership()).await {
-                    tracing::warn!(%error, "could not renew this replica's membership");
+                match this.renew_membership().await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::error!(replica = %this.id, "another process took this replica id's membership")
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "could not renew this replica's membership")
+                    }
                 }
             }
         });
         if let Some(mut notices) = self.store.listen(SIGNALS_CHANNEL) {
+            self.shared.store(true, std::sync::atomic::Ordering::SeqCst);
             let this = self.clone();
             tokio::spawn(async move {
                 while let Some(payload) = notices.recv().await {
@@ -142,40 +171,93 @@ impl Replica {
         for lease in duties {
             let _ = self.store.release_lease(&lease, &self.id).await;
         }
-        let _ = self.store.release_lease(&self.membership(), &self.id).await;
+        let _ = self
+            .store
+            .release_lease(&self.membership(), &self.membership_holder())
+            .await;
+    }
+
+    /// Whether other replicas may share the store (and so its work).
+    pub fn is_shared(&self) -> bool {
+        self.shared.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether this replica renewed its membership recently enough to judge others: it
+    /// adopts nothing while it cannot reach the database itself.
+    pub fn is_current(&self) -> bool {
+        self.renewed
+            .lock()
+            .ok()
+            .and_then(|renewed| *renewed)
+            .is_some_and(|at| at.elapsed() < RENEW_INTERVAL * 2)
     }
 
     fn membership(&self) -> String {
         format!("{MEMBERSHIP_PREFIX}{}", self.id)
     }
 
-    async fn renew(&self, lease: &str) -> StoreResult<bool> {
-        let now = Utc::now();
-        let ttl = chrono::Duration::from_std(LEASE_TTL).unwrap_or_default();
-        self.store.hold_lease(lease, &self.id, now, now + ttl).await
+    /// The membership's holder: the id, then this process's mark.
+    fn membership_holder(&self) -> String {
+        format!("{} {}", self.id, self.instance)
     }
 
-    /// Replicas whose membership has not expired, this one included.
+    async fn renew_membership(&self) -> StoreResult<bool> {
+        let held = self
+            .hold(&self.membership(), &self.membership_holder())
+            .await?;
+        if held && let Ok(mut renewed) = self.renewed.lock() {
+            *renewed = Some(std::time::Instant::now());
+        }
+        Ok(held)
+    }
+
+    /// Takes or renews a lease, timed by the database's clock (replicas' clocks may
+    /// differ); a renewal that does not answer within its interval failed.
+    async fn hold(&self, lease: &str, holder: &str) -> StoreResult<bool> {
+        let attempt = async {
+            let now = self.store.clock().await?;
+            let ttl = chrono::Duration::from_std(LEASE_TTL).unwrap_or_default();
+            self.store.hold_lease(lease, holder, now, now + ttl).await
+        };
+        tokio::time::timeout(RENEW_INTERVAL, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::store::StoreError::Backend(format!(
+                    "renewing {lease} took over {RENEW_INTERVAL:?}"
+                )))
+            })
+    }
+
+    /// Replicas whose membership has not expired (or only just), this one included.
     pub async fn live_replicas(&self) -> StoreResult<HashSet<String>> {
+        let grace = chrono::Duration::from_std(MEMBERSHIP_GRACE).unwrap_or_default();
+        let since = self.store.clock().await? - grace;
         let mut live: HashSet<String> = self
             .store
-            .lease_holders(MEMBERSHIP_PREFIX, Utc::now())
+            .lease_holders(MEMBERSHIP_PREFIX, since)
             .await?
             .into_iter()
+            .map(|holder| holder.split(' ').next().unwrap_or_default().to_owned())
             .collect();
         live.insert(self.id.clone());
         Ok(live)
     }
 
-    /// Where to reach the live replica that holds the duty `name`, if another one does.
-    pub async fn duty_holder_elsewhere(&self, name: &str) -> StoreResult<Option<String>> {
+    /// Where the duty `name` runs now.
+    pub async fn duty_holder(&self, name: &str) -> StoreResult<Place> {
         let Some((holder, until)) = self.store.lease(&duty_lease(name)).await? else {
-            return Ok(None);
+            return Ok(Place::Nowhere);
         };
-        if holder == self.id || until <= Utc::now() {
-            return Ok(None);
+        if until <= self.store.clock().await? {
+            return Ok(Place::Nowhere);
         }
-        self.store.replica_address(&holder).await
+        if holder == self.id {
+            return Ok(Place::Here);
+        }
+        Ok(match self.store.replica_address(&holder).await? {
+            Some(address) => Place::At(address),
+            None => Place::Nowhere,
+        })
     }
 
     /// Where to reach the replica that serves the live session `id`, if it is another
@@ -229,7 +311,7 @@ impl Replica {
                     let _ = this.store.release_lease(&lease, &this.id).await;
                     return;
                 }
-                let holds = match this.renew(&lease).await {
+                let holds = match this.hold(&lease, &this.id).await {
                     Ok(holds) => {
                         renewed = holds.then(std::time::Instant::now);
                         holds
@@ -292,10 +374,17 @@ impl Duty {
     }
 }
 
+/// Where a duty runs.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Place {
+    Here,
+    /// At the replica with this address.
+    At(String),
+    /// Nowhere at this moment (its holder died; another takes it within a lease).
+    Nowhere,
+}
+
 /// Managed-auth workflows (logins, health checks) and apps (builds, invocations): they
 /// live in one process's memory, so one replica runs them all, and the others forward
 /// their requests to it.
 pub const WORKFLOWS: &str = "workflows";
-
-/// How long a replica that died keeps its work: within this, another takes it over.
-pub const TAKEOVER: Duration = LEASE_TTL;

@@ -100,6 +100,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Some(id) => id.clone(),
         None => replica_id(&data_dir)?,
     };
+    anyhow::ensure!(
+        config.metrics_token.as_deref() != Some(""),
+        "--metrics-token is empty: give a token, or leave it unset"
+    );
     // It names a file (the apps' API socket) and appears in logs and metrics.
     anyhow::ensure!(
         !replica_id.is_empty()

@@ -252,7 +252,7 @@ impl Runtime for FakeRuntime {
         }
     }
 
-    async fn reap_strays(&self, live_session_ids: &HashSet<String>) {
+    async fn reap_strays(&self, live_session_ids: &HashSet<String>, _: std::time::Duration) {
         *self.kept_by_reap.lock().expect("lock") = Some(live_session_ids.clone());
     }
 

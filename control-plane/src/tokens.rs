@@ -102,6 +102,9 @@ pub struct Tokens {
     live_view: Validation,
     flow_live_view: Validation,
     invocation: Validation,
+    /// What a request forwarded by another replica carries to show it was: derived from
+    /// the key all replicas share, unknown to clients.
+    forwarding_proof: String,
 }
 
 impl Tokens {
@@ -131,7 +134,15 @@ impl Tokens {
         flow_live_view.set_audience(&[FLOW_LIVE_VIEW_AUDIENCE]);
         let mut invocation = replay_view.clone();
         invocation.set_audience(&[INVOCATION_AUDIENCE]);
+        let forwarding_proof = {
+            use sha2::Digest;
+            let mut digest = sha2::Sha256::new();
+            digest.update(b"forwarded between replicas\0");
+            digest.update(secret);
+            hex::encode(digest.finalize())
+        };
         Self {
+            forwarding_proof,
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
             cdp,
@@ -141,6 +152,16 @@ impl Tokens {
             flow_live_view,
             invocation,
         }
+    }
+
+    /// The header value a replica forwarding a request sets.
+    pub fn forwarding_proof(&self) -> &str {
+        &self.forwarding_proof
+    }
+
+    /// Whether a request was forwarded by a replica (not sent by a client as if it were).
+    pub fn is_forwarded(&self, presented: &[u8]) -> bool {
+        subtle::ConstantTimeEq::ct_eq(presented, self.forwarding_proof.as_bytes()).into()
     }
 
     fn sign(&self, claims: &impl Serialize) -> String {

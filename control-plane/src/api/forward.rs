@@ -19,10 +19,11 @@ use hyper_util::rt::TokioIo;
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::replicas::WORKFLOWS;
+use crate::replicas::{Place, WORKFLOWS};
 
-/// Marks a forwarded request: the replica that receives it serves it, whatever it
-/// believes about who runs the workflows (no request goes back and forth).
+/// Marks a forwarded request (with the replicas' shared proof, `Tokens::forwarding_proof`):
+/// the replica that receives it serves it, whatever it believes about where the state
+/// lives (no request goes back and forth). A client's own value is dropped.
 const FORWARDED: &str = "x-browser-service-forwarded";
 
 /// Where a route's state lives.
@@ -70,22 +71,37 @@ pub fn client() -> reqwest::Client {
 
 pub async fn to_home_replica(
     State(state): State<AppState>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    if request.headers().contains_key(FORWARDED) {
+    if let Some(presented) = request.headers_mut().remove(FORWARDED)
+        && state.tokens.is_forwarded(presented.as_bytes())
+    {
         return next.run(request).await;
     }
     let replica = &state.services.replica;
-    let elsewhere = match home(request.uri().path()) {
+    let place = match home(request.uri().path()) {
         Home::Anywhere => return next.run(request).await,
-        Home::Workflows => replica.duty_holder_elsewhere(WORKFLOWS).await,
-        Home::Browser(id) => replica.owner_elsewhere(id).await,
+        Home::Workflows => replica.duty_holder(WORKFLOWS).await,
+        Home::Browser(id) => replica
+            .owner_elsewhere(id)
+            .await
+            .map(|found| found.map_or(Place::Here, Place::At)),
     };
-    match elsewhere {
-        Ok(Some(address)) => forward(&state.forwarder, &address, request).await,
-        // Here, or nowhere (then this replica is about to take it, or it does not exist).
-        Ok(None) => next.run(request).await,
+    match place {
+        Ok(Place::Here) => next.run(request).await,
+        Ok(Place::At(address)) => {
+            let proof = state.tokens.forwarding_proof().to_owned();
+            forward(&state.forwarder, &address, &proof, request).await
+        }
+        // Between two holders (one died, the next takes over within seconds).
+        Ok(Place::Nowhere) => (
+            [(RETRY_AFTER, "2")],
+            ApiError::BadGateway(
+                "no replica runs managed-auth flows and apps at this moment; retry".into(),
+            ),
+        )
+            .into_response(),
         Err(error) => ApiError::from(error).into_response(),
     }
 }
@@ -110,7 +126,12 @@ fn end_to_end(
         .filter(|(name, _)| !HOP.contains(name) && name.as_str() != "keep-alive")
 }
 
-async fn forward(client: &reqwest::Client, address: &str, mut request: Request) -> Response {
+async fn forward(
+    client: &reqwest::Client,
+    address: &str,
+    proof: &str,
+    mut request: Request,
+) -> Response {
     let path = request
         .uri()
         .path_and_query()
@@ -121,7 +142,7 @@ async fn forward(client: &reqwest::Client, address: &str, mut request: Request) 
     let (parts, body) = request.into_parts();
     let mut outgoing = client
         .request(parts.method, format!("{address}{path}"))
-        .header(FORWARDED, "1");
+        .header(FORWARDED, proof);
     for (name, value) in end_to_end(&parts.headers) {
         outgoing = outgoing.header(name, value);
     }
@@ -134,11 +155,11 @@ async fn forward(client: &reqwest::Client, address: &str, mut request: Request) 
     let answer = match outgoing.send().await {
         Ok(answer) => answer,
         Err(error) => {
-            tracing::warn!(address, %error, "the replica running workflows did not answer");
+            tracing::warn!(address, %error, "the replica serving this request did not answer");
             return (
                 [(RETRY_AFTER, "2")],
                 ApiError::BadGateway(
-                    "the replica running managed-auth flows and apps did not answer; retry".into(),
+                    "the replica that serves this request did not answer; retry".into(),
                 ),
             )
                 .into_response();

@@ -1,7 +1,7 @@
 //! Keeps every pool at its size: retires idle browsers beyond it, launches the missing
 //! ones within the pool's fill rate, and resumes resets a previous process left.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,8 @@ use crate::replicas::Signal;
 use crate::sessions::BrowserSpec;
 use crate::store::{PoolLease, PoolRecord, SessionRecord, SessionStatus};
 
+/// How often a replica looks for the resets it serves that nobody does.
+const RESET_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// How often the reconciler looks at every pool (it is also woken by changes).
 const RECONCILE_INTERVAL: Duration = Duration::from_millis(500);
 /// Launches of one pool running at once.
@@ -28,16 +30,19 @@ struct Budget {
 type Budgets = Arc<Mutex<HashMap<String, Budget>>>;
 
 impl Pools {
-    /// Keeps every pool at its size. Runs forever.
-    /// Keeps every pool at its size, on one replica at a time; resets the browsers this
-    /// replica serves when asked (by the replica that released one, or by adopting one
-    /// that was being reset). Call before sessions are adopted.
-    pub fn start(self: &Arc<Self>) {
-        // Listening before any adoption: it may ask for a reset.
+    /// Resets the browsers this replica serves when asked (by the replica that released
+    /// one, or by adopting one that was being reset), and those whose request was lost.
+    /// Call before sessions are adopted: an adoption may ask.
+    pub fn listen_for_resets(self: &Arc<Self>) {
         tokio::spawn(
             self.clone()
                 .run_reset_requests(self.sessions.replica().subscribe()),
         );
+    }
+
+    /// Keeps every pool at its size, on one replica at a time. Call once sessions were
+    /// adopted (a launch must not race the reaping of strays at start).
+    pub fn start_reconciler(self: &Arc<Self>) {
         tokio::spawn(self.clone().run_reconciler());
     }
 
@@ -57,8 +62,17 @@ impl Pools {
     }
 
     async fn run_reset_requests(self: Arc<Self>, mut signals: broadcast::Receiver<Signal>) {
+        let mut sweep = tokio::time::interval(RESET_SWEEP_INTERVAL);
+        let mut resetting_before: HashSet<String> = HashSet::new();
         loop {
-            let (org_id, session_id) = match signals.recv().await {
+            let signal = tokio::select! {
+                signal = signals.recv() => signal,
+                _ = sweep.tick() => {
+                    resetting_before = self.reset_forgotten(resetting_before).await;
+                    continue;
+                }
+            };
+            let (org_id, session_id) = match signal {
                 Ok(Signal::ResetRequested { org_id, session_id })
                 | Ok(Signal::Adopted { org_id, session_id }) => (org_id, session_id),
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
@@ -78,6 +92,30 @@ impl Pools {
                 }
             }
         }
+    }
+
+    /// Resets the browsers this replica serves that were `resetting` at the previous
+    /// sweep too and that no task here resets (their request was lost); returns those
+    /// resetting now.
+    async fn reset_forgotten(self: &Arc<Self>, before: HashSet<String>) -> HashSet<String> {
+        let Ok(live) = self.store.live_sessions().await else {
+            return before;
+        };
+        let mut now = HashSet::new();
+        for session in live {
+            if session.pool_lease != Some(PoolLease::Resetting)
+                || session.status != SessionStatus::Running
+                || !self.sessions.replica().owns(&session)
+            {
+                continue;
+            }
+            now.insert(session.id.clone());
+            if before.contains(&session.id) && !self.resetting.contains(&session.id) {
+                tracing::info!(session_id = %session.id, "resetting a pool browser whose reset request was lost");
+                self.reset_in_background(session);
+            }
+        }
+        now
     }
 
     async fn reconcile_once(self: &Arc<Self>, budgets: &Budgets) -> ServiceResult<()> {

@@ -554,8 +554,8 @@ impl Replays {
         }
     }
 
-    /// After a restart (and after `Sessions::reconcile`): keeps the maximum-duration
-    /// deadline of recordings whose browser lives, and finishes the others.
+    /// After a restart (and after sessions were adopted): finishes the recordings of
+    /// browsers that ended; those of live browsers are their owner's (`resume_for`).
     pub async fn resume(self: &Arc<Self>) -> anyhow::Result<()> {
         for replay in self.store.unfinished_replays().await? {
             let Some(session) = self

@@ -632,13 +632,19 @@ impl Runtime for LocalRuntime {
         }
     }
 
-    async fn reap_strays(&self, live_session_ids: &HashSet<String>) {
+    async fn reap_strays(&self, live_session_ids: &HashSet<String>, spare_younger_than: Duration) {
         let Ok(entries) = std::fs::read_dir(&self.config.browsers_dir) else {
             return;
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !live_session_ids.contains(&name) {
+            let young = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|modified| modified.elapsed().ok())
+                .is_some_and(|age| age < spare_younger_than);
+            if !live_session_ids.contains(&name) && !young {
                 tracing::info!(session_id = %name, "reaping a browser no live session owns");
                 self.destroy(&name, None).await;
             }

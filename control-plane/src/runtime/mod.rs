@@ -71,8 +71,14 @@ pub trait Runtime: Send + Sync + 'static {
         std::future::pending::<()>().await
     }
 
-    /// Reaps VMs that belong to none of `live_session_ids` (left by a crash).
-    async fn reap_strays(&self, live_session_ids: &HashSet<String>);
+    /// Reaps VMs that belong to none of `live_session_ids` (left by a crash), except
+    /// those younger than `spare_younger_than` (another replica on this host may be
+    /// starting them: its session was recorded after the list was read).
+    async fn reap_strays(
+        &self,
+        live_session_ids: &HashSet<String>,
+        spare_younger_than: std::time::Duration,
+    );
 
     /// The file of a recording that a session's agent left on this host (finished, or
     /// the fragmented MP4 of one cut short), opened for collecting it when the agent is

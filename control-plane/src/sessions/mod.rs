@@ -1,5 +1,6 @@
-//! Browser sessions: creation through the runtime, lookup, ending and reaping, the
-//! inactivity timeout, agent heartbeats, and reconciliation after a restart.
+//! Browser sessions: creation through the runtime, lookup, ending and reaping; their
+//! background work (inactivity, heartbeats, adoption after a restart or from a replica
+//! that is gone) is in `replication`.
 
 pub mod labels;
 mod replication;

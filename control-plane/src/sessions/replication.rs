@@ -48,21 +48,35 @@ impl Sessions {
             .into_iter()
             .map(|session| session.id)
             .collect();
-        self.runtime.reap_strays(&live).await;
+        // With other replicas, a VM started since the list was read is spared.
+        let spare = if self.replica.is_shared() {
+            Duration::from_secs(60)
+        } else {
+            Duration::ZERO
+        };
+        self.runtime.reap_strays(&live, spare).await;
         tokio::spawn(self.clone().run_inactivity_reaper());
         tokio::spawn(self.clone().run_heartbeats(heartbeat));
-        tokio::spawn(self.clone().run_sharing());
+        tokio::spawn(self.clone().run_activity_sharing());
+        tokio::spawn(self.clone().run_adoption());
         tokio::spawn(self.clone().run_signals());
         Ok(())
     }
 
-    /// Every second: the activity this replica saw goes to the store, and sessions of
-    /// replicas that are gone are adopted.
-    async fn run_sharing(self: Arc<Self>) {
+    /// Every second, the activity this replica saw goes to the store.
+    async fn run_activity_sharing(self: Arc<Self>) {
         let mut tick = tokio::time::interval(SHARE_INTERVAL);
         loop {
             tick.tick().await;
             self.record_activity().await;
+        }
+    }
+
+    /// Every second, sessions of replicas that are gone are adopted.
+    async fn run_adoption(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(SHARE_INTERVAL);
+        loop {
+            tick.tick().await;
             if let Err(error) = self.adopt(Adopt::Orphans).await {
                 tracing::warn!(
                     error = format!("{error:#}"),
@@ -96,6 +110,12 @@ impl Sessions {
         for (id, at) in due {
             if let Err(error) = self.store.record_activity(&id, at).await {
                 tracing::warn!(session_id = %id, %error, "could not record a session's activity");
+                // Written again next time.
+                if let Ok(mut activity) = self.activity.lock()
+                    && let Some(entry) = activity.get_mut(&id)
+                {
+                    entry.recorded = false;
+                }
             }
         }
     }
@@ -188,6 +208,11 @@ impl Sessions {
             let Ok(live) = self.store.live_sessions().await else {
                 continue;
             };
+            // What this process may still hold for browsers another replica adopted
+            // (while this one could not reach the database) goes.
+            for session in live.iter().filter(|s| !self.replica.owns(s)) {
+                self.runtime.forget(&session.id);
+            }
             for session in live
                 .into_iter()
                 .filter(|s| s.status == SessionStatus::Running && self.replica.owns(s))
@@ -273,6 +298,10 @@ impl Sessions {
     /// is served from now on by this replica, the others end. Of replicas adopting
     /// together, one gets each session.
     pub async fn adopt(self: &Arc<Self>, which: Adopt) -> anyhow::Result<()> {
+        // A replica that cannot reach the database itself judges no other.
+        if which == Adopt::Orphans && !self.replica.is_current() {
+            return Ok(());
+        }
         let replicas = self.replica.live_replicas().await?;
         for session in self.store.live_sessions().await? {
             let orphan = match session.owner.as_deref() {
@@ -307,6 +336,8 @@ impl Sessions {
             if alive {
                 tracing::info!(session_id = %session.id, "adopted a running browser session");
                 self.uncache(&session.id);
+                // A fresh inactivity period: the time its replica was gone is no one's.
+                self.touch(&session.id);
                 self.watch_agent(session.clone());
                 self.replays.resume_for(&session);
                 self.replica.publish_here(Signal::Adopted {

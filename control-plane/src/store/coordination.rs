@@ -11,11 +11,17 @@ pub use super::database::ExclusiveLock;
 use super::database::{params, sql};
 use super::sql::SqlStore;
 
+/// How long an admission waits for another replica's: admissions take milliseconds.
+const ADMISSION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[async_trait]
 pub trait CoordinationStore {
     /// Serializes admission decisions about one organization (count its browsers, then
     /// insert one) across every replica, until the lock is released.
     async fn lock_admission(&self, org_id: &str) -> StoreResult<ExclusiveLock>;
+
+    /// The database's clock, which times leases (replicas' own clocks may differ).
+    async fn clock(&self) -> StoreResult<DateTime<Utc>>;
 
     /// Takes or renews the lease `name` for `holder` until `expires_at`; true if `holder`
     /// holds it now. A lease another holder let expire (`now` past its end) is taken.
@@ -69,8 +75,12 @@ pub trait CoordinationStore {
 impl CoordinationStore for SqlStore {
     async fn lock_admission(&self, org_id: &str) -> StoreResult<ExclusiveLock> {
         self.database()
-            .exclusive(&format!("admission of {org_id}"))
+            .exclusive(&format!("admission of {org_id}"), ADMISSION_WAIT)
             .await
+    }
+
+    async fn clock(&self) -> StoreResult<DateTime<Utc>> {
+        self.database().now().await
     }
 
     async fn hold_lease(

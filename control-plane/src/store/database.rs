@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -322,7 +323,17 @@ impl Database {
 
     /// Connects to PostgreSQL and applies pending migrations.
     pub async fn connect_postgres(url: &str) -> anyhow::Result<Self> {
-        let config = tokio_postgres::Config::from_str(url)?;
+        let mut config = tokio_postgres::Config::from_str(url)?;
+        // A connection whose peer vanished (a failover, a half-open link) is noticed
+        // within a minute: the LISTEN connection carries replicas' signals.
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(20))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
         {
             // Migrations run on a connection of their own, before the pool hands any out.
             let (mut client, connection) = config
@@ -343,35 +354,67 @@ impl Database {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // Bounded waits: a database that stops answering fails calls (and lease renewals)
+        // instead of hanging them.
         let pool = Pool::builder(manager)
             .max_size(POSTGRES_POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(10)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .recycle_timeout(Some(Duration::from_secs(5)))
             .build()?;
         Ok(Self::Postgres(pool, Box::new(config)))
     }
 
     /// Holds the database-wide lock named `key` until the returned guard is released or
-    /// dropped, waiting for another holder (of any process) to let it go first. SQLite's
-    /// file serves one process, which serializes its own callers: no lock is taken there.
-    pub async fn exclusive(&self, key: &str) -> StoreResult<ExclusiveLock> {
+    /// dropped, waiting (at most `wait`) for another holder, of any process, to let it go
+    /// first. SQLite's file serves one process, which serializes its own callers: no lock
+    /// is taken there.
+    pub async fn exclusive(&self, key: &str, wait: Duration) -> StoreResult<ExclusiveLock> {
         let Self::Postgres(pool, _) = self else {
             return Ok(ExclusiveLock { client: None });
         };
-        // The guard owns the connection before the lock is asked for: should this future
-        // be dropped while the server still waits for the lock, the guard closes the
-        // connection, and the server releases what it granted to it.
-        let mut lock = ExclusiveLock {
-            client: Some(pool.get().await.map_err(pool_error)?),
-        };
+        let client = pool.get().await.map_err(pool_error)?;
         let digest = <sha2::Sha256 as sha2::Digest>::digest(key.as_bytes());
         let mut id = [0u8; 8];
         id.copy_from_slice(&digest[..8]);
-        if let Some(client) = &mut lock.client {
-            client
-                .execute("SELECT pg_advisory_lock($1)", &[&i64::from_be_bytes(id)])
+        let id = i64::from_be_bytes(id);
+        // Tried, not waited for on the server: a caller that gives up leaves no request
+        // behind that could take the lock later.
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let taken: bool = client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&id])
                 .await
+                .map_err(postgres_error)?
+                .try_get(0)
                 .map_err(postgres_error)?;
+            if taken {
+                return Ok(ExclusiveLock {
+                    client: Some(client),
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StoreError::Busy(format!(
+                    "{key} stayed locked by another replica for {wait:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(lock)
+    }
+
+    /// The database's clock: leases are timed by it, whatever the replicas' clocks say.
+    pub async fn now(&self) -> StoreResult<DateTime<Utc>> {
+        let Self::Postgres(pool, _) = self else {
+            return Ok(Utc::now());
+        };
+        let client = pool.get().await.map_err(pool_error)?;
+        client
+            .query_one("SELECT now()", &[])
+            .await
+            .map_err(postgres_error)?
+            .try_get(0)
+            .map_err(postgres_error)
     }
 
     /// Sends `payload` to every listener of `channel` (every replica's, this one's too).
@@ -595,7 +638,8 @@ fn sqlite_error(error: rusqlite::Error) -> StoreError {
 }
 
 /// A lock of [`Database::exclusive`]. Release it with [`ExclusiveLock::release`]; a
-/// guard merely dropped (its task cancelled) closes its connection, which releases it too.
+/// guard merely dropped (its task cancelled) takes its connection out of the pool and
+/// closes it, and the server releases the lock when that session ends.
 #[must_use = "the lock is released when this is dropped"]
 pub struct ExclusiveLock {
     client: Option<deadpool_postgres::Object>,

@@ -29,6 +29,9 @@ pub enum StoreError {
     Conflict(String),
     #[error("database error: {0}")]
     Backend(String),
+    /// Another replica held what this call needed for too long; retrying may succeed.
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

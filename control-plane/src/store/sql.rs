@@ -577,12 +577,14 @@ impl Store for SqlStore {
         self.database
             .query_opt(
                 sql!(
-                    "UPDATE browser_sessions SET pool_lease = 'leased', pool_lease_id = $2 WHERE id = (\
+                    "UPDATE browser_sessions SET pool_lease = 'leased', pool_lease_id = $2, \
+                     last_active_at = $3 WHERE id = (\
                      SELECT id FROM browser_sessions WHERE pool_id = $1 AND pool_lease = 'idle' \
                      AND status = 'running' ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
                      RETURNING {SESSION_COLUMNS}"
                 ),
-                params![pool_id, lease_id],
+                // A lease is use: no replica's reaper may count its idle time before.
+                params![pool_id, lease_id, Utc::now()],
                 session_from_row,
             )
             .await

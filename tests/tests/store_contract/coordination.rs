@@ -8,6 +8,9 @@ use chrono::{Duration, Utc};
 use control_plane::store::Store;
 
 pub async fn lease_contract(store: &dyn Store) {
+    // The database's clock (this host's, here).
+    let clock = store.clock().await.unwrap();
+    assert!((clock - Utc::now()).num_seconds().abs() < 5, "{clock}");
     let now = Utc::now();
     let until = now + Duration::seconds(10);
     assert!(store.hold_lease("reaper", "r1", now, until).await.unwrap());
