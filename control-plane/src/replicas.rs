@@ -116,6 +116,19 @@ impl Replica {
         self.store
             .register_replica(&self.id, &self.address, Utc::now())
             .await?;
+        let notices = self.store.listen(SIGNALS_CHANNEL);
+        self.shared
+            .store(notices.is_some(), std::sync::atomic::Ordering::SeqCst);
+        if notices.is_none() {
+            // Alone on its store (SQLite): a membership of this id can only be this
+            // process's previous life, whose browsers it takes back at once (their agents
+            // may not outlive a wait).
+            if let Some((holder, _)) = self.store.lease(&self.membership()).await? {
+                self.store
+                    .release_lease(&self.membership(), &holder)
+                    .await?;
+            }
+        }
         let mut warned = false;
         while !self.renew_membership().await? {
             if !std::mem::replace(&mut warned, true) {
@@ -144,8 +157,7 @@ impl Replica {
                 }
             }
         });
-        if let Some(mut notices) = self.store.listen(SIGNALS_CHANNEL) {
-            self.shared.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(mut notices) = notices {
             let this = self.clone();
             tokio::spawn(async move {
                 while let Some(payload) = notices.recv().await {
@@ -163,8 +175,8 @@ impl Replica {
         Ok(())
     }
 
-    /// Gives up this replica's membership and duties at once (a clean shutdown), so that the others adopt its work without waiting for the leases
-    /// to expire.
+    /// Gives up this replica's membership and duties at once (a clean shutdown), so that
+    /// the others adopt its work without waiting for the leases to expire.
     pub async fn leave(&self) {
         self.left.store(true, std::sync::atomic::Ordering::SeqCst);
         let duties = self.duties.lock().map(|d| d.clone()).unwrap_or_default();
