@@ -88,7 +88,8 @@ impl Replica {
     pub fn new(store: Arc<dyn Store>, id: String, address: String) -> Arc<Self> {
         Arc::new(Self {
             id,
-            instance: crate::ids::new_secret(12),
+            // Host and process id: a restart on the same host recognizes its previous life.
+            instance: format!("{}/{}", host_name(), std::process::id()),
             renewed: std::sync::Mutex::default(),
             shared: std::sync::atomic::AtomicBool::new(false),
             address,
@@ -119,15 +120,15 @@ impl Replica {
         let notices = self.store.listen(SIGNALS_CHANNEL);
         self.shared
             .store(notices.is_some(), std::sync::atomic::Ordering::SeqCst);
-        if notices.is_none() {
-            // Alone on its store (SQLite): a membership of this id can only be this
-            // process's previous life, whose browsers it takes back at once (their agents
-            // may not outlive a wait).
-            if let Some((holder, _)) = self.store.lease(&self.membership()).await? {
-                self.store
-                    .release_lease(&self.membership(), &holder)
-                    .await?;
-            }
+        // This process's previous life (alone on its store, as with SQLite; or on this
+        // host, its process gone) gives its membership up at once: its browsers are
+        // taken back before their agents, waiting for a control plane, give up.
+        if let Some((holder, _)) = self.store.lease(&self.membership()).await?
+            && (notices.is_none() || is_dead_process_here(&holder))
+        {
+            self.store
+                .release_lease(&self.membership(), &holder)
+                .await?;
         }
         let mut warned = false;
         while !self.renew_membership().await? {
@@ -346,6 +347,28 @@ impl Replica {
         });
         Duty { held }
     }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Whether a membership holder (`<id> <host>/<pid>`) names a process of this host that
+/// no longer runs a control plane.
+fn is_dead_process_here(holder: &str) -> bool {
+    let Some((host, pid)) = holder
+        .split_once(' ')
+        .and_then(|(_, instance)| instance.rsplit_once('/'))
+    else {
+        return false;
+    };
+    if host != host_name() || pid.parse::<u32>().is_err() {
+        return false;
+    }
+    let command = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    !String::from_utf8_lossy(&command).contains("control-plane")
 }
 
 fn duty_lease(name: &str) -> String {
