@@ -21,7 +21,8 @@ packages=(chromium chromium-l10n chromium-driver tzdata xvfb ffmpeg bubblewrap p
   libwayland-dev libpipewire-0.3-dev libgbm-dev libclang-dev libxcb1-dev libegl-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # xdotool, unzip, x11vnc and novnc are references the benchmarks measure against.
-  # iproute2 builds the tests' "public internet" host in a network namespace.
+  # iproute2 builds the tests' "public internet" host and their test kubelets' pod networks in
+  # network namespaces.
   packages+=(postgresql xdotool unzip iproute2 x11vnc novnc)
 fi
 # Playwright code runs in each VM on Node.js (and the tests' Puppeteer), as do JavaScript

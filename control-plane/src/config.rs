@@ -150,6 +150,32 @@ pub struct ServeConfig {
     /// user on the host (for development on hosts without user namespaces).
     #[arg(long, env = "CONTROL_PLANE_ISOLATION", value_enum, default_value_t = Isolation::Sandbox)]
     pub isolation: Isolation,
+    /// Where browser VMs run: `local` (a sandboxed agent process each on this host) or
+    /// `kubernetes` (a pod each, made from --kubernetes-pod-template, through the API
+    /// server of the in-cluster service account or of `KUBECONFIG`).
+    #[arg(long, env = "CONTROL_PLANE_RUNTIME", value_enum, default_value_t = RuntimeKind::Local)]
+    pub runtime: RuntimeKind,
+    /// The Pod manifest (YAML) every browser pod is made from (see deploy/kubernetes).
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_KUBERNETES_POD_TEMPLATE",
+        required_if_eq("runtime", "kubernetes")
+    )]
+    pub kubernetes_pod_template: Option<std::path::PathBuf>,
+    /// The namespace of browser pods (default: the service account's, or KUBECONFIG's).
+    #[arg(long, env = "CONTROL_PLANE_KUBERNETES_NAMESPACE")]
+    pub kubernetes_namespace: Option<String>,
+    /// The port browser agents listen on in their pods.
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_KUBERNETES_AGENT_PORT",
+        default_value_t = 50051
+    )]
+    pub kubernetes_agent_port: u16,
+    /// How long a browser pod may take to be scheduled and run (image pulls included).
+    #[arg(long, env = "CONTROL_PLANE_KUBERNETES_START_TIMEOUT_SECONDS", default_value_t = 120,
+        value_parser = clap::value_parser!(u64).range(5..=3600))]
+    pub kubernetes_start_timeout_seconds: u64,
     /// The host user browser sandboxes run as when this service runs as root.
     #[arg(long, env = "CONTROL_PLANE_VM_USER", default_value = "browser-vm")]
     pub vm_user: String,
@@ -207,6 +233,12 @@ pub struct ServeConfig {
     /// into `<data-dir>/replica-id`.
     #[arg(long, env = "CONTROL_PLANE_REPLICA_ID")]
     pub replica_id: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    Local,
+    Kubernetes,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -13,12 +13,13 @@ use crate::app::{ServiceSettings, Services};
 use crate::apps::runner::AppRunner;
 use crate::blobs::LocalBlobStore;
 use crate::chrome_store::ChromeWebStore;
-use crate::config::{Isolation, ServeConfig};
+use crate::config::{Isolation, RuntimeKind, ServeConfig};
 use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
 use crate::metrics::Capacity;
 use crate::proxies::ProxyUpstreams;
-use crate::runtime::{LocalRuntime, LocalRuntimeConfig, Sandbox, ZipLimits};
+use crate::runtime::kubernetes::{KubernetesRuntime, KubernetesRuntimeConfig, PodTemplate};
+use crate::runtime::{LocalRuntime, LocalRuntimeConfig, Runtime, Sandbox, ZipLimits};
 use crate::sessions::LiveLimits;
 use crate::store::Store;
 use crate::tokens::Tokens;
@@ -129,23 +130,44 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         api_port: app_api_port(&public_url, bound.port()),
         egress: egress.clone(),
     });
-    let runtime = Arc::new(LocalRuntime::new(LocalRuntimeConfig {
-        sandbox,
-        egress: egress.clone(),
-        browsers_dir,
-        agent_binary,
-        node_runtime,
-        chromium: config.chromium.clone(),
-        xvfb: config.xvfb.clone(),
-        ffmpeg: config.ffmpeg.clone(),
-        max_resized_viewport: config.max_resized_viewport,
-        agent_idle_grace,
-        zip_limits: ZipLimits {
-            max_entries: config.zip_max_entries,
-            max_expanded_bytes: config.zip_max_expanded_bytes,
-            max_ratio: config.zip_max_ratio,
-        },
-    }));
+    let zip_limits = ZipLimits {
+        max_entries: config.zip_max_entries,
+        max_expanded_bytes: config.zip_max_expanded_bytes,
+        max_ratio: config.zip_max_ratio,
+    };
+    let runtime: Arc<dyn Runtime> = match config.runtime {
+        RuntimeKind::Local => Arc::new(LocalRuntime::new(LocalRuntimeConfig {
+            sandbox,
+            egress: egress.clone(),
+            browsers_dir,
+            agent_binary,
+            node_runtime,
+            chromium: config.chromium.clone(),
+            xvfb: config.xvfb.clone(),
+            ffmpeg: config.ffmpeg.clone(),
+            max_resized_viewport: config.max_resized_viewport,
+            agent_idle_grace,
+            zip_limits,
+        })),
+        RuntimeKind::Kubernetes => {
+            let template = config
+                .kubernetes_pod_template
+                .as_deref()
+                .context("--runtime kubernetes needs --kubernetes-pod-template")?;
+            let runtime_config = KubernetesRuntimeConfig {
+                template: PodTemplate::load(template)?,
+                agent_port: config.kubernetes_agent_port,
+                start_timeout: Duration::from_secs(config.kubernetes_start_timeout_seconds),
+                agent_idle_grace,
+                zip_limits,
+                max_resized_viewport: config.max_resized_viewport,
+            };
+            Arc::new(
+                KubernetesRuntime::connect(config.kubernetes_namespace.as_deref(), runtime_config)
+                    .await?,
+            )
+        }
+    };
     let proxy_upstreams = match &config.proxy_upstreams {
         Some(path) => ProxyUpstreams::load(path)
             .with_context(|| format!("reading proxy upstreams from {}", path.display()))?,

@@ -22,8 +22,9 @@ class ControlPlane:
 
     def __init__(self, data_dir: Path, port: int = 0, agent_idle_grace_seconds: int = 60,
                  extra_args: list[str] | None = None, egress_allow: tuple[str, ...] = ("127.0.0.1",),
-                 traversable: bool = True):
+                 traversable: bool = True, env: dict[str, str] | None = None):
         self.data_dir = data_dir
+        self.env = {**os.environ, **(env or {})}
         self.traversable = traversable
         # The test pages are served on this host's loopback, which browsers may not reach
         # unless the operator allows it.
@@ -50,6 +51,7 @@ class ControlPlane:
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
+            env=self.env,
         )
         deadline = time.monotonic() + 30
         assert self.process.stdout is not None

@@ -62,6 +62,20 @@ impl HostCapabilities {
 }
 
 impl IsolationReport {
+    pub fn new(
+        sandboxed: bool,
+        enforced: Vec<String>,
+        not_enforced: Vec<Unenforced>,
+        host: HostCapabilities,
+    ) -> Self {
+        Self {
+            sandboxed,
+            enforced,
+            not_enforced,
+            host,
+        }
+    }
+
     /// The local runtime: every browser in a sandbox of its own, or (`--isolation none`,
     /// development only) on this host as this service's user.
     pub fn local(host: HostCapabilities, sandbox: Option<&super::Sandbox>) -> Self {

@@ -3,6 +3,7 @@
 //! same trait.
 
 pub mod isolation;
+pub mod kubernetes;
 mod local;
 pub mod processes;
 pub mod sandbox;
@@ -42,6 +43,16 @@ pub struct LaunchSpec {
     /// IANA timezone and BCP 47 locale the browser's pages see (validated).
     pub timezone: Option<String>,
     pub locale: Option<String>,
+}
+
+/// What a runtime's VMs can be given at launch beyond the basics; each `Err` says why
+/// not, for a 400 that the caller can act on.
+#[derive(Clone, Debug)]
+pub struct RuntimeCapabilities {
+    /// Chromium enterprise policies (`chrome_policy`).
+    pub chrome_policy: Result<(), String>,
+    /// Per-browser egress rules: `network.allowed_hosts` and proxies.
+    pub egress_rules: Result<(), String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +98,22 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// What keeps this runtime's browser VMs apart from the host and each other.
     fn isolation(&self) -> IsolationReport;
+
+    /// What its VMs can be given at launch. By default: policies in sandboxed VMs only
+    /// (outside one, a page could change them), and egress rules.
+    fn capabilities(&self) -> RuntimeCapabilities {
+        RuntimeCapabilities {
+            chrome_policy: match self.isolation().sandboxed {
+                true => Ok(()),
+                false => Err(
+                    "chrome_policy needs browsers in sandboxes of their own (this \
+                              server runs with --isolation none)"
+                        .to_owned(),
+                ),
+            },
+            egress_rules: Ok(()),
+        }
+    }
 
     /// Why the VM ended itself (past its memory limit), once its agent is gone.
     fn exit_reason(&self, session_id: &str) -> Option<String> {

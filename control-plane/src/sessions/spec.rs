@@ -434,12 +434,15 @@ impl Sessions {
         more_problems: Vec<String>,
     ) -> ServiceResult<BrowserSpec> {
         let mut more_problems = more_problems;
-        if config.chrome_policy.is_some() && !self.runtime.isolation().sandboxed {
-            more_problems.push(
-                "chrome_policy needs browsers in sandboxes of their own (this server runs \
-                 with --isolation none)"
-                    .into(),
-            );
+        let capabilities = self.runtime.capabilities();
+        if let (Some(_), Err(why)) = (&config.chrome_policy, &capabilities.chrome_policy) {
+            more_problems.push(why.clone());
+        }
+        let network = config.network.as_ref();
+        let egress_rules = config.proxy_id.is_some()
+            || network.is_some_and(|network| network.allowed_hosts.is_some());
+        if let (true, Err(why)) = (egress_rules, &capabilities.egress_rules) {
+            more_problems.push(why.clone());
         }
         let (mut spec, references) = match validate(config, persistent_id) {
             Ok(valid) if more_problems.is_empty() => valid,

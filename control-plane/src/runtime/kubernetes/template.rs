@@ -1,0 +1,374 @@
+//! The operator's pod template: what every browser pod is made from, and what its
+//! security settings really enforce (reported, never assumed).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::KubernetesRuntimeConfig;
+use super::pods::{MANAGED_LABEL, MANAGED_VALUE, SESSION_LABEL, pod_name};
+use crate::runtime::LaunchSpec;
+use crate::runtime::isolation::{HostCapabilities, IsolationReport, Unenforced};
+
+/// The container that runs the agent, when the template has several.
+const AGENT_CONTAINER: &str = "browser-agent";
+
+#[derive(Clone, Debug)]
+pub struct PodTemplate {
+    pod: Pod,
+    /// Index of the agent's container in `spec.containers`.
+    agent: usize,
+}
+
+impl PodTemplate {
+    /// Reads a Pod manifest (YAML or JSON) and checks that it can hold a browser VM.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| anyhow::anyhow!("reading {}: {error}", path.display()))?;
+        let pod: Pod = serde_yaml_ng::from_str(&text)
+            .map_err(|error| anyhow::anyhow!("{} is not a Pod: {error}", path.display()))?;
+        Self::new(pod)
+    }
+
+    pub fn new(pod: Pod) -> anyhow::Result<Self> {
+        let spec = pod
+            .spec
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the pod template has no spec"))?;
+        let agent = spec
+            .containers
+            .iter()
+            .position(|container| container.name == AGENT_CONTAINER)
+            .or((spec.containers.len() == 1).then_some(0))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the pod template needs one container, or one named {AGENT_CONTAINER:?}"
+                )
+            })?;
+        anyhow::ensure!(
+            spec.containers[agent].image.is_some(),
+            "the pod template's agent container has no image"
+        );
+        Ok(Self { pod, agent })
+    }
+
+    /// The pod of one browser VM: the template with the session's name and labels, its
+    /// agent's settings and secret, and its memory as the container's resources.
+    pub fn pod_for(
+        &self,
+        spec: &LaunchSpec,
+        secret: &str,
+        config: &KubernetesRuntimeConfig,
+    ) -> Pod {
+        let mut pod = self.pod.clone();
+        pod.metadata.name = Some(pod_name(&spec.session_id));
+        pod.metadata.generate_name = None;
+        // The runtime's namespace, whatever the template says.
+        pod.metadata.namespace = None;
+        let labels = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.insert(MANAGED_LABEL.to_owned(), MANAGED_VALUE.to_owned());
+        labels.insert(SESSION_LABEL.to_owned(), spec.session_id.clone());
+        pod.status = None;
+        if let Some(pod_spec) = pod.spec.as_mut() {
+            // A VM is never restarted in place: a new agent would be a different browser.
+            pod_spec.restart_policy = Some("Never".to_owned());
+            let container = &mut pod_spec.containers[self.agent];
+            container
+                .args
+                .get_or_insert_with(Vec::new)
+                .extend(agent_args(spec, config));
+            // In the pod's spec, which only the service's account may read (RBAC).
+            container.env.get_or_insert_with(Vec::new).push(EnvVar {
+                name: "BROWSER_AGENT_SECRET".to_owned(),
+                value: Some(secret.to_owned()),
+                value_from: None,
+            });
+            if let Some(bytes) = spec.memory_limit_bytes {
+                set_memory(container, bytes);
+            }
+        }
+        pod
+    }
+
+    /// What the template's security settings enforce, and what they leave out.
+    pub fn isolation_report(&self) -> IsolationReport {
+        let mut enforced = vec!["each browser runs in a Kubernetes pod of its own".to_owned()];
+        let mut not_enforced = Vec::new();
+        let Some(spec) = self.pod.spec.as_ref() else {
+            return IsolationReport::new(false, enforced, not_enforced, HostCapabilities::detect());
+        };
+        let container = &spec.containers[self.agent];
+        let pod_security = spec.security_context.clone().unwrap_or_default();
+        let security = container.security_context.clone().unwrap_or_default();
+        let run_as_user = security.run_as_user.or(pod_security.run_as_user);
+        let non_root = security.run_as_non_root.or(pod_security.run_as_non_root) == Some(true)
+            && run_as_user != Some(0);
+        let seccomp = security
+            .seccomp_profile
+            .or(pod_security.seccomp_profile)
+            .is_some_and(|profile| {
+                matches!(profile.type_.as_str(), "RuntimeDefault" | "Localhost")
+            });
+        let drops_all = security
+            .capabilities
+            .as_ref()
+            .and_then(|capabilities| capabilities.drop.as_ref())
+            .is_some_and(|drop| drop.iter().any(|capability| capability == "ALL"));
+        let shm_in_memory = spec.volumes.iter().flatten().any(|volume| {
+            volume
+                .empty_dir
+                .as_ref()
+                .is_some_and(|dir| dir.medium.as_deref() == Some("Memory"))
+                && container
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .any(|mount| mount.name == volume.name && mount.mount_path == "/dev/shm")
+        });
+        let checks = [
+            (
+                non_root,
+                "the agent and its browser run as a non-root user (runAsNonRoot)",
+            ),
+            (
+                security.allow_privilege_escalation == Some(false),
+                "no privilege escalation (allowPrivilegeEscalation: false)",
+            ),
+            (security.privileged != Some(true), "no privileged container"),
+            (seccomp, "a seccomp profile (RuntimeDefault)"),
+            (drops_all, "every Linux capability dropped"),
+            (
+                security.read_only_root_filesystem == Some(true),
+                "a read-only root filesystem",
+            ),
+            (
+                shm_in_memory,
+                "a memory-backed /dev/shm (emptyDir, medium Memory)",
+            ),
+            (
+                spec.automount_service_account_token == Some(false),
+                "no Kubernetes API token in the pod (automountServiceAccountToken: false)",
+            ),
+            (
+                spec.host_network != Some(true)
+                    && spec.host_pid != Some(true)
+                    && spec.host_ipc != Some(true),
+                "the node's network, PID and IPC namespaces stay out of the pod",
+            ),
+        ];
+        for (holds, protection) in checks {
+            match holds {
+                true => enforced.push(protection.to_owned()),
+                false => not_enforced.push(Unenforced {
+                    protection: protection.to_owned(),
+                    reason: "the pod template does not set it".to_owned(),
+                }),
+            }
+        }
+        not_enforced.push(Unenforced {
+            protection: "per-browser egress rules (network.allowed_hosts, proxies)".to_owned(),
+            reason: "browser pods reach the network directly; a NetworkPolicy (see \
+                     deploy/kubernetes) keeps them to public addresses, and this service \
+                     cannot tell whether the cluster enforces it"
+                .to_owned(),
+        });
+        let sandboxed = non_root && security.allow_privilege_escalation == Some(false);
+        IsolationReport::new(
+            sandboxed,
+            enforced,
+            not_enforced,
+            HostCapabilities::detect(),
+        )
+    }
+}
+
+/// The session's settings on the agent's command line, after the template's own.
+fn agent_args(spec: &LaunchSpec, config: &KubernetesRuntimeConfig) -> Vec<String> {
+    let mut args = vec![
+        format!("--listen=0.0.0.0:{}", config.agent_port),
+        format!("--width={}", spec.width),
+        format!("--height={}", spec.height),
+        format!("--max-width={}", config.max_resized_viewport.width),
+        format!("--max-height={}", config.max_resized_viewport.height),
+        format!(
+            "--idle-grace-seconds={}",
+            config.agent_idle_grace.as_secs().max(1)
+        ),
+        format!(
+            "--memory-limit-bytes={}",
+            spec.memory_limit_bytes.unwrap_or(0)
+        ),
+        format!("--zip-max-entries={}", config.zip_limits.max_entries),
+        format!(
+            "--zip-max-expanded-bytes={}",
+            config.zip_limits.max_expanded_bytes
+        ),
+        format!("--zip-max-ratio={}", config.zip_limits.max_ratio),
+    ];
+    if let Some(timezone) = &spec.timezone {
+        args.push(format!("--timezone={timezone}"));
+    }
+    if let Some(locale) = &spec.locale {
+        args.push(format!("--locale={locale}"));
+    }
+    for (flag, on) in [
+        ("--headless", spec.headless),
+        ("--kiosk", spec.kiosk),
+        ("--stealth", spec.stealth),
+    ] {
+        if on {
+            args.push(flag.to_owned());
+        }
+    }
+    args
+}
+
+/// The session's memory as the container's request and limit (the node reserves it; the
+/// kernel ends the pod beyond it).
+fn set_memory(container: &mut Container, bytes: u64) {
+    let resources = container
+        .resources
+        .get_or_insert_with(ResourceRequirements::default);
+    let quantity = Quantity(bytes.to_string());
+    for map in [&mut resources.limits, &mut resources.requests] {
+        map.get_or_insert_with(BTreeMap::new)
+            .insert("memory".to_owned(), quantity.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEMPLATE: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  labels: {app: browser-vm}
+spec:
+  automountServiceAccountToken: false
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 1000
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+    - name: browser-agent
+      image: browser-vm:dev
+      args: ["--vm-root=/home/kernel"]
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities: {drop: [ALL]}
+      volumeMounts: [{name: shm, mountPath: /dev/shm}]
+  volumes: [{name: shm, emptyDir: {medium: Memory}}]
+"#;
+
+    fn spec() -> LaunchSpec {
+        LaunchSpec {
+            session_id: "abc123".into(),
+            headless: true,
+            width: 1280,
+            height: 720,
+            kiosk: false,
+            stealth: false,
+            extensions: vec![],
+            egress: Default::default(),
+            profile_archive: None,
+            memory_limit_bytes: Some(2 << 30),
+            chrome_policy: None,
+            timezone: Some("Europe/Paris".into()),
+            locale: None,
+        }
+    }
+
+    fn config(template: PodTemplate) -> KubernetesRuntimeConfig {
+        KubernetesRuntimeConfig {
+            template,
+            agent_port: 50051,
+            start_timeout: std::time::Duration::from_secs(60),
+            agent_idle_grace: std::time::Duration::from_secs(300),
+            zip_limits: crate::runtime::ZipLimits {
+                max_entries: 10,
+                max_expanded_bytes: 100,
+                max_ratio: 5,
+            },
+            max_resized_viewport: crate::config::ScreenSize {
+                width: 1920,
+                height: 1080,
+            },
+        }
+    }
+
+    #[test]
+    fn a_browser_pod_is_the_template_with_the_session_in_it() {
+        let template = PodTemplate::new(serde_yaml_ng::from_str(TEMPLATE).unwrap()).unwrap();
+        let config = config(template.clone());
+        let pod = template.pod_for(&spec(), "s3cret", &config);
+        assert_eq!(pod.metadata.name.as_deref(), Some("browser-abc123"));
+        let labels = pod.metadata.labels.clone().unwrap();
+        assert_eq!(labels["app"], "browser-vm");
+        assert_eq!(labels[SESSION_LABEL], "abc123");
+        assert_eq!(labels[MANAGED_LABEL], MANAGED_VALUE);
+        let pod_spec = pod.spec.unwrap();
+        assert_eq!(pod_spec.restart_policy.as_deref(), Some("Never"));
+        let container = &pod_spec.containers[0];
+        let args = container.args.clone().unwrap();
+        assert_eq!(args[0], "--vm-root=/home/kernel");
+        for wanted in [
+            "--listen=0.0.0.0:50051",
+            "--width=1280",
+            "--headless",
+            "--timezone=Europe/Paris",
+        ] {
+            assert!(args.iter().any(|arg| arg == wanted), "{wanted} in {args:?}");
+        }
+        let env = container.env.clone().unwrap();
+        assert!(env.iter().any(
+            |var| var.name == "BROWSER_AGENT_SECRET" && var.value.as_deref() == Some("s3cret")
+        ));
+        let limits = container.resources.clone().unwrap().limits.unwrap();
+        assert_eq!(limits["memory"].0, (2u64 << 30).to_string());
+    }
+
+    #[test]
+    fn the_report_names_what_the_template_leaves_out() {
+        let template = PodTemplate::new(serde_yaml_ng::from_str(TEMPLATE).unwrap()).unwrap();
+        let report = template.isolation_report();
+        assert!(report.sandboxed);
+        let missing: Vec<_> = report
+            .not_enforced
+            .iter()
+            .map(|item| item.protection.as_str())
+            .collect();
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert!(missing[0].contains("egress rules"));
+
+        let mut loose: Pod = serde_yaml_ng::from_str(TEMPLATE).unwrap();
+        let spec = loose.spec.as_mut().unwrap();
+        spec.security_context = None;
+        spec.automount_service_account_token = None;
+        let report = PodTemplate::new(loose).unwrap().isolation_report();
+        assert!(!report.sandboxed);
+        let missing: Vec<_> = report
+            .not_enforced
+            .iter()
+            .map(|item| item.protection.clone())
+            .collect();
+        assert!(missing.iter().any(|item| item.contains("runAsNonRoot")));
+        assert!(missing.iter().any(|item| item.contains("seccomp")));
+        assert!(missing.iter().any(|item| item.contains("API token")));
+    }
+
+    #[test]
+    fn a_template_without_an_agent_container_is_refused() {
+        let mut pod: Pod = serde_yaml_ng::from_str(TEMPLATE).unwrap();
+        let spec = pod.spec.as_mut().unwrap();
+        let mut second = spec.containers[0].clone();
+        second.name = "sidecar".into();
+        spec.containers[0].name = "other".into();
+        spec.containers.push(second);
+        assert!(PodTemplate::new(pod).is_err());
+    }
+}

@@ -1,0 +1,638 @@
+"""A fake Kubernetes API server and test kubelets, for testing the Kubernetes runtime
+without a cluster (none can run on these machines).
+
+The API server implements, as the Kubernetes API documents them, the pod operations the
+runtime uses: create (201; 409 AlreadyExists), get (404 NotFound as a Status), list with
+label and field selectors, watch (chunked JSON events from a resourceVersion; 410 Expired
+for one too old), delete (graceful: deletionTimestamp first, gone once the kubelet has
+stopped the pod) and the status subresource (409 Conflict on a stale resourceVersion).
+Every object has a `uid`, a `resourceVersion` and a `creationTimestamp`. It also
+schedules: a new pod goes to the Ready node matching its nodeSelector with the fewest
+pods.
+
+A `Kubelet` is a "node": it watches the pods bound to it through the API, and runs each
+pod's container as real processes in a network namespace of the pod's own (a veth pair
+to this host; the pod IP is its end), as the pod's `runAsUser` (a host uid), in a
+bubblewrap mount namespace made from the "image" (this host's /usr, read-only, plus the
+image's files) and the pod's emptyDir volumes (memory-backed when asked). It reports the
+phase, the pod IP and the container's state through the status subresource. It does not
+apply seccomp profiles or resource limits. `kill()` is a node lost: its processes die at
+once and its pods are marked Failed with reason NodeLost, as the node controller does.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import http.server
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+POD_PATH = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods(?:/([a-z0-9.-]+))?(/status)?$")
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# Events kept for watches; a watch from an older resourceVersion gets 410 Gone.
+KEPT_EVENTS = 1000
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_object(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+def matches_labels(pod: dict, selector: str) -> bool:
+    labels = pod["metadata"].get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+FIELDS = {
+    "metadata.name": lambda pod: pod["metadata"]["name"],
+    "metadata.namespace": lambda pod: pod["metadata"]["namespace"],
+    "spec.nodeName": lambda pod: pod["spec"].get("nodeName", ""),
+    "status.phase": lambda pod: pod.get("status", {}).get("phase", ""),
+}
+
+
+def matches_fields(pod: dict, selector: str) -> bool:
+    for term in filter(None, selector.split(",")):
+        negate = "!=" in term
+        key, value = re.split(r"!=|==|=", term, maxsplit=1)
+        if key not in FIELDS:
+            raise ValueError(f"field label not supported: {key}")
+        if (FIELDS[key](pod) == value) == negate:
+            return False
+    return True
+
+
+class FakeApiServer:
+    """The pods of every namespace, with their history for watches, behind HTTP."""
+
+    def __init__(self, token: str):
+        self.token = token
+        self.lock = threading.Condition()
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.version = 0
+        self.events: list[tuple[int, str, dict]] = []
+        self.nodes: dict[str, dict] = {}  # name -> {"labels": {...}, "ready": bool}
+        self.requests: list[tuple[str, str]] = []
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.http.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+    def kubeconfig(self, path: Path, namespace: str) -> Path:
+        """A kubeconfig for this server (YAML is a superset of JSON)."""
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "runtime", "user": {"token": self.token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "runtime",
+                                                      "namespace": namespace}}],
+        }))
+        return path
+
+    # The store: every change bumps the resourceVersion and is kept for watches.
+
+    def _record(self, kind: str, pod: dict) -> None:
+        self.version += 1
+        pod["metadata"]["resourceVersion"] = str(self.version)
+        self.events.append((self.version, kind, copy.deepcopy(pod)))
+        del self.events[:-KEPT_EVENTS]
+        self.lock.notify_all()
+
+    def create(self, namespace: str, pod: dict) -> tuple[int, dict]:
+        metadata = pod.setdefault("metadata", {})
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = metadata["generateName"] + uuid.uuid4().hex[:5]
+        name = metadata.get("name", "")
+        if not NAME.match(name):
+            return 422, status_object(422, "Invalid", f"Pod {name!r} is invalid: metadata.name")
+        if not (pod.get("spec") or {}).get("containers"):
+            return 422, status_object(422, "Invalid", "Pod is invalid: spec.containers: Required value")
+        with self.lock:
+            if (namespace, name) in self.pods:
+                return 409, status_object(409, "AlreadyExists", f'pods "{name}" already exists')
+            metadata.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now())
+            metadata.pop("deletionTimestamp", None)
+            pod["status"] = {"phase": "Pending"}
+            self._schedule(pod)
+            self.pods[(namespace, name)] = pod
+            self._record("ADDED", pod)
+            return 201, copy.deepcopy(pod)
+
+    def _schedule(self, pod: dict) -> None:
+        wanted = pod["spec"].get("nodeSelector") or {}
+        load = {name: 0 for name, node in self.nodes.items() if node["ready"]
+                and all(node["labels"].get(key) == value for key, value in wanted.items())}
+        for other in self.pods.values():
+            if other["spec"].get("nodeName") in load:
+                load[other["spec"]["nodeName"]] += 1
+        if not load:
+            pod["status"]["conditions"] = [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": f"0/{len(self.nodes)} nodes are available"}]
+            return
+        pod["spec"]["nodeName"] = min(load, key=lambda name: (load[name], name))
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+
+    def get(self, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            return copy.deepcopy(pod) if pod else None
+
+    def list(self, namespace: str, labels: str, fields: str) -> tuple[list[dict], int]:
+        with self.lock:
+            return [copy.deepcopy(pod) for (ns, _), pod in sorted(self.pods.items())
+                    if ns == namespace and matches_labels(pod, labels)
+                    and matches_fields(pod, fields)], self.version
+
+    def delete(self, namespace: str, name: str, grace: int | None) -> tuple[int, dict]:
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                return 404, status_object(404, "NotFound", f'pods "{name}" not found')
+            node = self.nodes.get(pod["spec"].get("nodeName", ""))
+            if node is None or not node["ready"] or grace == 0:
+                # No kubelet will stop it: gone at once (as a force delete).
+                del self.pods[(namespace, name)]
+                self._record("DELETED", pod)
+            elif "deletionTimestamp" not in pod["metadata"]:
+                pod["metadata"]["deletionTimestamp"] = now()
+                pod["metadata"]["deletionGracePeriodSeconds"] = 30 if grace is None else grace
+                self._record("MODIFIED", pod)
+            return 200, copy.deepcopy(pod)
+
+    def finalize(self, namespace: str, name: str) -> None:
+        """The kubelet stopped a deleted pod: it is gone."""
+        with self.lock:
+            pod = self.pods.pop((namespace, name), None)
+            if pod is not None:
+                self._record("DELETED", pod)
+
+    def replace_status(self, namespace: str, name: str, body: dict) -> tuple[int, dict]:
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                return 404, status_object(404, "NotFound", f'pods "{name}" not found')
+            version = (body.get("metadata") or {}).get("resourceVersion")
+            if version and version != pod["metadata"]["resourceVersion"]:
+                return 409, status_object(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": the object has been modified')
+            pod["status"] = body.get("status") or {}
+            self._record("MODIFIED", pod)
+            return 200, copy.deepcopy(pod)
+
+    def add_node(self, name: str, labels: dict | None = None) -> None:
+        with self.lock:
+            self.nodes[name] = {"labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                                "ready": True}
+
+    def node_lost(self, name: str) -> None:
+        """The node controller: a node stopped reporting; its pods fail."""
+        with self.lock:
+            self.nodes[name]["ready"] = False
+            for pod in self.pods.values():
+                if pod["spec"].get("nodeName") == name and pod["status"].get("phase") not in ("Failed", "Succeeded"):
+                    pod["status"].update(phase="Failed", reason="NodeLost",
+                                         message=f"Node {name} which was running pod {pod['metadata']['name']} is unresponsive")
+                    self._record("MODIFIED", pod)
+
+    def watch(self, write, namespace: str, labels: str, fields: str, since: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            if self.events and since < self.events[0][0] - 1 and since != 0:
+                write({"type": "ERROR", "object": status_object(410, "Expired", f"too old resource version: {since}")})
+                return
+        position = since
+        while time.monotonic() < deadline:
+            with self.lock:
+                pending = [event for event in self.events if event[0] > position]
+                if not pending:
+                    self.lock.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+                    continue
+            for version, kind, pod in pending:
+                position = version
+                if pod["metadata"]["namespace"] == namespace and matches_labels(pod, labels) \
+                        and matches_fields(pod, fields):
+                    write({"type": kind, "object": pod})
+
+    def _handler(self):
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> dict:
+                length = int(self.headers.get("content-length") or 0)
+                return json.loads(self.rfile.read(length) or b"{}")
+
+            def _route(self):
+                url = urlparse(self.path)
+                api.requests.append((self.command, url.path))
+                if self.headers.get("authorization") != f"Bearer {api.token}":
+                    self._reply(401, status_object(401, "Unauthorized", "Unauthorized"))
+                    return None
+                match = POD_PATH.match(url.path)
+                if not match:
+                    self._reply(404, status_object(404, "NotFound", "the server could not find the requested resource"))
+                    return None
+                query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+                return match.group(1), match.group(2), bool(match.group(3)), query
+
+            def do_GET(self):
+                route = self._route()
+                if route is None:
+                    return
+                namespace, name, _, query = route
+                if name:
+                    pod = api.get(namespace, name)
+                    if pod is None:
+                        self._reply(404, status_object(404, "NotFound", f'pods "{name}" not found'))
+                    else:
+                        self._reply(200, pod)
+                    return
+                labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+                try:
+                    matches_fields({"metadata": {"name": "", "namespace": ""}, "spec": {}}, fields)
+                except ValueError as error:
+                    self._reply(400, status_object(400, "BadRequest", str(error)))
+                    return
+                if query.get("watch") in ("true", "1"):
+                    self._watch(namespace, labels, fields, query)
+                    return
+                items, version = api.list(namespace, labels, fields)
+                limit = int(query.get("limit") or 0)
+                self._reply(200, {"kind": "PodList", "apiVersion": "v1",
+                                  "metadata": {"resourceVersion": str(version)},
+                                  "items": items[:limit] if limit else items})
+
+            def _watch(self, namespace, labels, fields, query):
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+
+                def write(event):
+                    data = json.dumps(event).encode() + b"\n"
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+
+                try:
+                    since = int(query.get("resourceVersion") or 0)
+                    api.watch(write, namespace, labels, fields, since,
+                              float(query.get("timeoutSeconds") or 1800))
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+
+            def do_POST(self):
+                route = self._route()
+                if route is None:
+                    return
+                namespace, name, _, _ = route
+                if name:
+                    self._reply(405, status_object(405, "MethodNotAllowed", "method not allowed"))
+                    return
+                self._reply(*api.create(namespace, self._body()))
+
+            def do_DELETE(self):
+                route = self._route()
+                if route is None:
+                    return
+                namespace, name, _, query = route
+                body = self._body()
+                grace = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+                self._reply(*api.delete(namespace, name, None if grace is None else int(grace)))
+
+            def do_PUT(self):
+                route = self._route()
+                if route is None:
+                    return
+                namespace, name, status, _ = route
+                if not (name and status):
+                    self._reply(405, status_object(405, "MethodNotAllowed", "only the status subresource can be replaced"))
+                    return
+                self._reply(*api.replace_status(namespace, name, self._body()))
+
+        return Handler
+
+
+class Image:
+    """A container image's files on this host: /usr and chosen /etc entries of the host
+    (read-only) plus `files` (target path -> host path), copied once to a directory
+    every pod user can read (a "pull")."""
+
+    ETC = ["alternatives", "ca-certificates", "chromium.d", "fonts", "host.conf", "hosts",
+           "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "mime.types",
+           "nsswitch.conf", "ssl", "X11", "xdg"]
+
+    def __init__(self, files: dict[str, Path]):
+        self.dir = Path(tempfile.mkdtemp(prefix="fake-image-"))
+        os.chmod(self.dir, 0o755)
+        self.binds: list[tuple[Path, str]] = []
+        for index, (target, source) in enumerate(files.items()):
+            copy_to = self.dir / str(index)
+            if source.is_dir():
+                shutil.copytree(source, copy_to, symlinks=True)
+            else:
+                shutil.copy2(source, copy_to)
+            self.binds.append((copy_to, target))
+        (self.dir / "passwd").write_text("root:x:0:0::/root:/bin/sh\nkernel:x:1000:1000::/home/kernel:/bin/sh\n")
+        (self.dir / "group").write_text("root:x:0:\nkernel:x:1000:\n")
+        subprocess.run(["chmod", "-R", "a+rX", str(self.dir)], check=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Kubelet:
+    """One node: runs the pods the API server binds to it."""
+
+    _addresses = itertools.count(1)
+
+    def __init__(self, api: FakeApiServer, name: str, images: dict[str, Image], node_index: int,
+                 namespace: str):
+        self.api, self.name, self.images, self.index = api, name, images, node_index
+        self.namespace = namespace
+        self.stopping: set[tuple[str, str]] = set()
+        self.pods: dict[tuple[str, str], dict] = {}  # running pods: process, netns, dirs
+        self.lock = threading.Lock()
+        self.alive = True
+        self.dir = Path(tempfile.mkdtemp(prefix=f"fake-node-{name}-"))
+        os.chmod(self.dir, 0o755)
+        api.add_node(name)
+        self.thread = threading.Thread(target=self._sync_loop, daemon=True)
+        self.thread.start()
+
+    # The API as a client: the kubelet learns of its pods by polling its node's pods (a
+    # list with a field selector) and reports through the status subresource.
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        request = urllib.request.Request(
+            self.api.url + path, method=method, data=json.dumps(body).encode() if body else None,
+            headers={"authorization": f"Bearer {self.api.token}", "content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+    def _report(self, pod: dict, status: dict) -> None:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        for _ in range(5):
+            code, current = self._request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+            if code != 200:
+                return
+            current["status"] = {**current.get("status", {}), **status}
+            code, _ = self._request("PUT", f"/api/v1/namespaces/{namespace}/pods/{name}/status", current)
+            if code != 409:
+                return
+
+    def _sync_loop(self) -> None:
+        while self.alive:
+            code, listed = self._request(
+                "GET", f"/api/v1/namespaces/{self.namespace}/pods?fieldSelector=spec.nodeName%3D{self.name}")
+            if code == 200 and self.alive:
+                for pod in listed["items"]:
+                    self._sync(pod)
+            self._watch_processes()
+            time.sleep(0.1)
+
+    def _sync(self, pod: dict) -> None:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        with self.lock:
+            running = self.pods.get(key)
+        if "deletionTimestamp" in pod["metadata"]:
+            if running is None:
+                self.api.finalize(*key)
+            elif key not in self.stopping:
+                self.stopping.add(key)
+                grace = pod["metadata"].get("deletionGracePeriodSeconds", 30)
+                threading.Thread(target=self._stop, args=(key, grace), daemon=True).start()
+        elif running is None and pod["status"].get("phase") == "Pending":
+            self._start(key, pod)
+
+    def _watch_processes(self) -> None:
+        with self.lock:
+            running = list(self.pods.items())
+        for key, state in running:
+            code = state["process"].poll()
+            if code is not None and not state.get("reported_exit"):
+                state["reported_exit"] = True
+                self._report(state["pod"], {
+                    "phase": "Succeeded" if code == 0 else "Failed",
+                    "containerStatuses": [self._container_status(state["pod"], terminated={
+                        "exitCode": code if code >= 0 else 128 - code,
+                        "reason": "Completed" if code == 0 else "Error"})]})
+
+    @staticmethod
+    def _container_status(pod: dict, **state) -> dict:
+        container = pod["spec"]["containers"][0]
+        return {"name": container["name"], "image": container["image"], "imageID": "",
+                "ready": "running" in state, "restartCount": 0, "state": state}
+
+    def _start(self, key: tuple[str, str], pod: dict) -> None:
+        container = pod["spec"]["containers"][0]
+        image = self.images.get(container["image"])
+        if image is None:
+            self._report(pod, {"containerStatuses": [self._container_status(pod, waiting={
+                "reason": "ErrImagePull", "message": f"image {container['image']} not found"})]})
+            return
+        number = next(Kubelet._addresses)
+        # Unique across test runs on this host too (at most 15 characters for a link).
+        tag = f"{os.getpid() % 1000}x{number}"
+        netns = f"kp{tag}"
+        host_ip = f"10.244.{self.index}.{(number % 60) * 4 + 1}"
+        pod_ip = f"10.244.{self.index}.{(number % 60) * 4 + 2}"
+        pod_dir = self.dir / pod["metadata"]["uid"]
+        pod_dir.mkdir()
+        os.chmod(pod_dir, 0o755)
+        commands = [
+            ["ip", "netns", "add", netns],
+            ["ip", "link", "add", f"kvh{tag}", "type", "veth", "peer", "name", f"kvp{tag}"],
+            ["ip", "link", "set", f"kvp{tag}", "netns", netns],
+            ["ip", "addr", "add", f"{host_ip}/30", "dev", f"kvh{tag}"],
+            ["ip", "link", "set", f"kvh{tag}", "up"],
+            ["ip", "-n", netns, "addr", "add", f"{pod_ip}/30", "dev", f"kvp{tag}"],
+            ["ip", "-n", netns, "link", "set", f"kvp{tag}", "up"],
+            ["ip", "-n", netns, "link", "set", "lo", "up"],
+            ["ip", "-n", netns, "route", "add", "default", "via", host_ip],
+        ]
+        for command in commands:
+            subprocess.run(command, check=True, capture_output=True)
+        security = {**(pod["spec"].get("securityContext") or {}), **(container.get("securityContext") or {})}
+        uid, gid = security.get("runAsUser", 0), security.get("runAsGroup", security.get("runAsUser", 0))
+        argv = ["ip", "netns", "exec", netns,
+                "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--",
+                "bwrap", "--unshare-user", "--uid", str(uid), "--gid", str(gid),
+                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", pod["metadata"]["name"][:63],
+                "--new-session", "--proc", "/proc", "--dev", "/dev", "--ro-bind", "/usr", "/usr"]
+        for link, target in [("/bin", "usr/bin"), ("/sbin", "usr/sbin"), ("/lib", "usr/lib"), ("/lib64", "usr/lib64")]:
+            argv += ["--symlink", target, link]
+        for entry in Image.ETC:
+            if Path("/etc", entry).exists():
+                argv += ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
+        argv += ["--ro-bind", str(image.dir / "passwd"), "/etc/passwd",
+                 "--ro-bind", str(image.dir / "group"), "/etc/group"]
+        for source, target in image.binds:
+            argv += ["--ro-bind", str(source), target]
+        volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
+        for mount in container.get("volumeMounts") or []:
+            volume = volumes[mount["name"]]
+            if (volume.get("emptyDir") or {}).get("medium") == "Memory":
+                argv += ["--perms", "1777", "--tmpfs", mount["mountPath"]]
+            else:
+                host_dir = pod_dir / mount["name"]
+                host_dir.mkdir(exist_ok=True)
+                os.chown(host_dir, uid, gid)
+                argv += ["--bind", str(host_dir), mount["mountPath"]]
+        if security.get("readOnlyRootFilesystem"):
+            argv += ["--remount-ro", "/"]
+        argv += ["--", *(container.get("command") or []), *(container.get("args") or [])]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOSTNAME": pod["metadata"]["name"]}
+        env.update({var["name"]: var.get("value", "") for var in container.get("env") or []})
+        log = open(pod_dir / "container.log", "wb")
+        process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+        with self.lock:
+            self.pods[key] = {"process": process, "netns": netns, "dir": pod_dir, "pod": pod, "log": log}
+        self._report(pod, {
+            "phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "hostIP": host_ip,
+            "startTime": now(),
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+            "containerStatuses": [self._container_status(pod, running={"startedAt": now()})]})
+
+    def pod_processes(self, key: tuple[str, str]) -> set[int]:
+        """Every process of a running pod (bwrap and what it started)."""
+        with self.lock:
+            state = self.pods.get(key)
+        return descendants(state["process"].pid) | {state["process"].pid} if state else set()
+
+    def _stop(self, key: tuple[str, str], grace: float) -> None:
+        with self.lock:
+            state = self.pods.get(key)
+        if state is None:
+            return
+        process = state["process"]
+        # SIGTERM to the container's command (under bwrap's init in the pod's PID
+        # namespace), then SIGKILL to everything after the grace period.
+        for init in children(process.pid):
+            for pid in children(init):
+                signal_quietly(pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            for pid in descendants(process.pid) | {process.pid}:
+                signal_quietly(pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        self._clean(key)
+        self.stopping.discard(key)
+        self.api.finalize(*key)
+
+    def _clean(self, key: tuple[str, str]) -> None:
+        with self.lock:
+            state = self.pods.pop(key, None)
+        if state is None:
+            return
+        state["log"].close()
+        subprocess.run(["ip", "netns", "delete", state["netns"]], capture_output=True)
+        shutil.rmtree(state["dir"], ignore_errors=True)
+
+    def kill(self) -> None:
+        """The node is lost: its processes die now, and it reports nothing more."""
+        self.alive = False
+        self.thread.join(timeout=10)
+        with self.lock:
+            keys = list(self.pods)
+        for key in keys:
+            with self.lock:
+                process = self.pods[key]["process"]
+            for pid in descendants(process.pid) | {process.pid}:
+                signal_quietly(pid, signal.SIGKILL)
+            process.wait(timeout=10)
+            self._clean(key)
+        self.api.node_lost(self.name)
+
+    def close(self) -> None:
+        if self.alive:
+            self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def signal_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def children(parent: int) -> list[int]:
+    return process_tree().get(parent, [])
+
+
+def process_tree() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(parent, []).append(int(entry))
+    return tree
+
+
+def descendants(root: int) -> set[int]:
+    tree = process_tree()
+    found, queue = set(), [root]
+    while queue:
+        for child in tree.get(queue.pop(), []):
+            if child not in found:
+                found.add(child)
+                queue.append(child)
+    return found

@@ -1,0 +1,223 @@
+"""Browsers as Kubernetes pods (`--runtime kubernetes`), against the fake API server and
+two test kubelets of `fake_kubernetes.py` (no cluster can run on these machines): the
+control plane creates a pod per browser from deploy/kubernetes/browser-pod.yaml, a
+kubelet runs its agent in a network namespace of its own, and every call reaches the
+agent over TCP at the pod's IP."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kernel import BadRequestError, Kernel
+from playwright.sync_api import sync_playwright
+
+from extensions_kit import make_extension
+from fake_kubernetes import FakeApiServer, Image, Kubelet
+from harness import BIN_DIR, REPO, ControlPlane, wait_until
+
+NAMESPACE = "browsers"
+IMAGE = "browser-service/browser-vm:dev"
+TITLE = "served to a pod"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    api = FakeApiServer(token=secrets.token_hex(16))
+    image = Image({
+        "/opt/browser-agent/browser-agent": BIN_DIR / "browser-agent",
+        "/opt/browser-agent/node": REPO / "browser-agent" / "node",
+    })
+    nodes = [Kubelet(api, f"node-{index}", {IMAGE: image}, index, NAMESPACE) for index in (1, 2)]
+    yield api, nodes
+    for node in nodes:
+        node.close()
+    image.close()
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory, cluster):
+    api, _ = cluster
+    data = tmp_path_factory.mktemp("k8s") / "data"
+    data.mkdir(parents=True)
+    kubeconfig = api.kubeconfig(data.parent / "kubeconfig", NAMESPACE)
+    server = ControlPlane(data, extra_args=[
+        "--runtime", "kubernetes",
+        "--kubernetes-pod-template", str(REPO / "deploy" / "kubernetes" / "browser-pod.yaml"),
+        "--max-pooled-browsers", "4",
+    ], env={"KUBECONFIG": str(kubeconfig)}).start()
+    yield server
+    server.reap_everything()
+    # The control plane is gone: what it left running would outlive the test.
+    for pod in api.list(NAMESPACE, "", "")[0]:
+        api.delete(NAMESPACE, pod["metadata"]["name"], 0)
+
+
+@pytest.fixture(scope="module")
+def client(control_plane) -> Kernel:
+    return Kernel(api_key=control_plane.api_key, base_url=control_plane.base_url, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def page_server():
+    """A page on every address of this host: pods reach it through their veth."""
+    body = f"<!doctype html><title>{TITLE}</title><p id=p>hello pod</p>".encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def pod_of(api: FakeApiServer, session_id: str) -> dict | None:
+    return api.get(NAMESPACE, f"browser-{session_id}")
+
+
+def end_reason(control_plane, session_id: str) -> str | None:
+    with sqlite3.connect(control_plane.data_dir / "control-plane.db") as db:
+        row = db.execute("SELECT end_reason FROM browser_sessions WHERE id = ?", (session_id,)).fetchone()
+    return row[0] if row else None
+
+
+def uid_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise AssertionError(pid)
+
+
+def test_a_browser_is_a_pod_on_a_node_reached_over_the_network(cluster, control_plane, client, page_server):
+    api, nodes = cluster
+    browser = client.browsers.create(timeout_seconds=300)
+    pod = pod_of(api, browser.session_id)
+    assert pod is not None and pod["status"]["phase"] == "Running", pod
+    labels = pod["metadata"]["labels"]
+    assert labels["browser-service/session"] == browser.session_id
+    assert labels["app.kubernetes.io/managed-by"] == "browser-service"
+    container = pod["spec"]["containers"][0]
+    assert "--listen=0.0.0.0:50051" in container["args"]
+    assert pod["spec"]["restartPolicy"] == "Never"
+    node = next(node for node in nodes if node.name == pod["spec"]["nodeName"])
+    processes = node.pod_processes((NAMESPACE, pod["metadata"]["name"]))
+    agents = [pid for pid in processes if Path(f"/proc/{pid}/comm").read_text().strip() == "browser-agent"]
+    assert agents, processes
+    # The pod's user, in the pod's own network namespace, not this host's.
+    assert uid_of(agents[0]) == 1000
+    assert os.readlink(f"/proc/{agents[0]}/ns/net") != os.readlink("/proc/self/ns/net")
+
+    # Playwright over the browser's cdp_ws_url: the control plane tunnels to the pod.
+    url = f"http://{pod['status']['hostIP']}:{page_server}/"
+    with sync_playwright() as playwright:
+        remote = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
+        page = remote.contexts[0].pages[0] if remote.contexts[0].pages else remote.contexts[0].new_page()
+        page.goto(url)
+        assert page.title() == TITLE
+        assert page.inner_text("#p") == "hello pod"
+        remote.close()
+    # The computer controls and the filesystem reach the same agent.
+    shot = client.browsers.computer.capture_screenshot(browser.session_id)
+    assert shot.read()[:8] == b"\x89PNG\r\n\x1a\n"
+    client.browsers.fs.write_file(browser.session_id, contents=b"in a pod", path="/tmp/k8s.txt")
+    assert client.browsers.fs.read_file(browser.session_id, path="/tmp/k8s.txt").read() == b"in a pod"
+
+    client.browsers.delete_by_id(browser.session_id)
+    assert wait_until(lambda: pod_of(api, browser.session_id) is None, 20), pod_of(api, browser.session_id)
+    assert wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in processes), 10), [
+        pid for pid in processes if Path(f"/proc/{pid}").exists()]
+
+
+def test_extensions_and_settings_reach_the_pod_over_grpc(cluster, control_plane, client, page_server):
+    """The archive of an extension loaded at creation travels over the agent's gRPC
+    stream: the pod has no path of the control plane's host."""
+    api, _ = cluster
+    library = client.extensions.upload(file=("marker.zip", make_extension("in-pod")), name="in-pod")
+    browser = client.browsers.create(extensions=[{"name": "in-pod"}], viewport={"width": 1024, "height": 768},
+                                     timeout_seconds=300)
+    try:
+        pod = pod_of(api, browser.session_id)
+        args = pod["spec"]["containers"][0]["args"]
+        assert "--width=1024" in args and "--height=768" in args
+        assert not any(str(control_plane.data_dir) in arg or "--extension" in arg for arg in args), args
+        with sync_playwright() as playwright:
+            remote = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
+            page = remote.contexts[0].new_page()
+            page.goto(f"http://{pod['status']['hostIP']}:{page_server}/")
+            assert page.evaluate("document.documentElement.getAttribute('data-in-pod')") == "loaded"
+            assert page.evaluate("[screen.width, screen.height]") == [1024, 768]
+            remote.close()
+    finally:
+        client.browsers.delete_by_id(browser.session_id)
+        client.extensions.delete(library.id)
+
+
+def test_egress_rules_are_refused_with_a_reason(client):
+    with pytest.raises(BadRequestError) as refused:
+        # As a body field: the seed-era SDK has no `network` argument.
+        client.browsers.create(headless=True, extra_body={"network": {"allowed_hosts": ["example.com"]}})
+    assert "NetworkPolicy" in str(refused.value)
+
+
+def test_readyz_reports_the_pod_templates_protections(control_plane):
+    with urllib.request.urlopen(f"{control_plane.base_url}/readyz") as response:
+        report = json.loads(response.read())["isolation"]
+    assert report["sandboxed"] is True
+    enforced = " ".join(report["enforced"])
+    for protection in ("runAsNonRoot", "seccomp", "read-only root", "/dev/shm", "API token"):
+        assert protection in enforced, enforced
+    assert [item["protection"] for item in report["not_enforced"]] == [
+        "per-browser egress rules (network.allowed_hosts, proxies)"]
+
+
+def test_a_lost_node_ends_its_browsers_with_a_reason_and_pools_refill(cluster, control_plane, client):
+    api, nodes = cluster
+    pool = client.browser_pools.create(size=2, fill_rate_per_minute=6000, headless=True)
+
+    def pool_pods() -> list[dict]:
+        return [pod for pod in api.list(NAMESPACE, "", "")[0]
+                if pod["status"].get("phase") == "Running" and "deletionTimestamp" not in pod["metadata"]]
+
+    assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 2, 90)
+    browser = client.browsers.create(headless=True, timeout_seconds=300)
+    by_node: dict[str, list[str]] = {}
+    for pod in pool_pods():
+        by_node.setdefault(pod["spec"]["nodeName"], []).append(pod["metadata"]["labels"]["browser-service/session"])
+    # The scheduler spread them: both nodes run browsers.
+    assert len(by_node) == 2, by_node
+    lost = next(node for node in nodes if node.name == pod_of(api, browser.session_id)["spec"]["nodeName"])
+    lost_sessions = by_node[lost.name]
+
+    lost.kill()
+    for session_id in lost_sessions:
+        assert wait_until(lambda: end_reason(control_plane, session_id) is not None, 15), session_id
+        assert "NodeLost" in end_reason(control_plane, session_id), end_reason(control_plane, session_id)
+    # The pool is whole again, on the node that is left.
+    assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 2, 90), \
+        client.browser_pools.retrieve(pool.id)
+    assert {pod["spec"]["nodeName"] for pod in pool_pods()} == {node.name for node in nodes if node is not lost}
+    leased = client.browser_pools.acquire(pool.id, acquire_timeout_seconds=30)
+    with sync_playwright() as playwright:
+        remote = playwright.chromium.connect_over_cdp(leased.cdp_ws_url)
+        context = remote.contexts[0]
+        page = context.pages[0] if context.pages else context.new_page()
+        assert page.evaluate("1 + 1") == 2
+        remote.close()
+    client.browser_pools.delete(pool.id, force=True)
