@@ -11,7 +11,9 @@ import json
 import os
 import secrets
 import sqlite3
+import subprocess
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -22,10 +24,14 @@ from playwright.sync_api import sync_playwright
 from extensions_kit import make_extension
 from fake_kubernetes import FakeApiServer, Image, Kubelet
 from harness import BIN_DIR, REPO, ControlPlane, wait_until
+from sdk import on_browser
 
 NAMESPACE = "browsers"
 IMAGE = "browser-service/browser-vm:dev"
 TITLE = "served to a pod"
+# One address of this host that every pod reaches (through its veth and default route),
+# so that pages have one origin whichever node a browser runs on.
+PAGE_HOST = "10.244.0.1"
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +42,9 @@ def cluster(tmp_path_factory):
         "/opt/browser-agent/node": REPO / "browser-agent" / "node",
     })
     nodes = [Kubelet(api, f"node-{index}", {IMAGE: image}, index, NAMESPACE) for index in (1, 2)]
+    subprocess.run(["ip", "addr", "replace", f"{PAGE_HOST}/32", "dev", "lo"], check=True)
     yield api, nodes
+    subprocess.run(["ip", "addr", "del", f"{PAGE_HOST}/32", "dev", "lo"], check=False)
     for node in nodes:
         node.close()
     image.close()
@@ -125,7 +133,7 @@ def test_a_browser_is_a_pod_on_a_node_reached_over_the_network(cluster, control_
     assert os.readlink(f"/proc/{agents[0]}/ns/net") != os.readlink("/proc/self/ns/net")
 
     # Playwright over the browser's cdp_ws_url: the control plane tunnels to the pod.
-    url = f"http://{pod['status']['hostIP']}:{page_server}/"
+    url = f"http://{PAGE_HOST}:{page_server}/"
     with sync_playwright() as playwright:
         remote = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
         page = remote.contexts[0].pages[0] if remote.contexts[0].pages else remote.contexts[0].new_page()
@@ -160,13 +168,62 @@ def test_extensions_and_settings_reach_the_pod_over_grpc(cluster, control_plane,
         with sync_playwright() as playwright:
             remote = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
             page = remote.contexts[0].new_page()
-            page.goto(f"http://{pod['status']['hostIP']}:{page_server}/")
+            page.goto(f"http://{PAGE_HOST}:{page_server}/")
             assert page.evaluate("document.documentElement.getAttribute('data-in-pod')") == "loaded"
             assert page.evaluate("[screen.width, screen.height]") == [1024, 768]
             remote.close()
     finally:
         client.browsers.delete_by_id(browser.session_id)
         client.extensions.delete(library.id)
+
+
+def test_a_recording_in_a_pod_is_collected_over_grpc(cluster, client, tmp_path):
+    api, _ = cluster
+    browser = client.browsers.create(timeout_seconds=300)
+    try:
+        replay = client.browsers.replays.start(browser.session_id)
+        time.sleep(2)
+        client.browsers.replays.stop(replay.replay_id, **on_browser(browser.session_id))
+        video = tmp_path / "pod.mp4"
+        video.write_bytes(client.browsers.replays.download(replay.replay_id, **on_browser(browser.session_id)).read())
+        probe = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0",
+                                str(video)], check=True, capture_output=True, text=True)
+        assert 1.0 <= float(probe.stdout) <= 6.0, probe.stdout
+        # Started again and the browser ended with it running: collected before the pod
+        # goes, since nothing of a pod is on the control plane's host.
+        again = client.browsers.replays.start(browser.session_id)
+        time.sleep(1)
+    finally:
+        client.browsers.delete_by_id(browser.session_id)
+    assert wait_until(lambda: pod_of(api, browser.session_id) is None, 20)
+    last = {r.replay_id: r for r in client.browsers.replays.list(browser.session_id)}[again.replay_id]
+    assert last.finished_at is not None
+    kept = client.browsers.replays.download(again.replay_id, **on_browser(browser.session_id)).read()
+    assert kept[4:8] == b"ftyp", kept[:16]
+
+
+def test_a_profile_saved_from_one_pod_starts_the_next(client, page_server):
+    """The profile leaves a pod over the agent's export stream and enters the next over
+    its load stream."""
+    client.profiles.create(name="k8s-profile")
+
+    def on_page(session, script: str):
+        with sync_playwright() as playwright:
+            remote = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+            page = remote.contexts[0].new_page()
+            page.goto(f"http://{PAGE_HOST}:{page_server}/")
+            result = page.evaluate(script)
+            remote.close()
+        return result
+
+    first = client.browsers.create(headless=True, profile={"name": "k8s-profile", "save_changes": True})
+    on_page(first, "localStorage.setItem('where', 'saved in a pod')")
+    client.browsers.delete_by_id(first.session_id)
+    second = client.browsers.create(headless=True, profile={"name": "k8s-profile"})
+    try:
+        assert on_page(second, "localStorage.getItem('where')") == "saved in a pod"
+    finally:
+        client.browsers.delete_by_id(second.session_id)
 
 
 def test_egress_rules_are_refused_with_a_reason(client):
