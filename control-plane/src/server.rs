@@ -59,25 +59,39 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let mut browsers_dir = data_dir.join("browsers");
     let mut apps_dir = data_dir.join("apps");
     let mut agent_binary = agent_binary;
-    let sandbox = match config.isolation {
-        Isolation::Sandbox => {
-            let unsandboxable = |reason: String| {
-                anyhow::anyhow!(
+    let sandbox = match (config.isolation, config.runtime) {
+        (Isolation::Sandbox, runtime) => {
+            let placed = Sandbox::prepare(&config.vm_user).and_then(|sandbox| {
+                let placement = sandbox.place(&data_dir, &agent_binary, node_runtime.as_deref())?;
+                Ok((sandbox, placement))
+            });
+            match (placed, runtime) {
+                (Ok((sandbox, placement)), _) => {
+                    browsers_dir = placement.browsers_dir;
+                    apps_dir = placement.apps_dir;
+                    agent_binary = placement.agent_binary;
+                    node_runtime = placement.node_runtime;
+                    Some(sandbox)
+                }
+                (Err(reason), RuntimeKind::Local) => anyhow::bail!(
                     "browsers cannot be sandboxed on this host: {reason}. (--isolation none \
                      runs them without a sandbox: unsafe, for development only)"
-                )
-            };
-            let sandbox = Sandbox::prepare(&config.vm_user).map_err(unsandboxable)?;
-            let placement = sandbox
-                .place(&data_dir, &agent_binary, node_runtime.as_deref())
-                .map_err(unsandboxable)?;
-            browsers_dir = placement.browsers_dir;
-            apps_dir = placement.apps_dir;
-            agent_binary = placement.agent_binary;
-            node_runtime = placement.node_runtime;
-            Some(sandbox)
+                ),
+                // Browsers are pods; only apps' actions would run here, so they do not.
+                (Err(reason), RuntimeKind::Kubernetes) => {
+                    tracing::warn!(
+                        %reason,
+                        "apps cannot run on this control plane: their actions need a sandbox"
+                    );
+                    None
+                }
+            }
         }
-        Isolation::None => {
+        (Isolation::None, RuntimeKind::Kubernetes) => {
+            tracing::warn!("--isolation none: apps cannot run (their actions need a sandbox)");
+            None
+        }
+        (Isolation::None, RuntimeKind::Local) => {
             tracing::warn!(
                 "--isolation none: browsers run WITHOUT A SANDBOX, as this service's user on \
                  this host; pages can read its files and reach its network. Development only"
