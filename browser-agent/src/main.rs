@@ -63,6 +63,18 @@ struct Args {
     /// loopback network reaches the agent then.
     #[arg(long, env = "BROWSER_AGENT_LISTEN_SOCKET", conflicts_with = "listen")]
     listen_socket: Option<PathBuf>,
+    /// Serve gRPC over TLS with this certificate chain (PEM), for a control plane that
+    /// reaches the agent across a network (--listen); with --tls-key.
+    #[arg(
+        long,
+        env = "BROWSER_AGENT_TLS_CERT",
+        requires = "tls_key",
+        conflicts_with = "listen_socket"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "BROWSER_AGENT_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Once listening, the bound address (`host:port`, or `unix:<path>` for a socket) is
     /// written to this file (atomically).
     #[arg(long, env = "BROWSER_AGENT_ADDR_FILE")]
@@ -499,11 +511,20 @@ async fn serve(
         .max_decoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES)
         .max_encoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES);
     let check = authenticator.clone();
-    let served = tonic::transport::Server::builder().add_service(
-        tonic::service::interceptor::InterceptedService::new(server, move |request| {
-            check.check(request)
-        }),
-    );
+    let mut builder = tonic::transport::Server::builder();
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+        };
+        let identity = tonic::transport::Identity::from_pem(read(cert)?, read(key)?);
+        builder = builder
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .context("the TLS certificate or key is unusable")?;
+    }
+    let served = builder.add_service(tonic::service::interceptor::InterceptedService::new(
+        server,
+        move |request| check.check(request),
+    ));
     let served = match listener {
         Listener::Tcp(listener) => {
             served

@@ -176,6 +176,19 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_KUBERNETES_START_TIMEOUT_SECONDS", default_value_t = 120,
         value_parser = clap::value_parser!(u64).range(5..=3600))]
     pub kubernetes_start_timeout_seconds: u64,
+    /// The CA certificate (PEM) that signed the browser agents' TLS certificates: agents
+    /// in pods are then reached over TLS and must present a certificate for
+    /// --agent-tls-server-name (see deploy/kubernetes). Without it, gRPC to agents in pods
+    /// is not encrypted (the per-agent secret still authenticates every call).
+    #[arg(long, env = "CONTROL_PLANE_AGENT_TLS_CA")]
+    pub agent_tls_ca: Option<std::path::PathBuf>,
+    /// The name agents' certificates carry (a DNS subject alternative name).
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_AGENT_TLS_SERVER_NAME",
+        default_value = "browser-agent"
+    )]
+    pub agent_tls_server_name: String,
     /// The host user browser sandboxes run as when this service runs as root.
     #[arg(long, env = "CONTROL_PLANE_VM_USER", default_value = "browser-vm")]
     pub vm_user: String,

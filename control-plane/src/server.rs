@@ -168,8 +168,18 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 .kubernetes_pod_template
                 .as_deref()
                 .context("--runtime kubernetes needs --kubernetes-pod-template")?;
+            let tls = match &config.agent_tls_ca {
+                Some(path) => {
+                    let ca = std::fs::read(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    crate::agent::use_agent_tls(ca, &config.agent_tls_server_name);
+                    true
+                }
+                None => false,
+            };
             let runtime_config = KubernetesRuntimeConfig {
-                template: PodTemplate::load(template)?,
+                template: PodTemplate::load(template, tls)?,
+                tls,
                 agent_port: config.kubernetes_agent_port,
                 start_timeout: Duration::from_secs(config.kubernetes_start_timeout_seconds),
                 agent_idle_grace,

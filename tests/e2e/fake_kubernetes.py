@@ -103,6 +103,9 @@ class FakeApiServer:
         self.version = 0
         self.events: list[tuple[int, str, dict]] = []
         self.nodes: dict[str, dict] = {}  # name -> {"labels": {...}, "ready": bool}
+        # Secrets that pods mount, by (namespace, name): {key: bytes}. Set by the test
+        # (the runtime never reads or writes secrets).
+        self.secrets: dict[tuple[str, str], dict[str, bytes]] = {}
         self.requests: list[tuple[str, str]] = []
         self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.http.daemon_threads = True
@@ -437,7 +440,10 @@ class Kubelet:
                 "GET", f"/api/v1/namespaces/{self.namespace}/pods?fieldSelector=spec.nodeName%3D{self.name}")
             if code == 200 and self.alive:
                 for pod in listed["items"]:
-                    self._sync(pod)
+                    try:
+                        self._sync(pod)
+                    except Exception as error:  # noqa: BLE001 - a kubelet keeps going
+                        print(f"kubelet {self.name}: {pod['metadata']['name']}: {error!r}", flush=True)
             self._watch_processes()
             time.sleep(0.1)
 
@@ -488,7 +494,7 @@ class Kubelet:
         host_ip = f"10.244.{self.index}.{(number % 60) * 4 + 1}"
         pod_ip = f"10.244.{self.index}.{(number % 60) * 4 + 2}"
         pod_dir = self.dir / pod["metadata"]["uid"]
-        pod_dir.mkdir()
+        pod_dir.mkdir(exist_ok=True)
         os.chmod(pod_dir, 0o755)
         commands = [
             ["ip", "netns", "add", netns],
@@ -522,7 +528,21 @@ class Kubelet:
         volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
         for mount in container.get("volumeMounts") or []:
             volume = volumes[mount["name"]]
-            if (volume.get("emptyDir") or {}).get("medium") == "Memory":
+            if "secret" in volume:
+                name = volume["secret"]["secretName"]
+                data = self.api.secrets.get((key[0], name))
+                if data is None:
+                    self._clean_network(netns)
+                    self._report(pod, {"containerStatuses": [self._container_status(pod, waiting={
+                        "reason": "CreateContainerConfigError", "message": f'secret "{name}" not found'})]})
+                    return
+                host_dir = pod_dir / mount["name"]
+                host_dir.mkdir(exist_ok=True)
+                for file, content in data.items():
+                    (host_dir / file).write_bytes(content)
+                    os.chmod(host_dir / file, volume["secret"].get("defaultMode", 0o644))
+                argv += ["--ro-bind", str(host_dir), mount["mountPath"]]
+            elif (volume.get("emptyDir") or {}).get("medium") == "Memory":
                 argv += ["--perms", "1777", "--tmpfs", mount["mountPath"]]
             else:
                 host_dir = pod_dir / mount["name"]
@@ -578,8 +598,13 @@ class Kubelet:
         if state is None:
             return
         state["log"].close()
-        subprocess.run(["ip", "netns", "delete", state["netns"]], capture_output=True)
+        self._clean_network(state["netns"])
         shutil.rmtree(state["dir"], ignore_errors=True)
+
+    @staticmethod
+    def _clean_network(netns: str) -> None:
+        # The veth pair goes with the namespace.
+        subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
 
     def kill(self) -> None:
         """The node is lost: its processes die now, and it reports nothing more."""

@@ -10,7 +10,9 @@ import http.server
 import json
 import os
 import secrets
+import socket
 import sqlite3
+import ssl
 import subprocess
 import threading
 import time
@@ -34,9 +36,31 @@ TITLE = "served to a pod"
 PAGE_HOST = "10.244.0.1"
 
 
+def make_certificates(directory: Path) -> dict[str, Path]:
+    """A CA, and a certificate it signed for the name agents present (browser-agent)."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *curve, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=test agents CA")
+    openssl("req", *curve, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=browser-agent")
+    (directory / "san.ext").write_text("subjectAltName=DNS:browser-agent\n")
+    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "tls.crt", "-days", "2", "-extfile", "san.ext")
+    return {name: directory / name for name in ("ca.crt", "tls.crt", "tls.key")}
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def certificates(tmp_path_factory):
+    return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, certificates):
     api = FakeApiServer(token=secrets.token_hex(16))
+    # The Secret deploy/kubernetes/browser-pod.yaml mounts.
+    api.secrets[(NAMESPACE, "browser-agent-tls")] = {
+        name: certificates[name].read_bytes() for name in ("tls.crt", "tls.key")}
     image = Image({
         "/opt/browser-agent/browser-agent": BIN_DIR / "browser-agent",
         "/opt/browser-agent/node": REPO / "browser-agent" / "node",
@@ -52,7 +76,7 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def control_plane(tmp_path_factory, cluster):
+def control_plane(tmp_path_factory, cluster, certificates):
     api, _ = cluster
     data = tmp_path_factory.mktemp("k8s") / "data"
     data.mkdir(parents=True)
@@ -61,6 +85,7 @@ def control_plane(tmp_path_factory, cluster):
         "--runtime", "kubernetes",
         "--kubernetes-pod-template", str(REPO / "deploy" / "kubernetes" / "browser-pod.yaml"),
         "--max-pooled-browsers", "4",
+        "--agent-tls-ca", str(certificates["ca.crt"]),
     ], env={"KUBECONFIG": str(kubeconfig)}).start()
     yield server
     server.reap_everything()
@@ -113,7 +138,8 @@ def uid_of(pid: int) -> int:
     raise AssertionError(pid)
 
 
-def test_a_browser_is_a_pod_on_a_node_reached_over_the_network(cluster, control_plane, client, page_server):
+def test_a_browser_is_a_pod_on_a_node_reached_over_the_network(cluster, control_plane, client, page_server,
+                                                              certificates):
     api, nodes = cluster
     browser = client.browsers.create(timeout_seconds=300)
     pod = pod_of(api, browser.session_id)
@@ -131,6 +157,17 @@ def test_a_browser_is_a_pod_on_a_node_reached_over_the_network(cluster, control_
     # The pod's user, in the pod's own network namespace, not this host's.
     assert uid_of(agents[0]) == 1000
     assert os.readlink(f"/proc/{agents[0]}/ns/net") != os.readlink("/proc/self/ns/net")
+
+    # The agent speaks only TLS, with the certificate the operator gave it.
+    pod_ip = pod["status"]["podIP"]
+    trusting = ssl.create_default_context(cafile=str(certificates["ca.crt"]))
+    trusting.set_alpn_protocols(["h2"])
+    with socket.create_connection((pod_ip, 50051), timeout=5) as raw:
+        with trusting.wrap_socket(raw, server_hostname="browser-agent") as tls:
+            assert tls.selected_alpn_protocol() == "h2"
+    with socket.create_connection((pod_ip, 50051), timeout=5) as raw:
+        with pytest.raises(ssl.SSLCertVerificationError):
+            ssl.create_default_context().wrap_socket(raw, server_hostname="browser-agent")
 
     # Playwright over the browser's cdp_ws_url: the control plane tunnels to the pod.
     url = f"http://{PAGE_HOST}:{page_server}/"
@@ -238,7 +275,7 @@ def test_readyz_reports_the_pod_templates_protections(control_plane):
         report = json.loads(response.read())["isolation"]
     assert report["sandboxed"] is True
     enforced = " ".join(report["enforced"])
-    for protection in ("runAsNonRoot", "seccomp", "read-only root", "/dev/shm", "API token"):
+    for protection in ("runAsNonRoot", "seccomp", "read-only root", "/dev/shm", "API token", "TLS"):
         assert protection in enforced, enforced
     assert [item["protection"] for item in report["not_enforced"]] == [
         "per-browser egress rules (network.allowed_hosts, proxies)"]

@@ -130,6 +130,39 @@ fn unix_channel(socket: PathBuf) -> Result<Channel, AgentError> {
     )
 }
 
+/// How agents reached over `https://` endpoints prove who they are: the CA that signed
+/// their certificates and the name the certificates carry. Set once at start.
+static AGENT_TLS: std::sync::OnceLock<tonic::transport::ClientTlsConfig> =
+    std::sync::OnceLock::new();
+
+/// Verifies agents' certificates against `ca_pem` (PEM) and `server_name` from now on.
+pub fn use_agent_tls(ca_pem: Vec<u8>, server_name: &str) {
+    let config = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem))
+        .domain_name(server_name);
+    let _ = AGENT_TLS.set(config);
+}
+
+/// A TCP channel to an agent; `https://` endpoints over TLS.
+fn network_channel(endpoint: &str) -> Result<Channel, AgentError> {
+    let bad = |error: &dyn std::fmt::Display| {
+        AgentError::Unavailable(format!("bad agent endpoint: {error}"))
+    };
+    let mut channel = Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|error| bad(&error))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true);
+    if endpoint.starts_with("https://") {
+        let tls = AGENT_TLS.get().ok_or_else(|| {
+            AgentError::Unavailable("the agent speaks TLS but no agent CA is configured".into())
+        })?;
+        channel = channel
+            .tls_config(tls.clone())
+            .map_err(|error| bad(&error))?;
+    }
+    Ok(channel.connect_lazy())
+}
+
 /// A client for one agent. Cheap to clone; clones share the HTTP/2 connection.
 #[derive(Clone)]
 pub struct AgentClient {
@@ -141,11 +174,7 @@ impl AgentClient {
     pub fn new(location: &AgentLocation) -> Result<Self, AgentError> {
         let channel = match location.endpoint.strip_prefix(UNIX_ENDPOINT_PREFIX) {
             Some(socket) => unix_channel(PathBuf::from(socket))?,
-            None => Endpoint::from_shared(location.endpoint.clone())
-                .map_err(|error| AgentError::Unavailable(format!("bad agent endpoint: {error}")))?
-                .connect_timeout(CONNECT_TIMEOUT)
-                .tcp_nodelay(true)
-                .connect_lazy(),
+            None => network_channel(&location.endpoint)?,
         };
         let credential = MetadataValue::try_from(format!("Bearer {}", location.secret))
             .map_err(|_| AgentError::Internal("agent secret is not valid metadata".into()))?;

@@ -19,6 +19,11 @@ use crate::store::{PoolLease, SessionRecord, SessionStatus};
 
 /// How often the inactivity reaper looks.
 const REAPER_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the reaper also looks for VMs of no live session (a pod whose launcher died
+/// between creating it and recording it, say). A VM is a stray only if no live session
+/// owned it at this sweep or the one before, and it is older than this: a session that
+/// just ended keeps its VM while its recordings and profile are collected.
+const STRAY_SWEEP_INTERVAL: Duration = Duration::from_secs(300);
 /// How often this replica writes the activity it saw to the store, and looks for
 /// sessions of replicas that are gone.
 const SHARE_INTERVAL: Duration = Duration::from_secs(1);
@@ -147,9 +152,15 @@ impl Sessions {
     async fn run_inactivity_reaper(self: Arc<Self>) {
         let mut duty = self.replica.duty("inactivity-reaper");
         let mut tick = tokio::time::interval(REAPER_INTERVAL);
+        let mut last_sweep = tokio::time::Instant::now();
+        let mut live_at_last_sweep: Option<HashSet<String>> = None;
         loop {
             tick.tick().await;
             duty.held().await;
+            if last_sweep.elapsed() >= STRAY_SWEEP_INTERVAL {
+                last_sweep = tokio::time::Instant::now();
+                live_at_last_sweep = self.sweep_strays(live_at_last_sweep.take()).await;
+            }
             let (live, activity) = match (
                 self.store.live_sessions().await,
                 self.store.session_activity().await,
@@ -196,6 +207,23 @@ impl Sessions {
                 });
             }
         }
+    }
+
+    /// Reaps VMs that no session owned at this sweep or at the last one (`live_before`;
+    /// the first sweep only takes note), sparing young ones. Returns the live sessions.
+    async fn sweep_strays(&self, live_before: Option<HashSet<String>>) -> Option<HashSet<String>> {
+        let live: HashSet<String> = match self.store.live_sessions().await {
+            Ok(live) => live.into_iter().map(|session| session.id).collect(),
+            Err(error) => {
+                tracing::warn!(%error, "could not list sessions to reap stray VMs");
+                return live_before;
+            }
+        };
+        if let Some(before) = live_before {
+            let owned = live.union(&before).cloned().collect();
+            self.runtime.reap_strays(&owned, STRAY_SWEEP_INTERVAL).await;
+        }
+        Some(live)
     }
 
     /// Calls every running agent this replica serves periodically, so agents know their

@@ -34,6 +34,8 @@ pub struct KubernetesRuntimeConfig {
     pub template: PodTemplate,
     /// The port the agent listens on in its pod.
     pub agent_port: u16,
+    /// Agents serve TLS (the template gives them a certificate).
+    pub tls: bool,
     /// How long a pod may take to run (image pull, scheduling) before its launch fails.
     pub start_timeout: Duration,
     pub agent_idle_grace: Duration,
@@ -242,7 +244,7 @@ impl Runtime for KubernetesRuntime {
         let started = async {
             let ip = self.wait_for_running(&name).await?;
             let location = AgentLocation {
-                endpoint: pods::endpoint(&ip, self.config.agent_port),
+                endpoint: pods::endpoint(&ip, self.config.agent_port, self.config.tls),
                 secret,
                 pid: None,
                 // The VM's name in its runtime: its pod.

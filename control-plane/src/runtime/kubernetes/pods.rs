@@ -24,10 +24,11 @@ pub fn pod_name(session_id: &str) -> String {
 }
 
 /// The agent's gRPC endpoint at a pod IP (IPv6 in brackets).
-pub fn endpoint(ip: &str, port: u16) -> String {
+pub fn endpoint(ip: &str, port: u16, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
     match ip.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V6(v6)) => format!("http://[{v6}]:{port}"),
-        _ => format!("http://{ip}:{port}"),
+        Ok(std::net::IpAddr::V6(v6)) => format!("{scheme}://[{v6}]:{port}"),
+        _ => format!("{scheme}://{ip}:{port}"),
     }
 }
 
@@ -245,7 +246,7 @@ mod tests {
 
     #[test]
     fn endpoints_bracket_ipv6() {
-        assert_eq!(endpoint("10.0.0.7", 50051), "http://10.0.0.7:50051");
-        assert_eq!(endpoint("fd00::7", 50051), "http://[fd00::7]:50051");
+        assert_eq!(endpoint("10.0.0.7", 50051, false), "http://10.0.0.7:50051");
+        assert_eq!(endpoint("fd00::7", 50051, true), "https://[fd00::7]:50051");
     }
 }

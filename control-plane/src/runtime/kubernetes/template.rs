@@ -20,19 +20,22 @@ pub struct PodTemplate {
     pod: Pod,
     /// Index of the agent's container in `spec.containers`.
     agent: usize,
+    /// The control plane reaches agents over TLS.
+    tls: bool,
 }
 
 impl PodTemplate {
-    /// Reads a Pod manifest (YAML or JSON) and checks that it can hold a browser VM.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
+    /// Reads a Pod manifest (YAML or JSON) and checks that it can hold a browser VM whose
+    /// agent serves TLS when `tls`.
+    pub fn load(path: &Path, tls: bool) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .map_err(|error| anyhow::anyhow!("reading {}: {error}", path.display()))?;
         let pod: Pod = serde_yaml_ng::from_str(&text)
             .map_err(|error| anyhow::anyhow!("{} is not a Pod: {error}", path.display()))?;
-        Self::new(pod)
+        Self::new(pod, tls)
     }
 
-    pub fn new(pod: Pod) -> anyhow::Result<Self> {
+    pub fn new(pod: Pod, tls: bool) -> anyhow::Result<Self> {
         let spec = pod
             .spec
             .as_ref()
@@ -47,11 +50,34 @@ impl PodTemplate {
                     "the pod template needs one container, or one named {AGENT_CONTAINER:?}"
                 )
             })?;
+        let container = &spec.containers[agent];
         anyhow::ensure!(
-            spec.containers[agent].image.is_some(),
+            container.image.is_some(),
             "the pod template's agent container has no image"
         );
-        Ok(Self { pod, agent })
+        let has_certificate = container
+            .args
+            .iter()
+            .flatten()
+            .any(|arg| arg.starts_with("--tls-cert"))
+            || container
+                .env
+                .iter()
+                .flatten()
+                .any(|var| var.name == "BROWSER_AGENT_TLS_CERT");
+        anyhow::ensure!(
+            has_certificate == tls,
+            "{}",
+            match tls {
+                true =>
+                    "--agent-tls-ca is set, but the pod template gives the agent no \
+                         certificate (--tls-cert and --tls-key in its args)",
+                false =>
+                    "the pod template gives the agent a certificate (--tls-cert): set \
+                          --agent-tls-ca to the CA that signed it",
+            }
+        );
+        Ok(Self { pod, agent, tls })
     }
 
     /// The pod of one browser VM: the template with the session's name and labels, its
@@ -166,6 +192,17 @@ impl PodTemplate {
                     reason: "the pod template does not set it".to_owned(),
                 }),
             }
+        }
+        let encrypted = "gRPC between the control plane and agents is encrypted (TLS, \
+                         certificates checked against --agent-tls-ca)";
+        match self.tls {
+            true => enforced.push(encrypted.to_owned()),
+            false => not_enforced.push(Unenforced {
+                protection: encrypted.to_owned(),
+                reason: "--agent-tls-ca is not set: calls to agents travel in clear inside \
+                         the cluster (each still authenticated by its agent's secret)"
+                    .to_owned(),
+            }),
         }
         not_enforced.push(Unenforced {
             protection: "per-browser egress rules (network.allowed_hosts, proxies)".to_owned(),
@@ -287,6 +324,7 @@ spec:
         KubernetesRuntimeConfig {
             template,
             agent_port: 50051,
+            tls: false,
             start_timeout: std::time::Duration::from_secs(60),
             agent_idle_grace: std::time::Duration::from_secs(300),
             zip_limits: crate::runtime::ZipLimits {
@@ -303,7 +341,7 @@ spec:
 
     #[test]
     fn a_browser_pod_is_the_template_with_the_session_in_it() {
-        let template = PodTemplate::new(serde_yaml_ng::from_str(TEMPLATE).unwrap()).unwrap();
+        let template = PodTemplate::new(serde_yaml_ng::from_str(TEMPLATE).unwrap(), false).unwrap();
         let config = config(template.clone());
         let pod = template.pod_for(&spec(), "s3cret", &config);
         assert_eq!(pod.metadata.name.as_deref(), Some("browser-abc123"));
@@ -334,7 +372,7 @@ spec:
 
     #[test]
     fn the_report_names_what_the_template_leaves_out() {
-        let template = PodTemplate::new(serde_yaml_ng::from_str(TEMPLATE).unwrap()).unwrap();
+        let template = PodTemplate::new(serde_yaml_ng::from_str(TEMPLATE).unwrap(), false).unwrap();
         let report = template.isolation_report();
         assert!(report.sandboxed);
         let missing: Vec<_> = report
@@ -342,14 +380,15 @@ spec:
             .iter()
             .map(|item| item.protection.as_str())
             .collect();
-        assert_eq!(missing.len(), 1, "{missing:?}");
-        assert!(missing[0].contains("egress rules"));
+        assert_eq!(missing.len(), 2, "{missing:?}");
+        assert!(missing[0].contains("TLS"));
+        assert!(missing[1].contains("egress rules"));
 
         let mut loose: Pod = serde_yaml_ng::from_str(TEMPLATE).unwrap();
         let spec = loose.spec.as_mut().unwrap();
         spec.security_context = None;
         spec.automount_service_account_token = None;
-        let report = PodTemplate::new(loose).unwrap().isolation_report();
+        let report = PodTemplate::new(loose, false).unwrap().isolation_report();
         assert!(!report.sandboxed);
         let missing: Vec<_> = report
             .not_enforced
@@ -362,6 +401,26 @@ spec:
     }
 
     #[test]
+    fn tls_needs_a_certificate_in_the_template_and_the_other_way_round() {
+        let plain: Pod = serde_yaml_ng::from_str(TEMPLATE).unwrap();
+        assert!(PodTemplate::new(plain.clone(), true).is_err());
+        let mut with_certificate = plain;
+        with_certificate.spec.as_mut().unwrap().containers[0]
+            .args
+            .as_mut()
+            .unwrap()
+            .extend([
+                "--tls-cert=/tls/tls.crt".into(),
+                "--tls-key=/tls/tls.key".into(),
+            ]);
+        assert!(PodTemplate::new(with_certificate.clone(), false).is_err());
+        let report = PodTemplate::new(with_certificate, true)
+            .unwrap()
+            .isolation_report();
+        assert!(report.enforced.iter().any(|item| item.contains("TLS")));
+    }
+
+    #[test]
     fn a_template_without_an_agent_container_is_refused() {
         let mut pod: Pod = serde_yaml_ng::from_str(TEMPLATE).unwrap();
         let spec = pod.spec.as_mut().unwrap();
@@ -369,6 +428,6 @@ spec:
         second.name = "sidecar".into();
         spec.containers[0].name = "other".into();
         spec.containers.push(second);
-        assert!(PodTemplate::new(pod).is_err());
+        assert!(PodTemplate::new(pod, false).is_err());
     }
 }
