@@ -6,12 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use browser_agent_proto::AUTHORIZATION_METADATA;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
 
 #[derive(Clone)]
 pub struct Authenticator {
-    expected: Arc<Vec<u8>>,
+    /// SHA-256 of the secret: the agent may be given only that (`from_sha256`).
+    expected: Arc<[u8; 32]>,
     /// Monotonic, so a wall-clock jump (NTP step, VM resume) cannot stop live browsers.
     started: Instant,
     /// Milliseconds after `started` of the last authenticated call.
@@ -20,8 +22,18 @@ pub struct Authenticator {
 
 impl Authenticator {
     pub fn new(secret: &str) -> Self {
+        Self::expecting(Sha256::digest(secret.as_bytes()).into())
+    }
+
+    /// Expects the secret whose SHA-256 is `digest` (hex); `None` if it is not one.
+    pub fn from_sha256(digest: &str) -> Option<Self> {
+        let bytes: [u8; 32] = hex::decode(digest.trim()).ok()?.try_into().ok()?;
+        Some(Self::expecting(bytes))
+    }
+
+    fn expecting(digest: [u8; 32]) -> Self {
         Self {
-            expected: Arc::new(format!("Bearer {secret}").into_bytes()),
+            expected: Arc::new(digest),
             started: Instant::now(),
             last_contact_ms: Arc::new(AtomicU64::new(0)),
         }
@@ -39,12 +51,48 @@ impl Authenticator {
             .get(AUTHORIZATION_METADATA)
             .map(|value| value.as_bytes())
             .unwrap_or_default();
-        if bool::from(presented.ct_eq(self.expected.as_slice())) {
+        let secret = presented.strip_prefix(b"Bearer ").unwrap_or_default();
+        let digest: [u8; 32] = Sha256::digest(secret).into();
+        if !secret.is_empty() && bool::from(digest.ct_eq(self.expected.as_ref())) {
             let now = self.started.elapsed().as_millis() as u64;
             self.last_contact_ms.store(now, Ordering::Relaxed);
             Ok(request)
         } else {
             Err(Status::unauthenticated("missing or wrong agent credential"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn presenting(credential: &str) -> Request<()> {
+        let mut request = Request::new(());
+        request
+            .metadata_mut()
+            .insert(AUTHORIZATION_METADATA, credential.parse().unwrap());
+        request
+    }
+
+    #[test]
+    fn the_secret_or_its_digest_admits_exactly_the_secret() {
+        let digest = hex::encode(Sha256::digest(b"s3cret"));
+        for authenticator in [
+            Authenticator::new("s3cret"),
+            Authenticator::from_sha256(&digest).unwrap(),
+        ] {
+            assert!(authenticator.check(presenting("Bearer s3cret")).is_ok());
+            for wrong in [
+                "Bearer s3cre",
+                "s3cret",
+                "Bearer ",
+                &format!("Bearer {digest}"),
+            ] {
+                assert!(authenticator.check(presenting(wrong)).is_err(), "{wrong}");
+            }
+            assert!(authenticator.check(Request::new(())).is_err());
+        }
+        assert!(Authenticator::from_sha256("abc").is_none());
     }
 }

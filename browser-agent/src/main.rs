@@ -81,8 +81,18 @@ struct Args {
     addr_file: Option<PathBuf>,
     /// The credential every gRPC call must present. Read from the environment so it does
     /// not show in the process list.
-    #[arg(long, env = "BROWSER_AGENT_SECRET", hide_env_values = true)]
-    secret: String,
+    #[arg(
+        long,
+        env = "BROWSER_AGENT_SECRET",
+        hide_env_values = true,
+        required_unless_present = "secret_sha256",
+        conflicts_with = "secret_sha256"
+    )]
+    secret: Option<String>,
+    /// Instead of the secret, its SHA-256 (hex): what a pod spec, readable by whoever may
+    /// read pods, can carry without giving the browser away.
+    #[arg(long, env = "BROWSER_AGENT_SECRET_SHA256")]
+    secret_sha256: Option<String>,
     #[arg(long, default_value_t = 1920)]
     width: u32,
     #[arg(long, default_value_t = 1080)]
@@ -337,7 +347,12 @@ async fn serve(
     screen: std::sync::Arc<screen::Screen>,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    let authenticator = auth::Authenticator::new(&args.secret);
+    let authenticator = match (&args.secret, &args.secret_sha256) {
+        (Some(secret), _) => auth::Authenticator::new(secret),
+        (None, Some(digest)) => auth::Authenticator::from_sha256(digest)
+            .context("--secret-sha256 must be 64 hexadecimal digits")?,
+        (None, None) => anyhow::bail!("give --secret or --secret-sha256"),
+    };
     let (state_tx, state_rx) = watch::channel(BrowserState::initial());
 
     // Listen first, so the control plane can connect while the browser starts.

@@ -17,7 +17,10 @@ bubblewrap mount namespace made from the "image" (this host's /usr, read-only, p
 image's files) and the pod's emptyDir volumes (memory-backed when asked). It reports the
 phase, the pod IP and the container's state through the status subresource. It does not
 apply seccomp profiles or resource limits. `kill()` is a node lost: its processes die at
-once and its pods are marked Failed with reason NodeLost, as the node controller does.
+once; as Kubernetes' node lifecycle controller does, its pods are marked not ready, then
+evicted once their toleration of `node.kubernetes.io/unreachable` runs out (300 s unless
+the pod says otherwise): deleted, with a `DisruptionTarget` condition, and Terminating
+until deleted without grace, since no kubelet will confirm it.
 """
 
 from __future__ import annotations
@@ -107,6 +110,8 @@ class FakeApiServer:
         # (the runtime never reads or writes secrets).
         self.secrets: dict[tuple[str, str], dict[str, bytes]] = {}
         self.requests: list[tuple[str, str]] = []
+        # Watches from a version below this get 410 Gone (see `expire_watches`).
+        self.expired_before = 0
         self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.http.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
@@ -187,9 +192,8 @@ class FakeApiServer:
             pod = self.pods.get((namespace, name))
             if pod is None:
                 return 404, status_object(404, "NotFound", f'pods "{name}" not found')
-            node = self.nodes.get(pod["spec"].get("nodeName", ""))
-            if node is None or not node["ready"] or grace == 0:
-                # No kubelet will stop it: gone at once (as a force delete).
+            if not pod["spec"].get("nodeName") or grace == 0:
+                # Never scheduled, or deleted without grace: gone at once.
                 del self.pods[(namespace, name)]
                 self._record("DELETED", pod)
             elif "deletionTimestamp" not in pod["metadata"]:
@@ -223,32 +227,80 @@ class FakeApiServer:
                                 "ready": True}
 
     def node_lost(self, name: str) -> None:
-        """The node controller: a node stopped reporting; its pods fail."""
+        """The node lifecycle controller: a node stopped reporting. Its pods are marked
+        not ready, and evicted when their toleration of an unreachable node runs out."""
         with self.lock:
             self.nodes[name]["ready"] = False
             for pod in self.pods.values():
-                if pod["spec"].get("nodeName") == name and pod["status"].get("phase") not in ("Failed", "Succeeded"):
-                    pod["status"].update(phase="Failed", reason="NodeLost",
-                                         message=f"Node {name} which was running pod {pod['metadata']['name']} is unresponsive")
-                    self._record("MODIFIED", pod)
+                if pod["spec"].get("nodeName") != name:
+                    continue
+                for condition in pod["status"].get("conditions", []):
+                    if condition["type"] == "Ready":
+                        condition.update(status="False", reason="NodeNotReady")
+                self._record("MODIFIED", pod)
+                after = next((toleration.get("tolerationSeconds", 300)
+                              for toleration in pod["spec"].get("tolerations") or []
+                              if toleration.get("key") == "node.kubernetes.io/unreachable"), 300)
+                key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+                timer = threading.Timer(after, self._evict, args=key)
+                timer.daemon = True
+                timer.start()
+
+    def _evict(self, namespace: str, name: str) -> None:
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None or "deletionTimestamp" in pod["metadata"]:
+                return
+            pod["metadata"]["deletionTimestamp"] = now()
+            pod["metadata"]["deletionGracePeriodSeconds"] = 30
+            pod["status"].setdefault("conditions", []).append({
+                "type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint"})
+            self._record("MODIFIED", pod)
+
+    def expire_watches(self) -> None:
+        """Compacts the history: open watches end with 410 Gone, as after an etcd
+        compaction, and must list again."""
+        with self.lock:
+            self.events.clear()
+            # A revision of its own (as a compaction is), which lists return from now on.
+            self.version += 1
+            self.expired_before = self.version
+            self.lock.notify_all()
 
     def watch(self, write, namespace: str, labels: str, fields: str, since: int, timeout: float) -> None:
+        """Streams the changes after `since`; from 0, the current pods first (as ADDED).
+        A watch whose next change is no longer kept gets 410 Gone."""
+        def wanted(pod: dict) -> bool:
+            return pod["metadata"]["namespace"] == namespace and matches_labels(pod, labels) \
+                and matches_fields(pod, fields)
+
         deadline = time.monotonic() + timeout
         with self.lock:
-            if self.events and since < self.events[0][0] - 1 and since != 0:
-                write({"type": "ERROR", "object": status_object(410, "Expired", f"too old resource version: {since}")})
-                return
-        position = since
+            position = since
+            if since == 0:
+                position = self.version
+                current = [copy.deepcopy(pod) for pod in self.pods.values() if wanted(pod)]
+        if since == 0:
+            for pod in current:
+                write({"type": "ADDED", "object": pod})
+        expired = {"type": "ERROR", "object": status_object(410, "Expired", f"too old resource version: {since}")}
         while time.monotonic() < deadline:
             with self.lock:
-                pending = [event for event in self.events if event[0] > position]
-                if not pending:
-                    self.lock.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
-                    continue
+                oldest = self.events[0][0] if self.events else self.version + 1
+                if position + 1 < oldest or position < self.expired_before:
+                    pending = None
+                else:
+                    pending = [event for event in self.events if event[0] > position]
+                    if not pending:
+                        self.lock.wait(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+                        continue
+            if pending is None:
+                write(expired)
+                return
             for version, kind, pod in pending:
                 position = version
-                if pod["metadata"]["namespace"] == namespace and matches_labels(pod, labels) \
-                        and matches_fields(pod, fields):
+                if wanted(pod):
                     write({"type": kind, "object": pod})
 
     def _handler(self):
@@ -401,6 +453,10 @@ class Kubelet:
         self.api, self.name, self.images, self.index = api, name, images, node_index
         self.namespace = namespace
         self.stopping: set[tuple[str, str]] = set()
+        # Pod addresses: /30 blocks of 10.244.<node index>.0/24.
+        self.free_slots = list(range(64))
+        self.waiting: dict[tuple[str, str], str] = {}
+        self.retry_at: dict[tuple[str, str], float] = {}
         self.pods: dict[tuple[str, str], dict] = {}  # running pods: process, netns, dirs
         self.lock = threading.Lock()
         self.alive = True
@@ -480,85 +536,107 @@ class Kubelet:
         return {"name": container["name"], "image": container["image"], "imageID": "",
                 "ready": "running" in state, "restartCount": 0, "state": state}
 
+    def _waiting(self, key: tuple[str, str], pod: dict, reason: str, message: str) -> None:
+        """Reports why a pod's container is not running (once per reason), and tries
+        again in a second at the earliest."""
+        self.retry_at[key] = time.monotonic() + 1
+        if self.waiting.get(key) != reason:
+            self.waiting[key] = reason
+            self._report(pod, {"containerStatuses": [self._container_status(
+                pod, waiting={"reason": reason, "message": message})]})
+
     def _start(self, key: tuple[str, str], pod: dict) -> None:
+        if time.monotonic() < self.retry_at.get(key, 0):
+            return
         container = pod["spec"]["containers"][0]
         image = self.images.get(container["image"])
         if image is None:
-            self._report(pod, {"containerStatuses": [self._container_status(pod, waiting={
-                "reason": "ErrImagePull", "message": f"image {container['image']} not found"})]})
+            self._waiting(key, pod, "ErrImagePull", f"image {container['image']} not found")
             return
+        for volume in pod["spec"].get("volumes") or []:
+            name = (volume.get("secret") or {}).get("secretName")
+            if name and (key[0], name) not in self.api.secrets:
+                self._waiting(key, pod, "CreateContainerConfigError", f'secret "{name}" not found')
+                return
+        if not self.free_slots:
+            self._waiting(key, pod, "NetworkNotReady", "no pod address left on this node")
+            return
+        slot = self.free_slots.pop(0)
         number = next(Kubelet._addresses)
         # Unique across test runs on this host too (at most 15 characters for a link).
         tag = f"{os.getpid() % 1000}x{number}"
         netns = f"kp{tag}"
-        host_ip = f"10.244.{self.index}.{(number % 60) * 4 + 1}"
-        pod_ip = f"10.244.{self.index}.{(number % 60) * 4 + 2}"
+        host_ip = f"10.244.{self.index}.{slot * 4 + 1}"
+        pod_ip = f"10.244.{self.index}.{slot * 4 + 2}"
         pod_dir = self.dir / pod["metadata"]["uid"]
         pod_dir.mkdir(exist_ok=True)
         os.chmod(pod_dir, 0o755)
-        commands = [
-            ["ip", "netns", "add", netns],
-            ["ip", "link", "add", f"kvh{tag}", "type", "veth", "peer", "name", f"kvp{tag}"],
-            ["ip", "link", "set", f"kvp{tag}", "netns", netns],
-            ["ip", "addr", "add", f"{host_ip}/30", "dev", f"kvh{tag}"],
-            ["ip", "link", "set", f"kvh{tag}", "up"],
-            ["ip", "-n", netns, "addr", "add", f"{pod_ip}/30", "dev", f"kvp{tag}"],
-            ["ip", "-n", netns, "link", "set", f"kvp{tag}", "up"],
-            ["ip", "-n", netns, "link", "set", "lo", "up"],
-            ["ip", "-n", netns, "route", "add", "default", "via", host_ip],
-        ]
-        for command in commands:
-            subprocess.run(command, check=True, capture_output=True)
-        security = {**(pod["spec"].get("securityContext") or {}), **(container.get("securityContext") or {})}
-        uid, gid = security.get("runAsUser", 0), security.get("runAsGroup", security.get("runAsUser", 0))
-        argv = ["ip", "netns", "exec", netns,
-                "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--",
-                "bwrap", "--unshare-user", "--uid", str(uid), "--gid", str(gid),
-                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", pod["metadata"]["name"][:63],
-                "--new-session", "--proc", "/proc", "--dev", "/dev", "--ro-bind", "/usr", "/usr"]
-        for link, target in [("/bin", "usr/bin"), ("/sbin", "usr/sbin"), ("/lib", "usr/lib"), ("/lib64", "usr/lib64")]:
-            argv += ["--symlink", target, link]
-        for entry in Image.ETC:
-            if Path("/etc", entry).exists():
-                argv += ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
-        argv += ["--ro-bind", str(image.dir / "passwd"), "/etc/passwd",
-                 "--ro-bind", str(image.dir / "group"), "/etc/group"]
-        for source, target in image.binds:
-            argv += ["--ro-bind", str(source), target]
-        volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
-        for mount in container.get("volumeMounts") or []:
-            volume = volumes[mount["name"]]
-            if "secret" in volume:
-                name = volume["secret"]["secretName"]
-                data = self.api.secrets.get((key[0], name))
-                if data is None:
-                    self._clean_network(netns)
-                    self._report(pod, {"containerStatuses": [self._container_status(pod, waiting={
-                        "reason": "CreateContainerConfigError", "message": f'secret "{name}" not found'})]})
-                    return
-                host_dir = pod_dir / mount["name"]
-                host_dir.mkdir(exist_ok=True)
-                for file, content in data.items():
-                    (host_dir / file).write_bytes(content)
-                    os.chmod(host_dir / file, volume["secret"].get("defaultMode", 0o644))
-                argv += ["--ro-bind", str(host_dir), mount["mountPath"]]
-            elif (volume.get("emptyDir") or {}).get("medium") == "Memory":
-                argv += ["--perms", "1777", "--tmpfs", mount["mountPath"]]
-            else:
-                host_dir = pod_dir / mount["name"]
-                host_dir.mkdir(exist_ok=True)
-                os.chown(host_dir, uid, gid)
-                argv += ["--bind", str(host_dir), mount["mountPath"]]
-        if security.get("readOnlyRootFilesystem"):
-            argv += ["--remount-ro", "/"]
-        argv += ["--", *(container.get("command") or []), *(container.get("args") or [])]
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOSTNAME": pod["metadata"]["name"]}
-        env.update({var["name"]: var.get("value", "") for var in container.get("env") or []})
-        log = open(pod_dir / "container.log", "wb")
-        process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+        try:
+            for command in [
+                ["ip", "netns", "add", netns],
+                ["ip", "link", "add", f"kvh{tag}", "type", "veth", "peer", "name", f"kvp{tag}"],
+                ["ip", "link", "set", f"kvp{tag}", "netns", netns],
+                ["ip", "addr", "add", f"{host_ip}/30", "dev", f"kvh{tag}"],
+                ["ip", "link", "set", f"kvh{tag}", "up"],
+                ["ip", "-n", netns, "addr", "add", f"{pod_ip}/30", "dev", f"kvp{tag}"],
+                ["ip", "-n", netns, "link", "set", f"kvp{tag}", "up"],
+                ["ip", "-n", netns, "link", "set", "lo", "up"],
+                ["ip", "-n", netns, "route", "add", "default", "via", host_ip],
+            ]:
+                subprocess.run(command, check=True, capture_output=True)
+            security = {**(pod["spec"].get("securityContext") or {}), **(container.get("securityContext") or {})}
+            uid, gid = security.get("runAsUser", 0), security.get("runAsGroup", security.get("runAsUser", 0))
+            argv = ["ip", "netns", "exec", netns,
+                    "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--",
+                    "bwrap", "--unshare-user", "--uid", str(uid), "--gid", str(gid),
+                    "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", pod["metadata"]["name"][:63],
+                    "--new-session", "--proc", "/proc", "--dev", "/dev", "--ro-bind", "/usr", "/usr"]
+            for link, target in [("/bin", "usr/bin"), ("/sbin", "usr/sbin"), ("/lib", "usr/lib"), ("/lib64", "usr/lib64")]:
+                argv += ["--symlink", target, link]
+            for entry in Image.ETC:
+                if Path("/etc", entry).exists():
+                    argv += ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
+            argv += ["--ro-bind", str(image.dir / "passwd"), "/etc/passwd",
+                     "--ro-bind", str(image.dir / "group"), "/etc/group"]
+            for source, target in image.binds:
+                argv += ["--ro-bind", str(source), target]
+            volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
+            for mount in container.get("volumeMounts") or []:
+                volume = volumes[mount["name"]]
+                if "secret" in volume:
+                    data = self.api.secrets[(key[0], volume["secret"]["secretName"])]
+                    host_dir = pod_dir / mount["name"]
+                    host_dir.mkdir(exist_ok=True)
+                    items = volume["secret"].get("items") or [{"key": name, "path": name} for name in data]
+                    for item in items:
+                        (host_dir / item["path"]).write_bytes(data[item["key"]])
+                        os.chmod(host_dir / item["path"], volume["secret"].get("defaultMode", 0o644))
+                    argv += ["--ro-bind", str(host_dir), mount["mountPath"]]
+                elif (volume.get("emptyDir") or {}).get("medium") == "Memory":
+                    argv += ["--perms", "1777", "--tmpfs", mount["mountPath"]]
+                else:
+                    host_dir = pod_dir / mount["name"]
+                    host_dir.mkdir(exist_ok=True)
+                    os.chown(host_dir, uid, gid)
+                    argv += ["--bind", str(host_dir), mount["mountPath"]]
+            if security.get("readOnlyRootFilesystem"):
+                argv += ["--remount-ro", "/"]
+            argv += ["--", *(container.get("command") or []), *(container.get("args") or [])]
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOSTNAME": pod["metadata"]["name"]}
+            env.update({var["name"]: var.get("value", "") for var in container.get("env") or []})
+            log = open(pod_dir / "container.log", "wb")
+            process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+        except (OSError, subprocess.CalledProcessError, KeyError) as error:
+            self._clean_network(netns)
+            shutil.rmtree(pod_dir, ignore_errors=True)
+            self.free_slots.append(slot)
+            self._waiting(key, pod, "CreateContainerError", repr(error))
+            return
         with self.lock:
-            self.pods[key] = {"process": process, "netns": netns, "dir": pod_dir, "pod": pod, "log": log}
+            self.pods[key] = {"process": process, "netns": netns, "dir": pod_dir, "pod": pod,
+                              "log": log, "slot": slot}
+        self.waiting.pop(key, None)
         self._report(pod, {
             "phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "hostIP": host_ip,
             "startTime": now(),
@@ -600,6 +678,7 @@ class Kubelet:
         state["log"].close()
         self._clean_network(state["netns"])
         shutil.rmtree(state["dir"], ignore_errors=True)
+        self.free_slots.append(state["slot"])
 
     @staticmethod
     def _clean_network(netns: str) -> None:
@@ -614,7 +693,10 @@ class Kubelet:
             keys = list(self.pods)
         for key in keys:
             with self.lock:
-                process = self.pods[key]["process"]
+                state = self.pods.get(key)
+            if state is None:
+                continue
+            process = state["process"]
             for pid in descendants(process.pid) | {process.pid}:
                 signal_quietly(pid, signal.SIGKILL)
             process.wait(timeout=10)

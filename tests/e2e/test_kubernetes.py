@@ -20,13 +20,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from kernel import BadRequestError, Kernel
+import yaml
+from kernel import APIStatusError, BadRequestError, Kernel
 from playwright.sync_api import sync_playwright
 
 from extensions_kit import make_extension
 from fake_kubernetes import FakeApiServer, Image, Kubelet
 from harness import BIN_DIR, REPO, ControlPlane, wait_until
-from sdk import on_browser
+from sdk import on_browser, update_browser
 
 NAMESPACE = "browsers"
 IMAGE = "browser-service/browser-vm:dev"
@@ -34,6 +35,7 @@ TITLE = "served to a pod"
 # One address of this host that every pod reaches (through its veth and default route),
 # so that pages have one origin whichever node a browser runs on.
 PAGE_HOST = "10.244.0.1"
+EVICTION_SECONDS = 2
 
 
 def make_certificates(directory: Path) -> dict[str, Path]:
@@ -81,9 +83,15 @@ def control_plane(tmp_path_factory, cluster, certificates):
     data = tmp_path_factory.mktemp("k8s") / "data"
     data.mkdir(parents=True)
     kubeconfig = api.kubeconfig(data.parent / "kubeconfig", NAMESPACE)
+    # deploy/kubernetes's template, evicting from a lost node after 2 s instead of 30.
+    template = yaml.safe_load((REPO / "deploy" / "kubernetes" / "browser-pod.yaml").read_text())
+    for toleration in template["spec"]["tolerations"]:
+        toleration["tolerationSeconds"] = EVICTION_SECONDS
+    template_file = data.parent / "browser-pod.json"
+    template_file.write_text(json.dumps(template))
     server = ControlPlane(data, extra_args=[
         "--runtime", "kubernetes",
-        "--kubernetes-pod-template", str(REPO / "deploy" / "kubernetes" / "browser-pod.yaml"),
+        "--kubernetes-pod-template", str(template_file),
         "--max-pooled-browsers", "4",
         "--agent-tls-ca", str(certificates["ca.crt"]),
     ], env={"KUBECONFIG": str(kubeconfig)}).start()
@@ -263,11 +271,64 @@ def test_a_profile_saved_from_one_pod_starts_the_next(client, page_server):
         client.browsers.delete_by_id(second.session_id)
 
 
+def test_a_pod_deleted_behind_the_services_back_ends_its_browser_after_a_lost_watch(cluster, control_plane,
+                                                                                    client):
+    """The API server compacts its history (watches end with 410 Gone): the runtime lists
+    again, and a pod someone deletes meanwhile still ends its browser, with why."""
+    api, _ = cluster
+    browser = client.browsers.create(headless=True, timeout_seconds=300)
+    api.expire_watches()
+    api.delete(NAMESPACE, f"browser-{browser.session_id}", 0)
+    assert wait_until(lambda: end_reason(control_plane, browser.session_id) is not None, 15)
+    assert end_reason(control_plane, browser.session_id) == "its pod was deleted"
+    # And browsers start as before.
+    again = client.browsers.create(headless=True, timeout_seconds=300)
+    client.browsers.delete_by_id(again.session_id)
+
+
 def test_egress_rules_are_refused_with_a_reason(client):
     with pytest.raises(BadRequestError) as refused:
         # As a body field: the seed-era SDK has no `network` argument.
         client.browsers.create(headless=True, extra_body={"network": {"allowed_hosts": ["example.com"]}})
     assert "NetworkPolicy" in str(refused.value)
+    # Nor can a live browser be given an allowlist.
+    browser = client.browsers.create(headless=True, timeout_seconds=300)
+    try:
+        with pytest.raises(BadRequestError) as refused:
+            update_browser(client, browser.session_id, network={"allowed_hosts": ["example.com"]})
+        assert "NetworkPolicy" in str(refused.value)
+    finally:
+        client.browsers.delete_by_id(browser.session_id)
+
+
+def test_an_agent_whose_certificate_is_not_trusted_is_refused(cluster, control_plane, tmp_path_factory):
+    """A control plane trusting another CA does not talk to the agent: the launch fails
+    with why, and its pod goes."""
+    api, _ = cluster
+    other_ca = make_certificates(tmp_path_factory.mktemp("other-ca"))["ca.crt"]
+    args = control_plane.extra_args
+    template = args[args.index("--kubernetes-pod-template") + 1]
+    data = tmp_path_factory.mktemp("k8s-untrusting") / "data"
+    data.mkdir(parents=True)
+    distrustful = ControlPlane(data, extra_args=[
+        "--runtime", "kubernetes", "--kubernetes-pod-template", template, "--agent-tls-ca", str(other_ca),
+    ], env={"KUBECONFIG": str(api.kubeconfig(data.parent / "kubeconfig", NAMESPACE))}).start()
+    try:
+        client = Kernel(api_key=distrustful.api_key, base_url=distrustful.base_url, max_retries=0)
+        with pytest.raises(APIStatusError) as refused:
+            client.browsers.create(headless=True)
+        assert refused.value.status_code == 503
+        assert "certificate" in str(refused.value), refused.value
+        assert wait_until(lambda: not any(pod["metadata"]["labels"].get("browser-service/session") not in
+                                          _live_sessions(control_plane)
+                                          for pod in api.list(NAMESPACE, "", "")[0]), 20)
+    finally:
+        distrustful.reap_everything()
+
+
+def _live_sessions(control_plane) -> set[str]:
+    with sqlite3.connect(control_plane.data_dir / "control-plane.db") as db:
+        return {row[0] for row in db.execute("SELECT id FROM browser_sessions WHERE ended_at IS NULL")}
 
 
 def test_readyz_reports_the_pod_templates_protections(control_plane):
@@ -299,10 +360,13 @@ def test_a_lost_node_ends_its_browsers_with_a_reason_and_pools_refill(cluster, c
     lost = next(node for node in nodes if node.name == pod_of(api, browser.session_id)["spec"]["nodeName"])
     lost_sessions = by_node[lost.name]
 
+    # As Kubernetes does, the pods of the lost node are evicted once their toleration of
+    # an unreachable node runs out; their browsers end with why.
     lost.kill()
     for session_id in lost_sessions:
-        assert wait_until(lambda: end_reason(control_plane, session_id) is not None, 15), session_id
-        assert "NodeLost" in end_reason(control_plane, session_id), end_reason(control_plane, session_id)
+        assert wait_until(lambda: end_reason(control_plane, session_id) is not None, EVICTION_SECONDS + 15), session_id
+        assert "evicted (DeletionByTaintManager" in end_reason(control_plane, session_id), \
+            end_reason(control_plane, session_id)
     # The pool is whole again, on the node that is left.
     assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 2, 90), \
         client.browser_pools.retrieve(pool.id)

@@ -85,6 +85,11 @@ impl Sessions {
                 "proxy: a pool browser uses its pool's proxy (change the pool's proxy_id)".into(),
             ));
         }
+        let adds_egress_rules =
+            matches!(update.proxy, Some(Some(_))) || matches!(update.allowed_hosts, Some(Some(_)));
+        if let (true, Err(why)) = (adds_egress_rules, self.runtime.capabilities().egress_rules) {
+            return Err(ServiceError::Invalid(vec![why]));
+        }
         if session.pool_id.is_some() {
             // What a pool's reset could not take back stays the pool's.
             for (field, changed) in [

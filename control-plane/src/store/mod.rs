@@ -88,6 +88,8 @@ pub struct AgentLocation {
     pub secret: String,
     /// Process id when the agent runs on this host (local runtime).
     pub pid: Option<i64>,
+    /// Names the VM in its runtime: its root directory on this host (local runtime), or
+    /// its pod (Kubernetes).
     pub vm_root: String,
 }
 

@@ -4,21 +4,21 @@
 //! archives the VM starts from travel over the agent's gRPC streams once it answers.
 //!
 //! One watch over the service's pods (by label) tells every waiter what became of its
-//! pod: running with an IP, failed (its node lost, its container ended), or deleted.
+//! pod: running with an IP, failed (its container ended), evicted (its node lost), or
+//! deleted.
 
 mod pods;
 mod template;
+mod watch;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use browser_agent_proto::v1::DevtoolsState;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
-use tokio::sync::watch;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 use super::isolation::IsolationReport;
 use super::{LaunchSpec, Runtime, RuntimeCapabilities, RuntimeError, ZipLimits};
@@ -27,6 +27,7 @@ use crate::ids;
 use crate::store::AgentLocation;
 use pods::{PodFate, PodView, SESSION_LABEL, pod_name};
 pub use template::PodTemplate;
+use watch::PodsSeen;
 
 #[derive(Clone, Debug)]
 pub struct KubernetesRuntimeConfig {
@@ -48,42 +49,16 @@ pub struct KubernetesRuntime {
     config: KubernetesRuntimeConfig,
     isolation: IsolationReport,
     /// What the watch last saw of each of the service's pods, by pod name.
-    seen: Arc<watch::Sender<PodsSeen>>,
-}
-
-/// The service's pods as the watch last saw them.
-#[derive(Clone, Debug, Default)]
-struct PodsSeen {
-    /// False until the first list arrived: until then, a pod not seen may exist.
-    synced: bool,
-    pods: HashMap<String, PodView>,
-    /// Why pods that are gone ended, until their sessions are destroyed.
-    ended: HashMap<String, String>,
-}
-
-impl PodsSeen {
-    fn fate(&self, name: &str) -> Option<PodFate> {
-        match self.pods.get(name) {
-            Some(view) => Some(view.fate()),
-            None if self.synced => Some(PodFate::Gone(
-                self.ended
-                    .get(name)
-                    .cloned()
-                    .unwrap_or_else(|| "its pod was deleted".to_owned()),
-            )),
-            None => None,
-        }
-    }
+    seen: Arc<tokio::sync::watch::Sender<PodsSeen>>,
 }
 
 /// Waiting for the agent to answer once its pod runs (it may still be binding its port).
 const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(45);
-/// Asking the agent to stop cleanly before its pod is deleted.
+/// The agent's time to stop cleanly once its pod is being deleted.
 const DELETE_GRACE_SECONDS: u32 = 5;
-/// How long destroy waits for the pod to be gone.
-const DELETE_TIMEOUT: Duration = Duration::from_secs(30);
-/// A watch is re-opened this often at the latest (the API server ends it anyway).
-const WATCH_TIMEOUT_SECONDS: u32 = 240;
+/// How long destroy waits for a pod to be gone before deleting it without grace (its
+/// kubelet may be unreachable, and its pod would be Terminating for good).
+const DELETE_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl KubernetesRuntime {
     /// Connects with the ambient configuration (in-cluster service account, or
@@ -107,8 +82,14 @@ impl KubernetesRuntime {
         )
         .await
         .map_err(|error| anyhow::anyhow!("listing pods through the Kubernetes API: {error}"))?;
-        let seen = Arc::new(watch::Sender::new(PodsSeen::default()));
-        tokio::spawn(watch_pods(pods.clone(), Arc::downgrade(&seen)));
+        let declared = config.template.declared_ports();
+        anyhow::ensure!(
+            declared.is_empty() || declared.contains(&i32::from(config.agent_port)),
+            "the pod template declares the agent's port as {declared:?}, but agents listen on \
+             --kubernetes-agent-port {}",
+            config.agent_port
+        );
+        let seen = watch::start(pods.clone());
         let isolation = config.template.isolation_report();
         Ok(Self {
             pods,
@@ -142,7 +123,7 @@ impl KubernetesRuntime {
                 "the browser's pod ended before it ran: {reason}"
             ))),
             Err(_) => {
-                let why = match self.seen.borrow().pods.get(name) {
+                let why = match self.seen.borrow().view(name) {
                     Some(view) => view.pending_reason(),
                     None => "not seen".to_owned(),
                 };
@@ -180,6 +161,14 @@ impl KubernetesRuntime {
                         }
                     )));
                 }
+                // Retrying cannot help an agent whose certificate is refused.
+                Err(error) if error.to_string().contains("certificate") => {
+                    return Err(failed(
+                        "the agent's TLS certificate is not trusted (--agent-tls-ca, \
+                         --agent-tls-server-name)",
+                        &error,
+                    ));
+                }
                 // Not listening yet: the container has only just started.
                 Err(_) if !left.is_zero() => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -202,18 +191,34 @@ impl KubernetesRuntime {
         Ok(())
     }
 
-    async fn delete_pod(&self, name: &str) {
+    /// Deletes a pod (gone already counts as done); true once the API server took it.
+    async fn delete_pod(&self, name: &str, grace_seconds: u32) -> bool {
         let params = DeleteParams {
-            grace_period_seconds: Some(DELETE_GRACE_SECONDS),
+            grace_period_seconds: Some(grace_seconds),
             ..DeleteParams::default()
         };
         match self.pods.delete(name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Ok(_) => true,
+            Err(kube::Error::Api(status)) if status.is_not_found() => true,
             Err(error) => {
                 tracing::warn!(pod = name, %error, "deleting a browser's pod failed");
+                false
             }
         }
+    }
+
+    /// Waits until the pod is gone, at most `wait`; true if it is.
+    async fn wait_until_gone(&self, name: &str, wait: Duration) -> bool {
+        let mut seen = self.seen.subscribe();
+        tokio::time::timeout(wait, async {
+            while !matches!(seen.borrow_and_update().fate(name), Some(PodFate::Gone(_))) {
+                if seen.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await
+        .is_ok()
     }
 }
 
@@ -226,20 +231,19 @@ impl Runtime for KubernetesRuntime {
         let created = match self.pods.create(&PostParams::default(), &pod).await {
             Ok(created) => created,
             Err(error) => {
-                return Err(RuntimeError::LaunchFailed(format!(
-                    "creating the browser's pod failed: {error}"
-                )));
+                tracing::warn!(pod = %name, %error, "creating a browser's pod failed");
+                // An answer lost after the pod was made (a timeout) would leave it behind.
+                if !matches!(&error, kube::Error::Api(status) if status.code < 500) {
+                    self.delete_pod(&name, 0).await;
+                }
+                return Err(RuntimeError::LaunchFailed(
+                    "the browser's pod could not be created".into(),
+                ));
             }
         };
         // Known from now on, also before the watch reports it.
         if let Some(view) = PodView::of(&created) {
-            self.seen.send_if_modified(|seen| {
-                let unseen = !seen.pods.contains_key(&name) && !seen.ended.contains_key(&name);
-                if unseen {
-                    seen.pods.insert(name.clone(), view);
-                }
-                unseen
-            });
+            self.seen.send_if_modified(|seen| seen.created(view));
         }
         let started = async {
             let ip = self.wait_for_running(&name).await?;
@@ -256,7 +260,8 @@ impl Runtime for KubernetesRuntime {
         match started.await {
             Ok(location) => Ok(location),
             Err(error) => {
-                self.delete_pod(&name).await;
+                self.delete_pod(&name, 0).await;
+                self.forget(&spec.session_id);
                 Err(error)
             }
         }
@@ -268,23 +273,19 @@ impl Runtime for KubernetesRuntime {
         if let Some(client) = location.and_then(|location| AgentClient::new(location).ok()) {
             let _ = tokio::time::timeout(Duration::from_secs(5), client.shutdown()).await;
         }
-        self.delete_pod(&name).await;
-        let mut seen = self.seen.subscribe();
-        let gone = tokio::time::timeout(DELETE_TIMEOUT, async {
-            while !matches!(seen.borrow_and_update().fate(&name), Some(PodFate::Gone(_))) {
-                if seen.changed().await.is_err() {
-                    return;
-                }
+        if !(self.delete_pod(&name, DELETE_GRACE_SECONDS).await
+            && self.wait_until_gone(&name, DELETE_TIMEOUT).await)
+        {
+            // Its node may be unreachable: the pod would stay Terminating for good.
+            tracing::warn!(pod = %name, "a browser's pod was not gone in time; deleting it without grace");
+            if !(self.delete_pod(&name, 0).await
+                && self.wait_until_gone(&name, Duration::from_secs(5)).await)
+            {
+                // The stray sweep deletes it again.
+                tracing::warn!(pod = %name, "a browser's pod is still there");
             }
-        })
-        .await;
-        if gone.is_err() {
-            // The next stray reaping deletes it again.
-            tracing::warn!(pod = %name, "a browser's pod was not gone within 30 s");
         }
-        self.seen.send_modify(|seen| {
-            seen.ended.remove(&name);
-        });
+        self.forget(session_id);
     }
 
     fn agent_exists(&self, _location: &AgentLocation) -> Option<bool> {
@@ -344,9 +345,17 @@ impl Runtime for KubernetesRuntime {
                 && age >= spare_younger_than
             {
                 tracing::info!(pod = name, "deleting a browser pod of no live session");
-                self.delete_pod(name).await;
+                self.delete_pod(name, DELETE_GRACE_SECONDS).await;
             }
         }
+    }
+
+    fn forget(&self, session_id: &str) {
+        let name = pod_name(session_id);
+        self.seen.send_if_modified(|seen| {
+            seen.forget(&name);
+            false
+        });
     }
 
     fn leftover_recording(&self, _session_id: &str, _recording_id: &str) -> Option<std::fs::File> {
@@ -373,91 +382,5 @@ impl Runtime for KubernetesRuntime {
                     .to_owned(),
             ),
         }
-    }
-}
-
-/// Lists, then watches, the service's pods, publishing what it saw; re-lists after a
-/// watch error (an expired resource version, the API server restarting). Ends with the
-/// runtime.
-async fn watch_pods(pods: Api<Pod>, seen: std::sync::Weak<watch::Sender<PodsSeen>>) {
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        let Some(sender) = seen.upgrade() else {
-            return;
-        };
-        match list_then_watch(&pods, &sender).await {
-            Ok(()) => backoff = Duration::from_millis(200),
-            Err(error) => {
-                tracing::warn!(%error, "watching browser pods failed; listing them again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-}
-
-async fn list_then_watch(pods: &Api<Pod>, seen: &watch::Sender<PodsSeen>) -> anyhow::Result<()> {
-    let listed = pods
-        .list(&ListParams::default().labels(pods::MANAGED_SELECTOR))
-        .await?;
-    let mut version = listed.metadata.resource_version.unwrap_or_default();
-    seen.send_modify(|seen| {
-        let current: HashMap<String, PodView> = listed
-            .items
-            .iter()
-            .filter_map(PodView::of)
-            .map(|view| (view.name.clone(), view))
-            .collect();
-        for name in seen.pods.keys() {
-            if !current.contains_key(name) {
-                seen.ended
-                    .insert(name.clone(), "its pod was deleted".to_owned());
-            }
-        }
-        seen.pods = current;
-        seen.synced = true;
-    });
-    loop {
-        let params = WatchParams::default()
-            .labels(pods::MANAGED_SELECTOR)
-            .timeout(WATCH_TIMEOUT_SECONDS);
-        let mut events = pods.watch(&params, &version).await?.boxed();
-        while let Some(event) = events.try_next().await? {
-            match event {
-                WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
-                    remember_version(&mut version, &pod);
-                    if let Some(view) = PodView::of(&pod) {
-                        seen.send_modify(|seen| {
-                            seen.pods.insert(view.name.clone(), view);
-                        });
-                    }
-                }
-                WatchEvent::Deleted(pod) => {
-                    remember_version(&mut version, &pod);
-                    if let Some(view) = PodView::of(&pod) {
-                        let reason = match view.fate() {
-                            PodFate::Gone(reason) => reason,
-                            _ => "its pod was deleted".to_owned(),
-                        };
-                        seen.send_modify(|seen| {
-                            seen.pods.remove(&view.name);
-                            seen.ended.insert(view.name.clone(), reason);
-                        });
-                    }
-                }
-                WatchEvent::Bookmark(bookmark) => {
-                    version = bookmark.metadata.resource_version;
-                }
-                WatchEvent::Error(status) => {
-                    anyhow::bail!("the watch ended: {} ({})", status.message, status.code);
-                }
-            }
-        }
-    }
-}
-
-fn remember_version(version: &mut String, pod: &Pod) {
-    if let Some(current) = &pod.metadata.resource_version {
-        version.clone_from(current);
     }
 }

@@ -39,8 +39,9 @@ pub enum PodFate {
     Pending(String),
     /// Running at this IP.
     Running(String),
-    /// Being deleted (by us, a drain, an eviction): its VM is ending.
-    Terminating,
+    /// Being deleted (by us, a drain, an eviction: why, when the pod says): its VM is
+    /// ending.
+    Terminating(Option<String>),
     /// Ended (failed, its node lost) or deleted, with why.
     Gone(String),
 }
@@ -48,13 +49,14 @@ pub enum PodFate {
 impl PodFate {
     /// The VM has ended or is ending.
     pub fn has_ended(&self) -> bool {
-        matches!(self, Self::Terminating | Self::Gone(_))
+        matches!(self, Self::Terminating(_) | Self::Gone(_))
     }
 
     /// Why the VM ended, once it has.
     pub fn reason(&self) -> Option<String> {
         match self {
-            Self::Terminating => Some("its pod was deleted".to_owned()),
+            Self::Terminating(None) => Some("its pod was deleted".to_owned()),
+            Self::Terminating(Some(why)) => Some(format!("its pod was evicted ({why})")),
             Self::Gone(reason) => Some(reason.clone()),
             Self::Pending(_) | Self::Running(_) => None,
         }
@@ -72,6 +74,11 @@ pub struct PodView {
     terminating: bool,
     /// Why it is not running yet: a condition's or a container's waiting reason.
     waiting: Option<String>,
+    /// How the container ended (`OOMKilled`, its exit code), once it has.
+    terminated: Option<String>,
+    /// Why the pod is being taken down (its `DisruptionTarget` condition: an eviction,
+    /// a preemption, a node's taint).
+    disruption: Option<String>,
 }
 
 impl PodView {
@@ -90,6 +97,35 @@ impl PodView {
                     .or(condition.reason.clone())
                     .unwrap_or_else(|| "not scheduled".to_owned())
             });
+        let condition = |wanted: &str| {
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|condition| condition.type_ == wanted && condition.status == "True")
+        };
+        let disruption = condition("DisruptionTarget").map(|condition| {
+            [condition.reason.as_deref(), condition.message.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(": ")
+        });
+        let terminated = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .filter_map(|container| container.state.as_ref()?.terminated.as_ref())
+            .map(|terminated| {
+                let reason = terminated.reason.as_deref().unwrap_or("ended");
+                match &terminated.message {
+                    Some(message) => {
+                        format!("{reason}, exit code {}: {message}", terminated.exit_code)
+                    }
+                    None => format!("{reason}, exit code {}", terminated.exit_code),
+                }
+            })
+            .next();
         let container_waiting = status
             .container_statuses
             .iter()
@@ -110,23 +146,29 @@ impl PodView {
             message: status.message,
             terminating: pod.metadata.deletion_timestamp.is_some(),
             waiting: container_waiting.or(unscheduled),
+            terminated,
+            disruption,
         })
     }
 
     pub fn fate(&self) -> PodFate {
         match self.phase.as_str() {
             "Failed" | "Succeeded" => {
-                let detail = [self.reason.as_deref(), self.message.as_deref()]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(": ");
+                let detail = [
+                    self.reason.as_deref(),
+                    self.message.as_deref(),
+                    self.terminated.as_deref(),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(": ");
                 PodFate::Gone(match detail.is_empty() {
                     true => format!("its pod ended ({})", self.phase),
                     false => format!("its pod ended ({}): {detail}", self.phase),
                 })
             }
-            _ if self.terminating => PodFate::Terminating,
+            _ if self.terminating => PodFate::Terminating(self.disruption.clone()),
             "Running" => match &self.ip {
                 Some(ip) => PodFate::Running(ip.clone()),
                 None => PodFate::Pending("running without an IP yet".to_owned()),
@@ -241,6 +283,31 @@ mod tests {
         assert_eq!(
             PodView::of(&pulling).unwrap().fate(),
             PodFate::Pending("Pending: ImagePullBackOff: not found".into())
+        );
+    }
+
+    #[test]
+    fn an_evicted_or_killed_pod_says_why() {
+        let evicted = pod(serde_json::json!({
+            "metadata": {"name": "browser-a", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"phase": "Running", "conditions": [{
+                "type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint"}]}
+        }));
+        assert_eq!(
+            PodView::of(&evicted).unwrap().fate().reason().unwrap(),
+            "its pod was evicted (DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)"
+        );
+        let killed = pod(serde_json::json!({
+            "metadata": {"name": "browser-a"},
+            "status": {"phase": "Failed", "containerStatuses": [{
+                "name": "agent", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+            }]}
+        }));
+        assert_eq!(
+            PodView::of(&killed).unwrap().fate(),
+            PodFate::Gone("its pod ended (Failed): OOMKilled, exit code 137".into())
         );
     }
 

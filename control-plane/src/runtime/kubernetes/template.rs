@@ -6,6 +6,7 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use sha2::{Digest, Sha256};
 
 use super::KubernetesRuntimeConfig;
 use super::pods::{MANAGED_LABEL, MANAGED_VALUE, SESSION_LABEL, pod_name};
@@ -14,6 +15,31 @@ use crate::runtime::isolation::{HostCapabilities, IsolationReport, Unenforced};
 
 /// The container that runs the agent, when the template has several.
 const AGENT_CONTAINER: &str = "browser-agent";
+/// Agent flags the runtime sets per browser, or that only the local runtime uses.
+const RUNTIME_FLAGS: &[&str] = &[
+    "--listen",
+    "--listen-socket",
+    "--addr-file",
+    "--secret",
+    "--secret-sha256",
+    "--width",
+    "--height",
+    "--max-width",
+    "--max-height",
+    "--idle-grace-seconds",
+    "--memory-limit-bytes",
+    "--zip-max-entries",
+    "--zip-max-expanded-bytes",
+    "--zip-max-ratio",
+    "--timezone",
+    "--locale",
+    "--headless",
+    "--kiosk",
+    "--stealth",
+    "--extension",
+    "--profile-archive",
+    "--egress-socket",
+];
 
 #[derive(Clone, Debug)]
 pub struct PodTemplate {
@@ -55,6 +81,16 @@ impl PodTemplate {
             container.image.is_some(),
             "the pod template's agent container has no image"
         );
+        let reserved = container.args.iter().flatten().find(|arg| {
+            let flag = arg.split('=').next().unwrap_or_default();
+            RUNTIME_FLAGS.contains(&flag)
+        });
+        if let Some(arg) = reserved {
+            anyhow::bail!(
+                "the pod template's agent args set {arg:?}, which the runtime sets for each \
+                 browser (or which has no place in a pod)"
+            );
+        }
         let has_certificate = container
             .args
             .iter()
@@ -105,10 +141,11 @@ impl PodTemplate {
                 .args
                 .get_or_insert_with(Vec::new)
                 .extend(agent_args(spec, config));
-            // In the pod's spec, which only the service's account may read (RBAC).
+            // Whoever may read pods reads their spec: it carries only the secret's digest,
+            // which the agent checks calls against.
             container.env.get_or_insert_with(Vec::new).push(EnvVar {
-                name: "BROWSER_AGENT_SECRET".to_owned(),
-                value: Some(secret.to_owned()),
+                name: "BROWSER_AGENT_SECRET_SHA256".to_owned(),
+                value: Some(hex::encode(Sha256::digest(secret.as_bytes()))),
                 value_from: None,
             });
             if let Some(bytes) = spec.memory_limit_bytes {
@@ -116,6 +153,22 @@ impl PodTemplate {
             }
         }
         pod
+    }
+
+    /// The ports the template declares for the agent's container (none if it names none).
+    pub fn declared_ports(&self) -> Vec<i32> {
+        self.pod
+            .spec
+            .as_ref()
+            .map(|spec| {
+                spec.containers[self.agent]
+                    .ports
+                    .iter()
+                    .flatten()
+                    .map(|port| port.container_port)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// What the template's security settings enforce, and what they leave out.
@@ -262,16 +315,20 @@ fn agent_args(spec: &LaunchSpec, config: &KubernetesRuntimeConfig) -> Vec<String
     args
 }
 
-/// The session's memory as the container's request and limit (the node reserves it; the
-/// kernel ends the pod beyond it).
+/// The session's memory as the container's request (the node reserves it), and a limit a
+/// little above it: the agent ends the VM at its `memory` with a reason the user sees,
+/// and the kernel's OOM killer (at the limit) only catches a burst faster than the agent.
 fn set_memory(container: &mut Container, bytes: u64) {
     let resources = container
         .resources
         .get_or_insert_with(ResourceRequirements::default);
-    let quantity = Quantity(bytes.to_string());
-    for map in [&mut resources.limits, &mut resources.requests] {
+    let headroom = (bytes / 8).max(256 << 20);
+    for (map, value) in [
+        (&mut resources.requests, bytes),
+        (&mut resources.limits, bytes.saturating_add(headroom)),
+    ] {
         map.get_or_insert_with(BTreeMap::new)
-            .insert("memory".to_owned(), quantity.clone());
+            .insert("memory".to_owned(), Quantity(value.to_string()));
     }
 }
 
@@ -363,11 +420,23 @@ spec:
             assert!(args.iter().any(|arg| arg == wanted), "{wanted} in {args:?}");
         }
         let env = container.env.clone().unwrap();
-        assert!(env.iter().any(
-            |var| var.name == "BROWSER_AGENT_SECRET" && var.value.as_deref() == Some("s3cret")
-        ));
-        let limits = container.resources.clone().unwrap().limits.unwrap();
-        assert_eq!(limits["memory"].0, (2u64 << 30).to_string());
+        let digest = hex::encode(Sha256::digest(b"s3cret"));
+        assert!(
+            env.iter()
+                .any(|var| var.name == "BROWSER_AGENT_SECRET_SHA256"
+                    && var.value.as_deref() == Some(digest.as_str()))
+        );
+        assert!(!serde_json::to_string(&pod_spec).unwrap().contains("s3cret"));
+        // The agent ends the VM at its `memory`, before the kernel would at the limit.
+        let resources = container.resources.clone().unwrap();
+        assert_eq!(
+            resources.requests.unwrap()["memory"].0,
+            (2u64 << 30).to_string()
+        );
+        assert_eq!(
+            resources.limits.unwrap()["memory"].0,
+            ((2u64 << 30) + (256 << 20)).to_string()
+        );
     }
 
     #[test]
@@ -418,6 +487,18 @@ spec:
             .unwrap()
             .isolation_report();
         assert!(report.enforced.iter().any(|item| item.contains("TLS")));
+    }
+
+    #[test]
+    fn a_template_setting_what_the_runtime_sets_is_refused() {
+        let mut pod: Pod = serde_yaml_ng::from_str(TEMPLATE).unwrap();
+        pod.spec.as_mut().unwrap().containers[0]
+            .args
+            .as_mut()
+            .unwrap()
+            .push("--listen=0.0.0.0:1".into());
+        let refused = PodTemplate::new(pod, false).unwrap_err().to_string();
+        assert!(refused.contains("--listen"), "{refused}");
     }
 
     #[test]
