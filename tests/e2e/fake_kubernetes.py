@@ -43,6 +43,8 @@ import uuid
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from harness import descendants
+
 POD_PATH = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods(?:/([a-z0-9.-]+))?(/status)?$")
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # Events kept for watches; a watch from an older resourceVersion gets 410 Gone.
@@ -717,29 +719,12 @@ def signal_quietly(pid: int, sig: int) -> None:
 
 
 def children(parent: int) -> list[int]:
-    return process_tree().get(parent, [])
+    """The direct children of a process."""
+    return [pid for pid in descendants(parent) if _parent_of(pid) == parent]
 
 
-def process_tree() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        tree.setdefault(parent, []).append(int(entry))
-    return tree
-
-
-def descendants(root: int) -> set[int]:
-    tree = process_tree()
-    found, queue = set(), [root]
-    while queue:
-        for child in tree.get(queue.pop(), []):
-            if child not in found:
-                found.add(child)
-                queue.append(child)
-    return found
+def _parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

@@ -142,8 +142,9 @@ def read_page(cdp_ws_url: str, url: str, read):
         return result
 
 
-def serve_html(page_for_path) -> http.server.ThreadingHTTPServer:
-    """Serves `page_for_path(path)` (HTML bytes) on a loopback port, from a thread."""
+def serve_html(page_for_path, host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
+    """Serves `page_for_path(path)` (HTML bytes) on a port of `host` (loopback unless
+    told), from a thread."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -157,7 +158,7 @@ def serve_html(page_for_path) -> http.server.ThreadingHTTPServer:
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 

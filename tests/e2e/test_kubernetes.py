@@ -6,7 +6,6 @@ agent over TCP at the pod's IP."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import secrets
@@ -14,7 +13,6 @@ import socket
 import sqlite3
 import ssl
 import subprocess
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -26,7 +24,7 @@ from playwright.sync_api import sync_playwright
 
 from extensions_kit import make_extension
 from fake_kubernetes import FakeApiServer, Image, Kubelet
-from harness import BIN_DIR, REPO, ControlPlane, wait_until
+from harness import BIN_DIR, REPO, ControlPlane, serve_html, wait_until
 from sdk import on_browser, update_browser
 
 NAMESPACE = "browsers"
@@ -111,20 +109,7 @@ def client(control_plane) -> Kernel:
 def page_server():
     """A page on every address of this host: pods reach it through their veth."""
     body = f"<!doctype html><title>{TITLE}</title><p id=p>hello pod</p>".encode()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("content-type", "text/html")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_html(lambda path: body, host="0.0.0.0")
     yield server.server_address[1]
     server.shutdown()
 

@@ -69,6 +69,13 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// Marks a response another replica gave: that replica counted the request.
+#[derive(Clone, Copy, Debug)]
+pub struct ForwardedElsewhere;
+
+/// Serves a request here, or forwards it to the replica that must serve it: workflows'
+/// routes to the holder of the workflows lease, a browser's `fs/watch` routes to its
+/// owner.
 pub async fn to_home_replica(
     State(state): State<AppState>,
     mut request: Request,
@@ -92,7 +99,10 @@ pub async fn to_home_replica(
         Ok(Place::Here) => next.run(request).await,
         Ok(Place::At(address)) => {
             let proof = state.tokens.forwarding_proof().to_owned();
-            forward(&state.forwarder, &address, &proof, request).await
+            let mut response = forward(&state.forwarder, &address, &proof, request).await;
+            // The replica that served it counts it.
+            response.extensions_mut().insert(ForwardedElsewhere);
+            response
         }
         // Between two holders (one died, the next takes over within seconds).
         Ok(Place::Nowhere) => (

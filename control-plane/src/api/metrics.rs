@@ -36,6 +36,13 @@ pub async fn count_requests(request: Request, next: Next) -> Response {
         .map_or("unmatched", MatchedPath::as_str)
         .to_owned();
     let response = next.run(request).await;
+    if response
+        .extensions()
+        .get::<super::forward::ForwardedElsewhere>()
+        .is_some()
+    {
+        return response;
+    }
     METRICS.http_request(
         RequestLabels {
             method,
