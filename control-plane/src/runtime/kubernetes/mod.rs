@@ -99,28 +99,31 @@ impl KubernetesRuntime {
         })
     }
 
+    /// Waits until the pod's fate passes `settled`, and returns that fate.
+    async fn fate_when(&self, name: &str, settled: impl Fn(&PodFate) -> bool) -> PodFate {
+        let mut seen = self.seen.subscribe();
+        let found = seen
+            .wait_for(|seen| seen.fate(name).is_some_and(|fate| settled(&fate)))
+            .await;
+        // (The lock `found` holds is released here, before any other wait.)
+        let fate = found.ok().and_then(|seen| seen.fate(name));
+        match fate {
+            Some(fate) => fate,
+            // The sender lives as long as `self`: this is never reached.
+            None => std::future::pending().await,
+        }
+    }
+
     /// Waits until the pod runs with an IP (its address), or ends.
     async fn wait_for_running(&self, name: &str) -> Result<String, RuntimeError> {
-        let mut seen = self.seen.subscribe();
-        let waited = tokio::time::timeout(self.config.start_timeout, async {
-            loop {
-                match seen.borrow_and_update().fate(name) {
-                    Some(PodFate::Running(ip)) => return Ok(ip),
-                    Some(ended) if ended.has_ended() => {
-                        return Err(ended.reason().unwrap_or_default());
-                    }
-                    _ => {}
-                }
-                if seen.changed().await.is_err() {
-                    return Err("the pod watch ended".to_owned());
-                }
-            }
-        })
-        .await;
+        let started = |fate: &PodFate| matches!(fate, PodFate::Running(_)) || fate.has_ended();
+        let waited =
+            tokio::time::timeout(self.config.start_timeout, self.fate_when(name, started)).await;
         match waited {
-            Ok(Ok(ip)) => Ok(ip),
-            Ok(Err(reason)) => Err(RuntimeError::LaunchFailed(format!(
-                "the browser's pod ended before it ran: {reason}"
+            Ok(PodFate::Running(ip)) => Ok(ip),
+            Ok(ended) => Err(RuntimeError::LaunchFailed(format!(
+                "the browser's pod ended before it ran: {}",
+                ended.reason().unwrap_or_default()
             ))),
             Err(_) => {
                 let why = match self.seen.borrow().view(name) {
@@ -209,16 +212,10 @@ impl KubernetesRuntime {
 
     /// Waits until the pod is gone, at most `wait`; true if it is.
     async fn wait_until_gone(&self, name: &str, wait: Duration) -> bool {
-        let mut seen = self.seen.subscribe();
-        tokio::time::timeout(wait, async {
-            while !matches!(seen.borrow_and_update().fate(name), Some(PodFate::Gone(_))) {
-                if seen.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await
-        .is_ok()
+        let gone = |fate: &PodFate| matches!(fate, PodFate::Gone(_));
+        tokio::time::timeout(wait, self.fate_when(name, gone))
+            .await
+            .is_ok()
     }
 }
 
@@ -293,20 +290,7 @@ impl Runtime for KubernetesRuntime {
     }
 
     async fn wait_for_exit(&self, location: &AgentLocation) {
-        let mut seen = self.seen.subscribe();
-        loop {
-            if seen
-                .borrow_and_update()
-                .fate(&location.vm_root)
-                .is_some_and(|fate| fate.has_ended())
-            {
-                return;
-            }
-            if seen.changed().await.is_err() {
-                // The watch task is gone: heartbeats judge the agent from now on.
-                return std::future::pending().await;
-            }
-        }
+        self.fate_when(&location.vm_root, PodFate::has_ended).await;
     }
 
     fn exit_reason(&self, session_id: &str) -> Option<String> {
