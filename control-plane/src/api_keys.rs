@@ -7,13 +7,19 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::ids;
-use crate::store::{ApiKeyRecord, Store, StoreResult};
+use crate::store::{ApiKeyRecord, Store, StoreError, StoreResult};
 
 const KEY_PREFIX: &str = "sk";
 
 /// Creates the organization if needed and a new key for it; returns the full key, which
 /// is shown once and never stored.
 pub async fn create_api_key(store: &dyn Store, org_name: &str) -> StoreResult<String> {
+    // Internal organizations (the standby browsers') are named in parentheses.
+    if org_name.trim().is_empty() || org_name.starts_with('(') {
+        return Err(StoreError::Conflict(format!(
+            "{org_name:?} cannot name an organization (empty, or reserved: in parentheses)"
+        )));
+    }
     let organization = store.ensure_organization(org_name).await?;
     let key_id = ids::random_lowercase(16);
     let secret = ids::new_secret(43);

@@ -21,6 +21,7 @@ use crate::proxies::ProxyUpstreams;
 use crate::runtime::kubernetes::{KubernetesRuntime, KubernetesRuntimeConfig, PodTemplate};
 use crate::runtime::{LocalRuntime, LocalRuntimeConfig, Runtime, Sandbox, ZipLimits};
 use crate::sessions::LiveLimits;
+use crate::sessions::standby::{Standby, StandbySizes};
 use crate::store::Store;
 use crate::tokens::Tokens;
 use crate::{api, api_keys, store};
@@ -220,6 +221,16 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             replica_address: internal_url,
         },
     );
+    let standby = Standby::configure(
+        store.as_ref(),
+        StandbySizes {
+            headful: config.standby_browsers,
+            headless: config.standby_headless_browsers,
+        },
+    )
+    .await
+    .context("configuring the standby browsers")?;
+    services.sessions.use_standby(standby);
     // Several heartbeats fit in one grace period, so one lost call does not stop an agent.
     services.runtime.isolation().log();
     services.start(agent_idle_grace / 4).await?;

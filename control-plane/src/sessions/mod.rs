@@ -5,6 +5,7 @@
 pub mod labels;
 mod replication;
 mod spec;
+pub mod standby;
 #[cfg(test)]
 mod tests;
 pub mod update;
@@ -75,6 +76,8 @@ pub struct Sessions {
     /// record, so that none undoes another.
     settings_lock: tokio::sync::Mutex<()>,
     replica: Arc<Replica>,
+    /// Set once at start when the operator keeps standby browsers.
+    standby: std::sync::OnceLock<standby::Standby>,
 }
 
 /// What `Sessions` works with.
@@ -134,6 +137,14 @@ impl Sessions {
             running: Mutex::default(),
             settings_lock: tokio::sync::Mutex::default(),
             replica: deps.replica,
+            standby: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Lets creates claim the standby pools' browsers (see `standby`); set once, at start.
+    pub fn use_standby(&self, standby: standby::Standby) {
+        if self.standby.set(standby).is_err() {
+            tracing::warn!("the standby browsers were configured twice; keeping the first");
         }
     }
 
@@ -174,6 +185,12 @@ impl Sessions {
             profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
             owner: Some(self.replica.id().to_owned()),
         };
+        if let Some(pool_id) = self.standby.get().and_then(|s| s.pool_for(&new))
+            && let Some(claimed) = self.claim_standby(pool_id, &record, &new).await?
+        {
+            crate::metrics::METRICS.browser_created(started);
+            return Ok(claimed);
+        }
         let inserted = {
             // In this process, then across replicas: no two creates of one organization
             // count its browsers before the other inserted its own.
@@ -220,6 +237,89 @@ impl Sessions {
             crate::metrics::METRICS.browser_created(started);
         }
         launched
+    }
+
+    /// A standby browser of the pool made into this session, or `None` when none is idle
+    /// or the one claimed could not take the session's settings (it ended: the caller
+    /// starts a browser instead). Admitted as a create is.
+    async fn claim_standby(
+        self: &Arc<Self>,
+        pool_id: &str,
+        record: &SessionRecord,
+        new: &BrowserSpec,
+    ) -> ServiceResult<Option<SessionRecord>> {
+        // A VM's egress is served by the replica that owns it: one owned elsewhere would
+        // get the caller's proxy or allowlist only once that replica heard of it.
+        let any_owner = new.proxy.is_none() && new.allowed_hosts.is_none();
+        let claimed = {
+            let _admission = self.admission.lock().await;
+            let lock = self.store.lock_admission(&record.org_id).await?;
+            let admitted = match self.check_live_limit(record).await {
+                Ok(()) => Ok(self
+                    .store
+                    .claim_standby_browser(pool_id, self.replica.id(), any_owner, record)
+                    .await),
+                Err(refused) => Err(refused),
+            };
+            lock.release().await;
+            admitted?
+        };
+        let claimed = match claimed {
+            Ok(Some(claimed)) => claimed,
+            // A name or persistent id already live: the cold path answers as it always has.
+            Ok(None) | Err(StoreError::Conflict(_)) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        // As a launch does: finishes even if the caller goes away.
+        let (this, new) = (self.clone(), new.clone());
+        run_to_completion(async move { this.take_over_standby(claimed, new).await }).await
+    }
+
+    async fn take_over_standby(
+        self: &Arc<Self>,
+        claimed: SessionRecord,
+        new: BrowserSpec,
+    ) -> ServiceResult<Option<SessionRecord>> {
+        self.changed(&claimed.id).await;
+        if let Err(error) = self.apply_to_claimed(&claimed, &new).await {
+            tracing::warn!(session_id = %claimed.id, %error, "a standby browser could not take the session's settings; starting one instead");
+            self.end(&claimed, "could not take the session's settings")
+                .await?;
+            return Ok(None);
+        }
+        self.touch(&claimed.id);
+        if let Some(url) = &claimed.vm_settings.start_url {
+            self.open_url(&claimed, url).await;
+        }
+        Ok(Some(claimed))
+    }
+
+    /// What a launch would have given the browser and a running one can still take.
+    async fn apply_to_claimed(
+        &self,
+        session: &SessionRecord,
+        new: &BrowserSpec,
+    ) -> ServiceResult<()> {
+        if self.replica.owns(session) {
+            self.runtime
+                .set_allowed_hosts(&session.id, new.allowed_hosts.clone());
+            self.runtime.set_upstream(
+                &session.id,
+                new.proxy.as_ref().map(|(_, route)| route.clone()),
+            );
+        }
+        let agent = self.agent(session)?;
+        if (new.viewport_width, new.viewport_height) != standby::standby_viewport() {
+            agent
+                .resize_screen(new.viewport_width as u32, new.viewport_height as u32)
+                .await?;
+        }
+        if let Some(location) = &new.location {
+            agent
+                .relaunch(location.timezone.as_deref(), location.locale.as_deref())
+                .await?;
+        }
+        Ok(())
     }
 
     /// Refuses a new session that would take its organization past its limit of live
@@ -537,6 +637,14 @@ impl Sessions {
         let this = self.clone();
         tokio::spawn(async move {
             this.runtime.wait_for_exit(&location).await;
+            // A standby browser's record has moved to the organization that claimed it.
+            let session = match this.store.live_sessions().await {
+                Ok(live) => live
+                    .into_iter()
+                    .find(|current| current.id == session.id)
+                    .unwrap_or(session),
+                Err(_) => session,
+            };
             let reason = this
                 .runtime
                 .exit_reason(&session.id)

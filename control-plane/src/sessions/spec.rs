@@ -102,6 +102,16 @@ pub fn memory_bytes(size: &str) -> u64 {
 
 /// As the SDK documents: headless browsers get 1GiB, headful ones 8GiB.
 const DEFAULT_MEMORY: (&str, &str) = ("1GiB", "8GiB");
+
+/// The `memory` a browser of this kind gets when the caller does not say.
+pub fn default_memory(headless: bool) -> &'static str {
+    let (headless_default, headful_default) = DEFAULT_MEMORY;
+    if headless {
+        headless_default
+    } else {
+        headful_default
+    }
+}
 pub const HEADLESS_MEMORY: &[&str] = &["1GiB", "2GiB", "4GiB"];
 pub const HEADFUL_MEMORY: &[&str] = &["8GiB", "16GiB"];
 /// Largest `chrome_policy`, serialized.
@@ -321,15 +331,10 @@ fn validate(
         None => None,
     };
     let headless = config.headless.unwrap_or(false);
-    let memory = config.memory.clone().unwrap_or_else(|| {
-        let (headless_default, headful_default) = DEFAULT_MEMORY;
-        (if headless {
-            headless_default
-        } else {
-            headful_default
-        })
-        .to_owned()
-    });
+    let memory = config
+        .memory
+        .clone()
+        .unwrap_or_else(|| default_memory(headless).to_owned());
     // The sizes the SDK offers each kind of browser.
     let (offered, kind) = if headless {
         (HEADLESS_MEMORY, "headless")

@@ -499,6 +499,18 @@ pub trait Store: AppsStore + CoordinationStore + Send + Sync + 'static {
         pool_id: &str,
         lease_id: &str,
     ) -> StoreResult<Option<SessionRecord>>;
+    /// Takes one idle running browser of a standby pool for a new session, atomically
+    /// (as `lease_pool_browser`): the row becomes `session`'s (organization, settings,
+    /// labels, creation time) and leaves the pool; its id, agent and owner stay. Browsers
+    /// `owner` serves come first; others only with `any_owner`. Fails with `Conflict` as
+    /// `insert_session` would (a live name or persistent id taken).
+    async fn claim_standby_browser(
+        &self,
+        pool_id: &str,
+        owner: &str,
+        any_owner: bool,
+        session: &SessionRecord,
+    ) -> StoreResult<Option<SessionRecord>>;
     /// Moves a pool browser from one lease state to another; false if it was not in
     /// `from` (or is not live).
     async fn set_pool_lease(

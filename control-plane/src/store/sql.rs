@@ -590,6 +590,46 @@ impl Store for SqlStore {
             .await
     }
 
+    async fn claim_standby_browser(
+        &self,
+        pool_id: &str,
+        owner: &str,
+        any_owner: bool,
+        s: &SessionRecord,
+    ) -> StoreResult<Option<SessionRecord>> {
+        self.database
+            .query_opt(
+                sql!(
+                    "UPDATE browser_sessions SET org_id = $4, persistent_id = $5, \
+                     timeout_seconds = $6, viewport_width = $7, viewport_height = $8, \
+                     viewport_refresh_rate = $9, created_at = $10, last_active_at = $10, \
+                     proxy_id = $11, vm_settings = $12, name = $13, pool_id = NULL, \
+                     pool_lease = NULL, pool_lease_id = NULL WHERE id = (\
+                     SELECT id FROM browser_sessions WHERE pool_id = $1 AND pool_lease = 'idle' \
+                     AND status = 'running' AND (owner = $2 OR $3) \
+                     ORDER BY owner = $2 DESC, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                     RETURNING {SESSION_COLUMNS}"
+                ),
+                params![
+                    pool_id,
+                    owner,
+                    any_owner,
+                    s.org_id,
+                    s.persistent_id,
+                    s.timeout_seconds,
+                    s.viewport_width,
+                    s.viewport_height,
+                    s.viewport_refresh_rate,
+                    s.created_at,
+                    s.proxy_id,
+                    serde_json::to_string(&s.vm_settings).ok(),
+                    s.name
+                ],
+                session_from_row,
+            )
+            .await
+    }
+
     async fn set_pool_lease(
         &self,
         session_id: &str,

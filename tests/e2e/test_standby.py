@@ -1,0 +1,147 @@
+"""Standby browsers (`--standby-browsers`, `--standby-headless-browsers`): `POST /browsers`
+is handed a browser started before the request, given the caller's viewport, location,
+labels and start page, with a fresh profile, never handed over twice; the standby refills;
+what needs another launch starts a browser as before."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import httpx
+import pytest
+from kernel import Kernel
+from playwright.sync_api import sync_playwright
+
+from harness import control_plane_for_module, first_tab, session_processes, wait_until
+from sdk import field, fields
+
+METRICS_TOKEN = "standby-metrics-token"
+HEADFUL, HEADLESS = 2, 1
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory):
+    yield from control_plane_for_module(tmp_path_factory, extra_args=[
+        "--standby-browsers", str(HEADFUL), "--standby-headless-browsers", str(HEADLESS),
+        "--metrics-token", METRICS_TOKEN])
+
+
+def idle_standby(control_plane) -> int:
+    """Idle standby browsers as /metrics tells them: the test's organizations have no
+    pools, so every idle pool browser is a standby one."""
+    text = httpx.get(f"{control_plane.base_url}/metrics",
+                     headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10).text
+    return sum(int(float(value)) for value in
+               re.findall(r'^browser_service_pool_browsers\{[^}]*state="idle"[^}]*\} (\S+)$', text, re.M))
+
+
+def standby_vms(control_plane, handed_out: set[str]) -> set[str]:
+    """Browser VMs on this host that no session of the tests' organizations holds."""
+    return {path.name for path in (control_plane.data_dir / "browsers").iterdir()} - handed_out
+
+
+def wait_full(control_plane):
+    assert wait_until(lambda: idle_standby(control_plane) == HEADFUL + HEADLESS, 90, interval=0.25), \
+        idle_standby(control_plane)
+
+
+LOCATION_PROBE = "() => [Intl.DateTimeFormat().resolvedOptions().timeZone, navigator.language]"
+SIZE_PROBE = "[screen.width, screen.height, innerWidth]"
+
+
+def test_a_create_is_handed_a_standby_browser_with_what_it_asked_for(client, control_plane, test_page_url):
+    wait_full(control_plane)
+    before = standby_vms(control_plane, set())
+    created = client.browsers.create(timeout_seconds=120, viewport={"width": 1280, "height": 720}, **fields(
+        name="instant", tags={"team": "speed"}, start_url=test_page_url,
+        location={"timezone": "Asia/Tokyo", "locale": "fr-FR"}))
+    sid = created.session_id
+    try:
+        assert sid in before, "a browser started before the request was handed over"
+        assert (field(created, "name"), field(created, "tags")) == ("instant", {"team": "speed"})
+        assert created.timeout_seconds == 120 and created.headless is False
+        assert field(created, "viewport")["width"] == 1280
+        assert field(created, "location")["timezone"] == "Asia/Tokyo"
+        listed = [s.session_id for s in client.browsers.list()]
+        assert listed == [sid]
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.connect_over_cdp(created.cdp_ws_url)
+            page = first_tab(browser)
+            assert page.url == test_page_url, "the start URL is open before the answer"
+            assert page.evaluate(LOCATION_PROBE) == ["Asia/Tokyo", "fr-FR"]
+            assert page.evaluate(SIZE_PROBE) == [1280, 720, 1280]
+            browser.close()
+
+        # The standby is filled again with new browsers; the handed-over one is not among them.
+        wait_full(control_plane)
+        refilled = standby_vms(control_plane, {sid})
+        assert len(refilled) == HEADFUL + HEADLESS and sid not in refilled
+    finally:
+        client.browsers.delete_by_id(sid)
+    # Ended like any browser: its processes and directory are gone, not returned to the standby.
+    assert wait_until(lambda: not any(session_processes(control_plane, sid).values()), 20)
+    assert not (control_plane.data_dir / "browsers" / sid).exists()
+
+
+def test_a_standby_browser_has_a_fresh_profile_and_serves_one_session_only(client, control_plane,
+                                                                            test_page_url):
+    other = Kernel(api_key=control_plane.create_api_key("standby-other"), base_url=control_plane.base_url)
+    wait_full(control_plane)
+    first = client.browsers.create()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(first.cdp_ws_url)
+        page = first_tab(browser)
+        page.goto(test_page_url)
+        page.evaluate("document.cookie = 'secret=first; max-age=3600'; localStorage.setItem('secret', 'one')")
+        browser.close()
+    client.browsers.delete_by_id(first.session_id)
+
+    wait_full(control_plane)
+    before = standby_vms(control_plane, set())
+    second = other.browsers.create()
+    try:
+        assert second.session_id in before and second.session_id != first.session_id
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.connect_over_cdp(second.cdp_ws_url)
+            context = browser.contexts[0]
+            assert context.cookies() == []
+            page = first_tab(browser)
+            assert page.url == "about:blank"
+            page.goto(test_page_url)
+            assert page.evaluate("document.cookie") == ""
+            assert page.evaluate("localStorage.getItem('secret')") is None
+            browser.close()
+        # Each organization sees its own browser only.
+        assert [s.session_id for s in other.browsers.list()] == [second.session_id]
+        assert second.session_id not in [s.session_id for s in client.browsers.list()]
+    finally:
+        other.browsers.delete_by_id(second.session_id)
+
+
+def test_headless_creates_take_the_headless_standby_and_other_launches_start_cold(client, control_plane):
+    wait_full(control_plane)
+    before = standby_vms(control_plane, set())
+    headless = client.browsers.create(headless=True)
+    # Kiosk mode and stealth are launch flags: no standby browser has them.
+    kiosk = client.browsers.create(kiosk_mode=True)
+    stealthy = client.browsers.create(headless=True, stealth=True)
+    try:
+        assert headless.session_id in before and headless.headless is True
+        assert kiosk.session_id not in before and stealthy.session_id not in before
+        assert kiosk.kiosk_mode is True and stealthy.stealth is True
+        # Headless: a Chromium without a display.
+        processes = session_processes(control_plane, headless.session_id)
+        assert processes["chromium"] and not processes["xvfb"]
+    finally:
+        for session in (headless, kiosk, stealthy):
+            client.browsers.delete_by_id(session.session_id)
+
+
+def test_standby_browsers_are_nobody_s(client, control_plane):
+    """The organization that holds them cannot be given a key, and no one sees its pools."""
+    wait_full(control_plane)
+    assert not list(client.browser_pools.list())
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        control_plane.create_api_key("(standby browsers)")
+    assert "reserved" in refused.value.stderr
