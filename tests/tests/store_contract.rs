@@ -402,6 +402,7 @@ async fn contract(store: Arc<dyn Store>) {
     replay_contract(store.as_ref(), &a.id, &b.id).await;
     proxy_contract(store.as_ref(), &a.id, &b.id).await;
     pool_contract(store.clone(), &a.id, &b.id).await;
+    standby_claim_contract(store.clone(), &a.id, &b.id).await;
     profile_contract(store.as_ref(), &a.id, &b.id).await;
     auth_connection_contract(store.as_ref(), &a.id, &b.id).await;
     secret_contract(store.as_ref(), &a.id, &b.id).await;
@@ -888,6 +889,133 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
         })
         .await
         .expect("name reused");
+}
+
+/// Standby browsers are idle members of a pool of another organization (`b` here); a claim
+/// moves one to the caller's organization (`a`) in one statement.
+async fn standby_claim_contract(store: Arc<dyn Store>, a: &str, b: &str) {
+    let pool = PoolRecord {
+        id: "standby_pool".into(),
+        org_id: b.into(),
+        name: Some("standby-headful".into()),
+        size: 3,
+        config: serde_json::json!({"size": 3}),
+        created_at: Utc::now(),
+    };
+    store.insert_pool(&pool).await.expect("pool");
+    for (id, owner, running) in [
+        ("sb0", "r1", true),
+        ("sb1", "r2", true),
+        ("sb2", "r1", false),
+    ] {
+        let mut member = session(id, b, None, 100);
+        member.pool_id = Some(pool.id.clone());
+        member.pool_lease = Some(PoolLease::Idle);
+        member.owner = Some(owner.into());
+        store.insert_session(&member).await.expect("member");
+        if running {
+            store
+                .set_session_running(id, &location(9100))
+                .await
+                .expect("running");
+        }
+    }
+    let mut wanted = session("unused-id", a, Some("persist"), 0);
+    wanted.name = Some("claimed".into());
+    wanted.timeout_seconds = 120;
+    wanted.viewport_width = 1024;
+    wanted.viewport_height = 768;
+    wanted
+        .vm_settings
+        .tags
+        .insert("team".into(), "speed".into());
+    let wanted = truncate_to_micros(wanted);
+
+    // Four concurrent claims by replica r1 for its own browsers: one gets the one it
+    // serves that runs; the others find none (r2's is not theirs, sb2 is not running).
+    let claims = (0..4).map(|n| {
+        let (store, pool_id, mut wanted) = (store.clone(), pool.id.clone(), wanted.clone());
+        wanted.name = Some(format!("claimed-{n}"));
+        wanted.persistent_id = Some(format!("persist-{n}"));
+        tokio::spawn(async move {
+            store
+                .claim_standby_browser(&pool_id, "r1", false, &wanted)
+                .await
+        })
+    });
+    let claimed: Vec<SessionRecord> = futures::future::join_all(claims)
+        .await
+        .into_iter()
+        .filter_map(|outcome| outcome.expect("task").expect("claim"))
+        .collect();
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let first = &claimed[0];
+    assert_eq!(first.id, "sb0");
+    assert_eq!(
+        (
+            first.org_id.as_str(),
+            first.pool_id.as_deref(),
+            first.pool_lease
+        ),
+        (a, None, None)
+    );
+    assert_eq!(first.owner.as_deref(), Some("r1"));
+    assert_eq!(first.agent, Some(location(9100)), "the VM stays");
+    assert_eq!(first.status, SessionStatus::Running);
+    assert_eq!(
+        (
+            first.timeout_seconds,
+            first.viewport_width,
+            first.viewport_height
+        ),
+        (120, 1024, 768)
+    );
+    assert_eq!(first.created_at, wanted.created_at);
+    assert_eq!(
+        first.vm_settings.tags.get("team").map(String::as_str),
+        Some("speed")
+    );
+    assert!(store.session(a, "sb0").await.expect("get").is_some());
+    assert_eq!(store.session(b, "sb0").await.expect("foreign"), None);
+    assert_eq!(
+        store.pool_members(&pool.id).await.expect("members").len(),
+        2
+    );
+
+    // A name already live in the caller's organization: Conflict, and nothing changes.
+    let taken = SessionRecord {
+        name: first.name.clone(),
+        persistent_id: None,
+        ..wanted.clone()
+    };
+    assert!(matches!(
+        store
+            .claim_standby_browser(&pool.id, "r1", true, &taken)
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.pool_members(&pool.id).await.expect("members").len(),
+        2
+    );
+    // Any owner's: r2's browser.
+    let second = store
+        .claim_standby_browser(&pool.id, "r1", true, &wanted)
+        .await
+        .expect("claim")
+        .expect("a browser");
+    assert_eq!(
+        (second.id.as_str(), second.owner.as_deref()),
+        ("sb1", Some("r2"))
+    );
+    assert_eq!(
+        store
+            .claim_standby_browser(&pool.id, "r1", true, &wanted)
+            .await
+            .expect("claim"),
+        None,
+        "the one left is still starting"
+    );
 }
 
 fn replay(id: &str, org_id: &str, session_id: &str, age_seconds: i64) -> ReplayRecord {
