@@ -45,6 +45,17 @@ impl Authenticator {
         self.started.elapsed().saturating_sub(last)
     }
 
+    /// Whether `secret` is the agent's; if so, it counts as contact.
+    pub fn admits(&self, secret: &[u8]) -> bool {
+        let digest: [u8; 32] = Sha256::digest(secret).into();
+        let admitted = !secret.is_empty() && bool::from(digest.ct_eq(self.expected.as_ref()));
+        if admitted {
+            let now = self.started.elapsed().as_millis() as u64;
+            self.last_contact_ms.store(now, Ordering::Relaxed);
+        }
+        admitted
+    }
+
     pub fn check(&self, request: Request<()>) -> Result<Request<()>, Status> {
         let presented = request
             .metadata()
@@ -52,10 +63,7 @@ impl Authenticator {
             .map(|value| value.as_bytes())
             .unwrap_or_default();
         let secret = presented.strip_prefix(b"Bearer ").unwrap_or_default();
-        let digest: [u8; 32] = Sha256::digest(secret).into();
-        if !secret.is_empty() && bool::from(digest.ct_eq(self.expected.as_ref())) {
-            let now = self.started.elapsed().as_millis() as u64;
-            self.last_contact_ms.store(now, Ordering::Relaxed);
+        if self.admits(secret) {
             Ok(request)
         } else {
             Err(Status::unauthenticated("missing or wrong agent credential"))

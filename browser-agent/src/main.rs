@@ -11,6 +11,7 @@ mod cdp_client;
 mod chromium;
 mod curl;
 mod desktop;
+mod devtools_handoff;
 mod dir_watch;
 mod display;
 mod extensions;
@@ -519,9 +520,10 @@ async fn serve(
         display: display_name,
         screen,
         vm_root: args.vm_root.clone(),
-        browser: state_rx,
+        browser: state_rx.clone(),
         shutdown: shutdown.clone(),
     };
+    let handoff_state = state_rx;
     let server = BrowserAgentServer::new(service)
         .max_decoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES)
         .max_encoding_message_size(cdp::MAX_CDP_MESSAGE_BYTES);
@@ -554,7 +556,17 @@ async fn serve(
                 )
                 .await
         }
-        Listener::Unix(listener, _) => {
+        Listener::Unix(listener, path) => {
+            // Beside the agent's socket, where only the control plane looks.
+            let handoff =
+                path.with_file_name(browser_agent_proto::unix_socket::DEVTOOLS_HANDOFF_FILE);
+            devtools_handoff::serve(
+                &handoff,
+                authenticator.clone(),
+                handoff_state,
+                shutdown.clone(),
+            )
+            .with_context(|| format!("binding {}", handoff.display()))?;
             served
                 .serve_with_incoming_shutdown(
                     UnixListenerStream::new(listener),

@@ -56,6 +56,10 @@ pub mod unix_socket {
         pub path: PathBuf,
     }
 
+    /// Beside the agent's socket: where a local VM's agent hands the control plane
+    /// DevTools WebSockets already open to Chromium (a file descriptor per request).
+    pub const DEVTOOLS_HANDOFF_FILE: &str = "devtools.sock";
+
     pub fn short_path(socket: &Path) -> io::Result<ShortPath> {
         let (Some(directory), Some(name)) = (socket.parent(), socket.file_name()) else {
             return Err(io::Error::new(

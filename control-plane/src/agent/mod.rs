@@ -2,6 +2,7 @@
 //! mapping of `tonic::Status` to errors the API can answer.
 
 mod clients;
+pub mod devtools;
 pub mod page;
 
 use std::path::PathBuf;

@@ -4,13 +4,18 @@
 //! send headers here); tunnelled over gRPC to the agent, which connects to Chromium's
 //! DevTools, or to the VM's chromedriver for WebDriver BiDi.
 
+use axum::extract::FromRequestParts;
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::response::Response;
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use browser_agent_proto::v1::{CdpClose, CdpFrame, cdp_frame::Kind};
+use hyper::upgrade::OnUpgrade;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
@@ -49,9 +54,11 @@ pub async fn connect(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<CdpQuery>,
+    // Before `upgrade`, which takes the connection's upgrade out of the request.
+    raw: RawUpgrade,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    tunnel(state, id, query, upgrade, "").await
+    tunnel(state, id, query, upgrade, Some(raw)).await
 }
 
 /// WebSocket endpoint speaking WebDriver BiDi to the session's browser: open a session
@@ -67,20 +74,26 @@ pub async fn webdriver(
     QueryParams(query): QueryParams<CdpQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    tunnel(state, id, query, upgrade, WEBDRIVER_TUNNEL_PATH).await
+    tunnel(state, id, query, upgrade, None).await
 }
 
 /// The agent's tunnel path for WebDriver BiDi (its `webdriver::TUNNEL_PATH`).
 const WEBDRIVER_TUNNEL_PATH: &str = "webdriver";
 
-/// The WebSocket, once its token names this live session, tunnelled to `agent_path`.
+/// The WebSocket, once its token names this live session: Chromium's DevTools (with
+/// `raw`, the client's connection as it is upgraded) or, without, WebDriver BiDi.
 async fn tunnel(
     state: AppState,
     id: String,
     query: CdpQuery,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-    agent_path: &str,
+    raw: Option<RawUpgrade>,
 ) -> Result<Response, ApiError> {
+    let agent_path = if raw.is_some() {
+        ""
+    } else {
+        WEBDRIVER_TUNNEL_PATH
+    };
     let claims = query
         .jwt
         .as_deref()
@@ -96,6 +109,26 @@ async fn tunnel(
     let pooled = session.pool_id.is_some();
     if pooled {
         lease_holds(&state, &claims).await?;
+    }
+    // A local browser's DevTools socket itself, its bytes passed through: one process
+    // hop per message instead of three. Other browsers (and any failure) go over gRPC.
+    if let Some(raw) = raw.filter(|raw| raw.usable())
+        && let Some(location) = &session.agent
+    {
+        match crate::agent::devtools::open_devtools(location, "").await {
+            Ok(Some(devtools)) => {
+                tracing::debug!(session_id = %id, "DevTools handed over; passing bytes through");
+                if pooled {
+                    lease_holds(&state, &claims).await?;
+                }
+                let guard = state.sessions.cdp_connection_opened(&id);
+                return Ok(raw.switch(devtools, guard));
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(session_id = %id, %error, "no DevTools hand-off; tunnelling over gRPC")
+            }
+        }
     }
     let agent = state.sessions.agent(&session)?;
     let (to_agent, from_agent) =
@@ -115,6 +148,60 @@ async fn tunnel(
         .max_message_size(MAX_CDP_MESSAGE_BYTES)
         .max_frame_size(MAX_CDP_MESSAGE_BYTES)
         .on_upgrade(move |socket| pump(socket, to_agent, from_agent, guard)))
+}
+
+/// What the raw pass-through needs of an HTTP/1.1 WebSocket upgrade: the client's key
+/// and the connection, once upgraded. Taken before `WebSocketUpgrade` (which checks
+/// the request and would take the connection).
+pub struct RawUpgrade {
+    key: Option<HeaderValue>,
+    on_upgrade: Option<OnUpgrade>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RawUpgrade {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let http1 = parts.version <= axum::http::Version::HTTP_11;
+        Ok(Self {
+            key: parts
+                .headers
+                .get(header::SEC_WEBSOCKET_KEY)
+                .filter(|_| http1)
+                .cloned(),
+            on_upgrade: parts.extensions.get::<OnUpgrade>().cloned(),
+        })
+    }
+}
+
+impl RawUpgrade {
+    fn usable(&self) -> bool {
+        self.key.is_some() && self.on_upgrade.is_some()
+    }
+
+    /// Answers 101 and, once the client's connection is switched, passes its bytes to
+    /// and from `devtools`.
+    fn switch(self, devtools: tokio::net::TcpStream, guard: CdpConnectionGuard) -> Response {
+        let (Some(key), Some(on_upgrade)) = (self.key, self.on_upgrade) else {
+            return StatusCode::BAD_REQUEST.into_response();
+        };
+        tokio::spawn(async move {
+            if let Ok(upgraded) = on_upgrade.await {
+                let client = hyper_util::rt::TokioIo::new(upgraded);
+                super::cdp_passthrough::splice(client, devtools, guard).await;
+            }
+        });
+        let accept = derive_accept_key(key.as_bytes());
+        (
+            StatusCode::SWITCHING_PROTOCOLS,
+            [
+                (header::CONNECTION, "upgrade".to_owned()),
+                (header::UPGRADE, "websocket".to_owned()),
+                (header::SEC_WEBSOCKET_ACCEPT, accept),
+            ],
+        )
+            .into_response()
+    }
 }
 
 /// A pool browser's DevTools are open only to the lease the token names. Read from the

@@ -9,6 +9,7 @@ pub mod auth_timeline;
 pub mod browser_view;
 pub mod browsers;
 pub mod cdp;
+mod cdp_passthrough;
 pub mod chrome_store;
 pub mod computer;
 pub mod credential_providers;
