@@ -1,0 +1,72 @@
+"""`cdp_ws_url` at the protocol level (websocket-client, no Playwright): the bytes of a
+local browser's DevTools pass through the control plane unchanged, large messages in both
+directions included, and the client is told when the browser goes away."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import websocket
+
+LARGE = 3 * 1024 * 1024
+
+
+class Cdp:
+    def __init__(self, url: str):
+        self.socket = websocket.create_connection(url, max_size=None, timeout=30)
+        self.next_id = 0
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        self.socket.send(json.dumps(message))
+        while True:
+            answer = json.loads(self.socket.recv())
+            if answer.get("id") == self.next_id:
+                return answer
+
+    def page_session(self) -> str:
+        targets = self.call("Target.getTargets")["result"]["targetInfos"]
+        page = next(t for t in targets if t["type"] == "page")
+        return self.call("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})[
+            "result"]["sessionId"]
+
+
+def test_large_messages_cross_the_tunnel_both_ways(client):
+    session = client.browsers.create(headless=True)
+    try:
+        cdp = Cdp(session.cdp_ws_url)
+        page = cdp.page_session()
+        # A result of 3 MiB (Chromium's frames span many reads) ...
+        big = cdp.call("Runtime.evaluate", {"expression": f"'x'.repeat({LARGE})", "returnByValue": True},
+                       page)["result"]["result"]["value"]
+        assert big == "x" * LARGE
+        # ... and a 3 MiB message from the client, read back by the page.
+        payload = "y" * LARGE
+        length = cdp.call("Runtime.evaluate", {"expression": f"'{payload}'.length", "returnByValue": True},
+                          page)["result"]["result"]["value"]
+        assert length == LARGE
+        # Small calls go on normally afterwards, many of them.
+        for n in range(200):
+            assert cdp.call("Runtime.evaluate", {"expression": f"{n} + 1", "returnByValue": True},
+                            page)["result"]["result"]["value"] == n + 1
+        cdp.socket.close()
+    finally:
+        client.browsers.delete_by_id(session.session_id)
+
+
+def test_the_client_is_told_when_the_browser_goes_away(client):
+    session = client.browsers.create(headless=True)
+    cdp = Cdp(session.cdp_ws_url)
+    assert cdp.call("Browser.getVersion")["result"]["product"].startswith(("Chrome", "HeadlessChrome"))
+    client.browsers.delete_by_id(session.session_id)
+    started = time.monotonic()
+    opcode, data = cdp.socket.recv_data(control_frame=True)
+    while opcode != websocket.ABNF.OPCODE_CLOSE:
+        opcode, data = cdp.socket.recv_data(control_frame=True)
+    assert time.monotonic() - started < 15
+    # Chromium stopped without a closing handshake: the control plane closes for it.
+    assert (int.from_bytes(data[:2], "big"), data[2:]) == (1011, b"browser went away")
