@@ -52,6 +52,8 @@ pub fn serve(
                 () = shutdown.cancelled() => return,
             };
             let Ok((connection, _)) = connection else {
+                // Out of descriptors, say: not a reason to spin.
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             };
             let (auth, browser) = (auth.clone(), browser.clone());

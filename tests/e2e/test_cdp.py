@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import websocket
 
 LARGE = 3 * 1024 * 1024
@@ -54,6 +55,24 @@ def test_large_messages_cross_the_tunnel_both_ways(client):
             assert cdp.call("Runtime.evaluate", {"expression": f"{n} + 1", "returnByValue": True},
                             page)["result"]["result"]["value"] == n + 1
         cdp.socket.close()
+    finally:
+        client.browsers.delete_by_id(session.session_id)
+
+
+def test_a_client_s_close_gets_chromium_s_answer_and_nothing_after_it(client):
+    session = client.browsers.create(headless=True)
+    try:
+        cdp = Cdp(session.cdp_ws_url)
+        assert "product" in cdp.call("Browser.getVersion")["result"]
+        cdp.socket.send_close(1000, b"done")
+        opcode, data = cdp.socket.recv_data(control_frame=True)
+        assert opcode == websocket.ABNF.OPCODE_CLOSE
+        assert int.from_bytes(data[:2], "big") == 1000
+        # The closing handshake was the two ends' own: no second close follows.
+        with pytest.raises((websocket.WebSocketConnectionClosedException, ConnectionError)):
+            cdp.socket.recv_data(control_frame=True)
+        # The browser lives on for new connections.
+        assert "product" in Cdp(session.cdp_ws_url).call("Browser.getVersion")["result"]
     finally:
         client.browsers.delete_by_id(session.session_id)
 

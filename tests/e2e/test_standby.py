@@ -126,15 +126,22 @@ def test_headless_creates_take_the_headless_standby_and_other_launches_start_col
     # Kiosk mode and stealth are launch flags: no standby browser has them.
     kiosk = client.browsers.create(kiosk_mode=True)
     stealthy = client.browsers.create(headless=True, stealth=True)
+    # A headless browser's window size is fixed at launch.
+    small_headless = client.browsers.create(headless=True, viewport={"width": 800, "height": 600})
     try:
         assert headless.session_id in before and headless.headless is True
         assert kiosk.session_id not in before and stealthy.session_id not in before
+        assert small_headless.session_id not in before
         assert kiosk.kiosk_mode is True and stealthy.stealth is True
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.connect_over_cdp(small_headless.cdp_ws_url)
+            assert first_tab(browser).evaluate("innerWidth") == 800
+            browser.close()
         # Headless: a Chromium without a display.
         processes = session_processes(control_plane, headless.session_id)
         assert processes["chromium"] and not processes["xvfb"]
     finally:
-        for session in (headless, kiosk, stealthy):
+        for session in (headless, kiosk, stealthy, small_headless):
             client.browsers.delete_by_id(session.session_id)
 
 

@@ -18,6 +18,7 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const CLIENT_SILENCE_LIMIT: Duration = Duration::from_secs(90);
 const BUFFER_BYTES: usize = 64 * 1024;
 
+const OPCODE_CLOSE: u8 = 0x8;
 const OPCODE_PONG: u8 = 0xA;
 /// An empty ping, as a server sends it (unmasked).
 const PING: [u8; 2] = [0x89, 0x00];
@@ -29,6 +30,8 @@ struct Frames {
     header: Vec<u8>,
     payload_left: u64,
     dropping: bool,
+    /// A close frame went through: the closing handshake is the two ends' own.
+    closed: bool,
 }
 
 impl Frames {
@@ -71,9 +74,11 @@ impl Frames {
             self.header.push(data[0]);
             data = &data[1..];
             if let Some((_, length)) = Self::parse_header(&self.header) {
-                self.dropping = drop(self.header[0] & 0x0f);
+                let opcode = self.header[0] & 0x0f;
+                self.dropping = drop(opcode);
                 if !self.dropping {
                     out.extend_from_slice(&self.header);
+                    self.closed |= opcode == OPCODE_CLOSE;
                 }
                 self.header.clear();
                 self.payload_left = length;
@@ -92,6 +97,7 @@ where
     let (mut from_chromium, mut to_chromium) = chromium.into_split();
     let opened = Instant::now();
     let last_heard = std::sync::atomic::AtomicU64::new(0);
+    let client_closed = std::sync::atomic::AtomicBool::new(false);
     let heard = || {
         last_heard.store(
             opened.elapsed().as_millis() as u64,
@@ -109,6 +115,9 @@ where
             heard();
             out.clear();
             frames.forward(&buffer[..read], &mut out, |opcode| opcode == OPCODE_PONG);
+            if frames.closed {
+                client_closed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             if !out.is_empty() && to_chromium.write_all(&out).await.is_err() {
                 break;
             }
@@ -167,9 +176,10 @@ where
                 return;
             }
         }
-        // Chromium went away: tell the client rather than leave it hanging (between
-        // frames only; a frame cut short cannot be completed).
-        if frames.at_boundary() {
+        // Chromium went away without a closing handshake: tell the client rather than
+        // leave it hanging (between frames only; a frame cut short cannot be completed).
+        let handshake = frames.closed || client_closed.load(std::sync::atomic::Ordering::Relaxed);
+        if frames.at_boundary() && !handshake {
             let reason = b"browser went away";
             let mut close = vec![0x88, (2 + reason.len()) as u8];
             close.extend_from_slice(&1011u16.to_be_bytes());
@@ -234,6 +244,20 @@ mod tests {
             assert_eq!(out, expected, "cut into pieces of {cut}");
             assert!(frames.at_boundary());
         }
+    }
+
+    #[test]
+    fn a_close_frame_is_noticed() {
+        let mut frames = Frames::default();
+        let mut out = Vec::new();
+        frames.forward(&frame(0x1, b"{}", None), &mut out, |_| false);
+        assert!(!frames.closed);
+        frames.forward(
+            &frame(OPCODE_CLOSE, &1000u16.to_be_bytes(), None),
+            &mut out,
+            |_| false,
+        );
+        assert!(frames.closed);
     }
 
     #[test]

@@ -308,6 +308,14 @@ impl Sessions {
                 new.proxy.as_ref().map(|(_, route)| route.clone()),
             );
         }
+        // Claimed in the moment its agent died (before the watcher ended it).
+        if let Some(location) = &session.agent
+            && self.runtime.agent_exists(location) == Some(false)
+        {
+            return Err(ServiceError::Unavailable(
+                "the standby browser's agent is gone".into(),
+            ));
+        }
         let agent = self.agent(session)?;
         if (new.viewport_width, new.viewport_height) != standby::standby_viewport() {
             agent

@@ -7,9 +7,10 @@
 //! without a new launch claims one: in one statement its record becomes the caller's
 //! session (organization, settings, labels, creation time) and leaves the pool, which
 //! the reconciler then refills. What a launch fixes (extensions, a profile, a policy,
-//! stealth, kiosk, memory, headless or not) must match, else the create starts a VM as
-//! before; what can change on a running browser (viewport, location, egress, labels,
-//! timeout, start URL) is applied after the claim. A standby browser has never served
+//! stealth, kiosk, memory, headless or not, and a headless browser's viewport) must
+//! match, else the create starts a VM as before; what can change on a running browser
+//! (a headful viewport, location, egress, labels, timeout, start URL) is applied after
+//! the claim. A standby browser has never served
 //! anyone, and a claimed one ends with its session: it is never handed over twice.
 
 use chrono::Utc;
@@ -71,7 +72,10 @@ impl Standby {
             || spec.chrome_policy.is_some()
             || spec.stealth
             || spec.kiosk_mode
-            || spec.memory.0 != default_memory(spec.headless);
+            || spec.memory.0 != default_memory(spec.headless)
+            // A headless browser's window size is a launch flag: it cannot be resized.
+            || (spec.headless
+                && (spec.viewport_width, spec.viewport_height) != standby_viewport());
         if takes_a_launch {
             return None;
         }

@@ -607,7 +607,7 @@ impl Store for SqlStore {
                      pool_lease = NULL, pool_lease_id = NULL WHERE id = (\
                      SELECT id FROM browser_sessions WHERE pool_id = $1 AND pool_lease = 'idle' \
                      AND status = 'running' AND (owner = $2 OR $3) \
-                     ORDER BY owner = $2 DESC, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                     ORDER BY COALESCE(owner = $2, FALSE) DESC, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
                      RETURNING {SESSION_COLUMNS}"
                 ),
                 params![
