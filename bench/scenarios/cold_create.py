@@ -34,17 +34,25 @@ def _chromium_flags(user_data_dir: str) -> list[str]:
     return flags + ["about:blank"]
 
 
-def _start_xvfb() -> tuple[subprocess.Popen, str]:
-    read_end, write_end = os.pipe()
+def _free_display() -> int:
+    return next(n for n in range(200, 400) if not Path(f"/tmp/.X{n}-lock").exists()
+                and not Path(f"/tmp/.X11-unix/X{n}").exists())
+
+
+def _start_xvfb(display: int | None = None) -> tuple[subprocess.Popen, str]:
+    """An Xvfb as the agent starts it, on a free display number of its own (here
+    `-displayfd` has handed two servers started in a row the same number)."""
+    number = _free_display() if display is None else display
     xvfb = subprocess.Popen(
-        ["Xvfb", "-displayfd", str(write_end), "-screen", "0", f"{VIEWPORT[0]}x{VIEWPORT[1]}x24",
+        ["Xvfb", f":{number}", "-screen", "0", f"{VIEWPORT[0]}x{VIEWPORT[1]}x24",
          "-nolisten", "tcp", "-noreset", "-extension", "GLX"],  # as the agent starts it
-        pass_fds=(write_end,), stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    os.close(write_end)
-    display = os.read(read_end, 64).decode().strip()
-    os.close(read_end)
-    return xvfb, f":{display}"
+    deadline = time.monotonic() + 10
+    while not Path(f"/tmp/.X11-unix/X{number}").exists():
+        assert xvfb.poll() is None and time.monotonic() < deadline, f"Xvfb :{number} did not start"
+        time.sleep(0.01)
+    return xvfb, f":{number}"
 
 
 def _direct_launch(display: str) -> float:

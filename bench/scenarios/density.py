@@ -18,7 +18,7 @@ import httpx
 
 from harness import ControlPlane, descendants, processes_mentioning, serve_html
 
-from .cold_create import VIEWPORT, _chromium_flags
+from .cold_create import VIEWPORT, _chromium_flags, _start_xvfb
 
 BROWSERS = 20
 SETTLE_SECONDS = 15
@@ -63,19 +63,6 @@ def _ours(work_dir: Path, page_url: str) -> tuple[list[float], list[float]]:
         server.reap_everything()
 
 
-def _start_xvfb(display: int) -> subprocess.Popen:
-    """An Xvfb as the agent starts it, on a display number of its own (`-displayfd`
-    hands several servers started in a row the same number here)."""
-    xvfb = subprocess.Popen(
-        ["Xvfb", f":{display}", "-screen", "0", f"{VIEWPORT[0]}x{VIEWPORT[1]}x24",
-         "-nolisten", "tcp", "-noreset", "-extension", "GLX"], stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not Path(f"/tmp/.X11-unix/X{display}").exists():
-        assert xvfb.poll() is None and time.monotonic() < deadline, f"Xvfb :{display} did not start"
-        time.sleep(0.01)
-    return xvfb
-
-
 def _free_displays(count: int) -> list[int]:
     free = [n for n in range(200, 400) if not Path(f"/tmp/.X{n}-lock").exists()
             and not Path(f"/tmp/.X11-unix/X{n}").exists()]
@@ -86,7 +73,7 @@ def _bare_pairs(page_url: str) -> list[float]:
     pairs = []
     try:
         for display in _free_displays(BROWSERS):
-            xvfb = _start_xvfb(display)
+            xvfb, _ = _start_xvfb(display)
             profile = tempfile.mkdtemp(prefix="bench-density-")
             flags = [flag for flag in _chromium_flags(profile) if flag != "about:blank"]
             chromium = subprocess.Popen(["chromium", *flags, page_url], env={**os.environ, "DISPLAY": f":{display}"},
