@@ -34,15 +34,17 @@ def _chromium_flags(user_data_dir: str) -> list[str]:
     return flags + ["about:blank"]
 
 
-def _free_display() -> int:
-    return next(n for n in range(200, 400) if not Path(f"/tmp/.X{n}-lock").exists()
-                and not Path(f"/tmp/.X11-unix/X{n}").exists())
+def _free_displays(count: int) -> list[int]:
+    """Display numbers no X server holds (neither a lock file nor a socket)."""
+    free = [n for n in range(200, 400) if not Path(f"/tmp/.X{n}-lock").exists()
+            and not Path(f"/tmp/.X11-unix/X{n}").exists()]
+    return free[:count]
 
 
 def _start_xvfb(display: int | None = None) -> tuple[subprocess.Popen, str]:
     """An Xvfb as the agent starts it, on a free display number of its own (here
     `-displayfd` has handed two servers started in a row the same number)."""
-    number = _free_display() if display is None else display
+    number = _free_displays(1)[0] if display is None else display
     xvfb = subprocess.Popen(
         ["Xvfb", f":{number}", "-screen", "0", f"{VIEWPORT[0]}x{VIEWPORT[1]}x24",
          "-nolisten", "tcp", "-noreset", "-extension", "GLX"],  # as the agent starts it

@@ -18,7 +18,7 @@ import httpx
 
 from harness import ControlPlane, descendants, processes_mentioning, serve_html
 
-from .cold_create import VIEWPORT, _chromium_flags, _start_xvfb
+from .cold_create import VIEWPORT, _chromium_flags, _free_displays, _start_xvfb
 
 BROWSERS = 20
 SETTLE_SECONDS = 15
@@ -61,12 +61,6 @@ def _ours(work_dir: Path, page_url: str) -> tuple[list[float], list[float]]:
         return latencies, memory
     finally:
         server.reap_everything()
-
-
-def _free_displays(count: int) -> list[int]:
-    free = [n for n in range(200, 400) if not Path(f"/tmp/.X{n}-lock").exists()
-            and not Path(f"/tmp/.X11-unix/X{n}").exists()]
-    return free[:count]
 
 
 def _bare_pairs(page_url: str) -> list[float]:

@@ -1,10 +1,12 @@
 //! `GET /browsers/{id}/cdp?jwt=…`: the WebSocket behind `cdp_ws_url`, and
 //! `GET /browsers/{id}/webdriver?jwt=…`, the one behind `webdriver_ws_url`. Authenticated
 //! by the signed token instead of an API key (Playwright, Puppeteer and Selenium cannot
-//! send headers here); tunnelled over gRPC to the agent, which connects to Chromium's
-//! DevTools, or to the VM's chromedriver for WebDriver BiDi.
+//! send headers here). A local browser's DevTools socket is handed over by its agent and
+//! its bytes passed through (`cdp_passthrough`); otherwise the WebSocket is tunnelled
+//! over gRPC to the agent, which connects to Chromium's DevTools, or to the VM's
+//! chromedriver for WebDriver BiDi.
 
-use axum::extract::FromRequestParts;
+use axum::extract::OptionalFromRequestParts;
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -55,7 +57,7 @@ pub async fn connect(
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<CdpQuery>,
     // Before `upgrade`, which takes the connection's upgrade out of the request.
-    raw: RawUpgrade,
+    raw: Option<RawUpgrade>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     tunnel(state, id, query, upgrade, Some(raw)).await
@@ -87,7 +89,7 @@ async fn tunnel(
     id: String,
     query: CdpQuery,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-    raw: Option<RawUpgrade>,
+    raw: Option<Option<RawUpgrade>>,
 ) -> Result<Response, ApiError> {
     let agent_path = if raw.is_some() {
         ""
@@ -112,7 +114,7 @@ async fn tunnel(
     }
     // A local browser's DevTools socket itself, its bytes passed through: one process
     // hop per message instead of three. Other browsers (and any failure) go over gRPC.
-    if let Some(raw) = raw.filter(|raw| raw.usable())
+    if let Some(raw) = raw.flatten()
         && let Some(location) = &session.agent
     {
         match crate::agent::devtools::open_devtools(location, "").await {
@@ -152,39 +154,35 @@ async fn tunnel(
 
 /// What the raw pass-through needs of an HTTP/1.1 WebSocket upgrade: the client's key
 /// and the connection, once upgraded. Taken before `WebSocketUpgrade` (which checks
-/// the request and would take the connection).
+/// the request and would take the connection); absent for other requests.
 pub struct RawUpgrade {
-    key: Option<HeaderValue>,
-    on_upgrade: Option<OnUpgrade>,
+    key: HeaderValue,
+    on_upgrade: OnUpgrade,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for RawUpgrade {
+impl<S: Send + Sync> OptionalFromRequestParts<S> for RawUpgrade {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let http1 = parts.version <= axum::http::Version::HTTP_11;
-        Ok(Self {
-            key: parts
-                .headers
-                .get(header::SEC_WEBSOCKET_KEY)
-                .filter(|_| http1)
-                .cloned(),
-            on_upgrade: parts.extensions.get::<OnUpgrade>().cloned(),
-        })
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        if parts.version > axum::http::Version::HTTP_11 {
+            return Ok(None);
+        }
+        let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+        let on_upgrade = parts.extensions.get::<OnUpgrade>().cloned();
+        Ok(key
+            .zip(on_upgrade)
+            .map(|(key, on_upgrade)| Self { key, on_upgrade }))
     }
 }
 
 impl RawUpgrade {
-    fn usable(&self) -> bool {
-        self.key.is_some() && self.on_upgrade.is_some()
-    }
-
     /// Answers 101 and, once the client's connection is switched, passes its bytes to
     /// and from `devtools`.
     fn switch(self, devtools: tokio::net::TcpStream, guard: CdpConnectionGuard) -> Response {
-        let (Some(key), Some(on_upgrade)) = (self.key, self.on_upgrade) else {
-            return StatusCode::BAD_REQUEST.into_response();
-        };
+        let Self { key, on_upgrade } = self;
         tokio::spawn(async move {
             if let Ok(upgraded) = on_upgrade.await {
                 let client = hyper_util::rt::TokioIo::new(upgraded);
