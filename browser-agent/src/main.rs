@@ -10,6 +10,7 @@ mod cdp;
 mod cdp_client;
 mod chromium;
 mod curl;
+mod damage;
 mod desktop;
 mod devtools_handoff;
 mod dir_watch;

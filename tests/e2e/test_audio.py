@@ -76,9 +76,10 @@ def samples(path: Path) -> list[int]:
 
 
 def brightness(path: Path) -> list[int]:
-    """Mean luma of each video frame (as stored: one per slot)."""
-    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:v", "-fps_mode", "passthrough",
-                          "-vf", "scale=8:8", "-f", "rawvideo", "-pix_fmt", "gray", "-"],
+    """Mean luma of the frame shown in each slot of the frame rate (a recording holds a
+    frame only when the screen changed; the `fps` filter shows each until the next)."""
+    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:v",
+                          "-vf", f"fps={FRAMERATE},scale=8:8", "-f", "rawvideo", "-pix_fmt", "gray", "-"],
                          check=True, capture_output=True).stdout
     return [sum(raw[i:i + 64]) // 64 for i in range(0, len(raw), 64)]
 

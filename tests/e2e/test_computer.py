@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
-from harness import first_tab, vm_root, wait_until
+from harness import first_tab, video_frame_at, vm_root, wait_until
 from sdk import SEED_ERA, fields, on_browser
 
 WIDTH, HEIGHT = 1280, 800
@@ -277,9 +277,7 @@ def test_the_clipboard_carries_text_both_ways(client, desktop):
 
 def _pointer_drawn(video: Path, seconds: float, x: int, y: int) -> bool:
     """Whether the frame at `seconds` shows anything but the page's green around (x, y)."""
-    frame = subprocess.run(
-        ["ffmpeg", "-v", "error", "-ss", f"{seconds:.3f}", "-i", str(video), "-frames:v", "1",
-         "-f", "rawvideo", "-pix_fmt", "rgb24", "-"], check=True, capture_output=True).stdout
+    frame = video_frame_at(video, seconds)
     for row in range(y - 12, y + 13):
         for column in range(x - 12, x + 13):
             r, g, b = frame[(row * WIDTH + column) * 3:(row * WIDTH + column) * 3 + 3]

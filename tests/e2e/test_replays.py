@@ -28,6 +28,7 @@ from harness import (
     first_tab,
     processes_mentioning,
     session_processes,
+    video_frame_at,
     wait_until,
 )
 
@@ -53,6 +54,16 @@ def colour_session(client: Kernel, test_page_url: str, playwright):
     return session, browser
 
 
+# A counter in the top-left corner that changes with every frame the page draws.
+TICKER = """() => {
+  const ticker = document.createElement("div");
+  ticker.style = "position:fixed;left:0;top:0;font:20px monospace;background:#fff;color:#000";
+  document.body.appendChild(ticker);
+  let n = 0;
+  (function tick() { ticker.textContent = String(n++); requestAnimationFrame(tick); })();
+}"""
+
+
 def timestamp(value) -> float:
     return (value if isinstance(value, datetime) else datetime.fromisoformat(value)).timestamp()
 
@@ -76,13 +87,35 @@ def decodes_cleanly(path: Path) -> bool:
 
 def pixel_at(path: Path, seconds: float, x: int, y: int) -> tuple[int, int, int]:
     """The RGB colour at (x, y) of the frame shown at `seconds` into the video."""
-    frame = subprocess.run(
-        ["ffmpeg", "-v", "error", "-ss", f"{seconds:.3f}", "-i", str(path), "-frames:v", "1",
-         "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
-        check=True, capture_output=True,
-    ).stdout
+    frame = video_frame_at(path, seconds)
     offset = (y * WIDTH + x) * 3
     return tuple(frame[offset:offset + 3])
+
+
+def frame_times(path: Path) -> list[float]:
+    """When each frame of the video begins (its presentation time), in order."""
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pts_time",
+         "-of", "csv=p=0", str(path)],
+        check=True, capture_output=True, text=True,
+    )
+    return sorted(float(line.strip().rstrip(",")) for line in out.stdout.split() if line.strip())
+
+
+def on_the_grid(times: list[float], rate: int) -> bool:
+    """Whether every frame begins at a slot of the recording's frame rate, one per slot."""
+    slots = [round(t * rate) for t in times]
+    return (all(abs(t * rate - slot) < 0.01 for t, slot in zip(times, slots))
+            and len(set(slots)) == len(slots))
+
+
+def frames_played(path: Path) -> int:
+    """How many frames a player shows at 10 fps."""
+    out = subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(path), "-vf", "fps=10,scale=2:2", "-f", "rawvideo", "-pix_fmt", "gray", "-"],
+        check=True, capture_output=True,
+    )
+    return len(out.stdout) // 4
 
 
 def close_to(actual, expected, tolerance: int = 40) -> bool:
@@ -110,6 +143,7 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
     with sync_playwright() as playwright:
         session, browser = colour_session(client, test_page_url, playwright)
         sid = session.session_id
+        first_tab(browser).evaluate(TICKER)
         default = client.browsers.replays.start(sid)
         slow = client.browsers.replays.start(sid, framerate=5, max_duration_in_seconds=60)
         assert default.finished_at is None
@@ -131,16 +165,20 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
         assert replay.started_at is not None and replay.finished_at is not None
         assert timestamp(replay.started_at) <= timestamp(replay.finished_at)
 
-    for replay, rate in ((default, "10/1"), (slow, "5/1")):
+    for replay, rate in ((default, 10), (slow, 5)):
         video = download(client, sid, replay.replay_id, tmp_path / f"{replay.replay_id}.mp4")
         info = probe(video)
         started = timestamp(listed[replay.replay_id].started_at)
         wall = stop_requested[replay.replay_id] - started
         assert info["codec_name"] == "h264", info
-        assert info["r_frame_rate"] == rate, info
         assert (int(info["width"]), int(info["height"])) == (WIDTH, HEIGHT)
         duration = float(info["duration"])
         assert abs(duration - wall) <= 0.1 * wall, (duration, wall)
+        # The ticker changes the screen all the time: a frame in (nearly) every slot of
+        # the frame rate, and never more.
+        times = frame_times(video)
+        assert on_the_grid(times, rate), (rate, times)
+        assert 0.7 * duration * rate <= len(times) <= duration * rate + 1, (rate, duration, times)
         # Frames shown half a second into a wall-clock second have that second's colour
         # (half a second of slack either way). Sampled away from the cursor.
         checked = 0
@@ -207,7 +245,7 @@ def test_a_recording_under_cpu_load_ends_at_its_stop(client, test_page_url, tmp_
     info = probe(video)
     duration, wall = float(info["duration"]), stop_requested - started
     assert abs(duration - wall) <= 0.1 * wall, (duration, wall)
-    assert info["r_frame_rate"] == "10/1", info
+    assert on_the_grid(frame_times(video), 10)
     assert decodes_cleanly(video)
     # Red until blue was asked for, blue once it was drawn (video time is wall time).
     until_blue, since_blue = blue_requested - started, blue_drawn - started
@@ -227,13 +265,78 @@ def test_a_recording_ends_at_its_maximum_duration(client, tmp_path):
     video = download(client, session.session_id, replay.replay_id, tmp_path / "max.mp4")
     info = probe(video)
     assert abs(float(info["duration"]) - 3.0) < 0.25, info
-    assert int(info["nb_read_frames"]) == 30
+    # An unchanged screen gets a frame a second; played at 10 fps, 30 of them.
+    assert int(info["nb_read_frames"]) < 30, info
+    assert frames_played(video) == 30
     # The moov atom leads: the file is faststart.
     head = video.read_bytes()
     assert head.find(b"moov") < head.find(b"mdat")
     with pytest.raises(kernel.ConflictError):
         client.browsers.replays.stop(replay.replay_id, **on_browser(session.session_id))
     client.browsers.delete_by_id(session.session_id)
+
+
+GREEN, BLUE = (0, 128, 0), (0, 0, 255)
+
+
+def test_only_what_changed_is_recorded_and_it_shows_in_its_place(client, tmp_path):
+    """Frames follow what the X server says was drawn: a still screen gets one frame a
+    second; a small change shows in its place with the rest of the picture as it was;
+    the pointer moved by the API is drawn at its new place and leaves no trace at its
+    old one."""
+    with sync_playwright() as playwright:
+        session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=300)
+        sid = session.session_id
+        browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
+        page = first_tab(browser)
+        page.set_content("<body style='margin:0;background:rgb(0,128,0)'>"
+                         "<div id=box style='position:fixed;left:600px;top:300px;width:40px;height:40px'>"
+                         "</div></body>")
+        page.bring_to_front()
+        # The page starts below the browser's toolbars (the window fills the screen).
+        top = page.evaluate("window.outerHeight - window.innerHeight")
+        client.browsers.computer.move_mouse(sid, x=200, y=200)
+        time.sleep(1)
+        replay = client.browsers.replays.start(sid)
+        time.sleep(3.2)
+        changed = time.time()
+        page.evaluate("""() => new Promise(done => {
+            document.getElementById("box").style.background = "rgb(0, 0, 255)";
+            requestAnimationFrame(() => requestAnimationFrame(done));
+        })""")
+        client.browsers.computer.move_mouse(sid, x=1000, y=500)
+        time.sleep(2)
+        client.browsers.replays.stop(replay.replay_id, **on_browser(sid))
+        browser.close()
+
+    started = timestamp({r.replay_id: r for r in client.browsers.replays.list(sid)}[replay.replay_id].started_at)
+    video = download(client, sid, replay.replay_id, tmp_path / "changes.mp4")
+    times = frame_times(video)
+    assert on_the_grid(times, 10), times
+    still = [t for t in times if t < changed - started]
+    # The first frame, then one a second (3 s of a still screen: at 0, 1, 2 and 3 s).
+    assert 1 <= len(still) <= 5, times
+    duration = float(probe(video)["duration"])
+
+    def pixel(frame: bytes, x: int, y: int):
+        offset = (y * WIDTH + x) * 3
+        return tuple(frame[offset:offset + 3])
+
+    def pointer_at(frame: bytes, x: int, y: int) -> bool:
+        # The arrow's hotspot is its tip: it covers a few pixels right of and below it.
+        return any(not close_to(pixel(frame, x + dx, y + dy), GREEN)
+                   for dx in range(0, 8) for dy in range(0, 12))
+
+    before = video_frame_at(video, 1.5)
+    assert close_to(pixel(before, 620, top + 320), GREEN), pixel(before, 620, top + 320)
+    assert pointer_at(before, 200, 200)
+    after = video_frame_at(video, duration - 0.3)
+    assert close_to(pixel(after, 620, top + 320), BLUE), pixel(after, 620, top + 320)
+    for x, y in ((598, top + 298), (642, top + 342), (100, top + 100), (WIDTH - 10, HEIGHT - 10)):
+        assert close_to(pixel(after, x, y), GREEN), ((x, y), pixel(after, x, y))
+    assert pointer_at(after, 1000, 500)
+    assert not pointer_at(after, 200, 200), "the pointer's old place shows the page again"
+    client.browsers.delete_by_id(sid)
 
 
 def test_deleting_the_browser_keeps_a_playable_recording(client, tmp_path):

@@ -4,13 +4,12 @@
 //! captured or encoded until something is drawn.
 
 use x11rb::connection::Connection;
-use x11rb::protocol::Event;
-use x11rb::protocol::damage::{ConnectionExt as _, ReportLevel};
 use x11rb::protocol::shm::ConnectionExt as _;
-use x11rb::protocol::xfixes::ConnectionExt as _;
 use x11rb::protocol::xproto::{ConnectionExt as _, Window};
 use x11rb::rust_connection::RustConnection;
 
+use crate::damage::DamageMonitor;
+pub use crate::damage::Rect;
 use crate::recording::grabber::{GrabResult, SharedSegment, attach_shared_segment, read_area};
 
 /// JPEG quality of the tiles: text stays crisp enough to read, a full 1080p frame of a
@@ -22,27 +21,16 @@ const JPEG_QUALITY: i32 = 75;
 const BAND_ROWS: u16 = 256;
 const MAX_BANDS: usize = 4;
 
-/// A rectangle of the screen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rect {
-    pub x: u16,
-    pub y: u16,
-    pub width: u16,
-    pub height: u16,
-}
-
 pub struct DamageCapture {
     connection: RustConnection,
     root: Window,
-    damage: u32,
-    /// XFixes region the damage is moved into, to read its extent.
-    region: u32,
+    damage: DamageMonitor,
     size: (u16, u16),
     /// Sized for the whole screen; `None` without MIT-SHM (frames come over the socket).
     shared: Option<(u32, SharedSegment)>,
     copied: Vec<u8>,
-    /// Something was drawn since the damage was last taken.
-    pending: bool,
+    /// The first frame is whole anyway.
+    first: bool,
     /// One per band.
     compressors: Vec<turbojpeg::Compressor>,
 }
@@ -56,28 +44,7 @@ impl DamageCapture {
         let (connection, screen) =
             x11rb::connect(Some(display)).map_err(|e| failed("connecting to the X display")(&e))?;
         let root = connection.setup().roots[screen].root;
-        connection
-            .xfixes_query_version(4, 0)
-            .map_err(|e| failed("XFixes")(&e))?
-            .reply()
-            .map_err(|e| failed("XFixes")(&e))?;
-        connection
-            .damage_query_version(1, 1)
-            .map_err(|e| failed("DAMAGE")(&e))?
-            .reply()
-            .map_err(|e| failed("DAMAGE")(&e))?;
-        let damage = connection
-            .generate_id()
-            .map_err(|e| failed("X resource id")(&e))?;
-        connection
-            .damage_create(damage, root, ReportLevel::NON_EMPTY)
-            .map_err(|e| failed("creating the damage monitor")(&e))?;
-        let region = connection
-            .generate_id()
-            .map_err(|e| failed("X resource id")(&e))?;
-        connection
-            .xfixes_create_region(region, &[])
-            .map_err(|e| failed("creating a region")(&e))?;
+        let damage = DamageMonitor::create(&connection, root)?;
         let compressors = (0..MAX_BANDS)
             .map(|_| {
                 let mut compressor =
@@ -91,12 +58,10 @@ impl DamageCapture {
             connection,
             root,
             damage,
-            region,
             size: (0, 0),
             shared: None,
             copied: Vec::new(),
-            // The first frame is whole anyway.
-            pending: true,
+            first: true,
             compressors,
         };
         capture.resize((width, height))?;
@@ -105,7 +70,7 @@ impl DamageCapture {
 
     /// Whether damage arrived that has not been taken yet.
     pub fn pending(&self) -> bool {
-        self.pending
+        self.first || self.damage.pending()
     }
 
     pub fn size(&self) -> (u16, u16) {
@@ -157,50 +122,21 @@ impl DamageCapture {
     /// Reads the events that have arrived; answers whether anything was drawn since the
     /// damage was last taken.
     pub fn poll(&mut self) -> GrabResult<bool> {
-        while let Some(event) = self
-            .connection
-            .poll_for_event()
-            .map_err(|e| failed("reading X events")(&e))?
-        {
-            if let Event::DamageNotify(_) = event {
-                self.pending = true;
-            }
-        }
-        Ok(self.pending)
+        Ok(self.damage.poll(&self.connection)? || self.first)
     }
 
-    /// The extent of what was drawn since the last call, within the screen, and re-arms
-    /// the monitor (the next drawing sends a new event).
+    /// The extent of what was drawn since the last call (the whole screen the first
+    /// time), and re-arms the monitor.
     pub fn take_damage(&mut self) -> GrabResult<Option<Rect>> {
-        self.pending = false;
-        self.connection
-            .damage_subtract(self.damage, x11rb::NONE, self.region)
-            .map_err(|e| failed("reading the damage")(&e))?;
-        let extents = self
-            .connection
-            .xfixes_fetch_region(self.region)
-            .map_err(|e| failed("reading the damage")(&e))?
-            .reply()
-            .map_err(|e| failed("reading the damage")(&e))?
-            .extents;
-        Ok(clip(
-            (
-                i32::from(extents.x),
-                i32::from(extents.y),
-                i32::from(extents.width),
-                i32::from(extents.height),
-            ),
-            self.size,
-        ))
+        let drawn = self.damage.take(&self.connection, self.size)?;
+        if std::mem::take(&mut self.first) {
+            return Ok(Some(self.whole_screen()));
+        }
+        Ok(drawn)
     }
 
     pub fn whole_screen(&self) -> Rect {
-        Rect {
-            x: 0,
-            y: 0,
-            width: self.size.0,
-            height: self.size.1,
-        }
+        Rect::whole(self.size)
     }
 
     /// The rectangle as JPEG tiles: one per band, top to bottom.
@@ -295,39 +231,9 @@ fn bands(rect: Rect) -> Vec<Rect> {
         .collect()
 }
 
-/// `(x, y, width, height)` clipped to a screen of `size`; `None` when nothing is left.
-fn clip((x, y, width, height): (i32, i32, i32, i32), size: (u16, u16)) -> Option<Rect> {
-    let left = x.max(0);
-    let top = y.max(0);
-    let right = (x + width).min(i32::from(size.0));
-    let bottom = (y + height).min(i32::from(size.1));
-    (right > left && bottom > top).then(|| Rect {
-        x: left as u16,
-        y: top as u16,
-        width: (right - left) as u16,
-        height: (bottom - top) as u16,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn damage_is_clipped_to_the_screen() {
-        let screen = (100, 50);
-        assert_eq!(
-            clip((-10, 40, 30, 30), screen),
-            Some(Rect {
-                x: 0,
-                y: 40,
-                width: 20,
-                height: 10
-            })
-        );
-        assert_eq!(clip((100, 0, 10, 10), screen), None);
-        assert_eq!(clip((5, 5, 0, 10), screen), None);
-    }
 
     #[test]
     fn tall_areas_are_cut_into_bands_that_cover_them_exactly() {

@@ -1,14 +1,15 @@
 //! The ffmpeg encoder of one recording and the thread that feeds it.
 //!
 //! Frames travel to ffmpeg as raw I420 in a minimal Matroska stream, each with the
-//! timestamp of its slot on the recording's schedule, and ffmpeg's `fps` filter repeats a
-//! frame over the slots that have no frame of their own. So the recorder never writes a
-//! frame twice: when the encoder falls behind (a busy machine), slots are simply skipped
-//! and cost neither a grab nor a copy through the pipe, yet video time stays wall time.
+//! timestamp of its slot on the recording's schedule, and go into the video as they are:
+//! it shows each frame until the next one's time (a variable frame rate). So neither the
+//! recorder nor the encoder handles a frame twice: an unchanged screen, or slots skipped
+//! while the encoder falls behind (a busy machine), cost neither a grab, a copy through
+//! the pipe nor an encode, yet video time stays wall time.
 //!
 //! Writing happens on a thread of its own with a pool of [`POOL`] frame buffers, so a
 //! write blocked on a slow encoder never delays the schedule or the noticing of a stop:
-//! the recorder takes a free buffer for each slot, or skips the slot when none is free.
+//! the recorder copies a frame into a free buffer, or skips the slot when none is free.
 
 use std::io::Write;
 use std::process::{ChildStdin, Command, Stdio};
@@ -24,13 +25,13 @@ pub const POOL: usize = 2;
 pub struct WriterGone;
 
 /// One frame buffer: room for the Matroska block header, then the I420 image.
-pub struct Frame {
+struct Frame {
     slot: u64,
     bytes: Vec<u8>,
 }
 
 impl Frame {
-    pub fn image_mut(&mut self) -> &mut [u8] {
+    fn image_mut(&mut self) -> &mut [u8] {
         &mut self.bytes[matroska::BLOCK_PREFIX..]
     }
 }
@@ -92,9 +93,9 @@ impl FrameWriter {
         })
     }
 
-    /// A buffer for the next frame, or `None` while every buffer is still queued for the
-    /// encoder or being written into it (the encoder is behind; skip this slot).
-    pub fn free_buffer(&mut self) -> Result<Option<Frame>, WriterGone> {
+    /// Whether a buffer is free for the next frame: `false` while every buffer is still
+    /// queued for the encoder or being written into it (the encoder is behind).
+    pub fn has_free_buffer(&mut self) -> Result<bool, WriterGone> {
         loop {
             match self.returned.try_recv() {
                 Ok(frame) => self.idle.push(frame),
@@ -104,15 +105,16 @@ impl FrameWriter {
                 Err(TryRecvError::Disconnected) => break,
             }
         }
-        Ok(self.idle.pop())
+        Ok(!self.idle.is_empty())
     }
 
-    /// Waits for a buffer for the next frame.
-    pub fn wait_buffer(&mut self) -> Result<Frame, WriterGone> {
-        match self.idle.pop() {
-            Some(frame) => Ok(frame),
-            None => self.returned.recv().map_err(|_| WriterGone),
+    /// Waits until a buffer is free for the next frame.
+    pub fn wait_free_buffer(&mut self) -> Result<(), WriterGone> {
+        if self.idle.is_empty() {
+            let frame = self.returned.recv().map_err(|_| WriterGone)?;
+            self.idle.push(frame);
         }
+        Ok(())
     }
 
     /// Waits until every frame sent has been written into the encoder's pipe.
@@ -124,9 +126,13 @@ impl FrameWriter {
         Ok(())
     }
 
-    /// Queues a frame for the encoder as the image of `slot` (and of the slots after it
-    /// up to the next frame's). Never blocks: there are no more buffers than room.
-    pub fn send(&mut self, slot: u64, mut frame: Frame) -> Result<(), WriterGone> {
+    /// Queues a copy of `image` for the encoder as the image of `slot` (and of the slots
+    /// after it up to the next frame's). Waits for a free buffer if there is none; never
+    /// blocks on the encoder otherwise: there are no more buffers than room.
+    pub fn send_copy(&mut self, slot: u64, image: &[u8]) -> Result<(), WriterGone> {
+        self.wait_free_buffer()?;
+        let mut frame = self.idle.pop().ok_or(WriterGone)?;
+        frame.image_mut().copy_from_slice(image);
         frame.slot = slot;
         self.frames
             .as_ref()
@@ -218,19 +224,23 @@ pub fn encoder_args(
     }
     args.extend(
         [
-            // One output frame per slot, each the latest frame at or before its time: frames
-            // repeat over skipped slots, so video time is wall time. The filter, not the
-            // muxer's frame-rate conversion, because it places every frame at its exact
-            // slot and ends at the last one (ffmpeg 5's `-fps_mode cfr` shifts frames by a
-            // slot and pads the end).
-            "-vf",
-            &format!("fps={framerate}"),
+            // Each frame at its slot's time, and only the frames the recorder sent: the
+            // video shows a frame until the next (variable frame rate), so an unchanged
+            // screen costs the encoder nothing.
             "-fps_mode",
             "passthrough",
             "-c:v",
             "libx264",
+            // Chosen by measurement (`bench/scenarios/record_cpu.py` prints it): ultrafast
+            // with CABAC at CRF 26 costs about a third of veryfast's CPU, and its SSIM
+            // against a lossless capture is higher than veryfast's at the default CRF 23
+            // (at about twice the bitrate).
             "-preset",
-            "veryfast",
+            "ultrafast",
+            "-x264-params",
+            "cabac=1",
+            "-crf",
+            "26",
             "-pix_fmt",
             "yuv420p",
             // Say what the frames are, so players convert the colours back exactly.
@@ -242,7 +252,10 @@ pub fn encoder_args(
             "bt709",
             "-color_range",
             "tv",
-            // A keyframe, and so a fragment, every second: a crash loses at most that.
+            // A keyframe, and so a fragment, every second (the recorder sends at least a
+            // frame a second): a crash loses at most that.
+            "-force_key_frames",
+            "expr:gte(t,n_forced)",
             "-g",
             &framerate,
             "-movflags",
@@ -410,12 +423,12 @@ mod tests {
         FORMAT.width as usize * FORMAT.height as usize * 3 / 2
     }
 
-    /// A flat grey frame of luma `y`.
-    fn fill(frame: &mut Frame, y: u8) {
+    /// A flat grey image of luma `y`.
+    fn grey(y: u8) -> Vec<u8> {
         let luma = FORMAT.width as usize * FORMAT.height as usize;
-        let image = frame.image_mut();
+        let mut image = vec![128; image_bytes()];
         image[..luma].fill(y);
-        image[luma..].fill(128);
+        image
     }
 
     #[test]
@@ -438,17 +451,35 @@ mod tests {
             (29, 200),
         ];
         for (slot, y) in frames {
-            let mut frame = writer.wait_buffer().expect("buffer");
-            fill(&mut frame, y);
-            writer.send(slot, frame).expect("send");
+            writer.send_copy(slot, &grey(y)).expect("send");
         }
         writer.finish().expect("written");
         assert!(ffmpeg.0.wait().expect("wait").success());
 
+        // Only the frames sent are encoded, each at its slot's time.
+        let probed = Command::new("ffprobe")
+            .args(["-v", "error", "-select_streams", "v:0", "-show_entries"])
+            .args(["frame=pts_time", "-of", "csv=p=0"])
+            .arg(&output)
+            .output()
+            .expect("ffprobe");
+        let times: Vec<f64> = String::from_utf8_lossy(&probed.stdout)
+            .lines()
+            .filter_map(|line| line.trim().trim_end_matches(',').parse().ok())
+            .collect();
+        let slots: Vec<f64> = frames.iter().map(|(slot, _)| *slot as f64 / 10.0).collect();
+        assert_eq!(times.len(), slots.len(), "{times:?}");
+        for (time, slot) in times.iter().zip(&slots) {
+            assert!((time - slot).abs() < 0.001, "{times:?} != {slots:?}");
+        }
+
+        // Played at the frame rate, each slot shows the latest frame at or before it.
         let decoded = Command::new("ffmpeg")
             .args(["-v", "error", "-i"])
             .arg(&output)
-            .args(["-f", "rawvideo", "-pix_fmt", "yuv420p", "-"])
+            .args([
+                "-vf", "fps=10", "-f", "rawvideo", "-pix_fmt", "yuv420p", "-",
+            ])
             .output()
             .expect("decode");
         assert!(decoded.status.success());
@@ -492,12 +523,13 @@ mod tests {
         };
         let stdin = child.0.stdin.take().expect("stdin");
         let mut writer = FrameWriter::spawn(stdin, &big, "test").expect("writer");
+        let image = vec![0; big.width as usize * big.height as usize * 3 / 2];
         for slot in 0..POOL as u64 {
-            let frame = writer.free_buffer().expect("alive").expect("a free buffer");
-            writer.send(slot, frame).expect("send");
+            assert!(writer.has_free_buffer().expect("alive"), "a free buffer");
+            writer.send_copy(slot, &image).expect("send");
         }
         // Every buffer is queued or being written: the next slot is to be skipped.
-        assert!(writer.free_buffer().expect("alive").is_none());
+        assert!(!writer.has_free_buffer().expect("alive"));
 
         child.0.kill().expect("kill");
         let _ = child.0.wait();

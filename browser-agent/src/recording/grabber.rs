@@ -1,15 +1,19 @@
 //! Frames of the X display for video: one persistent X connection, MIT-SHM so the server
-//! writes each frame straight into memory we share with it (~2 ms per 1920x1080 frame,
-//! where xcap's fresh connections cost ~15 ms), and the cursor drawn in from XFixes
-//! (the X server leaves it out of images; viewers expect to see it).
+//! writes each area straight into memory we share with it (~2 ms per 1920x1080 frame,
+//! where xcap's fresh connections cost ~15 ms), only the areas DAMAGE says were drawn
+//! on, and the cursor drawn in from XFixes (the X server leaves it out of images; viewers
+//! expect to see it).
 
 use std::ptr::NonNull;
 
 use x11rb::connection::Connection;
 use x11rb::protocol::shm::ConnectionExt as _;
-use x11rb::protocol::xfixes::ConnectionExt as _;
+use x11rb::protocol::xfixes::{ConnectionExt as _, GetCursorImageReply};
 use x11rb::protocol::xproto::{ConnectionExt as _, ImageFormat, Window};
 use x11rb::rust_connection::RustConnection;
+
+use super::canvas::Canvas;
+use crate::damage::{DamageMonitor, Rect, clip};
 
 /// Bytes per pixel of the frames: depth-24 ZPixmap images are 32 bits per pixel, in
 /// memory B, G, R, unused (ffmpeg's `bgr0`).
@@ -18,13 +22,52 @@ pub const BYTES_PER_PIXEL: usize = 4;
 pub struct Grabber {
     connection: RustConnection,
     root: Window,
-    width: u16,
-    height: u16,
+    size: (u16, u16),
     /// `None` when the server has no MIT-SHM (then frames travel over the socket).
     shared: Option<(u32, SharedSegment)>,
     /// Frame storage without MIT-SHM.
     copied: Vec<u8>,
     has_xfixes: bool,
+    /// `None` when the server has no DAMAGE: then every update reads the whole screen.
+    damage: Option<DamageMonitor>,
+    /// The picture has not been read yet.
+    first: bool,
+    /// Where the cursor drawn into the picture is, and which image it was.
+    drawn_cursor: Option<CursorPlace>,
+}
+
+/// A cursor's place on the screen and its image (by serial).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CursorPlace {
+    left: i32,
+    top: i32,
+    width: u16,
+    height: u16,
+    serial: u32,
+}
+
+impl CursorPlace {
+    fn of(cursor: &GetCursorImageReply) -> Self {
+        Self {
+            left: i32::from(cursor.x) - i32::from(cursor.xhot),
+            top: i32::from(cursor.y) - i32::from(cursor.yhot),
+            width: cursor.width,
+            height: cursor.height,
+            serial: cursor.cursor_serial,
+        }
+    }
+
+    fn area(&self, size: (u16, u16)) -> Option<Rect> {
+        clip(
+            (
+                self.left,
+                self.top,
+                i32::from(self.width),
+                i32::from(self.height),
+            ),
+            size,
+        )
+    }
 }
 
 pub(crate) type GrabResult<T> = Result<T, String>;
@@ -51,7 +94,7 @@ impl Grabber {
                 screen.root_depth
             ));
         }
-        let (width, height) = (
+        let size = (
             u16::try_from(width).map_err(|_| "screen too wide".to_owned())?,
             u16::try_from(height).map_err(|_| "screen too high".to_owned())?,
         );
@@ -60,7 +103,7 @@ impl Grabber {
             .ok()
             .and_then(|cookie| cookie.reply().ok())
             .is_some();
-        let frame_bytes = usize::from(width) * usize::from(height) * BYTES_PER_PIXEL;
+        let frame_bytes = usize::from(size.0) * usize::from(size.1) * BYTES_PER_PIXEL;
         let shared = match attach_shared_segment(&connection, frame_bytes) {
             Ok(shared) => Some(shared),
             Err(error) => {
@@ -68,40 +111,90 @@ impl Grabber {
                 None
             }
         };
+        let damage = match DamageMonitor::create(&connection, root) {
+            Ok(damage) => Some(damage),
+            Err(error) => {
+                tracing::warn!(%error, "DAMAGE unavailable; every frame reads the whole screen");
+                None
+            }
+        };
         Ok(Self {
             connection,
             root,
-            width,
-            height,
+            size,
             shared,
             copied: Vec::new(),
             has_xfixes,
+            damage,
+            first: true,
+            drawn_cursor: None,
         })
     }
 
-    /// Captures the screen with the cursor drawn in (unless it is hidden). The frame is
-    /// valid until the next call.
-    pub fn grab(&mut self) -> GrabResult<&[u8]> {
-        let (width, height) = (self.width, self.height);
-        let frame = read_area(
-            &self.connection,
-            self.root,
-            &mut self.shared,
-            &mut self.copied,
-            (0, 0, width, height),
-        )?;
-        // A hidden pointer (`computer/cursor`) is not drawn in either.
-        if self.has_xfixes
-            && !crate::desktop::cursor_hidden()
-            && let Ok(cursor) = self
-                .connection
-                .xfixes_get_cursor_image()
-                .map_err(|_| ())
-                .and_then(|cookie| cookie.reply().map_err(|_| ()))
-        {
-            draw_cursor(frame, usize::from(width), usize::from(height), &cursor);
+    pub fn size(&self) -> (u16, u16) {
+        self.size
+    }
+
+    /// Brings `canvas` up to date with the screen, the cursor drawn in (unless it is
+    /// hidden): reads what was drawn on since the last update, and the cursor's old and
+    /// new places if it moved or changed. Answers whether anything changed.
+    pub fn update(&mut self, canvas: &mut Canvas) -> GrabResult<bool> {
+        let cursor = self.cursor();
+        let place = cursor.as_ref().map(CursorPlace::of);
+        let whole = Rect::whole(self.size);
+        let mut areas = Vec::with_capacity(3);
+        match &mut self.damage {
+            Some(damage) if !self.first => {
+                if damage.poll(&self.connection)?
+                    && let Some(drawn) = damage.take(&self.connection, self.size)?
+                {
+                    areas.push(drawn);
+                }
+            }
+            Some(damage) => {
+                // Re-armed now; everything before is in the whole screen read below.
+                damage.take(&self.connection, self.size)?;
+                areas.push(whole);
+            }
+            None => areas.push(whole),
         }
-        Ok(frame)
+        self.first = false;
+        if place != self.drawn_cursor && !areas.contains(&whole) {
+            // The old place shows the screen again; the new one gets the cursor.
+            areas.extend(self.drawn_cursor.and_then(|old| old.area(self.size)));
+            areas.extend(place.and_then(|new| new.area(self.size)));
+        }
+        for area in &areas {
+            let Some(area) = canvas.aligned(*area) else {
+                continue;
+            };
+            let pixels = read_area(
+                &self.connection,
+                self.root,
+                &mut self.shared,
+                &mut self.copied,
+                (area.x as i16, area.y as i16, area.width, area.height),
+            )?;
+            let bytes = usize::from(area.width) * usize::from(area.height) * BYTES_PER_PIXEL;
+            let pixels = pixels
+                .get_mut(..bytes)
+                .ok_or_else(|| "the captured area is short".to_owned())?;
+            if let Some(cursor) = &cursor {
+                draw_cursor(pixels, area, cursor);
+            }
+            canvas.paint(area, pixels)?;
+        }
+        self.drawn_cursor = place;
+        Ok(!areas.is_empty())
+    }
+
+    /// The cursor's image and place, unless it is hidden (`computer/cursor`) or the
+    /// server cannot tell.
+    fn cursor(&self) -> Option<GetCursorImageReply> {
+        if !self.has_xfixes || crate::desktop::cursor_hidden() {
+            return None;
+        }
+        self.connection.xfixes_get_cursor_image().ok()?.reply().ok()
     }
 }
 
@@ -147,29 +240,26 @@ pub(crate) fn read_area<'a>(
     }
 }
 
-/// Blends the cursor (premultiplied ARGB) over the frame at its hotspot-adjusted position.
-fn draw_cursor(
-    frame: &mut [u8],
-    width: usize,
-    height: usize,
-    cursor: &x11rb::protocol::xfixes::GetCursorImageReply,
-) {
-    let left = i64::from(cursor.x) - i64::from(cursor.xhot);
-    let top = i64::from(cursor.y) - i64::from(cursor.yhot);
+/// Blends the cursor (premultiplied ARGB) at its hotspot-adjusted position over `pixels`,
+/// the screen's `area` as rows of `area.width` pixels.
+fn draw_cursor(pixels: &mut [u8], area: Rect, cursor: &GetCursorImageReply) {
+    let (width, height) = (i64::from(area.width), i64::from(area.height));
+    let left = i64::from(cursor.x) - i64::from(cursor.xhot) - i64::from(area.x);
+    let top = i64::from(cursor.y) - i64::from(cursor.yhot) - i64::from(area.y);
     let cursor_width = usize::from(cursor.width);
-    for (row, pixels) in cursor.cursor_image.chunks(cursor_width.max(1)).enumerate() {
+    for (row, cursor_row) in cursor.cursor_image.chunks(cursor_width.max(1)).enumerate() {
         let y = top + row as i64;
-        if y < 0 || y >= height as i64 {
+        if y < 0 || y >= height {
             continue;
         }
-        for (column, &argb) in pixels.iter().enumerate() {
+        for (column, &argb) in cursor_row.iter().enumerate() {
             let x = left + column as i64;
             let alpha = argb >> 24;
-            if x < 0 || x >= width as i64 || alpha == 0 {
+            if x < 0 || x >= width || alpha == 0 {
                 continue;
             }
-            let offset = (y as usize * width + x as usize) * BYTES_PER_PIXEL;
-            let Some(pixel) = frame.get_mut(offset..offset + 3) else {
+            let offset = (y * width + x) as usize * BYTES_PER_PIXEL;
+            let Some(pixel) = pixels.get_mut(offset..offset + 3) else {
                 continue;
             };
             // Memory order B, G, R; the source is premultiplied, so dst = src + dst·(1−α).
@@ -266,6 +356,7 @@ mod tests {
     #[test]
     fn the_cursor_is_blended_over_the_frame_and_clipped_at_its_edges() {
         let (width, height) = (4, 3);
+        let screen = Rect::whole((4, 3));
         let mut frame = vec![100u8; width * height * BYTES_PER_PIXEL];
         // 2x2 cursor with its hotspot at (1,1), pointing at (0,0): only its bottom-right
         // pixel is on screen. Opaque red there; fully transparent elsewhere.
@@ -281,7 +372,7 @@ mod tests {
             cursor_serial: 0,
             cursor_image: vec![0xffff_ffff, 0, 0, 0xff_ff_00_00],
         };
-        draw_cursor(&mut frame, width, height, &cursor);
+        draw_cursor(&mut frame, screen, &cursor);
         assert_eq!(&frame[0..4], &[0, 0, 255, 100], "B, G, R of the red pixel");
         assert!(
             frame[4..].iter().all(|&b| b == 100),
@@ -300,8 +391,20 @@ mod tests {
             cursor_image: vec![0x80_80_80_80],
             ..cursor
         };
-        draw_cursor(&mut frame, width, height, &cursor);
+        draw_cursor(&mut frame, screen, &cursor);
         let last = (2 * width + 3) * BYTES_PER_PIXEL;
         assert_eq!(&frame[last..last + 3], &[177, 177, 177]);
+
+        // Over an area of the screen: the cursor at (3, 2) is the area's pixel (1, 0).
+        let area = Rect {
+            x: 2,
+            y: 2,
+            width: 2,
+            height: 1,
+        };
+        let mut pixels = vec![100u8; 2 * BYTES_PER_PIXEL];
+        draw_cursor(&mut pixels, area, &cursor);
+        assert_eq!(&pixels[..4], &[100; 4], "left of the cursor");
+        assert_eq!(&pixels[4..7], &[177, 177, 177]);
     }
 }

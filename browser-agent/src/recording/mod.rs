@@ -8,6 +8,7 @@
 //! Files live in the agent's recordings directory, outside the VM root:
 //! `<id>.recording.mp4` while recording, `<id>.mp4` once finished.
 
+mod canvas;
 mod encoder;
 pub(crate) mod grabber;
 
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use browser_agent_proto::recording_files;
 use tokio::sync::{oneshot, watch};
 
+use canvas::Canvas;
 pub use grabber::Grabber;
 
 /// Recordings of one display capturing at the same time.
@@ -422,64 +424,16 @@ fn record_and_finalize(
     let _ = progress.send(outcome);
 }
 
-/// Converts grabbed BGRX frames into I420 (4:2:0 YUV, BT.709, limited range), the
-/// encoder's input format, with SIMD (dcv-color-primitives): the encoder then reads 12
-/// instead of 32 bits per pixel through the pipe and skips its own (slower) conversion.
-/// 4:2:0 needs even sides, so an odd last row or column is dropped.
-struct I420Converter {
-    width: u32,
-    height: u32,
-    source_stride: usize,
-}
-
-impl I420Converter {
-    fn new(width: u32, height: u32) -> Self {
-        Self {
-            width: width & !1,
-            height: height & !1,
-            source_stride: width as usize * grabber::BYTES_PER_PIXEL,
-        }
-    }
-
-    /// Converts into `frame`, which holds `width * height * 3 / 2` bytes.
-    fn convert(&self, bgrx: &[u8], frame: &mut [u8]) -> Result<(), String> {
-        use dcv_color_primitives::{ColorSpace, ImageFormat, PixelFormat, convert_image};
-        let source = ImageFormat {
-            pixel_format: PixelFormat::Bgra,
-            color_space: ColorSpace::Rgb,
-            num_planes: 1,
-        };
-        let destination = ImageFormat {
-            pixel_format: PixelFormat::I420,
-            color_space: ColorSpace::Bt709,
-            num_planes: 3,
-        };
-        // The planes Y, U, V one after the other: ffmpeg's yuv420p layout.
-        let luma = self.width as usize * self.height as usize;
-        let (y, chroma) = frame.split_at_mut(luma);
-        let (u, v) = chroma.split_at_mut(luma / 4);
-        convert_image(
-            self.width,
-            self.height,
-            &source,
-            Some(&[self.source_stride]),
-            &[bgrx],
-            &destination,
-            None,
-            &mut [y, u, v],
-        )
-        .map_err(|error| format!("converting a frame: {error:?}"))
-    }
-}
-
-/// Grabs frames on the job's schedule and hands them to the encoder until stopped, the
-/// maximum duration, or a failure. Each frame carries its slot on the schedule, and the
-/// encoder shows it until the next frame's slot: a late frame covers the slots that
-/// passed, and while the encoder is behind (every buffer still queued for it) slots are
-/// skipped rather than queued, so the recorder never floods a slow encoder and always
-/// sees a stop at once. The video ends at the stop instant (or the maximum duration):
-/// its frames are the slots begun by then. Returns the video's frames, or with an error
-/// the frames handed to the encoder before it.
+/// Looks at the screen on the job's schedule and hands a frame to the encoder for each
+/// slot in which the screen changed, until stopped, the maximum duration, or a failure.
+/// Each frame carries its slot on the schedule, and the video shows it until the next
+/// frame's slot: an unchanged screen costs no frame at all (but one a second, so the
+/// file in progress keeps up with the time), a late frame covers the slots that passed,
+/// and while the encoder is behind (every buffer still queued for it) slots are skipped
+/// rather than queued, so the recorder never floods a slow encoder and always sees a
+/// stop at once. What is drawn meanwhile waits in the X server's damage. The video ends
+/// at the stop instant (or the maximum duration): it covers the slots begun by then.
+/// Returns the video's slots, or with an error the slots handed to the encoder before it.
 fn capture(
     job: &Job,
     started: &mut Option<oneshot::Sender<Result<SystemTime, String>>>,
@@ -488,10 +442,10 @@ fn capture(
         Grabber::connect(&job.display, job.width, job.height).map_err(|error| (0, error))?;
     let log = std::fs::File::create(encoder_log_path(&job.dir, &job.id))
         .map_err(|error| (0, format!("creating the encoder log: {error}")))?;
-    let converter = I420Converter::new(job.width, job.height);
+    let mut canvas = Canvas::new(grabber.size().0, grabber.size().1);
     let format = encoder::Format {
-        width: converter.width,
-        height: converter.height,
+        width: canvas.width().into(),
+        height: canvas.height().into(),
         framerate: job.framerate,
     };
     // Slot 0's instant, as a wall-clock time for the sound's timestamps and as the
@@ -512,31 +466,33 @@ fn capture(
         start,
         period: Duration::from_secs(1) / job.framerate,
     };
-    let mut grab_into = |frame: &mut encoder::Frame| {
-        grabber
-            .grab()
-            .and_then(|bgrx| converter.convert(bgrx, frame.image_mut()))
-    };
+    // An unchanged screen still gets a frame this many slots after the last.
+    let heartbeat = u64::from(job.framerate);
     // The last slot handed to the encoder.
     let mut last: Option<u64> = None;
+    // The canvas changed since the last frame was handed over.
+    let mut unsent = false;
     // The slots the video covers; `Err(None)` when the writer ended (it says why).
     let ended: Result<u64, Option<String>> = loop {
         let slot = schedule.slot_at(Instant::now());
         if slot >= job.max_frames {
             break Ok(job.max_frames);
         }
-        match writer.free_buffer() {
-            Ok(Some(mut frame)) => {
-                if let Err(error) = grab_into(&mut frame) {
-                    break Err(Some(error));
+        match writer.has_free_buffer() {
+            Ok(true) => {
+                match grabber.update(&mut canvas) {
+                    Ok(changed) => unsent |= changed,
+                    Err(error) => break Err(Some(error)),
                 }
-                if writer.send(slot, frame).is_err() {
-                    break Err(None);
+                if unsent || last.is_none_or(|last| slot >= last + heartbeat) {
+                    if writer.send_copy(slot, canvas.image()).is_err() {
+                        break Err(None);
+                    }
+                    (last, unsent) = (Some(slot), false);
                 }
-                last = Some(slot);
             }
             // The encoder is behind: the previous frame covers this slot too.
-            Ok(None) => {}
+            Ok(false) => {}
             Err(encoder::WriterGone) => break Err(None),
         }
         if started.is_some() {
@@ -572,9 +528,11 @@ fn capture(
             .max(last.map_or(0, |slot| slot + 1));
         let final_slot = slots.saturating_sub(1);
         if last.is_some_and(|slot| slot < final_slot) {
-            let mut frame = writer.wait_buffer().map_err(|_| None)?;
-            grab_into(&mut frame).map_err(Some)?;
-            writer.send(final_slot, frame).map_err(|_| None)?;
+            writer.wait_free_buffer().map_err(|_| None)?;
+            grabber.update(&mut canvas).map_err(Some)?;
+            writer
+                .send_copy(final_slot, canvas.image())
+                .map_err(|_| None)?;
             last = Some(final_slot);
         }
         Ok(slots)
