@@ -7,8 +7,9 @@
 //! Reading a process's PSS walks its page tables (tens of milliseconds for Chromium's
 //! processes, four times a second: a tenth of a core per idle VM). So each look first sums
 //! the resident set sizes, which the kernel keeps as counters: resident memory includes
-//! all of the proportional share, so a VM under its limit by that sum is under it, and
-//! only a VM that may be over it is measured exactly.
+//! all of the proportional share, so a VM well under its limit by that sum is under it
+//! (the margin, a sixteenth of the limit, covers counters that lag a few pages per
+//! thread), and only a VM that may be near or over it is measured exactly.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -46,7 +47,7 @@ pub async fn enforce_limit(
         }
         let used = tokio::task::spawn_blocking(move || {
             let resident = vm_memory_bytes(processes, Measure::Resident);
-            if resident <= limit_bytes {
+            if resident.saturating_add(limit_bytes / 16) <= limit_bytes {
                 resident
             } else {
                 vm_memory_bytes(processes, Measure::Proportional)

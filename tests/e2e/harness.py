@@ -269,9 +269,11 @@ def video_frame_at(video: Path, seconds: float, framerate: int = 10) -> bytes:
     rate. Recordings hold a frame only when the screen changed (a variable frame rate),
     so `ffmpeg -ss` (which gives the first frame at or after the time) would skip to the
     next change; the `fps` filter first puts a frame in every slot, as a player shows it."""
-    return subprocess.run(
+    frame = subprocess.run(
         ["ffmpeg", "-v", "error", "-i", str(video),
          "-vf", f"fps={framerate},trim=start={seconds:.3f}", "-frames:v", "1",
          "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
         check=True, capture_output=True,
     ).stdout
+    assert frame, f"{video} has no frame at {seconds:.3f} s"
+    return frame

@@ -60,13 +60,15 @@ impl Canvas {
         })
     }
 
-    /// Converts `bgrx`, the area `rect` (from [`aligned`](Self::aligned)) as rows of
-    /// `rect.width` B, G, R, X pixels, into the picture.
+    /// Converts `bgrx`, the area `rect` (from [`aligned`](Self::aligned): even bounds,
+    /// not empty) as rows of `rect.width` B, G, R, X pixels, into the picture.
     pub fn paint(&mut self, rect: Rect, bgrx: &[u8]) -> Result<(), String> {
         use dcv_color_primitives::{ColorSpace, ImageFormat, PixelFormat, convert_image};
         let (width, height) = (usize::from(rect.width), usize::from(rect.height));
         let even = |value: usize| value.is_multiple_of(2);
-        if !even(rect.x.into())
+        if width == 0
+            || height == 0
+            || !even(rect.x.into())
             || !even(rect.y.into())
             || !even(width)
             || !even(height)
@@ -180,5 +182,6 @@ mod tests {
         // Odd bounds are refused rather than smeared.
         assert!(canvas.paint(rect(1, 2, 2, 2), &[0; 16]).is_err());
         assert!(canvas.paint(rect(6, 4, 4, 2), &[0; 32]).is_err());
+        assert!(canvas.paint(rect(2, 2, 0, 2), &[]).is_err());
     }
 }

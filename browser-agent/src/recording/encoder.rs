@@ -3,9 +3,9 @@
 //! Frames travel to ffmpeg as raw I420 in a minimal Matroska stream, each with the
 //! timestamp of its slot on the recording's schedule, and go into the video as they are:
 //! it shows each frame until the next one's time (a variable frame rate). So neither the
-//! recorder nor the encoder handles a frame twice: an unchanged screen, or slots skipped
-//! while the encoder falls behind (a busy machine), cost neither a grab, a copy through
-//! the pipe nor an encode, yet video time stays wall time.
+//! recorder nor the encoder handles a frame twice: an unchanged screen costs a look at
+//! the X server's damage and the cursor, and slots skipped while the encoder falls behind
+//! (a busy machine) cost nothing, yet video time stays wall time.
 //!
 //! Writing happens on a thread of its own with a pool of [`POOL`] frame buffers, so a
 //! write blocked on a slow encoder never delays the schedule or the noticing of a stop:
@@ -109,7 +109,7 @@ impl FrameWriter {
     }
 
     /// Waits until a buffer is free for the next frame.
-    pub fn wait_free_buffer(&mut self) -> Result<(), WriterGone> {
+    fn wait_free_buffer(&mut self) -> Result<(), WriterGone> {
         if self.idle.is_empty() {
             let frame = self.returned.recv().map_err(|_| WriterGone)?;
             self.idle.push(frame);
@@ -252,10 +252,12 @@ pub fn encoder_args(
             "bt709",
             "-color_range",
             "tv",
-            // A keyframe, and so a fragment, every second (the recorder sends at least a
-            // frame a second): a crash loses at most that.
+            // A keyframe, and so a fragment, at the first frame a second or more after the
+            // last keyframe (the recorder sends a frame in every second): a crash loses at
+            // most about that. Counted from the last keyframe, not in whole seconds, so
+            // frames after a stall are not all keyframes.
             "-force_key_frames",
-            "expr:gte(t,n_forced)",
+            "expr:if(isnan(prev_forced_t),1,gte(t,prev_forced_t+1))",
             "-g",
             &framerate,
             "-movflags",

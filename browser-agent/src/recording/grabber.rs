@@ -137,7 +137,7 @@ impl Grabber {
 
     /// Brings `canvas` up to date with the screen, the cursor drawn in (unless it is
     /// hidden): reads what was drawn on since the last update, and the cursor's old and
-    /// new places if it moved or changed. Answers whether anything changed.
+    /// new places if it moved or changed. Answers whether the picture changed.
     pub fn update(&mut self, canvas: &mut Canvas) -> GrabResult<bool> {
         let cursor = self.cursor();
         let place = cursor.as_ref().map(CursorPlace::of);
@@ -164,6 +164,7 @@ impl Grabber {
             areas.extend(self.drawn_cursor.and_then(|old| old.area(self.size)));
             areas.extend(place.and_then(|new| new.area(self.size)));
         }
+        let mut painted = false;
         for area in &areas {
             let Some(area) = canvas.aligned(*area) else {
                 continue;
@@ -183,9 +184,10 @@ impl Grabber {
                 draw_cursor(pixels, area, cursor);
             }
             canvas.paint(area, pixels)?;
+            painted = true;
         }
         self.drawn_cursor = place;
-        Ok(!areas.is_empty())
+        Ok(painted)
     }
 
     /// The cursor's image and place, unless it is hidden (`computer/cursor`) or the

@@ -1,6 +1,8 @@
-//! Screen recordings. Each recording is a thread that grabs frames on a fixed schedule and
-//! hands them, raw and timestamped with their slot, to a writer thread feeding an ffmpeg
-//! child that encodes H.264 into fragmented MP4 (`encoder`): whatever was recorded up to
+//! Screen recordings. Each recording is a thread that looks at the screen on a fixed
+//! schedule, keeps a picture of it up to date from what the X server says was drawn
+//! (`grabber`, `canvas`), and hands that picture, raw and timestamped with its slot, to a
+//! writer thread feeding an ffmpeg child that encodes H.264 into fragmented MP4
+//! (`encoder`) whenever it changed: whatever was recorded up to
 //! a crash stays playable (if the agent dies, ffmpeg reads EOF and closes the file
 //! properly). When the recording ends (stop, its maximum duration, or a failure) the file
 //! is remuxed into a regular MP4 with its index at the front.
@@ -466,8 +468,9 @@ fn capture(
         start,
         period: Duration::from_secs(1) / job.framerate,
     };
-    // An unchanged screen still gets a frame this many slots after the last.
-    let heartbeat = u64::from(job.framerate);
+    // An unchanged screen still gets a frame in every second of the video (slots per
+    // second), so the file in progress keeps up with the time.
+    let second = u64::from(job.framerate);
     // The last slot handed to the encoder.
     let mut last: Option<u64> = None;
     // The canvas changed since the last frame was handed over.
@@ -484,7 +487,7 @@ fn capture(
                     Ok(changed) => unsent |= changed,
                     Err(error) => break Err(Some(error)),
                 }
-                if unsent || last.is_none_or(|last| slot >= last + heartbeat) {
+                if unsent || last.is_none_or(|last| slot / second > last / second) {
                     if writer.send_copy(slot, canvas.image()).is_err() {
                         break Err(None);
                     }
@@ -528,7 +531,6 @@ fn capture(
             .max(last.map_or(0, |slot| slot + 1));
         let final_slot = slots.saturating_sub(1);
         if last.is_some_and(|slot| slot < final_slot) {
-            writer.wait_free_buffer().map_err(|_| None)?;
             grabber.update(&mut canvas).map_err(Some)?;
             writer
                 .send_copy(final_slot, canvas.image())
