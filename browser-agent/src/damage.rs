@@ -38,8 +38,10 @@ pub struct DamageMonitor {
     damage: u32,
     /// XFixes region the damage is moved into, to read its extent.
     region: u32,
-    /// Something was drawn since the damage was last taken.
+    /// Something was drawn since the damage was last taken (or nothing was taken yet).
     pending: bool,
+    /// Nothing was taken yet: drawing before the monitor existed is not in its damage.
+    fresh: bool,
 }
 
 fn failed(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
@@ -47,8 +49,8 @@ fn failed(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
 }
 
 impl DamageMonitor {
-    /// Starts following `root`. The first [`take`](Self::take) should be of the whole
-    /// screen: drawing before this call is not reported.
+    /// Starts following `root`. Its first [`take`](Self::take) is the whole screen, since
+    /// drawing before this call is not reported.
     pub fn create(connection: &RustConnection, root: Window) -> GrabResult<Self> {
         connection
             .xfixes_query_version(4, 0)
@@ -75,7 +77,8 @@ impl DamageMonitor {
         Ok(Self {
             damage,
             region,
-            pending: false,
+            pending: true,
+            fresh: true,
         })
     }
 
@@ -98,8 +101,9 @@ impl DamageMonitor {
         Ok(self.pending)
     }
 
-    /// The extent of what was drawn since the last call, within a screen of `size`, and
-    /// re-arms the monitor (the next drawing sends a new event).
+    /// The extent of what was drawn since the last call (the whole screen the first
+    /// time), within a screen of `size`, and re-arms the monitor (the next drawing sends a
+    /// new event).
     pub fn take(
         &mut self,
         connection: &RustConnection,
@@ -115,6 +119,10 @@ impl DamageMonitor {
             .reply()
             .map_err(|e| failed("reading the damage")(&e))?
             .extents;
+        if std::mem::take(&mut self.fresh) {
+            let (width, height) = (i32::from(size.0), i32::from(size.1));
+            return Ok(clip((0, 0, width, height), size));
+        }
         Ok(clip(
             (
                 i32::from(extents.x),

@@ -122,11 +122,15 @@ fn bytes_of(measure: Measure, include: impl Fn(u32, &HashMap<u32, u32>) -> bool)
             Some((pid, ppid))
         })
         .collect();
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |bytes| bytes as u64);
     parents
         .keys()
         .filter(|&&pid| include(pid, &parents))
         .map(|&pid| match measure {
-            Measure::Resident => resident_bytes(pid),
+            Measure::Resident => resident_bytes(pid, page),
             Measure::Proportional => pss_bytes(pid),
         })
         .sum()
@@ -146,12 +150,8 @@ fn descends_from(mut pid: u32, ancestor: u32, parents: &HashMap<u32, u32>) -> bo
     false
 }
 
-/// From `statm`, whose second field is the resident pages.
-fn resident_bytes(pid: u32) -> u64 {
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .map_or(4096, |bytes| bytes as u64);
+/// From `statm`, whose second field is the resident pages (of `page` bytes).
+fn resident_bytes(pid: u32, page: u64) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/statm"))
         .ok()
         .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
@@ -192,7 +192,7 @@ mod tests {
         // The resident size bounds the proportional one, which is what makes the cheap
         // look safe (the test binary's own memory hardly moves between the two reads).
         let own = std::process::id();
-        assert!(resident_bytes(own) * 11 / 10 >= pss_bytes(own));
+        assert!(resident_bytes(own, 4096) * 11 / 10 >= pss_bytes(own));
     }
 
     #[test]

@@ -29,8 +29,6 @@ pub struct DamageCapture {
     /// Sized for the whole screen; `None` without MIT-SHM (frames come over the socket).
     shared: Option<(u32, SharedSegment)>,
     copied: Vec<u8>,
-    /// The first frame is whole anyway.
-    first: bool,
     /// One per band.
     compressors: Vec<turbojpeg::Compressor>,
 }
@@ -61,7 +59,6 @@ impl DamageCapture {
             size: (0, 0),
             shared: None,
             copied: Vec::new(),
-            first: true,
             compressors,
         };
         capture.resize((width, height))?;
@@ -70,7 +67,7 @@ impl DamageCapture {
 
     /// Whether damage arrived that has not been taken yet.
     pub fn pending(&self) -> bool {
-        self.first || self.damage.pending()
+        self.damage.pending()
     }
 
     pub fn size(&self) -> (u16, u16) {
@@ -122,17 +119,13 @@ impl DamageCapture {
     /// Reads the events that have arrived; answers whether anything was drawn since the
     /// damage was last taken.
     pub fn poll(&mut self) -> GrabResult<bool> {
-        Ok(self.damage.poll(&self.connection)? || self.first)
+        self.damage.poll(&self.connection)
     }
 
     /// The extent of what was drawn since the last call (the whole screen the first
     /// time), and re-arms the monitor.
     pub fn take_damage(&mut self) -> GrabResult<Option<Rect>> {
-        let drawn = self.damage.take(&self.connection, self.size)?;
-        if std::mem::take(&mut self.first) {
-            return Ok(Some(self.whole_screen()));
-        }
-        Ok(drawn)
+        self.damage.take(&self.connection, self.size)
     }
 
     pub fn whole_screen(&self) -> Rect {

@@ -30,8 +30,6 @@ pub struct Grabber {
     has_xfixes: bool,
     /// `None` when the server has no DAMAGE: then every update reads the whole screen.
     damage: Option<DamageMonitor>,
-    /// The picture has not been read yet.
-    first: bool,
     /// Where the cursor drawn into the picture is, and which image it was.
     drawn_cursor: Option<CursorPlace>,
 }
@@ -126,7 +124,6 @@ impl Grabber {
             copied: Vec::new(),
             has_xfixes,
             damage,
-            first: true,
             drawn_cursor: None,
         })
     }
@@ -144,21 +141,16 @@ impl Grabber {
         let whole = Rect::whole(self.size);
         let mut areas = Vec::with_capacity(3);
         match &mut self.damage {
-            Some(damage) if !self.first => {
+            // The first take is the whole screen.
+            Some(damage) => {
                 if damage.poll(&self.connection)?
                     && let Some(drawn) = damage.take(&self.connection, self.size)?
                 {
                     areas.push(drawn);
                 }
             }
-            Some(damage) => {
-                // Re-armed now; everything before is in the whole screen read below.
-                damage.take(&self.connection, self.size)?;
-                areas.push(whole);
-            }
             None => areas.push(whole),
         }
-        self.first = false;
         if place != self.drawn_cursor && !areas.contains(&whole) {
             // The old place shows the screen again; the new one gets the cursor.
             areas.extend(self.drawn_cursor.and_then(|old| old.area(self.size)));

@@ -473,8 +473,6 @@ fn capture(
     let second = u64::from(job.framerate);
     // The last slot handed to the encoder.
     let mut last: Option<u64> = None;
-    // The canvas changed since the last frame was handed over.
-    let mut unsent = false;
     // The slots the video covers; `Err(None)` when the writer ended (it says why).
     let ended: Result<u64, Option<String>> = loop {
         let slot = schedule.slot_at(Instant::now());
@@ -482,16 +480,17 @@ fn capture(
             break Ok(job.max_frames);
         }
         match writer.has_free_buffer() {
+            // Read only with a buffer free, so a change is handed over in its slot.
             Ok(true) => {
-                match grabber.update(&mut canvas) {
-                    Ok(changed) => unsent |= changed,
+                let changed = match grabber.update(&mut canvas) {
+                    Ok(changed) => changed,
                     Err(error) => break Err(Some(error)),
-                }
-                if unsent || last.is_none_or(|last| slot / second > last / second) {
+                };
+                if changed || last.is_none_or(|last| slot / second > last / second) {
                     if writer.send_copy(slot, canvas.image()).is_err() {
                         break Err(None);
                     }
-                    (last, unsent) = (Some(slot), false);
+                    last = Some(slot);
                 }
             }
             // The encoder is behind: the previous frame covers this slot too.
