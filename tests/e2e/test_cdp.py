@@ -5,6 +5,7 @@ directions included, and the client is told when the browser goes away."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import pytest
@@ -14,8 +15,8 @@ LARGE = 3 * 1024 * 1024
 
 
 class Cdp:
-    def __init__(self, url: str):
-        self.socket = websocket.create_connection(url, max_size=None, timeout=30)
+    def __init__(self, url: str, **options):
+        self.socket = websocket.create_connection(url, max_size=None, timeout=30, **options)
         self.next_id = 0
 
     def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
@@ -54,6 +55,26 @@ def test_large_messages_cross_the_tunnel_both_ways(client):
         for n in range(200):
             assert cdp.call("Runtime.evaluate", {"expression": f"{n} + 1", "returnByValue": True},
                             page)["result"]["result"]["value"] == n + 1
+        cdp.socket.close()
+    finally:
+        client.browsers.delete_by_id(session.session_id)
+
+
+def test_a_client_on_the_apps_unix_socket_is_passed_through_too(control_plane, client):
+    """Apps reach the API over a Unix socket beside the data directory; their DevTools
+    connections get the same pass-through as TCP clients."""
+    [api_socket] = control_plane.data_dir.glob("**/api-*.sock")
+    session = client.browsers.create(headless=True)
+    try:
+        unix = socket.socket(socket.AF_UNIX)
+        unix.connect(str(api_socket))
+        cdp = Cdp(session.cdp_ws_url, socket=unix)
+        page = cdp.page_session()
+        big = cdp.call("Runtime.evaluate", {"expression": f"'z'.repeat({LARGE})", "returnByValue": True},
+                       page)["result"]["result"]["value"]
+        assert big == "z" * LARGE
+        assert cdp.call("Runtime.evaluate", {"expression": "6 * 7", "returnByValue": True},
+                        page)["result"]["result"]["value"] == 42
         cdp.socket.close()
     finally:
         client.browsers.delete_by_id(session.session_id)

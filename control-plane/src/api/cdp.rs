@@ -185,8 +185,7 @@ impl RawUpgrade {
         let Self { key, on_upgrade } = self;
         tokio::spawn(async move {
             if let Ok(upgraded) = on_upgrade.await {
-                let client = hyper_util::rt::TokioIo::new(upgraded);
-                super::cdp_passthrough::splice(client, devtools, guard).await;
+                super::cdp_passthrough::start(upgraded, devtools, guard);
             }
         });
         let accept = derive_accept_key(key.as_bytes());
