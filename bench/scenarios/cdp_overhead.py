@@ -3,7 +3,7 @@
 from inside the VM's network namespace, and through the cheapest process hop there is
 (`control-plane/examples/minimal_relay.rs`, in the VM's namespace: a blocking thread per
 direction, reading nothing). One client program holds the three connections and takes
-turns between them call by call (which goes first rotates too), so all see the same
+turns between them call by call (in every order in turn), so all see the same
 moments of the machine. Small messages (`1 + 1`) and a 4 MiB result."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ MINIMAL_RELAY = REPO / "target" / "release" / "examples" / "minimal_relay"
 # Prints one line per round: the tunnel's duration, the direct one's and the relay's, in
 # seconds.
 CLIENT = r"""
-import ctypes, json, os, socket as net, sys, time
+import ctypes, itertools, json, os, socket as net, sys, time
 import websocket
 
 tunnel_url, direct_url, relay_url, netns, expression, runs, warmup = sys.argv[1:8]
@@ -47,8 +47,10 @@ def connect(url, **options):
 
 tunnel = connect(tunnel_url)
 libc = ctypes.CDLL(None, use_errno=True)
-if libc.setns(os.open(netns, os.O_RDONLY), 0x40000000) != 0:  # CLONE_NEWNET
+namespace = os.open(netns, os.O_RDONLY)
+if libc.setns(namespace, 0x40000000) != 0:  # CLONE_NEWNET
     raise OSError(ctypes.get_errno(), "setns")
+os.close(namespace)
 direct = connect(direct_url, suppress_origin=True)  # as Playwright, which sends no Origin
 relay = connect(relay_url, suppress_origin=True)
 sockets = [tunnel, direct, relay]
@@ -81,10 +83,10 @@ def timed(socket):
 for _ in range(warmup):
     for socket in sockets:
         timed(socket)
+orders = list(itertools.permutations(sockets))  # every order in turn: no one follows another more
 for run in range(runs):
     durations = {}
-    for turn in range(3):
-        socket = sockets[(run + turn) % 3]
+    for socket in orders[run % len(orders)]:
         durations[socket] = timed(socket)
     print(*(durations[socket] for socket in sockets))
 for socket in sockets:

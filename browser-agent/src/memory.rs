@@ -152,7 +152,8 @@ fn read_proc_line(path: &str) -> Option<String> {
     use std::io::Read;
     let mut buffer = [0u8; 1024];
     let read = std::fs::File::open(path).ok()?.read(&mut buffer).ok()?;
-    String::from_utf8(buffer[..read].to_vec()).ok()
+    // Lossy: a process name need not be UTF-8.
+    Some(String::from_utf8_lossy(&buffer[..read]).into_owned())
 }
 
 fn descends_from(mut pid: u32, ancestor: u32, parents: &HashMap<u32, u32>) -> bool {

@@ -218,20 +218,27 @@ impl Splice {
             out.is_empty() || (&self.chromium).write_all(&out).is_ok()
         };
         // What hyper read past the handshake goes first.
+        let mut client_left = false;
         if early.is_empty() || pass(early) {
             let mut buffer = vec![0u8; BUFFER_BYTES];
-            loop {
+            client_left = loop {
                 match (&self.client).read(&mut buffer) {
-                    Ok(0) => break,
+                    Ok(0) => break true,
                     Ok(read) if pass(&buffer[..read]) => {}
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                    // Chromium's side failed, or the client's.
-                    Ok(_) | Err(_) => break,
+                    Err(_) => break true,
+                    // Writing to Chromium failed.
+                    Ok(_) => break false,
                 }
-            }
+            };
         }
-        self.client_gone.store(true, Ordering::SeqCst);
-        self.end();
+        if client_left {
+            self.client_gone.store(true, Ordering::SeqCst);
+            self.end();
+        } else {
+            // Chromium is gone: the downstream thread sees it and tells the client.
+            let _ = self.chromium.shutdown(Shutdown::Both);
+        }
     }
 
     /// Chromium's frames to the client, with a ping between two of them when one is due.
@@ -239,11 +246,11 @@ impl Splice {
         let mut frames = Frames::default();
         let mut out = Vec::with_capacity(BUFFER_BYTES);
         let mut buffer = vec![0u8; BUFFER_BYTES];
-        // A quiet Chromium still lets the keepalive run: reads wait at most this long.
-        if self
-            .chromium
-            .set_read_timeout(Some(self.keepalive))
-            .is_err()
+        // A quiet Chromium still lets the keepalive run (a ping at most half an interval
+        // late), and so does a client that stopped reading (its silence is then checked).
+        let wait = Some(self.keepalive / 2);
+        if self.chromium.set_read_timeout(wait).is_err()
+            || self.client.set_write_timeout(wait).is_err()
         {
             return;
         }
@@ -281,9 +288,8 @@ impl Splice {
                 Err(_) => break,
             }
             if Instant::now() >= next_ping {
-                next_ping += self.keepalive;
-                let heard = Duration::from_millis(self.last_heard_ms.load(Ordering::Relaxed));
-                if self.opened.elapsed().saturating_sub(heard) > self.keepalive * SILENT_INTERVALS {
+                next_ping = Instant::now() + self.keepalive;
+                if self.client_silent_too_long() {
                     return;
                 }
                 ping_due = true;
@@ -292,7 +298,7 @@ impl Splice {
                 out.extend_from_slice(&PING);
                 ping_due = false;
             }
-            if !out.is_empty() && (&self.client).write_all(&out).is_err() {
+            if !out.is_empty() && !self.send_to_client(&out) {
                 return;
             }
         }
@@ -304,8 +310,37 @@ impl Splice {
             let mut close = vec![0x88, (2 + reason.len()) as u8];
             close.extend_from_slice(&1011u16.to_be_bytes());
             close.extend_from_slice(reason);
-            let _ = (&self.client).write_all(&close);
+            let _ = self.send_to_client(&close);
         }
+    }
+
+    fn client_silent_too_long(&self) -> bool {
+        let heard = Duration::from_millis(self.last_heard_ms.load(Ordering::Relaxed));
+        self.opened.elapsed().saturating_sub(heard) > self.keepalive * SILENT_INTERVALS
+    }
+
+    /// Writes all of `data` to the client; false once that failed, or the client has
+    /// neither read nor sent anything for too long.
+    fn send_to_client(&self, mut data: &[u8]) -> bool {
+        while !data.is_empty() {
+            match (&self.client).write(data) {
+                Ok(0) => return false,
+                Ok(written) => data = &data[written..],
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if self.client_silent_too_long() {
+                        return false;
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
     }
 }
 
@@ -413,6 +448,19 @@ mod tests {
         assert!(rest.chunks(2).all(|ping| ping == PING), "{rest:?}");
         assert!(silent_since.elapsed() >= keepalive * 2);
         ends.ended.recv_timeout(Duration::from_secs(10)).unwrap();
+    }
+
+    #[test]
+    fn a_client_that_neither_reads_nor_sends_is_let_go_while_chromium_streams() {
+        let ends = splice(b"", Duration::from_millis(200));
+        let chromium = ends.chromium.try_clone().unwrap();
+        let streaming = std::thread::spawn(move || {
+            let event = frame(0x1, &vec![b'e'; 60_000], None);
+            while (&chromium).write_all(&event).is_ok() {}
+        });
+        // Its buffers full, the writes to it wait; past the silence limit, it is gone.
+        ends.ended.recv_timeout(Duration::from_secs(10)).unwrap();
+        streaming.join().unwrap();
     }
 
     #[test]
