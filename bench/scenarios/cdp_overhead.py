@@ -8,7 +8,6 @@ moments of the machine. Small messages (`1 + 1`) and a 4 MiB result."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from harness import REPO, ControlPlane, session_processes, wait_until
+from harness import REPO, ControlPlane, cpu_seconds, session_processes, wait_until
 
 SMALL_RUNS = 2000
 LARGE_RUNS = 40
@@ -102,24 +101,13 @@ def _devtools_url(server: ControlPlane, session_id: str) -> str:
     return f"ws://127.0.0.1:{port}{path}"
 
 
-def _cpu_seconds(pids: set[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def _wait_until_quiet(server: ControlPlane, session_id: str) -> None:
     deadline = time.monotonic() + QUIET_LIMIT
     while time.monotonic() < deadline:
         pids = set().union(*session_processes(server, session_id).values())
-        before = _cpu_seconds(pids)
+        before = cpu_seconds(pids)
         time.sleep(QUIET_WINDOW)
-        if _cpu_seconds(pids) - before < QUIET_SHARE * QUIET_WINDOW:
+        if cpu_seconds(pids) - before < QUIET_SHARE * QUIET_WINDOW:
             return
     print(f"cdp_overhead: the browser was still busy after {QUIET_LIMIT:.0f} s; measuring anyway")
 

@@ -27,13 +27,12 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
-from harness import ControlPlane, first_tab, session_processes
+from harness import ControlPlane, cpu_seconds, first_tab, session_processes
 from scenarios.record_cpu import display_of
 
 VIEWPORT = (1920, 1080)
 SAMPLES = 30
 ANIMATION_SECONDS = 8
-TICKS = os.sysconf("SC_CLK_TCK")
 PROBE = (960, 900)  # a pixel of the page, below the browser's toolbar
 
 FLIP_PAGE = """<!doctype html><html><head><style>html, body { margin: 0; height: 100%; background: rgb(255, 0, 0); }
@@ -80,17 +79,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def cpu_seconds(pids) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / TICKS
-    return total
 
 
 def connect_in_network_of(pid: int, port: int) -> socket.socket:

@@ -17,7 +17,6 @@ IPC namespaces (nsenter), where the VM's X server listens and shares memory."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import time
@@ -26,13 +25,12 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
-from harness import ControlPlane, descendants, first_tab, session_processes
+from harness import ControlPlane, descendants, first_tab, process_cpu_seconds, session_processes
 
 ROUNDS = 3
 SECONDS = 10
 FRAMERATE = 10
 VIEWPORT = (1920, 1080)
-TICKS = os.sysconf("SC_CLK_TCK")
 CPU_PARTS = ("recorder", "encoder", "X server")
 
 # Boxes moving, rotating and changing colour all over the screen, and a running clock.
@@ -55,12 +53,6 @@ for (let i = 0; i < 16; i++) {
 }
 (function tick() { document.getElementById("clock").textContent = new Date().toISOString(); requestAnimationFrame(tick); })();
 </script></body></html>"""
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of one process (all its threads), not of its children."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def ffmpeg_children(agent: int) -> list[int]:
@@ -89,9 +81,9 @@ def display_of(chromium_pids: set[int]) -> str:
 
 def idle_cpu(pids: tuple[int, ...]) -> dict[int, float]:
     """Each process's CPU seconds per second without any recording."""
-    before = {pid: cpu_seconds(pid) for pid in pids}
+    before = {pid: process_cpu_seconds(pid) for pid in pids}
     time.sleep(SECONDS)
-    return {pid: (cpu_seconds(pid) - before[pid]) / SECONDS for pid in pids}
+    return {pid: (process_cpu_seconds(pid) - before[pid]) / SECONDS for pid in pids}
 
 
 def frames_in(video: bytes, work_dir: Path) -> int:
@@ -108,9 +100,9 @@ def ours(base: str, headers: dict, session_id: str, agent: int, xvfb: int, idle:
     replay = httpx.post(f"{base}/browsers/{session_id}/replays", headers=headers,
                         json={"framerate": FRAMERATE}, timeout=30).json()
     (encoder,) = ffmpeg_children(agent)
-    start = {pid: cpu_seconds(pid) for pid in (agent, encoder, xvfb)}
+    start = {pid: process_cpu_seconds(pid) for pid in (agent, encoder, xvfb)}
     time.sleep(SECONDS)
-    end = {pid: cpu_seconds(pid) for pid in (agent, encoder, xvfb)}
+    end = {pid: process_cpu_seconds(pid) for pid in (agent, encoder, xvfb)}
     replay_url = f"{base}/browsers/{session_id}/replays/{replay['replay_id']}"
     httpx.post(f"{replay_url}/stop", headers=headers, timeout=120).raise_for_status()
     video = httpx.get(replay_url, headers=headers, timeout=120)
@@ -157,9 +149,9 @@ def x11grab(xvfb: int, display: str, idle: dict[int, float], out: Path) -> dict:
         time.sleep(1)  # ffmpeg's own start-up (probing the display) is not recording
         if ffmpeg.poll() is not None:
             raise RuntimeError(f"x11grab ended at once ({ffmpeg.returncode})")
-        start = (cpu_seconds(ffmpeg.pid), cpu_seconds(xvfb))
+        start = (process_cpu_seconds(ffmpeg.pid), process_cpu_seconds(xvfb))
         time.sleep(SECONDS)
-        end = (cpu_seconds(ffmpeg.pid), cpu_seconds(xvfb))
+        end = (process_cpu_seconds(ffmpeg.pid), process_cpu_seconds(xvfb))
     finally:
         assert ffmpeg.stdin is not None
         try:

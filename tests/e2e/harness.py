@@ -210,6 +210,24 @@ def descendants(root: int) -> set[int]:
     return found
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process (all its threads), not of its children;
+    OSError once it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids) -> float:
+    """The CPU time of the processes among `pids` still there."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += process_cpu_seconds(pid)
+        except OSError:
+            continue
+    return total
+
+
 def program_of(pid: int) -> str:
     return _cmdline(pid).split(" ")[0]
 
