@@ -31,13 +31,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_REQUEST_BYTES: usize = 4096;
 const MAX_RESPONSE_HEADER_BYTES: usize = 4096;
 
-/// Serves hand-offs on a socket at `path` (mode 0600) until `shutdown`.
-pub fn serve(
-    path: &Path,
-    auth: Authenticator,
-    browser: watch::Receiver<BrowserState>,
-    shutdown: CancellationToken,
-) -> io::Result<()> {
+/// A hand-off socket at `path` (mode 0600), replacing one a previous agent left.
+pub fn bind(path: &Path) -> io::Result<UnixListener> {
     match std::fs::remove_file(path) {
         Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
         _ => {}
@@ -45,6 +40,16 @@ pub fn serve(
     let short = browser_agent_proto::unix_socket::short_path(path)?;
     let listener = UnixListener::bind(&short.path)?;
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves hand-offs on `listener` until `shutdown`.
+pub fn serve(
+    listener: UnixListener,
+    auth: Authenticator,
+    browser: watch::Receiver<BrowserState>,
+    shutdown: CancellationToken,
+) {
     tokio::spawn(async move {
         loop {
             let connection = tokio::select! {
@@ -64,7 +69,6 @@ pub fn serve(
             });
         }
     });
-    Ok(())
 }
 
 async fn hand_off(

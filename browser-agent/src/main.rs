@@ -65,6 +65,15 @@ struct Args {
     /// loopback network reaches the agent then.
     #[arg(long, env = "BROWSER_AGENT_LISTEN_SOCKET", conflicts_with = "listen")]
     listen_socket: Option<PathBuf>,
+    /// Serve gRPC on this inherited, listening Unix socket: a local VM's control plane
+    /// binds it in a directory of its own, outside the VM, before the sandbox starts, so
+    /// nothing inside can redirect what the control plane connects to.
+    #[arg(long, conflicts_with_all = ["listen", "listen_socket"])]
+    listen_fd: Option<i32>,
+    /// Serve DevTools hand-offs (`devtools_handoff`) on this inherited, listening Unix
+    /// socket (as --listen-fd); otherwise beside --listen-socket, if given.
+    #[arg(long)]
+    devtools_handoff_fd: Option<i32>,
     /// Serve gRPC over TLS with this certificate chain (PEM), for a control plane that
     /// reaches the agent across a network (--listen); with --tls-key.
     #[arg(
@@ -87,10 +96,14 @@ struct Args {
         long,
         env = "BROWSER_AGENT_SECRET",
         hide_env_values = true,
-        required_unless_present = "secret_sha256",
-        conflicts_with = "secret_sha256"
+        required_unless_present_any = ["secret_sha256", "secret_fd"],
+        conflicts_with_all = ["secret_sha256", "secret_fd"]
     )]
     secret: Option<String>,
+    /// Read the secret from this inherited descriptor (a pipe) instead: nothing of it
+    /// stays in the agent's environment, which its children would inherit.
+    #[arg(long, conflicts_with = "secret_sha256")]
+    secret_fd: Option<i32>,
     /// Instead of the secret, its SHA-256 (hex): what a pod spec, readable by whoever may
     /// read pods, can carry without giving the browser away.
     #[arg(long, env = "BROWSER_AGENT_SECRET_SHA256")]
@@ -189,7 +202,10 @@ fn main() -> anyhow::Result<()> {
         let code = app_sandbox::main(std::env::args().skip(1))?;
         std::process::exit(code);
     }
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Some(fd) = args.secret_fd.take() {
+        args.secret = Some(read_secret(fd)?);
+    }
     let scratch_dir = args.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
     service_logs::init(scratch_dir.join("service-logs"))
         .with_context(|| format!("creating {}", scratch_dir.display()))?;
@@ -300,15 +316,42 @@ fn main() -> anyhow::Result<()> {
         ))
 }
 
+/// The secret, from an inherited descriptor that is closed once read.
+fn read_secret(fd: i32) -> anyhow::Result<String> {
+    use std::io::Read;
+    // SAFETY: the starter handed this descriptor to us for this use alone.
+    let pipe = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut secret = String::new();
+    pipe.take(4096)
+        .read_to_string(&mut secret)
+        .context("reading the secret from --secret-fd")?;
+    let secret = secret.trim().to_owned();
+    anyhow::ensure!(!secret.is_empty(), "--secret-fd gave no secret");
+    Ok(secret)
+}
+
+/// An inherited, listening Unix socket.
+fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::UnixListener> {
+    // SAFETY: the starter handed this descriptor to us for this use alone.
+    let listener =
+        unsafe { <std::os::unix::net::UnixListener as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    listener.set_nonblocking(true)?;
+    tokio::net::UnixListener::from_std(listener)
+        .with_context(|| format!("descriptor {fd} is not a listening Unix socket"))
+}
+
 /// Where the gRPC server listens.
 enum Listener {
     Tcp(tokio::net::TcpListener),
-    /// With the socket's path.
-    Unix(tokio::net::UnixListener, PathBuf),
+    /// With the socket's path, when this agent bound it.
+    Unix(tokio::net::UnixListener, Option<PathBuf>),
 }
 
 impl Listener {
     async fn bind(args: &Args) -> anyhow::Result<Self> {
+        if let Some(fd) = args.listen_fd {
+            return Ok(Self::Unix(inherited_listener(fd)?, None));
+        }
         let Some(path) = &args.listen_socket else {
             let listener = tokio::net::TcpListener::bind(args.listen)
                 .await
@@ -326,7 +369,7 @@ impl Listener {
         let listener = tokio::net::UnixListener::bind(&short.path)
             .with_context(|| format!("binding {}", path.display()))?;
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        Ok(Self::Unix(listener, path.clone()))
+        Ok(Self::Unix(listener, Some(path.clone())))
     }
 
     /// What the control plane connects to.
@@ -336,7 +379,8 @@ impl Listener {
                 .local_addr()
                 .map(|address| address.to_string())
                 .unwrap_or_default(),
-            Self::Unix(_, path) => format!("unix:{}", path.display()),
+            Self::Unix(_, Some(path)) => format!("unix:{}", path.display()),
+            Self::Unix(_, None) => "unix:(inherited socket)".to_owned(),
         }
     }
 }
@@ -558,16 +602,27 @@ async fn serve(
                 .await
         }
         Listener::Unix(listener, path) => {
-            // Beside the agent's socket, where only the control plane looks.
-            let handoff =
-                path.with_file_name(browser_agent_proto::unix_socket::DEVTOOLS_HANDOFF_FILE);
-            devtools_handoff::serve(
-                &handoff,
-                authenticator.clone(),
-                handoff_state,
-                shutdown.clone(),
-            )
-            .with_context(|| format!("binding {}", handoff.display()))?;
+            let handoff = match (args.devtools_handoff_fd, path) {
+                (Some(fd), _) => Some(inherited_listener(fd)?),
+                // Beside the agent's socket, where only the control plane looks.
+                (None, Some(path)) => {
+                    let handoff = path
+                        .with_file_name(browser_agent_proto::unix_socket::DEVTOOLS_HANDOFF_FILE);
+                    Some(
+                        devtools_handoff::bind(&handoff)
+                            .with_context(|| format!("binding {}", handoff.display()))?,
+                    )
+                }
+                (None, None) => None,
+            };
+            if let Some(handoff) = handoff {
+                devtools_handoff::serve(
+                    handoff,
+                    authenticator.clone(),
+                    handoff_state,
+                    shutdown.clone(),
+                );
+            }
             served
                 .serve_with_incoming_shutdown(
                     UnixListenerStream::new(listener),

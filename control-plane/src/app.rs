@@ -26,7 +26,7 @@ use crate::store::Store;
 /// What the services are configured with.
 pub struct ServiceSettings {
     /// Remuxes recordings salvaged from crashed agents.
-    pub ffmpeg: String,
+    pub media: crate::replays::VmMedia,
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     /// What custom proxies may point at.
     pub egress: Arc<EgressPolicy>,
@@ -82,7 +82,7 @@ impl Services {
             blobs.clone(),
             runtime.clone(),
             agents.clone(),
-            settings.ffmpeg,
+            settings.media,
         ));
         let profiles = Arc::new(Profiles::new(store.clone(), blobs.clone()));
         let sessions = Arc::new(Sessions::new(SessionsDeps {

@@ -192,6 +192,16 @@ pub struct ServeConfig {
     /// The host user browser sandboxes run as when this service runs as root.
     #[arg(long, env = "CONTROL_PLANE_VM_USER", default_value = "browser-vm")]
     pub vm_user: String,
+    /// Size of each sandboxed VM's home (GiB): a sparse, loop-mounted file system of its
+    /// own, so that a VM cannot fill the host's disk; 0 leaves homes on the host's disk.
+    #[arg(long, env = "CONTROL_PLANE_VM_DISK_GIB", default_value_t = 8)]
+    pub vm_disk_gib: u64,
+    /// Each sandboxed VM's CPU weight (1…10000, cgroup v2's scale; with cgroup v1,
+    /// `cpu.shares` of weight × 10.24): equal by default, so one VM's busy processes
+    /// cannot starve the others.
+    #[arg(long, env = "CONTROL_PLANE_VM_CPU_WEIGHT", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=10000))]
+    pub vm_cpu_weight: u64,
     /// Most live browsers one organization may have outside its pools (browsers it
     /// creates, login flows of its auth connections); 429 with `Retry-After` beyond.
     #[arg(long, env = "CONTROL_PLANE_MAX_LIVE_BROWSERS", default_value_t = 20)]

@@ -18,8 +18,10 @@ use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
 use crate::metrics::Capacity;
 use crate::proxies::ProxyUpstreams;
+use crate::runtime::cgroups::VmCgroups;
+use crate::runtime::disk::VmDisks;
 use crate::runtime::kubernetes::{KubernetesRuntime, KubernetesRuntimeConfig, PodTemplate};
-use crate::runtime::{LocalRuntime, LocalRuntimeConfig, Runtime, Sandbox, ZipLimits};
+use crate::runtime::{KernelLimits, LocalRuntime, LocalRuntimeConfig, Runtime, Sandbox, ZipLimits};
 use crate::sessions::LiveLimits;
 use crate::sessions::standby::{Standby, StandbySizes};
 use crate::store::Store;
@@ -136,6 +138,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     // One per replica: replicas on one host may share the data directory.
     let app_api_socket = apps_dir.join(format!("api-{replica_id}.sock"));
+    // Recordings of crashed agents are remuxed in sandboxes of their own.
+    let media_sandbox = sandbox.clone();
     let app_runner = sandbox.clone().map(|sandbox| AppRunner {
         sandbox,
         agent_binary: agent_binary.clone(),
@@ -152,6 +156,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     let runtime: Arc<dyn Runtime> = match config.runtime {
         RuntimeKind::Local => Arc::new(LocalRuntime::new(LocalRuntimeConfig {
+            limits: kernel_limits(sandbox.is_some(), &config),
             sandbox,
             egress: egress.clone(),
             browsers_dir,
@@ -203,7 +208,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         blobs.clone(),
         runtime,
         ServiceSettings {
-            ffmpeg: config.ffmpeg.clone(),
+            media: crate::replays::VmMedia::new(&config.ffmpeg, media_sandbox),
             proxy_upstreams: Arc::new(proxy_upstreams),
             egress: Arc::new(egress),
             max_pooled_browsers: config.max_pooled_browsers,
@@ -278,6 +283,22 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     replica.leave().await;
     // Browsers keep running: a restarted control plane re-adopts them.
     Ok(())
+}
+
+/// What the kernel can enforce per VM on this host: nothing without a sandbox.
+fn kernel_limits(sandboxed: bool, config: &ServeConfig) -> KernelLimits {
+    if !sandboxed {
+        return KernelLimits::none("browsers are not sandboxed (--isolation none)");
+    }
+    let disks = match config.vm_disk_gib {
+        0 => Err("turned off (--vm-disk-gib 0)".to_owned()),
+        gib => VmDisks::detect(gib << 30),
+    };
+    KernelLimits {
+        cgroups: VmCgroups::detect(),
+        disks,
+        cpu_weight: config.vm_cpu_weight,
+    }
 }
 
 /// The loopback port apps reach the API at inside their sandbox: the public URL's, when

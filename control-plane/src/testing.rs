@@ -265,6 +265,7 @@ impl Runtime for FakeRuntime {
         crate::runtime::IsolationReport::local(
             crate::runtime::isolation::HostCapabilities::detect(),
             None,
+            &crate::runtime::KernelLimits::none("a fake runtime"),
         )
     }
 }
@@ -289,7 +290,7 @@ pub async fn services_over(
         blobs,
         runtime.clone(),
         ServiceSettings {
-            ffmpeg: "ffmpeg".into(),
+            media: crate::replays::VmMedia::new("ffmpeg", None),
             proxy_upstreams: Default::default(),
             max_pooled_browsers: 10,
             live_limits: crate::sessions::LiveLimits {

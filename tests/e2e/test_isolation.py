@@ -64,8 +64,13 @@ def test_secrets_are_private_and_the_agent_listens_on_no_port(control_plane, cli
         session_dir = data / "browsers" / created.session_id
         assert _mode(session_dir) & 0o066 == 0
         assert _mode(session_dir / "agent.log") == 0o600
-        socket = session_dir / "run" / "agent.sock"
-        assert stat.S_ISSOCK(socket.lstat().st_mode) and _mode(socket) == 0o600
+        # The agent's sockets were bound by the control plane in a directory of its own,
+        # outside the VM: nothing of them is in the VM's run directory.
+        control = session_dir / "control"
+        assert control.lstat().st_uid == os.getuid() and _mode(control) == 0o700
+        for name in ("agent.sock", "devtools.sock"):
+            assert stat.S_ISSOCK((control / name).lstat().st_mode), name
+            assert not (session_dir / "run" / name).exists(), name
 
         (agent,) = session_processes(control_plane, created.session_id)["agent"]
         # Whatever the agent listens on (the VM's egress forwarder) is on the VM's own
@@ -86,7 +91,7 @@ def test_agents_are_reached_under_a_data_directory_of_any_depth(tmp_path, test_p
     try:
         client = Kernel(api_key=server.api_key, base_url=server.base_url)
         created = client.browsers.create(headless=True)
-        socket = deep / "browsers" / created.session_id / "run" / "agent.sock"
+        socket = deep / "browsers" / created.session_id / "control" / "agent.sock"
         assert len(str(socket)) > 108
         title = read_page(created.cdp_ws_url, test_page_url, lambda page: page.title())
         assert title == TEST_PAGE_TITLE
@@ -202,13 +207,25 @@ def test_readiness_names_every_protection_this_host_does_not_enforce(control_pla
     assert set(isolation["host"]) == {"user_namespaces", "bubblewrap", "cgroup_v2_memory"}
     assert isolation["sandboxed"] is True
     assert any("bubblewrap sandbox" in protection for protection in isolation["enforced"])
-    assert any("Unix socket" in protection for protection in isolation["enforced"])
-    # This host has no cgroup v2 memory controller: said, not hidden.
-    unenforced = {item["protection"]: item["reason"] for item in isolation["not_enforced"]}
-    (cgroups,) = [reason for protection, reason in unenforced.items() if "cgroup" in protection]
-    assert "250 ms" in cgroups
-    log = (control_plane.data_dir / "control-plane.log").read_text()
-    assert "NOT ENFORCED" in log and "cgroup" in log
+    assert any("Unix sockets" in protection for protection in isolation["enforced"])
+    # This host (hybrid hierarchy, root) has the v1 controllers and loop devices: the
+    # report names the controllers in use and the disk quota.
+    (cgroups,) = [p for p in isolation["enforced"] if "control group" in p]
+    assert "cgroup v1 controllers memory, pids and cpu" in cgroups, cgroups
+    assert any("8 GiB" in p and "loop-mounted" in p for p in isolation["enforced"])
+    assert isolation["not_enforced"] == []
+
+
+def test_readiness_says_which_kernel_limit_is_off(tmp_path):
+    server = ControlPlane(tmp_path / "data", extra_args=["--vm-disk-gib", "0"]).start()
+    try:
+        isolation = httpx.get(f"{server.base_url}/readyz", timeout=10).json()["isolation"]
+        unenforced = {item["protection"]: item["reason"] for item in isolation["not_enforced"]}
+        assert "--vm-disk-gib 0" in unenforced["a disk quota per browser"]
+        log = (server.data_dir / "control-plane.log").read_text()
+        assert "NOT ENFORCED" in log and "disk quota" in log
+    finally:
+        server.reap_everything()
 
 
 def test_without_a_sandbox_the_service_says_so_loudly(tmp_path, test_page_url):

@@ -5,8 +5,11 @@
 //! left on this host is salvaged instead. State lives in the store; `resume` picks up
 //! recordings after a control-plane restart.
 
+mod salvage;
 #[cfg(test)]
 mod tests;
+
+pub use salvage::VmMedia;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +45,7 @@ pub struct Replays {
     runtime: Arc<dyn Runtime>,
     agents: Arc<AgentClients>,
     /// Remuxes recordings salvaged from crashed agents.
-    ffmpeg: String,
+    media: VmMedia,
     /// Replays this process is finishing right now, and a signal when one is done.
     finishing: InProgress,
     finished: Notify,
@@ -69,14 +72,14 @@ impl Replays {
         blobs: Arc<dyn BlobStore>,
         runtime: Arc<dyn Runtime>,
         agents: Arc<AgentClients>,
-        ffmpeg: String,
+        media: VmMedia,
     ) -> Self {
         Self {
             store,
             blobs,
             runtime,
             agents,
-            ffmpeg,
+            media,
             finishing: InProgress::default(),
             finished: Notify::new(),
         }
@@ -427,8 +430,8 @@ impl Replays {
     }
 
     /// Keeps what a crashed agent left on this host: remuxed into a regular MP4 (which
-    /// also drops a fragment cut off mid-write) or, if that fails, as the fragmented MP4
-    /// it is, itself playable. It finished when its encoder last wrote to the file (the
+    /// also drops a fragment cut off mid-write), or lost if it is not a recording. It
+    /// finished when its encoder last wrote to the file (the
     /// encoder completes the file as soon as the agent dies), not when this runs.
     async fn salvage(
         &self,
@@ -464,27 +467,15 @@ impl Replays {
         replay: &ReplayRecord,
         leftover: std::fs::File,
     ) -> std::io::Result<ReplayOutcome> {
-        // The VM wrote the file: ffmpeg reads a copy of ours, never a path of the VM's.
-        let copied = self.blobs.incoming()?;
-        let mut source = tokio::fs::File::from_std(leftover);
-        tokio::io::AsyncSeekExt::rewind(&mut source).await?;
-        let mut target = tokio::fs::File::from_std(copied.reopen()?);
-        tokio::io::copy(&mut source, &mut target).await?;
+        // The VM wrote the file: it is remuxed and checked in a sandbox (`salvage`), and
+        // kept only if it is a recording.
         let temporary = self.blobs.incoming()?;
-        let remuxed = tokio::process::Command::new(&self.ffmpeg)
-            .args(["-hide_banner", "-loglevel", "error", "-y", "-i"])
-            .arg(copied.path())
-            .args(["-c", "copy", "-movflags", "+faststart", "-f", "mp4"])
-            .arg(temporary.path())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .status()
-            .await;
-        if !matches!(remuxed, Ok(status) if status.success()) {
-            tracing::warn!(replay_id = %replay.id, "remuxing a salvaged recording failed; keeping it as it is");
-            return self.keep_salvaged(replay, copied).await;
+        let mut output = tokio::fs::File::from_std(temporary.reopen()?);
+        if let Err(why) = self.media.salvage(leftover, &mut output).await {
+            tracing::warn!(replay_id = %replay.id, %why, "a salvaged recording is unusable");
+            return Ok(ReplayOutcome::Lost(format!(
+                "the recording was cut short and what was left is not a usable video: {why}"
+            )));
         }
         self.keep_salvaged(replay, temporary).await
     }

@@ -78,7 +78,11 @@ impl IsolationReport {
 
     /// The local runtime: every browser in a sandbox of its own, or (`--isolation none`,
     /// development only) on this host as this service's user.
-    pub fn local(host: HostCapabilities, sandbox: Option<&super::Sandbox>) -> Self {
+    pub fn local(
+        host: HostCapabilities,
+        sandbox: Option<&super::Sandbox>,
+        limits: &super::local::KernelLimits,
+    ) -> Self {
         let mut enforced: Vec<String> = Vec::new();
         let mut not_enforced = Vec::new();
         match sandbox {
@@ -105,40 +109,64 @@ impl IsolationReport {
                      credentials never enter the VM"
                         .to_owned(),
                     "memory: a VM whose processes together use more than its `memory` ends \
-                     alone, with a reason"
+                     alone, with a reason (measured by its agent every 250 ms)"
                         .to_owned(),
-                    "tasks: a VM runs at most 4096 processes and threads (RLIMIT_NPROC, which \
-                     the kernel counts per user namespace)"
+                    "the control plane reaches each agent through sockets it binds itself \
+                     outside the VM and hands in as descriptors: nothing in a VM can redirect \
+                     them"
+                        .to_owned(),
+                    "recordings a crashed agent left are remuxed and checked in a sandbox of \
+                     their own (MP4 demuxer forced, stdin and stdout only), never by the host"
                         .to_owned(),
                 ]);
-                not_enforced.push(Unenforced {
-                    protection: "kernel-enforced memory and CPU weight per browser (cgroup \
-                                 v2)"
-                    .into(),
-                    reason: if host.cgroup_v2_memory {
-                        "not applied by the local runtime yet; memory is measured by the agent \
-                         every 250 ms instead, so a faster burst can pass the limit briefly"
-                            .into()
-                    } else {
-                        "this host has no cgroup v2 memory controller (hybrid or v1 hierarchy); \
-                         memory is measured by the agent every 250 ms instead, so a faster \
-                         burst can pass the limit briefly"
-                            .into()
-                    },
-                });
+                match &limits.cgroups {
+                    Ok(cgroups) => enforced.push(format!(
+                        "kernel limits per VM in a control group of its own, {}: memory \
+                         (`memory`, tmpfs, shared memory and memfds included; the VM ends \
+                         with a reason), 4096 tasks, CPU weight {} (equal shares by default)",
+                        cgroups.describe(),
+                        limits.cpu_weight
+                    )),
+                    Err(reason) => not_enforced.push(Unenforced {
+                        protection: "kernel-enforced memory, task and CPU limits per browser \
+                                     (cgroups)"
+                            .into(),
+                        reason: format!(
+                            "{reason}; memory is measured by the agent every 250 ms instead \
+                             (a faster burst, or memory in a private tmpfs or memfd, can pass \
+                             it), tasks are limited by RLIMIT_NPROC and CPU is not weighted"
+                        ),
+                    }),
+                }
+                match &limits.disks {
+                    Ok(disks) => enforced.push(format!(
+                        "disk: each VM's home is a file system of its own of {} GiB (a sparse, \
+                         loop-mounted ext4 image): a full VM cannot fill the host's disk",
+                        disks.size_bytes >> 30
+                    )),
+                    Err(reason) => not_enforced.push(Unenforced {
+                        protection: "a disk quota per browser".into(),
+                        reason: format!(
+                            "{reason}; a VM's home is on the host's file system and can fill it"
+                        ),
+                    }),
+                }
             }
             None => not_enforced.push(Unenforced {
                 protection: "browser sandbox".into(),
                 reason: "started with --isolation none (development only): browsers run as \
                          this service's user in the host's filesystem, process and network \
                          namespaces (Chromium with --no-sandbox when that user is root); a page \
-                         can read files that user can read and reach loopback services"
+                         can read files that user can read and reach loopback services; \
+                         recordings of crashed agents are remuxed on the host (still on pipes \
+                         with the demuxer forced)"
                     .into(),
             }),
         }
         enforced.extend(
             [
-                "agents listen only on a Unix socket (0600) in their browser's directory",
+                "agents listen only on Unix sockets in a directory of their browser's that only \
+                 the service's user can enter",
                 "the data directory is private to the service's user (its files 0600)",
                 "custom proxies cannot point inside this host or its networks (--egress-allow)",
                 "a pool browser's next lessee gets no file, profile or DevTools URL of the \

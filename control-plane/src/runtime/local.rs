@@ -5,7 +5,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,6 +20,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
+use super::cgroups::{self, VmCgroup, VmCgroups, VmLimits};
+use super::disk::{self, VmDisks};
 use super::isolation::{HostCapabilities, IsolationReport};
 use super::processes::{group_members_mentioning, is_agent_for, is_running, process_group};
 use super::sandbox::{self, Sandbox};
@@ -48,6 +51,31 @@ pub struct LocalRuntimeConfig {
     pub egress: EgressPolicy,
     /// Largest screen a running browser can be resized to (its framebuffer's size).
     pub max_resized_viewport: crate::config::ScreenSize,
+    /// What the kernel enforces per VM (sandboxed VMs only).
+    pub limits: KernelLimits,
+}
+
+/// The kernel's means of holding each VM to its limits, where this host has them; each
+/// `Err` says why not (reported at start and in `/readyz`).
+#[derive(Clone, Debug)]
+pub struct KernelLimits {
+    /// A control group per VM: memory, tasks, CPU weight.
+    pub cgroups: Result<VmCgroups, String>,
+    /// A quota'd file system per VM for its home.
+    pub disks: Result<VmDisks, String>,
+    /// Each VM's CPU weight (cgroup v2 scale, 100 by default: equal shares).
+    pub cpu_weight: u64,
+}
+
+impl KernelLimits {
+    /// None at all (VMs without a sandbox, tests).
+    pub fn none(reason: &str) -> Self {
+        Self {
+            cgroups: Err(reason.to_owned()),
+            disks: Err(reason.to_owned()),
+            cpu_weight: 100,
+        }
+    }
 }
 
 /// Limits on archives extracted by `upload_zip`, enforced by the agent.
@@ -83,8 +111,12 @@ const INPUTS_DIR: &str = "inputs";
 const PROFILE_FILE: &str = "profile.zip";
 /// Chromium's managed policies (`chrome_policy`).
 const POLICIES_DIR: &str = "policies";
-const ADDR_FILE: &str = "agent.addr";
-/// The agent's gRPC socket.
+/// Beside the VM's directories, on the host only (0700, ours): the sockets the control
+/// plane reaches the agent on. It binds them before the sandbox starts and hands them to
+/// the agent as descriptors, so nothing inside the VM can replace them or point them
+/// anywhere else (a link planted in a directory the VM writes would be followed by us).
+const CONTROL_DIR: &str = "control";
+/// The agent's gRPC socket, in the control directory.
 const SOCKET_FILE: &str = "agent.sock";
 /// The egress proxy's socket: the VM's only way out.
 const EGRESS_SOCKET: &str = "egress.sock";
@@ -93,13 +125,19 @@ const EXIT_REASON_FILE: &str = "exit-reason";
 /// Most tasks (processes and threads) one sandboxed VM may run: a busy Chromium runs a few
 /// hundred; a fork bomb stops here instead of at the host's limits.
 const MAX_VM_TASKS: u64 = 4096;
+/// The memory of a VM that was given no limit (its tmpfs directories' size too).
+const DEFAULT_VM_MEMORY_BYTES: u64 = 16 << 30;
 /// On the host only, beside the run directory.
 const PID_FILE: &str = "agent.pid";
 const LOG_FILE: &str = "agent.log";
 
 impl LocalRuntime {
     pub fn new(config: LocalRuntimeConfig) -> Self {
-        let isolation = IsolationReport::local(HostCapabilities::detect(), config.sandbox.as_ref());
+        let isolation = IsolationReport::local(
+            HostCapabilities::detect(),
+            config.sandbox.as_ref(),
+            &config.limits,
+        );
         Self {
             config,
             isolation,
@@ -204,6 +242,7 @@ impl LocalRuntime {
         spec: &LaunchSpec,
         inputs: &[(String, String)],
         dir: &Path,
+        fds: &AgentFds,
     ) -> Vec<OsString> {
         let (agent_root, agent_run) = self.agent_paths(dir);
         let mut args: Vec<OsString> = Vec::new();
@@ -213,10 +252,11 @@ impl LocalRuntime {
             args.push(value.as_ref().to_owned());
         };
         arg("vm-root", &agent_root);
-        // A socket in the browser's directory, not a loopback port: pages (and anything
-        // else on this host's network) cannot reach the agent.
-        arg("listen-socket", &agent_run.join(SOCKET_FILE));
-        arg("addr-file", &agent_run.join(ADDR_FILE));
+        // Sockets outside the VM, not a loopback port: pages (and anything else on this
+        // host's network) cannot reach the agent.
+        arg("listen-fd", &fds.listener.as_raw_fd().to_string());
+        arg("devtools-handoff-fd", &fds.handoff.as_raw_fd().to_string());
+        arg("secret-fd", &fds.secret.as_raw_fd().to_string());
         arg("scratch-dir", &agent_run.join(SCRATCH_DIR));
         arg("recordings-dir", &agent_run.join(RECORDINGS_DIR));
         arg("egress-socket", &agent_run.join(EGRESS_SOCKET));
@@ -296,8 +336,25 @@ impl LocalRuntime {
         spec: &LaunchSpec,
         dir: &Path,
     ) -> Result<(AgentLocation, watch::Receiver<Option<String>>), RuntimeError> {
-        let inputs = self.prepare_dirs(spec, dir)?;
         let (root, run) = (dir.join(ROOT_DIR), dir.join(RUN_DIR));
+        let sandboxed = self.config.sandbox.is_some();
+        if let (true, Ok(disks)) = (sandboxed, &self.config.limits.disks) {
+            std::fs::create_dir_all(dir)?;
+            disks.create(dir, &root).await?;
+        }
+        let inputs = self.prepare_dirs(spec, dir)?;
+        let memory_bytes = spec.memory_limit_bytes.unwrap_or(DEFAULT_VM_MEMORY_BYTES);
+        let cgroup = match (sandboxed, &self.config.limits.cgroups) {
+            (true, Ok(cgroups)) => Some(cgroups.create(
+                dir,
+                VmLimits {
+                    memory_bytes,
+                    max_tasks: MAX_VM_TASKS,
+                    cpu_weight: self.config.limits.cpu_weight,
+                },
+            )?),
+            _ => None,
+        };
         let owner = self.vm_owner();
         let egress = EgressServer::start(
             &run.join(EGRESS_SOCKET),
@@ -305,8 +362,10 @@ impl LocalRuntime {
             self.config.egress.clone(),
             spec.egress.clone(),
         )?;
-        let args = self.agent_args(spec, &inputs, dir);
         let secret = ids::new_secret(43);
+        let control = dir.join(CONTROL_DIR);
+        let fds = AgentFds::new(&control, &secret)?;
+        let args = self.agent_args(spec, &inputs, dir, &fds);
         let log = std::fs::File::create(dir.join(LOG_FILE))?;
         let (mut command, info) = match &self.config.sandbox {
             Some(sandbox) => {
@@ -319,7 +378,7 @@ impl LocalRuntime {
                     ),
                     args,
                     (&root, &run),
-                    spec.memory_limit_bytes.unwrap_or(16 << 30),
+                    memory_bytes,
                     &info_write,
                 );
                 (command, Some((info_read, info_write)))
@@ -339,8 +398,18 @@ impl LocalRuntime {
                 (command, None)
             }
         };
+        fds.pass_to(&mut command);
+        // The sandbox's first process enters the VM's group before it starts anything.
+        let entry_points = match &cgroup {
+            Some(group) => group.entry_points()?,
+            None => Vec::new(),
+        };
+        let raw_entry_points = cgroups::raw(&entry_points);
+        // SAFETY: `enter` only writes to descriptors this process holds.
+        unsafe {
+            command.pre_exec(move || cgroups::enter(&raw_entry_points));
+        }
         command
-            .env("BROWSER_AGENT_SECRET", &secret)
             .env("BROWSER_AGENT_CHROMIUM", &self.config.chromium)
             .env("BROWSER_AGENT_XVFB", &self.config.xvfb)
             .env("BROWSER_AGENT_FFMPEG", &self.config.ffmpeg)
@@ -360,6 +429,8 @@ impl LocalRuntime {
         let mut child = command.spawn().map_err(|error| {
             RuntimeError::LaunchFailed(format!("starting the browser agent failed: {error}"))
         })?;
+        // The agent holds the sockets now; ours would keep them open after it dies.
+        drop((fds, entry_points));
         // The process that stands for the VM: the sandbox's PID 1 (all of the VM dies
         // with it), or the agent itself.
         let pid = match info {
@@ -398,46 +469,67 @@ impl LocalRuntime {
             }));
         });
         let location = AgentLocation {
-            endpoint: String::new(),
+            endpoint: format!(
+                "{UNIX_ENDPOINT_PREFIX}{}",
+                control.join(SOCKET_FILE).display()
+            ),
             secret,
             pid,
             vm_root: root.display().to_string(),
         };
         Ok((location, exited))
     }
+}
 
-    async fn wait_for_address(
-        &self,
-        dir: &Path,
-        exited: &watch::Receiver<Option<String>>,
-    ) -> Result<String, RuntimeError> {
-        let addr_file = dir.join(RUN_DIR).join(ADDR_FILE);
-        let deadline = tokio::time::Instant::now() + ADDRESS_TIMEOUT;
-        loop {
-            if let Ok(address) = std::fs::read_to_string(&addr_file) {
-                let address = address.trim();
-                // The agent names its socket as it sees it; we reach it on the host.
-                return Ok(if address.starts_with(UNIX_ENDPOINT_PREFIX) {
-                    format!(
-                        "{UNIX_ENDPOINT_PREFIX}{}",
-                        dir.join(RUN_DIR).join(SOCKET_FILE).display()
-                    )
-                } else {
-                    format!("http://{address}")
-                });
-            }
-            if let Some(status) = exited.borrow().clone() {
-                return Err(RuntimeError::LaunchFailed(format!(
-                    "the browser agent exited ({status}): {}",
-                    log_tail(dir)
-                )));
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(RuntimeError::LaunchFailed(
-                    "the browser agent did not start listening".into(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+/// What a local agent is started with besides its arguments: its two listening sockets,
+/// bound in `control` (a directory only we can enter), and a pipe holding its secret
+/// (never in its environment, which its children would inherit).
+struct AgentFds {
+    listener: std::os::unix::net::UnixListener,
+    handoff: std::os::unix::net::UnixListener,
+    secret: OwnedFd,
+}
+
+impl AgentFds {
+    fn new(control: &Path, secret: &str) -> std::io::Result<Self> {
+        std::fs::create_dir_all(control)?;
+        std::fs::set_permissions(control, std::fs::Permissions::from_mode(0o700))?;
+        let bind = |name: &str| {
+            let path = control.join(name);
+            let _ = std::fs::remove_file(&path);
+            let short = browser_agent_proto::unix_socket::short_path(&path)?;
+            std::os::unix::net::UnixListener::bind(&short.path)
+        };
+        let listener = bind(SOCKET_FILE)?;
+        let handoff = bind(browser_agent_proto::unix_socket::DEVTOOLS_HANDOFF_FILE)?;
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
+        // A secret is far smaller than a pipe's buffer: this cannot block.
+        std::fs::File::from(write).write_all(secret.as_bytes())?;
+        Ok(Self {
+            listener,
+            handoff,
+            secret: read,
+        })
+    }
+
+    /// Lets `command`'s process, and no other, inherit the descriptors.
+    fn pass_to(&self, command: &mut tokio::process::Command) {
+        let fds = [
+            self.listener.as_raw_fd(),
+            self.handoff.as_raw_fd(),
+            self.secret.as_raw_fd(),
+        ];
+        // SAFETY: fcntl is async-signal-safe; it changes only the child's descriptors.
+        unsafe {
+            command.pre_exec(move || {
+                for fd in fds {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
         }
     }
 }
@@ -481,7 +573,7 @@ fn log_tail(dir: &Path) -> String {
 impl Runtime for LocalRuntime {
     async fn launch(&self, spec: &LaunchSpec) -> Result<AgentLocation, RuntimeError> {
         let dir = self.browser_dir(&spec.session_id);
-        let (mut location, exited) = match self.spawn_agent(spec, &dir).await {
+        let (location, exited) = match self.spawn_agent(spec, &dir).await {
             Ok(spawned) => spawned,
             Err(error) => {
                 // Nothing half-made stays: the directory with its copied archives goes.
@@ -489,14 +581,22 @@ impl Runtime for LocalRuntime {
                 return Err(error);
             }
         };
+        let mut exited = exited;
         let outcome = async {
-            location.endpoint = self.wait_for_address(&dir, &exited).await?;
             let client = AgentClient::new(&location)
                 .map_err(|error| RuntimeError::LaunchFailed(error.to_string()))?;
-            let status = client
-                .wait_until_ready(READY_TIMEOUT)
-                .await
-                .map_err(|error| RuntimeError::LaunchFailed(error.to_string()))?;
+            // The socket listens from the start: the call waits for the agent to serve.
+            let status = tokio::select! {
+                status = client.wait_until_ready(READY_TIMEOUT) => status
+                    .map_err(|error| RuntimeError::LaunchFailed(error.to_string()))?,
+                Ok(status) = exited.wait_for(Option::is_some) => {
+                    return Err(RuntimeError::LaunchFailed(format!(
+                        "the browser agent exited ({}): {}",
+                        status.clone().unwrap_or_default(),
+                        log_tail(&dir)
+                    )));
+                }
+            };
             if status.devtools_state() != DevtoolsState::Ready {
                 return Err(RuntimeError::LaunchFailed(format!(
                     "Chromium did not become ready: {}",
@@ -547,6 +647,10 @@ impl Runtime for LocalRuntime {
         if let Some(pid) = pid {
             stop_agent_process(pid, &root, shutdown_accepted).await;
         }
+        if let Some(group) = VmCgroup::noted(&dir) {
+            group.remove().await;
+        }
+        disk::remove(&dir, &root);
         if let Err(error) = tokio::fs::remove_dir_all(&dir).await
             && error.kind() != std::io::ErrorKind::NotFound
         {
@@ -562,8 +666,18 @@ impl Runtime for LocalRuntime {
     }
 
     async fn wait_for_exit(&self, location: &AgentLocation) {
+        let root = Path::new(&location.vm_root);
+        let group = root.parent().and_then(VmCgroup::noted);
         // Polled, not waited for: after a restart the agent is not our child.
         while self.agent_exists(location) != Some(false) {
+            // The kernel killed a process of the VM for its memory: the VM, which may
+            // hold that memory in files no kill frees, ends whole (`exit_reason` says why).
+            if group.as_ref().is_some_and(VmCgroup::out_of_memory)
+                && let Some(pid) = location.pid
+            {
+                tracing::info!(vm_root = %root.display(), "a VM went over its memory limit; ending it");
+                stop_agent_process(pid, root, false).await;
+            }
             tokio::time::sleep(EXIT_POLL_INTERVAL).await;
         }
     }
@@ -583,6 +697,15 @@ impl Runtime for LocalRuntime {
     }
 
     fn exit_reason(&self, session_id: &str) -> Option<String> {
+        // The kernel's word first: the VM cannot forge it.
+        if let Some(group) = VmCgroup::noted(&self.browser_dir(session_id))
+            && group.out_of_memory()
+        {
+            let limit = group.memory_limit().unwrap_or(0) >> 20;
+            return Some(format!(
+                "the browser used more memory than its limit ({limit} MiB): the kernel ended it"
+            ));
+        }
         let file = self.open_in_run_dir(session_id, Path::new(EXIT_REASON_FILE))?;
         let mut reason = String::new();
         std::io::Read::read_to_string(&mut std::io::Read::take(file, 4096), &mut reason).ok()?;

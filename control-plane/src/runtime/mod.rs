@@ -2,6 +2,8 @@
 //! this host; other runtimes (agents on operators' hosts, Kubernetes pods) implement the
 //! same trait.
 
+pub mod cgroups;
+pub mod disk;
 pub mod isolation;
 pub mod kubernetes;
 mod local;
@@ -14,7 +16,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 
 pub use isolation::IsolationReport;
-pub use local::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
+pub use local::{KernelLimits, LocalRuntime, LocalRuntimeConfig, ZipLimits};
 pub use sandbox::Sandbox;
 
 use crate::egress::{HostAllowlist, VmEgress};

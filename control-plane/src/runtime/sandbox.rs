@@ -234,7 +234,7 @@ impl Sandbox {
         command
             .args(["--dir", "/tmp/.X11-unix"])
             .args(["--chdir", VM_HOME]);
-        self.finish(command, info, VM_AGENT.as_ref(), agent_args)
+        self.finish(command, Some(info), VM_AGENT.as_ref(), agent_args)
     }
 
     /// The command that runs `program` (a path inside) in an app sandbox: the app's
@@ -302,13 +302,59 @@ impl Sandbox {
             name.into(),
         ];
         sandbox_args.extend(args);
-        self.finish(command, info, VM_AGENT.as_ref(), sandbox_args)
+        self.finish(command, Some(info), VM_AGENT.as_ref(), sandbox_args)
+    }
+
+    /// The command that runs a media tool (`program` with `args`, on its stdin and
+    /// stdout) on data a VM wrote: as the VM user, in namespaces of its own, seeing the
+    /// host's system directories, read-only, `tool` if it lives elsewhere, and a
+    /// memory-backed `/tmp` of at most `tmp_bytes`; nothing of the data directory, no
+    /// network.
+    pub fn tool_command(
+        &self,
+        program: &str,
+        args: &[String],
+        tmp_bytes: u64,
+        tool: &Path,
+    ) -> tokio::process::Command {
+        let mut command = self.base(tmp_bytes);
+        if tool.is_absolute() && !SYSTEM_DIRS.iter().any(|dir| tool.starts_with(dir)) {
+            command.arg("--ro-bind").arg(tool).arg(tool);
+        }
+        self.finish(
+            command,
+            None,
+            program.as_ref(),
+            args.iter().map(OsString::from).collect(),
+        )
     }
 
     /// A bubblewrap command that shows the host's system directories, read-only, the
     /// VM's own identity (from `run`), and memory-backed `/tmp` and `/dev/shm` of at most
     /// `memory_bytes` each.
     fn system(&self, run: &Path, memory_bytes: u64) -> tokio::process::Command {
+        let mut command = self.base(memory_bytes);
+        let mut bind = |option: &str, source: &Path, target: &str| {
+            command.arg(option).arg(source).arg(target);
+        };
+        bind(
+            "--ro-bind",
+            &run.join(IDENTITY_DIR).join("passwd"),
+            "/etc/passwd",
+        );
+        for file in ["group", "hostname"] {
+            bind(
+                "--ro-bind",
+                &run.join(IDENTITY_DIR).join(file),
+                &format!("/etc/{file}"),
+            );
+        }
+        command
+    }
+
+    /// A bubblewrap command that shows the host's system directories, read-only, and
+    /// memory-backed `/tmp` and `/dev/shm` of at most `memory_bytes` each.
+    fn base(&self, memory_bytes: u64) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.bwrap);
         command
             .args(["--proc", "/proc", "--dev", "/dev"])
@@ -328,18 +374,6 @@ impl Sandbox {
                 bind("--ro-bind", &path, &path.to_string_lossy());
             }
         }
-        bind(
-            "--ro-bind",
-            &run.join(IDENTITY_DIR).join("passwd"),
-            "/etc/passwd",
-        );
-        for file in ["group", "hostname"] {
-            bind(
-                "--ro-bind",
-                &run.join(IDENTITY_DIR).join(file),
-                &format!("/etc/{file}"),
-            );
-        }
         for (link, target) in [
             ("/bin", "usr/bin"),
             ("/sbin", "usr/sbin"),
@@ -355,7 +389,7 @@ impl Sandbox {
     fn finish(
         &self,
         mut command: tokio::process::Command,
-        info: &OwnedFd,
+        info: Option<&OwnedFd>,
         program: &Path,
         args: Vec<OsString>,
     ) -> tokio::process::Command {
@@ -369,12 +403,11 @@ impl Sandbox {
             ])
             .args(["--unshare-uts", "--unshare-cgroup"])
             .args(["--uid", VM_UID, "--gid", VM_UID])
-            .args(["--hostname", VM_HOSTNAME])
-            .arg("--info-fd")
-            .arg(info.as_raw_fd().to_string())
-            .arg("--")
-            .arg(program)
-            .args(args);
+            .args(["--hostname", VM_HOSTNAME]);
+        if let Some(info) = info {
+            command.arg("--info-fd").arg(info.as_raw_fd().to_string());
+        }
+        command.arg("--").arg(program).args(args);
         // Nothing of the service's environment (database URLs, keys) enters the VM.
         command
             .env_clear()
@@ -387,15 +420,17 @@ impl Sandbox {
         if let Some(user) = self.user {
             command.uid(user.uid).gid(user.gid);
         }
-        let info = info.as_raw_fd();
-        // SAFETY: fcntl is async-signal-safe; it only lets the child keep this descriptor.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::fcntl(info, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        if let Some(info) = info.map(AsRawFd::as_raw_fd) {
+            // SAFETY: fcntl is async-signal-safe; it only lets the child keep this
+            // descriptor.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::fcntl(info, libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         command
     }

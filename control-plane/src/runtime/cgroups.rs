@@ -1,0 +1,329 @@
+//! Kernel-enforced limits per browser VM: each VM's processes live in a control group of
+//! their own, with its memory (tmpfs, shared memory and memfds included: the kernel
+//! charges pages to the group that touches them), its number of tasks and its CPU weight.
+//! The group is entered by the sandbox's first process before it starts anything, so
+//! nothing of the VM runs outside it.
+//!
+//! cgroup v2 is used where this service's own group has the controllers delegated to it;
+//! otherwise the v1 controllers (`memory`, `pids`, `cpu`), which a hybrid host such as
+//! this one mounts read-write for root. VM groups live under this service's own group of
+//! each hierarchy, in `browser-vms/<session id>`; the group directories of a VM are noted
+//! in its browser directory so that a restarted service finds them again.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// Where a VM's group directories are noted, in its browser directory (ours alone).
+const NOTE_FILE: &str = "cgroups";
+const VM_GROUPS: &str = "browser-vms";
+const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// What one VM may use.
+#[derive(Clone, Copy, Debug)]
+pub struct VmLimits {
+    pub memory_bytes: u64,
+    pub max_tasks: u64,
+    /// Relative CPU weight, 1…10000 (cgroup v2's scale: 100 is the default).
+    pub cpu_weight: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Hierarchy {
+    /// The parent of VM groups in the unified hierarchy.
+    V2(PathBuf),
+    /// The parent of VM groups in each v1 controller's hierarchy (memory, pids, cpu).
+    V1([PathBuf; 3]),
+}
+
+/// The control groups this host lets the service make for VMs.
+#[derive(Clone, Debug)]
+pub struct VmCgroups {
+    hierarchy: Hierarchy,
+}
+
+impl VmCgroups {
+    /// The cgroups VMs can be put in, or why there are none.
+    pub fn detect() -> Result<Self, String> {
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .map_err(|error| format!("reading /proc/self/cgroup: {error}"))?;
+        let hierarchy = match v2_parent(&own) {
+            Ok(parent) => Hierarchy::V2(parent),
+            Err(v2) => Hierarchy::V1(
+                v1_parents(&own).map_err(|v1| format!("cgroup v2: {v2}; cgroup v1: {v1}"))?,
+            ),
+        };
+        let found = Self { hierarchy };
+        for dir in found.parents() {
+            std::fs::create_dir_all(dir)
+                .map_err(|error| format!("creating {}: {error}", dir.display()))?;
+        }
+        Ok(found)
+    }
+
+    fn parents(&self) -> Vec<&Path> {
+        match &self.hierarchy {
+            Hierarchy::V2(parent) => vec![parent.as_path()],
+            Hierarchy::V1(parents) => parents.iter().map(PathBuf::as_path).collect(),
+        }
+    }
+
+    /// A short description for the start-up report.
+    pub fn describe(&self) -> String {
+        match &self.hierarchy {
+            Hierarchy::V2(parent) => format!("cgroup v2 ({})", parent.display()),
+            Hierarchy::V1(parents) => format!(
+                "cgroup v1 controllers memory, pids and cpu ({})",
+                parents[0].display()
+            ),
+        }
+    }
+
+    /// Makes the group of the VM whose browser directory is `browser_dir`, with `limits`.
+    pub fn create(&self, browser_dir: &Path, limits: VmLimits) -> std::io::Result<VmCgroup> {
+        let name = browser_dir
+            .file_name()
+            .ok_or_else(|| std::io::Error::other("a browser directory has no name"))?;
+        let dirs: Vec<PathBuf> = self
+            .parents()
+            .iter()
+            .map(|parent| parent.join(name))
+            .collect();
+        let group = VmCgroup {
+            v2: matches!(self.hierarchy, Hierarchy::V2(_)),
+            dirs,
+        };
+        // Noted first: whatever is made below is found and removed again.
+        let note: String = group
+            .dirs
+            .iter()
+            .map(|d| format!("{}\n", d.display()))
+            .collect();
+        std::fs::write(browser_dir.join(NOTE_FILE), note)?;
+        for dir in &group.dirs {
+            match std::fs::create_dir(dir) {
+                Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(error);
+                }
+                _ => {}
+            }
+        }
+        group.apply(limits)?;
+        Ok(group)
+    }
+}
+
+/// One VM's control group (a directory per hierarchy).
+#[derive(Debug)]
+pub struct VmCgroup {
+    v2: bool,
+    dirs: Vec<PathBuf>,
+}
+
+impl VmCgroup {
+    /// The group noted in `browser_dir`, if any.
+    pub fn noted(browser_dir: &Path) -> Option<Self> {
+        let note = std::fs::read_to_string(browser_dir.join(NOTE_FILE)).ok()?;
+        let dirs: Vec<PathBuf> = note.lines().map(PathBuf::from).collect();
+        let v2 = dirs.len() == 1;
+        (!dirs.is_empty()).then_some(Self { v2, dirs })
+    }
+
+    fn file(&self, controller: &str, name: &str) -> PathBuf {
+        if self.v2 {
+            return self.dirs[0].join(name);
+        }
+        let index = V1_CONTROLLERS
+            .iter()
+            .position(|c| *c == controller)
+            .unwrap_or(0);
+        self.dirs[index].join(name)
+    }
+
+    fn apply(&self, limits: VmLimits) -> std::io::Result<()> {
+        let write = |controller: &str, name: &str, value: String| {
+            std::fs::write(self.file(controller, name), value).map_err(|error| {
+                std::io::Error::new(error.kind(), format!("setting {name}: {error}"))
+            })
+        };
+        let weight = limits.cpu_weight.clamp(1, 10_000);
+        if self.v2 {
+            write("memory", "memory.max", limits.memory_bytes.to_string())?;
+            // Swap would let a VM hold more than its limit in memory-backed files.
+            let _ = write("memory", "memory.swap.max", "0".into());
+            write("pids", "pids.max", limits.max_tasks.to_string())?;
+            write("cpu", "cpu.weight", weight.to_string())?;
+        } else {
+            write(
+                "memory",
+                "memory.limit_in_bytes",
+                limits.memory_bytes.to_string(),
+            )?;
+            // Absent when the kernel does not account swap.
+            let _ = write(
+                "memory",
+                "memory.memsw.limit_in_bytes",
+                limits.memory_bytes.to_string(),
+            );
+            write("pids", "pids.max", limits.max_tasks.to_string())?;
+            // v1's shares: 1024 is the default, as 100 is v2's weight.
+            write(
+                "cpu",
+                "cpu.shares",
+                (weight * 1024 / 100).max(2).to_string(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Descriptors that move the process writing `0` to them into this group: opened
+    /// here, written by the sandbox's first process before it drops privileges or forks.
+    pub fn entry_points(&self) -> std::io::Result<Vec<OwnedFd>> {
+        self.dirs
+            .iter()
+            .map(|dir| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))
+                    .map(OwnedFd::from)
+            })
+            .collect()
+    }
+
+    /// Whether the kernel killed a process of the VM for going over its memory.
+    pub fn out_of_memory(&self) -> bool {
+        let (file, key) = if self.v2 {
+            ("memory.events", "oom_kill")
+        } else {
+            ("memory.oom_control", "oom_kill")
+        };
+        let Ok(text) = std::fs::read_to_string(self.file("memory", file)) else {
+            return false;
+        };
+        text.lines().any(|line| {
+            line.split_once(' ')
+                .is_some_and(|(name, count)| name == key && count.trim() != "0")
+        })
+    }
+
+    /// The memory limit in force, in bytes.
+    pub fn memory_limit(&self) -> Option<u64> {
+        let name = if self.v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        std::fs::read_to_string(self.file("memory", name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Removes the group, once its processes are gone (they may still be exiting).
+    pub async fn remove(&self) {
+        for dir in &self.dirs {
+            for _ in 0..100 {
+                match std::fs::remove_dir(dir) {
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => break,
+                    Ok(()) => break,
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                }
+            }
+        }
+    }
+}
+
+/// Moves the calling process into the groups of `entry_points`. Only what is
+/// async-signal-safe: it runs between fork and exec.
+pub fn enter(entry_points: &[std::os::fd::RawFd]) -> std::io::Result<()> {
+    for fd in entry_points {
+        // SAFETY: write(2) on a descriptor we hold, from a static buffer.
+        if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The raw descriptors of `fds`.
+pub fn raw(fds: &[OwnedFd]) -> Vec<std::os::fd::RawFd> {
+    fds.iter().map(AsRawFd::as_raw_fd).collect()
+}
+
+/// The parent of VM groups in the unified hierarchy, if this service's group there has
+/// the memory, pids and cpu controllers (and can hand them to the groups below it).
+fn v2_parent(own: &str) -> Result<PathBuf, String> {
+    let relative = own
+        .lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .ok_or("this process is in no cgroup v2 group")?;
+    let root = Path::new("/sys/fs/cgroup");
+    let mine = root.join(relative.trim_start_matches('/'));
+    let available = std::fs::read_to_string(mine.join("cgroup.controllers")).unwrap_or_default();
+    if let Some(missing) = V2_CONTROLLERS
+        .iter()
+        .find(|c| !available.split_whitespace().any(|a| a == **c))
+    {
+        return Err(format!(
+            "the {missing} controller is not delegated to {}",
+            mine.display()
+        ));
+    }
+    let parent = mine.join(VM_GROUPS);
+    std::fs::create_dir_all(&parent).map_err(|error| format!("{}: {error}", parent.display()))?;
+    let enable: String = V2_CONTROLLERS.iter().map(|c| format!("+{c} ")).collect();
+    // Our own group must hand the controllers down first (possible for the root group,
+    // or a delegated one without processes of its own).
+    for dir in [&mine, &parent] {
+        std::fs::write(dir.join("cgroup.subtree_control"), enable.trim())
+            .map_err(|error| format!("enabling controllers in {}: {error}", dir.display()))?;
+    }
+    Ok(parent)
+}
+
+/// The parents of VM groups in the v1 memory, pids and cpu hierarchies.
+fn v1_parents(own: &str) -> Result<[PathBuf; 3], String> {
+    let parent = |controller: &str| -> Result<PathBuf, String> {
+        let relative =
+            v1_group(own, controller).ok_or_else(|| format!("no v1 {controller} hierarchy"))?;
+        let mount = Path::new("/sys/fs/cgroup").join(controller);
+        if !mount.join("cgroup.procs").exists() {
+            return Err(format!("{} is not mounted", mount.display()));
+        }
+        let dir = mount.join(relative.trim_start_matches('/')).join(VM_GROUPS);
+        // Writable: not a read-only mount of someone else's hierarchy.
+        if nix::unistd::access(&mount, nix::unistd::AccessFlags::W_OK).is_err() {
+            return Err(format!("{} is not writable", mount.display()));
+        }
+        Ok(dir)
+    };
+    Ok([parent("memory")?, parent("pids")?, parent("cpu")?])
+}
+
+/// This process's group in the v1 hierarchy of `controller`, from `/proc/self/cgroup`.
+fn v1_group<'a>(own: &'a str, controller: &str) -> Option<&'a str> {
+    own.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == controller)
+            .then_some(path)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_v1_groups_of_a_hybrid_host() {
+        let own = "9:name=systemd:/\n4:memory:/svc/a\n1:cpu,cpuacct:/\n8:pids:/\n0::/\n";
+        assert_eq!(v1_group(own, "memory"), Some("/svc/a"));
+        assert_eq!(v1_group(own, "cpu"), Some("/"));
+        assert_eq!(v1_group(own, "cpuacct"), Some("/"));
+        assert_eq!(v1_group(own, "blkio"), None);
+        assert_eq!(v1_group(own, "systemd"), None);
+    }
+}
