@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from kernel import Kernel
 
-from harness import control_plane_for_module, serve_html, vm_processes_left
+from harness import control_plane_for_module, serve_html, vm_mounts_left, vm_processes_left
 
 TEST_PAGE_TITLE = "Kernel compatibility test page"
 
@@ -11,10 +11,12 @@ TEST_PAGE_TITLE = "Kernel compatibility test page"
 @pytest.fixture(scope="session", autouse=True)
 def no_vm_process_outlives_the_suite():
     """After the whole suite (every control plane reaped), no process of any browser VM
-    is left, zombies included."""
+    is left, zombies included, and no VM's disk is still mounted."""
     yield
     left = vm_processes_left(timeout=10)
     assert not left, f"browser VM processes left after the suite: {left}"
+    mounts = vm_mounts_left()
+    assert not mounts, f"VM disks left mounted after the suite: {mounts}"
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import os
 import signal
@@ -97,6 +98,43 @@ class ControlPlane:
                     os.kill(member, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        release_vm_resources(self.data_dir)
+
+
+def vm_dirs_base(data_dir: Path) -> list[Path]:
+    """Where the browser directories of `data_dir` may be: inside it, or where the
+    service moves them when the VM user cannot pass through its parents."""
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
+    return [data_dir, Path("/var/lib/browser-vms") / digest]
+
+
+def release_vm_resources(data_dir: Path) -> None:
+    """What the kernel keeps for VMs whose control plane was killed before it could
+    end them (the next one would, at start): their disks' mounts and their cgroups."""
+    bases = [str(base / "browsers") + "/" for base in vm_dirs_base(data_dir)]
+    with open("/proc/self/mountinfo") as mounts:
+        points = [line.split()[4] for line in mounts]
+    for point in points:
+        if any(point.startswith(base) for base in bases):
+            subprocess.run(["umount", "-l", point], check=False)
+    for base in vm_dirs_base(data_dir):
+        for note in (base / "browsers").glob("*/cgroups"):
+            for group in note.read_text().split():
+                for _ in range(50):
+                    try:
+                        os.rmdir(group)
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.05)
+
+
+def vm_mounts_left() -> list[str]:
+    """Mount points of VM disks under this suite's temporary directories."""
+    with open("/proc/self/mountinfo") as mounts:
+        points = [line.split()[4] for line in mounts]
+    return [p for p in points if "/pytest-of-" in p and "/browsers/" in p]
 
 
 def make_traversable(data_dir: Path) -> None:

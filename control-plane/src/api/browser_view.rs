@@ -49,6 +49,10 @@ pub struct BrowserSession {
     /// Set once the session has ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<DateTime<Utc>>,
+    /// Why the session ended, once it has (`include_deleted=true`): deleted by request,
+    /// timed out, or ended by its VM (its memory limit, a crash), as the service saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<String>,
     /// Unique among the organization's live sessions; usable wherever the id is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -186,6 +190,7 @@ fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> B
             refresh_rate: session.viewport_refresh_rate,
         },
         deleted_at: session.ended_at,
+        end_reason: session.end_reason.clone(),
         name: session.name.clone(),
         tags: settings.tags.clone(),
         start_url: settings.start_url.clone(),

@@ -1,0 +1,141 @@
+"""The host trusts nothing a VM hands it. Everything in a VM's directories can be
+rewritten from inside (its run directory belongs to the VM's user), so these tests
+plant what a tenant could: a "recording" that is an HLS playlist naming host files and
+another organization's replay, and links in place of the agent's sockets. The control
+plane must neither read those host files into a replay nor connect where the links
+point."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import signal
+import socket
+import stat
+import time
+from pathlib import Path
+
+from kernel import Kernel
+
+from harness import read_page, session_processes, vm_root, wait_until
+from sdk import on_browser
+
+from conftest import TEST_PAGE_TITLE
+
+
+def _vm_owner() -> tuple[int, int]:
+    user = pwd.getpwnam("browser-vm")
+    return user.pw_uid, user.pw_gid
+
+
+def _plant(path: Path, data: bytes) -> None:
+    """Replaces `path` as the VM could: a new file of the VM's user in its place."""
+    partial = path.with_name(path.name + ".planted")
+    partial.write_bytes(data)
+    os.chown(partial, *_vm_owner())
+    os.replace(partial, path)
+
+
+def _root_only_secret(directory: Path) -> tuple[Path, bytes]:
+    directory.mkdir(mode=0o700)
+    marker = secrets.token_hex(32).encode()
+    secret = directory / "secret"
+    secret.write_bytes(marker * 64)
+    secret.chmod(0o600)
+    return secret, marker
+
+
+def _finished_replay(client: Kernel, session_id: str, replay_id: str):
+    found = {}
+
+    def finished() -> bool:
+        found["replay"] = {r.replay_id: r for r in client.browsers.replays.list(session_id)}.get(replay_id)
+        return found["replay"] is not None and found["replay"].finished_at is not None
+
+    assert wait_until(finished, 40, interval=0.25), found
+    return found["replay"]
+
+
+def test_a_recording_replaced_by_a_playlist_of_host_files_brings_none_of_them(control_plane, client, tmp_path):
+    # Another organization's replay: a real video on this host.
+    other = Kernel(api_key=control_plane.create_api_key("org-victim"), base_url=control_plane.base_url,
+                   max_retries=0)
+    victim = other.browsers.create()
+    victim_replay = other.browsers.replays.start(victim.session_id)
+    time.sleep(2)
+    other.browsers.replays.stop(victim_replay.replay_id, **on_browser(victim.session_id))
+    other.browsers.delete_by_id(victim.session_id)
+    (victim_video,) = (control_plane.data_dir / "blobs" / "replays").glob(f"*/{victim_replay.replay_id}.mp4")
+    victim_bytes = victim_video.read_bytes()
+    # A stretch from the middle of its packets: copied as is by any remux.
+    victim_marker = victim_bytes[len(victim_bytes) // 2:len(victim_bytes) // 2 + 64]
+    secret, marker = _root_only_secret(tmp_path / "private")
+    credential_key = (control_plane.data_dir / "credential.key").read_bytes().strip()
+
+    session = client.browsers.create()
+    sid = session.session_id
+    replay = client.browsers.replays.start(sid)
+    time.sleep(2)
+    # A link in the tenant's home to the secret, and a playlist in place of the recording.
+    home = vm_root(control_plane, sid)
+    (home / "stolen").symlink_to(secret)
+    os.lchown(home / "stolen", *_vm_owner())
+    playlist = "\n".join([
+        "#EXTM3U", "#EXT-X-VERSION:4", "#EXT-X-TARGETDURATION:10", "#EXT-X-MEDIA-SEQUENCE:0",
+        "#EXTINF:10.0,", f"file:{victim_video}",
+        "#EXTINF:10.0,", "#EXT-X-BYTERANGE:4096@0", f"file:{home / 'stolen'}",
+        "#EXTINF:10.0,", f"file:{secret}",
+        "#EXTINF:10.0,", f"file:{control_plane.data_dir / 'credential.key'}",
+        "#EXT-X-ENDLIST", "",
+    ]).encode()
+    recordings = control_plane.data_dir / "browsers" / sid / "run" / "recordings"
+    _plant(recordings / f"{replay.replay_id}.recording.mp4", playlist)
+    # The agent dies: the control plane salvages what is left.
+    (agent,) = session_processes(control_plane, sid)["agent"]
+    os.kill(agent, signal.SIGKILL)
+
+    finished = _finished_replay(client, sid, replay.replay_id)
+    try:
+        downloaded = client.browsers.replays.download(replay.replay_id, **on_browser(sid)).read()
+    except Exception:  # a lost recording has no video
+        downloaded = b""
+    for foreign, what in ((marker, "the root-only secret"), (victim_marker, "another organization's replay"),
+                          (credential_key, "the credential key")):
+        assert foreign not in downloaded, f"{what} reached the tenant's replay"
+    # Nothing of the playlist was kept either: the replay is lost, with a reason.
+    assert downloaded == b"", (finished, len(downloaded))
+
+
+def test_links_in_place_of_the_agents_sockets_lead_nowhere(control_plane, client, tmp_path, test_page_url):
+    # A root-only socket of the host, which a link from the VM must not reach.
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(private / "host.sock"))
+    listener.listen(16)
+    listener.setblocking(False)
+    created = client.browsers.create(headless=True)
+    sid = created.session_id
+    try:
+        run = control_plane.data_dir / "browsers" / sid / "run"
+        for name in ("agent.sock", "devtools.sock"):
+            planted = run / name
+            if planted.exists() or planted.is_symlink():
+                planted.unlink()
+            planted.symlink_to(private / "host.sock")
+            os.lchown(planted, *_vm_owner())
+        # CDP (a new connection, a DevTools hand-off) and calls to the agent still work.
+        assert read_page(created.cdp_ws_url, test_page_url, lambda page: page.title()) == TEST_PAGE_TITLE
+        assert client.browsers.retrieve(sid).session_id == sid
+        client.browsers.fs.list_files(sid, path="/")
+        time.sleep(0.5)
+        try:
+            connection, _ = listener.accept()
+        except BlockingIOError:
+            connection = None
+        assert connection is None, f"the control plane connected to a socket a link named: {connection.recv(4096)!r}"
+        assert stat.S_ISSOCK((private / "host.sock").lstat().st_mode)
+    finally:
+        listener.close()
+        client.browsers.delete_by_id(sid)
