@@ -44,11 +44,14 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The host user browser sandboxes run as when the service runs as root (--vm-user).
-if ! id -u browser-vm >/dev/null 2>&1; then
-  echo "creating the system user browser-vm (browser sandboxes run as it)" >&2
-  $sudo useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin browser-vm
-fi
+# The host users browser sandboxes run as when the service runs as root: the VM's agent
+# (--vm-user) and, apart from it, the code a tenant runs in the VM (--vm-tenant-user).
+for vm_user in browser-vm browser-tenant; do
+  if ! id -u "$vm_user" >/dev/null 2>&1; then
+    echo "creating the system user $vm_user (browser sandboxes run as it)" >&2
+    $sudo useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$vm_user"
+  fi
+done
 
 if ! command -v cargo >/dev/null; then
   echo "cargo is missing: install Rust (https://rustup.rs) and run this again" >&2

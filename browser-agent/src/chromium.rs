@@ -247,6 +247,12 @@ pub async fn supervise(
             let cleared = if generation == 0 || loading_profile {
                 wipe_profile(&config.user_data_dir).await
             } else {
+                // Nothing the previous user started lives on (a `setsid nohup` loop
+                // would go on writing into the next user's home).
+                let left = crate::identity::end_tenant_processes().await;
+                if left > 0 {
+                    tracing::error!(left, "tenant processes survived SIGKILL");
+                }
                 wipe_vm_files(&config.vm_root).await
             };
             let wiped = match cleared {
@@ -536,6 +542,7 @@ fn spawn(
     std::fs::create_dir_all(&config.user_data_dir)
         .with_context(|| format!("creating {}", config.user_data_dir.display()))?;
     let mut command = std::process::Command::new(&config.chromium_path);
+    crate::identity::as_tenant(&mut command);
     command
         .args(arguments(config, extensions))
         .args(restore_last_session.then_some("--restore-last-session"))

@@ -31,6 +31,7 @@ impl Display {
             .context("creating the -displayfd pipe")?;
         let write_fd = write_end.as_raw_fd();
         let mut command = std::process::Command::new(xvfb_path);
+        crate::identity::as_agent(&mut command);
         command
             .arg("-displayfd")
             .arg(write_fd.to_string())

@@ -17,6 +17,7 @@ mod dir_watch;
 mod display;
 mod extensions;
 mod fs;
+mod identity;
 mod input;
 mod keyboard;
 mod live;
@@ -169,6 +170,10 @@ struct Args {
     /// kernel counts them per user namespace, so the limit is this VM's alone.
     #[arg(long, default_value_t = 0)]
     max_tasks: u64,
+    /// Tenant code runs apart from the agent, as this uid (the control plane mapped it
+    /// into the VM's user namespace beside the agent's uid 0); see `identity`.
+    #[arg(long)]
+    tenant_uid: Option<u32>,
     /// When the agent ends the VM on its own (memory limit), it writes why to this file.
     #[arg(long)]
     exit_reason_file: Option<PathBuf>,
@@ -206,6 +211,8 @@ fn main() -> anyhow::Result<()> {
     if let Some(fd) = args.secret_fd.take() {
         args.secret = Some(read_secret(fd)?);
     }
+    identity::become_agent(args.tenant_uid, args.max_tasks)
+        .context("taking the agent's identity")?;
     let scratch_dir = args.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
     service_logs::init(scratch_dir.join("service-logs"))
         .with_context(|| format!("creating {}", scratch_dir.display()))?;

@@ -2,7 +2,8 @@
 //! with the display. Chromium (and anything else in the VM) plays into the sink; its
 //! monitor is what recordings with `record_audio` and the live view's sound capture.
 //! Nothing reaches the host's audio: the daemon has no device and speaks only on a socket
-//! in the VM's scratch directory.
+//! in the VM: in its state directory (the VM's scratch directory), or, where tenant code
+//! runs apart from the agent and cannot enter that, in `TENANT_SOCKET_DIR`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -14,6 +15,9 @@ use crate::process::StdGroupLeader;
 /// The PulseAudio source that carries what the VM plays.
 pub const MONITOR_SOURCE: &str = "vm.monitor";
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Where the socket is when tenant processes (Chromium) must reach it: a directory of the
+/// agent's in the VM's own `/tmp`, which tenants may pass through but not change.
+const TENANT_SOCKET_DIR: &str = "/tmp/.vm-sound";
 
 pub struct SoundServer {
     daemon: StdGroupLeader,
@@ -26,9 +30,25 @@ impl SoundServer {
     pub fn spawn(pulseaudio: &str, dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-        let socket = dir.join("native");
+        let socket_dir = match crate::identity::tenant_uid() {
+            Some(_) => {
+                let shared = Path::new(TENANT_SOCKET_DIR);
+                std::fs::create_dir_all(shared)
+                    .with_context(|| format!("creating {}", shared.display()))?;
+                // The agent's, not the tenant's it creates files as (`identity`).
+                std::os::unix::fs::chown(shared, Some(0), Some(0))?;
+                std::fs::set_permissions(
+                    shared,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                )?;
+                shared
+            }
+            None => dir,
+        };
+        let socket = socket_dir.join("native");
         let _ = std::fs::remove_file(&socket);
         let mut command = std::process::Command::new(pulseaudio);
+        crate::identity::as_agent(&mut command);
         command
             .args(["-n", "--daemonize=no", "--use-pid-file=no", "--exit-idle-time=-1"])
             // No shared memory: the VM's clients are few and the sound is small.

@@ -192,6 +192,14 @@ pub struct ServeConfig {
     /// The host user browser sandboxes run as when this service runs as root.
     #[arg(long, env = "CONTROL_PLANE_VM_USER", default_value = "browser-vm")]
     pub vm_user: String,
+    /// The host user code a tenant runs in a browser VM (Chromium, processes, Playwright)
+    /// runs as, apart from the VM's agent, when this service runs as root.
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_VM_TENANT_USER",
+        default_value = "browser-tenant"
+    )]
+    pub vm_tenant_user: String,
     /// Size of each sandboxed VM's home (GiB): a sparse, loop-mounted file system of its
     /// own, so that a VM cannot fill the host's disk; 0 leaves homes on the host's disk.
     #[arg(long, env = "CONTROL_PLANE_VM_DISK_GIB", default_value_t = 8)]

@@ -64,10 +64,12 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let mut agent_binary = agent_binary;
     let sandbox = match (config.isolation, config.runtime) {
         (Isolation::Sandbox, runtime) => {
-            let placed = Sandbox::prepare(&config.vm_user).and_then(|sandbox| {
-                let placement = sandbox.place(&data_dir, &agent_binary, node_runtime.as_deref())?;
-                Ok((sandbox, placement))
-            });
+            let placed =
+                Sandbox::prepare(&config.vm_user, &config.vm_tenant_user).and_then(|sandbox| {
+                    let placement =
+                        sandbox.place(&data_dir, &agent_binary, node_runtime.as_deref())?;
+                    Ok((sandbox, placement))
+                });
             match (placed, runtime) {
                 (Ok((sandbox, placement)), _) => {
                     browsers_dir = placement.browsers_dir;

@@ -9,13 +9,14 @@ TEST_PAGE_TITLE = "Kernel compatibility test page"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def no_vm_process_outlives_the_suite():
-    """After the whole suite (every control plane reaped), no process of any browser VM
-    is left, zombies included, and no VM's disk is still mounted."""
+def no_vm_process_outlives_the_suite(tmp_path_factory):
+    """After the whole suite (every control plane reaped), no process of a browser VM it
+    started is left, zombies included, and no VM's disk is still mounted."""
     yield
-    left = vm_processes_left(timeout=10)
+    ours = (str(tmp_path_factory.getbasetemp()), "/var/lib/browser-vms/")
+    left = vm_processes_left(timeout=10, within=ours)
     assert not left, f"browser VM processes left after the suite: {left}"
-    mounts = vm_mounts_left()
+    mounts = vm_mounts_left(str(tmp_path_factory.getbasetemp()))
     assert not mounts, f"VM disks left mounted after the suite: {mounts}"
 
 

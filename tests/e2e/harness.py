@@ -130,11 +130,11 @@ def release_vm_resources(data_dir: Path) -> None:
                         time.sleep(0.05)
 
 
-def vm_mounts_left() -> list[str]:
-    """Mount points of VM disks under this suite's temporary directories."""
+def vm_mounts_left(within: str) -> list[str]:
+    """Mount points of VM disks under `within`."""
     with open("/proc/self/mountinfo") as mounts:
         points = [line.split()[4] for line in mounts]
-    return [p for p in points if "/pytest-of-" in p and "/browsers/" in p]
+    return [p for p in points if p.startswith(within) and "/browsers/" in p]
 
 
 def make_traversable(data_dir: Path) -> None:
@@ -291,9 +291,21 @@ def session_processes(control_plane: ControlPlane, session_id: str) -> dict[str,
 VM_PROGRAMS = ("bwrap", "browser-agent", "Xvfb", "chromium", "chrome_crashpad_handler", "ffmpeg")
 
 
-def vm_processes_left(timeout: float) -> list[tuple[int, str, str]]:
+def vm_processes_left(timeout: float, within: tuple[str, ...] = ()) -> list[tuple[int, str, str]]:
     """(pid, state, program) of every process, zombies included, that a browser VM runs,
-    still there after `timeout` seconds."""
+    still there after `timeout` seconds; with `within`, only VMs whose directories are
+    under one of those paths (the machine may run other browsers meanwhile): a process
+    whose mounts or command line name one, or a zombie whose parent is such a process."""
+    def mentions(pid: str) -> bool:
+        for source in ("mountinfo", "cmdline"):
+            try:
+                text = Path(f"/proc/{pid}/{source}").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if any(path in text for path in within):
+                return True
+        return False
+
     def left() -> list[tuple[int, str, str]]:
         found = []
         for entry in Path("/proc").iterdir():
@@ -304,8 +316,12 @@ def vm_processes_left(timeout: float) -> list[tuple[int, str, str]]:
             except OSError:
                 continue
             name, rest = stat.split(" (", 1)[1].rsplit(") ", 1)
-            if any(program.startswith(name) for program in VM_PROGRAMS):
-                found.append((int(entry.name), rest[0], name))
+            if not any(program.startswith(name) for program in VM_PROGRAMS):
+                continue
+            state, parent = rest[0], rest.split()[1]
+            if within and not (mentions(entry.name) or (state == "Z" and mentions(parent))):
+                continue
+            found.append((int(entry.name), state, name))
         return found
     wait_until(lambda: not left(), timeout)
     return left()

@@ -139,3 +139,158 @@ def test_links_in_place_of_the_agents_sockets_lead_nowhere(control_plane, client
     finally:
         listener.close()
         client.browsers.delete_by_id(sid)
+
+
+# Run as the tenant inside the VM: everything it may try against the agent, and every
+# file its processes hold, as JSON.
+PROBE = r'''
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(action):
+    try:
+        action()
+        return "allowed"
+    except OSError as error:
+        return error.strerror
+def cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().split(b"\0")
+pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+(agent,) = [p for p in pids if cmdline(p)[0].endswith(b"browser-agent")]
+def ptrace_attach():
+    if libc.ptrace(16, agent, 0, 0) != 0:  # PTRACE_ATTACH
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+def take_descriptor():
+    pidfd = os.pidfd_open(agent)
+    fd = libc.syscall(438, pidfd, 1, 0)  # pidfd_getfd: the agent's stdout
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+held, visible = [], []
+for pid in pids:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        continue
+    visible.append(pid)
+    for fd in fds:
+        try:
+            info = os.stat(f"/proc/{pid}/fd/{fd}")
+            held.append([info.st_dev, info.st_ino])
+        except OSError:
+            pass
+environs = []
+for pid in pids:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environs.append(f.read().decode(errors="replace"))
+    except OSError:
+        pass
+print(json.dumps({
+    "uid": os.getuid(),
+    "environ": attempt(lambda: open(f"/proc/{agent}/environ", "rb").read()),
+    "memory": attempt(lambda: open(f"/proc/{agent}/mem", "rb").read(1)),
+    "fds": attempt(lambda: os.listdir(f"/proc/{agent}/fd")),
+    "signal": attempt(lambda: os.kill(agent, 0)),
+    "ptrace": attempt(ptrace_attach),
+    "getfd": attempt(take_descriptor),
+    "run_dir": attempt(lambda: os.listdir("/run/vm")),
+    "agent_visible": agent in visible,
+    "held": held,
+    "environs": environs,
+}))
+'''
+
+
+def _host_files(control_plane) -> set[tuple[int, int]]:
+    """(device, inode) of every file of the service outside the VMs' own directories."""
+    found = set()
+    for path in control_plane.data_dir.rglob("*"):
+        relative = path.relative_to(control_plane.data_dir).parts
+        if len(relative) >= 3 and relative[0] == "browsers" and relative[2] in ("root", "run"):
+            continue
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            found.add((info.st_dev, info.st_ino))
+    return found
+
+
+def test_tenant_code_cannot_read_signal_trace_or_call_the_agent(control_plane, client):
+    import json
+    import sqlite3
+
+    from test_processes import exec_in, out
+
+    created = client.browsers.create()
+    sid = created.session_id
+    try:
+        probe = exec_in(client, sid, command="python3", args=["-c", PROBE], timeout_sec=30)
+        assert probe["exit_code"] == 0, out(probe, "stderr")
+        seen = json.loads(out(probe))
+        assert seen["uid"] == 1000
+        for attempt in ("environ", "memory", "fds", "signal", "ptrace", "getfd", "run_dir"):
+            assert seen[attempt] in ("Permission denied", "Operation not permitted"), (attempt, seen[attempt])
+        assert not seen["agent_visible"]
+        # No tenant process holds a file of the host (the agent's log included), ...
+        host_files = _host_files(control_plane)
+        assert (control_plane.data_dir / "browsers" / sid / "agent.log").exists()
+        assert not {tuple(held) for held in seen["held"]} & host_files
+        # ... and the agent's secret is in no environment a tenant can read.
+        with sqlite3.connect(control_plane.data_dir / "control-plane.db") as db:
+            (secret,) = db.execute("SELECT agent_secret FROM browser_sessions WHERE id = ?", (sid,)).fetchone()
+        assert secret and not any(secret in environ for environ in seen["environs"])
+        # The tenant's uid is a host user of its own, not the agent's.
+        processes = session_processes(control_plane, sid)
+        (agent,) = processes["agent"]
+        chromium = next(iter(processes["chromium"]))
+        with open(f"/proc/{agent}/status") as status:
+            agent_uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
+        with open(f"/proc/{chromium}/status") as status:
+            chromium_uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
+        assert agent_uid == _vm_owner()[0] and chromium_uid == pwd.getpwnam("browser-tenant").pw_uid
+    finally:
+        client.browsers.delete_by_id(sid)
+
+
+def test_a_lessees_processes_end_with_its_lease(control_plane, client):
+    from test_processes import exec_in
+
+    pool = client.browser_pools.create(size=1, fill_rate_per_minute=6000, headless=True, name="leases")
+    try:
+        assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 1, 60)
+        first = client.browser_pools.acquire(pool.id)
+        # A loop that leaves the command's process group and session.
+        exec_in(client, first.session_id, timeout_sec=10, command=(
+            "setsid nohup sh -c 'while :; do date >> /home/kernel/heartbeat; sleep 0.1; done' "
+            ">/dev/null 2>&1 < /dev/null &"))
+        home = vm_root(control_plane, first.session_id)
+        assert wait_until(lambda: (home / "heartbeat").exists(), 5)
+
+        def loops() -> list[int]:
+            memory_group = next(g for g in (control_plane.data_dir / "browsers" / first.session_id / "cgroups")
+                                .read_text().split() if "/memory/" in g)
+            with open(f"{memory_group}/cgroup.procs") as procs:
+                pids = [int(pid) for pid in procs.read().split()]
+            found = []
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                        if b"heartbeat" in cmdline.read():
+                            found.append(pid)
+                except OSError:
+                    pass
+            return found
+
+        assert loops(), "the loop did not start"
+        client.browser_pools.release(pool.id, session_id=first.session_id, reuse=True)
+        second = client.browser_pools.acquire(pool.id, acquire_timeout_seconds=30)
+        assert second.session_id == first.session_id
+        assert loops() == []
+        # Nothing writes into the next lessee's home.
+        time.sleep(0.5)
+        assert not (home / "heartbeat").exists()
+        client.browser_pools.release(pool.id, session_id=second.session_id, reuse=False)
+    finally:
+        client.browser_pools.delete(pool.id)

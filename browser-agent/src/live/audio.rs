@@ -47,7 +47,9 @@ impl LiveAudio {
         if let Some(running) = running.as_ref() {
             return Ok(running.chunks.subscribe());
         }
-        let mut child = Command::new(&self.ffmpeg)
+        let mut command = Command::new(&self.ffmpeg);
+        crate::identity::as_agent(&mut command);
+        let mut child = command
             .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
             // Small fragments: PulseAudio hands sound over every 10 ms, not every second.
             .args(["-f", "pulse", "-fragment_size", "1920", "-i"])

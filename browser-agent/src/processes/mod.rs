@@ -169,9 +169,10 @@ impl Processes {
     }
 
     /// `program` with the VM's environment and nothing of the agent's: its home,
-    /// display, and egress proxy; started in the VM's home.
+    /// display, and egress proxy; started in the VM's home, as the tenant.
     pub fn in_vm_environment(&self, program: &str, as_root: bool) -> std::process::Command {
         let mut command = std::process::Command::new(program);
+        crate::identity::as_tenant(&mut command);
         command.current_dir(&self.home).env_clear();
         command
             .env("HOME", &self.home)

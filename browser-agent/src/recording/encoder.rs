@@ -282,7 +282,9 @@ pub fn encoder_args(
 /// agent is killed, ffmpeg reads EOF and completes the file; the runtime's kill of the
 /// agent's process group still reaps it.
 pub fn spawn(ffmpeg: &str, args: &[String], log: std::fs::File) -> Result<Encoder, String> {
-    Command::new(ffmpeg)
+    let mut command = Command::new(ffmpeg);
+    crate::identity::as_agent(&mut command);
+    command
         .args(args)
         .env_remove("BROWSER_AGENT_SECRET")
         .env_remove("BROWSER_AGENT_PROXY_USERNAME")

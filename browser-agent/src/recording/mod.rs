@@ -583,7 +583,9 @@ fn finalize(job: &Job) -> Result<u64, String> {
         final_path(&job.dir, &job.id),
     );
     let remuxing = remuxing_path(&job.dir, &job.id);
-    let remuxed = Command::new(&job.ffmpeg)
+    let mut command = Command::new(&job.ffmpeg);
+    crate::identity::as_agent(&mut command);
+    let remuxed = command
         .args(["-hide_banner", "-loglevel", "error", "-y", "-i"])
         .arg(&recorded)
         .args(["-c", "copy", "-movflags", "+faststart", "-f", "mp4"])

@@ -165,9 +165,18 @@ impl LocalRuntime {
             .then(|| file.into_std())
     }
 
-    /// The host user and group of the VM's files and sockets, when not ours.
+    /// The host user and group of the VM's run directory and sockets (its agent's), when
+    /// not ours.
     fn vm_owner(&self) -> Option<(u32, u32)> {
         let user = self.config.sandbox.as_ref().and_then(Sandbox::user)?;
+        Some((user.uid, user.gid))
+    }
+
+    /// The host user and group of the VM's home: its tenant's, when tenant code runs
+    /// apart from the agent.
+    fn home_owner(&self) -> Option<(u32, u32)> {
+        let sandbox = self.config.sandbox.as_ref()?;
+        let user = sandbox.tenant().or(sandbox.user())?;
         Some((user.uid, user.gid))
     }
 
@@ -227,7 +236,12 @@ impl LocalRuntime {
                 (false, false) => 0o600,
             };
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
-            if let Some((uid, gid)) = self.vm_owner()
+            let owner = if path == root {
+                self.home_owner()
+            } else {
+                self.vm_owner()
+            };
+            if let Some((uid, gid)) = owner
                 && !ours
             {
                 std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
@@ -275,8 +289,11 @@ impl LocalRuntime {
             "idle-grace-seconds",
             &self.config.agent_idle_grace.as_secs().max(1).to_string(),
         );
-        if self.config.sandbox.is_some() {
+        if let Some(sandbox) = &self.config.sandbox {
             arg("max-tasks", &MAX_VM_TASKS.to_string());
+            if sandbox.tenant().is_some() {
+                arg("tenant-uid", &sandbox::VM_TENANT_UID.to_string());
+            }
         }
         if let Some(runtime) = &self.config.node_runtime {
             match self.config.sandbox {
@@ -366,11 +383,14 @@ impl LocalRuntime {
         let control = dir.join(CONTROL_DIR);
         let fds = AgentFds::new(&control, &secret)?;
         let args = self.agent_args(spec, &inputs, dir, &fds);
-        let log = std::fs::File::create(dir.join(LOG_FILE))?;
+        let log = start_log_relay(std::fs::File::create(dir.join(LOG_FILE))?, self.vm_owner())?;
         let (mut command, info) = match &self.config.sandbox {
             Some(sandbox) => {
-                let (info_read, info_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                    .map_err(std::io::Error::from)?;
+                let pipe = || {
+                    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)
+                };
+                let (info_read, info_write) = pipe()?;
+                let (block_read, block_write) = pipe()?;
                 let command = sandbox.command(
                     (
                         &self.config.agent_binary,
@@ -379,9 +399,10 @@ impl LocalRuntime {
                     args,
                     (&root, &run),
                     memory_bytes,
-                    &info_write,
+                    (&info_write, &block_read),
                 );
-                (command, Some((info_read, info_write)))
+                let userns = (block_read, block_write);
+                (command, Some((info_read, info_write, userns, sandbox)))
             }
             None => {
                 let mut command = tokio::process::Command::new(&self.config.agent_binary);
@@ -414,8 +435,8 @@ impl LocalRuntime {
             .env("BROWSER_AGENT_XVFB", &self.config.xvfb)
             .env("BROWSER_AGENT_FFMPEG", &self.config.ffmpeg)
             .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+            .stdout(std::fs::File::from(log.try_clone()?))
+            .stderr(std::fs::File::from(log));
         // A session of its own: a Ctrl-C or crash of the control plane does not reach
         // live browsers, and no VM process has a controlling terminal (through which it
         // could type into the operator's shell).
@@ -433,16 +454,27 @@ impl LocalRuntime {
         drop((fds, entry_points));
         // The process that stands for the VM: the sandbox's PID 1 (all of the VM dies
         // with it), or the agent itself.
-        let pid = match info {
-            Some((info_read, info_write)) => {
-                drop(info_write);
-                sandbox_pid(info_read).await
+        let (pid, mapped) = match info {
+            Some((info_read, info_write, (block_read, block_write), sandbox)) => {
+                drop((info_write, block_read));
+                let pid = sandbox_pid(info_read).await;
+                // The sandbox waits for its users before it goes on.
+                let mapped = match pid {
+                    Some(pid) => sandbox
+                        .map_users(pid)
+                        .and_then(|()| std::fs::File::from(block_write).write_all(b"1")),
+                    None => Ok(()),
+                };
+                (pid, mapped)
             }
-            None => child.id().map(i64::from),
+            None => (child.id().map(i64::from), Ok(())),
         };
-        let recorded = match pid {
-            Some(pid) => std::fs::write(dir.join(PID_FILE), pid.to_string()),
-            None => Err(std::io::Error::other(format!(
+        let recorded = match (pid, mapped) {
+            (Some(pid), Ok(())) => std::fs::write(dir.join(PID_FILE), pid.to_string()),
+            (Some(_), Err(error)) => Err(std::io::Error::other(format!(
+                "mapping the VM's users failed: {error}"
+            ))),
+            (None, _) => Err(std::io::Error::other(format!(
                 "the sandbox did not start: {}",
                 log_tail(dir)
             ))),
@@ -515,23 +547,44 @@ impl AgentFds {
 
     /// Lets `command`'s process, and no other, inherit the descriptors.
     fn pass_to(&self, command: &mut tokio::process::Command) {
-        let fds = [
+        for fd in [
             self.listener.as_raw_fd(),
             self.handoff.as_raw_fd(),
             self.secret.as_raw_fd(),
-        ];
-        // SAFETY: fcntl is async-signal-safe; it changes only the child's descriptors.
-        unsafe {
-            command.pre_exec(move || {
-                for fd in fds {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
+        ] {
+            sandbox::keep_fd(command, fd);
         }
     }
+}
+
+/// The write end of a pipe whose bytes land in `log`: the VM's agent logs into it, and
+/// so holds no descriptor of a host file that anything in the VM could take over. The
+/// relay (`cat`, as the VM's host user, in a session of its own so that it outlives a
+/// restart of this service) ends when the VM's last writer does.
+fn start_log_relay(log: std::fs::File, owner: Option<(u32, u32)>) -> std::io::Result<OwnedFd> {
+    let (read, write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
+    let mut relay = tokio::process::Command::new("cat");
+    relay
+        .env_clear()
+        .stdin(std::fs::File::from(read))
+        .stdout(log)
+        .stderr(Stdio::null());
+    if let Some((uid, gid)) = owner {
+        relay.uid(uid).gid(gid);
+    }
+    // SAFETY: setsid is async-signal-safe and changes only the child.
+    unsafe {
+        relay.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut relay = relay.spawn()?;
+    tokio::spawn(async move {
+        let _ = relay.wait().await;
+    });
+    Ok(write)
 }
 
 /// The host pid of a sandbox's PID 1, which bubblewrap reports once it exists (`None` if

@@ -22,8 +22,6 @@ pub const VM_RUN: &str = "/run/vm";
 const VM_AGENT: &str = "/opt/browser-agent/browser-agent";
 /// The Node.js runtime of Playwright executors inside the sandbox.
 pub const VM_NODE_RUNTIME: &str = "/opt/browser-agent/node";
-/// The VM's user and group inside its user namespace, as in the reference images.
-const VM_UID: &str = "1000";
 
 /// System directories a VM reads (when the host has them). Fontconfig's cache saves
 /// every Chromium start a scan of the fonts.
@@ -47,6 +45,18 @@ const ETC_ENTRIES: &[&str] = &[
     "ssl",
     "X11",
     "xdg",
+];
+/// The directories that hold what a sandbox mounts.
+const MOUNT_PARENTS: &[&str] = &[
+    "/etc",
+    "/etc/chromium",
+    "/etc/chromium/policies",
+    "/home",
+    "/opt",
+    "/opt/browser-agent",
+    "/run",
+    "/var",
+    "/var/cache",
 ];
 /// Where Chromium reads enterprise policies that the VM's `chrome_policy` is written to.
 pub const POLICY_DIR: &str = "/etc/chromium/policies/managed";
@@ -88,11 +98,32 @@ pub struct Sandbox {
     /// Who the sandbox runs as on the host when this service is root; `None` when it is
     /// not (its own user then, already unprivileged).
     user: Option<VmUser>,
+    /// The host user tenant code in a browser VM runs as, apart from the agent (root
+    /// only: mapping two users into a VM takes a privileged writer of its `uid_map`).
+    tenant: Option<VmUser>,
 }
+
+/// Inside a browser VM whose tenant code runs apart: the agent (and Xvfb, PulseAudio,
+/// the encoders) is the VM's uid 0, with only the capabilities it needs to start tenant
+/// processes and act on their files (`AGENT_CAPABILITIES`); Chromium and everything a
+/// user starts is uid 1000, with none. Each is its own host user.
+pub const VM_AGENT_UID: u32 = 0;
+pub const VM_TENANT_UID: u32 = 1000;
+const AGENT_CAPABILITIES: &[&str] = &[
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_KILL",
+    "CAP_CHOWN",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_SYS_PTRACE",
+];
 
 impl Sandbox {
     /// Checks that this host can sandbox browsers: `Err` says what is missing.
-    pub fn prepare(user_name: &str) -> Result<Self, String> {
+    pub fn prepare(user_name: &str, tenant_name: &str) -> Result<Self, String> {
         let bwrap = find_in_path("bwrap").ok_or(
             "bubblewrap (`bwrap`) is not installed: install Debian's `bubblewrap` package",
         )?;
@@ -103,31 +134,46 @@ impl Sandbox {
                     .into(),
             );
         }
-        let user = if nix::unistd::geteuid().is_root() {
-            let user = nix::unistd::User::from_name(user_name)
-                .map_err(|error| format!("looking up the VM user {user_name:?}: {error}"))?
-                .ok_or_else(|| {
-                    format!(
-                        "the VM user {user_name:?} does not exist: create it with `useradd \
-                         --system --no-create-home --shell /usr/sbin/nologin {user_name}` \
-                         (deploy/install-deps.sh does) or name another with --vm-user"
-                    )
-                })?;
-            if user.uid.is_root() {
-                return Err(format!("the VM user {user_name:?} is root"));
+        let (user, tenant) = if nix::unistd::geteuid().is_root() {
+            let user = host_user(user_name, "--vm-user")?;
+            let tenant = host_user(tenant_name, "--vm-tenant-user")?;
+            if user == tenant {
+                return Err(format!(
+                    "the VM user and the VM tenant user must differ (both {user_name:?})"
+                ));
             }
-            Some(VmUser {
-                uid: user.uid.as_raw(),
-                gid: user.gid.as_raw(),
-            })
+            (Some(user), Some(tenant))
         } else {
-            None
+            (None, None)
         };
-        Ok(Self { bwrap, user })
+        Ok(Self {
+            bwrap,
+            user,
+            tenant,
+        })
     }
 
     pub fn user(&self) -> Option<VmUser> {
         self.user
+    }
+
+    /// The host user of tenant code, when it runs apart from the agent.
+    pub fn tenant(&self) -> Option<VmUser> {
+        self.tenant
+    }
+
+    /// Maps the VM's two users into the user namespace of the sandbox whose first
+    /// process is `pid` (held by bubblewrap until told it is done): the agent's host
+    /// user as uid 0, the tenant's as uid 1000. Only root may write two ranges.
+    pub fn map_users(&self, pid: i64) -> std::io::Result<()> {
+        let (Some(agent), Some(tenant)) = (self.user, self.tenant) else {
+            return Ok(());
+        };
+        let map = |agent_id: u32, tenant_id: u32| {
+            format!("{VM_AGENT_UID} {agent_id} 1\n{VM_TENANT_UID} {tenant_id} 1\n")
+        };
+        std::fs::write(format!("/proc/{pid}/uid_map"), map(agent.uid, tenant.uid))?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), map(agent.gid, tenant.gid))
     }
 
     /// Puts the VMs' directories and the agent binary where the VM user can reach them
@@ -212,13 +258,14 @@ impl Sandbox {
     /// VM) in a sandbox over `root` and `run`; `info` receives bubblewrap's JSON with
     /// the host pid of the sandbox's PID 1. The VM's memory-backed `/tmp` and `/dev/shm`
     /// hold at most `memory_bytes` each (what they hold counts in its memory too).
+    /// With a tenant user, the sandbox waits on `userns_block` until `map_users` is done.
     pub fn command(
         &self,
         (agent, node_runtime): (&Path, Option<&Path>),
         agent_args: Vec<OsString>,
         (root, run): (&Path, &Path),
         memory_bytes: u64,
-        info: &OwnedFd,
+        (info, userns_block): (&OwnedFd, &OwnedFd),
     ) -> tokio::process::Command {
         let mut command = self.system(run, memory_bytes);
         let mut bind = |option: &str, source: &Path, target: &str| {
@@ -234,7 +281,29 @@ impl Sandbox {
         command
             .args(["--dir", "/tmp/.X11-unix"])
             .args(["--chdir", VM_HOME]);
-        self.finish(command, Some(info), VM_AGENT.as_ref(), agent_args)
+        if self.tenant.is_some() {
+            command
+                .arg("--userns-block-fd")
+                .arg(userns_block.as_raw_fd().to_string());
+            keep_fd(&mut command, userns_block.as_raw_fd());
+            for capability in AGENT_CAPABILITIES {
+                command.args(["--cap-add", capability]);
+            }
+            return self.finish(
+                command,
+                Some(info),
+                VM_AGENT.as_ref(),
+                agent_args,
+                VM_AGENT_UID,
+            );
+        }
+        self.finish(
+            command,
+            Some(info),
+            VM_AGENT.as_ref(),
+            agent_args,
+            VM_TENANT_UID,
+        )
     }
 
     /// The command that runs `program` (a path inside) in an app sandbox: the app's
@@ -302,7 +371,13 @@ impl Sandbox {
             name.into(),
         ];
         sandbox_args.extend(args);
-        self.finish(command, Some(info), VM_AGENT.as_ref(), sandbox_args)
+        self.finish(
+            command,
+            Some(info),
+            VM_AGENT.as_ref(),
+            sandbox_args,
+            VM_TENANT_UID,
+        )
     }
 
     /// The command that runs a media tool (`program` with `args`, on its stdin and
@@ -321,12 +396,8 @@ impl Sandbox {
         if tool.is_absolute() && !SYSTEM_DIRS.iter().any(|dir| tool.starts_with(dir)) {
             command.arg("--ro-bind").arg(tool).arg(tool);
         }
-        self.finish(
-            command,
-            None,
-            program.as_ref(),
-            args.iter().map(OsString::from).collect(),
-        )
+        let args = args.iter().map(OsString::from).collect();
+        self.finish(command, None, program.as_ref(), args, VM_TENANT_UID)
     }
 
     /// A bubblewrap command that shows the host's system directories, read-only, the
@@ -356,10 +427,23 @@ impl Sandbox {
     /// memory-backed `/tmp` and `/dev/shm` of at most `memory_bytes` each.
     fn base(&self, memory_bytes: u64) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.bwrap);
+        // Made first, 0755: bubblewrap 0.8 makes the parents of a bind's target 0700,
+        // which only the VM's uid 0 could pass through.
+        for dir in MOUNT_PARENTS {
+            command.args(["--dir", dir]);
+        }
         command
             .args(["--proc", "/proc", "--dev", "/dev"])
-            .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/tmp"])
-            .args(["--size", &memory_bytes.to_string(), "--tmpfs", "/dev/shm"]);
+            .args([
+                "--perms",
+                "1777",
+                "--size",
+                &memory_bytes.to_string(),
+                "--tmpfs",
+                "/tmp",
+            ])
+            .args(["--perms", "1777", "--size", &memory_bytes.to_string()])
+            .args(["--tmpfs", "/dev/shm"]);
         let mut bind = |option: &str, source: &Path, target: &str| {
             command.arg(option).arg(source).arg(target);
         };
@@ -385,13 +469,14 @@ impl Sandbox {
         command
     }
 
-    /// Namespaces, the VM user, and `program`.
+    /// Namespaces, the VM user (`uid` inside), and `program`.
     fn finish(
         &self,
         mut command: tokio::process::Command,
         info: Option<&OwnedFd>,
         program: &Path,
         args: Vec<OsString>,
+        uid: u32,
     ) -> tokio::process::Command {
         command
             // Each namespace named: `--unshare-all` only tries the cgroup one.
@@ -402,7 +487,7 @@ impl Sandbox {
                 "--unshare-net",
             ])
             .args(["--unshare-uts", "--unshare-cgroup"])
-            .args(["--uid", VM_UID, "--gid", VM_UID])
+            .args(["--uid", &uid.to_string(), "--gid", &uid.to_string()])
             .args(["--hostname", VM_HOSTNAME]);
         if let Some(info) = info {
             command.arg("--info-fd").arg(info.as_raw_fd().to_string());
@@ -420,20 +505,44 @@ impl Sandbox {
         if let Some(user) = self.user {
             command.uid(user.uid).gid(user.gid);
         }
-        if let Some(info) = info.map(AsRawFd::as_raw_fd) {
-            // SAFETY: fcntl is async-signal-safe; it only lets the child keep this
-            // descriptor.
-            unsafe {
-                command.pre_exec(move || {
-                    if libc::fcntl(info, libc::F_SETFD, 0) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+        if let Some(info) = info {
+            keep_fd(&mut command, info.as_raw_fd());
         }
         command
     }
+}
+
+/// Lets `command`'s process, and no other, inherit descriptor `fd`.
+pub fn keep_fd(command: &mut tokio::process::Command, fd: std::os::fd::RawFd) {
+    // SAFETY: fcntl is async-signal-safe; it only changes the child's descriptor.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A host user, which must exist and not be root.
+fn host_user(name: &str, flag: &str) -> Result<VmUser, String> {
+    let user = nix::unistd::User::from_name(name)
+        .map_err(|error| format!("looking up the user {name:?}: {error}"))?
+        .ok_or_else(|| {
+            format!(
+                "the user {name:?} does not exist: create it with `useradd --system \
+                 --no-create-home --shell /usr/sbin/nologin {name}` (deploy/install-deps.sh \
+                 does) or name another with {flag}"
+            )
+        })?;
+    if user.uid.is_root() {
+        return Err(format!("the user {name:?} is root"));
+    }
+    Ok(VmUser {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    })
 }
 
 /// Where an app sandbox's directories come from on the host.
