@@ -193,6 +193,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 agent_idle_grace,
                 zip_limits,
                 max_resized_viewport: config.max_resized_viewport,
+                disk_bytes: (config.vm_disk_gib > 0).then_some(config.vm_disk_gib << 30),
             };
             Arc::new(
                 KubernetesRuntime::connect(config.kubernetes_namespace.as_deref(), runtime_config)

@@ -56,14 +56,23 @@ impl VmMedia {
     ) -> Result<(), String> {
         let input_size = input.metadata().map_err(|e| e.to_string())?.len();
         let limit = input_size + REMUX_GROWTH_BYTES;
-        // A seekable file of its own in the sandbox's /tmp lets ffmpeg put the index in
-        // front; it then leaves through stdout.
-        let script = "ffmpeg=$1; shift; \"$ffmpeg\" \"$@\" && exec cat /tmp/out.mp4";
-        let mut args: Vec<String> = ["-c", script, "sh", &self.ffmpeg]
+        // A seekable file of its own lets ffmpeg put the index in front; it then leaves
+        // through stdout. In the sandbox's private /tmp, or else a private directory.
+        let scratch = match &self.sandbox {
+            Some(_) => None,
+            None => Some(tempfile::tempdir().map_err(|e| e.to_string())?),
+        };
+        let out = match &scratch {
+            Some(dir) => dir.path().join("out.mp4").display().to_string(),
+            None => "/tmp/out.mp4".to_owned(),
+        };
+        let script = "ffmpeg=$1; out=$2; shift 2; \"$ffmpeg\" \"$@\" \"$out\" && exec cat \"$out\"";
+        let mut args: Vec<String> = ["-c", script, "sh", &self.ffmpeg, &out]
             .map(String::from)
             .to_vec();
         args.extend(
             [
+                "-y",
                 "-hide_banner",
                 "-loglevel",
                 "error",
@@ -84,7 +93,6 @@ impl VmMedia {
                 "+faststart",
                 "-f",
                 "mp4",
-                "/tmp/out.mp4",
             ]
             .map(String::from),
         );

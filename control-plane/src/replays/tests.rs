@@ -72,37 +72,80 @@ async fn a_stop_racing_the_end_of_its_session_finishes_the_replay_once() {
     );
 }
 
-#[tokio::test]
-async fn a_replay_whose_agent_died_keeps_what_was_left_and_ends_when_it_was_written() {
+/// A browser whose agent died 200 ms into its recording, leaving `leftover` (its
+/// encoder completed the file then); answers the replay as the end left it, and when the
+/// agent died (and the services, with the directory holding their blobs).
+async fn salvaged(leftover: &[u8]) -> (ReplayRecord, SystemTime, (Services, tempfile::TempDir)) {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, runtime, agent, session, replay) = recording_session(dir.path()).await;
-    // The agent died 200 ms into the recording; its encoder completed the file then.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let leftover = dir.path().join("left.recording.mp4");
-    std::fs::write(&leftover, b"salvaged bytes").expect("leftover");
+    let path = dir.path().join("left.recording.mp4");
+    std::fs::write(&path, leftover).expect("leftover");
     let died_at = SystemTime::from(replay.started_at) + Duration::from_millis(200);
     std::fs::File::options()
         .write(true)
-        .open(&leftover)
+        .open(&path)
         .and_then(|file| file.set_modified(died_at))
         .expect("mtime");
-    *runtime.leftover.lock().expect("lock") = Some(leftover);
+    *runtime.leftover.lock().expect("lock") = Some(path);
     agent.recordings_unreachable.store(true, Ordering::SeqCst);
-
     services
         .sessions
         .end(&session, "browser agent exited")
         .await
         .expect("end");
+    (stored(&services, &replay).await, died_at, (services, dir))
+}
 
-    let finished = stored(&services, &replay).await;
-    assert_eq!(finished.status, ReplayStatus::Finished);
-    assert_eq!(stored_video(&services, &finished), b"salvaged bytes");
+#[tokio::test]
+async fn a_replay_whose_agent_died_keeps_the_video_left_and_ends_when_it_was_written() {
+    // What an encoder leaves while recording: a fragmented MP4 of H.264.
+    let made = std::process::Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i"])
+        .args(["testsrc=size=64x64:rate=10:duration=1", "-c:v", "libx264"])
+        .args([
+            "-movflags",
+            "frag_keyframe+empty_moov",
+            "-f",
+            "mp4",
+            "pipe:1",
+        ])
+        .output()
+        .expect("ffmpeg");
+    assert!(made.status.success() && !made.stdout.is_empty());
+    let (finished, died_at, (services, _dir)) = salvaged(&made.stdout).await;
+    assert_eq!(
+        finished.status,
+        ReplayStatus::Finished,
+        "{:?}",
+        finished.failure
+    );
+    let video = stored_video(&services, &finished);
+    // Remuxed into a regular MP4 with its index in front.
+    assert_eq!(&video[4..8], b"ftyp");
+    assert!(
+        video.windows(4).position(|w| w == b"moov") < video.windows(4).position(|w| w == b"mdat")
+    );
     let finished_at = finished.finished_at.expect("finished");
     assert_eq!(
         finished_at.timestamp_millis(),
         DateTime::<Utc>::from(died_at).timestamp_millis(),
         "finished_at is the end of what was recorded, not the reap"
+    );
+}
+
+#[tokio::test]
+async fn a_replay_whose_agent_left_no_video_is_lost_with_a_reason() {
+    // The VM can write anything there: an HLS playlist naming host files, say.
+    let playlist = b"#EXTM3U\n#EXTINF:10,\nfile:/etc/passwd\n#EXT-X-ENDLIST\n";
+    let (lost, died_at, _services) = salvaged(playlist).await;
+    assert_eq!(lost.status, ReplayStatus::Lost);
+    assert!(lost.blob_key.is_none());
+    let why = lost.failure.unwrap_or_default();
+    assert!(why.contains("not a usable video"), "{why}");
+    assert_eq!(
+        lost.finished_at.expect("finished").timestamp_millis(),
+        DateTime::<Utc>::from(died_at).timestamp_millis()
     );
 }
 

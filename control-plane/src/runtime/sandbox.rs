@@ -1,11 +1,14 @@
 //! The sandbox of a local browser VM: bubblewrap (Debian `bubblewrap`) starts the agent,
 //! and with it Xvfb, Chromium and the encoder, in new user, mount, PID, IPC, UTS, cgroup
 //! and network namespaces, as the unprivileged VM user (host user `browser-vm` when the
-//! control plane runs as root; otherwise the control plane's own user). Inside, the VM is
-//! uid 1000 with home `/home/kernel`, which is the VM's root as the filesystem API names
-//! it; it sees read-only system directories, its own `/tmp`, `/dev/shm` and run directory
-//! (agent socket, egress socket, uploads, recordings), and nothing else of the host. Its
-//! only network is its own loopback: traffic leaves through the egress socket.
+//! control plane runs as root; otherwise the control plane's own user). When it runs as
+//! root, the VM has two users: the agent is its uid 0 (host `browser-vm`, a few
+//! capabilities) and tenant code its uid 1000 (host `browser-tenant`, none), mapped by
+//! `map_users` while bubblewrap waits. The VM's home is `/home/kernel`, which is the VM's
+//! root as the filesystem API names it; it sees read-only system directories, its own
+//! `/tmp`, `/dev/shm` and run directory (egress socket, uploads, recordings), and nothing
+//! else of the host. Its only network is its own loopback: traffic leaves through the
+//! egress socket. Media a VM wrote is processed in a sandbox of its own (`tool_command`).
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};

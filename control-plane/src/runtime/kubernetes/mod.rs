@@ -42,6 +42,9 @@ pub struct KubernetesRuntimeConfig {
     pub agent_idle_grace: Duration,
     pub zip_limits: ZipLimits,
     pub max_resized_viewport: crate::config::ScreenSize,
+    /// Each pod's ephemeral storage (its writable layer, `emptyDir`s and logs): the
+    /// kubelet evicts a pod past it (`--vm-disk-gib`; `None`: the template's).
+    pub disk_bytes: Option<u64>,
 }
 
 pub struct KubernetesRuntime {

@@ -151,6 +151,9 @@ impl PodTemplate {
             if let Some(bytes) = spec.memory_limit_bytes {
                 set_memory(container, bytes);
             }
+            if let Some(bytes) = config.disk_bytes {
+                set_ephemeral_storage(container, bytes);
+            }
         }
         pod
     }
@@ -332,6 +335,18 @@ fn set_memory(container: &mut Container, bytes: u64) {
     }
 }
 
+/// The container's ephemeral storage, requested and limited: a VM that fills its disk is
+/// evicted by the kubelet instead of filling the node's.
+fn set_ephemeral_storage(container: &mut Container, bytes: u64) {
+    let resources = container
+        .resources
+        .get_or_insert_with(ResourceRequirements::default);
+    for map in [&mut resources.requests, &mut resources.limits] {
+        map.get_or_insert_with(BTreeMap::new)
+            .insert("ephemeral-storage".to_owned(), Quantity(bytes.to_string()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,6 +408,7 @@ spec:
                 width: 1920,
                 height: 1080,
             },
+            disk_bytes: Some(8 << 30),
         }
     }
 
@@ -433,10 +449,10 @@ spec:
             resources.requests.unwrap()["memory"].0,
             (2u64 << 30).to_string()
         );
-        assert_eq!(
-            resources.limits.unwrap()["memory"].0,
-            ((2u64 << 30) + (256 << 20)).to_string()
-        );
+        let limits = resources.limits.unwrap();
+        assert_eq!(limits["memory"].0, ((2u64 << 30) + (256 << 20)).to_string());
+        // Its disk: the kubelet evicts the pod past it.
+        assert_eq!(limits["ephemeral-storage"].0, (8u64 << 30).to_string());
     }
 
     #[test]
