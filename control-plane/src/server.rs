@@ -142,6 +142,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let app_api_socket = apps_dir.join(format!("api-{replica_id}.sock"));
     // Recordings of crashed agents are remuxed in sandboxes of their own.
     let media_sandbox = sandbox.clone();
+    let limits = kernel_limits(sandbox.is_some(), &config);
     let app_runner = sandbox.clone().map(|sandbox| AppRunner {
         sandbox,
         agent_binary: agent_binary.clone(),
@@ -150,6 +151,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         api_socket: app_api_socket.clone(),
         api_port: app_api_port(&public_url, bound.port()),
         egress: egress.clone(),
+        cgroups: limits.cgroups.clone().ok(),
+        cpu_weight: config.vm_cpu_weight,
     });
     let zip_limits = ZipLimits {
         max_entries: config.zip_max_entries,
@@ -158,7 +161,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     let runtime: Arc<dyn Runtime> = match config.runtime {
         RuntimeKind::Local => Arc::new(LocalRuntime::new(LocalRuntimeConfig {
-            limits: kernel_limits(sandbox.is_some(), &config),
+            limits,
             sandbox,
             egress: egress.clone(),
             browsers_dir,

@@ -141,8 +141,10 @@ def test_an_action_can_be_ended_and_the_first_end_wins(client, deployed):
     assert wait_until(lambda: client.invocations.list_browsers(queued.id).browsers == [], 10)
 
 
-def test_an_action_past_its_memory_limit_fails_saying_so(client, deployed):
-    result = invoke(client, "hog")
+@pytest.mark.parametrize("action", ["hog", "memfd_hog"])
+def test_an_action_past_its_memory_limit_fails_saying_so(client, deployed, action):
+    # Mapped memory, or a memfd no process maps (which only the run's control group sees).
+    result = invoke(client, action)
     assert result.status == "failed"
     assert "more memory than its limit" in result.status_reason, result.status_reason
     assert app_processes_left() == []

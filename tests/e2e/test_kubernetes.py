@@ -324,7 +324,8 @@ def test_readyz_reports_the_pod_templates_protections(control_plane):
     for protection in ("runAsNonRoot", "seccomp", "read-only root", "/dev/shm", "API token", "TLS"):
         assert protection in enforced, enforced
     assert [item["protection"] for item in report["not_enforced"]] == [
-        "per-browser egress rules (network.allowed_hosts, proxies)"]
+        "per-browser egress rules (network.allowed_hosts, proxies)",
+        "tenant code runs apart from the agent (another uid in the VM)"]
 
 
 def test_a_lost_node_ends_its_browsers_with_a_reason_and_pools_refill(cluster, control_plane, client):

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::egress::{EgressPolicy, EgressServer, HostAllowlist, VmEgress};
 use crate::ids;
 use crate::runtime::Sandbox;
+use crate::runtime::cgroups::{VmCgroup, VmLimits};
 use crate::runtime::sandbox::{
     APP_EGRESS_SOCKET, APP_ENV_FILE, APP_EXIT_REASON_FILE, AppLimits, AppMounts, VmUser,
     write_identity,
@@ -56,6 +57,10 @@ pub struct AppRunner {
     /// The loopback port the API is reached on inside.
     pub api_port: u16,
     pub egress: EgressPolicy,
+    /// A control group per run holds it to its memory (memfds and tmpfs included) and
+    /// tasks, where the host has them; otherwise its starter measures them.
+    pub cgroups: Option<crate::runtime::cgroups::VmCgroups>,
+    pub cpu_weight: u64,
 }
 
 /// One program to run.
@@ -187,6 +192,10 @@ impl AppRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        let group = match self.enter_group(dir, &mut command) {
+            Ok(group) => group,
+            Err(error) => return Ended::NotStarted(format!("its control group: {error}")),
+        };
         // A session of its own: nothing of it has the operator's terminal.
         // SAFETY: setsid is async-signal-safe and changes only the child.
         unsafe {
@@ -249,11 +258,55 @@ impl AppRunner {
                 abort.abort();
             }
         }
-        let out_of_memory = std::fs::symlink_metadata(dir.join(APP_EXIT_REASON_FILE)).is_ok();
+        let out_of_memory = std::fs::symlink_metadata(dir.join(APP_EXIT_REASON_FILE)).is_ok()
+            || group.as_ref().is_some_and(VmCgroup::out_of_memory);
+        if let Some(group) = group {
+            group.remove().await;
+        }
         match ended {
             Ended::Exited(_) if out_of_memory => Ended::OutOfMemory,
             other => other,
         }
+    }
+}
+
+impl AppRunner {
+    /// The run's control group (`None` where the host has none), which `command`'s
+    /// process enters before it starts anything.
+    fn enter_group(
+        &self,
+        dir: &Path,
+        command: &mut tokio::process::Command,
+    ) -> std::io::Result<Option<VmCgroup>> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(None);
+        };
+        let name = format!(
+            "app-{}",
+            dir.file_name().unwrap_or_default().to_string_lossy()
+        );
+        let limits = VmLimits {
+            memory_bytes: RUN_LIMITS.memory_bytes,
+            max_tasks: RUN_LIMITS.max_tasks,
+            cpu_weight: self.cpu_weight,
+        };
+        let group = cgroups.create(&name, limits, None)?;
+        let entry_points = match group.entry_points() {
+            Ok(entry_points) => entry_points,
+            Err(error) => {
+                tokio::spawn(async move { group.remove().await });
+                return Err(error);
+            }
+        };
+        let raw = crate::runtime::cgroups::raw(&entry_points);
+        // SAFETY: `enter` only writes to descriptors the closure keeps open.
+        unsafe {
+            command.pre_exec(move || {
+                let _open = &entry_points;
+                crate::runtime::cgroups::enter(&raw)
+            });
+        }
+        Ok(Some(group))
     }
 }
 

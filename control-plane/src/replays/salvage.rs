@@ -4,9 +4,9 @@
 //! therefore never see a path: they read the file on stdin and answer on stdout, inside
 //! a sandbox of their own (no host file but the system's programs, no network, the VM
 //! user, a bounded memory-backed `/tmp`), with the demuxer forced to MP4 (no probing of
-//! the content) and only the `pipe` and `file` protocols (`file` only for the
-//! sandbox's own `/tmp`). The result must then be an MP4 whose streams are one H.264
-//! video and at most one audio track; anything else is a lost recording.
+//! the content; external data references stay off, as ffmpeg's default) and only the
+//! `pipe` protocol for their input. The result must then be an MP4 whose streams are one
+//! H.264 video and at most one audio track; anything else is a lost recording.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -78,7 +78,7 @@ impl VmMedia {
                 "error",
                 "-nostdin",
                 "-protocol_whitelist",
-                "pipe,file",
+                "pipe",
                 "-f",
                 "mp4",
                 "-i",

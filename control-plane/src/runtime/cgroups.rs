@@ -79,11 +79,14 @@ impl VmCgroups {
         }
     }
 
-    /// Makes the group of the VM whose browser directory is `browser_dir`, with `limits`.
-    pub fn create(&self, browser_dir: &Path, limits: VmLimits) -> std::io::Result<VmCgroup> {
-        let name = browser_dir
-            .file_name()
-            .ok_or_else(|| std::io::Error::other("a browser directory has no name"))?;
+    /// Makes group `name` with `limits`; with `note_in` (a directory of ours, a
+    /// browser's), noted there so that `VmCgroup::noted` finds it again after a restart.
+    pub fn create(
+        &self,
+        name: &str,
+        limits: VmLimits,
+        note_in: Option<&Path>,
+    ) -> std::io::Result<VmCgroup> {
         let dirs: Vec<PathBuf> = self
             .parents()
             .iter()
@@ -94,12 +97,14 @@ impl VmCgroups {
             dirs,
         };
         // Noted first: whatever is made below is found and removed again.
-        let note: String = group
-            .dirs
-            .iter()
-            .map(|d| format!("{}\n", d.display()))
-            .collect();
-        std::fs::write(browser_dir.join(NOTE_FILE), note)?;
+        if let Some(dir) = note_in {
+            let note: String = group
+                .dirs
+                .iter()
+                .map(|d| format!("{}\n", d.display()))
+                .collect();
+            std::fs::write(dir.join(NOTE_FILE), note)?;
+        }
         for dir in &group.dirs {
             match std::fs::create_dir(dir) {
                 Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
@@ -125,6 +130,7 @@ impl VmCgroup {
     pub fn noted(browser_dir: &Path) -> Option<Self> {
         let note = std::fs::read_to_string(browser_dir.join(NOTE_FILE)).ok()?;
         let dirs: Vec<PathBuf> = note.lines().map(PathBuf::from).collect();
+        // One directory in the unified hierarchy, or one per v1 controller.
         let v2 = dirs.len() == 1;
         (!dirs.is_empty()).then_some(Self { v2, dirs })
     }

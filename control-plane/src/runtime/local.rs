@@ -363,12 +363,13 @@ impl LocalRuntime {
         let memory_bytes = spec.memory_limit_bytes.unwrap_or(DEFAULT_VM_MEMORY_BYTES);
         let cgroup = match (sandboxed, &self.config.limits.cgroups) {
             (true, Ok(cgroups)) => Some(cgroups.create(
-                dir,
+                &spec.session_id,
                 VmLimits {
                     memory_bytes,
                     max_tasks: MAX_VM_TASKS,
                     cpu_weight: self.config.limits.cpu_weight,
                 },
+                Some(dir),
             )?),
             _ => None,
         };

@@ -92,3 +92,14 @@ def hog(ctx: kernel.KernelContext):
     blocks = [b"\x01" * (64 << 20) for _ in range(48)]
     time.sleep(10)
     return len(blocks)
+
+
+@app.action("memfd_hog")
+def memfd_hog(ctx: kernel.KernelContext):
+    """Puts 3 GiB where no process maps it: a memfd."""
+    fd = os.memfd_create("hoard")
+    block = b"\x01" * (64 << 20)
+    for _ in range(48):
+        os.write(fd, block)
+    time.sleep(10)
+    return os.fstat(fd).st_size
