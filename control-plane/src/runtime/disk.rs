@@ -54,50 +54,39 @@ impl VmDisks {
         file.set_len(self.size_bytes)?;
         drop(file);
         // No journal (the file system dies with its VM), no blocks reserved for root.
-        let made = tokio::process::Command::new(&self.mkfs)
-            .args([
-                "-q",
-                "-F",
-                "-O",
-                "^has_journal",
-                "-m",
-                "0",
-                "-i",
-                BYTES_PER_INODE,
-            ])
-            .args(["-E", "lazy_itable_init=1,nodiscard"])
-            .arg(&image)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .await?;
-        if !made.status.success() {
-            return Err(std::io::Error::other(format!(
-                "mkfs.ext4 failed: {}",
-                String::from_utf8_lossy(&made.stderr).trim()
-            )));
-        }
+        let mut mkfs = tokio::process::Command::new(&self.mkfs);
+        mkfs.args(["-q", "-F", "-O", "^has_journal", "-m", "0"])
+            .args(["-i", BYTES_PER_INODE, "-E", "lazy_itable_init=1,nodiscard"])
+            .arg(&image);
+        run(mkfs, "making the VM's file system").await?;
         std::fs::create_dir_all(mount_point)?;
-        let mounted = tokio::process::Command::new(&self.mount)
+        let mut mount = tokio::process::Command::new(&self.mount);
+        mount
             .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime"])
             .arg(&image)
-            .arg(mount_point)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .await?;
-        if !mounted.status.success() {
-            return Err(std::io::Error::other(format!(
-                "mounting the VM's disk failed: {}",
-                String::from_utf8_lossy(&mounted.stderr).trim()
-            )));
-        }
+            .arg(mount_point);
+        run(mount, "mounting the VM's disk").await?;
         // mkfs leaves lost+found, which the VM has no use for.
         let _ = std::fs::remove_dir(mount_point.join("lost+found"));
         Ok(())
     }
+}
+
+/// Runs `command` to its end; its error output says why it failed.
+async fn run(mut command: tokio::process::Command, what: &str) -> std::io::Result<()> {
+    let done = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .await?;
+    if done.status.success() {
+        return Ok(());
+    }
+    Err(std::io::Error::other(format!(
+        "{what} failed: {}",
+        String::from_utf8_lossy(&done.stderr).trim()
+    )))
 }
 
 /// Unmounts whatever is mounted on `mount_point` (detached: a process still holding a
