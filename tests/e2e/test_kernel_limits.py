@@ -5,6 +5,7 @@ two busy VMs get equal shares of the CPU however many processes each runs."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import threading
@@ -17,12 +18,6 @@ from harness import cpu_seconds, wait_until
 from test_processes import exec_in, out
 
 GIB = 1 << 30
-
-
-def _available_memory() -> int:
-    with open("/proc/meminfo") as meminfo:
-        fields = dict(line.split(":", 1) for line in meminfo)
-    return int(fields["MemAvailable"].split()[0]) * 1024
 
 
 def _cgroups(control_plane, session_id: str) -> list[str]:
@@ -58,17 +53,33 @@ head -c 1610612736 /dev/zero > /tmp/hoard/fill; sleep 30'""",
 
 @pytest.mark.parametrize("hoard", sorted(HOARDS))
 def test_memory_no_process_maps_ends_the_vm_with_a_memory_reason(control_plane, client, hoard):
-    before = _available_memory()
     created = client.browsers.create(headless=True, extra_body={"memory": "1GiB"})
     sid = created.session_id
+    memory_group = next(group for group in _cgroups(control_plane, sid) if "/memory/" in group)
+    peaks = []
+
+    def watch() -> None:
+        # The most the VM held, as long as its group exists.
+        while True:
+            try:
+                with open(f"{memory_group}/memory.max_usage_in_bytes") as peak:
+                    peaks.append(int(peak.read()))
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     try:
         exec_in(client, sid, command=HOARDS[hoard], timeout_sec=60)
     except Exception:  # the VM (and the call) ended under it
         pass
     browser = _ended(client, sid)
     assert "memory" in browser["end_reason"], browser
-    # The host got its memory back.
-    assert wait_until(lambda: _available_memory() > before - 512 * (1 << 20), 10), (before, _available_memory())
+    watcher.join(timeout=30)
+    # The host never lent the VM more than its 1 GiB, and took it all back.
+    assert peaks and max(peaks) <= GIB, max(peaks)
+    assert not os.path.exists(memory_group)
 
 
 def test_a_fork_bomb_stops_at_the_vms_task_limit(control_plane, client):
@@ -76,24 +87,24 @@ def test_a_fork_bomb_stops_at_the_vms_task_limit(control_plane, client):
     sid = created.session_id
     try:
         pids_group = next(group for group in _cgroups(control_plane, sid) if "/pids/" in group)
-        # It holds every task it got: the VM's agent can start no thread either until
-        # the command's timeout ends the bomb's process group.
-        bomb = exec_in(client, sid, timeout_sec=10, command="""python3 -c '
+        bomb = exec_in(client, sid, timeout_sec=30, command="""python3 -c '
 import os
+quiet = [(os.POSIX_SPAWN_OPEN, fd, "/dev/null", os.O_WRONLY, 0) for fd in (1, 2)]
 started = 0
 while started < 6000:
     try:
-        os.posix_spawn("/bin/sleep", ["sleep", "60"], os.environ)
+        os.posix_spawn("/bin/sleep", ["sleep", "60"], os.environ, file_actions=quiet)
     except OSError:
         break
     started += 1
 print("tried", started)' """)
-        assert bomb["timed_out"] is True, bomb
-        # The VM never ran more than its 4096 tasks, and this host can still fork.
+        # Tenant processes stop short of the VM's 4096 tasks (all but 256, which the
+        # agent keeps): it still answered the call that started the bomb.
+        assert bomb["timed_out"] is False, bomb
+        started = int(out(bomb).split()[1])
+        assert 3000 < started < 4096 - 200, started
         with open(f"{pids_group}/pids.peak") as peak:
-            assert 4000 < int(peak.read()) <= 4096
-        with open(f"{pids_group}/pids.events") as events:
-            assert events.read().split() != ["max", "0"]
+            assert int(peak.read()) <= 4096
         assert subprocess.run(["true"]).returncode == 0
         # The bomb went with its command; the VM works again.
         assert out(exec_in(client, sid, command="echo alive")) == "alive\n"
