@@ -261,10 +261,11 @@ def test_a_lessees_processes_end_with_its_lease(control_plane, client):
     try:
         assert wait_until(lambda: client.browser_pools.retrieve(pool.id).available_count == 1, 60)
         first = client.browser_pools.acquire(pool.id)
-        # A loop that leaves the command's process group and session.
+        # A loop that leaves the command's process group and session (given the time to,
+        # before the command ends and its group with it).
         exec_in(client, first.session_id, timeout_sec=10, command=(
             "setsid nohup sh -c 'while :; do date >> /home/kernel/heartbeat; sleep 0.1; done' "
-            ">/dev/null 2>&1 < /dev/null &"))
+            ">/dev/null 2>&1 < /dev/null & sleep 1"))
         home = vm_root(control_plane, first.session_id)
         assert wait_until(lambda: (home / "heartbeat").exists(), 5)
 
@@ -293,4 +294,4 @@ def test_a_lessees_processes_end_with_its_lease(control_plane, client):
         assert not (home / "heartbeat").exists()
         client.browser_pools.release(pool.id, session_id=second.session_id, reuse=False)
     finally:
-        client.browser_pools.delete(pool.id)
+        client.browser_pools.delete(pool.id, force=True)

@@ -20,8 +20,9 @@ def _listed(client: Kernel) -> set[str]:
 
 def test_idle_session_times_out_but_one_with_open_cdp_does_not(control_plane, client):
     idle = client.browsers.create(timeout_seconds=10, headless=True)
-    watched = client.browsers.create(timeout_seconds=10, headless=True)
+    # Its timeout counts from here: the second create may take a moment.
     created_at = time.monotonic()
+    watched = client.browsers.create(timeout_seconds=10, headless=True)
     idle_processes = session_processes(control_plane, idle.session_id)
 
     with sync_playwright() as playwright:
