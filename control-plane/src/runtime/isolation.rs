@@ -119,6 +119,23 @@ impl IsolationReport {
                      their own (MP4 demuxer forced, stdin and stdout only), never by the host"
                         .to_owned(),
                 ]);
+                match sandbox.tenant() {
+                    Some(tenant) => enforced.push(format!(
+                        "tenant code (Chromium, processes, Playwright) runs as its own user \
+                         (host uid {}), apart from the agent: it cannot read, signal or trace \
+                         the agent, take its descriptors or enter its run directory",
+                        tenant.uid
+                    )),
+                    None => not_enforced.push(Unenforced {
+                        protection: "tenant code runs apart from the agent (another uid in \
+                                     the VM)"
+                            .into(),
+                        reason: "this service does not run as root, so a VM has one user: a \
+                                 tenant process can read the agent's memory and signal it \
+                                 (still inside its own VM)"
+                            .into(),
+                    }),
+                }
                 match &limits.cgroups {
                     Ok(cgroups) => enforced.push(format!(
                         "kernel limits per VM in a control group of its own, {}: memory \
