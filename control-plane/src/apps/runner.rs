@@ -261,7 +261,8 @@ impl AppRunner {
         let out_of_memory = std::fs::symlink_metadata(dir.join(APP_EXIT_REASON_FILE)).is_ok()
             || group.as_ref().is_some_and(VmCgroup::out_of_memory);
         if let Some(group) = group {
-            group.remove().await;
+            // Its processes may take a moment to go; the run has ended all the same.
+            tokio::spawn(async move { group.remove().await });
         }
         match ended {
             Ended::Exited(_) if out_of_memory => Ended::OutOfMemory,

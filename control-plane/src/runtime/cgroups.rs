@@ -18,6 +18,11 @@ const NOTE_FILE: &str = "cgroups";
 const VM_GROUPS: &str = "browser-vms";
 const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+/// The weight of all VMs together against this host's own processes, as so many busy
+/// threads (cgroup v1 and v2 schedule a group like one thread of its weight): a VM's
+/// many threads competed with the host's one by one before VMs had groups, and must not
+/// starve now; the VMs then share it by their own weights.
+const ALL_VMS_WEIGHT_IN_THREADS: u64 = 16;
 
 /// What one VM may use.
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +63,15 @@ impl VmCgroups {
             std::fs::create_dir_all(dir)
                 .map_err(|error| format!("creating {}: {error}", dir.display()))?;
         }
+        let (file, weight) = match &found.hierarchy {
+            Hierarchy::V2(parent) => (parent.join("cpu.weight"), 100 * ALL_VMS_WEIGHT_IN_THREADS),
+            Hierarchy::V1(parents) => (
+                parents[2].join("cpu.shares"),
+                1024 * ALL_VMS_WEIGHT_IN_THREADS,
+            ),
+        };
+        std::fs::write(&file, weight.to_string())
+            .map_err(|error| format!("setting {}: {error}", file.display()))?;
         Ok(found)
     }
 
