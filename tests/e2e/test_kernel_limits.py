@@ -77,8 +77,9 @@ def test_memory_no_process_maps_ends_the_vm_with_a_memory_reason(control_plane, 
     browser = _ended(client, sid)
     assert "memory" in browser["end_reason"], browser
     watcher.join(timeout=30)
-    # The host never lent the VM more than its 1 GiB, and took it all back.
-    assert peaks and max(peaks) <= GIB, max(peaks)
+    # The host never lent the VM more than its 1 GiB (give or take the kernel's charge
+    # batches of at most 64 pages per CPU), and took it all back.
+    assert peaks and max(peaks) <= GIB + (1 << 20), max(peaks)
     assert not os.path.exists(memory_group)
 
 
