@@ -19,6 +19,8 @@ from pathlib import Path
 from kernel import Kernel
 
 from harness import read_page, session_processes, vm_root, wait_until
+from test_kernel_limits import _cgroups
+from test_replays import wait_finished
 from sdk import on_browser
 
 from conftest import TEST_PAGE_TITLE
@@ -44,17 +46,6 @@ def _root_only_secret(directory: Path) -> tuple[Path, bytes]:
     secret.write_bytes(marker * 64)
     secret.chmod(0o600)
     return secret, marker
-
-
-def _finished_replay(client: Kernel, session_id: str, replay_id: str):
-    found = {}
-
-    def finished() -> bool:
-        found["replay"] = {r.replay_id: r for r in client.browsers.replays.list(session_id)}.get(replay_id)
-        return found["replay"] is not None and found["replay"].finished_at is not None
-
-    assert wait_until(finished, 40, interval=0.25), found
-    return found["replay"]
 
 
 def test_a_recording_replaced_by_a_playlist_of_host_files_brings_none_of_them(control_plane, client, tmp_path):
@@ -95,7 +86,7 @@ def test_a_recording_replaced_by_a_playlist_of_host_files_brings_none_of_them(co
     (agent,) = session_processes(control_plane, sid)["agent"]
     os.kill(agent, signal.SIGKILL)
 
-    finished = _finished_replay(client, sid, replay.replay_id)
+    finished = wait_finished(client, sid, replay.replay_id, timeout=40)
     try:
         downloaded = client.browsers.replays.download(replay.replay_id, **on_browser(sid)).read()
     except Exception:  # a lost recording has no video
@@ -270,8 +261,7 @@ def test_a_lessees_processes_end_with_its_lease(control_plane, client):
         assert wait_until(lambda: (home / "heartbeat").exists(), 5)
 
         def loops() -> list[int]:
-            memory_group = next(g for g in (control_plane.data_dir / "browsers" / first.session_id / "cgroups")
-                                .read_text().split() if "/memory/" in g)
+            memory_group = next(g for g in _cgroups(control_plane, first.session_id) if "/memory/" in g)
             with open(f"{memory_group}/cgroup.procs") as procs:
                 pids = [int(pid) for pid in procs.read().split()]
             found = []

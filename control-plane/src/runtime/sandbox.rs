@@ -284,7 +284,8 @@ impl Sandbox {
         command
             .args(["--dir", "/tmp/.X11-unix"])
             .args(["--chdir", VM_HOME]);
-        if self.tenant.is_some() {
+        // With two users the agent is the VM's uid 0; with one, everything is uid 1000.
+        let uid = if self.tenant.is_some() {
             command
                 .arg("--userns-block-fd")
                 .arg(userns_block.as_raw_fd().to_string());
@@ -292,21 +293,11 @@ impl Sandbox {
             for capability in AGENT_CAPABILITIES {
                 command.args(["--cap-add", capability]);
             }
-            return self.finish(
-                command,
-                Some(info),
-                VM_AGENT.as_ref(),
-                agent_args,
-                VM_AGENT_UID,
-            );
-        }
-        self.finish(
-            command,
-            Some(info),
-            VM_AGENT.as_ref(),
-            agent_args,
-            VM_TENANT_UID,
-        )
+            VM_AGENT_UID
+        } else {
+            VM_TENANT_UID
+        };
+        self.finish(command, Some(info), VM_AGENT.as_ref(), agent_args, uid)
     }
 
     /// The command that runs `program` (a path inside) in an app sandbox: the app's
