@@ -35,6 +35,7 @@ mod service;
 mod service_logs;
 mod sound;
 mod tabs;
+mod telemetry;
 mod upload;
 mod webdriver;
 
@@ -543,7 +544,18 @@ async fn serve(
         args.ffmpeg_path.clone(),
         sound.is_some(),
     ));
+    let telemetry = std::sync::Arc::new(telemetry::Telemetry::default());
+    tokio::spawn(telemetry::monitor::run(
+        telemetry.clone(),
+        state_rx.clone(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(telemetry::watch_crashes(
+        telemetry.clone(),
+        state_rx.clone(),
+    ));
     let service = service::AgentService {
+        telemetry,
         desktop: input
             .as_ref()
             .map(|_| std::sync::Arc::new(desktop::Desktop::default())),

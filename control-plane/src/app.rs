@@ -22,6 +22,8 @@ use crate::replicas::{Replica, WORKFLOWS};
 use crate::runtime::Runtime;
 use crate::sessions::{Sessions, SessionsDeps};
 use crate::store::Store;
+use crate::telemetry::destinations::Destinations;
+use crate::telemetry::{Exporter, Telemetry};
 
 /// What the services are configured with.
 pub struct ServiceSettings {
@@ -66,6 +68,9 @@ pub struct Services {
     pub egress: Arc<EgressPolicy>,
     /// This process among the replicas sharing the store.
     pub replica: Arc<Replica>,
+    /// Browsers' telemetry: recorded, stored, exported.
+    pub telemetry: Arc<Telemetry>,
+    pub telemetry_destinations: Arc<Destinations>,
 }
 
 impl Services {
@@ -85,6 +90,14 @@ impl Services {
             settings.media,
         ));
         let profiles = Arc::new(Profiles::new(store.clone(), blobs.clone()));
+        let vault = Arc::new(settings.vault);
+        let exporter = Exporter::new(store.clone(), vault.clone(), settings.egress.clone());
+        let telemetry = Telemetry::new(store.clone(), agents.clone(), replica.clone(), exporter);
+        let telemetry_destinations = Arc::new(Destinations::new(
+            store.clone(),
+            vault.clone(),
+            settings.egress.clone(),
+        ));
         let sessions = Arc::new(Sessions::new(SessionsDeps {
             store: store.clone(),
             runtime: runtime.clone(),
@@ -96,6 +109,7 @@ impl Services {
             egress: settings.egress.clone(),
             live_limits: settings.live_limits,
             replica: replica.clone(),
+            telemetry: telemetry.clone(),
         }));
         let pools = Arc::new(Pools::new(
             store.clone(),
@@ -103,7 +117,6 @@ impl Services {
             replays.clone(),
             settings.max_pooled_browsers,
         ));
-        let vault = Arc::new(settings.vault);
         let credentials = Arc::new(CredentialService::new(
             store.clone(),
             vault.clone(),
@@ -144,6 +157,8 @@ impl Services {
             proxy_upstreams: settings.proxy_upstreams,
             egress: settings.egress,
             replica,
+            telemetry,
+            telemetry_destinations,
         }
     }
 
@@ -155,6 +170,7 @@ impl Services {
             .await
             .context("joining the control-plane replicas")?;
         self.pools.listen_for_resets();
+        self.telemetry.start();
         self.sessions
             .start_background(heartbeat)
             .await

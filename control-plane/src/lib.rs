@@ -25,6 +25,7 @@ pub mod runtime;
 pub mod server;
 pub mod sessions;
 pub mod store;
+pub mod telemetry;
 #[cfg(test)]
 pub mod testing;
 pub mod tokens;

@@ -17,8 +17,8 @@ use browser_agent_proto::v1::{
     ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScreenshotResponse, ScrollRequest,
     SetPermissionsRequest, ShutdownRequest, ShutdownResponse, SignalRequest, SpawnRequest,
     SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, StdinResult,
-    TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, extract_zip_chunk,
-    write_file_chunk,
+    TelemetryCapture, TelemetryRecord, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk,
+    cdp_frame::Kind, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
 use std::io::{Read, Seek};
@@ -89,6 +89,8 @@ pub struct AgentService {
     pub live: Option<Arc<crate::live::LiveView>>,
     /// Set to stop Chromium for good (a clean exit), before exporting its profile.
     pub stop_chromium: watch::Sender<bool>,
+    /// What the browser's telemetry captures, and the events waiting to be read.
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 /// Chunk size of file data on the wire.
@@ -807,6 +809,28 @@ impl BrowserAgent for AgentService {
         )
         .await?;
         Ok(Response::new(stream))
+    }
+
+    async fn set_telemetry(
+        &self,
+        request: Request<TelemetryCapture>,
+    ) -> Result<Response<Empty>, Status> {
+        self.telemetry.set_capture(request.into_inner());
+        Ok(Response::new(Empty {}))
+    }
+
+    type TelemetryEventsStream =
+        Pin<Box<dyn Stream<Item = Result<TelemetryRecord, Status>> + Send>>;
+
+    async fn telemetry_events(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<Self::TelemetryEventsStream>, Status> {
+        let (sender, receiver) = mpsc::channel(256);
+        tokio::spawn(crate::telemetry::forward(self.telemetry.clone(), sender));
+        Ok(Response::new(Box::pin(
+            ReceiverStream::new(receiver).map(Ok),
+        )))
     }
 
     async fn shutdown(

@@ -20,8 +20,9 @@ use browser_agent_proto::v1::{
     ProcessState, ProfileChunk, RecordingInfo, RecordingRequest, RelaunchRequest, ReplRequest,
     ReplResult, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
     SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
-    StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TypeTextRequest,
-    WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
+    StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TelemetryCapture,
+    TelemetryRecord, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind,
+    profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -699,6 +700,22 @@ impl AgentClient {
             Self::input_request(DeleteExecutorRequest { name, close_tab }, Duration::ZERO);
         self.inner.clone().delete_executor(request).await?;
         Ok(())
+    }
+
+    /// Which CDP categories the VM's telemetry monitor captures.
+    pub async fn set_telemetry(&self, capture: TelemetryCapture) -> Result<(), AgentError> {
+        self.inner.clone().set_telemetry(capture).await?;
+        Ok(())
+    }
+
+    /// The VM's buffered telemetry, then its live events.
+    pub async fn telemetry_events(&self) -> Result<Streaming<TelemetryRecord>, AgentError> {
+        Ok(self
+            .inner
+            .clone()
+            .telemetry_events(Empty {})
+            .await?
+            .into_inner())
     }
 
     /// Restarts Chromium with a fresh profile; answers once it is ready again.

@@ -53,6 +53,10 @@ pub struct BrowserSession {
     /// timed out, or ended by its VM (its memory limit, a crash), as the service saw it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<String>,
+    /// The active telemetry configuration (`BrowserTelemetryConfig`), once enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub telemetry: Option<serde_json::Value>,
     /// Unique among the organization's live sessions; usable wherever the id is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -191,6 +195,7 @@ fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> B
         },
         deleted_at: session.ended_at,
         end_reason: session.end_reason.clone(),
+        telemetry: settings.telemetry.as_ref().map(|t| t.view()),
         name: session.name.clone(),
         tags: settings.tags.clone(),
         start_url: settings.start_url.clone(),

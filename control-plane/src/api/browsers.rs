@@ -22,6 +22,7 @@ use crate::sessions::{
     ViewportChange, viewport_problems,
 };
 use crate::store::{SessionFilter, SessionRecord, SessionStatus};
+use crate::telemetry::settings::{self as telemetry_settings, TelemetryRequest};
 
 pub const DEFAULT_LIST_LIMIT: u32 = 20;
 pub const MAX_LIST_LIMIT: u32 = 100;
@@ -84,9 +85,10 @@ pub struct CreateBrowserRequest {
     /// `{"id"}` or `{"name"}` of a proxy, or `{"mode": "direct" | "default"}` (both mean
     /// no proxy here: this server has no default stealth proxy).
     pub proxy: Option<ProxySelection>,
-    /// Not supported by this server (a 400 names it).
+    /// Telemetry capture: `{"enabled": true}` or per-category settings; omitted, `{}` or
+    /// `enabled: false` capture nothing.
     #[schema(value_type = Option<Object>)]
-    pub telemetry: Option<serde_json::Value>,
+    pub telemetry: Option<TelemetryRequest>,
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Vec<Object>>)]
     pub vaults: Option<serde_json::Value>,
@@ -143,7 +145,6 @@ impl CreateBrowserRequest {
     /// The browser's configuration, and the problems of the fields only this route has.
     fn into_config(self, region: &str) -> (BrowserConfig, Option<String>, Vec<String>) {
         let mut problems = unsupported(&[
-            ("telemetry", self.telemetry.is_some()),
             ("vaults", self.vaults.is_some()),
             ("video_memory", self.video_memory.is_some()),
         ]);
@@ -179,6 +180,7 @@ impl CreateBrowserRequest {
             chrome_policy: self.chrome_policy,
             start_url: self.start_url,
             location: self.location,
+            telemetry: self.telemetry,
         };
         (config, self.persistence.map(|p| p.id), problems)
     }
@@ -476,9 +478,9 @@ pub struct UpdateBrowserRequest {
     /// restarts with its state and restores its last session; with `save_changes` the
     /// browser's state is saved into it when the session ends.
     pub profile: Option<ProfileReference>,
-    /// Not supported by this server (a 400 names it).
+    /// Enables, disables or changes categories live; omitted or `{}` leaves them.
     #[schema(value_type = Option<Object>)]
-    pub telemetry: Option<serde_json::Value>,
+    pub telemetry: Option<TelemetryRequest>,
     /// Not supported by this server (a 400 names it).
     pub disable_default_proxy: Option<bool>,
 }
@@ -554,13 +556,10 @@ where
 impl UpdateBrowserRequest {
     /// The update, or every problem of the request at once.
     fn into_update(self, session: &SessionRecord) -> Result<SessionUpdate, ApiError> {
-        let mut problems = unsupported(&[
-            ("telemetry", self.telemetry.is_some()),
-            (
-                "disable_default_proxy",
-                self.disable_default_proxy.is_some(),
-            ),
-        ]);
+        let mut problems = unsupported(&[(
+            "disable_default_proxy",
+            self.disable_default_proxy.is_some(),
+        )]);
         let network = self.network.unwrap_or_default();
         if network.expected_allowlist_revision.is_some() {
             problems
@@ -650,10 +649,17 @@ impl UpdateBrowserRequest {
             }
             key.map(|key| (key, reference.save_changes.unwrap_or(false)))
         });
+        if let Err(wrong) = telemetry_settings::on_update(
+            session.vm_settings.telemetry.as_ref(),
+            self.telemetry.as_ref(),
+        ) {
+            problems.extend(wrong);
+        }
         if !problems.is_empty() {
             return Err(ApiError::invalid_fields(problems));
         }
         Ok(SessionUpdate {
+            telemetry: self.telemetry,
             location,
             profile,
             name,

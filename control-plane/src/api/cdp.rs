@@ -30,6 +30,7 @@ use super::extract::{PathParam, QueryParams};
 use super::state::AppState;
 use crate::agent::MAX_CDP_MESSAGE_BYTES;
 use crate::sessions::CdpConnectionGuard;
+use crate::sessions::ClientKind;
 use crate::store::PoolLease;
 use crate::tokens::CdpClaims;
 
@@ -123,7 +124,7 @@ async fn tunnel(
                 if pooled {
                     lease_holds(&state, &claims).await?;
                 }
-                let guard = state.sessions.cdp_connection_opened(&id);
+                let guard = state.sessions.client_connected(&session, ClientKind::Cdp);
                 return Ok(raw.switch(devtools, guard));
             }
             Ok(None) => {}
@@ -145,7 +146,7 @@ async fn tunnel(
         // it). A lease that ends later restarts Chromium, which closes the tunnel.
         lease_holds(&state, &claims).await?;
     }
-    let guard = state.sessions.cdp_connection_opened(&id);
+    let guard = state.sessions.client_connected(&session, ClientKind::Cdp);
     Ok(upgrade
         .max_message_size(MAX_CDP_MESSAGE_BYTES)
         .max_frame_size(MAX_CDP_MESSAGE_BYTES)

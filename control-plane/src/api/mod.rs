@@ -40,6 +40,9 @@ pub mod proxies;
 pub mod replays;
 pub mod session_token;
 pub mod state;
+pub mod telemetry;
+pub mod telemetry_calls;
+pub mod telemetry_destinations;
 
 use axum::Router;
 use axum::body::Body;
@@ -146,6 +149,18 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(credential_providers::items))
         .routes(routes!(credential_providers::test))
         .routes(routes!(logs::stream))
+        .routes(routes!(telemetry::events))
+        .routes(routes!(telemetry::stream))
+        .routes(routes!(telemetry::har))
+        .routes(routes!(
+            telemetry_destinations::create,
+            telemetry_destinations::list
+        ))
+        .routes(routes!(
+            telemetry_destinations::retrieve,
+            telemetry_destinations::update,
+            telemetry_destinations::delete
+        ))
         .routes(routes!(curl::curl))
         .routes(routes!(curl::raw))
         .routes(routes!(playwright::execute))
@@ -225,6 +240,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            telemetry_calls::record_browser_calls,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             session_token::accept_session_tokens,

@@ -29,6 +29,16 @@ impl FromRequestParts<AppState> for Org {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let org = Self::authenticate(parts, state).await?;
+        if let Some(slot) = parts.extensions.get::<super::telemetry_calls::CallerOrg>() {
+            slot.set(&org.id);
+        }
+        Ok(org)
+    }
+}
+
+impl Org {
+    async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         if let Some(caller) = parts.extensions.get::<SessionCaller>() {
             return Ok(Self {
                 id: caller.org.clone(),

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::telemetry::settings::TelemetryRequest;
 use axum::Json;
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -69,7 +70,7 @@ pub struct PoolRequest {
     /// says so for `true`).
     #[schema(schema_with = super::openapi::only_false)]
     pub refresh_on_profile_update: Option<bool>,
-    /// Not supported by this server (a 400 names it).
+    /// The telemetry of the pool's browsers (as on create).
     #[schema(value_type = Option<Object>)]
     pub telemetry: Option<Value>,
     /// PATCH only: replace the idle browsers now with ones of the new configuration.
@@ -95,6 +96,10 @@ pub struct BrowserPool {
     /// The pool's configuration as given, with the defaults of what was not.
     #[schema(value_type = Object)]
     pub browser_pool_config: Value,
+    /// The telemetry the pool's browsers start with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub telemetry: Option<Value>,
 }
 
 /// The pool as the SDKs read it: its references resolved to ids (a reference whose target
@@ -133,7 +138,12 @@ async fn pool_answer(org: &Org, view: PoolView) -> Result<BrowserPool, ApiError>
             config.entry(key).or_insert(value);
         }
     }
+    let telemetry = crate::telemetry::settings::on_create(browser.telemetry.as_ref())
+        .ok()
+        .and_then(|resolved| resolved.settings)
+        .map(|settings| settings.view());
     Ok(BrowserPool {
+        telemetry,
         browser_pool_config: config,
         acquired_count: view.acquired_count,
         available_count: view.available_count,
@@ -149,13 +159,10 @@ async fn pool_answer(org: &Org, view: PoolView) -> Result<BrowserPool, ApiError>
 impl PoolRequest {
     /// What the request sets. The browsers' fields are read as a create would read them.
     fn into_changes(self, region: &str) -> Result<(PoolChanges, Option<bool>), ApiError> {
-        let mut problems = unsupported(&[
-            ("telemetry", self.telemetry.is_some()),
-            (
-                "refresh_on_profile_update",
-                self.refresh_on_profile_update == Some(true),
-            ),
-        ]);
+        let mut problems = unsupported(&[(
+            "refresh_on_profile_update",
+            self.refresh_on_profile_update == Some(true),
+        )]);
         if let Some(asked) = self.region.as_deref().filter(|asked| *asked != region) {
             problems.push(format!(
                 "region: this server serves {region:?} only, not {asked:?}"
@@ -182,6 +189,7 @@ impl PoolRequest {
         set("memory", self.memory.map(Value::from));
         set("chrome_policy", self.chrome_policy);
         set("start_url", self.start_url.map(Value::from));
+        set("telemetry", self.telemetry);
         let browser: BrowserConfig = serde_json::from_value(Value::Object(browser))
             .map_err(|error| ApiError::invalid_field(format!("pool configuration: {error}")))?;
         let changes = PoolChanges {
@@ -348,9 +356,9 @@ pub struct AcquireRequest {
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Object>)]
     pub profile: Option<serde_json::Value>,
-    /// Not supported by this server (a 400 names it).
+    /// Merged onto the pool's telemetry for this lease (as an update would).
     #[schema(value_type = Option<Object>)]
-    pub telemetry: Option<serde_json::Value>,
+    pub telemetry: Option<TelemetryRequest>,
 }
 
 /// Lease an idle browser of the pool, waiting for one up to `acquire_timeout_seconds`.
@@ -377,10 +385,7 @@ pub async fn acquire(
         }
         None => None,
     };
-    let mut problems = unsupported(&[
-        ("profile", request.profile.is_some()),
-        ("telemetry", request.telemetry.is_some()),
-    ]);
+    let mut problems = unsupported(&[("profile", request.profile.is_some())]);
     problems.extend(label_problems(
         request.name.as_deref(),
         request.tags.as_ref(),
@@ -415,6 +420,7 @@ pub async fn acquire(
         name: request.name.map(Some),
         tags: request.tags,
         start_url: request.start_url,
+        telemetry: request.telemetry,
         ..SessionUpdate::default()
     };
     let session = match org.sessions.update(&session, update).await {

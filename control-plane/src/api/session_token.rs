@@ -1,6 +1,6 @@
 //! Session-token access to a browser's own routes. Session responses carry `base_url`
 //! (`<public url>/browsers/<session id>`); today's SDKs send the calls they route "to the
-//! VM" (`curl`, `computer`, `fs`, `process`, `playwright`, `logs/stream`, and the raw
+//! VM" (`curl`, `computer`, `fs`, `process`, `playwright`, `logs/stream`, `telemetry/stream`, and the raw
 //! requests of `browsers.request`) there, with the token of `cdp_ws_url` as `?jwt=`
 //! instead of an API key. Such a token opens those routes of its own session only (and
 //! of a pool browser only while its lease lasts), nothing else. That widens nothing: a
@@ -16,13 +16,14 @@ use super::error::ApiError;
 use super::state::AppState;
 
 /// The routes under `/browsers/{id}/` a session token opens, as the SDKs route them.
-const SUBRESOURCES: [&str; 6] = [
+const SUBRESOURCES: [&str; 7] = [
     "curl",
     "computer",
     "fs",
     "process",
     "playwright",
     "logs/stream",
+    "telemetry/stream",
 ];
 
 /// The organization a valid session token speaks for; `Org` takes it instead of an API

@@ -99,6 +99,7 @@ impl PoolConfig {
                 chrome_policy: browser.chrome_policy.or(base.chrome_policy),
                 start_url: browser.start_url.or(base.start_url),
                 location: browser.location.or(base.location),
+                telemetry: browser.telemetry.or(base.telemetry),
             },
         }
     }

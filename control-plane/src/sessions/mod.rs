@@ -34,6 +34,7 @@ use crate::replays::Replays;
 use crate::replicas::{Replica, Signal};
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
 use crate::store::{PoolLease, SessionFilter, SessionRecord, SessionStatus, Store, StoreError};
+use crate::telemetry::{Category, Telemetry};
 
 /// When a session was last used through this replica and how many CDP connections it
 /// has open here; written to the store every second (`replication`), where the reaper
@@ -78,6 +79,7 @@ pub struct Sessions {
     replica: Arc<Replica>,
     /// Set once at start when the operator keeps standby browsers.
     standby: std::sync::OnceLock<standby::Standby>,
+    telemetry: Arc<Telemetry>,
 }
 
 /// What `Sessions` works with.
@@ -92,6 +94,7 @@ pub struct SessionsDeps {
     pub egress: Arc<EgressPolicy>,
     pub live_limits: LiveLimits,
     pub replica: Arc<Replica>,
+    pub telemetry: Arc<Telemetry>,
 }
 
 /// What one organization may have live outside its pools.
@@ -138,6 +141,7 @@ impl Sessions {
             settings_lock: tokio::sync::Mutex::default(),
             replica: deps.replica,
             standby: std::sync::OnceLock::new(),
+            telemetry: deps.telemetry,
         }
     }
 
@@ -657,6 +661,8 @@ impl Sessions {
                 .runtime
                 .exit_reason(&session.id)
                 .unwrap_or_else(|| "browser agent exited".to_owned());
+            this.telemetry
+                .record(&session, vm_end_event(&session, &reason));
             if let Err(error) = this.end(&session, &reason).await {
                 tracing::warn!(session_id = %session.id, %error, "could not end a session whose agent exited");
             }
@@ -683,17 +689,118 @@ impl Sessions {
         CdpConnectionGuard {
             sessions: self.clone(),
             id: id.to_owned(),
+            client: None,
         }
     }
+
+    /// `cdp_connection_opened` for a client of the session's user (a CDP or WebDriver
+    /// client, a live viewer): its coming and going are telemetry `connection` events.
+    pub fn client_connected(
+        self: &Arc<Self>,
+        session: &SessionRecord,
+        kind: ClientKind,
+    ) -> CdpConnectionGuard {
+        let mut guard = self.cdp_connection_opened(&session.id);
+        let connection_id = crate::ids::random_lowercase(16);
+        let (kind_name, data) = match kind {
+            ClientKind::Cdp => (
+                "cdp_connect",
+                serde_json::json!({ "connection_id": connection_id }),
+            ),
+            ClientKind::LiveView => (
+                "live_view_connect",
+                serde_json::json!({ "session_id": connection_id }),
+            ),
+        };
+        self.telemetry.record(
+            session,
+            crate::telemetry::Event::api(Category::Connection, kind_name, data),
+        );
+        guard.client = Some(ConnectedClient {
+            session: session.clone(),
+            kind,
+            connection_id,
+            since: Instant::now(),
+        });
+        guard
+    }
+}
+
+/// The `system` event of a VM that ended on its own: the kernel's out-of-memory kill, or
+/// its agent's crash.
+fn vm_end_event(session: &SessionRecord, reason: &str) -> crate::telemetry::Event {
+    use crate::telemetry::Event;
+    let pid = session
+        .agent
+        .as_ref()
+        .and_then(|agent| agent.pid)
+        .unwrap_or_default();
+    if reason.contains("more memory than its limit") {
+        let limit_kb = crate::sessions::spec::memory_bytes(
+            session.vm_settings.memory.as_deref().unwrap_or("1GiB"),
+        ) / 1024;
+        return Event::api(
+            Category::System,
+            "system_oom_kill",
+            serde_json::json!({
+                "pid": pid,
+                "process_name": "browser-vm",
+                "rss_kb": limit_kb,
+                "constraint": "memcg",
+            }),
+        );
+    }
+    Event::api(
+        Category::System,
+        "service_crashed",
+        serde_json::json!({ "service_name": "browser-agent", "phase": "running", "pid": pid }),
+    )
+}
+
+/// Who connected to a browser, for its telemetry.
+#[derive(Clone, Copy, Debug)]
+pub enum ClientKind {
+    Cdp,
+    LiveView,
+}
+
+struct ConnectedClient {
+    session: SessionRecord,
+    kind: ClientKind,
+    connection_id: String,
+    since: Instant,
 }
 
 pub struct CdpConnectionGuard {
     sessions: Arc<Sessions>,
     id: String,
+    client: Option<ConnectedClient>,
 }
 
 impl Drop for CdpConnectionGuard {
     fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            let duration_ms = client.since.elapsed().as_secs_f64() * 1000.0;
+            let (kind, data) = match client.kind {
+                ClientKind::Cdp => (
+                    "cdp_disconnect",
+                    serde_json::json!({
+                        "connection_id": client.connection_id,
+                        "duration_ms": duration_ms,
+                        "message_count": 0,
+                        "reason": "client_close",
+                    }),
+                ),
+                ClientKind::LiveView => (
+                    "live_view_disconnect",
+                    serde_json::json!({ "session_id": client.connection_id, "duration_ms": duration_ms }),
+                ),
+            };
+            self.sessions.telemetry.record(
+                &client.session,
+                crate::telemetry::Event::api(Category::Connection, kind, data),
+            );
+        }
         if let Ok(mut activity) = self.sessions.activity.lock()
             && let Some(entry) = activity.get_mut(&self.id)
         {

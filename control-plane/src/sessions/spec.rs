@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::telemetry::TelemetrySettings;
+use crate::telemetry::settings::{self as telemetry, TelemetryRequest};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -62,6 +64,9 @@ pub struct BrowserConfig {
     /// Timezone and locale the browser's pages see.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<LocationRequest>,
+    /// What the browser's telemetry captures and where it goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetryRequest>,
 }
 
 /// `network` of a browser or pool, as the SDK sends it.
@@ -227,6 +232,8 @@ pub struct BrowserSpec {
     pub location: Option<SessionLocation>,
     /// The invocation whose action created the browser (it ends with the invocation).
     pub invocation_id: Option<String>,
+    /// Telemetry capture and export; `None`: not enabled.
+    pub telemetry: Option<TelemetrySettings>,
 }
 
 impl BrowserSpec {
@@ -240,6 +247,7 @@ impl BrowserSpec {
             start_url: self.start_url.clone(),
             location: self.location.clone(),
             invocation_id: self.invocation_id.clone(),
+            telemetry: self.telemetry.clone(),
         }
     }
 }
@@ -255,6 +263,8 @@ pub struct LibraryExtension {
 
 /// What a configuration refers to by id or name, not yet looked up.
 struct References {
+    /// The OTLP destination (id or name) telemetry is exported to.
+    telemetry_destination: Option<String>,
     extensions: Vec<String>,
     proxy_id: Option<String>,
     /// Profile id or name, and save_changes.
@@ -368,10 +378,18 @@ fn validate(
         }
         None => None,
     };
+    let (telemetry, telemetry_destination) = match telemetry::on_create(config.telemetry.as_ref()) {
+        Ok(resolved) => (resolved.settings, resolved.export.flatten()),
+        Err(more) => {
+            problems.extend(more);
+            (None, None)
+        }
+    };
     if !problems.is_empty() {
         return Err(problems);
     }
     let spec = BrowserSpec {
+        telemetry,
         allowed_hosts,
         memory: (memory, memory_bytes),
         chrome_policy: config.chrome_policy.clone(),
@@ -394,6 +412,7 @@ fn validate(
         invocation_id: None,
     };
     let references = References {
+        telemetry_destination: telemetry_destination.and_then(|d| d.id.or(d.name)),
         extensions,
         proxy_id: config.proxy_id.clone(),
         profile,
@@ -460,6 +479,11 @@ impl Sessions {
         spec.extensions = self
             .resolve_extensions(org_id, &references.extensions)
             .await?;
+        if let (Some(key), Some(settings)) =
+            (&references.telemetry_destination, &mut spec.telemetry)
+        {
+            settings.destination = Some(self.telemetry_destination(org_id, key).await?);
+        }
         if let Some(proxy) = references.proxy_id {
             spec.proxy = Some(self.resolve_proxy(org_id, &proxy).await?);
         }
@@ -478,6 +502,20 @@ impl Sessions {
             ));
         }
         Ok(spec)
+    }
+
+    /// The id of the organization's OTLP destination, by id or name.
+    pub(super) async fn telemetry_destination(
+        &self,
+        org_id: &str,
+        key: &str,
+    ) -> ServiceResult<String> {
+        let destination = self.store.destination(org_id, key).await?.ok_or_else(|| {
+            ServiceError::NotFound(format!(
+                "telemetry.export.otlp.destination: no destination {key:?} in this organization"
+            ))
+        })?;
+        Ok(destination.id)
     }
 
     /// The id of the organization's (not deleted) proxy, by id or name, and where it

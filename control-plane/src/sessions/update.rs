@@ -13,6 +13,8 @@ use crate::replicas::Signal;
 use crate::store::{
     PoolLease, SessionLocation, SessionProfile, SessionRecord, SessionStatus, StoreError,
 };
+use crate::telemetry::TelemetrySettings;
+use crate::telemetry::settings::{self as telemetry, TelemetryRequest};
 
 /// How long opening a start URL may hold the answer. Navigation is best effort, as the
 /// SDK documents: a page that does not load in time does not fail the call.
@@ -37,6 +39,8 @@ pub struct SessionUpdate {
     pub profile: Option<(String, bool)>,
     /// Opened in the browser's first tab once the rest is applied.
     pub start_url: Option<String>,
+    /// Telemetry categories and export to change (checked against the current ones).
+    pub telemetry: Option<TelemetryRequest>,
 }
 
 /// A validated `location` of an update: per field, `None` leaves it as it is and
@@ -149,6 +153,11 @@ impl Sessions {
         if let Some(url) = &update.start_url {
             updated.vm_settings.start_url = Some(url.clone());
         }
+        if update.telemetry.is_some() {
+            updated.vm_settings.telemetry = self
+                .telemetry_update(session, update.telemetry.as_ref())
+                .await?;
+        }
         if let Some(proxy) = &proxy {
             updated.proxy_id = proxy.as_ref().map(|(id, _)| id.clone());
         }
@@ -177,6 +186,9 @@ impl Sessions {
             |s: &SessionRecord| (s.name.clone(), s.proxy_id.clone(), s.vm_settings.clone());
         if settings(&updated) != settings(session) {
             self.store_settings(&updated).await?;
+            if updated.vm_settings.telemetry != session.vm_settings.telemetry {
+                self.telemetry.settings_changed();
+            }
         }
         // Applied where the VM's egress is served: here, or by the replica that serves it.
         let egress_changed = Signal::EgressChanged {
@@ -314,6 +326,34 @@ impl Sessions {
 
     /// Runs `change` on the stored record of a live session (not a cached copy) and stores
     /// what it returns, serialized with every other update.
+    /// A session's telemetry settings after `request`, its destination looked up.
+    async fn telemetry_update(
+        &self,
+        session: &SessionRecord,
+        request: Option<&TelemetryRequest>,
+    ) -> ServiceResult<Option<TelemetrySettings>> {
+        let current = session.vm_settings.telemetry.as_ref();
+        let resolved = telemetry::on_update(current, request).map_err(ServiceError::Invalid)?;
+        let Some(mut settings) = resolved.settings else {
+            return Ok(None);
+        };
+        match resolved.export {
+            None => {}
+            Some(None) => settings.destination = None,
+            Some(Some(reference)) => {
+                let key = reference.id.or(reference.name).unwrap_or_default();
+                settings.destination =
+                    Some(self.telemetry_destination(&session.org_id, &key).await?);
+            }
+        }
+        if !settings.storage && settings.destination.is_none() {
+            return Err(ServiceError::invalid(
+                "telemetry.export.otlp: a browser that does not store its telemetry must keep exporting it",
+            ));
+        }
+        Ok(Some(settings))
+    }
+
     pub async fn change_settings(
         &self,
         session: &SessionRecord,

@@ -18,7 +18,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 13] = [
+const MIGRATIONS: [(&str, &str); 14] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -67,6 +67,10 @@ const MIGRATIONS: [(&str, &str); 13] = [
     (
         "V13__session_owners",
         include_str!("../../migrations/V13__session_owners.sql"),
+    ),
+    (
+        "V14__telemetry",
+        include_str!("../../migrations/V14__telemetry.sql"),
     ),
 ];
 

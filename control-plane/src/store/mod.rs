@@ -8,6 +8,7 @@ mod coordination;
 mod database;
 mod rows;
 mod sql;
+mod telemetry;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,6 +20,9 @@ use chrono::{DateTime, Utc};
 pub use apps::{AppVersionRecord, AppsStore, DeploymentRecord, InvocationRecord};
 pub use coordination::{CoordinationStore, ExclusiveLock};
 pub use sql::SqlStore;
+pub use telemetry::{
+    DestinationRecord, NewTelemetryEvent, TelemetryQuery, TelemetryRow, TelemetryStore,
+};
 
 use database::Database;
 
@@ -150,6 +154,9 @@ pub struct VmSettings {
     /// The invocation whose action created the browser.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invocation_id: Option<String>,
+    /// What the browser's telemetry captures and where it goes; `None`: never enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<crate::telemetry::TelemetrySettings>,
 }
 
 /// A session's timezone (IANA) and locale (BCP 47) overrides; absent ones are the
@@ -390,7 +397,7 @@ pub enum SessionFilter {
 }
 
 #[async_trait]
-pub trait Store: AppsStore + CoordinationStore + Send + Sync + 'static {
+pub trait Store: AppsStore + CoordinationStore + TelemetryStore + Send + Sync + 'static {
     /// Returns the organization with this name, creating it first if needed.
     async fn ensure_organization(&self, name: &str) -> StoreResult<Organization>;
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()>;

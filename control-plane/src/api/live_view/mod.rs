@@ -34,6 +34,7 @@ use super::extract::{PathParam, QueryParams};
 use super::state::AppState;
 use crate::managed_auth::Document;
 use crate::sessions::CdpConnectionGuard;
+use crate::sessions::ClientKind;
 use crate::store::SessionRecord;
 use crate::tokens::LiveViewClaims;
 
@@ -189,7 +190,9 @@ async fn open_socket(
         // come before the stream and would not have closed it (dropping it closes it).
         lease_is_current(state, &claims.org, &claims.sub, claims.lease.as_deref()).await?;
     }
-    let guard = state.sessions.cdp_connection_opened(&session.id);
+    let guard = state
+        .sessions
+        .client_connected(session, ClientKind::LiveView);
     Ok(upgrade
         .max_message_size(MAX_INPUT_BYTES)
         .on_upgrade(move |socket| pump(socket, to_agent, from_agent, read_only, guard)))

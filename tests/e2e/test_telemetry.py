@@ -1,0 +1,339 @@
+"""Browser telemetry with today's SDK: what a page did (console, network, page lifecycle)
+captured by the VM's CDP monitor, the API calls and connections the control plane saw,
+read back through `browsers.telemetry.events` (paged both ways) and the SSE stream
+(resumed with Last-Event-ID), exported to an OTLP/HTTP collector, and kept per
+organization. The collector here is a fake that decodes the official protobuf messages.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from kernel import Kernel, NotFoundError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from playwright.sync_api import sync_playwright
+
+from harness import first_tab
+from sdk import today_only
+
+pytestmark = today_only
+
+SECRET_TOKEN = "s3cr3t-token-never-shown"
+PAGE = f"""<!doctype html><html><head><title>telemetry</title></head><body>
+<a id="tab" href="/other" target="_blank">open a tab</a>
+<script>
+console.log("hello telemetry", 42);
+console.error("bad thing happened");
+setTimeout(() => {{ throw new Error("kaboom"); }}, 0);
+fetch("/missing", {{ headers: {{ "Authorization": "Bearer {SECRET_TOKEN}" }} }}).catch(() => {{}});
+</script></body></html>"""
+
+
+class Pages(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.startswith("/missing"):
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        body = (PAGE if self.path.startswith("/page") else "<title>other</title>other").encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def wait_for(condition, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.25)
+
+
+def all_events(client: Kernel, session_id: str, **params) -> list:
+    """Every event of the session, through the SDK's own paging."""
+    return [item.to_dict(mode="json") for item in
+            client.browsers.telemetry.events(session_id, since="1h", limit=7, **params)]
+
+
+def visit(cdp_ws_url: str, url: str, open_tab: bool = False):
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(cdp_ws_url)
+        page = first_tab(browser)
+        page.goto(url, wait_until="load")
+        page.wait_for_timeout(500)
+        if open_tab:
+            with page.context.expect_page() as opened:
+                page.click("#tab")
+            opened.value.wait_for_load_state()
+        browser.close()
+
+
+def test_page_console_network_and_tabs_are_captured_and_read_back(client, control_plane, site):
+    browser = client.browsers.create(telemetry={"browser": {
+        "console": {"enabled": True}, "network": {"enabled": True}, "page": {"enabled": True}}})
+    session_id = browser.session_id
+    try:
+        view = browser.telemetry.to_dict(mode="json")
+        assert view["browser"]["console"]["enabled"] and view["browser"]["control"]["enabled"]
+        assert not view["browser"]["interaction"]["enabled"]
+        visit(browser.cdp_ws_url, f"{site}/page", open_tab=True)
+
+        def captured():
+            events = all_events(client, session_id)
+            types = {e["event"]["type"] for e in events}
+            wanted = {"console_log", "console_error", "network_request", "network_response",
+                      "page_navigation", "page_load", "page_tab_opened", "cdp_connect", "cdp_disconnect"}
+            return events if wanted <= types else None
+
+        events = wait_for(captured, what="the page's events")
+        seqs = [e["seq"] for e in events]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "events out of order or with gaps"
+        by_type = lambda kind: [e["event"] for e in events if e["event"]["type"] == kind]  # noqa: E731
+        logs = by_type("console_log")
+        assert any(e["data"]["text"] == "hello telemetry 42" and e["category"] == "console" for e in logs)
+        errors = [e["data"]["text"] for e in by_type("console_error")]
+        assert "bad thing happened" in errors
+        assert any("kaboom" in text for text in errors), errors
+        missing = [e for e in by_type("network_response") if e["data"]["url"].endswith("/missing")]
+        assert missing and missing[0]["data"]["status"] == 404
+        sent = [e for e in by_type("network_request") if e["data"]["url"].endswith("/missing")]
+        assert sent[0]["data"]["headers"]["Authorization"] == "[REDACTED]"
+        assert any(e["data"]["url"].endswith("/other") for e in by_type("page_tab_opened"))
+        assert all(e["source"]["kind"] == "cdp" for e in logs)
+        assert {e["data"]["target_id"] for e in logs}, "console events name their target"
+
+        # Paged newest first, the same events in reverse.
+        newest_first = [item.to_dict(mode="json") for item in
+                        client.browsers.telemetry.events(session_id, order="desc", limit=6)]
+        assert [e["seq"] for e in newest_first] == list(reversed(seqs))
+        only_console = all_events(client, session_id, category=["console"])
+        assert {e["event"]["category"] for e in only_console} == {"console"}
+        assert len(only_console) == len(logs) + len(errors)
+
+        # The SDK's stream helper from the oldest retained, then a resume in the middle.
+        streamed = []
+        stream = client.browsers.telemetry.stream(session_id, replay="all")
+        for frame in stream:
+            streamed.append(frame.seq)
+            if frame.seq == seqs[-1]:
+                break
+        stream.close()
+        assert streamed == seqs
+        middle = seqs[len(seqs) // 2]
+        resumed = client.browsers.telemetry.stream(session_id, last_event_id=str(middle))
+        first = next(iter(resumed))
+        resumed.close()
+        assert first.seq == middle + 1
+
+        headers = {"Authorization": f"Bearer {control_plane.api_key}"}
+        har = httpx.get(f"{control_plane.base_url}/browsers/{session_id}/telemetry/har", headers=headers).json()
+        urls = [entry["request"]["url"] for entry in har["log"]["entries"]]
+        assert har["log"]["version"] == "1.2" and any(url.endswith("/missing") for url in urls)
+        raw_events = httpx.get(f"{control_plane.base_url}/browsers/{session_id}/telemetry/events",
+                               params={"since": "1h", "limit": 1000}, headers=headers).text
+        for text in (raw_events, json.dumps(har), json.dumps(events)):
+            assert SECRET_TOKEN not in text
+    finally:
+        client.browsers.delete_by_id(session_id)
+    # Still readable after the session ended.
+    assert len(all_events(client, session_id)) >= len(seqs)
+
+
+def test_capture_starts_only_when_asked_and_categories_change_live(client, site):
+    for telemetry in (None, {}, {"enabled": False}):
+        kwargs = {} if telemetry is None else {"telemetry": telemetry}
+        browser = client.browsers.create(**kwargs)
+        try:
+            assert browser.telemetry is None
+            client.browsers.computer.capture_screenshot(browser.session_id)
+            visit(browser.cdp_ws_url, f"{site}/page")
+            time.sleep(1)
+            assert all_events(client, browser.session_id) == [], telemetry
+        finally:
+            client.browsers.delete_by_id(browser.session_id)
+
+    browser = client.browsers.create(telemetry={"enabled": True})
+    session_id = browser.session_id
+    try:
+        view = browser.telemetry.to_dict(mode="json")["browser"]
+        assert {name for name, category in view.items() if category["enabled"]} == {
+            "control", "connection", "system", "captcha"}
+        client.browsers.computer.capture_screenshot(session_id)
+        calls = wait_for(lambda: [e for e in all_events(client, session_id)
+                                  if e["event"]["type"] == "api_call"], what="an api_call event")
+        assert calls[0]["event"]["data"]["operation_id"] == "browsers.computer.screenshot"
+        assert calls[0]["event"]["data"]["status"] == 200
+        visit(browser.cdp_ws_url, f"{site}/page")
+        wait_for(lambda: any(e["event"]["type"] == "cdp_disconnect" for e in all_events(client, session_id)),
+                 what="the CDP client's disconnect")
+        assert not [e for e in all_events(client, session_id) if e["event"]["category"] == "console"]
+
+        updated = client.browsers.update(session_id, telemetry={"browser": {"console": {"enabled": True}}})
+        assert updated.telemetry.browser.console.enabled and updated.telemetry.browser.control.enabled
+        assert client.browsers.retrieve(session_id).telemetry.browser.console.enabled
+
+        def console_after_visit():
+            visit(browser.cdp_ws_url, f"{site}/page")
+            return [e for e in all_events(client, session_id) if e["event"]["category"] == "console"]
+        console = wait_for(console_after_visit, what="console events once enabled")
+        assert any(e["event"]["data"].get("text") == "hello telemetry 42" for e in console)
+
+        client.browsers.update(session_id, telemetry={"browser": {"console": {"enabled": False}}})
+        time.sleep(1.5)
+        before = len([e for e in all_events(client, session_id) if e["event"]["category"] == "console"])
+        visit(browser.cdp_ws_url, f"{site}/page")
+        time.sleep(1.5)
+        after = len([e for e in all_events(client, session_id) if e["event"]["category"] == "console"])
+        assert after == before, "console events after the category was disabled"
+
+        stopped = client.browsers.update(session_id, telemetry={"enabled": False})
+        assert not stopped.telemetry.browser.control.enabled
+    finally:
+        client.browsers.delete_by_id(session_id)
+
+
+def test_bad_telemetry_settings_are_refused(client):
+    from kernel import BadRequestError
+    for telemetry in ({"enabled": False, "browser": {"console": {"enabled": True}}},
+                      {"enabled": True, "storage": {"enabled": False}},
+                      {"browser": {"bogus": {"enabled": True}}},
+                      {"enabled": True, "export": {"otlp": {"enabled": False, "destination": {"name": "x"}}}}):
+        with pytest.raises(BadRequestError):
+            client.browsers.create(telemetry=telemetry)
+    with pytest.raises(NotFoundError):
+        client.browsers.create(telemetry={"enabled": True, "export": {"otlp": {"destination": {"name": "nope"}}}})
+    with pytest.raises(BadRequestError):
+        client.browsers.telemetry.events("whatever", order="desc", since="5m")
+
+
+class Collector(http.server.BaseHTTPRequestHandler):
+    """A fake OTLP/HTTP collector: keeps each decoded request and its headers, answering
+    `status`."""
+    status = 200
+    received: list
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        request = ExportLogsServiceRequest()
+        request.ParseFromString(body)
+        type(self).received.append((self.path, dict(self.headers), request))
+        self.send_response(type(self).status)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def collector(status: int):
+    handler = type("Handler", (Collector,), {"status": status, "received": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, handler
+
+
+def test_events_are_exported_over_otlp_and_failures_are_reported(client, control_plane, site):
+    good, good_handler = collector(200)
+    bad, _ = collector(500)
+    created = []
+    try:
+        destination = client.telemetry.destinations.create(
+            name="fake-collector", endpoint=f"http://127.0.0.1:{good.server_address[1]}",
+            headers={"x-ingest-key": "ingest-secret-value"})
+        assert destination.headers == {"X-Ingest-Key": ""}
+        assert client.telemetry.destinations.retrieve("fake-collector").id == destination.id
+        failing = client.telemetry.destinations.create(
+            name="failing-collector", endpoint=f"http://127.0.0.1:{bad.server_address[1]}")
+        with pytest.raises(Exception):
+            client.telemetry.destinations.create(name="signal-path",
+                                                 endpoint="http://127.0.0.1:4318/v1/logs")
+
+        exported = client.browsers.create(telemetry={
+            "browser": {"console": {"enabled": True}},
+            "export": {"otlp": {"destination": {"name": "fake-collector"}}}})
+        created.append(exported.session_id)
+        assert exported.telemetry.export.otlp.destination == destination.id
+        visit(exported.cdp_ws_url, f"{site}/page")
+
+        def console_record():
+            for path, headers, request in good_handler.received:
+                for resource_logs in request.resource_logs:
+                    attributes = {a.key: a.value.string_value for a in resource_logs.resource.attributes}
+                    for scope in resource_logs.scope_logs:
+                        for record in scope.log_records:
+                            if record.event_name == "console_log":
+                                return path, headers, attributes, record
+            return None
+
+        path, headers, attributes, record = wait_for(console_record, what="an exported console_log")
+        assert path == "/v1/logs"
+        assert {k.lower(): v for k, v in headers.items()}["x-ingest-key"] == "ingest-secret-value"
+        assert attributes["session.id"] == exported.session_id
+        assert attributes["kernel.browser.id"] == exported.session_id
+        assert attributes["kernel.organization.id"]
+        assert json.loads(record.body.string_value)["data"]["text"] == "hello telemetry 42"
+        assert record.time_unix_nano > 0
+        wait_for(lambda: client.telemetry.destinations.retrieve(destination.id).last_export_at,
+                 what="the destination's last export")
+
+        failing_browser = client.browsers.create(telemetry={
+            "enabled": True, "export": {"otlp": {"destination": {"id": failing.id}}}})
+        created.append(failing_browser.session_id)
+        client.browsers.computer.capture_screenshot(failing_browser.session_id)
+        state = wait_for(lambda: (lambda d: d if d.consecutive_failures >= 1 else None)(
+            client.telemetry.destinations.retrieve(failing.id)), timeout=60, what="a recorded failure")
+        assert state.last_error == "server_error" and state.last_error_at
+        # The browser is unaffected: it answers at once.
+        started = time.monotonic()
+        client.browsers.computer.capture_screenshot(failing_browser.session_id)
+        assert time.monotonic() - started < 5
+
+        other = Kernel(api_key=control_plane.create_api_key("telemetry-org-b"),
+                       base_url=control_plane.base_url, max_retries=0)
+        for call in (lambda: other.telemetry.destinations.retrieve(destination.id),
+                     lambda: other.telemetry.destinations.update(destination.id, name="taken"),
+                     lambda: other.telemetry.destinations.delete(destination.id),
+                     lambda: list(other.browsers.telemetry.events(exported.session_id)),
+                     lambda: other.browsers.telemetry.stream(exported.session_id)):
+            with pytest.raises(NotFoundError):
+                call()
+        assert [d.id for d in other.telemetry.destinations.list()] == []
+        other_headers = {"Authorization": f"Bearer {other.api_key}"}
+        har = httpx.get(f"{control_plane.base_url}/browsers/{exported.session_id}/telemetry/har",
+                        headers=other_headers)
+        assert har.status_code == 404
+
+        rotated = client.telemetry.destinations.update(destination.id, headers={"x-ingest-key": None})
+        assert rotated.headers == {}
+    finally:
+        for session_id in created:
+            client.browsers.delete_by_id(session_id)
+        for name in ("fake-collector", "failing-collector"):
+            try:
+                client.telemetry.destinations.delete(name)
+            except NotFoundError:
+                pass
+        good.shutdown()
+        bad.shutdown()
