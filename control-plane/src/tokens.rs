@@ -8,6 +8,9 @@
 //!   session (and lease) lives.
 //! - `replay_view_url`: names one replay of one session and organization, and expires
 //!   (`REPLAY_VIEW_TTL`): anyone holding the URL can watch the video until then.
+//! - `inspector_url`: names one session of one organization, and expires like a
+//!   `replay_view_url`: anyone holding it can read the session's telemetry (and watch
+//!   its replays) in the inspector page until then.
 //! - an invocation's API key (`ik_<JWT>`, in the action's `KERNEL_API_KEY`): names one
 //!   invocation of one organization, and expires with the invocation's time limit; it is
 //!   honoured only while the invocation has not finished (checked on every request).
@@ -25,6 +28,7 @@ const HOSTED_LOGIN_AUDIENCE: &str = "hosted-login";
 const LIVE_VIEW_AUDIENCE: &str = "live-view";
 const FLOW_LIVE_VIEW_AUDIENCE: &str = "login-live-view";
 const INVOCATION_AUDIENCE: &str = "invocation";
+const INSPECTOR_AUDIENCE: &str = "inspector";
 /// What starts an invocation's API key, so that it is told from a JWT of another kind.
 const INVOCATION_KEY_PREFIX: &str = "ik_";
 /// How long a `replay_view_url` works after it was issued (every response that carries
@@ -70,6 +74,17 @@ pub struct ReplayViewClaims {
     pub exp: i64,
 }
 
+/// An `inspector_url`: one session's telemetry and replays, until it expires.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InspectorClaims {
+    /// Session id.
+    pub sub: String,
+    pub org: String,
+    pub aud: String,
+    pub iat: i64,
+    pub exp: i64,
+}
+
 /// A login flow's `hosted_url`: names one auth connection of one organization and
 /// expires with the flow.
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,6 +117,7 @@ pub struct Tokens {
     live_view: Validation,
     flow_live_view: Validation,
     invocation: Validation,
+    inspector: Validation,
     /// What a request forwarded by another replica carries to show it was: derived from
     /// the key all replicas share, unknown to clients.
     forwarding_proof: String,
@@ -134,6 +150,8 @@ impl Tokens {
         flow_live_view.set_audience(&[FLOW_LIVE_VIEW_AUDIENCE]);
         let mut invocation = replay_view.clone();
         invocation.set_audience(&[INVOCATION_AUDIENCE]);
+        let mut inspector = replay_view.clone();
+        inspector.set_audience(&[INSPECTOR_AUDIENCE]);
         let forwarding_proof = {
             use sha2::Digest;
             let mut digest = sha2::Sha256::new();
@@ -151,6 +169,7 @@ impl Tokens {
             live_view,
             flow_live_view,
             invocation,
+            inspector,
         }
     }
 
@@ -301,6 +320,23 @@ impl Tokens {
     pub fn verify_invocation_key(&self, key: &str) -> Option<InvocationClaims> {
         let token = key.strip_prefix(INVOCATION_KEY_PREFIX)?;
         jsonwebtoken::decode::<InvocationClaims>(token, &self.decoding, &self.invocation)
+            .ok()
+            .map(|data| data.claims)
+    }
+
+    pub fn issue_inspector(&self, session_id: &str, org_id: &str, expires_at: DateTime<Utc>) -> String {
+        self.sign(&InspectorClaims {
+            sub: session_id.to_owned(),
+            org: org_id.to_owned(),
+            aud: INSPECTOR_AUDIENCE.to_owned(),
+            iat: Utc::now().timestamp(),
+            exp: expires_at.timestamp(),
+        })
+    }
+
+    /// The claims of a genuine, unexpired inspector token, or `None`.
+    pub fn verify_inspector(&self, token: &str) -> Option<InspectorClaims> {
+        jsonwebtoken::decode::<InspectorClaims>(token, &self.decoding, &self.inspector)
             .ok()
             .map(|data| data.claims)
     }

@@ -19,7 +19,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from playwright.sync_api import sync_playwright
 
 from harness import first_tab
-from sdk import today_only
+from PIL import Image
+from sdk import field, today_only
+from test_replays import ARTIFACTS, wait_finished
 
 pytestmark = today_only
 
@@ -337,3 +339,84 @@ def test_events_are_exported_over_otlp_and_failures_are_reported(client, control
                 pass
         good.shutdown()
         bad.shutdown()
+
+
+def test_inspector_shows_the_events_and_seeks_the_replay(client, site):
+    browser = client.browsers.create(telemetry={"browser": {
+        "console": {"enabled": True}, "network": {"enabled": True}, "page": {"enabled": True}}})
+    session_id = browser.session_id
+    try:
+        replay = client.browsers.replays.start(session_id)
+        time.sleep(1)
+        visit(browser.cdp_ws_url, f"{site}/page")
+        time.sleep(1)
+        client.browsers.replays.stop(replay.replay_id, id_or_name=session_id)
+        replay = wait_finished(client, session_id, replay.replay_id, timeout=60)
+        inspector_url = field(client.browsers.retrieve(session_id), "inspector_url")
+        assert field(client.browsers.replays.list(session_id)[0], "inspector_url").split("&jwt=")[0] == \
+            inspector_url.split("&jwt=")[0]
+        started = replay.started_at.timestamp()
+        with sync_playwright() as playwright:
+            viewer = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+            page = viewer.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(inspector_url)
+            page.wait_for_selector('#timeline tr[data-type="console_log"]')
+            page.click('nav button[data-tab="console"]')
+            assert "hello telemetry 42" in page.inner_text("#console")
+            assert "kaboom" in page.inner_text("#console")
+            page.click('nav button[data-tab="network"]')
+            network = page.inner_text("#network")
+            assert "/missing" in network and "404" in network
+            page.click('nav button[data-tab="timeline"]')
+
+            page.select_option("#type", "console_error")
+            types = page.eval_on_selector_all("#timeline tbody tr", "rows => rows.map(r => r.dataset.type)")
+            assert types and set(types) == {"console_error"}
+            page.select_option("#type", "")
+            page.fill("#search", "kaboom")
+            texts = page.eval_on_selector_all("#timeline tbody tr", "rows => rows.map(r => r.innerText)")
+            assert texts and all("kaboom" in text for text in texts)
+            page.fill("#search", "")
+
+            # Clicking an event seeks the video to its moment.
+            page.wait_for_function("document.getElementById('video').readyState >= 1")
+            row = page.locator('#timeline tr[data-type="console_log"]').first
+            offset = int(row.get_attribute("data-ts")) / 1e6 - started
+            assert 0 < offset < page.evaluate("document.getElementById('video').duration")
+            row.click()
+            current = page.evaluate("document.getElementById('video').currentTime")
+            assert abs(current - offset) < 0.05, (current, offset)
+            # The video's moment marks the events that happened then.
+            seq = row.get_attribute("data-seq")
+            page.wait_for_selector(f'#timeline tr.now[data-seq="{seq}"]')
+            page.evaluate("document.getElementById('video').currentTime = 0")
+            page.wait_for_selector(f'#timeline tr.now[data-seq="{seq}"]', state="detached")
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=ARTIFACTS / "inspector.png")
+            viewer.close()
+        shot = Image.open(ARTIFACTS / "inspector.png").convert("RGB")
+        assert len(shot.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 20, "the inspector looks blank"
+    finally:
+        client.browsers.delete_by_id(session_id)
+
+
+def test_an_inspector_link_opens_one_session_only(client, control_plane):
+    browser = client.browsers.create(telemetry={"enabled": True})
+    try:
+        url = field(browser, "inspector_url")
+        assert httpx.get(url).status_code == 200
+        base, token = url.split("&jwt=")
+        assert httpx.get(f"{base}&jwt={token[:-2]}xx").status_code == 401
+        other = client.browsers.create()
+        try:
+            forged = url.replace(browser.session_id, other.session_id)
+            assert httpx.get(forged).status_code == 401
+            events = httpx.get(forged.replace("/inspector?", "/inspector/events?"))
+            assert events.status_code == 401
+        finally:
+            client.browsers.delete_by_id(other.session_id)
+        page = httpx.get(url)
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert page.headers["referrer-policy"] == "no-referrer"
+    finally:
+        client.browsers.delete_by_id(browser.session_id)

@@ -151,6 +151,19 @@ struct Monitor<'a> {
 /// Blank tabs remembered at most while they wait for an address.
 const MAX_OPENING_TABS: usize = 256;
 
+/// Chromium's own interface in a headful browser (the omnibox popup, the tab strip's
+/// WebUI): pages, but not the user's.
+fn is_browser_ui(info: &Value) -> bool {
+    let url = info["url"].as_str().unwrap_or_default();
+    url.starts_with("chrome-untrusted://")
+        || (url.starts_with("chrome://")
+            && url
+                .trim_start_matches("chrome://")
+                .split('/')
+                .next()
+                .is_some_and(|host| host.ends_with(".top-chrome")))
+}
+
 /// Whether a target already has an address worth reporting.
 fn has_address(info: &Value) -> bool {
     !matches!(info["url"].as_str(), None | Some("" | "about:blank"))
@@ -270,6 +283,7 @@ impl Monitor<'_> {
         params: &Value,
     ) -> Result<(), String> {
         match method {
+            "Target.attachedToTarget" if is_browser_ui(&params["targetInfo"]) => {}
             "Target.attachedToTarget" => {
                 let info = &params["targetInfo"];
                 let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
@@ -302,6 +316,7 @@ impl Monitor<'_> {
                     self.report_tab(capture, info);
                 }
             }
+            "Target.targetCreated" if is_browser_ui(&params["targetInfo"]) => {}
             "Target.targetCreated" if params["targetInfo"]["type"] == "page" => {
                 let info = &params["targetInfo"];
                 if has_address(info) {

@@ -35,6 +35,10 @@ pub struct BrowserSession {
     /// The same view, watch only: the viewer's input is ignored. Headful sessions only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub browser_live_view_read_only_url: Option<String>,
+    /// The session inspector: its telemetry (timeline, console, network) beside its
+    /// replays, without an API key, for 24 hours from this response. Live and ended
+    /// sessions alike.
+    pub inspector_url: String,
     pub created_at: DateTime<Utc>,
     pub headless: bool,
     pub stealth: bool,
@@ -180,6 +184,7 @@ fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> B
         ),
         browser_live_view_read_only_url: live_view.as_ref().map(|(_, read_only)| read_only.clone()),
         browser_live_view_url: live_view.map(|(interactive, _)| interactive),
+        inspector_url: super::inspector::url(state, session),
         created_at: session.created_at,
         headless: session.headless,
         stealth: session.stealth,

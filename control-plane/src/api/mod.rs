@@ -24,6 +24,7 @@ pub mod fs;
 pub mod fs_upload;
 pub mod fs_watch;
 pub mod health;
+pub mod inspector;
 pub mod invocations;
 pub mod keep_alive;
 pub mod live_view;
@@ -152,6 +153,11 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(telemetry::events))
         .routes(routes!(telemetry::stream))
         .routes(routes!(telemetry::har))
+        .routes(routes!(inspector::page))
+        .routes(routes!(inspector::script))
+        .routes(routes!(inspector::style))
+        .routes(routes!(inspector::events))
+        .routes(routes!(inspector::replays))
         .routes(routes!(
             telemetry_destinations::create,
             telemetry_destinations::list

@@ -40,9 +40,12 @@ pub struct Replay {
     /// A page that plays the video without an API key, valid for 24 hours from this
     /// response.
     pub replay_view_url: String,
+    /// The session's inspector (its telemetry beside this video), valid as long.
+    pub inspector_url: String,
 }
 
 fn replay_of(state: &AppState, record: &ReplayRecord) -> Replay {
+    let inspector_url = super::inspector::url_of(state, &record.session_id, &record.org_id);
     let jwt = state.tokens.issue_replay_view(
         &record.id,
         &record.session_id,
@@ -57,6 +60,7 @@ fn replay_of(state: &AppState, record: &ReplayRecord) -> Replay {
             "{}/replays/view?replay_id={}&jwt={jwt}",
             state.settings.public_url, record.id
         ),
+        inspector_url,
     }
 }
 
