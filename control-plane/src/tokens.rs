@@ -324,7 +324,12 @@ impl Tokens {
             .map(|data| data.claims)
     }
 
-    pub fn issue_inspector(&self, session_id: &str, org_id: &str, expires_at: DateTime<Utc>) -> String {
+    pub fn issue_inspector(
+        &self,
+        session_id: &str,
+        org_id: &str,
+        expires_at: DateTime<Utc>,
+    ) -> String {
         self.sign(&InspectorClaims {
             sub: session_id.to_owned(),
             org: org_id.to_owned(),

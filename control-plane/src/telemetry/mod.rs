@@ -127,7 +127,9 @@ impl Telemetry {
                 events: Vec::new(),
                 skipped: 0,
             });
-        entry.settings = settings.clone();
+        if entry.settings != *settings {
+            entry.settings = settings.clone();
+        }
         entry.skipped += skipped;
         if entry.events.len() >= MAX_PENDING {
             entry.skipped += 1;

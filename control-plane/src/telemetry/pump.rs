@@ -213,7 +213,7 @@ async fn pump(
                     );
                     match event {
                         Some(event) => {
-                            let settings = settings.borrow().clone();
+                            let settings = settings.borrow();
                             telemetry.record_for(&session_id, &org_id, &settings, event, skipped);
                         }
                         None => tracing::debug!(%session_id, kind = %record.r#type, "a VM's telemetry record was refused"),

@@ -57,7 +57,10 @@ pub struct InspectorQuery {
 }
 
 /// The session the token grants, or `None` for a wrong, expired or tampered token.
-async fn inspected(state: &AppState, query: &InspectorQuery) -> Result<Option<SessionRecord>, ApiError> {
+async fn inspected(
+    state: &AppState,
+    query: &InspectorQuery,
+) -> Result<Option<SessionRecord>, ApiError> {
     let (Some(session_id), Some(jwt)) = (&query.session_id, &query.jwt) else {
         return Ok(None);
     };
@@ -85,7 +88,10 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 /// The inspector page (401 for a wrong or expired link).
 #[utoipa::path(get, path = "/inspector", tag = "telemetry", params(InspectorQuery),
     responses((status = 200, content_type = "text/html", body = String), (status = 401, body = ErrorBody)))]
-pub async fn page(State(state): State<AppState>, QueryParams(query): QueryParams<InspectorQuery>) -> Result<Response, ApiError> {
+pub async fn page(
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<InspectorQuery>,
+) -> Result<Response, ApiError> {
     if inspected(&state, &query).await?.is_none() {
         return Err(denied());
     }
@@ -116,7 +122,10 @@ pub async fn style() -> Response {
 /// The session's events after `after`, oldest first, and whether the session ended.
 #[utoipa::path(get, path = "/inspector/events", tag = "telemetry", params(InspectorQuery),
     responses((status = 200, description = "`{session, ended, events: [{seq, event}]}`"), (status = 401, body = ErrorBody)))]
-pub async fn events(State(state): State<AppState>, QueryParams(query): QueryParams<InspectorQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn events(
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<InspectorQuery>,
+) -> Result<Json<Value>, ApiError> {
     let session = inspected(&state, &query).await?.ok_or_else(denied)?;
     let mut read = TelemetryQuery::all(&session.id, MAX_EVENTS);
     read.from_seq = query.after.unwrap_or(0).saturating_add(1);
@@ -140,7 +149,10 @@ pub async fn events(State(state): State<AppState>, QueryParams(query): QueryPara
 /// The session's replays, each with a video URL the page may play.
 #[utoipa::path(get, path = "/inspector/replays", tag = "telemetry", params(InspectorQuery),
     responses((status = 200, description = "`[{replay_id, started_at, finished_at, video_url}]`"), (status = 401, body = ErrorBody)))]
-pub async fn replays(State(state): State<AppState>, QueryParams(query): QueryParams<InspectorQuery>) -> Result<Response, ApiError> {
+pub async fn replays(
+    State(state): State<AppState>,
+    QueryParams(query): QueryParams<InspectorQuery>,
+) -> Result<Response, ApiError> {
     let session = inspected(&state, &query).await?.ok_or_else(denied)?;
     let expires_at = Utc::now() + REPLAY_VIEW_TTL;
     let replays: Vec<Value> = state
@@ -149,9 +161,12 @@ pub async fn replays(State(state): State<AppState>, QueryParams(query): QueryPar
         .await?
         .iter()
         .map(|replay| {
-            let jwt = state
-                .tokens
-                .issue_replay_view(&replay.id, &session.id, &session.org_id, expires_at);
+            let jwt = state.tokens.issue_replay_view(
+                &replay.id,
+                &session.id,
+                &session.org_id,
+                expires_at,
+            );
             json!({
                 "replay_id": replay.id,
                 "started_at": replay.started_at,
