@@ -210,8 +210,44 @@ def test_capture_starts_only_when_asked_and_categories_change_live(client, site)
         after = len([e for e in all_events(client, session_id) if e["event"]["category"] == "console"])
         assert after == before, "console events after the category was disabled"
 
+        # Interaction events come from the computer API, typed text only as its length.
+        client.browsers.update(session_id, telemetry={"browser": {"interaction": {"enabled": True}}})
+        client.browsers.computer.click_mouse(session_id, x=100, y=120)
+        client.browsers.computer.type_text(session_id, text="hunter2-password")
+        client.browsers.computer.press_key(session_id, keys=["Return"])
+        interactions = wait_for(lambda: (lambda found: found if len(found) >= 3 else None)(
+            [e["event"] for e in all_events(client, session_id) if e["event"]["category"] == "interaction"]),
+            what="interaction events")
+        assert {"x": 100, "y": 120}.items() <= interactions[0]["data"].items()
+        assert interactions[1]["data"] == {"text_length": 16}
+        assert interactions[2]["data"]["key"] == "Return"
+        assert "hunter2" not in json.dumps(all_events(client, session_id))
+
         stopped = client.browsers.update(session_id, telemetry={"enabled": False})
         assert not stopped.telemetry.browser.control.enabled
+    finally:
+        client.browsers.delete_by_id(session_id)
+
+
+def test_the_monitor_follows_chromium_across_a_restart(client, site):
+    browser = client.browsers.create(telemetry={"browser": {"console": {"enabled": True}}})
+    session_id = browser.session_id
+    try:
+        visit(browser.cdp_ws_url, f"{site}/page")
+        wait_for(lambda: any(e["event"]["type"] == "console_log" for e in all_events(client, session_id)),
+                 what="console events before the restart")
+        # A new timezone restarts Chromium cleanly.
+        client.browsers.update(session_id, location={"timezone": "Asia/Tokyo"})
+        types = lambda: [e["event"]["type"] for e in all_events(client, session_id)]  # noqa: E731
+        wait_for(lambda: "monitor_reconnected" in types(), what="the monitor's reconnection")
+        seen = types()
+        assert seen.index("monitor_disconnected") < seen.index("monitor_reconnected")
+        before = seen.count("console_log")
+        visit(browser.cdp_ws_url, f"{site}/page")
+        wait_for(lambda: types().count("console_log") > before, what="console events after the restart")
+        disconnected = next(e["event"] for e in all_events(client, session_id)
+                            if e["event"]["type"] == "monitor_disconnected")
+        assert disconnected["category"] == "monitor" and disconnected["data"]["reason"] == "chrome_restarted"
     finally:
         client.browsers.delete_by_id(session_id)
 

@@ -10,6 +10,8 @@ use std::sync::Arc;
 mod apps;
 #[path = "store_contract/coordination.rs"]
 mod coordination;
+#[path = "store_contract/telemetry.rs"]
+mod telemetry;
 
 use chrono::{Duration, Utc};
 use control_plane::store::{
@@ -206,6 +208,12 @@ async fn contract(store: Arc<dyn Store>) {
             locale: None,
         }),
         invocation_id: Some("inv_1".into()),
+        telemetry: Some(control_plane::telemetry::TelemetrySettings {
+            categories: [control_plane::telemetry::Category::Console].into(),
+            excluded_cdp_methods: Vec::new(),
+            destination: Some("otlpdst_x".into()),
+            storage: true,
+        }),
     };
     assert!(
         store
@@ -409,6 +417,7 @@ async fn contract(store: Arc<dyn Store>) {
     apps::apps_contract(store.as_ref(), &a.id, &b.id).await;
     coordination::lease_contract(store.as_ref()).await;
     coordination::session_sharing_contract(store.as_ref(), &a.id).await;
+    telemetry::telemetry_contract(store.clone(), &a.id, &b.id).await;
 }
 
 async fn secret_contract(store: &dyn Store, a: &str, b: &str) {

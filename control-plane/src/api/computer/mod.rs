@@ -13,6 +13,7 @@ use browser_agent_proto::v1::{
     PressKeysRequest, Region, ScreenshotRequest, ScrollRequest, TypeTextRequest,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, ErrorDetail};
@@ -146,10 +147,25 @@ pub async fn click_mouse(
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
+    let (x, y) = (body.x, body.y);
     let request = click_request(&session, body, &mut problems);
     problems.finish()?;
     agent.click_mouse(request).await?;
+    interaction(
+        &org,
+        &session,
+        "interaction_click",
+        json!({ "x": x, "y": y }),
+    );
     Ok(StatusCode::OK)
+}
+
+/// An `interaction` telemetry event of an action done through this API.
+fn interaction(org: &Org, session: &SessionRecord, kind: &str, data: serde_json::Value) {
+    org.telemetry.record(
+        session,
+        crate::telemetry::Event::api(crate::telemetry::Category::Interaction, kind, data),
+    );
 }
 
 /// A click, checked against the session's screen.
@@ -416,11 +432,19 @@ pub async fn type_text(
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<TypeBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (_, agent) = screen_of(&org, &id).await?;
+    let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     let (request, expected) = type_request(body, &mut problems);
     problems.finish()?;
+    // What was typed may be a password: only how much.
+    let text_length = request.text.chars().count();
     agent.type_text(request, expected).await?;
+    interaction(
+        &org,
+        &session,
+        "interaction_key",
+        json!({ "text_length": text_length }),
+    );
     Ok(StatusCode::OK)
 }
 
@@ -468,11 +492,15 @@ pub async fn press_key(
     PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<PressKeyBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (_, agent) = screen_of(&org, &id).await?;
+    let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     let (request, expected) = press_request(body, &mut problems);
     problems.finish()?;
+    let keys = request.keys.clone();
     agent.press_keys(request, expected).await?;
+    for key in keys {
+        interaction(&org, &session, "interaction_key", json!({ "key": key }));
+    }
     Ok(StatusCode::OK)
 }
 
