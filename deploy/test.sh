@@ -57,5 +57,5 @@ if [[ $# -eq 0 ]]; then
   E2E_REPLICAS=2 ../../.venv-sdk131/bin/python -m pytest -q test_replicas.py \
     test_browsers.py test_computer.py test_pools.py test_filesystem.py test_playwright.py \
     test_replays.py test_live_view.py test_managed_auth.py test_apps.py test_names_and_tags.py \
-    test_paging.py test_webdriver.py test_viewport.py test_profiles.py
+    test_paging.py test_webdriver.py test_viewport.py test_profiles.py test_telemetry.py
 fi

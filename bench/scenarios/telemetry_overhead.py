@@ -124,18 +124,21 @@ def run(work_dir: Path, report) -> None:
             per_thousand = (cpu["on"] - cpu["off"]) / max(events, 1) * 1000
             print(f"telemetry_overhead: {events} events over {LOADS} loads; agent CPU "
                   f"{cpu['on'] * 1000:.0f} ms capturing vs {cpu['off'] * 1000:.0f} ms not: "
-                  f"{per_thousand * 1000:.1f} ms of agent CPU per 1,000 events")
+                  f"{per_thousand * 1000:.1f} ms more per 1,000 events (mixed page events)")
 
             sustained = 0
             for rate in RATES:
                 after = _last_seq(api, on["session_id"])
+                cpu_before = _agent_cpu(server, on["session_id"])
                 pages["on"].goto(f"{base}/burst?rate={rate}&seconds={RATE_SECONDS}")
                 pages["on"].wait_for_function("document.title === 'done'", timeout=RATE_SECONDS * 10_000)
                 time.sleep(2)
+                agent_ms = (_agent_cpu(server, on["session_id"]) - cpu_before) * 1000
                 seqs = _console_seqs(api, on["session_id"], after)
                 gaps = sum(b - a - 1 for a, b in zip(seqs, seqs[1:]))
                 print(f"telemetry_overhead: {rate} console events/s for {RATE_SECONDS} s: "
-                      f"{len(seqs)} events stored, {gaps} dropped")
+                      f"{len(seqs)} events stored, {gaps} dropped; agent CPU "
+                      f"{agent_ms / max(len(seqs), 1) * 1000:.0f} ms per 1,000 events")
                 if gaps:
                     break
                 sustained = rate

@@ -33,6 +33,9 @@ pub enum Incoming {
 
 pub struct CdpClient {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    /// Events whose method this refuses are dropped unread (their params never parsed):
+    /// a monitor that enabled a domain for a few of its events skips the rest cheaply.
+    wanted: Option<fn(&str) -> bool>,
     next_id: u64,
     /// Events read while waiting for an answer, and answers read while waiting for an
     /// event, in arrival order.
@@ -50,9 +53,15 @@ impl CdpClient {
                 .map_err(|error| format!("connecting to DevTools failed: {error}"))?;
         Ok(Self {
             socket,
+            wanted: None,
             next_id: 1,
             queued: VecDeque::new(),
         })
+    }
+
+    /// Only events whose method `wanted` accepts are read from now on.
+    pub fn only_events(&mut self, wanted: fn(&str) -> bool) {
+        self.wanted = Some(wanted);
     }
 
     /// Sends a command (to a target's `session`, or the browser's with an empty one)
@@ -127,20 +136,50 @@ impl CdpClient {
                 Message::Close(_) => return Err("DevTools closed the connection".into()),
                 _ => continue,
             };
-            let mut value: Value = serde_json::from_str(text.as_str())
+            let envelope: Envelope<'_> = serde_json::from_str(text.as_str())
                 .map_err(|error| format!("DevTools sent nonsense: {error}"))?;
-            if let Some(id) = value["id"].as_u64() {
-                let result = match value.get("error") {
+            if let Some(id) = envelope.id {
+                let result = match envelope.error {
                     Some(error) => Err(error["message"].as_str().unwrap_or("failed").to_owned()),
-                    None => Ok(value["result"].take()),
+                    None => Ok(parse(envelope.result)?),
                 };
                 return Ok(Incoming::Answer { id, result });
             }
+            let method = envelope.method.unwrap_or_default();
+            if self.wanted.is_some_and(|wanted| !wanted(&method)) {
+                continue;
+            }
             return Ok(Incoming::Event(Event {
-                session: value["sessionId"].as_str().unwrap_or_default().to_owned(),
-                method: value["method"].as_str().unwrap_or_default().to_owned(),
-                params: value["params"].take(),
+                session: envelope
+                    .session_id
+                    .map(|s| s.into_owned())
+                    .unwrap_or_default(),
+                method: method.into_owned(),
+                params: parse(envelope.params)?,
             }));
         }
+    }
+}
+
+/// A DevTools message, its payload left unparsed until it is wanted.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    id: Option<u64>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, rename = "sessionId")]
+    session_id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    params: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a serde_json::value::RawValue>,
+    error: Option<Value>,
+}
+
+fn parse(raw: Option<&serde_json::value::RawValue>) -> Result<Value, String> {
+    match raw {
+        None => Ok(Value::Null),
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|error| format!("DevTools sent nonsense: {error}")),
     }
 }

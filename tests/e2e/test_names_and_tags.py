@@ -185,13 +185,14 @@ def test_bad_labels_and_unsupported_fields_are_named(client, control_plane):
     refused(lambda: create(location={"timezone": "../../etc/passwd"}), "not an IANA timezone")
     refused(lambda: create(location={"timezone": "Mars/Olympus_Mons", "locale": "klingon-tongue"}),
             "not an IANA timezone", "not a BCP 47 locale")
-    refused(lambda: create(telemetry={"enabled": True}), "telemetry is not supported by this server")
+    refused(lambda: create(telemetry={"enabled": False, "browser": {"console": {"enabled": True}}}),
+            "enabled=false cannot be combined with browser category settings")
     refused(lambda: create(region="eu-west"), "serves \"us-east\" only")
     refused(lambda: create(proxy={"mode": "sideways"}), "proxy.mode must be direct or default")
     created = client.browsers.create(headless=True, **fields(name="bad-input"))
     try:
-        refused(lambda: update_browser(client, "bad-input", telemetry={"enabled": True}),
-                "telemetry is not supported by this server")
+        refused(lambda: update_browser(client, "bad-input", telemetry={"storage": {"enabled": False}}),
+                "telemetry.storage cannot be changed after the browser is created")
         refused(lambda: update_browser(client, "bad-input", name="a\nb"), "control characters")
         refused(lambda: update_browser(client, "bad-input", start_url="javascript:alert(1)"), "start_url")
         other = client.browsers.create(headless=True, **fields(name="bad-input-2"))
@@ -209,7 +210,7 @@ def test_bad_labels_and_unsupported_fields_are_named(client, control_plane):
 
 
 def test_a_pool_start_url_is_open_in_every_lease(client, test_page_url):
-    for refused, needle in [({"region": "eu-west"}, "serves"), ({"telemetry": {"enabled": True}}, "telemetry"),
+    for refused, needle in [({"region": "eu-west"}, "serves"), ({"telemetry": {"bogus": True}}, "telemetry"),
                             ({"refresh_on_profile_update": True}, "refresh_on_profile_update"),
                             ({"start_url": "ftp://example.com/"}, "start_url")]:
         with pytest.raises(kernel.BadRequestError) as error:

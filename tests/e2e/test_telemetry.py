@@ -7,7 +7,9 @@ organization. The collector here is a fake that decodes the official protobuf me
 
 from __future__ import annotations
 
+import base64
 import http.server
+import io
 import json
 import threading
 import time
@@ -248,6 +250,25 @@ def test_the_monitor_follows_chromium_across_a_restart(client, site):
         disconnected = next(e["event"] for e in all_events(client, session_id)
                             if e["event"]["type"] == "monitor_disconnected")
         assert disconnected["category"] == "monitor" and disconnected["data"]["reason"] == "chrome_restarted"
+    finally:
+        client.browsers.delete_by_id(session_id)
+
+
+def test_screenshots_come_at_a_bounded_rate(client, site):
+    browser = client.browsers.create(headless=True, telemetry={"browser": {"screenshot": {"enabled": True}}})
+    session_id = browser.session_id
+    try:
+        visit(browser.cdp_ws_url, f"{site}/page")
+        shots = wait_for(lambda: [e["event"] for e in all_events(client, session_id)
+                                  if e["event"]["type"] == "monitor_screenshot"], timeout=40,
+                         what="a screenshot event")
+        assert shots[0]["category"] == "screenshot"
+        image = Image.open(io.BytesIO(base64.b64decode(shots[0]["data"]["png"])))
+        assert image.format == "PNG" and image.width > 100 and image.height > 100
+        time.sleep(12)
+        stamps = [e["event"]["ts"] for e in all_events(client, session_id)
+                  if e["event"]["type"] == "monitor_screenshot"]
+        assert all(b - a >= 9_000_000 for a, b in zip(stamps, stamps[1:])), "more than one per 10 s"
     finally:
         client.browsers.delete_by_id(session_id)
 

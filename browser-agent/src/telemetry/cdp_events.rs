@@ -77,6 +77,30 @@ fn context(
     data
 }
 
+/// The CDP events the monitor reads; the others of the domains it enables (data
+/// received, extra info, execution contexts, …) are dropped unparsed.
+pub fn is_wanted(method: &str) -> bool {
+    matches!(
+        method,
+        "Runtime.consoleAPICalled"
+            | "Runtime.exceptionThrown"
+            | "Network.requestWillBeSent"
+            | "Network.responseReceived"
+            | "Network.loadingFinished"
+            | "Network.loadingFailed"
+            | "Page.frameNavigated"
+            | "Page.domContentEventFired"
+            | "Page.loadEventFired"
+            | "PerformanceTimeline.timelineEventAdded"
+            | "Target.attachedToTarget"
+            | "Target.detachedFromTarget"
+            | "Target.targetInfoChanged"
+            | "Target.targetCreated"
+            | "Target.targetDestroyed"
+            | "Target.targetCrashed"
+    )
+}
+
 /// Turns one CDP event of an attached target into telemetry, if its category is on.
 /// Updates `target` (navigations) and `requests` as it goes.
 pub fn from_target_event(
@@ -383,6 +407,7 @@ mod tests {
             network: true,
             page: true,
             interaction: false,
+            screenshot: false,
         }
     }
 

@@ -22,8 +22,13 @@ use crate::chromium::BrowserState;
 /// Pause before trying DevTools again after a failed connection.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// How often the visible tab is captured when `screenshot` is on.
+const SCREENSHOT_EVERY: Duration = Duration::from_secs(10);
+/// A screenshot larger than this (base64) is reported without its image.
+const MAX_SCREENSHOT_BASE64: usize = 1024 * 1024;
+
 fn any_cdp_category(capture: &TelemetryCapture) -> bool {
-    capture.console || capture.network || capture.page || capture.interaction
+    capture.console || capture.network || capture.page || capture.interaction || capture.screenshot
 }
 
 /// The DevTools domains `capture` needs in each attached page.
@@ -101,6 +106,8 @@ pub async fn run(
                 json!({ "reconnect_duration_ms": lost.elapsed().as_millis() as u64 }),
             ));
         }
+        let mut client = client;
+        client.only_events(cdp_events::is_wanted);
         let mut monitor = Monitor {
             client,
             telemetry: &telemetry,
@@ -108,6 +115,7 @@ pub async fn run(
             enabled: HashMap::new(),
             requests: Requests::default(),
             opening: HashSet::new(),
+            screenshot_pending: None,
         };
         match monitor
             .watch(&mut capture, &mut browser, &url, &shutdown)
@@ -146,6 +154,8 @@ struct Monitor<'a> {
     requests: Requests,
     /// Tabs opened blank, reported once they navigate.
     opening: HashSet<String>,
+    /// The id of the screenshot command awaiting its answer.
+    screenshot_pending: Option<u64>,
 }
 
 /// Blank tabs remembered at most while they wait for an address.
@@ -170,6 +180,47 @@ fn has_address(info: &Value) -> bool {
 }
 
 impl Monitor<'_> {
+    /// Asks the first page attached for a screenshot (one at a time); its answer comes
+    /// with the other incoming messages.
+    async fn request_screenshot(&mut self) -> Result<(), String> {
+        if self.screenshot_pending.is_some() {
+            return Ok(());
+        }
+        let page = self
+            .targets
+            .iter()
+            .find(|(_, target)| target.target_type == "page")
+            .map(|(session, _)| session.clone());
+        if let Some(session) = page {
+            let id = self
+                .client
+                .send(
+                    &session,
+                    "Page.captureScreenshot",
+                    json!({ "format": "png" }),
+                )
+                .await?;
+            self.screenshot_pending = Some(id);
+        }
+        Ok(())
+    }
+
+    fn report_screenshot(&self, answer: &Value) {
+        let png = answer["data"].as_str().unwrap_or_default();
+        let (data, truncated) = if png.len() > MAX_SCREENSHOT_BASE64 {
+            (json!({}), true)
+        } else {
+            (json!({ "png": png }), false)
+        };
+        self.telemetry.record(Captured {
+            category: "screenshot",
+            kind: "monitor_screenshot",
+            data,
+            source_event: "Page.captureScreenshot".into(),
+            truncated,
+        });
+    }
+
     fn report_tab(&self, capture: &TelemetryCapture, info: &Value) {
         let params = json!({ "targetInfo": info });
         if let Some(captured) =
@@ -199,9 +250,16 @@ impl Monitor<'_> {
             }
         }
         let mut current = capture.borrow_and_update().clone();
+        let mut screenshots = tokio::time::interval(SCREENSHOT_EVERY);
+        screenshots.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return Ended::Shutdown,
+                _ = screenshots.tick(), if current.screenshot => {
+                    if self.request_screenshot().await.is_err() {
+                        return Ended::Lost;
+                    }
+                }
                 changed = capture.changed() => {
                     if changed.is_err() {
                         return Ended::Shutdown;
@@ -228,7 +286,14 @@ impl Monitor<'_> {
                 }
                 incoming = self.client.next() => match incoming {
                     Err(_) => return Ended::Lost,
-                    Ok(Incoming::Answer { .. }) => {}
+                    Ok(Incoming::Answer { id, result }) => {
+                        if self.screenshot_pending == Some(id) {
+                            self.screenshot_pending = None;
+                            if let Ok(answer) = result {
+                                self.report_screenshot(&answer);
+                            }
+                        }
+                    }
                     Ok(Incoming::Event(event)) => {
                         if self.handle(&current, &event.session, &event.method, &event.params).await.is_err() {
                             return Ended::Lost;

@@ -190,8 +190,10 @@ impl PoolRequest {
         set("chrome_policy", self.chrome_policy);
         set("start_url", self.start_url.map(Value::from));
         set("telemetry", self.telemetry);
-        let browser: BrowserConfig = serde_json::from_value(Value::Object(browser))
-            .map_err(|error| ApiError::invalid_field(format!("pool configuration: {error}")))?;
+        let browser: BrowserConfig = serde_path_to_error::deserialize(Value::Object(browser))
+            .map_err(|error| {
+                ApiError::invalid_field(format!("{}: {}", error.path(), error.inner()))
+            })?;
         let changes = PoolChanges {
             size: self.size,
             name: self.name,

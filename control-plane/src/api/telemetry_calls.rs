@@ -83,11 +83,8 @@ pub async fn record_browser_calls(
     let status = response.status().as_u16();
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     tokio::spawn(async move {
-        let session = match state.sessions.live(&org_id, &browser).await {
-            Ok(session) => Some(session),
-            Err(_) => state.store.session(&org_id, &browser).await.ok().flatten(),
-        };
-        if let Some(session) = session {
+        // Not `live`: recording a call must not count as the session's activity.
+        if let Some(session) = state.sessions.peek(&org_id, &browser).await {
             let request_id = crate::ids::random_lowercase(16);
             state.telemetry.record(
                 &session,

@@ -491,6 +491,24 @@ impl Sessions {
         }
     }
 
+    /// A session of the organization by id or name, live or ended, without counting as
+    /// its activity (telemetry's view of a call that already happened).
+    pub async fn peek(&self, org_id: &str, id_or_name: &str) -> Option<SessionRecord> {
+        let cached = self.running.lock().ok().and_then(|running| {
+            running
+                .sessions
+                .get(id_or_name)
+                .filter(|(read, session)| {
+                    read.elapsed() < RUNNING_CACHE_TTL && session.org_id == org_id
+                })
+                .map(|(_, session)| session.clone())
+        });
+        match cached {
+            Some(session) => Some(session),
+            None => self.store.session(org_id, id_or_name).await.ok().flatten(),
+        }
+    }
+
     /// A live session of the organization, by id or name (foreign or ended: 404). Counts
     /// as activity.
     pub async fn live(&self, org_id: &str, id_or_name: &str) -> ServiceResult<SessionRecord> {

@@ -9,6 +9,8 @@ use super::settings::Category;
 
 /// Largest `data` object kept from a VM; a larger one is kept without its data.
 const MAX_VM_DATA_BYTES: usize = 64 * 1024;
+/// Largest screenshot (`monitor_screenshot`, base64 PNG) kept from a VM.
+pub const MAX_VM_SCREENSHOT_BYTES: usize = 1536 * 1024;
 /// How far a VM's clock may be from the host's before the host's time is used.
 const MAX_VM_CLOCK_SKEW_US: i64 = 60 * 1_000_000;
 
@@ -79,7 +81,12 @@ impl Event {
         } else {
             ts_us
         };
-        let (data, truncated) = if data_json.len() > MAX_VM_DATA_BYTES {
+        let limit = if category == Category::Screenshot {
+            MAX_VM_SCREENSHOT_BYTES
+        } else {
+            MAX_VM_DATA_BYTES
+        };
+        let (data, truncated) = if data_json.len() > limit {
             (json!({}), true)
         } else {
             match serde_json::from_str::<Value>(data_json) {
@@ -130,6 +137,7 @@ fn vm_type_category(kind: &str) -> Option<Category> {
         | "monitor_reconnect_failed"
         | "monitor_init_failed" => Category::Monitor,
         "service_crashed" => Category::System,
+        "monitor_screenshot" => Category::Screenshot,
         _ => return None,
     })
 }

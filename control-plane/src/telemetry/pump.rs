@@ -43,6 +43,7 @@ fn capture(settings: &TelemetrySettings) -> TelemetryCapture {
         network: settings.captures(Category::Network),
         page: settings.captures(Category::Page),
         interaction: settings.captures(Category::Interaction),
+        screenshot: settings.captures(Category::Screenshot),
     }
 }
 
