@@ -20,7 +20,7 @@ import pytest
 from kernel import Kernel
 
 from harness import ControlPlane, control_plane_for_module, read_page, session_processes, wait_until
-from sdk import SEED_ERA, field
+from sdk import SEED_ERA, field, today_only
 
 USERNAME = "alice"
 PASSWORD = "correct-horse-battery-staple-7351"
@@ -412,6 +412,34 @@ def test_a_restart_during_a_flow_and_between_health_checks_loses_nothing(tmp_pat
         assert site.successful_logins == logins + 1
     finally:
         server.reap_everything()
+
+
+@today_only
+def test_a_connections_browsers_carry_its_telemetry(client, site):
+    with pytest.raises(kernel.BadRequestError):
+        client.auth.connections.create(domain=site.domain, profile_name="telemetry-bad",
+                                       browser={"telemetry": {"enabled": False, "browser": {"page": {"enabled": True}}}})
+    with pytest.raises(kernel.NotFoundError):
+        client.auth.connections.create(domain=site.domain, profile_name="telemetry-bad",
+                                       browser={"telemetry": {"enabled": True, "export": {"otlp": {"destination": {"name": "nope"}}}}})
+    connection = client.auth.connections.create(
+        domain=site.domain, profile_name="telemetry", login_url=site.login_url,
+        browser={"telemetry": {"browser": {"page": {"enabled": True}}}})
+    try:
+        shown = connection.to_dict(mode="json")["browser"]["telemetry"]["browser"]
+        assert shown["page"]["enabled"] and shown["control"]["enabled"] and not shown["console"]["enabled"]
+        client.auth.connections.login(connection.id)
+        wait_for_step(client, connection.id, "AWAITING_INPUT")
+        flow_browsers = [b for b in client.browsers.list() if b.telemetry is not None]
+        assert len(flow_browsers) == 1 and flow_browsers[0].telemetry.browser.page.enabled
+        navigations = [e.event.to_dict(mode="json") for e in client.browsers.telemetry.events(
+            flow_browsers[0].session_id, category=["page"], since="1h", limit=100)]
+        assert any(e["type"] == "page_navigation" and e["data"]["url"].startswith(site.login_url)
+                   for e in navigations), navigations
+        updated = update_connection(client, connection.id, browser_telemetry={})
+        assert updated["browser"].get("telemetry") is None
+    finally:
+        client.auth.connections.delete(connection.id)
 
 
 def test_another_organization_cannot_see_or_touch_a_connection(client, control_plane, site):

@@ -273,6 +273,24 @@ def test_screenshots_come_at_a_bounded_rate(client, site):
         client.browsers.delete_by_id(session_id)
 
 
+def test_a_pool_gives_its_telemetry_and_a_lease_overrides_it_for_itself(client):
+    from test_pools import new_pool, wait_available
+    pool = new_pool(client, 1, name="telemetry-pool", telemetry={"enabled": True})
+    try:
+        assert pool.telemetry.browser.control.enabled and not pool.telemetry.browser.console.enabled
+        wait_available(client, pool.id, 1)
+        leased = client.browser_pools.acquire(pool.id, telemetry={"browser": {"console": {"enabled": True}}})
+        assert leased.telemetry.browser.console.enabled and leased.telemetry.browser.control.enabled
+        client.browser_pools.release(pool.id, session_id=leased.session_id, reuse=True)
+        wait_available(client, pool.id, 1)
+        again = client.browser_pools.acquire(pool.id)
+        assert again.session_id == leased.session_id
+        assert again.telemetry.browser.control.enabled and not again.telemetry.browser.console.enabled
+        client.browser_pools.release(pool.id, session_id=again.session_id, reuse=False)
+    finally:
+        client.browser_pools.delete(pool.id, force=True)
+
+
 def test_bad_telemetry_settings_are_refused(client):
     from kernel import BadRequestError
     for telemetry in ({"enabled": False, "browser": {"console": {"enabled": True}}},

@@ -72,9 +72,8 @@ pub struct CreateAuthConnectionRequest {
     /// saved values. Default true.
     pub auto_reauth: Option<bool>,
     pub browser: Option<ConnectionBrowserRequest>,
-    /// Not supported by this server (a 400 names it).
-    #[schema(value_type = Option<Object>)]
-    pub browser_telemetry: Option<Value>,
+    /// Deprecated form of `browser.telemetry`.
+    pub browser_telemetry: Option<crate::telemetry::settings::TelemetryRequest>,
     /// Deprecated form of `browser.proxy`.
     pub proxy: Option<ResourceReference>,
     /// Keep the submitted values (encrypted; never one-time codes) to log in again by
@@ -136,6 +135,12 @@ pub(super) fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Va
                 Some(id) => json!({"id": id}),
                 None => json!({"mode": "direct"}),
             },
+            "telemetry": document
+                .browser_telemetry
+                .as_ref()
+                .and_then(|request| crate::telemetry::settings::on_create(Some(request)).ok())
+                .and_then(|resolved| resolved.settings)
+                .map(|settings| settings.view()),
         },
         "proxy_id": document.proxy_id,
         "last_auth_at": document.last_auth_at,
@@ -224,7 +229,7 @@ pub async fn create(
     let mut problems = settings_problems(
         &org,
         request.browser.as_ref(),
-        request.browser_telemetry.is_some(),
+        request.browser_telemetry.as_ref(),
     );
     problems.extend(domain_problem("domain", &request.domain, false));
     problems.extend(name_problem(&request.profile_name).map(|p| format!("profile_name: {p}")));
@@ -240,6 +245,13 @@ pub async fn create(
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
     }
+    let browser_telemetry = super::auth_settings::chosen_telemetry(
+        &org,
+        request.browser.as_ref(),
+        request.browser_telemetry,
+    )
+    .await?
+    .flatten();
     let (browser_proxy, stealth) = match request.browser {
         Some(browser) => (browser.proxy, browser.stealth),
         None => (None, None),
@@ -293,6 +305,7 @@ pub async fn create(
         credential,
         record_session: request.record_session.unwrap_or(false),
         timeline: Vec::new(),
+        browser_telemetry,
     };
     let record = AuthConnectionRecord {
         id: ids::new_id("auth"),

@@ -2,6 +2,7 @@
 //! PATCH (`auth.connections.update`): checked here, applied by the connection's
 //! workflow, which owns its record.
 
+use crate::telemetry::settings::{self as telemetry, TelemetryRequest};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
@@ -10,7 +11,7 @@ use utoipa::ToSchema;
 use super::auth_connections::{
     MAX_ALLOWED_DOMAINS, domain_problem, find, resolve_proxy, url_problem, view,
 };
-use super::browsers::{ProxySelection, unsupported};
+use super::browsers::ProxySelection;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam};
 use super::org::Org;
@@ -32,9 +33,9 @@ pub struct ConnectionBrowserRequest {
     pub region: Option<String>,
     /// Whether they run in stealth mode. Default true.
     pub stealth: Option<bool>,
-    /// Not supported by this server (a 400 names it).
-    #[schema(value_type = Option<Object>)]
-    pub telemetry: Option<Value>,
+    /// The telemetry of the connection's browsers (logins, health checks), as on
+    /// `POST /browsers`; `{}` turns it off.
+    pub telemetry: Option<TelemetryRequest>,
 }
 
 /// `PATCH /auth/connections/{id}`: absent fields are left as they are.
@@ -48,9 +49,8 @@ pub struct UpdateAuthConnectionRequest {
     /// saved values (otherwise the connection turns NEEDS_AUTH).
     pub auto_reauth: Option<bool>,
     pub browser: Option<ConnectionBrowserRequest>,
-    /// Not supported by this server (a 400 names it).
-    #[schema(value_type = Option<Object>)]
-    pub browser_telemetry: Option<Value>,
+    /// Deprecated form of `browser.telemetry`.
+    pub browser_telemetry: Option<TelemetryRequest>,
     /// A new credential to log in with; `null` removes it.
     #[serde(default, deserialize_with = "super::browsers::present")]
     #[schema(schema_with = super::openapi::credential_reference)]
@@ -216,19 +216,53 @@ pub async fn chosen_proxy(
     Ok(Some(Some(resolve_proxy(state, org_id, reference).await?)))
 }
 
+/// The telemetry a connection's browsers start with, from `browser.telemetry` or the
+/// deprecated `browser_telemetry` (`Some(None)`: none, as `{}` asks); its destination must
+/// be the organization's.
+pub async fn chosen_telemetry(
+    org: &Org,
+    browser: Option<&ConnectionBrowserRequest>,
+    browser_telemetry: Option<TelemetryRequest>,
+) -> Result<Option<Option<TelemetryRequest>>, ApiError> {
+    let Some(request) = browser
+        .and_then(|b| b.telemetry.clone())
+        .or(browser_telemetry)
+    else {
+        return Ok(None);
+    };
+    let resolved = telemetry::on_create(Some(&request)).map_err(ApiError::invalid_fields)?;
+    if let Some(Some(reference)) = &resolved.export {
+        let key = reference
+            .id
+            .clone()
+            .or(reference.name.clone())
+            .unwrap_or_default();
+        if org.store.destination(&org.id, &key).await?.is_none() {
+            return Err(ApiError::NotFound(format!(
+                "browser.telemetry.export.otlp.destination: no destination {key:?} in this organization"
+            )));
+        }
+    }
+    Ok(Some(resolved.settings.map(|_| request)))
+}
+
 /// What is wrong with the settings both create and update take.
 pub fn settings_problems(
     state: &AppState,
     browser: Option<&ConnectionBrowserRequest>,
-    browser_telemetry: bool,
+    browser_telemetry: Option<&TelemetryRequest>,
 ) -> Vec<String> {
-    let mut problems = unsupported(&[
-        ("browser_telemetry", browser_telemetry),
-        (
-            "browser.telemetry",
-            browser.is_some_and(|b| b.telemetry.is_some()),
-        ),
-    ]);
+    let mut problems = Vec::new();
+    let given = browser.and_then(|b| b.telemetry.as_ref());
+    if given.is_some() && browser_telemetry.is_some() {
+        problems.push("browser_telemetry: give browser.telemetry only (browser_telemetry is its deprecated form)".into());
+    }
+    if let Some(Err(wrong)) = given
+        .or(browser_telemetry)
+        .map(|t| telemetry::on_create(Some(t)))
+    {
+        problems.extend(wrong.into_iter().map(|p| format!("browser.{p}")));
+    }
     if let Some(asked) = browser
         .and_then(|b| b.region.as_deref())
         .filter(|asked| *asked != state.settings.region)
@@ -280,7 +314,7 @@ pub async fn update(
     let mut problems = settings_problems(
         &org,
         request.browser.as_ref(),
-        request.browser_telemetry.is_some(),
+        request.browser_telemetry.as_ref(),
     );
     if let Some(domains) = &request.allowed_domains {
         problems.extend(allowed_domains_problems(domains));
@@ -297,6 +331,8 @@ pub async fn update(
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
     }
+    let browser_telemetry =
+        chosen_telemetry(&org, request.browser.as_ref(), request.browser_telemetry).await?;
     let (browser_proxy, stealth) = match request.browser {
         Some(browser) => (browser.proxy, browser.stealth),
         None => (None, None),
@@ -331,6 +367,7 @@ pub async fn update(
         proxy_id,
         credential,
         record_session: request.record_session,
+        browser_telemetry,
     };
     org.managed_auth.update(&record.id, change).await?;
     let updated = find(&org, &record.id).await?;

@@ -87,7 +87,6 @@ pub struct CreateBrowserRequest {
     pub proxy: Option<ProxySelection>,
     /// Telemetry capture: `{"enabled": true}` or per-category settings; omitted, `{}` or
     /// `enabled: false` capture nothing.
-    #[schema(value_type = Option<Object>)]
     pub telemetry: Option<TelemetryRequest>,
     /// Not supported by this server (a 400 names it).
     #[schema(value_type = Option<Vec<Object>>)]
@@ -479,7 +478,6 @@ pub struct UpdateBrowserRequest {
     /// browser's state is saved into it when the session ends.
     pub profile: Option<ProfileReference>,
     /// Enables, disables or changes categories live; omitted or `{}` leaves them.
-    #[schema(value_type = Option<Object>)]
     pub telemetry: Option<TelemetryRequest>,
     /// Not supported by this server (a 400 names it).
     pub disable_default_proxy: Option<bool>,

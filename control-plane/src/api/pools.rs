@@ -71,8 +71,7 @@ pub struct PoolRequest {
     #[schema(schema_with = super::openapi::only_false)]
     pub refresh_on_profile_update: Option<bool>,
     /// The telemetry of the pool's browsers (as on create).
-    #[schema(value_type = Option<Object>)]
-    pub telemetry: Option<Value>,
+    pub telemetry: Option<TelemetryRequest>,
     /// PATCH only: replace the idle browsers now with ones of the new configuration.
     pub discard_all_idle: Option<bool>,
 }
@@ -189,7 +188,23 @@ impl PoolRequest {
         set("memory", self.memory.map(Value::from));
         set("chrome_policy", self.chrome_policy);
         set("start_url", self.start_url.map(Value::from));
-        set("telemetry", self.telemetry);
+        set(
+            "telemetry",
+            self.telemetry.and_then(|t| serde_json::to_value(t).ok()),
+        );
+        // serde reads an array as a struct's fields in order: the object-shaped settings
+        // must be objects.
+        for key in [
+            "viewport",
+            "profile",
+            "network",
+            "chrome_policy",
+            "telemetry",
+        ] {
+            if browser.get(key).is_some_and(|value| !value.is_object()) {
+                return Err(ApiError::invalid_field(format!("{key} must be an object")));
+            }
+        }
         let browser: BrowserConfig = serde_path_to_error::deserialize(Value::Object(browser))
             .map_err(|error| {
                 ApiError::invalid_field(format!("{}: {}", error.path(), error.inner()))
@@ -359,7 +374,6 @@ pub struct AcquireRequest {
     #[schema(value_type = Option<Object>)]
     pub profile: Option<serde_json::Value>,
     /// Merged onto the pool's telemetry for this lease (as an update would).
-    #[schema(value_type = Option<Object>)]
     pub telemetry: Option<TelemetryRequest>,
 }
 

@@ -15,6 +15,7 @@ use futures::Stream;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use utoipa::IntoParams;
 
 use super::app_events::parse_since;
 use super::error::{ApiError, ErrorBody};
@@ -54,12 +55,14 @@ fn values(pairs: &[(String, String)], key: &str) -> Vec<String> {
         .collect()
 }
 
+/// The last value of a parameter; an empty one counts as absent.
 fn single<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
     pairs
         .iter()
         .rev()
         .find(|(k, _)| k == key)
         .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty())
 }
 
 fn envelope(row: &TelemetryRow) -> Value {
@@ -77,16 +80,38 @@ fn integer(pairs: &[(String, String)], key: &str) -> Result<Option<i64>, ApiErro
         .transpose()
 }
 
+/// `GET /browsers/{id}/telemetry/events`' parameters, as documented; read from the raw
+/// query (repeated `category` and `type`; an empty value is an absent one).
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct EventsQuery {
+    /// Only these categories (repeat the parameter).
+    #[param(inline)]
+    category: Option<Vec<Category>>,
+    /// Only these event types (repeat the parameter, or comma-separated).
+    r#type: Option<Vec<String>>,
+    /// RFC 3339 time or a duration back from now such as `5m` (default `5m`); not with
+    /// `order=desc`.
+    #[param(schema_with = super::openapi::since)]
+    since: Option<String>,
+    /// End of the window (exclusive), like `since`.
+    #[param(schema_with = super::openapi::since)]
+    until: Option<String>,
+    /// `asc` (default) or `desc`.
+    #[param(pattern = "^(asc|desc)$")]
+    order: Option<String>,
+    /// Events per page, 1 to 1000 (default 20).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+    /// The `X-Next-Offset` of the previous page.
+    #[param(minimum = 0)]
+    offset: Option<i64>,
+}
+
 /// Read a page of the session's telemetry events.
 #[utoipa::path(get, path = "/browsers/{id}/telemetry/events", tag = "telemetry",
-    params(("id" = String, Path, description = "Browser session id or name"),
-        ("category" = Option<Vec<String>>, Query, description = "Only these categories (repeat)"),
-        ("type" = Option<Vec<String>>, Query, description = "Only these event types (repeat)"),
-        ("since" = Option<String>, Query, description = "RFC 3339 time or a duration back from now such as 5m (default 5m); not with order=desc"),
-        ("until" = Option<String>, Query, description = "End of the window (exclusive)"),
-        ("order" = Option<String>, Query, description = "asc (default) or desc"),
-        ("limit" = Option<i64>, Query, description = "Events per page, 1 to 1000 (default 20)"),
-        ("offset" = Option<i64>, Query, description = "The X-Next-Offset of the previous page")),
+    params(("id" = String, Path, description = "Browser session id or name"), EventsQuery),
     security(("bearer" = [])),
     responses((status = 200, description = "`[{seq, event}]`, with X-Has-More and X-Next-Offset"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]

@@ -15,7 +15,9 @@ use crate::telemetry::destinations::{self, CreateDestination, UpdateDestination}
 /// Create an OTLP destination sessions can export their telemetry to.
 #[utoipa::path(post, path = "/telemetry/destinations", tag = "telemetry", security(("bearer" = [])),
     request_body = CreateDestination,
-    responses((status = 200, description = "OtlpDestination"), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, description = "OtlpDestination"), (status = 400, body = ErrorBody),
+        (status = 403, description = "The operator's egress policy forbids the endpoint's host", body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateDestination>,
@@ -57,7 +59,9 @@ pub async fn retrieve(
 #[utoipa::path(patch, path = "/telemetry/destinations/{id_or_name}", tag = "telemetry", security(("bearer" = [])),
     params(("id_or_name" = String, Path, description = "Destination id or name")),
     request_body = UpdateDestination,
-    responses((status = 200, description = "OtlpDestination"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "OtlpDestination"), (status = 400, body = ErrorBody),
+        (status = 403, description = "The operator's egress policy forbids the endpoint's host", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(key): PathParam<String>,

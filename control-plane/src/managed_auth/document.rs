@@ -89,6 +89,9 @@ pub struct Document {
     /// Flows and health checks, oldest first.
     #[serde(default)]
     pub timeline: Vec<super::timeline::TimelineEvent>,
+    /// The telemetry the connection's browsers start with (as on `POST /browsers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub browser_telemetry: Option<crate::telemetry::settings::TelemetryRequest>,
 }
 
 /// A connection's credential, as the SDK names one: `{name}` (a stored credential, by
@@ -154,6 +157,8 @@ pub struct SettingsChange {
     /// A new credential to log in with; `Some(None)` removes it.
     pub credential: Option<Option<CredentialRef>>,
     pub record_session: Option<bool>,
+    /// `Some(None)` turns the browsers' telemetry off.
+    pub browser_telemetry: Option<Option<crate::telemetry::settings::TelemetryRequest>>,
 }
 
 impl SettingsChange {
@@ -193,6 +198,9 @@ impl SettingsChange {
         }
         if let Some(record_session) = self.record_session {
             document.record_session = record_session;
+        }
+        if let Some(browser_telemetry) = self.browser_telemetry {
+            document.browser_telemetry = browser_telemetry;
         }
         if reschedule {
             document.next_health_check_at =

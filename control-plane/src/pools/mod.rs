@@ -471,6 +471,9 @@ impl Pools {
             .as_ref()
             .and_then(|config| config.browser.network.clone())
             .and_then(|network| network.allowed_hosts);
+        let pool_telemetry = self
+            .pool_telemetry(&session.org_id, pool_config.as_ref())
+            .await?;
         let pool_start_url = pool_config.and_then(|config| config.browser.start_url);
         self.sessions
             .change_settings(session, |current| {
@@ -483,9 +486,30 @@ impl Pools {
                 cleared.name = None;
                 cleared.vm_settings.tags.clear();
                 cleared.vm_settings.start_url = pool_start_url;
+                // A lease's telemetry override does not carry over to the next lease.
+                cleared.vm_settings.telemetry = pool_telemetry;
                 Ok(cleared)
             })
             .await
+    }
+
+    /// The telemetry a pool's browsers start with, its destination looked up.
+    async fn pool_telemetry(
+        &self,
+        org_id: &str,
+        config: Option<&PoolConfig>,
+    ) -> ServiceResult<Option<crate::telemetry::TelemetrySettings>> {
+        let request = config.and_then(|config| config.browser.telemetry.as_ref());
+        let resolved =
+            crate::telemetry::settings::on_create(request).map_err(ServiceError::Invalid)?;
+        let Some(mut settings) = resolved.settings else {
+            return Ok(None);
+        };
+        if let Some(Some(reference)) = resolved.export {
+            let key = reference.id.or(reference.name).unwrap_or_default();
+            settings.destination = self.store.destination(org_id, &key).await?.map(|d| d.id);
+        }
+        Ok(Some(settings))
     }
 }
 

@@ -191,11 +191,12 @@ impl ResourceReference {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileReference {
+    /// `null` counts as absent (exactly one of `id` and `name` is given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = Option<String>, min_length = 1)]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = String, min_length = 1)]
+    #[schema(value_type = Option<String>, min_length = 1)]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save_changes: Option<bool>,

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::egress::EgressPolicy;
+use crate::egress::{EgressError, EgressPolicy};
 use crate::error::{ServiceError, ServiceResult};
 use crate::ids;
 use crate::managed_auth::vault::Vault;
@@ -144,21 +144,20 @@ impl Destinations {
         }
     }
 
-    /// The endpoint's host must be one tenants may reach (the egress policy).
+    /// The endpoint's host must be one tenants may reach (the egress policy): one that
+    /// resolves only to refused addresses is 403; one that does not resolve yet is judged
+    /// again at each delivery, like a custom proxy's host.
     async fn check_reachable(&self, endpoint: &str) -> ServiceResult<()> {
         let url = url::Url::parse(endpoint)
             .map_err(|_| ServiceError::invalid("endpoint is not a URL"))?;
         let host = url.host_str().unwrap_or_default();
         let port = url.port_or_known_default().unwrap_or(443);
-        self.egress
-            .resolve(&format!("{host}:{port}"))
-            .await
-            .map(|_| ())
-            .map_err(|error| {
-                ServiceError::invalid(format!(
-                    "endpoint: {error} (the operator allows more with --egress-allow)"
-                ))
-            })
+        match self.egress.resolve(&format!("{host}:{port}")).await {
+            Err(EgressError::Refused(why)) => Err(ServiceError::Forbidden(format!(
+                "endpoint: {why} (the operator allows more with --egress-allow)"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn seal(

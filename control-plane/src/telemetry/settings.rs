@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 /// A category of events, as the SDK names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     Control,
@@ -65,6 +67,21 @@ impl Category {
     }
 }
 
+/// An optional object field: `null` or a JSON object, never an array (which serde would
+/// otherwise read as the struct's fields in order).
+fn object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let object: Option<serde_json::Map<String, Value>> = Deserialize::deserialize(deserializer)?;
+    object
+        .map(|object| {
+            serde_json::from_value(Value::Object(object)).map_err(serde::de::Error::custom)
+        })
+        .transpose()
+}
+
 /// `{"enabled": …}` of one category.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -86,7 +103,11 @@ pub struct CdpControlRequest {
 pub struct ControlRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cdp: Option<CdpControlRequest>,
 }
 
@@ -94,25 +115,65 @@ pub struct ControlRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CategoriesRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub control: Option<ControlRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub connection: Option<CategoryRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub system: Option<CategoryRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub captcha: Option<CategoryRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub console: Option<CategoryRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub network: Option<CategoryRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub page: Option<CategoryRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub interaction: Option<CategoryRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub screenshot: Option<CategoryRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub platform: Option<CategoryRequest>,
 }
 
@@ -173,7 +234,11 @@ pub struct DestinationReference {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpExportRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub destination: Option<DestinationReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
@@ -182,22 +247,71 @@ pub struct OtlpExportRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub otlp: Option<OtlpExportRequest>,
 }
 
-/// `telemetry` as the SDK sends it.
+/// `telemetry` as the SDK sends it. Read from a JSON object only (serde would otherwise
+/// take an array's items as the fields in order).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, try_from = "serde_json::Map<String, Value>")]
 pub struct TelemetryRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub browser: Option<CategoriesRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub export: Option<ExportRequest>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub storage: Option<CategoryRequest>,
+}
+
+/// `TelemetryRequest`'s fields, as read from an object.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TelemetryFields {
+    #[serde(default)]
+    enabled: Option<bool>,
+    #[serde(default, deserialize_with = "object")]
+    browser: Option<CategoriesRequest>,
+    #[serde(default, deserialize_with = "object")]
+    export: Option<ExportRequest>,
+    #[serde(default, deserialize_with = "object")]
+    storage: Option<CategoryRequest>,
+}
+
+impl TryFrom<serde_json::Map<String, Value>> for TelemetryRequest {
+    type Error = String;
+
+    fn try_from(object: serde_json::Map<String, Value>) -> Result<Self, String> {
+        let fields: TelemetryFields = serde_path_to_error::deserialize(Value::Object(object))
+            .map_err(|error| match error.path().to_string().as_str() {
+                "." => error.inner().to_string(),
+                path => format!("{path}: {}", error.inner()),
+            })?;
+        Ok(Self {
+            enabled: fields.enabled,
+            browser: fields.browser,
+            export: fields.export,
+            storage: fields.storage,
+        })
+    }
 }
 
 /// What a session keeps: the categories captured (none: capture stopped), the OTLP

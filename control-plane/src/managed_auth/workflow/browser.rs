@@ -55,6 +55,7 @@ impl Workflow {
                         name: None,
                         save_changes: Some(false),
                     }),
+                    telemetry: self.document.browser_telemetry.clone(),
                     ..Default::default()
                 };
                 let spec = self
