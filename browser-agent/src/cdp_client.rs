@@ -107,6 +107,11 @@ impl CdpClient {
         answer.map_err(|error| format!("{method}: {error}"))
     }
 
+    /// The answers and events kept for `next`, taken.
+    pub fn take_queued(&mut self) -> Vec<Incoming> {
+        self.queued.drain(..).collect()
+    }
+
     /// The next answer or event, the kept ones first.
     pub async fn next(&mut self) -> Result<Incoming, String> {
         match self.queued.pop_front() {

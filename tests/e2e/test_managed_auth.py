@@ -315,7 +315,8 @@ def test_patch_changes_settings_and_the_workflow_follows_them(client, control_pl
 
         for body, needle in [({"credential": {"name": "vault-item", "auto": True}}, "credential"),
                              ({"browser": {"region": "eu-west"}}, "browser.region"),
-                             ({"browser": {"telemetry": {"enabled": True}}}, "browser.telemetry is not supported"),
+                             ({"browser": {"telemetry": {"enabled": False, "browser": {"page": {"enabled": True}}}}},
+                              "enabled=false cannot be combined"),
                              ({"health_check_interval": 1}, "health_check_interval"),
                              ({"login_url": "ftp://example.com/"}, "login_url"),
                              ({"allowed_domains": ["bad domain"]}, "allowed_domains[0]"),

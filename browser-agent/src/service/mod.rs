@@ -815,7 +815,11 @@ impl BrowserAgent for AgentService {
         &self,
         request: Request<TelemetryCapture>,
     ) -> Result<Response<Empty>, Status> {
-        self.telemetry.set_capture(request.into_inner());
+        let capture = request.into_inner();
+        self.telemetry.set_capture(capture.clone());
+        self.telemetry
+            .until_applied(&capture, Duration::from_secs(3))
+            .await;
         Ok(Response::new(Empty {}))
     }
 

@@ -22,6 +22,9 @@ pub const MAX_TEXT_BYTES: usize = 8 * 1024;
 
 pub struct Telemetry {
     capture: watch::Sender<TelemetryCapture>,
+    /// What the monitor has applied to every page it is attached to (`None`: it is not
+    /// attached), for `SetTelemetry` to answer once capture really runs.
+    applied: watch::Sender<Option<TelemetryCapture>>,
     ring: Mutex<Ring>,
     live: broadcast::Sender<TelemetryRecord>,
 }
@@ -46,6 +49,7 @@ impl Default for Telemetry {
     fn default() -> Self {
         Self {
             capture: watch::channel(TelemetryCapture::default()).0,
+            applied: watch::channel(None).0,
             ring: Mutex::new(Ring {
                 next_seq: 1,
                 events: VecDeque::new(),
@@ -62,6 +66,22 @@ impl Telemetry {
 
     pub fn capture(&self) -> watch::Receiver<TelemetryCapture> {
         self.capture.subscribe()
+    }
+
+    /// Marks `capture` as applied by the monitor (`None`: detached).
+    pub fn applied(&self, capture: Option<TelemetryCapture>) {
+        self.applied.send_replace(capture);
+    }
+
+    /// Waits (at most `wait`) until the monitor applies `capture`, when it has anything
+    /// to apply: a browser created with telemetry captures its first page.
+    pub async fn until_applied(&self, capture: &TelemetryCapture, wait: std::time::Duration) {
+        if !monitor::any_cdp_category(capture) {
+            return;
+        }
+        let mut applied = self.applied.subscribe();
+        let _ =
+            tokio::time::timeout(wait, applied.wait_for(|now| now.as_ref() == Some(capture))).await;
     }
 
     /// Stamps an event with the next `seq` and the time, and keeps it.

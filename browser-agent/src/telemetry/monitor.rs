@@ -27,7 +27,7 @@ const SCREENSHOT_EVERY: Duration = Duration::from_secs(10);
 /// A screenshot larger than this (base64) is reported without its image.
 const MAX_SCREENSHOT_BASE64: usize = 1024 * 1024;
 
-fn any_cdp_category(capture: &TelemetryCapture) -> bool {
+pub fn any_cdp_category(capture: &TelemetryCapture) -> bool {
     capture.console || capture.network || capture.page || capture.interaction || capture.screenshot
 }
 
@@ -117,10 +117,11 @@ pub async fn run(
             opening: HashSet::new(),
             screenshot_pending: None,
         };
-        match monitor
+        let ended = monitor
             .watch(&mut capture, &mut browser, &url, &shutdown)
-            .await
-        {
+            .await;
+        telemetry.applied(None);
+        match ended {
             Ended::Shutdown => return,
             Ended::CaptureOff => {}
             Ended::Lost => {
@@ -237,6 +238,9 @@ impl Monitor<'_> {
         url: &str,
         shutdown: &CancellationToken,
     ) -> Ended {
+        let mut current = capture.borrow_and_update().clone();
+        // Waited for: Chromium reports the pages already open before it answers, and
+        // their domains are enabled before capture counts as running.
         let setup = [
             ("Target.setDiscoverTargets", json!({ "discover": true })),
             (
@@ -245,11 +249,21 @@ impl Monitor<'_> {
             ),
         ];
         for (method, params) in setup {
-            if self.client.send("", method, params).await.is_err() {
+            if self.client.call("", method, params).await.is_err() {
                 return Ended::Lost;
             }
         }
-        let mut current = capture.borrow_and_update().clone();
+        for incoming in self.client.take_queued() {
+            if let Incoming::Event(event) = incoming
+                && self
+                    .handle(&current, &event.session, &event.method, &event.params)
+                    .await
+                    .is_err()
+            {
+                return Ended::Lost;
+            }
+        }
+        self.telemetry.applied(Some(current.clone()));
         let mut screenshots = tokio::time::interval(SCREENSHOT_EVERY);
         screenshots.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -274,6 +288,7 @@ impl Monitor<'_> {
                             return Ended::Lost;
                         }
                     }
+                    self.telemetry.applied(Some(current.clone()));
                 }
                 changed = browser.changed() => {
                     let gone = changed.is_err() || {

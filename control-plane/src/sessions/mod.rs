@@ -454,6 +454,7 @@ impl Sessions {
             ..record
         };
         self.watch_agent(running.clone());
+        self.telemetry.prepare(&running, &self.agents).await;
         if let Some(url) = &running.vm_settings.start_url {
             self.open_url(&running, url).await;
         }

@@ -100,6 +100,28 @@ impl Telemetry {
         }
     }
 
+    /// Starts capture in a new browser's VM before it is handed out, so that its first
+    /// page is captured (the agent answers once its monitor is attached); the pump then
+    /// reads the events.
+    pub async fn prepare(&self, session: &SessionRecord, agents: &AgentClients) {
+        let Some(settings) = &session.vm_settings.telemetry else {
+            return;
+        };
+        let capture = pump::capture(settings);
+        if !(settings.captures_cdp() || capture.screenshot) {
+            return;
+        }
+        let Ok(agent) = agents.get(&session.id, session.agent.as_ref()) else {
+            return;
+        };
+        let applied =
+            tokio::time::timeout(Duration::from_secs(5), agent.set_telemetry(capture)).await;
+        if !matches!(applied, Ok(Ok(()))) {
+            tracing::warn!(session_id = %session.id, "telemetry capture started late");
+        }
+        self.pumps.poke();
+    }
+
     /// Tells the VM-reading side that settings changed (here, or through another replica).
     pub fn settings_changed(&self) {
         self.pumps.poke();

@@ -37,7 +37,7 @@ pub struct Pumps {
     poked: Arc<Notify>,
 }
 
-fn capture(settings: &TelemetrySettings) -> TelemetryCapture {
+pub(super) fn capture(settings: &TelemetrySettings) -> TelemetryCapture {
     TelemetryCapture {
         console: settings.captures(Category::Console),
         network: settings.captures(Category::Network),
