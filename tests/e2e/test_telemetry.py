@@ -220,9 +220,10 @@ def test_capture_starts_only_when_asked_and_categories_change_live(client, site)
         interactions = wait_for(lambda: (lambda found: found if len(found) >= 3 else None)(
             [e["event"] for e in all_events(client, session_id) if e["event"]["category"] == "interaction"]),
             what="interaction events")
-        assert {"x": 100, "y": 120}.items() <= interactions[0]["data"].items()
-        assert interactions[1]["data"] == {"text_length": 16}
-        assert interactions[2]["data"]["key"] == "Return"
+        # Recorded where each call was served (replicas may store them in another order).
+        data = [event["data"] for event in interactions]
+        assert any({"x": 100, "y": 120}.items() <= item.items() for item in data), data
+        assert {"text_length": 16} in data and any(item.get("key") == "Return" for item in data), data
         assert "hunter2" not in json.dumps(all_events(client, session_id))
 
         stopped = client.browsers.update(session_id, telemetry={"enabled": False})
