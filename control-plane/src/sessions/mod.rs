@@ -492,19 +492,23 @@ impl Sessions {
         }
     }
 
+    /// The running session of the organization read from the store less than
+    /// `RUNNING_CACHE_TTL` ago. The cache is by id; names go to the store.
+    fn cached(&self, org_id: &str, id: &str) -> Option<SessionRecord> {
+        let running = self.running.lock().ok()?;
+        running
+            .sessions
+            .get(id)
+            .filter(|(read, session)| {
+                read.elapsed() < RUNNING_CACHE_TTL && session.org_id == org_id
+            })
+            .map(|(_, session)| session.clone())
+    }
+
     /// A session of the organization by id or name, live or ended, without counting as
     /// its activity (telemetry's view of a call that already happened).
     pub async fn peek(&self, org_id: &str, id_or_name: &str) -> Option<SessionRecord> {
-        let cached = self.running.lock().ok().and_then(|running| {
-            running
-                .sessions
-                .get(id_or_name)
-                .filter(|(read, session)| {
-                    read.elapsed() < RUNNING_CACHE_TTL && session.org_id == org_id
-                })
-                .map(|(_, session)| session.clone())
-        });
-        match cached {
+        match self.cached(org_id, id_or_name) {
             Some(session) => Some(session),
             None => self.store.session(org_id, id_or_name).await.ok().flatten(),
         }
@@ -513,17 +517,7 @@ impl Sessions {
     /// A live session of the organization, by id or name (foreign or ended: 404). Counts
     /// as activity.
     pub async fn live(&self, org_id: &str, id_or_name: &str) -> ServiceResult<SessionRecord> {
-        // The cache is by id; names go to the store.
-        let cached = self.running.lock().ok().and_then(|running| {
-            running
-                .sessions
-                .get(id_or_name)
-                .filter(|(read, session)| {
-                    read.elapsed() < RUNNING_CACHE_TTL && session.org_id == org_id
-                })
-                .map(|(_, session)| session.clone())
-        });
-        if let Some(session) = cached {
+        if let Some(session) = self.cached(org_id, id_or_name) {
             self.touch(&session.id);
             return Ok(session);
         }
