@@ -65,7 +65,8 @@ fn single<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
-fn envelope(row: &TelemetryRow) -> Value {
+/// `{seq, event}`, as `events`, the stream and the inspector answer each event.
+pub(super) fn envelope(row: &TelemetryRow) -> Value {
     let event: Value = serde_json::from_str(&row.body).unwrap_or(Value::Null);
     json!({ "seq": row.seq, "event": event })
 }
@@ -243,6 +244,8 @@ pub async fn stream(
     let org_id = org.id.clone();
     tokio::spawn(async move {
         let mut written = telemetry.written();
+        // Set once the session has ended: one last read, then the stream closes.
+        let mut last_round = false;
         loop {
             let mut query = TelemetryQuery::all(&session_id, STREAM_BATCH);
             query.from_seq = after + 1;
@@ -288,24 +291,18 @@ pub async fn stream(
             if rows.len() as i64 == STREAM_BATCH {
                 continue;
             }
+            if last_round {
+                return;
+            }
             let ended = match store.session(&org_id, &session_id).await {
                 Ok(Some(session)) => session.status == SessionStatus::Ended,
                 _ => true,
             };
             if ended {
-                // What was recorded as it ended is written within a flush.
+                // What was recorded as it ended is written within a flush: read once more.
+                last_round = true;
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                let mut rest = TelemetryQuery::all(&session_id, STREAM_BATCH);
-                rest.from_seq = after + 1;
-                for row in store.telemetry_events(&rest).await.unwrap_or_default() {
-                    let frame = Event::default()
-                        .id(row.seq.to_string())
-                        .data(envelope(&row).to_string());
-                    if sender.send(frame).await.is_err() {
-                        return;
-                    }
-                }
-                return;
+                continue;
             }
             tokio::select! {
                 () = sender.closed() => return,

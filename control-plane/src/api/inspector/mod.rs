@@ -134,10 +134,7 @@ pub async fn events(
         .telemetry_events(&read)
         .await?
         .iter()
-        .map(|row| {
-            let event: Value = serde_json::from_str(&row.body).unwrap_or(Value::Null);
-            json!({ "seq": row.seq, "event": event })
-        })
+        .map(super::telemetry::envelope)
         .collect();
     Ok(Json(json!({
         "session": { "id": session.id, "created_at": session.created_at, "name": session.name },
