@@ -92,7 +92,13 @@ impl Services {
         let profiles = Arc::new(Profiles::new(store.clone(), blobs.clone()));
         let vault = Arc::new(settings.vault);
         let exporter = Exporter::new(store.clone(), vault.clone(), settings.egress.clone());
-        let telemetry = Telemetry::new(store.clone(), agents.clone(), replica.clone(), exporter);
+        let telemetry = Telemetry::new(
+            store.clone(),
+            agents.clone(),
+            replica.clone(),
+            exporter,
+            runtime.proxy_failures(),
+        );
         let telemetry_destinations = Arc::new(Destinations::new(
             store.clone(),
             vault.clone(),

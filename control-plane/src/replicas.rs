@@ -16,6 +16,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::{Instant, MissedTickBehavior};
+
 use chrono::Utc;
 use tokio::sync::{broadcast, watch};
 
@@ -23,9 +25,11 @@ use crate::store::{Store, StoreResult};
 
 /// How long a lease lasts unless renewed: a dead replica's work moves within it.
 const LEASE_TTL: Duration = Duration::from_secs(5);
-/// How often leases are renewed: a few renewals fit in one time to live. A renewal
-/// that takes longer is given up.
+/// How often leases are renewed: a few renewals fit in one time to live.
 const RENEW_INTERVAL: Duration = Duration::from_millis(1500);
+/// A holder counts its lease as lost this long before it ends (timed from the start of
+/// the renewal that set its end): by then it has stopped the work before another takes it.
+const LOSS_MARGIN: Duration = Duration::from_secs(1);
 /// How long past its membership's end a replica still counts as live: after the database
 /// was unreachable for everyone, each replica renews its own before any adopts another's.
 const MEMBERSHIP_GRACE: Duration = Duration::from_secs(2);
@@ -67,8 +71,8 @@ pub struct Replica {
     /// This process's own mark in its membership: another process with the same id
     /// (misconfigured, or this one's previous life) is told apart.
     instance: String,
-    /// When this replica last renewed its membership.
-    renewed: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Until when this replica's membership surely lasts (its last renewal's).
+    membership_until: std::sync::Mutex<Option<Instant>>,
     /// Whether other replicas may share the store (PostgreSQL), which then carries
     /// signals between them.
     shared: std::sync::atomic::AtomicBool,
@@ -90,7 +94,7 @@ impl Replica {
             id,
             // Host and process id: a restart on the same host recognizes its previous life.
             instance: format!("{}/{}", host_name(), std::process::id()),
-            renewed: std::sync::Mutex::default(),
+            membership_until: std::sync::Mutex::default(),
             shared: std::sync::atomic::AtomicBool::new(false),
             address,
             store,
@@ -139,7 +143,7 @@ impl Replica {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(RENEW_INTERVAL);
+            let mut tick = renewal_ticks();
             loop {
                 tick.tick().await;
                 if this.left.load(std::sync::atomic::Ordering::SeqCst) {
@@ -195,14 +199,14 @@ impl Replica {
         self.shared.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Whether this replica renewed its membership recently enough to judge others: it
+    /// Whether this replica's membership surely lasts, so that it may judge others: it
     /// adopts nothing while it cannot reach the database itself.
     pub fn is_current(&self) -> bool {
-        self.renewed
+        self.membership_until
             .lock()
             .ok()
-            .and_then(|renewed| *renewed)
-            .is_some_and(|at| at.elapsed() < RENEW_INTERVAL * 2)
+            .and_then(|until| *until)
+            .is_some_and(|until| Instant::now() < until)
     }
 
     fn membership(&self) -> String {
@@ -215,30 +219,52 @@ impl Replica {
     }
 
     async fn renew_membership(&self) -> StoreResult<bool> {
-        let held = self
-            .hold(&self.membership(), &self.membership_holder())
-            .await?;
-        if held && let Ok(mut renewed) = self.renewed.lock() {
-            *renewed = Some(std::time::Instant::now());
+        let until = self.membership_until.lock().ok().and_then(|until| *until);
+        let renewed = self
+            .hold(&self.membership(), &self.membership_holder(), until)
+            .await;
+        if let Ok(mut slot) = self.membership_until.lock() {
+            match &renewed {
+                Ok(Some(until)) => *slot = Some(*until),
+                Ok(None) => *slot = None,
+                Err(_) => {}
+            }
         }
-        Ok(held)
+        renewed.map(|until| until.is_some())
     }
 
     /// Takes or renews a lease, timed by the database's clock (replicas' clocks may
-    /// differ); a renewal that does not answer within its interval failed.
-    async fn hold(&self, lease: &str, holder: &str) -> StoreResult<bool> {
+    /// differ). Answers until when it surely lasts, or `None` if another holds it.
+    ///
+    /// A renewal may take as long as the lease it renews still lasts (`held_until`): on
+    /// a host whose CPUs the browsers keep busy, the database can take seconds to answer,
+    /// and giving up sooner would hand healthy work over to another replica.
+    async fn hold(
+        &self,
+        lease: &str,
+        holder: &str,
+        held_until: Option<Instant>,
+    ) -> StoreResult<Option<Instant>> {
+        let started = Instant::now();
         let attempt = async {
             let now = self.store.clock().await?;
             let ttl = chrono::Duration::from_std(LEASE_TTL).unwrap_or_default();
             self.store.hold_lease(lease, holder, now, now + ttl).await
         };
-        tokio::time::timeout(RENEW_INTERVAL, attempt)
+        let deadline = held_until.unwrap_or(started + LEASE_TTL);
+        let held = tokio::time::timeout_at(deadline, attempt)
             .await
             .unwrap_or_else(|_| {
                 Err(crate::store::StoreError::Backend(format!(
-                    "renewing {lease} took over {RENEW_INTERVAL:?}"
+                    "renewing {lease} took over {:?}",
+                    deadline - started
                 )))
-            })
+            })?;
+        if started.elapsed() > RENEW_INTERVAL {
+            tracing::debug!(lease, took = ?started.elapsed(), "a slow lease renewal");
+        }
+        // The database read its clock after `started`: the lease lasts at least this long.
+        Ok(held.then(|| started + LEASE_TTL - LOSS_MARGIN))
     }
 
     /// Replicas whose membership has not expired (or only just), this one included.
@@ -316,24 +342,24 @@ impl Replica {
             duties.push(lease.clone());
         }
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(RENEW_INTERVAL);
-            let mut renewed: Option<std::time::Instant> = None;
+            let mut tick = renewal_ticks();
+            let mut held_until: Option<Instant> = None;
             loop {
                 tick.tick().await;
                 if this.left.load(std::sync::atomic::Ordering::SeqCst) {
                     let _ = this.store.release_lease(&lease, &this.id).await;
                     return;
                 }
-                let holds = match this.hold(&lease, &this.id).await {
-                    Ok(holds) => {
-                        renewed = holds.then(std::time::Instant::now);
-                        holds
+                let holds = match this.hold(&lease, &this.id, held_until).await {
+                    Ok(until) => {
+                        held_until = until;
+                        until.is_some()
                     }
                     // The store did not answer: still held while the last renewal
-                    // lasts (with a renewal's margin), not after.
+                    // lasts, not after.
                     Err(error) => {
                         tracing::warn!(%error, lease, "could not renew a duty");
-                        renewed.is_some_and(|at| at.elapsed() < LEASE_TTL - RENEW_INTERVAL)
+                        held_until.is_some_and(|until| Instant::now() < until)
                     }
                 };
                 if *held_tx.borrow() != Some(holds) {
@@ -347,6 +373,14 @@ impl Replica {
         });
         Duty { held }
     }
+}
+
+/// Renewals every `RENEW_INTERVAL`; one that took longer is followed by the next at
+/// once, not by a burst of the missed ones.
+fn renewal_ticks() -> tokio::time::Interval {
+    let mut ticks = tokio::time::interval(RENEW_INTERVAL);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticks
 }
 
 fn host_name() -> String {

@@ -14,8 +14,11 @@ import json
 import threading
 import time
 
+from urllib.parse import urlsplit, urlunsplit
+
 import httpx
 import pytest
+import websocket
 from kernel import Kernel, NotFoundError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from playwright.sync_api import sync_playwright
@@ -108,10 +111,14 @@ def test_page_console_network_and_tabs_are_captured_and_read_back(client, contro
             events = all_events(client, session_id)
             types = {e["event"]["type"] for e in events}
             wanted = {"console_log", "console_error", "network_request", "network_response",
-                      "page_navigation", "page_load", "page_tab_opened", "cdp_connect", "cdp_disconnect"}
+                      "page_navigation", "page_load", "page_tab_opened", "cdp_connect", "cdp_disconnect",
+                      "network_idle", "page_layout_settled", "page_navigation_settled"}
             return events if wanted <= types else None
 
-        events = wait_for(captured, what="the page's events")
+        wait_for(captured, what="the page's events")
+        # Both tabs at rest (their settle events come a second after their load).
+        time.sleep(2)
+        events = all_events(client, session_id)
         seqs = [e["seq"] for e in events]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "events out of order or with gaps"
         by_type = lambda kind: [e["event"] for e in events if e["event"]["type"] == kind]  # noqa: E731
@@ -127,6 +134,11 @@ def test_page_console_network_and_tabs_are_captured_and_read_back(client, contro
         assert any(e["data"]["url"].endswith("/other") for e in by_type("page_tab_opened"))
         assert all(e["source"]["kind"] == "cdp" for e in logs)
         assert {e["data"]["target_id"] for e in logs}, "console events name their target"
+        # At rest: after the page's load, its layout settled, then its navigation.
+        page_types = [e["event"]["type"] for e in events if e["event"]["data"].get("url", "").endswith("/page")]
+        assert page_types.index("page_load") < page_types.index("page_layout_settled") \
+            < page_types.index("page_navigation_settled"), page_types
+        assert "network_idle" in page_types and all(e["category"] == "network" for e in by_type("network_idle"))
 
         # Paged newest first, the same events in reverse.
         newest_first = [item.to_dict(mode="json") for item in
@@ -251,6 +263,69 @@ def test_the_monitor_follows_chromium_across_a_restart(client, site):
         disconnected = next(e["event"] for e in all_events(client, session_id)
                             if e["event"]["type"] == "monitor_disconnected")
         assert disconnected["category"] == "monitor" and disconnected["data"]["reason"] == "chrome_restarted"
+    finally:
+        client.browsers.delete_by_id(session_id)
+
+
+def test_proxy_refusals_and_live_view_input_become_events(client, site):
+    """A request the egress proxy refuses (an address the operator's policy does not allow)
+    becomes a `proxy_error` joined to the browser's own request, for a plain request and
+    for a tunnel; a person's clicks and keys in the live view become interaction events,
+    typed text only as its length."""
+    browser = client.browsers.create(
+        telemetry={"browser": {"network": {"enabled": True}, "interaction": {"enabled": True}}})
+    session_id = browser.session_id
+    try:
+        with sync_playwright() as playwright:
+            cdp = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
+            page = first_tab(cdp)
+            page.goto(f"{site}/page", wait_until="load")
+            refused = page.goto("http://10.255.255.1/refused")
+            assert refused.status == 403 and refused.headers["x-kernel-proxy-error"] == "network_policy_denied"
+            page.goto(f"{site}/page", wait_until="load")
+            page.evaluate("fetch('https://10.255.255.2/data').catch(() => {})")
+            page.wait_for_timeout(500)
+            cdp.close()
+
+        def proxy_errors():
+            found = {e["event"]["data"]["url"]: e["event"] for e in all_events(client, session_id)
+                     if e["event"]["type"] == "proxy_error"}
+            wanted = {"http://10.255.255.1/refused", "https://10.255.255.2/data"}
+            return found if wanted <= found.keys() else None
+        errors = wait_for(proxy_errors, what="the two requests' proxy_error events")
+        plain, tunnel = errors["http://10.255.255.1/refused"], errors["https://10.255.255.2/data"]
+        assert plain["category"] == "network" and plain["data"]["code"] == "network_policy_denied"
+        assert (plain["data"]["method"], plain["data"]["status"]) == ("GET", 403)
+        assert (tunnel["data"]["method"], tunnel["data"]["status"]) == ("CONNECT", 403)
+        requests = {e["event"]["data"]["request_id"] for e in all_events(client, session_id)
+                    if e["event"]["type"] == "network_request"}
+        assert plain["data"]["request_id"] in requests and tunnel["data"]["request_id"] in requests
+        # Once per refused request (the page's own, and its icon's), never for one allowed.
+        listed = [e["event"]["data"]["request_id"] for e in all_events(client, session_id)
+                  if e["event"]["type"] == "proxy_error"]
+        assert len(listed) == len(set(listed)), listed
+        assert all("10.255.255." in url for url in errors), errors
+
+        live = urlsplit(field(client.browsers.retrieve(session_id), "browser_live_view_url"))
+        socket = websocket.create_connection(
+            urlunsplit(("ws", live.netloc, live.path + "/ws", live.query, "")), timeout=30)
+        try:
+            for message in ({"t": "down", "x": 50, "y": 60, "b": 1}, {"t": "up", "x": 50, "y": 60, "b": 1},
+                            {"t": "key", "key": "Tab", "down": True}, {"t": "key", "key": "Tab", "down": False},
+                            {"t": "text", "text": "typed-secret"}):
+                socket.send(json.dumps(message))
+
+            def interactions():
+                found = [e["event"]["data"] for e in all_events(client, session_id)
+                         if e["event"]["category"] == "interaction"]
+                return found if len(found) >= 3 else None
+            data = wait_for(interactions, what="the live view's interaction events")
+        finally:
+            socket.close()
+        assert len(data) == 3, data
+        assert any(item.get("x") == 50 and item.get("y") == 60 for item in data), data
+        assert any(item.get("key") == "Tab" for item in data) and {"text_length": 12} in data, data
+        assert "typed-secret" not in json.dumps(all_events(client, session_id))
     finally:
         client.browsers.delete_by_id(session_id)
 

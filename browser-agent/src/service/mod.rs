@@ -816,7 +816,7 @@ impl BrowserAgent for AgentService {
         request: Request<TelemetryCapture>,
     ) -> Result<Response<Empty>, Status> {
         let capture = request.into_inner();
-        self.telemetry.set_capture(capture.clone());
+        self.telemetry.set_capture(capture);
         self.telemetry
             .until_applied(&capture, Duration::from_secs(3))
             .await;

@@ -77,6 +77,28 @@ fn context(
     data
 }
 
+/// A settle event (`network_idle`, `page_layout_settled`, `page_navigation_settled`) of
+/// `target`, if its category is on.
+pub fn settled_event(
+    capture: &TelemetryCapture,
+    kind: &'static str,
+    session: &str,
+    target: &Target,
+) -> Option<Captured> {
+    let category = match kind {
+        "network_idle" if capture.network => "network",
+        "page_layout_settled" | "page_navigation_settled" if capture.page => "page",
+        _ => return None,
+    };
+    Some(Captured {
+        category,
+        kind,
+        data: Value::Object(context(target, session, None, None)),
+        source_event: String::new(),
+        truncated: false,
+    })
+}
+
 /// The CDP events the monitor reads; the others of the domains it enables (data
 /// received, extra info, execution contexts, …) are dropped unparsed.
 pub fn is_wanted(method: &str) -> bool {

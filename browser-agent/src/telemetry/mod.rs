@@ -5,6 +5,7 @@
 
 mod cdp_events;
 pub mod monitor;
+mod settle;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

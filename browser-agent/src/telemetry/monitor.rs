@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::cdp_events::{self, Requests, Target};
+use super::settle::Settling;
 use super::{Captured, Telemetry};
 use crate::cdp_client::{CdpClient, Incoming};
 use crate::chromium::BrowserState;
@@ -116,6 +117,7 @@ pub async fn run(
             requests: Requests::default(),
             opening: HashSet::new(),
             screenshot_pending: None,
+            settling: Settling::default(),
         };
         let ended = monitor
             .watch(&mut capture, &mut browser, &url, &shutdown)
@@ -132,6 +134,14 @@ pub async fn run(
                 lost_at = Some(Instant::now());
             }
         }
+    }
+}
+
+/// Resolves at `deadline`; never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -157,6 +167,8 @@ struct Monitor<'a> {
     opening: HashSet<String>,
     /// The id of the screenshot command awaiting its answer.
     screenshot_pending: Option<u64>,
+    /// Pages coming to rest (network idle, layout settled).
+    settling: Settling,
 }
 
 /// Blank tabs remembered at most while they wait for an address.
@@ -238,7 +250,7 @@ impl Monitor<'_> {
         url: &str,
         shutdown: &CancellationToken,
     ) -> Ended {
-        let mut current = capture.borrow_and_update().clone();
+        let mut current = *capture.borrow_and_update();
         // Waited for: Chromium reports the pages already open before it answers, and
         // their domains are enabled before capture counts as running.
         let setup = [
@@ -263,7 +275,7 @@ impl Monitor<'_> {
                 return Ended::Lost;
             }
         }
-        self.telemetry.applied(Some(current.clone()));
+        self.telemetry.applied(Some(current));
         let mut screenshots = tokio::time::interval(SCREENSHOT_EVERY);
         screenshots.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -278,7 +290,7 @@ impl Monitor<'_> {
                     if changed.is_err() {
                         return Ended::Shutdown;
                     }
-                    current = capture.borrow_and_update().clone();
+                    current = *capture.borrow_and_update();
                     if !any_cdp_category(&current) {
                         return Ended::CaptureOff;
                     }
@@ -288,7 +300,7 @@ impl Monitor<'_> {
                             return Ended::Lost;
                         }
                     }
-                    self.telemetry.applied(Some(current.clone()));
+                    self.telemetry.applied(Some(current));
                 }
                 changed = browser.changed() => {
                     let gone = changed.is_err() || {
@@ -299,6 +311,7 @@ impl Monitor<'_> {
                         return Ended::Lost;
                     }
                 }
+                () = until(self.settling.next_deadline()) => self.report_settled(&current),
                 incoming = self.client.next() => match incoming {
                     Err(_) => return Ended::Lost,
                     Ok(Incoming::Answer { id, result }) => {
@@ -353,7 +366,23 @@ impl Monitor<'_> {
         ) {
             self.telemetry.record(captured);
         }
+        self.settling
+            .observe(session, method, params, target.nav_seq);
         Ok(())
+    }
+
+    /// The settle events now due, of the categories captured.
+    fn report_settled(&mut self, capture: &TelemetryCapture) {
+        for settled in self.settling.due(tokio::time::Instant::now()) {
+            let Some(target) = self.targets.get(&settled.session) else {
+                continue;
+            };
+            if let Some(captured) =
+                cdp_events::settled_event(capture, settled.kind, &settled.session, target)
+            {
+                self.telemetry.record(captured);
+            }
+        }
     }
 
     async fn handle_browser_event(
@@ -382,6 +411,7 @@ impl Monitor<'_> {
                 let session = params["sessionId"].as_str().unwrap_or_default();
                 self.targets.remove(session);
                 self.enabled.remove(session);
+                self.settling.forget(session);
             }
             "Target.targetInfoChanged" => {
                 let info = &params["targetInfo"];

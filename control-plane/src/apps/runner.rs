@@ -159,6 +159,7 @@ impl AppRunner {
                 upstream: None,
                 allowed_hosts: run.allowed_hosts.clone(),
             },
+            None,
         )
     }
 

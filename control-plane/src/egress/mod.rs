@@ -2,9 +2,11 @@
 //! only way out.
 
 mod allowlist;
+mod failures;
 mod policy;
 mod proxy;
 
 pub use allowlist::HostAllowlist;
+pub use failures::{ProxyFailure, ProxyFailures};
 pub use policy::{Allowance, EgressError, EgressPolicy, is_internal};
-pub use proxy::{EgressServer, VmEgress};
+pub use proxy::{EgressServer, FailureLog, VmEgress};

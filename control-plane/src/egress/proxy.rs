@@ -5,7 +5,8 @@
 //! proxy (adding its credentials, which never enter the VM) or connects directly to an
 //! address the operator's egress policy allows: the address judged is the one connected
 //! to, so DNS rebinding cannot slip past. Refusals answer 403 with
-//! `X-Kernel-Proxy-Error: network_policy_denied`.
+//! `X-Kernel-Proxy-Error: network_policy_denied`, failures 502 with the code of what
+//! failed; both are noted for the session's telemetry (`failures`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::failures::{ProxyFailure, ProxyFailures};
 use super::{EgressError, EgressPolicy, HostAllowlist};
 use crate::proxies::ProxyRoute;
 
@@ -42,16 +44,30 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// The header naming why a request was refused, as the SDK documents it.
 const ERROR_HEADER: &str = "X-Kernel-Proxy-Error";
 const POLICY_DENIED: &str = "network_policy_denied";
+const PROXY_UNAVAILABLE: &str = "proxy_unavailable";
+const DNS_FAILURE: &str = "upstream_dns_failure";
+const CONNECT_FAILED: &str = "upstream_connect_failed";
+
+/// Where one VM's proxy notes the requests it refused or could not carry.
+#[derive(Clone)]
+pub struct FailureLog {
+    pub failures: Arc<ProxyFailures>,
+    pub session_id: String,
+}
 
 /// A running egress proxy; stops (with every connection through it) when dropped.
 pub struct EgressServer {
     egress: watch::Sender<VmEgress>,
     shutdown: CancellationToken,
+    failure_log: Option<FailureLog>,
 }
 
 impl Drop for EgressServer {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        if let Some(log) = &self.failure_log {
+            log.failures.forget(&log.session_id);
+        }
     }
 }
 
@@ -63,6 +79,7 @@ impl EgressServer {
         owner: Option<(u32, u32)>,
         policy: EgressPolicy,
         egress: VmEgress,
+        failure_log: Option<FailureLog>,
     ) -> std::io::Result<Self> {
         match std::fs::remove_file(socket) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
@@ -80,6 +97,7 @@ impl EgressServer {
         let stop = shutdown.clone();
         let policy = Arc::new(policy);
         let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let log = failure_log.clone();
         tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -100,18 +118,23 @@ impl EgressServer {
                     continue;
                 };
                 let (policy, stop, updates) = (policy.clone(), stop.clone(), updates.clone());
+                let log = log.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
                     tokio::select! {
                         () = stop.cancelled() => {}
-                        result = handle(client, &policy, updates) => if let Err(error) = result {
+                        result = handle(client, &policy, updates, log.as_ref()) => if let Err(error) = result {
                             tracing::debug!(%error, "egress connection ended with an error");
                         },
                     }
                 });
             }
         });
-        Ok(Self { egress, shutdown })
+        Ok(Self {
+            egress,
+            shutdown,
+            failure_log,
+        })
     }
 
     /// Applies to new requests at once; open connections to hosts it no longer allows
@@ -250,6 +273,7 @@ async fn handle(
     mut client: UnixStream,
     policy: &EgressPolicy,
     mut updates: watch::Receiver<VmEgress>,
+    log: Option<&FailureLog>,
 ) -> std::io::Result<()> {
     let (head, rest) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client))
         .await
@@ -270,7 +294,7 @@ async fn handle(
             "{} is not in this browser's network.allowed_hosts",
             request.host
         );
-        return answer(&mut client, "403 Forbidden", Some(POLICY_DENIED), &reason).await;
+        return refuse(&mut client, log, &request, POLICY_DENIED, &reason).await;
     }
     let upstream = egress.route_for(&request.host);
     let mut server = match upstream {
@@ -279,7 +303,7 @@ async fn handle(
                 // The upstream's address may be the operator's: log it, do not show it.
                 tracing::warn!(upstream = %upstream.address, "the upstream proxy is unreachable");
                 let reason = "the session's proxy is unreachable";
-                return answer(&mut client, "502 Bad Gateway", None, reason).await;
+                return refuse(&mut client, log, &request, PROXY_UNAVAILABLE, reason).await;
             };
             let authorization = upstream.username.as_ref().map(|username| {
                 let credentials =
@@ -305,16 +329,15 @@ async fn handle(
             let address = match policy.resolve(&request.authority()).await {
                 Ok(address) => address,
                 Err(EgressError::Refused(reason)) => {
-                    return answer(&mut client, "403 Forbidden", Some(POLICY_DENIED), &reason)
-                        .await;
+                    return refuse(&mut client, log, &request, POLICY_DENIED, &reason).await;
                 }
                 Err(EgressError::Unresolved(reason)) => {
-                    return answer(&mut client, "502 Bad Gateway", None, &reason).await;
+                    return refuse(&mut client, log, &request, DNS_FAILURE, &reason).await;
                 }
             };
             let Some(mut server) = connect(&address.to_string()).await else {
                 let reason = format!("{} did not accept the connection", request.host);
-                return answer(&mut client, "502 Bad Gateway", None, &reason).await;
+                return refuse(&mut client, log, &request, CONNECT_FAILED, &reason).await;
             };
             if request.is_tunnel() {
                 client
@@ -484,6 +507,34 @@ fn bypassed(patterns: &[String], host: &str) -> bool {
     })
 }
 
+/// Answers a request the proxy will not carry (403 for a policy's refusal, else 502),
+/// naming `code` to the browser and noting it for the session's telemetry.
+async fn refuse(
+    client: &mut (impl AsyncWrite + Unpin),
+    log: Option<&FailureLog>,
+    request: &ProxyRequest,
+    code: &'static str,
+    reason: &str,
+) -> std::io::Result<()> {
+    let (status, line) = match code {
+        POLICY_DENIED => (403, "403 Forbidden"),
+        _ => (502, "502 Bad Gateway"),
+    };
+    if let Some(log) = log {
+        log.failures.note(
+            &log.session_id,
+            ProxyFailure {
+                code,
+                status,
+                method: request.method.clone(),
+                host: request.host.clone(),
+                port: request.port,
+            },
+        );
+    }
+    answer(client, line, Some(code), reason).await
+}
+
 async fn answer(
     client: &mut (impl AsyncWrite + Unpin),
     status: &str,
@@ -579,8 +630,9 @@ Proxy-Authorization: Basic dTpw\r\nConnection: close\r\n\r\n"
             .expect("binds");
         let port = target.local_addr().expect("address").port();
         let loopback_allowed = EgressPolicy::new(vec!["127.0.0.1".parse().expect("allowance")]);
-        let server = EgressServer::start(&socket, None, loopback_allowed, VmEgress::default())
-            .expect("starts");
+        let server =
+            EgressServer::start(&socket, None, loopback_allowed, VmEgress::default(), None)
+                .expect("starts");
 
         // The operator allowed 127.0.0.1, not the rest of loopback or link-local.
         for refused in [
@@ -641,8 +693,8 @@ Proxy-Authorization: Basic dTpw\r\nConnection: close\r\n\r\n"
             upstream: Some(route.clone()),
             allowed_hosts: None,
         };
-        let server =
-            EgressServer::start(&socket, None, EgressPolicy::default(), egress).expect("starts");
+        let server = EgressServer::start(&socket, None, EgressPolicy::default(), egress, None)
+            .expect("starts");
         let accepted = tokio::spawn(async move {
             let (mut connection, _) = upstream.accept().await.expect("accepts");
             let mut head = vec![0u8; 1024];
@@ -692,8 +744,8 @@ Proxy-Authorization: Basic dTpw\r\nConnection: close\r\n\r\n"
             }),
             allowed_hosts: Some(HostAllowlist::parse(&["a.test".into()]).expect("valid")),
         };
-        let _server =
-            EgressServer::start(&socket, None, EgressPolicy::default(), egress).expect("starts");
+        let _server = EgressServer::start(&socket, None, EgressPolicy::default(), egress, None)
+            .expect("starts");
         let received = tokio::spawn(async move {
             let (mut connection, _) = upstream.accept().await.expect("accepts");
             let mut seen = vec![0u8; 4096];

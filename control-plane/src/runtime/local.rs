@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,7 +27,9 @@ use super::processes::{group_members_mentioning, is_agent_for, is_running, proce
 use super::sandbox::{self, Sandbox};
 use super::{LaunchSpec, Runtime, RuntimeError};
 use crate::agent::{AgentClient, UNIX_ENDPOINT_PREFIX};
-use crate::egress::{EgressPolicy, EgressServer, HostAllowlist, VmEgress};
+use crate::egress::{
+    EgressPolicy, EgressServer, FailureLog, HostAllowlist, ProxyFailures, VmEgress,
+};
 use crate::ids;
 use crate::proxies::ProxyRoute;
 use crate::store::AgentLocation;
@@ -91,6 +93,7 @@ pub struct LocalRuntime {
     isolation: IsolationReport,
     /// Each live VM's egress proxy, by session id.
     egress_servers: Mutex<HashMap<String, EgressServer>>,
+    proxy_failures: Arc<ProxyFailures>,
 }
 
 const ADDRESS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -142,7 +145,15 @@ impl LocalRuntime {
             config,
             isolation,
             egress_servers: Mutex::new(HashMap::new()),
+            proxy_failures: Arc::default(),
         }
+    }
+
+    fn failure_log(&self, session_id: &str) -> Option<FailureLog> {
+        Some(FailureLog {
+            failures: self.proxy_failures.clone(),
+            session_id: session_id.to_owned(),
+        })
     }
 
     fn browser_dir(&self, session_id: &str) -> PathBuf {
@@ -301,10 +312,16 @@ impl LocalRuntime {
                 None => arg("node-runtime", runtime),
             }
         }
-        arg(
-            "memory-limit-bytes",
-            &spec.memory_limit_bytes.unwrap_or(0).to_string(),
-        );
+        // The agent measures the VM's memory itself only where no control group holds
+        // it: measuring walks every Chromium process's page tables, CPU the kernel's
+        // own accounting spares (a group's overrun ends the VM from here, `exit_reason`).
+        let kernel_enforced = self.config.sandbox.is_some() && self.config.limits.cgroups.is_ok();
+        let agent_memory_limit = if kernel_enforced {
+            0
+        } else {
+            spec.memory_limit_bytes.unwrap_or(0)
+        };
+        arg("memory-limit-bytes", &agent_memory_limit.to_string());
         arg(
             "zip-max-entries",
             &self.config.zip_limits.max_entries.to_string(),
@@ -379,6 +396,7 @@ impl LocalRuntime {
             owner,
             self.config.egress.clone(),
             spec.egress.clone(),
+            self.failure_log(&spec.session_id),
         )?;
         let secret = ids::new_secret(43);
         let control = dir.join(CONTROL_DIR);
@@ -780,11 +798,16 @@ impl Runtime for LocalRuntime {
             owner,
             self.config.egress.clone(),
             egress,
+            self.failure_log(session_id),
         )?;
         if let Ok(mut servers) = self.egress_servers.lock() {
             servers.insert(session_id.to_owned(), server);
         }
         Ok(())
+    }
+
+    fn proxy_failures(&self) -> Arc<ProxyFailures> {
+        self.proxy_failures.clone()
     }
 
     fn forget(&self, session_id: &str) {

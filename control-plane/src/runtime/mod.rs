@@ -12,6 +12,7 @@ pub mod sandbox;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -19,7 +20,7 @@ pub use isolation::IsolationReport;
 pub use local::{KernelLimits, LocalRuntime, LocalRuntimeConfig, ZipLimits};
 pub use sandbox::Sandbox;
 
-use crate::egress::{HostAllowlist, VmEgress};
+use crate::egress::{HostAllowlist, ProxyFailures, VmEgress};
 use crate::proxies::ProxyRoute;
 use crate::store::AgentLocation;
 
@@ -127,6 +128,12 @@ pub trait Runtime: Send + Sync + 'static {
     fn reattach(&self, session_id: &str, egress: VmEgress) -> Result<(), RuntimeError> {
         let _ = (session_id, egress);
         Ok(())
+    }
+
+    /// Requests the VMs' egress proxies refused or could not carry, kept briefly for
+    /// their sessions' telemetry (none where the runtime has no proxy of ours).
+    fn proxy_failures(&self) -> Arc<ProxyFailures> {
+        Arc::default()
     }
 
     /// Drops what this process holds for a VM that another replica ended (its egress).

@@ -162,6 +162,56 @@ pub fn api_call(operation_id: &str, request_id: &str, status: u16, duration_ms: 
     )
 }
 
+/// `proxy_error`: the VM's `network_loading_failed` (a refused tunnel) or
+/// `network_response` (a refused plain request) of a request the session's egress proxy
+/// noted it refused or could not carry (`failures` finds it, once). `None` for any other
+/// event.
+pub fn proxy_error(
+    vm_event: &Event,
+    failures: &crate::egress::ProxyFailures,
+    session_id: &str,
+) -> Option<Event> {
+    let data = &vm_event.data;
+    let refused_here = match vm_event.kind.as_str() {
+        "network_loading_failed" => data["error_text"]
+            .as_str()
+            .is_some_and(|text| text.contains("ERR_TUNNEL") || text.contains("ERR_PROXY")),
+        "network_response" => matches!(data["status"].as_u64(), Some(403 | 502)),
+        _ => false,
+    };
+    if !refused_here {
+        return None;
+    }
+    let failure = failures.take(session_id, data["url"].as_str()?)?;
+    // The context (target, frame, navigation, URL) is the browser's; the code is ours.
+    let mut error: Map<String, Value> = [
+        "target_id",
+        "target_type",
+        "session_id",
+        "frame_id",
+        "loader_id",
+        "nav_seq",
+        "url",
+        "request_id",
+        "resource_type",
+    ]
+    .into_iter()
+    .filter_map(|key| Some((key.to_owned(), data.get(key)?.clone())))
+    .collect();
+    error.insert("code".into(), json!(failure.code));
+    error.insert("status".into(), json!(failure.status));
+    error.insert("method".into(), json!(failure.method));
+    Some(Event {
+        category: Category::Network,
+        kind: "proxy_error".into(),
+        ts_us: vm_event.ts_us,
+        source_kind: "cdp",
+        source_event: vm_event.source_event.clone(),
+        data: Value::Object(error),
+        truncated: false,
+    })
+}
+
 /// Calls that manage the VM rather than drive the browser (the SDK's `platform`).
 fn is_platform_operation(operation_id: &str) -> bool {
     [
@@ -180,6 +230,40 @@ fn is_platform_operation(operation_id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_failure_the_proxy_noted_becomes_a_proxy_error_once() {
+        let failures = crate::egress::ProxyFailures::default();
+        let failed = Event::from_vm(
+            "network_loading_failed",
+            now_us(),
+            r#"{"url":"https://blocked.example/x","request_id":"7.1","error_text":"net::ERR_TUNNEL_CONNECTION_FAILED","target_id":"T"}"#,
+            "Network.loadingFailed",
+            false,
+        )
+        .expect("a VM event");
+        // Made up by the VM: the proxy refused nothing.
+        assert!(proxy_error(&failed, &failures, "s1").is_none());
+        failures.note(
+            "s1",
+            crate::egress::ProxyFailure {
+                code: "network_policy_denied",
+                status: 403,
+                method: "CONNECT".into(),
+                host: "blocked.example".into(),
+                port: 443,
+            },
+        );
+        let error = proxy_error(&failed, &failures, "s1").expect("joined");
+        assert_eq!(error.kind, "proxy_error");
+        assert_eq!(error.category, Category::Network);
+        assert_eq!(error.data["code"], "network_policy_denied");
+        assert_eq!(error.data["status"], 403);
+        assert_eq!(error.data["request_id"], "7.1");
+        assert_eq!(error.data["target_id"], "T");
+        assert!(error.data.get("error_text").is_none());
+        assert!(proxy_error(&failed, &failures, "s1").is_none());
+    }
 
     #[test]
     fn a_vm_cannot_choose_the_category_or_send_unknown_types() {

@@ -26,6 +26,7 @@ pub use export::Exporter;
 pub use settings::{Category, TelemetrySettings};
 
 use crate::agent::AgentClients;
+use crate::egress::ProxyFailures;
 use crate::replicas::Replica;
 use crate::store::{NewTelemetryEvent, SessionRecord, Store};
 
@@ -57,6 +58,8 @@ pub struct Telemetry {
     written: watch::Sender<u64>,
     pumps: pump::Pumps,
     exporter: Arc<Exporter>,
+    /// What the VMs' egress proxies refused, joined to the VMs' network events.
+    proxy_failures: Arc<ProxyFailures>,
 }
 
 impl Telemetry {
@@ -65,6 +68,7 @@ impl Telemetry {
         agents: Arc<AgentClients>,
         replica: Arc<Replica>,
         exporter: Arc<Exporter>,
+        proxy_failures: Arc<ProxyFailures>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|this| Self {
             pumps: pump::Pumps::new(store.clone(), agents, replica, this.clone()),
@@ -73,6 +77,7 @@ impl Telemetry {
             flush_now: Notify::new(),
             written: watch::channel(0).0,
             exporter,
+            proxy_failures,
         })
     }
 

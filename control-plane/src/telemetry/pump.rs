@@ -215,7 +215,15 @@ async fn pump(
                     match event {
                         Some(event) => {
                             let settings = settings.borrow();
+                            let proxy_error = super::event::proxy_error(
+                                &event,
+                                &telemetry.proxy_failures,
+                                &session_id,
+                            );
                             telemetry.record_for(&session_id, &org_id, &settings, event, skipped);
+                            if let Some(proxy_error) = proxy_error {
+                                telemetry.record_for(&session_id, &org_id, &settings, proxy_error, 0);
+                            }
                         }
                         None => tracing::debug!(%session_id, kind = %record.r#type, "a VM's telemetry record was refused"),
                     }

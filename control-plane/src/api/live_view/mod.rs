@@ -23,6 +23,7 @@ use browser_agent_proto::v1::{
 };
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
+use serde_json::json;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::Streaming;
@@ -36,6 +37,7 @@ use crate::managed_auth::Document;
 use crate::sessions::CdpConnectionGuard;
 use crate::sessions::ClientKind;
 use crate::store::SessionRecord;
+use crate::telemetry::{Category, Event};
 use crate::tokens::LiveViewClaims;
 
 const VIEWER_PAGE: &str = include_str!("viewer.html");
@@ -193,9 +195,13 @@ async fn open_socket(
     let guard = state
         .sessions
         .client_connected(session, ClientKind::LiveView);
+    let (telemetry, session) = (state.telemetry.clone(), session.clone());
+    let record = move |(kind, data): (&str, serde_json::Value)| {
+        telemetry.record(&session, Event::api(Category::Interaction, kind, data));
+    };
     Ok(upgrade
         .max_message_size(MAX_INPUT_BYTES)
-        .on_upgrade(move |socket| pump(socket, to_agent, from_agent, read_only, guard)))
+        .on_upgrade(move |socket| pump(socket, to_agent, from_agent, read_only, record, guard)))
 }
 
 /// The browser of the connection's login flow in progress, if the token names this
@@ -306,6 +312,21 @@ enum ViewerInput {
 }
 
 impl ViewerInput {
+    /// The `interaction` telemetry event of input the agent was sent: presses of a button
+    /// and of a key (typed text is counted, never kept), as the computer API records its
+    /// own.
+    fn interaction(&self) -> Option<(&'static str, serde_json::Value)> {
+        match self {
+            Self::Down { x, y, .. } => Some(("interaction_click", json!({ "x": x, "y": y }))),
+            Self::Key { key, down: true } => Some(("interaction_key", json!({ "key": key }))),
+            Self::Text { text } | Self::Paste { text } => Some((
+                "interaction_key",
+                json!({ "text_length": text.chars().count() }),
+            )),
+            _ => None,
+        }
+    }
+
     /// What the agent is sent; `None` for input a watch-only viewer may not give, or
     /// that makes no sense.
     fn into_agent_input(self, read_only: bool) -> Option<LiveViewInput> {
@@ -397,6 +418,7 @@ async fn pump(
     to_agent: mpsc::Sender<LiveViewInput>,
     mut from_agent: Streaming<LiveViewUpdate>,
     read_only: bool,
+    record_interaction: impl Fn((&str, serde_json::Value)) + Send,
     _guard: CdpConnectionGuard,
 ) {
     let (mut to_viewer, mut from_viewer) = socket.split();
@@ -412,10 +434,15 @@ async fn pump(
             let Ok(input) = serde_json::from_str::<ViewerInput>(&text) else {
                 continue;
             };
-            if let Some(input) = input.into_agent_input(read_only)
-                && to_agent.send(input).await.is_err()
-            {
+            let interaction = input.interaction();
+            let Some(input) = input.into_agent_input(read_only) else {
+                continue;
+            };
+            if to_agent.send(input).await.is_err() {
                 break;
+            }
+            if let Some(interaction) = interaction {
+                record_interaction(interaction);
             }
         }
     };
