@@ -201,10 +201,30 @@ def test_capture_starts_only_when_asked_and_categories_change_live(client, site)
                                   if e["event"]["type"] == "api_call"], what="an api_call event")
         assert calls[0]["event"]["data"]["operation_id"] == "browsers.computer.screenshot"
         assert calls[0]["event"]["data"]["status"] == 200
-        visit(browser.cdp_ws_url, f"{site}/page")
+        with sync_playwright() as playwright:
+            cdp = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
+            page = first_tab(cdp)
+            page.goto(f"{site}/page?token=never-shown", wait_until="load")
+            page.mouse.click(30, 40)
+            page.keyboard.insert_text("typed-secret")
+            page.keyboard.press("Enter")
+            cdp.close()
         wait_for(lambda: any(e["event"]["type"] == "cdp_disconnect" for e in all_events(client, session_id)),
                  what="the CDP client's disconnect")
-        assert not [e for e in all_events(client, session_id) if e["event"]["category"] == "console"]
+        events = all_events(client, session_id)
+        assert not [e for e in events if e["event"]["category"] == "console"]
+        # The client's browser-control commands, without what could hold a secret.
+        connection = next(e["event"]["data"]["connection_id"] for e in events if e["event"]["type"] == "cdp_connect")
+        commands = [e["event"] for e in events if e["event"]["type"] == "cdp_command"]
+        assert commands and all(c["category"] == "control" and c["data"]["connection_id"] == connection
+                                for c in commands)
+        by_method = lambda method: [c["data"] for c in commands if c["data"]["method"] == method]  # noqa: E731
+        assert [n["url_scheme"] for n in by_method("Page.navigate")] == ["http"]
+        clicks = [m for m in by_method("Input.dispatchMouseEvent") if m["event_type"] == "mousePressed"]
+        assert [(m["x"], m["y"], m["button"], m["click_count"]) for m in clicks] == [(30, 40, "left", 1)]
+        assert {"text_length": 12}.items() <= by_method("Input.insertText")[0].items()
+        assert any(k.get("named_key") == "Enter" for k in by_method("Input.dispatchKeyEvent"))
+        assert "typed-secret" not in json.dumps(events) and "never-shown" not in json.dumps(events)
 
         updated = client.browsers.update(session_id, telemetry={"browser": {"console": {"enabled": True}}})
         assert updated.telemetry.browser.console.enabled and updated.telemetry.browser.control.enabled

@@ -235,16 +235,22 @@ async fn pump(
     socket: WebSocket,
     to_agent: mpsc::Sender<CdpFrame>,
     mut from_agent: Streaming<CdpFrame>,
-    _guard: CdpConnectionGuard,
+    guard: CdpConnectionGuard,
 ) {
     let (mut to_client, mut from_client) = socket.split();
     let opened = Instant::now();
     let last_heard_ms = AtomicU64::new(0);
+    let commands = guard.command_recorder();
     let upstream = async {
         while let Some(Ok(message)) = from_client.next().await {
             last_heard_ms.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
             let kind = match message {
-                Message::Text(text) => Kind::Text(text.to_string()),
+                Message::Text(text) => {
+                    if let Some(commands) = &commands {
+                        commands.record(text.as_bytes());
+                    }
+                    Kind::Text(text.to_string())
+                }
                 Message::Binary(bytes) => Kind::Binary(bytes.to_vec()),
                 Message::Close(frame) => {
                     let (code, reason) = frame

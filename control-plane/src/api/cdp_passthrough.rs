@@ -26,6 +26,7 @@ use hyper_util::rt::TokioIo;
 use socket2::Socket;
 
 use crate::sessions::CdpConnectionGuard;
+use crate::telemetry::cdp_commands::{CommandRecorder, MAX_COMMAND_BYTES};
 
 /// We ping a quiet client this often; one that has sent nothing (not even a pong) for
 /// three of these is gone, and its connection stops keeping the session alive.
@@ -35,6 +36,9 @@ const BUFFER_BYTES: usize = 64 * 1024;
 /// The threads' buffers are on the heap: a small stack will do.
 const THREAD_STACK_BYTES: usize = 256 * 1024;
 
+const OPCODE_CONTINUATION: u8 = 0x0;
+const OPCODE_TEXT: u8 = 0x1;
+const OPCODE_BINARY: u8 = 0x2;
 const OPCODE_CLOSE: u8 = 0x8;
 const OPCODE_PONG: u8 = 0xA;
 /// An empty ping, as a server sends it (unmasked).
@@ -104,6 +108,118 @@ impl Frames {
     }
 }
 
+/// The client's text messages, unmasked, as its frames pass (for `cdp_command` events);
+/// a message longer than `MAX_COMMAND_BYTES` is skipped.
+struct MessageTap<F: FnMut(&[u8])> {
+    header: Vec<u8>,
+    mask: [u8; 4],
+    /// How far into the current frame's payload, and how much of it is left.
+    offset: usize,
+    payload_left: u64,
+    final_frame: bool,
+    /// The current frame belongs to the text message being assembled.
+    keeping: bool,
+    /// A text message is being assembled (over continuation frames).
+    in_text: bool,
+    too_long: bool,
+    message: Vec<u8>,
+    on_message: F,
+}
+
+impl<F: FnMut(&[u8])> MessageTap<F> {
+    fn new(on_message: F) -> Self {
+        Self {
+            header: Vec::new(),
+            mask: [0; 4],
+            offset: 0,
+            payload_left: 0,
+            final_frame: false,
+            keeping: false,
+            in_text: false,
+            too_long: false,
+            message: Vec::new(),
+            on_message,
+        }
+    }
+
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.payload_left > 0 {
+                let take = data.len().min(self.payload_left as usize);
+                if self.keeping && !self.too_long {
+                    if self.message.len() + take > MAX_COMMAND_BYTES {
+                        self.too_long = true;
+                        self.message = Vec::new();
+                    } else {
+                        let (mask, offset) = (self.mask, self.offset);
+                        self.message.extend(
+                            data[..take]
+                                .iter()
+                                .enumerate()
+                                .map(|(index, byte)| byte ^ mask[(offset + index) % 4]),
+                        );
+                    }
+                }
+                self.offset += take;
+                self.payload_left -= take as u64;
+                data = &data[take..];
+                if self.payload_left == 0 {
+                    self.frame_done();
+                }
+                continue;
+            }
+            self.header.push(data[0]);
+            data = &data[1..];
+            let Some((size, length)) = Frames::parse_header(&self.header) else {
+                continue;
+            };
+            let opcode = self.header[0] & 0x0f;
+            self.final_frame = self.header[0] & 0x80 != 0;
+            self.mask = match self.header[1] & 0x80 {
+                0 => [0; 4],
+                _ => [
+                    self.header[size - 4],
+                    self.header[size - 3],
+                    self.header[size - 2],
+                    self.header[size - 1],
+                ],
+            };
+            self.header.clear();
+            self.offset = 0;
+            self.payload_left = length;
+            self.keeping = match opcode {
+                OPCODE_TEXT => {
+                    self.in_text = true;
+                    self.too_long = false;
+                    self.message.clear();
+                    true
+                }
+                OPCODE_CONTINUATION => self.in_text,
+                OPCODE_BINARY => {
+                    self.in_text = false;
+                    false
+                }
+                // Control frames may come between a message's fragments.
+                _ => false,
+            };
+            if length == 0 {
+                self.frame_done();
+            }
+        }
+    }
+
+    fn frame_done(&mut self) {
+        if self.keeping && self.final_frame {
+            if !self.too_long {
+                (self.on_message)(&self.message);
+            }
+            self.message.clear();
+            self.in_text = false;
+        }
+        self.keeping = false;
+    }
+}
+
 /// The client's socket out of hyper's upgraded connection, with the bytes hyper read
 /// past the handshake; `None` for a connection that is not a plain socket.
 fn client_socket(upgraded: Upgraded) -> Option<(Socket, Bytes)> {
@@ -145,7 +261,9 @@ pub fn start(upgraded: Upgraded, chromium: tokio::net::TcpStream, guard: CdpConn
             return;
         }
     };
-    if let Err(error) = Splice::new(client, chromium, KEEPALIVE_INTERVAL).start(early, guard) {
+    let commands = guard.command_recorder();
+    let splice = Splice::new(client, chromium, KEEPALIVE_INTERVAL);
+    if let Err(error) = splice.start(early, commands, guard) {
         tracing::warn!(%error, "could not start a CDP pass-through thread");
     }
 }
@@ -175,13 +293,18 @@ impl Splice {
     }
 
     /// Starts both threads; `guard` is dropped once both have ended.
-    fn start<G: Send + 'static>(self, early: Bytes, guard: G) -> io::Result<()> {
+    fn start<G: Send + 'static>(
+        self,
+        early: Bytes,
+        commands: Option<CommandRecorder>,
+        guard: G,
+    ) -> io::Result<()> {
         let this = Arc::new(self);
         let up = this.clone();
         let upstream = std::thread::Builder::new()
             .name("cdp-upstream".into())
             .stack_size(THREAD_STACK_BYTES)
-            .spawn(move || up.upstream(&early))?;
+            .spawn(move || up.upstream(&early, commands))?;
         let down = this.clone();
         std::thread::Builder::new()
             .name("cdp-downstream".into())
@@ -203,13 +326,18 @@ impl Splice {
         let _ = self.chromium.shutdown(Shutdown::Both);
     }
 
-    /// The client's frames to Chromium, but its pongs.
-    fn upstream(&self, early: &[u8]) {
+    /// The client's frames to Chromium, but its pongs; its commands to `commands`.
+    fn upstream(&self, early: &[u8], commands: Option<CommandRecorder>) {
         let mut frames = Frames::default();
         let mut out = Vec::with_capacity(BUFFER_BYTES);
+        let mut tap = commands
+            .map(|commands| MessageTap::new(move |message: &[u8]| commands.record(message)));
         let mut pass = |data: &[u8]| {
             self.last_heard_ms
                 .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+            if let Some(tap) = &mut tap {
+                tap.feed(data);
+            }
             out.clear();
             frames.forward(data, &mut out, |opcode| opcode == OPCODE_PONG);
             if frames.closed {
@@ -374,7 +502,7 @@ mod tests {
             Socket::from(OwnedFd::from(chromium_end)),
             keepalive,
         )
-        .start(Bytes::copy_from_slice(early), Guard(sender))
+        .start(Bytes::copy_from_slice(early), None, Guard(sender))
         .unwrap();
         for end in [&client, &chromium] {
             end.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -495,6 +623,55 @@ mod tests {
         }
         out.extend_from_slice(payload);
         out
+    }
+
+    /// A client's frame: masked, FIN as given.
+    fn masked(opcode: u8, fin: bool, payload: &[u8], key: [u8; 4]) -> Vec<u8> {
+        let scrambled: Vec<u8> = payload
+            .iter()
+            .enumerate()
+            .map(|(index, byte)| byte ^ key[index % 4])
+            .collect();
+        let mut out = frame(opcode, &scrambled, Some(key));
+        if !fin {
+            out[0] &= 0x7f;
+        }
+        out
+    }
+
+    #[test]
+    fn the_tap_sees_each_text_message_whole_however_it_is_fragmented_or_cut() {
+        let key = [0x12, 0x34, 0x56, 0x78];
+        let long = "x".repeat(70_000);
+        let stream = [
+            masked(OPCODE_TEXT, true, b"{\"id\":1}", key),
+            // Fragmented, with a ping between the fragments.
+            masked(OPCODE_TEXT, false, b"{\"id\":", key),
+            masked(0x9, true, b"", key),
+            masked(OPCODE_CONTINUATION, true, b"2}", [9, 8, 7, 6]),
+            masked(OPCODE_BINARY, true, b"binary", key),
+            masked(OPCODE_TEXT, true, long.as_bytes(), key),
+            masked(OPCODE_TEXT, true, b"", key),
+        ]
+        .concat();
+        for cut in [1, 3, 7, 4096, stream.len()] {
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            let mut tap = MessageTap::new(|message: &[u8]| seen.push(message.to_vec()));
+            for chunk in stream.chunks(cut) {
+                tap.feed(chunk);
+            }
+            drop(tap);
+            assert_eq!(
+                seen,
+                [
+                    b"{\"id\":1}".to_vec(),
+                    b"{\"id\":2}".to_vec(),
+                    long.clone().into_bytes(),
+                    Vec::new()
+                ],
+                "cut every {cut} bytes"
+            );
+        }
     }
 
     #[test]

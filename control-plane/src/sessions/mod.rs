@@ -34,6 +34,7 @@ use crate::replays::Replays;
 use crate::replicas::{Replica, Signal};
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
 use crate::store::{PoolLease, SessionFilter, SessionRecord, SessionStatus, Store, StoreError};
+use crate::telemetry::cdp_commands::CommandRecorder;
 use crate::telemetry::{Category, Telemetry};
 
 /// When a session was last used through this replica and how many CDP connections it
@@ -771,7 +772,7 @@ fn vm_end_event(session: &SessionRecord, reason: &str) -> crate::telemetry::Even
 }
 
 /// Who connected to a browser, for its telemetry.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientKind {
     Cdp,
     LiveView,
@@ -788,6 +789,27 @@ pub struct CdpConnectionGuard {
     sessions: Arc<Sessions>,
     id: String,
     client: Option<ConnectedClient>,
+}
+
+impl CdpConnectionGuard {
+    /// Reports the CDP client's browser-control commands (`cdp_command`), if the session
+    /// captured `control` telemetry when the client connected.
+    pub fn command_recorder(&self) -> Option<CommandRecorder> {
+        let client = self.client.as_ref()?;
+        let captures = client
+            .session
+            .vm_settings
+            .telemetry
+            .as_ref()
+            .is_some_and(|settings| settings.captures(Category::Control));
+        (captures && client.kind == ClientKind::Cdp).then(|| {
+            CommandRecorder::new(
+                self.sessions.telemetry.clone(),
+                client.session.clone(),
+                client.connection_id.clone(),
+            )
+        })
+    }
 }
 
 impl Drop for CdpConnectionGuard {

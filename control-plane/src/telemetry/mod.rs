@@ -8,6 +8,7 @@
 //! readers (`GET …/telemetry/events` and `…/stream`) find them, and are handed to the
 //! session's OTLP destination (`export`), if any.
 
+pub mod cdp_commands;
 pub mod destinations;
 pub mod event;
 mod export;
