@@ -21,6 +21,7 @@ import pytest
 import websocket
 from kernel import Kernel, NotFoundError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from playwright.sync_api import sync_playwright
 
 from harness import first_tab
@@ -410,7 +411,7 @@ class Collector(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        request = ExportLogsServiceRequest()
+        request = ExportTraceServiceRequest() if self.path == "/v1/traces" else ExportLogsServiceRequest()
         request.ParseFromString(body)
         type(self).received.append((self.path, dict(self.headers), request))
         self.send_response(type(self).status)
@@ -445,7 +446,7 @@ def test_events_are_exported_over_otlp_and_failures_are_reported(client, control
                                                  endpoint="http://127.0.0.1:4318/v1/logs")
 
         exported = client.browsers.create(telemetry={
-            "browser": {"console": {"enabled": True}},
+            "browser": {"console": {"enabled": True}, "page": {"enabled": True}},
             "export": {"otlp": {"destination": {"name": "fake-collector"}}}})
         created.append(exported.session_id)
         assert exported.telemetry.export.otlp.destination == destination.id
@@ -453,6 +454,8 @@ def test_events_are_exported_over_otlp_and_failures_are_reported(client, control
 
         def console_record():
             for path, headers, request in good_handler.received:
+                if path != "/v1/logs":
+                    continue
                 for resource_logs in request.resource_logs:
                     attributes = {a.key: a.value.string_value for a in resource_logs.resource.attributes}
                     for scope in resource_logs.scope_logs:
@@ -471,6 +474,30 @@ def test_events_are_exported_over_otlp_and_failures_are_reported(client, control
         assert record.time_unix_nano > 0
         wait_for(lambda: client.telemetry.destinations.retrieve(destination.id).last_export_at,
                  what="the destination's last export")
+
+        # What has a duration is a span too: the API call, and the navigation to its load.
+        client.browsers.computer.capture_screenshot(exported.session_id)
+
+        def spans_received():
+            found = {}
+            for path, _, request in good_handler.received:
+                if path != "/v1/traces":
+                    continue
+                for resource_spans in request.resource_spans:
+                    resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+                    for scope in resource_spans.scope_spans:
+                        for span in scope.spans:
+                            found[span.name] = (resource, span)
+            return found if {"navigation", "browsers.computer.screenshot"} <= found.keys() else None
+        spans = wait_for(spans_received, what="the exported spans")
+        resource, navigation = spans["navigation"]
+        assert resource["session.id"] == exported.session_id
+        url = next(a.value.string_value for a in navigation.attributes if a.key == "url.full")
+        assert url == f"{site}/page"
+        assert navigation.end_time_unix_nano > navigation.start_time_unix_nano
+        _, call = spans["browsers.computer.screenshot"]
+        status = next(a.value.int_value for a in call.attributes if a.key == "http.response.status_code")
+        assert status == 200 and call.trace_id == navigation.trace_id and len(call.trace_id) == 16
 
         failing_browser = client.browsers.create(telemetry={
             "enabled": True, "export": {"otlp": {"destination": {"id": failing.id}}}})

@@ -1,6 +1,7 @@
 //! Exporting sessions' events to their OTLP destination: OTLP/HTTP with protobuf bodies
 //! (`POST {endpoint}/v1/logs`), one log record per event with the organization, session
-//! and browser as resource attributes. Each destination has a queue and a worker of its
+//! and browser as resource attributes, and spans for what has a duration (`spans`,
+//! `POST {endpoint}/v1/traces`). Each destination has a queue and a worker of its
 //! own, so a slow or failing collector delays only its own deliveries: the queue is
 //! bounded and a batch that finds it full is dropped (and counted as a failure), never
 //! waited for. Deliveries are retried with backoff, and each outcome is recorded on the
@@ -21,6 +22,7 @@ use prost::Message;
 use tokio::sync::mpsc;
 
 use super::Event;
+use super::spans::{self, OpenNavigations};
 use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
 use crate::store::Store;
@@ -47,6 +49,7 @@ pub struct Exporter {
     vault: Arc<Vault>,
     egress: Arc<EgressPolicy>,
     queues: Mutex<HashMap<String, mpsc::Sender<Batch>>>,
+    navigations: OpenNavigations,
 }
 
 /// Why a delivery failed, as a destination shows it.
@@ -60,7 +63,13 @@ impl Exporter {
             vault,
             egress,
             queues: Mutex::default(),
+            navigations: OpenNavigations::default(),
         })
+    }
+
+    /// Forgets what waits of an ended session (navigations that never loaded).
+    pub fn session_ended(&self, session_id: &str) {
+        self.navigations.forget(session_id);
     }
 
     /// Queues a session's stored events (with their `seq`) for its destination.
@@ -121,11 +130,18 @@ impl Exporter {
 
     async fn deliver_with_retries(self: &Arc<Self>, destination_id: &str, batch: Batch) {
         for chunk in batch.events.chunks(MAX_EVENTS_PER_REQUEST) {
+            let spans = self.navigations.spans(&batch.session_id, chunk);
             let mut backoff = FIRST_BACKOFF;
             let mut outcome = Err(Failure("not_sent"));
             for attempt in 1..=ATTEMPTS {
                 outcome = self
-                    .deliver(destination_id, &batch.org_id, &batch.session_id, chunk)
+                    .deliver(
+                        destination_id,
+                        &batch.org_id,
+                        &batch.session_id,
+                        chunk,
+                        &spans,
+                    )
                     .await;
                 match &outcome {
                     Ok(()) | Err(Failure("destination_deleted")) => break,
@@ -158,6 +174,7 @@ impl Exporter {
         org_id: &str,
         session_id: &str,
         events: &[(i64, Event)],
+        spans: &[opentelemetry_proto::tonic::trace::v1::Span],
     ) -> Result<(), Failure> {
         let destination = self
             .store
@@ -172,11 +189,9 @@ impl Exporter {
                 .map_err(|_| Failure("headers_unreadable"))?,
             None => BTreeMap::new(),
         };
-        let url = url::Url::parse(&format!(
-            "{}/v1/logs",
-            destination.endpoint.trim_end_matches('/')
-        ))
-        .map_err(|_| Failure("invalid_endpoint"))?;
+        let endpoint = destination.endpoint.trim_end_matches('/');
+        let url = url::Url::parse(&format!("{endpoint}/v1/logs"))
+            .map_err(|_| Failure("invalid_endpoint"))?;
         let host = url
             .host_str()
             .ok_or(Failure("invalid_endpoint"))?
@@ -197,33 +212,65 @@ impl Exporter {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|_| Failure("client_unavailable"))?;
-        let body = logs_request(org_id, session_id, events).encode_to_vec();
-        let mut request = client
-            .post(url)
-            .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
-            .body(body);
-        for (name, value) in &headers {
-            request = request.header(name, value);
-        }
-        let response = request.send().await.map_err(|error| {
-            if error.is_timeout() {
-                Failure("timeout")
-            } else {
-                Failure("connection_failed")
-            }
-        })?;
-        let status = response.status();
-        if status.is_success() {
+        let logs = logs_request(org_id, session_id, events).encode_to_vec();
+        post(&client, url.clone(), &headers, logs).await?;
+        if spans.is_empty() {
             return Ok(());
         }
-        Err(Failure(match status.as_u16() {
-            401 | 403 => "unauthorized",
-            404 => "not_found",
-            413 => "payload_too_large",
-            429 => "rate_limited",
-            400..=499 => "rejected",
-            _ => "server_error",
-        }))
+        let traces =
+            spans::traces_request(resource(org_id, session_id), spans.to_vec()).encode_to_vec();
+        let url = url
+            .join("traces")
+            .map_err(|_| Failure("invalid_endpoint"))?;
+        post(&client, url, &headers, traces).await
+    }
+}
+
+/// One OTLP/HTTP request.
+async fn post(
+    client: &reqwest::Client,
+    url: url::Url,
+    headers: &BTreeMap<String, String>,
+    body: Vec<u8>,
+) -> Result<(), Failure> {
+    let mut request = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+        .body(body);
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.map_err(|error| {
+        if error.is_timeout() {
+            Failure("timeout")
+        } else {
+            Failure("connection_failed")
+        }
+    })?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    Err(Failure(match status.as_u16() {
+        401 | 403 => "unauthorized",
+        404 => "not_found",
+        413 => "payload_too_large",
+        429 => "rate_limited",
+        400..=499 => "rejected",
+        _ => "server_error",
+    }))
+}
+
+/// What every record and span is about: the organization, session and browser.
+fn resource(org_id: &str, session_id: &str) -> Resource {
+    Resource {
+        attributes: vec![
+            attribute("service.name", text("kernel-browser")),
+            attribute("kernel.organization.id", text(org_id)),
+            attribute("session.id", text(session_id)),
+            attribute("kernel.browser.id", text(session_id)),
+        ],
+        ..Resource::default()
     }
 }
 
@@ -288,15 +335,7 @@ pub fn logs_request(
         .collect();
     ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
-            resource: Some(Resource {
-                attributes: vec![
-                    attribute("service.name", text("kernel-browser")),
-                    attribute("kernel.organization.id", text(org_id)),
-                    attribute("session.id", text(session_id)),
-                    attribute("kernel.browser.id", text(session_id)),
-                ],
-                ..Resource::default()
-            }),
+            resource: Some(resource(org_id, session_id)),
             scope_logs: vec![ScopeLogs {
                 scope: Some(InstrumentationScope {
                     name: "kernel.browser.telemetry".into(),

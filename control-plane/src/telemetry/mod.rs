@@ -15,6 +15,7 @@ mod export;
 pub mod har;
 mod pump;
 pub mod settings;
+mod spans;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -117,6 +117,9 @@ impl Pumps {
             let keep = wanted.contains_key(id) && !pump.task.is_finished();
             if !keep {
                 pump.task.abort();
+                if let Some(telemetry) = self.telemetry.upgrade() {
+                    telemetry.exporter.session_ended(id);
+                }
             }
             keep
         });

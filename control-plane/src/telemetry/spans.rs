@@ -1,0 +1,247 @@
+//! The events that have a duration, as OTLP spans beside the log records (`POST
+//! {endpoint}/v1/traces`): each API call on the session (`api_call`,
+//! `platform_api_call`: it knows its own duration) and each top-level navigation, from
+//! `page_navigation` to that document's `page_load`. A session is one trace; ids are
+//! derived from the session and the events' `seq`, so a retried delivery sends the same
+//! spans again rather than new ones.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{
+    ResourceSpans, ScopeSpans, Span, Status, span, status,
+};
+use sha2::{Digest, Sha256};
+
+use super::Event;
+
+/// Navigations waiting for their load, across all sessions; the oldest go past this.
+const MAX_OPEN_NAVIGATIONS: usize = 10_000;
+
+/// A navigation's start, by session, target and document (loader).
+#[derive(Default)]
+pub struct OpenNavigations {
+    started: Mutex<HashMap<(String, String, String), (i64, i64, String)>>,
+}
+
+impl OpenNavigations {
+    /// Notes the session's navigations and answers the spans its events complete.
+    pub fn spans(&self, session_id: &str, events: &[(i64, Event)]) -> Vec<Span> {
+        let trace_id = digest(&[session_id.as_bytes()])[..16].to_vec();
+        let mut spans = Vec::new();
+        for (seq, event) in events {
+            let data = &event.data;
+            match event.kind.as_str() {
+                "api_call" | "platform_api_call" => {
+                    let duration_us = (data["duration_ms"].as_f64().unwrap_or(0.0) * 1000.0) as i64;
+                    let status = data["status"].as_i64().unwrap_or(0);
+                    spans.push(span(
+                        &trace_id,
+                        session_id,
+                        *seq,
+                        data["operation_id"].as_str().unwrap_or("api_call"),
+                        span::SpanKind::Server,
+                        (event.ts_us - duration_us, event.ts_us),
+                        vec![
+                            int("http.response.status_code", status),
+                            text("kernel.request_id", data["request_id"].as_str()),
+                        ],
+                        status >= 500,
+                    ));
+                }
+                "page_navigation" if data.get("parent_frame_id").is_none() => {
+                    if let Some(key) = navigation_key(session_id, data)
+                        && let Ok(mut started) = self.started.lock()
+                    {
+                        if started.len() >= MAX_OPEN_NAVIGATIONS {
+                            started.clear();
+                        }
+                        let url = data["url"].as_str().unwrap_or_default().to_owned();
+                        started.insert(key, (*seq, event.ts_us, url));
+                    }
+                }
+                "page_load" => {
+                    let opened = navigation_key(session_id, data).and_then(|key| {
+                        self.started
+                            .lock()
+                            .ok()
+                            .and_then(|mut started| started.remove(&key))
+                    });
+                    if let Some((start_seq, start_us, url)) = opened {
+                        spans.push(span(
+                            &trace_id,
+                            session_id,
+                            start_seq,
+                            "navigation",
+                            span::SpanKind::Internal,
+                            (start_us, event.ts_us),
+                            vec![
+                                text("url.full", Some(&url)),
+                                text("kernel.target.id", data["target_id"].as_str()),
+                            ],
+                            false,
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        spans
+    }
+
+    /// Forgets the session's navigations that never loaded.
+    pub fn forget(&self, session_id: &str) {
+        if let Ok(mut started) = self.started.lock() {
+            started.retain(|(session, _, _), _| session != session_id);
+        }
+    }
+}
+
+fn navigation_key(session_id: &str, data: &serde_json::Value) -> Option<(String, String, String)> {
+    Some((
+        session_id.to_owned(),
+        data["target_id"].as_str()?.to_owned(),
+        data["loader_id"].as_str()?.to_owned(),
+    ))
+}
+
+fn digest(parts: &[&[u8]]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    hasher.finalize().into()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn span(
+    trace_id: &[u8],
+    session_id: &str,
+    seq: i64,
+    name: &str,
+    kind: span::SpanKind,
+    (start_us, end_us): (i64, i64),
+    attributes: Vec<KeyValue>,
+    failed: bool,
+) -> Span {
+    let span_id = digest(&[session_id.as_bytes(), &seq.to_be_bytes()])[..8].to_vec();
+    let nanos = |us: i64| (us.max(0) as u64) * 1000;
+    Span {
+        trace_id: trace_id.to_vec(),
+        span_id,
+        name: name.to_owned(),
+        kind: kind.into(),
+        start_time_unix_nano: nanos(start_us.min(end_us)),
+        end_time_unix_nano: nanos(end_us),
+        attributes,
+        status: Some(Status {
+            code: if failed {
+                status::StatusCode::Error
+            } else {
+                status::StatusCode::Unset
+            }
+            .into(),
+            ..Status::default()
+        }),
+        ..Span::default()
+    }
+}
+
+fn text(key: &str, value: Option<&str>) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: value.map(|value| AnyValue {
+            value: Some(any_value::Value::StringValue(value.to_owned())),
+        }),
+        ..KeyValue::default()
+    }
+}
+
+fn int(key: &str, value: i64) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(value)),
+        }),
+        ..KeyValue::default()
+    }
+}
+
+/// The OTLP request for one session's spans.
+pub fn traces_request(resource: Resource, spans: Vec<Span>) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(resource),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope {
+                    name: "kernel.browser.telemetry".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..InstrumentationScope::default()
+                }),
+                spans,
+                ..ScopeSpans::default()
+            }],
+            ..ResourceSpans::default()
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::Category;
+    use serde_json::json;
+
+    fn event(kind: &str, ts_us: i64, data: serde_json::Value) -> Event {
+        let mut event = Event::api(Category::Page, kind, data);
+        event.ts_us = ts_us;
+        event
+    }
+
+    #[test]
+    fn calls_and_navigations_become_spans() {
+        let open = OpenNavigations::default();
+        let page = json!({"target_id": "T", "loader_id": "L1", "url": "http://a.test/"});
+        let first = open.spans(
+            "s1",
+            &[
+                (
+                    1,
+                    event(
+                        "api_call",
+                        5_000_000,
+                        json!({"operation_id": "browsers.computer.click_mouse",
+                    "status": 200, "duration_ms": 12.5, "request_id": "r"}),
+                    ),
+                ),
+                (2, event("page_navigation", 6_000_000, page.clone())),
+                (
+                    3,
+                    event(
+                        "page_navigation",
+                        6_100_000,
+                        json!({"target_id": "T", "loader_id": "L2",
+                    "parent_frame_id": "F", "url": "http://frame.test/"}),
+                    ),
+                ),
+            ],
+        );
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].name, "browsers.computer.click_mouse");
+        assert_eq!(
+            first[0].end_time_unix_nano - first[0].start_time_unix_nano,
+            12_500_000
+        );
+        // The load comes in a later batch.
+        let second = open.spans("s1", &[(4, event("page_load", 6_750_000, page))]);
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].name, "navigation");
+        assert_eq!(second[0].start_time_unix_nano, 6_000_000_000);
+        assert_eq!(second[0].end_time_unix_nano, 6_750_000_000);
+        assert_eq!(second[0].trace_id, first[0].trace_id);
+        assert_ne!(second[0].span_id, first[0].span_id);
+    }
+}
