@@ -21,10 +21,20 @@ use super::Event;
 /// Navigations waiting for their load, across all sessions; the oldest go past this.
 const MAX_OPEN_NAVIGATIONS: usize = 10_000;
 
-/// A navigation's start, by session, target and document (loader).
+/// Session, target and document (loader id).
+type NavigationKey = (String, String, String);
+
+/// A navigation's start: its event's `seq`, its time and its URL.
+struct NavigationStart {
+    seq: i64,
+    ts_us: i64,
+    url: String,
+}
+
+/// Navigations waiting for their load.
 #[derive(Default)]
 pub struct OpenNavigations {
-    started: Mutex<HashMap<(String, String, String), (i64, i64, String)>>,
+    started: Mutex<HashMap<NavigationKey, NavigationStart>>,
 }
 
 impl OpenNavigations {
@@ -60,7 +70,12 @@ impl OpenNavigations {
                             started.clear();
                         }
                         let url = data["url"].as_str().unwrap_or_default().to_owned();
-                        started.insert(key, (*seq, event.ts_us, url));
+                        let start = NavigationStart {
+                            seq: *seq,
+                            ts_us: event.ts_us,
+                            url,
+                        };
+                        started.insert(key, start);
                     }
                 }
                 "page_load" => {
@@ -70,16 +85,16 @@ impl OpenNavigations {
                             .ok()
                             .and_then(|mut started| started.remove(&key))
                     });
-                    if let Some((start_seq, start_us, url)) = opened {
+                    if let Some(start) = opened {
                         spans.push(span(
                             &trace_id,
                             session_id,
-                            start_seq,
+                            start.seq,
                             "navigation",
                             span::SpanKind::Internal,
-                            (start_us, event.ts_us),
+                            (start.ts_us, event.ts_us),
                             vec![
-                                text("url.full", Some(&url)),
+                                text("url.full", Some(&start.url)),
                                 text("kernel.target.id", data["target_id"].as_str()),
                             ],
                             false,
@@ -100,7 +115,7 @@ impl OpenNavigations {
     }
 }
 
-fn navigation_key(session_id: &str, data: &serde_json::Value) -> Option<(String, String, String)> {
+fn navigation_key(session_id: &str, data: &serde_json::Value) -> Option<NavigationKey> {
     Some((
         session_id.to_owned(),
         data["target_id"].as_str()?.to_owned(),
