@@ -545,11 +545,7 @@ async fn serve(
         sound.is_some(),
     ));
     let telemetry = std::sync::Arc::new(telemetry::Telemetry::default());
-    tokio::spawn(telemetry::monitor::run(
-        telemetry.clone(),
-        state_rx.clone(),
-        shutdown.clone(),
-    ));
+    telemetry::monitor::start(telemetry.clone(), state_rx.clone(), shutdown.clone());
     tokio::spawn(telemetry::watch_crashes(
         telemetry.clone(),
         state_rx.clone(),

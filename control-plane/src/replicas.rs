@@ -23,8 +23,14 @@ use tokio::sync::{broadcast, watch};
 
 use crate::store::{Store, StoreResult};
 
-/// How long a lease lasts unless renewed: a dead replica's work moves within it.
-const LEASE_TTL: Duration = Duration::from_secs(5);
+/// How long a replica's membership lasts unless renewed: a dead replica's browsers are
+/// adopted within it.
+const MEMBERSHIP_TTL: Duration = Duration::from_secs(5);
+/// How long a duty's lease lasts unless renewed: a dead replica's background work moves
+/// within it. Longer than a membership: a replica that cannot renew a duty in time must
+/// stop that work (and for the workflows, restart), which a host whose CPUs and disk the
+/// browsers' start keeps busy for a few seconds must not cause.
+const DUTY_TTL: Duration = Duration::from_secs(10);
 /// How often leases are renewed: a few renewals fit in one time to live.
 const RENEW_INTERVAL: Duration = Duration::from_millis(1500);
 /// A holder counts its lease as lost this long before it ends (timed from the start of
@@ -221,12 +227,17 @@ impl Replica {
     async fn renew_membership(&self) -> StoreResult<bool> {
         let until = self.membership_until.lock().ok().and_then(|until| *until);
         let renewed = self
-            .hold(&self.membership(), &self.membership_holder(), until)
+            .hold(
+                &self.membership(),
+                &self.membership_holder(),
+                until,
+                MEMBERSHIP_TTL,
+            )
             .await;
         if let Ok(mut slot) = self.membership_until.lock() {
             match &renewed {
-                Ok(Some(until)) => *slot = Some(*until),
-                Ok(None) => *slot = None,
+                Ok(until) => *slot = *until,
+                // Kept while it lasts (`is_current` compares it with the time).
                 Err(_) => {}
             }
         }
@@ -238,20 +249,25 @@ impl Replica {
     ///
     /// A renewal may take as long as the lease it renews still lasts (`held_until`): on
     /// a host whose CPUs the browsers keep busy, the database can take seconds to answer,
-    /// and giving up sooner would hand healthy work over to another replica.
+    /// and giving up sooner would hand healthy work over to another replica. A lease not
+    /// held (or held no longer) is tried for as long as a renewal would make it last.
+    /// The answer is `None` unless the lease lasts past now.
     async fn hold(
         &self,
         lease: &str,
         holder: &str,
         held_until: Option<Instant>,
+        ttl: Duration,
     ) -> StoreResult<Option<Instant>> {
         let started = Instant::now();
+        let deadline = held_until
+            .filter(|until| *until > started)
+            .unwrap_or(started + ttl - LOSS_MARGIN);
         let attempt = async {
             let now = self.store.clock().await?;
-            let ttl = chrono::Duration::from_std(LEASE_TTL).unwrap_or_default();
+            let ttl = chrono::Duration::from_std(ttl).unwrap_or_default();
             self.store.hold_lease(lease, holder, now, now + ttl).await
         };
-        let deadline = held_until.unwrap_or(started + LEASE_TTL);
         let held = tokio::time::timeout_at(deadline, attempt)
             .await
             .unwrap_or_else(|_| {
@@ -264,7 +280,8 @@ impl Replica {
             tracing::debug!(lease, took = ?started.elapsed(), "a slow lease renewal");
         }
         // The database read its clock after `started`: the lease lasts at least this long.
-        Ok(held.then(|| started + LEASE_TTL - LOSS_MARGIN))
+        let until = started + ttl - LOSS_MARGIN;
+        Ok((held && Instant::now() < until).then_some(until))
     }
 
     /// Replicas whose membership has not expired (or only just), this one included.
@@ -345,23 +362,33 @@ impl Replica {
             let mut tick = renewal_ticks();
             let mut held_until: Option<Instant> = None;
             loop {
-                tick.tick().await;
+                // Woken by the next renewal, or by the lease's end when renewals keep
+                // failing: the work stops then, not a tick later.
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = lapse(held_until) => {
+                        held_until = None;
+                        tracing::info!(lease, holds = false, "duty changed hands");
+                        if held_tx.send(Some(false)).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
                 if this.left.load(std::sync::atomic::Ordering::SeqCst) {
                     let _ = this.store.release_lease(&lease, &this.id).await;
                     return;
                 }
-                let holds = match this.hold(&lease, &this.id, held_until).await {
-                    Ok(until) => {
-                        held_until = until;
-                        until.is_some()
-                    }
+                match this.hold(&lease, &this.id, held_until, DUTY_TTL).await {
+                    Ok(until) => held_until = until,
                     // The store did not answer: still held while the last renewal
                     // lasts, not after.
                     Err(error) => {
                         tracing::warn!(%error, lease, "could not renew a duty");
-                        held_until.is_some_and(|until| Instant::now() < until)
+                        held_until = held_until.filter(|until| Instant::now() < *until);
                     }
-                };
+                }
+                let holds = held_until.is_some();
                 if *held_tx.borrow() != Some(holds) {
                     tracing::info!(lease, holds, "duty changed hands");
                 }
@@ -372,6 +399,14 @@ impl Replica {
             }
         });
         Duty { held }
+    }
+}
+
+/// Resolves when a lease held until `until` ends; never for one not held.
+async fn lapse(until: Option<Instant>) {
+    match until {
+        Some(until) => tokio::time::sleep_until(until).await,
+        None => std::future::pending().await,
     }
 }
 

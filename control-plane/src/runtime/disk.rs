@@ -62,7 +62,15 @@ impl VmDisks {
         std::fs::create_dir_all(mount_point)?;
         let mut mount = tokio::process::Command::new(&self.mount);
         mount
-            .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime"])
+            // `noinit_itable`: the image is a new sparse file, its inode tables read as
+            // zeros already; the kernel's background zeroing would only write gigabytes
+            // of them while the browser starts.
+            .args([
+                "-t",
+                "ext4",
+                "-o",
+                "loop,nosuid,nodev,noatime,noinit_itable",
+            ])
             .arg(&image)
             .arg(mount_point);
         run(mount, "mounting the VM's disk").await?;

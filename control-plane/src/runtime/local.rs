@@ -793,6 +793,11 @@ impl Runtime for LocalRuntime {
     fn reattach(&self, session_id: &str, egress: VmEgress) -> Result<(), RuntimeError> {
         let run = self.browser_dir(session_id).join(RUN_DIR);
         let owner = self.vm_owner();
+        // A server this process still has goes first: its end forgets the session's
+        // noted failures, which must not take the new server's with them.
+        if let Ok(mut servers) = self.egress_servers.lock() {
+            servers.remove(session_id);
+        }
         let server = EgressServer::start(
             &run.join(EGRESS_SOCKET),
             owner,

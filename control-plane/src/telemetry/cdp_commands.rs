@@ -347,13 +347,18 @@ fn special(method: &str, params: &Map<String, Value>, data: &mut Map<String, Val
             );
             put("text_length", text_length(params.get("text")));
             put("command_count", count(params.get("commands")));
-            // A key that commands the page (`Enter`, `Tab`, `ArrowDown`), never one that
-            // types a character.
+            // A key that commands the page (`Enter`, `F5`, `ArrowDown`), never one that
+            // types a character (an emoji or a composed letter is more than one char
+            // too, but no such name).
             let key = params
                 .get("key")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            if key.chars().count() > 1 && key.len() <= 32 {
+            let named = key.len() > 1
+                && key.len() <= 32
+                && key.starts_with(|c: char| c.is_ascii_uppercase())
+                && key.chars().all(|c| c.is_ascii_alphanumeric());
+            if named {
                 put("named_key", Some(json!(key)));
             }
         }
@@ -566,6 +571,12 @@ mod tests {
             "params": {"type": "keyDown", "key": "Enter"}}))
         .expect("reported");
         assert_eq!(enter["named_key"], "Enter");
+        for typed in ["é", "e\u{301}", "👍🏽", "ab"] {
+            let key = data(json!({"method": "Input.dispatchKeyEvent",
+                "params": {"type": "keyDown", "key": typed}}))
+            .expect("reported");
+            assert!(key.get("named_key").is_none(), "{typed}");
+        }
         let odd = data(json!({"method": "Input.dispatchMouseEvent", "params": {"type": "pinch"}}))
             .expect("reported");
         assert_eq!(odd["event_type"], "other");

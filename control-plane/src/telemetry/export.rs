@@ -129,52 +129,58 @@ impl Exporter {
     }
 
     async fn deliver_with_retries(self: &Arc<Self>, destination_id: &str, batch: Batch) {
+        let (org_id, session_id) = (&batch.org_id, &batch.session_id);
         for chunk in batch.events.chunks(MAX_EVENTS_PER_REQUEST) {
-            let spans = self.navigations.spans(&batch.session_id, chunk);
-            let mut backoff = FIRST_BACKOFF;
-            let mut outcome = Err(Failure("not_sent"));
-            for attempt in 1..=ATTEMPTS {
-                outcome = self
-                    .deliver(
-                        destination_id,
-                        &batch.org_id,
-                        &batch.session_id,
-                        chunk,
-                        &spans,
-                    )
-                    .await;
-                match &outcome {
-                    Ok(()) | Err(Failure("destination_deleted")) => break,
-                    Err(_) if attempt < ATTEMPTS => {
-                        tokio::time::sleep(backoff).await;
-                        backoff *= 2;
-                    }
-                    Err(_) => {}
-                }
+            // Logs and spans are sent (and retried) apart: spans a collector refuses
+            // never send the logs again.
+            let spans = self.navigations.spans(session_id, chunk);
+            let mut requests = vec![(
+                "logs",
+                logs_request(org_id, session_id, chunk).encode_to_vec(),
+            )];
+            if !spans.is_empty() {
+                let traces = spans::traces_request(resource(org_id, session_id), spans);
+                requests.push(("traces", traces.encode_to_vec()));
             }
-            match outcome {
-                Err(Failure("destination_deleted")) => return,
-                Ok(()) => self.recorded(destination_id, None),
-                Err(Failure(class)) => {
-                    tracing::info!(
-                        destination_id,
-                        class,
-                        events = chunk.len(),
-                        "OTLP export failed"
-                    );
-                    self.recorded(destination_id, Some(class));
+            for (signal, body) in requests {
+                let mut backoff = FIRST_BACKOFF;
+                let mut outcome = Err(Failure("not_sent"));
+                for attempt in 1..=ATTEMPTS {
+                    outcome = self.deliver(destination_id, org_id, signal, &body).await;
+                    match &outcome {
+                        Ok(()) | Err(Failure("destination_deleted")) => break,
+                        Err(_) if attempt < ATTEMPTS => {
+                            tokio::time::sleep(backoff).await;
+                            backoff *= 2;
+                        }
+                        Err(_) => {}
+                    }
+                }
+                match outcome {
+                    Err(Failure("destination_deleted")) => return,
+                    Ok(()) => self.recorded(destination_id, None),
+                    Err(Failure(class)) => {
+                        tracing::info!(
+                            destination_id,
+                            class,
+                            signal,
+                            events = chunk.len(),
+                            "OTLP export failed"
+                        );
+                        self.recorded(destination_id, Some(class));
+                    }
                 }
             }
         }
     }
 
+    /// One request to the destination's `/v1/{signal}`.
     async fn deliver(
         &self,
         destination_id: &str,
         org_id: &str,
-        session_id: &str,
-        events: &[(i64, Event)],
-        spans: &[opentelemetry_proto::tonic::trace::v1::Span],
+        signal: &str,
+        body: &[u8],
     ) -> Result<(), Failure> {
         let destination = self
             .store
@@ -190,7 +196,7 @@ impl Exporter {
             None => BTreeMap::new(),
         };
         let endpoint = destination.endpoint.trim_end_matches('/');
-        let url = url::Url::parse(&format!("{endpoint}/v1/logs"))
+        let url = url::Url::parse(&format!("{endpoint}/v1/{signal}"))
             .map_err(|_| Failure("invalid_endpoint"))?;
         let host = url
             .host_str()
@@ -212,17 +218,7 @@ impl Exporter {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|_| Failure("client_unavailable"))?;
-        let logs = logs_request(org_id, session_id, events).encode_to_vec();
-        post(&client, url.clone(), &headers, logs).await?;
-        if spans.is_empty() {
-            return Ok(());
-        }
-        let traces =
-            spans::traces_request(resource(org_id, session_id), spans.to_vec()).encode_to_vec();
-        let url = url
-            .join("traces")
-            .map_err(|_| Failure("invalid_endpoint"))?;
-        post(&client, url, &headers, traces).await
+        post(&client, url, &headers, body.to_vec()).await
     }
 }
 

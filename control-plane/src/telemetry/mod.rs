@@ -62,6 +62,10 @@ pub struct Telemetry {
     exporter: Arc<Exporter>,
     /// What the VMs' egress proxies refused, joined to the VMs' network events.
     proxy_failures: Arc<ProxyFailures>,
+    /// The settings of the running sessions this replica serves, as the store last said
+    /// (`None`: capture off): long-lived recorders (a CDP connection, a live view) hold
+    /// the record of when they began, and record by these instead.
+    current: Mutex<HashMap<String, Option<TelemetrySettings>>>,
 }
 
 impl Telemetry {
@@ -80,6 +84,7 @@ impl Telemetry {
             written: watch::channel(0).0,
             exporter,
             proxy_failures,
+            current: Mutex::default(),
         })
     }
 
@@ -102,8 +107,24 @@ impl Telemetry {
 
     /// Keeps `event` of `session` if its settings capture the event's category.
     pub fn record(&self, session: &SessionRecord, event: Event) {
-        if let Some(settings) = &session.vm_settings.telemetry {
-            self.record_for(&session.id, &session.org_id, settings, event, 0);
+        let current = self
+            .current
+            .lock()
+            .ok()
+            .and_then(|current| current.get(&session.id).cloned());
+        let settings = match current {
+            Some(settings) => settings,
+            None => session.vm_settings.telemetry.clone(),
+        };
+        if let Some(settings) = settings {
+            self.record_for(&session.id, &session.org_id, &settings, event, 0);
+        }
+    }
+
+    /// The settings of the running sessions this replica serves, read from the store.
+    fn set_current(&self, current: HashMap<String, Option<TelemetrySettings>>) {
+        if let Ok(mut slot) = self.current.lock() {
+            *slot = current;
         }
     }
 

@@ -98,6 +98,14 @@ impl Pumps {
         let Ok(mut running) = self.running.lock() else {
             return;
         };
+        let current = live
+            .iter()
+            .filter(|session| session.status == SessionStatus::Running && replica.owns(session))
+            .map(|session| (session.id.clone(), session.vm_settings.telemetry.clone()))
+            .collect();
+        if let Some(telemetry) = self.telemetry.upgrade() {
+            telemetry.set_current(current);
+        }
         let mut wanted = HashMap::new();
         for session in live {
             let Some(settings) = &session.vm_settings.telemetry else {

@@ -18,8 +18,9 @@ use sha2::{Digest, Sha256};
 
 use super::Event;
 
-/// Navigations waiting for their load, across all sessions; the oldest go past this.
-const MAX_OPEN_NAVIGATIONS: usize = 10_000;
+/// Navigations of one session waiting for their load; its oldest go past this (a VM
+/// flooding navigations loses only its own spans).
+const MAX_OPEN_PER_SESSION: usize = 64;
 
 /// Session, target and document (loader id).
 type NavigationKey = (String, String, String);
@@ -66,8 +67,16 @@ impl OpenNavigations {
                     if let Some(key) = navigation_key(session_id, data)
                         && let Ok(mut started) = self.started.lock()
                     {
-                        if started.len() >= MAX_OPEN_NAVIGATIONS {
-                            started.clear();
+                        let own: Vec<(&NavigationKey, i64)> = started
+                            .iter()
+                            .filter(|((session, _, _), _)| session == session_id)
+                            .map(|(key, start)| (key, start.seq))
+                            .collect();
+                        if own.len() >= MAX_OPEN_PER_SESSION
+                            && let Some((oldest, _)) = own.iter().min_by_key(|(_, seq)| *seq)
+                        {
+                            let oldest = (*oldest).clone();
+                            started.remove(&oldest);
                         }
                         let url = data["url"].as_str().unwrap_or_default().to_owned();
                         let start = NavigationStart {
