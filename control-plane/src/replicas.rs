@@ -235,10 +235,9 @@ impl Replica {
             )
             .await;
         if let Ok(mut slot) = self.membership_until.lock() {
-            match &renewed {
-                Ok(until) => *slot = *until,
-                // Kept while it lasts (`is_current` compares it with the time).
-                Err(_) => {}
+            // Kept after an error while it lasts (`is_current` compares it with the time).
+            if let Ok(until) = &renewed {
+                *slot = *until;
             }
         }
         renewed.map(|until| until.is_some())
