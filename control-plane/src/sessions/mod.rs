@@ -831,7 +831,7 @@ impl Drop for CdpConnectionGuard {
                     serde_json::json!({ "session_id": client.connection_id, "duration_ms": duration_ms }),
                 ),
             };
-            self.sessions.telemetry.record(
+            self.sessions.telemetry.record_current(
                 &client.session,
                 crate::telemetry::Event::api(Category::Connection, kind, data),
             );

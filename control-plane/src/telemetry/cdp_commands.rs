@@ -191,7 +191,7 @@ impl CommandRecorder {
     /// One message the client sent (a text frame's payload, unmasked).
     pub fn record(&self, message: &[u8]) {
         if let Some(event) = command_event(message, &self.connection_id) {
-            self.telemetry.record(&self.session, event);
+            self.telemetry.record_current(&self.session, event);
         }
     }
 }

@@ -64,7 +64,7 @@ pub struct Telemetry {
     proxy_failures: Arc<ProxyFailures>,
     /// The settings of the running sessions this replica serves, as the store last said
     /// (`None`: capture off): long-lived recorders (a CDP connection, a live view) hold
-    /// the record of when they began, and record by these instead.
+    /// the record of when they began, and record by these instead (`record_current`).
     current: Mutex<HashMap<String, Option<TelemetrySettings>>>,
 }
 
@@ -106,7 +106,17 @@ impl Telemetry {
     }
 
     /// Keeps `event` of `session` if its settings capture the event's category.
+    /// Records an event of `session`, as it is now (a request's own record).
     pub fn record(&self, session: &SessionRecord, event: Event) {
+        if let Some(settings) = &session.vm_settings.telemetry {
+            self.record_for(&session.id, &session.org_id, settings, event, 0);
+        }
+    }
+
+    /// Records an event of `session`, a record held since long (by a CDP connection, a
+    /// live view): by the settings the store last gave for it where this replica serves
+    /// it (at most a second old), else by the record's.
+    pub fn record_current(&self, session: &SessionRecord, event: Event) {
         let current = self
             .current
             .lock()

@@ -197,7 +197,7 @@ async fn open_socket(
         .client_connected(session, ClientKind::LiveView);
     let (telemetry, session) = (state.telemetry.clone(), session.clone());
     let record = move |(kind, data): (&str, serde_json::Value)| {
-        telemetry.record(&session, Event::api(Category::Interaction, kind, data));
+        telemetry.record_current(&session, Event::api(Category::Interaction, kind, data));
     };
     Ok(upgrade
         .max_message_size(MAX_INPUT_BYTES)
