@@ -545,7 +545,11 @@ async fn serve(
         sound.is_some(),
     ));
     let telemetry = std::sync::Arc::new(telemetry::Telemetry::default());
-    telemetry::monitor::start(telemetry.clone(), state_rx.clone(), shutdown.clone());
+    tokio::spawn(telemetry::monitor::run(
+        telemetry.clone(),
+        state_rx.clone(),
+        shutdown.clone(),
+    ));
     tokio::spawn(telemetry::watch_crashes(
         telemetry.clone(),
         state_rx.clone(),

@@ -65,45 +65,7 @@ enum Ended {
     Lost,
 }
 
-/// How much less the monitor's thread weighs than the page's processes (a nice value).
-const MONITOR_NICENESS: libc::c_int = 10;
-
-/// Runs the monitor on a thread of its own, at a lower priority than Chromium's: when
-/// the CPUs are busy, the page's own load goes first and its events wait a little (they
-/// are queued, not lost), so capturing them costs the page as little as it can.
-pub fn start(
-    telemetry: Arc<Telemetry>,
-    browser: watch::Receiver<BrowserState>,
-    shutdown: CancellationToken,
-) {
-    let spawned = std::thread::Builder::new()
-        .name("telemetry-monitor".into())
-        .spawn(move || {
-            // SAFETY: `setpriority` with this thread's id changes only this thread.
-            let niced = unsafe {
-                libc::setpriority(
-                    libc::PRIO_PROCESS,
-                    libc::gettid() as libc::id_t,
-                    MONITOR_NICENESS,
-                )
-            };
-            if niced != 0 {
-                tracing::debug!("the telemetry monitor runs at the agent's priority");
-            }
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime.block_on(run(telemetry, browser, shutdown)),
-                Err(error) => tracing::error!(%error, "the telemetry monitor could not start"),
-            }
-        });
-    if let Err(error) = spawned {
-        tracing::error!(%error, "the telemetry monitor's thread could not start");
-    }
-}
-
-async fn run(
+pub async fn run(
     telemetry: Arc<Telemetry>,
     mut browser: watch::Receiver<BrowserState>,
     shutdown: CancellationToken,
