@@ -422,6 +422,19 @@ class Collector(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def collected(handler, path: str, signal: str, items: str):
+    """(path, headers, resource attributes, item) of every log record (`signal` "logs",
+    `items` "log_records") or span ("spans", "spans") the collector received at `path`."""
+    for received_path, headers, request in handler.received:
+        if received_path != path:
+            continue
+        for batch in getattr(request, f"resource_{signal}"):
+            resource = {a.key: a.value.string_value for a in batch.resource.attributes}
+            for scope in getattr(batch, f"scope_{signal}"):
+                for item in getattr(scope, items):
+                    yield received_path, headers, resource, item
+
+
 def collector(status: int):
     handler = type("Handler", (Collector,), {"status": status, "received": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -453,16 +466,8 @@ def test_events_are_exported_over_otlp_and_failures_are_reported(client, control
         visit(exported.cdp_ws_url, f"{site}/page")
 
         def console_record():
-            for path, headers, request in good_handler.received:
-                if path != "/v1/logs":
-                    continue
-                for resource_logs in request.resource_logs:
-                    attributes = {a.key: a.value.string_value for a in resource_logs.resource.attributes}
-                    for scope in resource_logs.scope_logs:
-                        for record in scope.log_records:
-                            if record.event_name == "console_log":
-                                return path, headers, attributes, record
-            return None
+            return next((found for found in collected(good_handler, "/v1/logs", "logs", "log_records")
+                         if found[3].event_name == "console_log"), None)
 
         path, headers, attributes, record = wait_for(console_record, what="an exported console_log")
         assert path == "/v1/logs"
@@ -479,15 +484,8 @@ def test_events_are_exported_over_otlp_and_failures_are_reported(client, control
         client.browsers.computer.capture_screenshot(exported.session_id)
 
         def spans_received():
-            found = {}
-            for path, _, request in good_handler.received:
-                if path != "/v1/traces":
-                    continue
-                for resource_spans in request.resource_spans:
-                    resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-                    for scope in resource_spans.scope_spans:
-                        for span in scope.spans:
-                            found[span.name] = (resource, span)
+            found = {span.name: (resource, span)
+                     for _, _, resource, span in collected(good_handler, "/v1/traces", "spans", "spans")}
             return found if {"navigation", "browsers.computer.screenshot"} <= found.keys() else None
         spans = wait_for(spans_received, what="the exported spans")
         resource, navigation = spans["navigation"]

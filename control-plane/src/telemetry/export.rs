@@ -270,17 +270,32 @@ fn resource(org_id: &str, session_id: &str) -> Resource {
     }
 }
 
-fn text(value: &str) -> Option<AnyValue> {
+pub(super) fn text(value: &str) -> Option<AnyValue> {
     Some(AnyValue {
         value: Some(any_value::Value::StringValue(value.to_owned())),
     })
 }
 
-fn attribute(key: &str, value: Option<AnyValue>) -> KeyValue {
+pub(super) fn int(value: i64) -> Option<AnyValue> {
+    Some(AnyValue {
+        value: Some(any_value::Value::IntValue(value)),
+    })
+}
+
+pub(super) fn attribute(key: &str, value: Option<AnyValue>) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
         value,
         ..KeyValue::default()
+    }
+}
+
+/// Who made the records and spans: this service's telemetry, at this version.
+pub(super) fn scope() -> InstrumentationScope {
+    InstrumentationScope {
+        name: "kernel.browser.telemetry".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        ..InstrumentationScope::default()
     }
 }
 
@@ -318,12 +333,7 @@ pub fn logs_request(
                 attributes: vec![
                     attribute("event.name", text(&event.kind)),
                     attribute("kernel.telemetry.category", text(event.category.as_str())),
-                    attribute(
-                        "kernel.telemetry.seq",
-                        Some(AnyValue {
-                            value: Some(any_value::Value::IntValue(*seq)),
-                        }),
-                    ),
+                    attribute("kernel.telemetry.seq", int(*seq)),
                 ],
                 ..LogRecord::default()
             }
@@ -333,11 +343,7 @@ pub fn logs_request(
         resource_logs: vec![ResourceLogs {
             resource: Some(resource(org_id, session_id)),
             scope_logs: vec![ScopeLogs {
-                scope: Some(InstrumentationScope {
-                    name: "kernel.browser.telemetry".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..InstrumentationScope::default()
-                }),
+                scope: Some(scope()),
                 log_records,
                 ..ScopeLogs::default()
             }],

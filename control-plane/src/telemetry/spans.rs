@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{
     ResourceSpans, ScopeSpans, Span, Status, span, status,
@@ -17,6 +17,7 @@ use opentelemetry_proto::tonic::trace::v1::{
 use sha2::{Digest, Sha256};
 
 use super::Event;
+use super::export::{attribute, int, scope, text};
 
 /// Navigations of one session waiting for their load; its oldest go past this (a VM
 /// flooding navigations loses only its own spans).
@@ -57,8 +58,11 @@ impl OpenNavigations {
                         span::SpanKind::Server,
                         (event.ts_us - duration_us, event.ts_us),
                         vec![
-                            int("http.response.status_code", status),
-                            text("kernel.request_id", data["request_id"].as_str()),
+                            attribute("http.response.status_code", int(status)),
+                            attribute(
+                                "kernel.request_id",
+                                data["request_id"].as_str().and_then(text),
+                            ),
                         ],
                         status >= 500,
                     ));
@@ -103,8 +107,11 @@ impl OpenNavigations {
                             span::SpanKind::Internal,
                             (start.ts_us, event.ts_us),
                             vec![
-                                text("url.full", Some(&start.url)),
-                                text("kernel.target.id", data["target_id"].as_str()),
+                                attribute("url.full", text(&start.url)),
+                                attribute(
+                                    "kernel.target.id",
+                                    data["target_id"].as_str().and_then(text),
+                                ),
                             ],
                             false,
                         ));
@@ -174,37 +181,13 @@ fn span(
     }
 }
 
-fn text(key: &str, value: Option<&str>) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value: value.map(|value| AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_owned())),
-        }),
-        ..KeyValue::default()
-    }
-}
-
-fn int(key: &str, value: i64) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::IntValue(value)),
-        }),
-        ..KeyValue::default()
-    }
-}
-
 /// The OTLP request for one session's spans.
 pub fn traces_request(resource: Resource, spans: Vec<Span>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(resource),
             scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: "kernel.browser.telemetry".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..InstrumentationScope::default()
-                }),
+                scope: Some(scope()),
                 spans,
                 ..ScopeSpans::default()
             }],
