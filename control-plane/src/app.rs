@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::access::keys::ApiKeys;
 use crate::agent::AgentClients;
 use crate::apps::Apps;
 use crate::blobs::BlobStore;
@@ -54,6 +55,8 @@ pub struct ServiceSettings {
 #[derive(Clone)]
 pub struct Services {
     pub store: Arc<dyn Store>,
+    /// API keys: checked on every call, managed over `/org/api_keys`.
+    pub api_keys: Arc<ApiKeys>,
     pub blobs: Arc<dyn BlobStore>,
     pub runtime: Arc<dyn Runtime>,
     pub agents: Arc<AgentClients>,
@@ -149,6 +152,7 @@ impl Services {
             replays.clone(),
         ));
         Self {
+            api_keys: Arc::new(ApiKeys::new(store.clone())),
             store,
             blobs,
             runtime,

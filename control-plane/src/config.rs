@@ -32,6 +32,10 @@ pub enum ApiKeysCommand {
         /// Organization name.
         #[arg(long)]
         org: String,
+        /// Restrict the key: a policy as JSON, `{"statements": [{"action": "browsers:use",
+        /// "resource": "projects/*/browsers/*"}]}` (see docs/api-key-actions.md).
+        #[arg(long)]
+        policy: Option<String>,
         #[command(flatten)]
         storage: StorageConfig,
     },

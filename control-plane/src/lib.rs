@@ -1,8 +1,8 @@
 //! The control plane of a self-hostable, Kernel-compatible browser service.
 
+pub mod access;
 pub mod agent;
 pub mod api;
-pub mod api_keys;
 pub mod app;
 pub mod apps;
 pub mod archive_formats;

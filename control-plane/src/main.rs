@@ -1,6 +1,6 @@
 use clap::Parser;
 use control_plane::config::{ApiKeysCommand, Cli, Command};
-use control_plane::{api_keys, server, store};
+use control_plane::{access, server, store};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -15,9 +15,17 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(config) => server::serve(*config).await,
-        Command::ApiKeys(ApiKeysCommand::Create { org, storage }) => {
+        Command::ApiKeys(ApiKeysCommand::Create {
+            org,
+            policy,
+            storage,
+        }) => {
+            let policy = policy
+                .map(|json| serde_json::from_str(&json))
+                .transpose()
+                .map_err(|error| anyhow::anyhow!("--policy is not a policy: {error}"))?;
             let store = store::open(storage.database_url.as_deref(), &storage.data_dir).await?;
-            let key = api_keys::create_api_key(store.as_ref(), &org).await?;
+            let key = access::keys::create_bootstrap_key(store.as_ref(), &org, policy).await?;
             println!("{key}");
             Ok(())
         }

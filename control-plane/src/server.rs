@@ -26,7 +26,7 @@ use crate::sessions::LiveLimits;
 use crate::sessions::standby::{Standby, StandbySizes};
 use crate::store::Store;
 use crate::tokens::Tokens;
-use crate::{api, api_keys, store};
+use crate::{access, api, store};
 
 pub const BOOTSTRAP_KEY_FILE: &str = "bootstrap-api-key";
 const BOOTSTRAP_ORGANIZATION: &str = "default";
@@ -427,7 +427,7 @@ async fn bootstrap_api_key(store: &dyn Store, data_dir: &Path) -> anyhow::Result
     if store.api_key_count().await? > 0 {
         return Ok(());
     }
-    let key = api_keys::create_api_key(store, BOOTSTRAP_ORGANIZATION).await?;
+    let key = access::keys::create_bootstrap_key(store, BOOTSTRAP_ORGANIZATION, None).await?;
     let path = data_dir.join(BOOTSTRAP_KEY_FILE);
     write_private_file(&path, &key)?;
     println!("created organization `{BOOTSTRAP_ORGANIZATION}` with API key: {key}");

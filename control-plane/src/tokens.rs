@@ -103,6 +103,9 @@ pub struct InvocationClaims {
     /// Invocation id.
     pub sub: String,
     pub org: String,
+    /// The API key that started the invocation: its action acts with that key's rights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     pub aud: String,
     pub iat: i64,
     pub exp: i64,
@@ -304,11 +307,13 @@ impl Tokens {
         &self,
         invocation_id: &str,
         org_id: &str,
+        key_id: Option<&str>,
         expires: DateTime<Utc>,
     ) -> String {
         let token = self.sign(&InvocationClaims {
             sub: invocation_id.to_owned(),
             org: org_id.to_owned(),
+            key: key_id.map(str::to_owned),
             aud: INVOCATION_AUDIENCE.to_owned(),
             iat: Utc::now().timestamp(),
             exp: expires.timestamp(),

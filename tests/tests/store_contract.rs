@@ -14,8 +14,9 @@ mod coordination;
 mod telemetry;
 
 use chrono::{Duration, Utc};
+use control_plane::access::policy::{Policy, Statement};
 use control_plane::store::{
-    self, AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, PoolLease,
+    self, AgentLocation, ApiKeyRecord, AuthConnectionRecord, CreatedBy, ExtensionRecord, PoolLease,
     PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, ReplayStatus,
     SecretKind, SecretRecord, SessionFilter, SessionProfile, SessionRecord, SessionStatus, Store,
     StoreError, VmSettings,
@@ -85,11 +86,29 @@ async fn contract(store: Arc<dyn Store>) {
 
     // API keys.
     assert_eq!(store.api_key_count().await.expect("count"), 0);
+    let created_at = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("valid time");
     let key = ApiKeyRecord {
         id: "key1".into(),
         org_id: a.id.clone(),
         secret_hash: vec![1, 2, 3, 255],
-        created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("valid time"),
+        created_at,
+        name: "ci".into(),
+        project_id: None,
+        policy: Some(Policy {
+            statements: vec![Statement {
+                action: "browsers:use".into(),
+                resource: "projects/*/browsers/*".into(),
+            }],
+        }),
+        expires_at: Some(created_at + chrono::TimeDelta::days(30)),
+        deleted_at: None,
+        last_used_at: None,
+        created_by: Some(CreatedBy {
+            id: "cli".into(),
+            email: String::new(),
+            name: None,
+        }),
+        secret_tail: "wxyz".into(),
     };
     store.insert_api_key(&key).await.expect("insert key");
     assert_eq!(
@@ -102,6 +121,79 @@ async fn contract(store: Arc<dyn Store>) {
         store.insert_api_key(&key).await,
         Err(StoreError::Conflict(_))
     ));
+    assert!(
+        store
+            .rename_api_key(&a.id, "key1", "renamed")
+            .await
+            .expect("rename")
+    );
+    assert!(
+        !store
+            .rename_api_key(&b.id, "key1", "theirs")
+            .await
+            .expect("rename foreign")
+    );
+    let used = created_at + chrono::TimeDelta::minutes(5);
+    store.touch_api_key("key1", used).await.expect("touch");
+    let rotated = ApiKeyRecord {
+        id: "key2".into(),
+        secret_hash: vec![9],
+        ..key.clone()
+    };
+    let old_ends = created_at + chrono::TimeDelta::days(7);
+    assert!(
+        store
+            .rotate_api_key("key1", old_ends, &rotated)
+            .await
+            .expect("rotate")
+    );
+    let old = store.api_key("key1").await.expect("get").expect("kept");
+    assert_eq!(
+        (old.name.as_str(), old.last_used_at, old.expires_at),
+        ("renamed", Some(used), Some(old_ends))
+    );
+    assert!(
+        store
+            .delete_api_key(&a.id, "key1", used)
+            .await
+            .expect("delete")
+    );
+    assert!(
+        !store
+            .delete_api_key(&a.id, "key1", used)
+            .await
+            .expect("delete twice")
+    );
+    // A deleted key cannot be rotated, and the would-be new key is not kept.
+    let third = ApiKeyRecord {
+        id: "key3".into(),
+        ..key.clone()
+    };
+    assert!(
+        !store
+            .rotate_api_key("key1", old_ends, &third)
+            .await
+            .expect("rotate deleted")
+    );
+    assert_eq!(store.api_key("key3").await.expect("get"), None);
+    let listed: Vec<String> = store
+        .api_keys(&a.id)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|k| k.id)
+        .collect();
+    assert_eq!(listed, ["key1", "key2"]);
+    assert!(store.api_keys(&b.id).await.expect("list b").is_empty());
+    let project = store
+        .default_project_id(&a.id)
+        .await
+        .expect("default project");
+    assert_eq!(
+        store.default_project_id(&a.id).await.expect("again"),
+        project
+    );
+    assert_ne!(store.default_project_id(&b.id).await.expect("b's"), project);
 
     // Settings: the first value wins, later candidates are ignored.
     assert_eq!(
@@ -1307,7 +1399,7 @@ async fn sqlite_store_meets_the_contract() {
     contract(store).await;
     // Reopening applies no migration twice and keeps the data.
     let reopened = store::open(None, dir.path()).await.expect("reopen SQLite");
-    assert_eq!(reopened.api_key_count().await.expect("count"), 1);
+    assert_eq!(reopened.api_key_count().await.expect("count"), 2);
 }
 
 #[tokio::test]
@@ -1339,7 +1431,7 @@ async fn postgres_store_meets_the_contract() {
     let reopened = store::open(Some(&scoped_url), std::path::Path::new("/nonexistent"))
         .await
         .expect("reopen");
-    assert_eq!(reopened.api_key_count().await.expect("count"), 1);
+    assert_eq!(reopened.api_key_count().await.expect("count"), 2);
     let replica = store::open(Some(&scoped_url), std::path::Path::new("/nonexistent"))
         .await
         .expect("open a second replica's store");

@@ -53,6 +53,7 @@ pub async fn create(
     let asynchronous = request.asynchronous.unwrap_or(false);
     let tokens = org.tokens.clone();
     let org_id = org.id.clone();
+    let key_id = org.caller.key().map(|key| key.id.clone());
     let record = org
         .apps
         .invoke(
@@ -65,7 +66,7 @@ pub async fn create(
                 asynchronous,
                 async_timeout_seconds: request.async_timeout_seconds,
             },
-            move |id, expires| tokens.issue_invocation_key(id, &org_id, expires),
+            move |id, expires| tokens.issue_invocation_key(id, &org_id, key_id.as_deref(), expires),
         )
         .await?;
     let status = if asynchronous {

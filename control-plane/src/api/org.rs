@@ -1,28 +1,67 @@
 //! The authenticated caller of a request: `Authorization: Bearer <api key>` resolved to
 //! its organization, or a session token on one of that session's own routes
-//! (`session_token`).
+//! (`session_token`). Authorization happens here too, for every route at once: a key
+//! with a policy passes only if the policy allows the action the route needs
+//! (`crate::access::actions`), so no handler checks permissions itself.
 
 use std::ops::Deref;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, MatchedPath};
 use axum::http::request::Parts;
+use chrono::{DateTime, Utc};
 
 use super::error::{ApiError, OrNotFound};
 use super::session_token::SessionCaller;
 use super::state::AppState;
+use crate::access::actions;
+use crate::access::keys::Refused;
+use crate::access::policy::Policy;
 use crate::agent::AgentClient;
-use crate::api_keys::organization_for_key;
-use crate::store::SessionRecord;
+use crate::store::{ApiKeyRecord, SessionRecord};
 
 /// The caller's organization, from `Authorization: Bearer <key>`, with the services that
-/// act for it. Handlers that take it are authenticated; everything they touch is scoped
-/// to `id`.
+/// act for it. Handlers that take it are authenticated and authorized; everything they
+/// touch is scoped to `id`.
 #[derive(Clone)]
 pub struct Org {
     pub id: String,
     /// Set when the caller is an action, with its invocation's short-lived key.
     pub invocation_id: Option<String>,
+    pub caller: Caller,
     state: AppState,
+}
+
+/// Who is calling, and with which rights.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    /// An API key, or an action's invocation key acting with the rights of the key that
+    /// started it (`key` is that key; `None` for invocations started before keys had
+    /// policies, or by a session token).
+    Key {
+        key: Option<ApiKeyRecord>,
+        invocation: bool,
+    },
+    /// A browser's own token, on that browser's routes only (`session_token`).
+    SessionToken,
+}
+
+impl Caller {
+    /// The key whose rights the call has, if any.
+    pub fn key(&self) -> Option<&ApiKeyRecord> {
+        match self {
+            Self::Key { key, .. } => key.as_ref(),
+            Self::SessionToken => None,
+        }
+    }
+
+    pub fn policy(&self) -> Option<&Policy> {
+        self.key().and_then(|key| key.policy.as_ref())
+    }
+
+    /// When the caller's rights end, if they do.
+    pub fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.key().and_then(|key| key.expires_at)
+    }
 }
 
 impl FromRequestParts<AppState> for Org {
@@ -30,6 +69,7 @@ impl FromRequestParts<AppState> for Org {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let org = Self::authenticate(parts, state).await?;
+        org.authorize(parts).await?;
         if let Some(slot) = parts.extensions.get::<super::telemetry_calls::CallerOrg>() {
             slot.set(&org.id);
         }
@@ -39,12 +79,14 @@ impl FromRequestParts<AppState> for Org {
 
 impl Org {
     async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let org = |id: String, invocation_id: Option<String>, caller: Caller| Self {
+            id,
+            invocation_id,
+            caller,
+            state: state.clone(),
+        };
         if let Some(caller) = parts.extensions.get::<SessionCaller>() {
-            return Ok(Self {
-                id: caller.org.clone(),
-                invocation_id: None,
-                state: state.clone(),
-            });
+            return Ok(org(caller.org.clone(), None, Caller::SessionToken));
         }
         let header = parts
             .headers
@@ -61,26 +103,71 @@ impl Org {
             })?;
         let key = key.trim();
         if let Some(claims) = state.tokens.verify_invocation_key(key) {
-            // Honoured only while its invocation runs.
+            // Honoured only while its invocation runs, and its starter's key lives.
             if !state.apps.is_unfinished(&claims.org, &claims.sub).await? {
                 return Err(ApiError::Unauthorized(
                     "this invocation's API key expired with its invocation".into(),
                 ));
             }
-            return Ok(Self {
-                id: claims.org,
-                invocation_id: Some(claims.sub),
-                state: state.clone(),
-            });
+            let starter = match &claims.key {
+                Some(key_id) => Some(state.api_keys.live(key_id).await?.map_err(|_| {
+                    ApiError::Unauthorized(
+                        "the API key that started this invocation is no longer valid".into(),
+                    )
+                })?),
+                None => None,
+            };
+            return Ok(org(
+                claims.org,
+                Some(claims.sub),
+                Caller::Key {
+                    key: starter,
+                    invocation: true,
+                },
+            ));
         }
-        match organization_for_key(state.store.as_ref(), &state.key_cache, key).await? {
-            Some(id) => Ok(Self {
-                id,
-                invocation_id: None,
-                state: state.clone(),
-            }),
-            None => Err(ApiError::Unauthorized("invalid API key".into())),
+        match state.api_keys.authenticate(key).await? {
+            Ok(record) => Ok(org(
+                record.org_id.clone(),
+                None,
+                Caller::Key {
+                    key: Some(record),
+                    invocation: false,
+                },
+            )),
+            Err(Refused::Invalid) => Err(ApiError::Unauthorized("invalid API key".into())),
+            Err(Refused::Expired(at)) => Err(ApiError::Unauthorized(format!(
+                "this API key expired at {}",
+                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ))),
         }
+    }
+
+    /// Refuses the call (403, naming the action) if the caller's policy does not allow
+    /// what the route needs. Keys without a policy may do anything in their organization.
+    async fn authorize(&self, parts: &Parts) -> Result<(), ApiError> {
+        let Some(policy) = self.caller.policy() else {
+            return Ok(());
+        };
+        let template = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map(|matched| matched.as_str().to_owned())
+            .unwrap_or_else(|| parts.uri.path().to_owned());
+        let project_id = self.api_keys.default_project(&self.id).await?;
+        let Some(required) =
+            actions::required(&parts.method, &template, parts.uri.path(), &project_id)
+        else {
+            return Ok(());
+        };
+        if policy.allows(&required) {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden(format!(
+            "this API key's policy does not allow {} on {}",
+            required.action(),
+            required.resource
+        )))
     }
 }
 

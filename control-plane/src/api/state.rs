@@ -4,7 +4,6 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::api_keys::KeyCache;
 use crate::app::Services;
 use crate::tokens::Tokens;
 
@@ -37,7 +36,6 @@ pub struct MetricsSettings {
 #[derive(Clone)]
 pub struct AppState {
     pub services: Services,
-    pub key_cache: Arc<KeyCache>,
     /// Signs and checks the tokens in `cdp_ws_url` and `replay_view_url`.
     pub tokens: Arc<Tokens>,
     pub settings: Arc<HttpSettings>,
@@ -51,7 +49,6 @@ impl AppState {
     pub fn new(services: Services, tokens: Tokens, settings: HttpSettings) -> Self {
         Self {
             services,
-            key_cache: Default::default(),
             tokens: Arc::new(tokens),
             settings: Arc::new(settings),
             watches: Arc::default(),

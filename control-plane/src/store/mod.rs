@@ -3,6 +3,7 @@
 //! (many replicas); one contract test suite (`tests/tests/store_contract.rs`) runs
 //! against both.
 
+mod access;
 mod apps;
 mod coordination;
 mod database;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+pub use access::{AccessStore, ApiKeyRecord, CreatedBy};
 pub use apps::{AppVersionRecord, AppsStore, DeploymentRecord, InvocationRecord};
 pub use coordination::{CoordinationStore, ExclusiveLock};
 pub use sql::SqlStore;
@@ -44,14 +46,6 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub struct Organization {
     pub id: String,
     pub name: String,
-    pub created_at: DateTime<Utc>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiKeyRecord {
-    pub id: String,
-    pub org_id: String,
-    pub secret_hash: Vec<u8>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -397,12 +391,11 @@ pub enum SessionFilter {
 }
 
 #[async_trait]
-pub trait Store: AppsStore + CoordinationStore + TelemetryStore + Send + Sync + 'static {
+pub trait Store:
+    AccessStore + AppsStore + CoordinationStore + TelemetryStore + Send + Sync + 'static
+{
     /// Returns the organization with this name, creating it first if needed.
     async fn ensure_organization(&self, name: &str) -> StoreResult<Organization>;
-    async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()>;
-    async fn api_key(&self, id: &str) -> StoreResult<Option<ApiKeyRecord>>;
-    async fn api_key_count(&self) -> StoreResult<u64>;
 
     /// Stores `value` under `key` unless a value is already there; returns the stored one.
     /// Replicas use it to agree on shared secrets such as the token signing key.

@@ -3,8 +3,8 @@
 
 use super::database::Row;
 use super::{
-    AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease,
-    PoolRecord, ProfileRecord, ProxyRecord, ReplayRecord, ReplayStatus, SecretKind, SecretRecord,
+    AgentLocation, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease, PoolRecord,
+    ProfileRecord, ProxyRecord, ReplayRecord, ReplayStatus, SecretKind, SecretRecord,
     SessionProfile, SessionRecord, SessionStatus, StoreError, StoreResult,
 };
 
@@ -31,15 +31,6 @@ pub fn organization_from_row(row: &Row<'_>) -> StoreResult<Organization> {
         id: row.get(0)?,
         name: row.get(1)?,
         created_at: row.get(2)?,
-    })
-}
-
-pub fn api_key_from_row(row: &Row<'_>) -> StoreResult<ApiKeyRecord> {
-    Ok(ApiKeyRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        secret_hash: row.get(2)?,
-        created_at: row.get(3)?,
     })
 }
 

@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use super::database::{Database, params, sql};
 use super::rows::*;
 use super::{
-    AgentLocation, ApiKeyRecord, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease,
-    PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, SecretKind,
-    SecretRecord, SessionFilter, SessionRecord, Store, StoreResult,
+    AgentLocation, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease, PoolRecord,
+    ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, SecretKind, SecretRecord,
+    SessionFilter, SessionRecord, Store, StoreResult,
 };
 
 /// Looks a row up by id first, then by name, in one statement: a name that equals another
@@ -52,41 +52,6 @@ impl Store for SqlStore {
                 organization_from_row,
             )
             .await
-    }
-
-    async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
-        self.database
-            .execute(
-                sql!(
-                    "INSERT INTO api_keys (id, org_id, secret_hash, created_at) \
-                     VALUES ($1, $2, $3, $4)"
-                ),
-                params![key.id, key.org_id, key.secret_hash, key.created_at],
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn api_key(&self, id: &str) -> StoreResult<Option<ApiKeyRecord>> {
-        self.database
-            .query_opt(
-                sql!("SELECT id, org_id, secret_hash, created_at FROM api_keys WHERE id = $1"),
-                params![id],
-                api_key_from_row,
-            )
-            .await
-    }
-
-    async fn api_key_count(&self) -> StoreResult<u64> {
-        let count = self
-            .database
-            .query_one(
-                sql!("SELECT COUNT(*) FROM api_keys"),
-                params![],
-                count_from_row,
-            )
-            .await?;
-        Ok(count as u64)
     }
 
     async fn setting_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
