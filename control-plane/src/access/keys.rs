@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -95,17 +95,23 @@ fn new_key(new: NewKey) -> (ApiKeyRecord, String) {
         id: id.clone(),
         org_id: new.org_id,
         secret_hash: hash_secret(&secret),
-        created_at: Utc::now(),
+        created_at: stored_precision(Utc::now()),
         name: new.name,
         project_id: new.project_id,
         policy: new.policy,
-        expires_at: new.expires_at,
+        expires_at: new.expires_at.map(stored_precision),
         deleted_at: None,
         last_used_at: None,
         created_by: Some(new.created_by),
         secret_tail: secret[secret.len() - TAIL_LENGTH..].to_owned(),
     };
     (record, format!("{KEY_PREFIX}_{id}_{secret}"))
+}
+
+/// Times as PostgreSQL keeps them (microseconds), so that what a call answers is what
+/// later calls read back.
+fn stored_precision(time: DateTime<Utc>) -> DateTime<Utc> {
+    time.trunc_subsecs(6)
 }
 
 /// The key as lists show it: its id and the secret's last characters.

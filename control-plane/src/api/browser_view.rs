@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 
 use super::browsers::Persistence;
 use super::error::ApiError;
+use super::org::Org;
 use super::profiles::Profile;
 use super::state::AppState;
 use crate::sessions::labels::LocationView;
@@ -109,10 +110,14 @@ struct Referenced {
 }
 
 /// The answer for each session, in order.
+/// A caller whose policy lets it look at a browser but not drive it gets no URLs that
+/// carry a token (`cdp_ws_url`, `webdriver_ws_url` are empty, no live view): a token
+/// drives the browser.
 pub async fn browser_views(
-    state: &AppState,
+    org: &Org,
     sessions: &[SessionRecord],
 ) -> Result<Vec<BrowserSession>, ApiError> {
+    let state: &AppState = org;
     let mut referenced = Referenced::default();
     for session in sessions {
         if let Some(profile) = &session.profile
@@ -140,43 +145,50 @@ pub async fn browser_views(
             );
         }
     }
-    Ok(sessions
-        .iter()
-        .map(|session| view(state, session, &referenced))
-        .collect())
+    let mut views = Vec::with_capacity(sessions.len());
+    for session in sessions {
+        let may_drive = org.allows("browsers", "use", &session.id).await?;
+        views.push(view(state, session, &referenced, may_drive));
+    }
+    Ok(views)
 }
 
 /// The answer for one session.
-pub async fn browser_view(
-    state: &AppState,
-    session: &SessionRecord,
-) -> Result<BrowserSession, ApiError> {
-    let mut views = browser_views(state, std::slice::from_ref(session)).await?;
+pub async fn browser_view(org: &Org, session: &SessionRecord) -> Result<BrowserSession, ApiError> {
+    let mut views = browser_views(org, std::slice::from_ref(session)).await?;
     views
         .pop()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no view of the session")))
 }
 
-fn view(state: &AppState, session: &SessionRecord, referenced: &Referenced) -> BrowserSession {
-    let token = state.tokens.issue_cdp(
-        &session.id,
-        &session.org_id,
-        session.pool_lease_id.as_deref(),
-    );
+fn view(
+    state: &AppState,
+    session: &SessionRecord,
+    referenced: &Referenced,
+    may_drive: bool,
+) -> BrowserSession {
+    let token = may_drive.then(|| {
+        state.tokens.issue_cdp(
+            &session.id,
+            &session.org_id,
+            session.pool_lease_id.as_deref(),
+        )
+    });
+    let socket_url = |route: &str| match &token {
+        Some(token) => format!(
+            "{}/browsers/{}/{route}?jwt={token}",
+            state.public_ws_url(),
+            session.id
+        ),
+        None => String::new(),
+    };
     let settings = &session.vm_settings;
-    let live_view = super::live_view::urls(state, session).filter(|_| session.ended_at.is_none());
+    let live_view =
+        super::live_view::urls(state, session).filter(|_| session.ended_at.is_none() && may_drive);
     BrowserSession {
         session_id: session.id.clone(),
-        cdp_ws_url: format!(
-            "{}/browsers/{}/cdp?jwt={token}",
-            state.public_ws_url(),
-            session.id
-        ),
-        webdriver_ws_url: format!(
-            "{}/browsers/{}/webdriver?jwt={token}",
-            state.public_ws_url(),
-            session.id
-        ),
+        cdp_ws_url: socket_url("cdp"),
+        webdriver_ws_url: socket_url("webdriver"),
         base_url: format!(
             "{}/browsers/{}",
             state.settings.public_url.trim_end_matches('/'),

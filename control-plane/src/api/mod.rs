@@ -2,8 +2,10 @@
 //! registered through `utoipa_axum`, so the OpenAPI document at `/openapi.json` is
 //! generated from the same code that serves the routes.
 
+pub mod api_keys;
 pub mod app_events;
 pub mod auth_connections;
+pub mod auth_context;
 pub mod auth_settings;
 pub mod auth_timeline;
 pub mod browser_view;
@@ -120,6 +122,14 @@ fn api_routes() -> OpenApiRouter<AppState> {
             auth_connections::hosted_submit
         ))
         .routes(routes!(auth_timeline::timeline))
+        .routes(routes!(auth_context::context))
+        .routes(routes!(api_keys::create, api_keys::list))
+        .routes(routes!(
+            api_keys::retrieve,
+            api_keys::update,
+            api_keys::delete
+        ))
+        .routes(routes!(api_keys::rotate))
         .routes(routes!(credentials::create, credentials::list))
         .routes(routes!(
             credentials::retrieve,

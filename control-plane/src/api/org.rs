@@ -172,6 +172,25 @@ impl Org {
 }
 
 impl Org {
+    /// Whether the caller's policy allows `verb` on the organization's `kind` `id`
+    /// (always, for a caller without a policy).
+    pub async fn allows(
+        &self,
+        kind: &'static str,
+        verb: &'static str,
+        id: &str,
+    ) -> Result<bool, ApiError> {
+        let Some(policy) = self.caller.policy() else {
+            return Ok(true);
+        };
+        let project_id = self.api_keys.default_project(&self.id).await?;
+        Ok(policy.allows(&crate::access::policy::Required {
+            kind,
+            verb,
+            resource: format!("projects/{project_id}/{kind}/{id}"),
+        }))
+    }
+
     /// One of the organization's browser sessions, live or ended.
     pub async fn session(&self, session_id: &str) -> Result<SessionRecord, ApiError> {
         let found = self.store.session(&self.id, session_id).await?;
