@@ -49,12 +49,40 @@ pub struct RotateApiKey {
     expire_in_days: Option<i64>,
 }
 
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyStatus {
+    /// Not deleted (expired keys included).
+    #[default]
+    Active,
+    Deleted,
+    All,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SortBy {
+    #[default]
+    CreatedAt,
+    Name,
+    ExpiresAt,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SortDirection {
+    Asc,
+    #[default]
+    Desc,
+}
+
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListApiKeys {
     /// `active` (default), `deleted` or `all`.
-    status: Option<String>,
+    #[param(inline)]
+    status: Option<KeyStatus>,
     /// Deprecated: `status=all`.
     include_deleted: Option<bool>,
     /// Exact name (case-insensitive).
@@ -62,11 +90,16 @@ pub struct ListApiKeys {
     /// Case-insensitive text in the name, the maker or the project; an id or masked key
     /// by prefix.
     query: Option<String>,
-    /// `created_at` (default), `name` or `expires_at`.
-    sort_by: Option<String>,
+    /// `created_at` (default), `name` or `expires_at` (keys that never expire last).
+    #[param(inline)]
+    sort_by: Option<SortBy>,
     /// `asc` or `desc` (default).
-    sort_direction: Option<String>,
+    #[param(inline)]
+    sort_direction: Option<SortDirection>,
+    /// 1 to 100, default 20.
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<u32>,
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
     offset: Option<u32>,
 }
 
@@ -237,21 +270,16 @@ pub async fn list(
     QueryParams(query): QueryParams<ListApiKeys>,
 ) -> Result<impl IntoResponse, ApiError> {
     let default_project = org.api_keys.default_project(&org.id).await?;
-    let status = match (query.status.as_deref(), query.include_deleted) {
-        (Some(status @ ("active" | "deleted" | "all")), _) => status,
-        (Some(other), _) => {
-            return Err(ApiError::invalid_field(format!(
-                "status: {other:?} is not active, deleted or all"
-            )));
-        }
-        (None, Some(true)) => "all",
-        (None, _) => "active",
+    let status = match (query.status, query.include_deleted) {
+        (Some(status), _) => status,
+        (None, Some(true)) => KeyStatus::All,
+        (None, _) => KeyStatus::Active,
     };
     let mut keys = org.api_keys.list(&org.id).await?;
     keys.retain(|key| match status {
-        "active" => key.deleted_at.is_none(),
-        "deleted" => key.deleted_at.is_some(),
-        _ => true,
+        KeyStatus::Active => key.deleted_at.is_none(),
+        KeyStatus::Deleted => key.deleted_at.is_some(),
+        KeyStatus::All => true,
     });
     // A key bound to a project sees that project's keys.
     if let Some(own) = org.caller.key().and_then(|key| key.project_id.clone()) {
@@ -279,33 +307,22 @@ pub async fn list(
                     .is_some_and(|p| p.to_lowercase().contains(&lower))
         });
     }
-    match query.sort_by.as_deref().unwrap_or("created_at") {
-        "created_at" => keys.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id))),
-        "name" => {
+    match query.sort_by.unwrap_or_default() {
+        SortBy::CreatedAt => keys.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id))),
+        SortBy::Name => {
             keys.sort_by(|a, b| (a.name.to_lowercase(), &a.id).cmp(&(b.name.to_lowercase(), &b.id)))
         }
         // Keys that never expire last when ascending.
-        "expires_at" => keys.sort_by(|a, b| {
+        SortBy::ExpiresAt => keys.sort_by(|a, b| {
             (a.expires_at.is_none(), a.expires_at, &a.id).cmp(&(
                 b.expires_at.is_none(),
                 b.expires_at,
                 &b.id,
             ))
         }),
-        other => {
-            return Err(ApiError::invalid_field(format!(
-                "sort_by: {other:?} is not created_at, name or expires_at"
-            )));
-        }
     }
-    match query.sort_direction.as_deref().unwrap_or("desc") {
-        "asc" => {}
-        "desc" => keys.reverse(),
-        other => {
-            return Err(ApiError::invalid_field(format!(
-                "sort_direction: {other:?} is not asc or desc"
-            )));
-        }
+    if query.sort_direction.unwrap_or_default() == SortDirection::Desc {
+        keys.reverse();
     }
     let (headers, page) = page_of(paging, keys, query.limit, query.offset)?;
     let body: Vec<Value> = page.iter().map(|key| view(key, &default_project)).collect();
