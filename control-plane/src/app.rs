@@ -9,6 +9,7 @@ use anyhow::Context;
 use crate::access::keys::ApiKeys;
 use crate::agent::AgentClients;
 use crate::apps::Apps;
+use crate::audit::AuditLog;
 use crate::blobs::BlobStore;
 use crate::credentials::CredentialService;
 use crate::credentials::onepassword::OnePassword;
@@ -50,6 +51,8 @@ pub struct ServiceSettings {
     pub replica_id: String,
     /// Where the other replicas reach this one.
     pub replica_address: String,
+    /// How long audit records are kept.
+    pub audit_retention: Duration,
 }
 
 #[derive(Clone)]
@@ -57,6 +60,8 @@ pub struct Services {
     pub store: Arc<dyn Store>,
     /// API keys: checked on every call, managed over `/org/api_keys`.
     pub api_keys: Arc<ApiKeys>,
+    /// Who did what (`crate::audit`).
+    pub audit: Arc<AuditLog>,
     pub blobs: Arc<dyn BlobStore>,
     pub runtime: Arc<dyn Runtime>,
     pub agents: Arc<AgentClients>,
@@ -153,6 +158,7 @@ impl Services {
         ));
         Self {
             api_keys: Arc::new(ApiKeys::new(store.clone())),
+            audit: Arc::new(AuditLog::new(store.clone(), settings.audit_retention)),
             store,
             blobs,
             runtime,
@@ -181,6 +187,7 @@ impl Services {
             .context("joining the control-plane replicas")?;
         self.pools.listen_for_resets();
         self.telemetry.start();
+        self.audit.start();
         self.sessions
             .start_background(heartbeat)
             .await

@@ -257,6 +257,10 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_MAX_RUNNING_INVOCATIONS", default_value_t = 8,
         value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub max_running_invocations: u64,
+    /// Days the audit log keeps each record (`GET /audit-logs`).
+    #[arg(long, env = "CONTROL_PLANE_AUDIT_LOG_RETENTION_DAYS", default_value_t = 90,
+        value_parser = clap::value_parser!(u64).range(1..=3650))]
+    pub audit_log_retention_days: u64,
     /// Bearer token that `GET /metrics` (Prometheus) requires on the API's address.
     /// Without it (and without `--metrics-listen`), the API serves no metrics.
     #[arg(long, env = "CONTROL_PLANE_METRICS_TOKEN", hide_env_values = true)]

@@ -6,6 +6,7 @@ pub mod api;
 pub mod app;
 pub mod apps;
 pub mod archive_formats;
+pub mod audit;
 pub mod blobs;
 pub mod chrome_store;
 pub mod config;

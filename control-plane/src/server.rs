@@ -230,6 +230,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_running_invocations: config.max_running_invocations as usize,
             replica_id,
             replica_address: internal_url,
+            audit_retention: Duration::from_secs(config.audit_log_retention_days * 86_400),
         },
     );
     let standby = Standby::configure(
@@ -282,7 +283,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     let router = api::router(state);
     serve_app_sandboxes(&app_api_socket, router.clone())?;
-    axum::serve(listener, router)
+    // The peer's address is what the audit log records as the caller's.
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     // The other replicas adopt this one's browsers at once.

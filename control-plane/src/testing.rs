@@ -305,6 +305,7 @@ pub async fn services_over(
             max_running_invocations: 4,
             replica_id: format!("rep_{}", crate::ids::new_secret(8)),
             replica_address: "http://127.0.0.1:9".into(),
+            audit_retention: std::time::Duration::from_secs(86_400),
         },
     );
     (services, runtime, agent)

@@ -16,10 +16,10 @@ mod telemetry;
 use chrono::{Duration, Utc};
 use control_plane::access::policy::{Policy, Statement};
 use control_plane::store::{
-    self, AgentLocation, ApiKeyRecord, AuthConnectionRecord, CreatedBy, ExtensionRecord, PoolLease,
-    PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, ReplayStatus,
-    SecretKind, SecretRecord, SessionFilter, SessionProfile, SessionRecord, SessionStatus, Store,
-    StoreError, VmSettings,
+    self, AgentLocation, ApiKeyRecord, AuditQuery, AuditRecord, AuthConnectionRecord, CreatedBy,
+    ExtensionRecord, PoolLease, PoolRecord, ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome,
+    ReplayRecord, ReplayStatus, SecretKind, SecretRecord, SessionFilter, SessionProfile,
+    SessionRecord, SessionStatus, Store, StoreError, VmSettings,
 };
 
 fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64) -> SessionRecord {
@@ -194,6 +194,125 @@ async fn contract(store: Arc<dyn Store>) {
         project
     );
     assert_ne!(store.default_project_id(&b.id).await.expect("b's"), project);
+
+    // Audit records: newest first in a time range, filtered, paged by (time, id), pruned.
+    let record = |id: &str, ts_us: i64, method: &str, status: i64, key: &str| AuditRecord {
+        id: id.into(),
+        org_id: a.id.clone(),
+        ts_us,
+        method: method.into(),
+        path: format!("/browsers/{id}"),
+        route: "/browsers/{id}".into(),
+        status,
+        api_key_id: key.into(),
+        ..Default::default()
+    };
+    for audit in [
+        record("aud_1", 1_000, "POST", 200, "k1"),
+        record("aud_2", 2_000, "DELETE", 404, "k2"),
+        record("aud_3", 3_000, "POST", 403, "k1"),
+        AuditRecord {
+            org_id: b.id.clone(),
+            ..record("aud_4", 2_500, "POST", 200, "k9")
+        },
+    ] {
+        store.insert_audit(&audit).await.expect("insert audit");
+    }
+    let read = |query: AuditQuery| {
+        let store = store.clone();
+        async move {
+            store
+                .audit_records(&query)
+                .await
+                .expect("read audit")
+                .into_iter()
+                .map(|r| r.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let all = AuditQuery {
+        org_id: a.id.clone(),
+        since_us: 0,
+        until_us: 10_000,
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(read(all.clone()).await, ["aud_3", "aud_2", "aud_1"]);
+    assert_eq!(
+        read(AuditQuery {
+            limit: 2,
+            ..all.clone()
+        })
+        .await,
+        ["aud_3", "aud_2"]
+    );
+    assert_eq!(
+        read(AuditQuery {
+            before: Some((2_000, "aud_2".into())),
+            ..all.clone()
+        })
+        .await,
+        ["aud_1"]
+    );
+    assert_eq!(
+        read(AuditQuery {
+            since_us: 1_500,
+            until_us: 3_000,
+            ..all.clone()
+        })
+        .await,
+        ["aud_2"]
+    );
+    assert_eq!(
+        read(AuditQuery {
+            method: "POST".into(),
+            ..all.clone()
+        })
+        .await,
+        ["aud_3", "aud_1"]
+    );
+    assert_eq!(
+        read(AuditQuery {
+            exclude_methods: vec!["POST".into()],
+            ..all.clone()
+        })
+        .await,
+        ["aud_2"]
+    );
+    assert_eq!(
+        read(AuditQuery {
+            search: "403".into(),
+            ..all.clone()
+        })
+        .await,
+        ["aud_3"]
+    );
+    assert_eq!(
+        read(AuditQuery {
+            search: "BROWSERS/AUD_1".into(),
+            ..all.clone()
+        })
+        .await,
+        ["aud_1"]
+    );
+    assert_eq!(
+        read(AuditQuery {
+            search: "100%".into(),
+            ..all.clone()
+        })
+        .await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        read(AuditQuery {
+            search_key_ids: vec!["k2".into()],
+            ..all.clone()
+        })
+        .await,
+        ["aud_2"]
+    );
+    assert_eq!(store.prune_audit(2_500).await.expect("prune"), 2);
+    assert_eq!(read(all).await, ["aud_3"]);
 
     // Settings: the first value wins, later candidates are ignored.
     assert_eq!(

@@ -20,7 +20,7 @@ const OPEN_TO_ANY_KEY: [&str; 1] = ["/auth/context"];
 
 /// The first path segments of each kind's routes, longest first where one is a prefix
 /// of another.
-const KIND_PREFIXES: [(&str, &str); 17] = [
+const KIND_PREFIXES: [(&str, &str); 18] = [
     ("/browser_pools", "browser_pools"),
     ("/browsers", "browsers"),
     ("/inspector", "browsers"),
@@ -38,6 +38,7 @@ const KIND_PREFIXES: [(&str, &str); 17] = [
     ("/org/api_keys", "api_keys"),
     ("/org/projects", "projects"),
     ("/org", "organization"),
+    ("/audit-logs", "audit_logs"),
 ];
 
 /// A browser's routes that only look at it (reading is `browsers:read`); all its other

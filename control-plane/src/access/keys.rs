@@ -126,9 +126,12 @@ fn hash_secret(secret: &str) -> Vec<u8> {
 /// Why a presented key was refused.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refused {
-    /// Not a key of ours, wrong secret, or deleted.
+    /// Not a key of ours, or the wrong secret.
     Invalid,
-    Expired(DateTime<Utc>),
+    /// A key of ours, with the right secret, but deleted.
+    Deleted(Box<ApiKeyRecord>),
+    /// A key of ours, with the right secret, but past its end.
+    Expired(Box<ApiKeyRecord>),
 }
 
 struct Cached {
@@ -348,10 +351,12 @@ impl ApiKeys {
 
 fn still_valid(record: &ApiKeyRecord) -> Result<(), Refused> {
     if record.deleted_at.is_some() {
-        return Err(Refused::Invalid);
+        return Err(Refused::Deleted(Box::new(record.clone())));
     }
     match record.expires_at {
-        Some(expires_at) if expires_at <= Utc::now() => Err(Refused::Expired(expires_at)),
+        Some(expires_at) if expires_at <= Utc::now() => {
+            Err(Refused::Expired(Box::new(record.clone())))
+        }
         _ => Ok(()),
     }
 }

@@ -23,7 +23,7 @@ pub struct Statement {
 }
 
 /// The kinds of resource actions name, as in the routes (`crate::access::actions`).
-pub const KINDS: [&str; 15] = [
+pub const KINDS: [&str; 16] = [
     "browsers",
     "browser_pools",
     "extensions",
@@ -39,6 +39,7 @@ pub const KINDS: [&str; 15] = [
     "api_keys",
     "projects",
     "organization",
+    "audit_logs",
 ];
 
 /// Ordered: each verb allows the ones before it.

@@ -4,6 +4,8 @@
 
 pub mod api_keys;
 pub mod app_events;
+pub mod audit;
+pub mod audit_logs;
 pub mod auth_connections;
 pub mod auth_context;
 pub mod auth_settings;
@@ -130,6 +132,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
             api_keys::delete
         ))
         .routes(routes!(api_keys::rotate))
+        .routes(routes!(audit_logs::list))
+        .routes(routes!(audit_logs::export_chunk))
         .routes(routes!(credentials::create, credentials::list))
         .routes(routes!(
             credentials::retrieve,
@@ -259,6 +263,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             telemetry_calls::record_browser_calls,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            audit::record_calls,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

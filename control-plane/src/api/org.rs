@@ -10,12 +10,13 @@ use axum::extract::{FromRequestParts, MatchedPath};
 use axum::http::request::Parts;
 use chrono::{DateTime, Utc};
 
+use super::audit::{Actor, AuditSlot};
 use super::error::{ApiError, OrNotFound};
 use super::session_token::SessionCaller;
 use super::state::AppState;
 use crate::access::actions;
 use crate::access::keys::Refused;
-use crate::access::policy::Policy;
+use crate::access::policy::{Policy, Required};
 use crate::agent::AgentClient;
 use crate::store::{ApiKeyRecord, SessionRecord};
 
@@ -68,8 +69,32 @@ impl FromRequestParts<AppState> for Org {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let org = Self::authenticate(parts, state).await?;
-        org.authorize(parts).await?;
+        let audit = parts.extensions.get::<AuditSlot>().cloned();
+        let org = match Self::authenticate(parts, state).await {
+            Ok(org) => org,
+            Err((error, refused_key)) => {
+                // A refused key of ours is recorded in its organization's audit log.
+                if let (Some(audit), Some(key)) = (&audit, refused_key) {
+                    let required = required(parts, state, &key.org_id).await.ok().flatten();
+                    audit.fill(actor(&key.org_id, "api_key", Some(&key), required));
+                }
+                return Err(error);
+            }
+        };
+        let required = required(parts, state, &org.id).await?;
+        if let Some(audit) = &audit {
+            let strategy = match &org.caller {
+                Caller::Key {
+                    invocation: false, ..
+                } => "api_key",
+                Caller::Key {
+                    invocation: true, ..
+                } => "invocation_key",
+                Caller::SessionToken => "session_token",
+            };
+            audit.fill(actor(&org.id, strategy, org.caller.key(), required.clone()));
+        }
+        org.authorize(required.as_ref())?;
         if let Some(slot) = parts.extensions.get::<super::telemetry_calls::CallerOrg>() {
             slot.set(&org.id);
         }
@@ -77,8 +102,52 @@ impl FromRequestParts<AppState> for Org {
     }
 }
 
+/// What the request's route needs, in `org_id`'s default project; `None` for a route
+/// open to any key.
+async fn required(
+    parts: &Parts,
+    state: &AppState,
+    org_id: &str,
+) -> Result<Option<Required>, ApiError> {
+    let template = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map(|matched| matched.as_str().to_owned())
+        .unwrap_or_else(|| parts.uri.path().to_owned());
+    let project_id = state.api_keys.default_project(org_id).await?;
+    Ok(actions::required(
+        &parts.method,
+        &template,
+        parts.uri.path(),
+        &project_id,
+    ))
+}
+
+fn actor(
+    org_id: &str,
+    auth_strategy: &'static str,
+    key: Option<&ApiKeyRecord>,
+    required: Option<Required>,
+) -> Actor {
+    let (action, resource) = required
+        .map(|required| (required.action(), required.resource))
+        .unwrap_or_default();
+    Actor {
+        org_id: org_id.to_owned(),
+        auth_strategy,
+        api_key_id: key.map(|key| key.id.clone()).unwrap_or_default(),
+        action,
+        resource,
+    }
+}
+
 impl Org {
-    async fn authenticate(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+    /// The caller, or why not (with the refused key, when it is one of ours).
+    async fn authenticate(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, (ApiError, Option<ApiKeyRecord>)> {
+        let unknown = |error: ApiError| (error, None);
         let org = |id: String, invocation_id: Option<String>, caller: Caller| Self {
             id,
             invocation_id,
@@ -93,28 +162,44 @@ impl Org {
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .ok_or_else(|| {
-                ApiError::Unauthorized("missing Authorization: Bearer <api key> header".into())
+                unknown(ApiError::Unauthorized(
+                    "missing Authorization: Bearer <api key> header".into(),
+                ))
             })?;
         let key = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
             .ok_or_else(|| {
-                ApiError::Unauthorized("the Authorization header must be `Bearer <api key>`".into())
+                unknown(ApiError::Unauthorized(
+                    "the Authorization header must be `Bearer <api key>`".into(),
+                ))
             })?;
         let key = key.trim();
         if let Some(claims) = state.tokens.verify_invocation_key(key) {
             // Honoured only while its invocation runs, and its starter's key lives.
-            if !state.apps.is_unfinished(&claims.org, &claims.sub).await? {
-                return Err(ApiError::Unauthorized(
+            let unfinished = state
+                .apps
+                .is_unfinished(&claims.org, &claims.sub)
+                .await
+                .map_err(|error| unknown(error.into()))?;
+            if !unfinished {
+                return Err(unknown(ApiError::Unauthorized(
                     "this invocation's API key expired with its invocation".into(),
-                ));
+                )));
             }
             let starter = match &claims.key {
-                Some(key_id) => Some(state.api_keys.live(key_id).await?.map_err(|_| {
-                    ApiError::Unauthorized(
-                        "the API key that started this invocation is no longer valid".into(),
-                    )
-                })?),
+                Some(key_id) => {
+                    let live = state
+                        .api_keys
+                        .live(key_id)
+                        .await
+                        .map_err(|error| unknown(error.into()))?;
+                    Some(live.map_err(|_| {
+                        unknown(ApiError::Unauthorized(
+                            "the API key that started this invocation is no longer valid".into(),
+                        ))
+                    })?)
+                }
                 None => None,
             };
             return Ok(org(
@@ -126,7 +211,12 @@ impl Org {
                 },
             ));
         }
-        match state.api_keys.authenticate(key).await? {
+        let checked = state
+            .api_keys
+            .authenticate(key)
+            .await
+            .map_err(|error| unknown(error.into()))?;
+        match checked {
             Ok(record) => Ok(org(
                 record.org_id.clone(),
                 None,
@@ -135,32 +225,31 @@ impl Org {
                     invocation: false,
                 },
             )),
-            Err(Refused::Invalid) => Err(ApiError::Unauthorized("invalid API key".into())),
-            Err(Refused::Expired(at)) => Err(ApiError::Unauthorized(format!(
-                "this API key expired at {}",
-                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            ))),
+            Err(Refused::Invalid) => Err(unknown(ApiError::Unauthorized("invalid API key".into()))),
+            Err(Refused::Deleted(record)) => Err((
+                ApiError::Unauthorized("invalid API key".into()),
+                Some(*record),
+            )),
+            Err(Refused::Expired(record)) => {
+                let at = record.expires_at.unwrap_or_default();
+                Err((
+                    ApiError::Unauthorized(format!(
+                        "this API key expired at {}",
+                        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    )),
+                    Some(*record),
+                ))
+            }
         }
     }
 
     /// Refuses the call (403, naming the action) if the caller's policy does not allow
     /// what the route needs. Keys without a policy may do anything in their organization.
-    async fn authorize(&self, parts: &Parts) -> Result<(), ApiError> {
-        let Some(policy) = self.caller.policy() else {
+    fn authorize(&self, required: Option<&Required>) -> Result<(), ApiError> {
+        let (Some(policy), Some(required)) = (self.caller.policy(), required) else {
             return Ok(());
         };
-        let template = parts
-            .extensions
-            .get::<MatchedPath>()
-            .map(|matched| matched.as_str().to_owned())
-            .unwrap_or_else(|| parts.uri.path().to_owned());
-        let project_id = self.api_keys.default_project(&self.id).await?;
-        let Some(required) =
-            actions::required(&parts.method, &template, parts.uri.path(), &project_id)
-        else {
-            return Ok(());
-        };
-        if policy.allows(&required) {
+        if policy.allows(required) {
             return Ok(());
         }
         Err(ApiError::Forbidden(format!(

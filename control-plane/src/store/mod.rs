@@ -5,6 +5,7 @@
 
 mod access;
 mod apps;
+mod audit;
 mod coordination;
 mod database;
 mod rows;
@@ -20,6 +21,7 @@ use chrono::{DateTime, Utc};
 
 pub use access::{AccessStore, ApiKeyRecord, CreatedBy};
 pub use apps::{AppVersionRecord, AppsStore, DeploymentRecord, InvocationRecord};
+pub use audit::{AuditQuery, AuditRecord, AuditStore};
 pub use coordination::{CoordinationStore, ExclusiveLock};
 pub use sql::SqlStore;
 pub use telemetry::{
@@ -392,7 +394,7 @@ pub enum SessionFilter {
 
 #[async_trait]
 pub trait Store:
-    AccessStore + AppsStore + CoordinationStore + TelemetryStore + Send + Sync + 'static
+    AccessStore + AppsStore + AuditStore + CoordinationStore + TelemetryStore + Send + Sync + 'static
 {
     /// Returns the organization with this name, creating it first if needed.
     async fn ensure_organization(&self, name: &str) -> StoreResult<Organization>;
