@@ -37,6 +37,11 @@ pub struct ProxyRoute {
 pub struct ProxyUpstreams(HashMap<String, HashMap<String, String>>);
 
 impl ProxyUpstreams {
+    /// Whether the operator configured no upstream at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.values().all(HashMap::is_empty)
+    }
+
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)?;
         let upstreams: HashMap<String, HashMap<String, String>> = serde_json::from_str(&text)?;

@@ -209,6 +209,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("reading proxy upstreams from {}", path.display()))?,
         None => ProxyUpstreams::default(),
     };
+    let offer = api::organization::Offer {
+        max_live_browsers: i64::from(config.max_live_browsers),
+        max_pooled_browsers: config.max_pooled_browsers,
+        max_running_invocations: config.max_running_invocations as i64,
+        min_health_check_interval: config.min_health_check_interval,
+        credential_providers: config.onepassword_connect_url.is_some(),
+        managed_proxies: !proxy_upstreams.is_empty(),
+    };
     let services = Services::new(
         store.clone(),
         blobs.clone(),
@@ -269,6 +277,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                         .unwrap_or_else(browsers_host_memory_fits),
                 },
             },
+            offer,
         },
     );
     // Tests and scripts read this line to learn the chosen port.

@@ -216,3 +216,34 @@ def test_the_command_line_makes_a_restricted_key(control_plane):
         [str(CONTROL_PLANE), "api-keys", "create", "--org", "cli-policy", "--policy", '{"statements": []}',
          "--data-dir", str(control_plane.data_dir)], capture_output=True, text=True)
     assert bad.returncode != 0 and "statements" in bad.stderr
+
+
+def test_what_a_request_refers_to_is_checked_too(client, control_plane):
+    client.profiles.create(name="guarded-profile")
+    browsers_only = as_key(control_plane, client.api_keys.create(name="no profiles", policy=BROWSERS_ONLY).key)
+    with pytest.raises(PermissionDeniedError) as denied:
+        browsers_only.browsers.create(headless=True, profile={"name": "guarded-profile"})
+    assert "profiles:use" in str(denied.value)
+
+    with_profile = as_key(control_plane, client.api_keys.create(name="one profile", policy={"statements": [
+        *BROWSERS_ONLY["statements"],
+        {"action": "profiles:use", "resource": "projects/*/profiles/guarded-profile"}]}).key)
+    with pytest.raises(PermissionDeniedError) as denied:
+        with_profile.browsers.create(headless=True, profile={"name": "guarded-profile", "save_changes": True})
+    assert "profiles:write" in str(denied.value)
+    session = with_profile.browsers.create(headless=True, profile={"name": "guarded-profile"})
+    try:
+        assert session.profile.name == "guarded-profile"
+    finally:
+        with_profile.browsers.delete_by_id(session.session_id)
+
+    connections_only = as_key(control_plane, client.api_keys.create(name="connections", policy={"statements": [
+        {"action": "auth_connections:*", "resource": "*"}]}).key)
+    with pytest.raises(PermissionDeniedError) as denied:
+        connections_only.auth.connections.create(domain="example.com", profile_name="guarded-profile")
+    assert "profiles:write" in str(denied.value)
+
+    # A statement field this server does not know is refused, never ignored.
+    with pytest.raises(BadRequestError):
+        client.api_keys.create(name="x", policy={"statements": [
+            {"action": "*", "resource": "*", "effect": "deny"}]})

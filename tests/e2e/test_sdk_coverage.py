@@ -1,6 +1,6 @@
 """Every operation of today's official Python SDK (kernel==0.131.0) under `browsers` (and
 its sub-resources), `profiles`, `extensions`, `proxies`, `browser_pools`,
-`auth.connections`, `auth.context`, `api_keys`, `audit_logs`, `credentials`, `credential_providers`, `apps`, `deployments` and
+`auth.connections`, `auth.context`, `api_keys`, `audit_logs`, `organization`, `credentials`, `credential_providers`, `apps`, `deployments` and
 `invocations` is either served (it is in /openapi.json, and the tests call it) or
 listed in the README's "not supported by this server" table, whose routes answer 404 with
 a message that says so. Read from the SDK's source, so a new SDK release shows its new
@@ -19,7 +19,7 @@ from harness import REPO
 
 SDK = REPO / ".venv-sdk131" / "lib"
 RESOURCES = ["browsers", "profiles.py", "extensions.py", "proxies.py", "browser_pools.py",
-             "auth/connections.py", "auth/context.py", "api_keys.py", "audit_logs", "credentials.py", "credential_providers.py", "apps.py",
+             "auth/connections.py", "auth/context.py", "api_keys.py", "audit_logs", "organization", "credentials.py", "credential_providers.py", "apps.py",
              "deployments.py", "invocations.py"]
 HTTP_CALLS = {"_get": "GET", "get_api_list": "GET", "_post": "POST", "_put": "PUT", "_patch": "PATCH",
               "_delete": "DELETE"}

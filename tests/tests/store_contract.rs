@@ -194,6 +194,18 @@ async fn contract(store: Arc<dyn Store>) {
         project
     );
     assert_ne!(store.default_project_id(&b.id).await.expect("b's"), project);
+    assert_eq!(store.concurrency_cap(&a.id).await.expect("cap"), None);
+    store
+        .set_concurrency_cap(&a.id, Some(3))
+        .await
+        .expect("set cap");
+    assert_eq!(store.concurrency_cap(&a.id).await.expect("cap"), Some(3));
+    assert_eq!(store.concurrency_cap(&b.id).await.expect("b's cap"), None);
+    store
+        .set_concurrency_cap(&a.id, None)
+        .await
+        .expect("remove cap");
+    assert_eq!(store.concurrency_cap(&a.id).await.expect("cap"), None);
 
     // Audit records: newest first in a time range, filtered, paged by (time, id), pruned.
     let record = |id: &str, ts_us: i64, method: &str, status: i64, key: &str| AuditRecord {

@@ -12,11 +12,15 @@ use serde::{Deserialize, Serialize};
 /// Everything a key is allowed; an ordinary key has none and may do anything in its
 /// organization.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Policy {
     pub statements: Vec<Statement>,
 }
 
+/// A field a statement does not know (`effect: deny`, say) is refused, never ignored:
+/// ignoring it could allow what its author meant to deny.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Statement {
     pub action: String,
     pub resource: String,
@@ -47,6 +51,8 @@ pub const VERBS: [&str; 3] = ["read", "use", "write"];
 
 /// At most this many statements in one policy.
 pub const MAX_STATEMENTS: usize = 100;
+/// Longest action or resource pattern (matching costs pattern × text).
+pub const MAX_PATTERN_CHARS: usize = 512;
 
 /// What one request needs: `verb` on `kind`, on `resource`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,6 +137,9 @@ fn action_covers(ours: &str, theirs: &str) -> bool {
 }
 
 fn check_action(action: &str) -> Result<(), String> {
+    if action.len() > MAX_PATTERN_CHARS {
+        return Err(format!("at most {MAX_PATTERN_CHARS} characters"));
+    }
     if action == "*" {
         return Ok(());
     }
@@ -156,6 +165,9 @@ fn check_action(action: &str) -> Result<(), String> {
 }
 
 fn check_resource(resource: &str) -> Result<(), String> {
+    if resource.len() > MAX_PATTERN_CHARS {
+        return Err(format!("at most {MAX_PATTERN_CHARS} characters"));
+    }
     if resource == "*" || resource.starts_with("projects/") {
         Ok(())
     } else {

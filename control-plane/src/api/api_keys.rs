@@ -226,6 +226,11 @@ pub async fn create(
         (None, Some(at)) if at <= Utc::now() => {
             return Err(ApiError::invalid_field("expires_at must be in the future"));
         }
+        (None, Some(at)) if at > Utc::now() + TimeDelta::days(MAX_DAYS_TO_EXPIRE) => {
+            return Err(ApiError::invalid_field(format!(
+                "expires_at must be within {MAX_DAYS_TO_EXPIRE} days"
+            )));
+        }
         (None, Some(at)) => Some(at),
         // A key that expires makes keys that expire with it.
         (None, None) => caller.and_then(|key| key.expires_at),

@@ -119,8 +119,7 @@ pub async fn record_calls(
             outcome: outcome(status).to_owned(),
             request_id,
         };
-        let audit = state.audit.clone();
-        tokio::spawn(async move { audit.record(record).await });
+        state.audit.record(record);
     }
     response
 }

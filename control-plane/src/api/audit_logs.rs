@@ -132,7 +132,10 @@ fn query(org: &Org, filters: Filters<'_>, limit: i64) -> Result<AuditQuery, ApiE
             .collect(),
         auth_strategy: filters.auth_strategy.unwrap_or_default().to_owned(),
         search: filters.search.unwrap_or_default().to_owned(),
-        search_key_ids: comma_list(filters.search_user_id),
+        search_key_ids: comma_list(filters.search_user_id)
+            .into_iter()
+            .map(|id| id.to_lowercase())
+            .collect(),
         limit: limit + 1,
     })
 }

@@ -108,6 +108,20 @@ pub(super) fn url_problem(field: &str, value: &str) -> Option<String> {
     })
 }
 
+/// `view` for this caller: a key whose policy does not let it log in through the
+/// connection (`auth_connections:use`) gets no URL that carries a token (the hosted
+/// login page and the live view let their holder submit values and drive the browser).
+pub(super) async fn view_for(org: &Org, record: &AuthConnectionRecord) -> Result<Value, ApiError> {
+    let mut body = view(org, record)?;
+    if !org.allows("auth_connections", "use", &record.id).await?
+        && let Some(fields) = body.as_object_mut()
+    {
+        fields.remove("hosted_url");
+        fields.remove("live_view_url");
+    }
+    Ok(body)
+}
+
 /// An auth connection as the SDKs read it (`ManagedAuth`).
 pub(super) fn view(state: &AppState, record: &AuthConnectionRecord) -> Result<Value, ApiError> {
     let document = Document::parse(record)?;
@@ -226,6 +240,13 @@ pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateAuthConnectionRequest>,
 ) -> Result<Json<Value>, ApiError> {
+    org.require(&super::auth_settings::references(
+        Some(&request.profile_name),
+        request.credential.as_ref(),
+        request.browser.as_ref(),
+        request.proxy.as_ref(),
+    ))
+    .await?;
     let mut problems = settings_problems(
         &org,
         request.browser.as_ref(),
@@ -328,7 +349,7 @@ pub async fn create(
         Err(error) => return Err(error.into()),
     }
     org.managed_auth.spawn(record.clone());
-    Ok(Json(view(&org, &record)?))
+    Ok(Json(view_for(&org, &record).await?))
 }
 
 pub(super) async fn resolve_proxy(
@@ -399,10 +420,10 @@ pub async fn list(
         });
     }
     let (headers, page) = super::page_of(paging, connections, query.limit, query.offset)?;
-    let body = page
-        .iter()
-        .map(|record| view(&org, record))
-        .collect::<Result<Vec<Value>, ApiError>>()?;
+    let mut body = Vec::with_capacity(page.len());
+    for record in &page {
+        body.push(view_for(&org, record).await?);
+    }
     Ok((headers, Json(body)))
 }
 
@@ -412,7 +433,7 @@ pub async fn list(
     responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
     let record = find(&org, &id).await?;
-    Ok(Json(view(&org, &record)?))
+    Ok(Json(view_for(&org, &record).await?))
 }
 
 /// Delete an auth connection (seed 4.13): the record goes, its workflow stops, and a

@@ -9,7 +9,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::auth_connections::{
-    MAX_ALLOWED_DOMAINS, domain_problem, find, resolve_proxy, url_problem, view,
+    MAX_ALLOWED_DOMAINS, domain_problem, find, resolve_proxy, url_problem,
 };
 use super::browsers::ProxySelection;
 use super::error::{ApiError, ErrorBody};
@@ -21,6 +21,37 @@ use crate::managed_auth::{
     CredentialRef, Document, MAX_HEALTH_CHECK_INTERVAL, SettingsChange, in_domains,
 };
 use crate::sessions::ResourceReference;
+
+/// What a connection's settings refer to, as (kind, id or name, verb): a key with a
+/// policy must be allowed each (`Org::require`). The profile is logged into, so changed.
+pub fn references(
+    profile_name: Option<&str>,
+    credential: Option<&CredentialReference>,
+    browser: Option<&ConnectionBrowserRequest>,
+    proxy: Option<&ResourceReference>,
+) -> Vec<(&'static str, String, &'static str)> {
+    let mut referenced = Vec::new();
+    if let Some(profile) = profile_name {
+        referenced.push(("profiles", profile.to_owned(), "write"));
+    }
+    if let Some(credential) = credential {
+        if let Some(name) = &credential.name {
+            referenced.push(("credentials", name.clone(), "use"));
+        }
+        if let Some(provider) = &credential.provider {
+            referenced.push(("credential_providers", provider.clone(), "use"));
+        }
+    }
+    let proxies = browser
+        .and_then(|browser| browser.proxy.as_ref())
+        .and_then(|selection| selection.proxy("browser.proxy").ok().flatten())
+        .into_iter()
+        .chain(proxy.and_then(|reference| reference.key().map(str::to_owned)));
+    for proxy in proxies {
+        referenced.push(("proxies", proxy, "read"));
+    }
+    referenced
+}
 
 /// The connection's browsers (its logins and health checks).
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -311,6 +342,13 @@ pub async fn update(
     JsonBody(request): JsonBody<UpdateAuthConnectionRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let record = find(&org, &id).await?;
+    org.require(&references(
+        None,
+        request.credential.as_ref().and_then(Option::as_ref),
+        request.browser.as_ref(),
+        request.proxy.as_ref(),
+    ))
+    .await?;
     let mut problems = settings_problems(
         &org,
         request.browser.as_ref(),
@@ -371,5 +409,7 @@ pub async fn update(
     };
     org.managed_auth.update(&record.id, change).await?;
     let updated = find(&org, &record.id).await?;
-    Ok(Json(view(&org, &updated)?))
+    Ok(Json(
+        super::auth_connections::view_for(&org, &updated).await?,
+    ))
 }

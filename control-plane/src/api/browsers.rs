@@ -220,6 +220,7 @@ pub async fn create(
         (None, None) => None,
     };
     let (config, persistent_id, mut problems) = request.into_config(&org.settings.region);
+    org.require(&crate::sessions::referenced(&config)).await?;
     problems.extend(label_problems(name.as_deref(), tags.as_ref()));
     let mut spec = org
         .sessions
@@ -670,6 +671,32 @@ impl UpdateBrowserRequest {
     }
 }
 
+/// What an update refers to, as `sessions::referenced` for a create.
+fn update_references(update: &SessionUpdate) -> Vec<(&'static str, String, &'static str)> {
+    let mut referenced = Vec::new();
+    if let Some(Some(proxy)) = &update.proxy {
+        referenced.push(("proxies", proxy.clone(), "read"));
+    }
+    if let Some((profile, save_changes)) = &update.profile {
+        referenced.push((
+            "profiles",
+            profile.clone(),
+            if *save_changes { "write" } else { "use" },
+        ));
+    }
+    let destination = update
+        .telemetry
+        .as_ref()
+        .and_then(|telemetry| telemetry.export.as_ref())
+        .and_then(|export| export.otlp.as_ref())
+        .and_then(|otlp| otlp.destination.as_ref())
+        .and_then(|reference| reference.id.clone().or_else(|| reference.name.clone()));
+    if let Some(destination) = destination {
+        referenced.push(("telemetry_destinations", destination, "read"));
+    }
+    referenced
+}
+
 /// Update a running browser: its name and tags, its proxy or `network.allowed_hosts`
 /// (new requests follow them at once; open connections they no longer allow, or that
 /// went another way, are closed), or open `start_url`.
@@ -685,6 +712,7 @@ pub async fn update(
 ) -> Result<Json<BrowserSession>, ApiError> {
     let session = org.sessions.live(&org.id, &id_or_name).await?;
     let update = request.into_update(&session)?;
+    org.require(&update_references(&update)).await?;
     let session = org.sessions.update(&session, update).await?;
     Ok(Json(browser_view(&org, &session).await?))
 }

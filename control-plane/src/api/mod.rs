@@ -36,6 +36,7 @@ pub mod logs;
 pub mod metrics;
 pub mod openapi;
 pub mod org;
+pub mod organization;
 pub mod paging;
 pub mod playwright;
 pub mod pools;
@@ -133,6 +134,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(api_keys::rotate))
         .routes(routes!(audit_logs::list))
+        .routes(routes!(organization::limits, organization::update_limits))
+        .routes(routes!(organization::entitlements))
         .routes(routes!(audit_logs::export_chunk))
         .routes(routes!(credentials::create, credentials::list))
         .routes(routes!(
@@ -420,6 +423,7 @@ mod tests {
                     token: Some("metrics-token".into()),
                     capacity: crate::metrics::Capacity { browsers: 4 },
                 },
+                offer: Default::default(),
             },
         ))
     }

@@ -280,6 +280,22 @@ impl Org {
         }))
     }
 
+    /// Refuses (403, naming the first one missing) unless the caller's policy allows
+    /// each of `needed` (kind, id or name, verb): what a request refers to in its body.
+    pub async fn require(
+        &self,
+        needed: &[(&'static str, String, &'static str)],
+    ) -> Result<(), ApiError> {
+        for (kind, id, verb) in needed {
+            if !self.allows(kind, verb, id).await? {
+                return Err(ApiError::Forbidden(format!(
+                    "this API key's policy does not allow {kind}:{verb} on {kind} {id}, which the request refers to"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// One of the organization's browser sessions, live or ended.
     pub async fn session(&self, session_id: &str) -> Result<SessionRecord, ApiError> {
         let found = self.store.session(&self.id, session_id).await?;

@@ -228,6 +228,8 @@ pub async fn create(
     JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
     let (changes, discard_all_idle) = request.into_changes(&org.settings.region)?;
+    org.require(&crate::sessions::referenced(&changes.browser))
+        .await?;
     if discard_all_idle.is_some() {
         return Err(ApiError::invalid_field(
             "discard_all_idle: only for updating a pool",
@@ -311,6 +313,8 @@ pub async fn update(
     JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
     let (changes, discard_all_idle) = request.into_changes(&org.settings.region)?;
+    org.require(&crate::sessions::referenced(&changes.browser))
+        .await?;
     let pool = org
         .pools
         .update(

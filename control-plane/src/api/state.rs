@@ -23,6 +23,8 @@ pub struct HttpSettings {
     /// Where `GET /extensions/from_chrome_store` downloads from.
     pub chrome_web_store: Arc<crate::chrome_store::ChromeWebStore>,
     pub metrics: MetricsSettings,
+    /// What the server offers each organization (`/org/limits`, `/org/entitlements`).
+    pub offer: super::organization::Offer,
 }
 
 /// Who may read `GET /metrics` on the API's address, and what capacity it reports.

@@ -8,31 +8,45 @@
 
 pub mod view;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
+use tokio::sync::mpsc;
 
 use crate::store::{AuditQuery, AuditRecord, Store};
 
 /// How often old records are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
+/// Records waiting to be written, at most; past it a record is dropped and logged (the
+/// store is far behind: callers are not slowed down to wait for it).
+const BACKLOG: usize = 10_000;
+
 pub struct AuditLog {
     store: Arc<dyn Store>,
     retention: Duration,
+    backlog: mpsc::Sender<AuditRecord>,
+    /// Taken by `start`, whose writer drains the backlog in order.
+    pending: Mutex<Option<mpsc::Receiver<AuditRecord>>>,
 }
 
 impl AuditLog {
     pub fn new(store: Arc<dyn Store>, retention: Duration) -> Self {
-        Self { store, retention }
+        let (backlog, pending) = mpsc::channel(BACKLOG);
+        Self {
+            store,
+            retention,
+            backlog,
+            pending: Mutex::new(Some(pending)),
+        }
     }
 
-    /// Keeps `record`; a store that fails is logged, never the caller's problem (the call
-    /// it records has been answered already).
-    pub async fn record(&self, record: AuditRecord) {
-        if let Err(error) = self.store.insert_audit(&record).await {
-            tracing::warn!(%error, request_id = record.request_id, "an audit record could not be kept");
+    /// Queues `record` for the writer; never waits (the call it records has been
+    /// answered already).
+    pub fn record(&self, record: AuditRecord) {
+        if let Err(error) = self.backlog.try_send(record) {
+            tracing::warn!(%error, "the audit log is too far behind: a record was dropped");
         }
     }
 
@@ -40,8 +54,19 @@ impl AuditLog {
         self.store.audit_records(query).await
     }
 
-    /// Prunes records past their retention every few minutes, forever.
+    /// Starts the writer (one, so records are written in order without a task each)
+    /// and prunes records past their retention every few minutes, forever.
     pub fn start(self: &Arc<Self>) {
+        if let Some(mut pending) = self.pending.lock().ok().and_then(|mut slot| slot.take()) {
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                while let Some(record) = pending.recv().await {
+                    if let Err(error) = store.insert_audit(&record).await {
+                        tracing::warn!(%error, request_id = record.request_id, "an audit record could not be kept");
+                    }
+                }
+            });
+        }
         let this = self.clone();
         tokio::spawn(async move {
             loop {

@@ -125,6 +125,14 @@ impl Pools {
         config: &PoolConfig,
         own_id: Option<&str>,
     ) -> ServiceResult<()> {
+        let own_size = match own_id {
+            Some(id) => self
+                .store
+                .pool(org_id, id)
+                .await?
+                .map_or(0, |pool| pool.size),
+            None => 0,
+        };
         let problems = config.problems();
         self.sessions
             .spec(org_id, &config.browser, None, problems)
@@ -149,6 +157,20 @@ impl Pools {
                 "size: the organization's pools may hold {limit} browsers in all; {others} are in its other pools"
             )));
         }
+        // The organization's own cap (`organization.limits`) counts its live on-demand
+        // browsers too. Only a pool that grows is held to it: one lowered below the
+        // current use may still be renamed or shrunk.
+        if config.size > own_size
+            && let Some(cap) = self.store.concurrency_cap(org_id).await?
+        {
+            let live = self.store.live_browser_count(org_id).await? as i64;
+            if others + config.size + live > cap {
+                return Err(ServiceError::Conflict(format!(
+                    "size: the organization's concurrency cap is {cap} (organization limits); \
+                     {live} browsers are live and its other pools reserve {others}"
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -160,7 +182,6 @@ impl Pools {
     /// Creates a pool; the reconciler starts filling it at once.
     pub async fn create(&self, org_id: &str, changes: PoolChanges) -> ServiceResult<PoolView> {
         let config = PoolConfig::default().changed(changes);
-        self.check(org_id, &config, None).await?;
         let record = PoolRecord {
             id: ids::new_id("pool"),
             org_id: org_id.to_owned(),
@@ -169,10 +190,20 @@ impl Pools {
             config: config.to_stored()?,
             created_at: Utc::now(),
         };
-        self.store
-            .insert_pool(&record)
-            .await
-            .map_err(conflict_on_name)?;
+        // Checked and stored under the organization's admission lock, as a browser's
+        // create is: the two never count each other's half.
+        let _turn = self.sessions.admission_turn().await;
+        let lock = self.store.lock_admission(org_id).await?;
+        let stored = match self.check(org_id, &config, None).await {
+            Ok(()) => self
+                .store
+                .insert_pool(&record)
+                .await
+                .map_err(conflict_on_name),
+            Err(error) => Err(error),
+        };
+        lock.release().await;
+        stored?;
         self.changed();
         self.view(record).await
     }
@@ -188,14 +219,21 @@ impl Pools {
     ) -> ServiceResult<PoolView> {
         let mut record = self.find(org_id, id_or_name).await?;
         let config = PoolConfig::stored(&record)?.changed(changes);
-        self.check(org_id, &config, Some(&record.id)).await?;
         record.name = config.name.clone();
         record.size = config.size;
         record.config = config.to_stored()?;
-        self.store
-            .update_pool(&record)
-            .await
-            .map_err(conflict_on_name)?;
+        let _turn = self.sessions.admission_turn().await;
+        let lock = self.store.lock_admission(org_id).await?;
+        let stored = match self.check(org_id, &config, Some(&record.id)).await {
+            Ok(()) => self
+                .store
+                .update_pool(&record)
+                .await
+                .map_err(conflict_on_name),
+            Err(error) => Err(error),
+        };
+        lock.release().await;
+        stored?;
         if discard_all_idle {
             self.end_idle(&record, "pool configuration changed").await;
         }

@@ -19,7 +19,7 @@ use chrono::Utc;
 pub use spec::{
     BrowserConfig, BrowserSpec, DEFAULT_VIEWPORT, HEADFUL_MEMORY, HEADLESS_MEMORY,
     LibraryExtension, MAX_EXTENSIONS, NetworkConfig, ProfileReference, ResourceReference, Viewport,
-    viewport_problems,
+    referenced, viewport_problems,
 };
 pub use update::{SessionUpdate, ViewportChange};
 
@@ -338,6 +338,13 @@ impl Sessions {
     /// Refuses a new session that would take its organization past its limit of live
     /// browsers outside pools (pools have a limit of their own). Called under
     /// `admission`, up to the session's insert.
+    /// This process's admission turn: held, with the store's per-organization lock,
+    /// by anything that counts an organization's browsers and then adds to them (a
+    /// create here, a pool's create or resize). SQLite's lock is this one alone.
+    pub async fn admission_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.admission.lock().await
+    }
+
     async fn check_live_limit(&self, record: &SessionRecord) -> ServiceResult<()> {
         if record.pool_id.is_some() {
             return Ok(());
@@ -351,6 +358,23 @@ impl Sessions {
             return Err(refused(format!(
                 "the organization has {live} live browsers, its limit; end one or try again later"
             )));
+        }
+        // The organization's own cap (`organization.limits`) counts its pools'
+        // reservations too.
+        if let Some(cap) = self.store.concurrency_cap(&record.org_id).await? {
+            let reserved: i64 = self
+                .store
+                .list_pools(Some(&record.org_id))
+                .await?
+                .iter()
+                .map(|pool| pool.size)
+                .sum();
+            if live as i64 + reserved >= cap {
+                return Err(refused(format!(
+                    "the organization has {live} live browsers and {reserved} reserved by its pools: \
+                     its concurrency cap is {cap} (organization limits); end one or try again later"
+                )));
+            }
         }
         let memory_of = |session: &SessionRecord| {
             session

@@ -262,6 +262,34 @@ pub struct LibraryExtension {
     pub archive: PathBuf,
 }
 
+/// What `config` refers to, as (kind, id or name as given, verb needed): a key with a
+/// policy must be allowed each before anything is looked up (`Org::require`). A
+/// configuration with problems refers to nothing: it is refused anyway.
+pub fn referenced(config: &BrowserConfig) -> Vec<(&'static str, String, &'static str)> {
+    let Ok((_, references)) = validate(config, None) else {
+        return Vec::new();
+    };
+    let mut referenced = Vec::new();
+    if let Some(destination) = references.telemetry_destination {
+        referenced.push(("telemetry_destinations", destination, "read"));
+    }
+    for extension in references.extensions {
+        referenced.push(("extensions", extension, "read"));
+    }
+    if let Some(proxy) = references.proxy_id {
+        referenced.push(("proxies", proxy, "read"));
+    }
+    // A profile saved into is changed; one only loaded is used.
+    if let Some((profile, save_changes)) = references.profile {
+        referenced.push((
+            "profiles",
+            profile,
+            if save_changes { "write" } else { "use" },
+        ));
+    }
+    referenced
+}
+
 /// What a configuration refers to by id or name, not yet looked up.
 struct References {
     /// The OTLP destination (id or name) telemetry is exported to.

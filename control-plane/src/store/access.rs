@@ -90,6 +90,9 @@ pub trait AccessStore {
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
     /// The organization's default project's id, made on first use.
     async fn default_project_id(&self, org_id: &str) -> StoreResult<String>;
+    /// The organization's own cap on its concurrent browsers, if it set one.
+    async fn concurrency_cap(&self, org_id: &str) -> StoreResult<Option<i64>>;
+    async fn set_concurrency_cap(&self, org_id: &str, cap: Option<i64>) -> StoreResult<()>;
 }
 
 #[async_trait]
@@ -252,6 +255,34 @@ impl AccessStore for SqlStore {
         find()
             .await?
             .ok_or_else(|| StoreError::Backend("no default project after making one".into()))
+    }
+
+    async fn concurrency_cap(&self, org_id: &str) -> StoreResult<Option<i64>> {
+        let cap = self
+            .database()
+            .query_opt(
+                sql!(
+                    "SELECT default_project_max_concurrent_sessions FROM organizations \
+                     WHERE id = $1"
+                ),
+                params![org_id],
+                |row| row.get::<Option<i64>>(0),
+            )
+            .await?;
+        Ok(cap.flatten())
+    }
+
+    async fn set_concurrency_cap(&self, org_id: &str, cap: Option<i64>) -> StoreResult<()> {
+        self.database()
+            .execute(
+                sql!(
+                    "UPDATE organizations SET default_project_max_concurrent_sessions = $2 \
+                     WHERE id = $1"
+                ),
+                params![org_id, cap],
+            )
+            .await?;
+        Ok(())
     }
 }
 

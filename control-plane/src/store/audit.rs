@@ -163,7 +163,7 @@ impl AuditStore for SqlStore {
                               OR lower(api_key_id) LIKE $9 ESCAPE '\\' \
                               OR lower(client_ip) LIKE $9 ESCAPE '\\' \
                               OR CAST(status AS TEXT) LIKE $9 ESCAPE '\\')) \
-                          OR ($10 <> '' AND $10 LIKE '%,' || api_key_id || ',%')) \
+                          OR ($10 <> '' AND $10 LIKE '%,' || lower(api_key_id) || ',%')) \
                      ORDER BY ts_us DESC, id DESC LIMIT $11"
                 ),
                 params![

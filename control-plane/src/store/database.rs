@@ -18,7 +18,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 16] = [
+const MIGRATIONS: [(&str, &str); 17] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -79,6 +79,10 @@ const MIGRATIONS: [(&str, &str); 16] = [
     (
         "V16__audit_log",
         include_str!("../../migrations/V16__audit_log.sql"),
+    ),
+    (
+        "V17__organization_limits",
+        include_str!("../../migrations/V17__organization_limits.sql"),
     ),
 ];
 
