@@ -244,6 +244,7 @@ pub async fn create(
         Some(&request.profile_name),
         request.credential.as_ref(),
         request.browser.as_ref(),
+        request.browser_telemetry.as_ref(),
         request.proxy.as_ref(),
     ))
     .await?;

@@ -28,9 +28,18 @@ pub fn references(
     profile_name: Option<&str>,
     credential: Option<&CredentialReference>,
     browser: Option<&ConnectionBrowserRequest>,
+    browser_telemetry: Option<&TelemetryRequest>,
     proxy: Option<&ResourceReference>,
 ) -> Vec<(&'static str, String, &'static str)> {
     let mut referenced = Vec::new();
+    let destinations = browser
+        .and_then(|browser| browser.telemetry.as_ref())
+        .into_iter()
+        .chain(browser_telemetry)
+        .filter_map(TelemetryRequest::destination);
+    for destination in destinations {
+        referenced.push(("telemetry_destinations", destination, "read"));
+    }
     if let Some(profile) = profile_name {
         referenced.push(("profiles", profile.to_owned(), "write"));
     }
@@ -346,6 +355,7 @@ pub async fn update(
         None,
         request.credential.as_ref().and_then(Option::as_ref),
         request.browser.as_ref(),
+        request.browser_telemetry.as_ref(),
         request.proxy.as_ref(),
     ))
     .await?;

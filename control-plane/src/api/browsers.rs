@@ -684,14 +684,11 @@ fn update_references(update: &SessionUpdate) -> Vec<(&'static str, String, &'sta
             if *save_changes { "write" } else { "use" },
         ));
     }
-    let destination = update
+    if let Some(destination) = update
         .telemetry
         .as_ref()
-        .and_then(|telemetry| telemetry.export.as_ref())
-        .and_then(|export| export.otlp.as_ref())
-        .and_then(|otlp| otlp.destination.as_ref())
-        .and_then(|reference| reference.id.clone().or_else(|| reference.name.clone()));
-    if let Some(destination) = destination {
+        .and_then(TelemetryRequest::destination)
+    {
         referenced.push(("telemetry_destinations", destination, "read"));
     }
     referenced

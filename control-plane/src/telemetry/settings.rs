@@ -282,6 +282,14 @@ pub struct TelemetryRequest {
     pub storage: Option<CategoryRequest>,
 }
 
+impl TelemetryRequest {
+    /// The OTLP destination (id or name) it exports to, if it names one.
+    pub fn destination(&self) -> Option<String> {
+        let reference = self.export.as_ref()?.otlp.as_ref()?.destination.as_ref()?;
+        reference.id.clone().or_else(|| reference.name.clone())
+    }
+}
+
 /// `TelemetryRequest`'s fields, as read from an object.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
