@@ -36,6 +36,10 @@ pub enum ApiKeysCommand {
         /// "resource": "projects/*/browsers/*"}]}` (see docs/api-key-actions.md).
         #[arg(long)]
         policy: Option<String>,
+        /// Bind the key to this project of the organization (by id or name); a name that
+        /// names none makes that project.
+        #[arg(long)]
+        project: Option<String>,
         #[command(flatten)]
         storage: StorageConfig,
     },

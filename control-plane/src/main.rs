@@ -18,6 +18,7 @@ async fn main() -> anyhow::Result<()> {
         Command::ApiKeys(ApiKeysCommand::Create {
             org,
             policy,
+            project,
             storage,
         }) => {
             let policy = policy
@@ -25,7 +26,13 @@ async fn main() -> anyhow::Result<()> {
                 .transpose()
                 .map_err(|error| anyhow::anyhow!("--policy is not a policy: {error}"))?;
             let store = store::open(storage.database_url.as_deref(), &storage.data_dir).await?;
-            let key = access::keys::create_bootstrap_key(store.as_ref(), &org, policy).await?;
+            let key = access::keys::create_bootstrap_key(
+                store.as_ref(),
+                &org,
+                policy,
+                project.as_deref(),
+            )
+            .await?;
             println!("{key}");
             Ok(())
         }

@@ -439,7 +439,7 @@ async fn bootstrap_api_key(store: &dyn Store, data_dir: &Path) -> anyhow::Result
     if store.api_key_count().await? > 0 {
         return Ok(());
     }
-    let key = access::keys::create_bootstrap_key(store, BOOTSTRAP_ORGANIZATION, None).await?;
+    let key = access::keys::create_bootstrap_key(store, BOOTSTRAP_ORGANIZATION, None, None).await?;
     let path = data_dir.join(BOOTSTRAP_KEY_FILE);
     write_private_file(&path, &key)?;
     println!("created organization `{BOOTSTRAP_ORGANIZATION}` with API key: {key}");

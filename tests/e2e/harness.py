@@ -76,11 +76,12 @@ class ControlPlane:
     def api_key(self) -> str:
         return (self.data_dir / "bootstrap-api-key").read_text().strip()
 
-    def create_api_key(self, org: str) -> str:
-        out = subprocess.run(
-            [str(CONTROL_PLANE), "api-keys", "create", "--org", org, "--data-dir", str(self.data_dir)],
-            check=True, capture_output=True, text=True,
-        )
+    def create_api_key(self, org: str, project: str | None = None) -> str:
+        """A key of `org` made on the command line; bound to `project` (made if new)."""
+        command = [str(CONTROL_PLANE), "api-keys", "create", "--org", org, "--data-dir", str(self.data_dir)]
+        if project is not None:
+            command += ["--project", project]
+        out = subprocess.run(command, check=True, capture_output=True, text=True)
         return out.stdout.strip()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:

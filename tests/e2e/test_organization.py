@@ -54,7 +54,7 @@ def test_a_cap_set_over_the_api_is_enforced_and_usage_is_real(org):
         with pytest.raises(RateLimitError) as refused:
             org.browsers.create(headless=True)
         assert refused.value.response.headers.get("retry-after")
-        assert "cap is 2" in str(refused.value)
+        assert "max_concurrent_sessions is 2" in str(refused.value)
         with pytest.raises(ConflictError):
             org.browser_pools.update(pool.id, size=2)
         # Removing the cap (0) lets the next one through; `null` leaves it as it is.

@@ -127,6 +127,31 @@ def test_the_live_browser_limit_and_metrics_hold_across_replicas(replicas):
     client.browser_pools.delete(pool.id, force=True)
 
 
+def test_a_project_cap_holds_across_replicas(replicas):
+    """A project's `max_concurrent_sessions: 1`: of four creates at once through both
+    replicas, one is admitted; `organization.limits` shows it."""
+    client = sdk(replicas)
+    project = client.projects.create(name="capped-across-replicas")
+    client.projects.limits.update(project.id, max_concurrent_sessions=1)
+    ports = [member.port for member in replicas.members]
+
+    def create(index: int):
+        return httpx.post(f"http://127.0.0.1:{ports[index % 2]}/browsers", timeout=120,
+                          headers={**headers(replicas), "X-Kernel-Project-Id": project.id},
+                          json={"headless": True})
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as workers:
+        answers = list(workers.map(create, range(4)))
+    codes = sorted(answer.status_code for answer in answers)
+    assert codes == [200] + [429] * 3, [(a.status_code, a.text) for a in answers]
+    refused = next(answer for answer in answers if answer.status_code == 429)
+    assert refused.headers["retry-after"] and refused.json()["code"] == "limit_reached"
+    assert "max_concurrent_sessions is 1" in refused.json()["message"]
+    assert client.organization.limits.retrieve().concurrent_sessions_used == 1
+    admitted = next(answer for answer in answers if answer.status_code == 200).json()
+    client.browsers.delete_by_id(admitted["session_id"])
+
+
 def test_a_killed_replica_s_browser_keeps_working_through_the_other(replicas, test_page_url):
     first, second = replicas.members
     # Created through the first replica, which then serves it (its egress, its agent).

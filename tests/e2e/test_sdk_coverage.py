@@ -19,7 +19,8 @@ from harness import REPO
 
 SDK = REPO / ".venv-sdk131" / "lib"
 RESOURCES = ["browsers", "profiles.py", "extensions.py", "proxies.py", "browser_pools.py",
-             "auth/connections.py", "auth/context.py", "api_keys.py", "audit_logs", "organization", "credentials.py", "credential_providers.py", "apps.py",
+             "auth/connections.py", "auth/context.py", "api_keys.py", "audit_logs", "organization", "projects",
+             "credentials.py", "credential_providers.py", "apps.py",
              "deployments.py", "invocations.py"]
 HTTP_CALLS = {"_get": "GET", "get_api_list": "GET", "_post": "POST", "_put": "PUT", "_patch": "PATCH",
               "_delete": "DELETE"}

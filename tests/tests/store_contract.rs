@@ -10,6 +10,8 @@ use std::sync::Arc;
 mod apps;
 #[path = "store_contract/coordination.rs"]
 mod coordination;
+#[path = "store_contract/projects.rs"]
+mod projects;
 #[path = "store_contract/telemetry.rs"]
 mod telemetry;
 
@@ -48,6 +50,7 @@ fn session(id: &str, org_id: &str, persistent_id: Option<&str>, age_seconds: i64
         profile: None,
         name: None,
         owner: None,
+        project_id: Some(format!("proj_of_{org_id}")),
     }
 }
 
@@ -641,6 +644,7 @@ async fn contract(store: Arc<dyn Store>) {
     coordination::lease_contract(store.as_ref()).await;
     coordination::session_sharing_contract(store.as_ref(), &a.id).await;
     telemetry::telemetry_contract(store.clone(), &a.id, &b.id).await;
+    projects::projects_contract(store.as_ref(), &a.id, &b.id).await;
 }
 
 async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
@@ -960,6 +964,7 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
         size: 3,
         config: serde_json::json!({"size": 3, "headless": true}),
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
+        project_id: Some("proj_warm".into()),
     };
     store.insert_pool(&pool).await.expect("insert");
     let same_name = PoolRecord {
@@ -1133,6 +1138,7 @@ async fn standby_claim_contract(store: Arc<dyn Store>, a: &str, b: &str) {
         size: 3,
         config: serde_json::json!({"size": 3}),
         created_at: Utc::now(),
+        project_id: None,
     };
     store.insert_pool(&pool).await.expect("pool");
     for (id, owner, running) in [
@@ -1531,6 +1537,38 @@ async fn sqlite_store_meets_the_contract() {
     // Reopening applies no migration twice and keeps the data.
     let reopened = store::open(None, dir.path()).await.expect("reopen SQLite");
     assert_eq!(reopened.api_key_count().await.expect("count"), 2);
+}
+
+#[tokio::test]
+async fn an_old_sqlite_database_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("control-plane.db");
+    projects::upgrade_contract(path.to_str().expect("path"), dir.path()).await;
+}
+
+#[tokio::test]
+async fn an_old_postgres_database_is_upgraded_in_place() {
+    let url = std::env::var("TEST_DATABASE_URL").expect(
+        "TEST_DATABASE_URL must name a PostgreSQL database the test may own (deploy/test.sh sets it)",
+    );
+    let schema = format!("upgrade_{}", std::process::id());
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to PostgreSQL");
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .expect("create schema");
+    let scoped_url = format!(
+        "{url}{}options=-csearch_path%3D{schema}",
+        if url.contains('?') { "&" } else { "?" }
+    );
+    projects::upgrade_contract(&scoped_url, std::path::Path::new("/nonexistent")).await;
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop schema");
 }
 
 #[tokio::test]

@@ -51,6 +51,7 @@ pub async fn create_bootstrap_key(
     store: &dyn Store,
     org_name: &str,
     policy: Option<Policy>,
+    project: Option<&str>,
 ) -> StoreResult<String> {
     // Internal organizations (the standby browsers') are named in parentheses.
     if org_name.trim().is_empty() || org_name.starts_with('(') {
@@ -65,16 +66,47 @@ pub async fn create_bootstrap_key(
         return Err(StoreError::Conflict(problem));
     }
     let organization = store.ensure_organization(org_name).await?;
+    let project_id = match project {
+        Some(project) => Some(project_for_key(store, &organization.id, project).await?),
+        None => None,
+    };
     let (record, key) = new_key(NewKey {
         org_id: organization.id,
         name: "command line".into(),
-        project_id: None,
+        project_id,
         policy,
         expires_at: None,
         created_by: command_line_maker(),
     });
     store.insert_api_key(&record).await?;
     Ok(key)
+}
+
+/// The id of the organization's project `id_or_name`, made (by that name) if none is.
+async fn project_for_key(store: &dyn Store, org_id: &str, id_or_name: &str) -> StoreResult<String> {
+    if let Some(project) = store.project(org_id, id_or_name).await? {
+        return Ok(project.id);
+    }
+    let name = id_or_name.trim();
+    if name.is_empty() || name.chars().count() > 255 || name.contains(['/', '%']) {
+        return Err(StoreError::Conflict(format!(
+            "{id_or_name:?} cannot name a project: 1 to 255 characters, without / or %"
+        )));
+    }
+    let now = chrono::Utc::now();
+    let project = crate::store::ProjectRecord {
+        id: crate::ids::new_id("proj"),
+        org_id: org_id.to_owned(),
+        name: name.to_owned(),
+        status: "active".into(),
+        is_default: false,
+        created_at: now,
+        updated_at: now,
+        max_concurrent_sessions: None,
+        max_concurrent_invocations: None,
+    };
+    store.insert_project(&project).await?;
+    Ok(project.id)
 }
 
 /// What a new key is to be.
@@ -291,6 +323,25 @@ impl ApiKeys {
             return Err(api_key_not_found(id));
         }
         self.forget(id);
+        Ok(())
+    }
+
+    /// Deletes every live key bound to `project_id`, which is being deleted.
+    pub async fn delete_bound_to_project(
+        &self,
+        org_id: &str,
+        project_id: &str,
+    ) -> Result<(), ServiceError> {
+        let keys = self.list(org_id).await?;
+        let bound = keys.iter().filter(|key| {
+            key.deleted_at.is_none() && key.project_id.as_deref() == Some(project_id)
+        });
+        for key in bound {
+            self.store
+                .delete_api_key(org_id, &key.id, Utc::now())
+                .await?;
+            self.forget(&key.id);
+        }
         Ok(())
     }
 

@@ -2,6 +2,8 @@
 //! shown once, when it is made (create, rotate). A caller can only make, rotate or
 //! delete keys within its own rights: its project, its policy, its lifetime.
 
+use std::collections::HashMap;
+
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -30,7 +32,7 @@ pub struct CreateApiKey {
     /// Only these actions on these resources (`docs/api-key-actions.md`).
     #[schema(value_type = Option<Object>)]
     policy: Option<Policy>,
-    /// Bind the key to one project (today: the organization's default project).
+    /// Bind the key to one of the organization's projects.
     project_id: Option<String>,
 }
 
@@ -111,8 +113,17 @@ pub struct RetrieveApiKey {
     include_deleted: Option<bool>,
 }
 
+/// The names of the organization's projects, by id, for keys' views.
+async fn project_names(org: &Org) -> Result<HashMap<String, String>, ApiError> {
+    let projects = org.store.list_projects(&org.id).await?;
+    Ok(projects
+        .into_iter()
+        .map(|project| (project.id, project.name))
+        .collect())
+}
+
 /// The key as the API shows it (the SDK's `APIKey`), never with its secret.
-fn view(record: &ApiKeyRecord, default_project: &str) -> Value {
+fn view(record: &ApiKeyRecord, project_names: &HashMap<String, String>) -> Value {
     let created_by = record
         .created_by
         .clone()
@@ -127,14 +138,14 @@ fn view(record: &ApiKeyRecord, default_project: &str) -> Value {
         "deleted_at": record.deleted_at,
         "last_used_at": record.last_used_at,
         "project_id": record.project_id,
-        "project_name": record.project_id.as_deref().map(|id| (id == default_project).then_some("default")),
+        "project_name": record.project_id.as_ref().and_then(|id| project_names.get(id)),
         "policy": record.policy,
     })
 }
 
 /// The new key's view with its secret (the SDK's `CreatedAPIKey`).
-fn created_view(record: &ApiKeyRecord, key: &str, default_project: &str) -> Value {
-    let mut view = view(record, default_project);
+fn created_view(record: &ApiKeyRecord, key: &str, names: &HashMap<String, String>) -> Value {
+    let mut view = view(record, names);
     view["key"] = json!(key);
     view
 }
@@ -214,7 +225,7 @@ pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateApiKey>,
 ) -> Result<Json<Value>, ApiError> {
-    let default_project = org.api_keys.default_project(&org.id).await?;
+    let names = project_names(&org).await?;
     let caller = org.caller.key();
     let expires_at = match (request.days_to_expire, request.expires_at) {
         (Some(_), Some(_)) => {
@@ -242,8 +253,10 @@ pub async fn create(
         }
     }
     let project_id = match request.project_id {
-        Some(id) if id == default_project => Some(id),
-        Some(id) => return Err(ApiError::not_found("project", &id)),
+        Some(id) => match org.store.project(&org.id, &id).await? {
+            Some(project) if project.id == id => Some(id),
+            _ => return Err(ApiError::not_found("project", &id)),
+        },
         None => caller.and_then(|key| key.project_id.clone()),
     };
     // Unsaid, a restricted caller's new key is restricted as the caller is.
@@ -262,7 +275,7 @@ pub async fn create(
             created_by: maker(&org),
         })
         .await?;
-    Ok(Json(created_view(&record, &key, &default_project)))
+    Ok(Json(created_view(&record, &key, &names)))
 }
 
 /// The organization's API keys (masked), newest first unless sorted otherwise.
@@ -274,7 +287,7 @@ pub async fn list(
     paging: Paging,
     QueryParams(query): QueryParams<ListApiKeys>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let default_project = org.api_keys.default_project(&org.id).await?;
+    let names = project_names(&org).await?;
     let status = match (query.status, query.include_deleted) {
         (Some(status), _) => status,
         (None, Some(true)) => KeyStatus::All,
@@ -286,9 +299,10 @@ pub async fn list(
         KeyStatus::Deleted => key.deleted_at.is_some(),
         KeyStatus::All => true,
     });
-    // A key bound to a project sees that project's keys.
-    if let Some(own) = org.caller.key().and_then(|key| key.project_id.clone()) {
-        keys.retain(|key| key.project_id.as_deref() == Some(own.as_str()));
+    // A request confined to a project (its key's, or the one its headers name) sees
+    // that project's keys.
+    if let Some(own) = &org.project {
+        keys.retain(|key| key.project_id.as_deref() == Some(own.id.as_str()));
     }
     if let Some(name) = &query.name {
         keys.retain(|key| key.name.to_lowercase() == name.to_lowercase());
@@ -330,7 +344,7 @@ pub async fn list(
         keys.reverse();
     }
     let (headers, page) = page_of(paging, keys, query.limit, query.offset)?;
-    let body: Vec<Value> = page.iter().map(|key| view(key, &default_project)).collect();
+    let body: Vec<Value> = page.iter().map(|key| view(key, &names)).collect();
     Ok((headers, Json(body)))
 }
 
@@ -343,17 +357,17 @@ pub async fn retrieve(
     PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<RetrieveApiKey>,
 ) -> Result<Json<Value>, ApiError> {
-    let default_project = org.api_keys.default_project(&org.id).await?;
+    let names = project_names(&org).await?;
     let record = visible_key(&org, &id, query.include_deleted.unwrap_or(false)).await?;
-    Ok(Json(view(&record, &default_project)))
+    Ok(Json(view(&record, &names)))
 }
 
-/// A key of the organization the caller may see: a key bound to a project sees only
-/// that project's keys (another's are 404, as another organization's).
+/// A key of the organization the caller may see: a request confined to a project sees
+/// only that project's keys (another's are 404, as another organization's).
 async fn visible_key(org: &Org, id: &str, include_deleted: bool) -> Result<ApiKeyRecord, ApiError> {
     let record = org.api_keys.get(&org.id, id, include_deleted).await?;
-    if let Some(own) = org.caller.key().and_then(|key| key.project_id.as_deref())
-        && record.project_id.as_deref() != Some(own)
+    if let Some(own) = &org.project
+        && record.project_id.as_deref() != Some(own.id.as_str())
     {
         return Err(ApiError::not_found("API key", id));
     }
@@ -370,7 +384,7 @@ pub async fn update(
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<UpdateApiKey>,
 ) -> Result<Json<Value>, ApiError> {
-    let default_project = org.api_keys.default_project(&org.id).await?;
+    let names = project_names(&org).await?;
     let record = visible_key(&org, &id, false).await?;
     within_callers_rights(
         &org,
@@ -380,7 +394,7 @@ pub async fn update(
     )?;
     org.api_keys.rename(&org.id, &id, &request.name).await?;
     let record = org.api_keys.get(&org.id, &id, true).await?;
-    Ok(Json(view(&record, &default_project)))
+    Ok(Json(view(&record, &names)))
 }
 
 /// Delete an API key (it stays listed with `status=deleted`); a key cannot delete itself.
@@ -417,7 +431,7 @@ pub async fn rotate(
     PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<RotateApiKey>,
 ) -> Result<Json<Value>, ApiError> {
-    let default_project = org.api_keys.default_project(&org.id).await?;
+    let names = project_names(&org).await?;
     let old = visible_key(&org, &id, false).await?;
     let lifetime = match request.days_to_expire {
         Some(count) => Some(days("days_to_expire", count, 1)?),
@@ -448,5 +462,5 @@ pub async fn rotate(
         .api_keys
         .rotate(&old, lifetime, grace, maker(&org))
         .await?;
-    Ok(Json(created_view(&record, &key, &default_project)))
+    Ok(Json(created_view(&record, &key, &names)))
 }

@@ -34,7 +34,9 @@ pub async fn context(org: Org) -> Result<Json<Value>, ApiError> {
         },
         "authorization": {
             "credential_scope": { "project_id": project_id },
-            "effective_scope": { "project_id": project_id },
+            "effective_scope": {
+                "project_id": org.project.as_ref().map(|project| project.id.clone()),
+            },
         },
         "organization": { "id": org.id },
         "principal": { "id": principal_id, "type": "api_key" },

@@ -42,6 +42,7 @@ pub mod playwright;
 pub mod pools;
 pub mod processes;
 pub mod profiles;
+pub mod projects;
 pub mod proxies;
 pub mod replays;
 pub mod session_token;
@@ -136,6 +137,13 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(audit_logs::list))
         .routes(routes!(organization::limits, organization::update_limits))
         .routes(routes!(organization::entitlements))
+        .routes(routes!(projects::create, projects::list))
+        .routes(routes!(
+            projects::retrieve,
+            projects::update,
+            projects::delete
+        ))
+        .routes(routes!(projects::limits, projects::update_limits))
         .routes(routes!(audit_logs::export_chunk))
         .routes(routes!(credentials::create, credentials::list))
         .routes(routes!(
@@ -263,6 +271,12 @@ pub fn router(state: AppState) -> Router {
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        // Each request may be confined to a project once its caller is known (`org`).
+        .layer(axum::middleware::from_fn(
+            |request: axum::extract::Request, next: axum::middleware::Next| {
+                crate::store::scope::request(next.run(request))
+            },
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             telemetry_calls::record_browser_calls,

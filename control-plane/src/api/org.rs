@@ -2,7 +2,10 @@
 //! its organization, or a session token on one of that session's own routes
 //! (`session_token`). Authorization happens here too, for every route at once: a key
 //! with a policy passes only if the policy allows the action the route needs
-//! (`crate::access::actions`), so no handler checks permissions itself.
+//! (`crate::access::actions`), so no handler checks permissions itself. And the
+//! request's project is settled here: the key's, or the one `X-Kernel-Project-Id` /
+//! `X-Kernel-Project` names; the store then confines the request to it
+//! (`crate::store::scope`).
 
 use std::ops::Deref;
 
@@ -19,7 +22,15 @@ use crate::access::actions;
 use crate::access::keys::Refused;
 use crate::access::policy::{Policy, Required};
 use crate::agent::AgentClient;
-use crate::store::{ApiKeyRecord, SessionRecord};
+use crate::store::{ApiKeyRecord, ProjectRecord, SessionRecord, scope};
+
+/// The headers today's SDK sends to scope a call to a project, by id or by name.
+const PROJECT_ID_HEADER: &str = "x-kernel-project-id";
+const PROJECT_NAME_HEADER: &str = "x-kernel-project";
+
+/// In a policy's resources, the project of a request confined to none: only a statement
+/// with a wildcard there covers it.
+const EVERY_PROJECT: &str = "*";
 
 /// The caller's organization, from `Authorization: Bearer <key>`, with the services that
 /// act for it. Handlers that take it are authenticated and authorized; everything they
@@ -30,6 +41,9 @@ pub struct Org {
     /// Set when the caller is an action, with its invocation's short-lived key.
     pub invocation_id: Option<String>,
     pub caller: Caller,
+    /// The project the request is confined to (see `crate::store::scope`); `None`: the
+    /// whole organization, and what it makes goes to the default project.
+    pub project: Option<ProjectRecord>,
     state: AppState,
 }
 
@@ -76,13 +90,19 @@ impl FromRequestParts<AppState> for Org {
             Err((error, refused_key)) => {
                 // A refused key of ours is recorded in its organization's audit log.
                 if let (Some(audit), Some(key)) = (&audit, refused_key) {
-                    let required = required(parts, state, &key.org_id).await.ok().flatten();
+                    let project = key.project_id.as_deref().unwrap_or(EVERY_PROJECT);
+                    let required = required(parts, project);
                     audit.fill(actor(&key.org_id, "api_key", Some(&key), required));
                 }
                 return Err(error);
             }
         };
-        let required = required(parts, state, &org.id).await?;
+        let mut org = org;
+        org.project = org.settle_project(parts).await?;
+        if let Some(project) = &org.project {
+            scope::confine(&project.id);
+        }
+        let required = required(parts, org.policy_project());
         if let Some(audit) = &audit {
             let strategy = match &org.caller {
                 Caller::Key {
@@ -96,6 +116,7 @@ impl FromRequestParts<AppState> for Org {
             audit.fill(actor(&org.id, strategy, org.caller.key(), required.clone()));
         }
         org.authorize(required.as_ref())?;
+        org.refuse_changes_to_archived(parts)?;
         if let Some(slot) = parts.extensions.get::<super::telemetry_calls::CallerOrg>() {
             slot.set(&org.id);
         }
@@ -103,25 +124,15 @@ impl FromRequestParts<AppState> for Org {
     }
 }
 
-/// What the request's route needs, in `org_id`'s default project; `None` for a route
-/// open to any key.
-async fn required(
-    parts: &Parts,
-    state: &AppState,
-    org_id: &str,
-) -> Result<Option<Required>, ApiError> {
+/// What the request's route needs, in project `project_id`; `None` for a route open
+/// to any key.
+fn required(parts: &Parts, project_id: &str) -> Option<Required> {
     let template = parts
         .extensions
         .get::<MatchedPath>()
         .map(|matched| matched.as_str().to_owned())
         .unwrap_or_else(|| parts.uri.path().to_owned());
-    let project_id = state.api_keys.default_project(org_id).await?;
-    Ok(actions::required(
-        &parts.method,
-        &template,
-        parts.uri.path(),
-        &project_id,
-    ))
+    actions::required(&parts.method, &template, parts.uri.path(), project_id)
 }
 
 fn actor(
@@ -153,6 +164,7 @@ impl Org {
             id,
             invocation_id,
             caller,
+            project: None,
             state: state.clone(),
         };
         if let Some(caller) = parts.extensions.get::<SessionCaller>() {
@@ -262,6 +274,99 @@ impl Org {
 }
 
 impl Org {
+    /// The project the request acts in: the caller's own (a project-bound key, or an
+    /// action's invocation in its app's project), else the one the headers name, else
+    /// none. A header naming another project than the caller's own is refused.
+    async fn settle_project(&self, parts: &Parts) -> Result<Option<ProjectRecord>, ApiError> {
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::trim)
+                .filter(|value| !value.is_empty())
+        };
+        let mut named: Option<ProjectRecord> = None;
+        for (name, value) in [
+            (PROJECT_ID_HEADER, header(PROJECT_ID_HEADER)),
+            (PROJECT_NAME_HEADER, header(PROJECT_NAME_HEADER)),
+        ] {
+            let Some(value) = value else { continue };
+            let found = self
+                .store
+                .project(&self.id, value)
+                .await?
+                .ok_or_else(|| ApiError::not_found("project", value))?;
+            if let Some(earlier) = &named
+                && earlier.id != found.id
+            {
+                return Err(ApiError::invalid_field(format!(
+                    "{PROJECT_ID_HEADER} and {PROJECT_NAME_HEADER} name different projects; \
+                     give one ({name}: {value})"
+                )));
+            }
+            named = Some(found);
+        }
+        let own = match self.own_project_id().await? {
+            Some(own) => own,
+            None => return Ok(named),
+        };
+        if let Some(named) = &named {
+            if named.id != own {
+                return Err(ApiError::Forbidden(format!(
+                    "this caller is bound to project {own}: it cannot act in project {}",
+                    named.name
+                )));
+            }
+            return Ok(Some(named.clone()));
+        }
+        match self.store.project_by_id(&own).await? {
+            Some(project) => Ok(Some(project)),
+            None => Err(ApiError::Unauthorized(
+                "the project this API key is bound to was deleted".into(),
+            )),
+        }
+    }
+
+    /// The project the caller itself is bound to, if any: its key's, or, for an
+    /// action's invocation, its app's.
+    async fn own_project_id(&self) -> Result<Option<String>, ApiError> {
+        if let Some(invocation_id) = &self.invocation_id {
+            let invocation = self.store.invocation(&self.id, invocation_id).await?;
+            if let Some(project_id) = invocation.and_then(|invocation| invocation.project_id) {
+                return Ok(Some(project_id));
+            }
+        }
+        Ok(self.caller.key().and_then(|key| key.project_id.clone()))
+    }
+
+    /// The project a policy's statements are checked against: the request's, else every
+    /// project (so that only a wildcard covers a request not confined to one).
+    fn policy_project(&self) -> &str {
+        self.project
+            .as_ref()
+            .map_or(EVERY_PROJECT, |project| project.id.as_str())
+    }
+
+    /// An archived project keeps what it has, readable and deletable; nothing in it is
+    /// made or changed until it is active again (the project's own routes stay open).
+    fn refuse_changes_to_archived(&self, parts: &Parts) -> Result<(), ApiError> {
+        let Some(project) = self.project.as_ref().filter(|p| p.status == "archived") else {
+            return Ok(());
+        };
+        let reads_or_deletes = matches!(
+            parts.method,
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::DELETE
+        );
+        if reads_or_deletes || parts.uri.path().starts_with("/org/") {
+            return Ok(());
+        }
+        Err(ApiError::Conflict(format!(
+            "project {} is archived: make it active again to change what it holds",
+            project.name
+        )))
+    }
+
     /// Whether the caller's policy allows `verb` on the organization's `kind` `id`
     /// (always, for a caller without a policy).
     pub async fn allows(
@@ -273,7 +378,7 @@ impl Org {
         let Some(policy) = self.caller.policy() else {
             return Ok(true);
         };
-        let project_id = self.api_keys.default_project(&self.id).await?;
+        let project_id = self.policy_project();
         Ok(policy.allows(&crate::access::policy::Required {
             kind,
             verb,
@@ -319,6 +424,7 @@ impl Deref for Org {
     }
 }
 
+#[cfg(test)]
 /// The table of `docs/api-key-actions.md`: every route of the OpenAPI document with the
 /// action it needs, or that it needs no key.
 fn documented_actions_table() -> String {

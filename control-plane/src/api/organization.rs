@@ -10,6 +10,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::JsonBody;
 use super::org::Org;
 use crate::managed_auth::{DEFAULT_HEALTH_CHECK_INTERVAL, MAX_HEALTH_CHECK_INTERVAL};
+use crate::store::scope;
 
 /// What this server offers every organization, from its configuration.
 #[derive(Clone, Debug, Default)]
@@ -45,7 +46,7 @@ pub struct UpdateOrgLimits {
 }
 
 /// Present (even as `null`) or not: `null` leaves the cap unchanged, as omitting does.
-fn present<'de, D: serde::Deserializer<'de>>(
+pub(super) fn present<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Option<i64>>, D::Error> {
     Ok(Some(Option::deserialize(deserializer)?))
@@ -83,7 +84,7 @@ async fn limits_view(org: &Org) -> Result<Value, ApiError> {
 #[utoipa::path(get, path = "/org/limits", tag = "organization", security(("bearer" = [])),
     responses((status = 200, description = "OrgLimits")))]
 pub async fn limits(org: Org) -> Result<Json<Value>, ApiError> {
-    Ok(Json(limits_view(&org).await?))
+    Ok(Json(scope::organization_wide(limits_view(&org)).await?))
 }
 
 /// Set the organization's own cap on concurrent browsers (below the server's).
@@ -105,7 +106,7 @@ pub async fn update_limits(
             .set_concurrency_cap(&org.id, (cap > 0).then_some(cap))
             .await?;
     }
-    Ok(Json(limits_view(&org).await?))
+    Ok(Json(scope::organization_wide(limits_view(&org)).await?))
 }
 
 /// What this server offers the organization: every feature it serves, on or off as

@@ -77,6 +77,7 @@ impl Apps {
                     updated_at: now,
                     document: serde_json::to_string(&document).unwrap_or_default(),
                     sealed: Some(sealed),
+                    project_id: None,
                 };
                 self.store
                     .insert_deployment(&record)
@@ -424,6 +425,7 @@ impl Apps {
                 deployment_id: record.id.clone(),
                 actions: serde_json::to_string(&app.actions).unwrap_or_default(),
                 created_at: now,
+                project_id: record.project_id.clone(),
             };
             if let Err(error) = self.store.insert_app_version(&version).await {
                 let _ = self

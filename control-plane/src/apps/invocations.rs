@@ -112,6 +112,7 @@ pub(super) struct Running {
 
 struct Entry {
     org_id: String,
+    project_id: Option<String>,
     deployment_id: String,
     cancel: CancellationToken,
     /// Why it was cancelled, for its status reason.
@@ -224,6 +225,7 @@ impl Apps {
             id: ids::new_id("inv"),
             org_id: org_id.to_owned(),
             deployment_id: deployment.id.clone(),
+            project_id: deployment.project_id.clone(),
             app_name: new.app_name.clone(),
             action_name: new.action_name.clone(),
             version: new.version.clone(),
@@ -236,6 +238,16 @@ impl Apps {
                 ..Default::default()
             })
             .map_err(ServiceError::internal)?,
+        };
+        // The project's own cap (`projects.limits`), if it has one.
+        let project_cap = match &deployment.project_id {
+            Some(project_id) => self
+                .store
+                .project_by_id(project_id)
+                .await?
+                .and_then(|project| project.max_concurrent_invocations)
+                .map(|cap| (project_id.clone(), cap)),
+            None => None,
         };
         // Counted and recorded under one lock: concurrent invocations never pass the limit.
         let (finished_tx, finished) = watch::channel(false);
@@ -256,10 +268,26 @@ impl Apps {
                     retry_after: RETRY_AFTER,
                 });
             }
+            if let Some((project_id, cap)) = &project_cap {
+                let in_project = entries
+                    .values()
+                    .filter(|e| e.project_id.as_ref() == Some(project_id))
+                    .count();
+                if in_project as i64 >= *cap {
+                    return Err(ServiceError::LimitReached {
+                        message: format!(
+                            "this project already runs {in_project} invocations: its \
+                             max_concurrent_invocations is {cap}"
+                        ),
+                        retry_after: RETRY_AFTER,
+                    });
+                }
+            }
             entries.insert(
                 record.id.clone(),
                 Entry {
                     org_id: org_id.to_owned(),
+                    project_id: deployment.project_id.clone(),
                     deployment_id: deployment.id.clone(),
                     cancel: cancel.clone(),
                     cancel_reason: cancel_reason.clone(),

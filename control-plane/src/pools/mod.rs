@@ -29,7 +29,7 @@ use crate::in_progress::InProgress;
 use crate::replays::Replays;
 use crate::replicas::Signal;
 use crate::sessions::Sessions;
-use crate::store::{PoolLease, PoolRecord, SessionRecord, SessionStatus, Store, StoreError};
+use crate::store::{PoolLease, PoolRecord, SessionRecord, SessionStatus, Store, StoreError, scope};
 
 /// How long an acquire waits by default, at most.
 pub const DEFAULT_ACQUIRE_TIMEOUT_CAP: Duration = Duration::from_secs(30);
@@ -118,10 +118,11 @@ impl Pools {
 
     /// Validates a complete configuration as a create would (the browsers' fields too:
     /// extensions, proxy and profile must be the organization's) and checks the
-    /// organization's capacity, counting every pool but `own_id`.
+    /// organization's and its project's capacity, counting every pool but `own_id`.
     async fn check(
         &self,
         org_id: &str,
+        project_id: &str,
         config: &PoolConfig,
         own_id: Option<&str>,
     ) -> ServiceResult<()> {
@@ -137,6 +138,39 @@ impl Pools {
         self.sessions
             .spec(org_id, &config.browser, None, problems)
             .await?;
+        if config.size > own_size {
+            self.check_project_cap(project_id, config.size - own_size)
+                .await?;
+        }
+        scope::organization_wide(self.check_organization(org_id, config, own_id)).await
+    }
+
+    /// A project's own cap (`projects.limits`) on its live browsers and pool
+    /// reservations, for a pool that grows by `growth`.
+    async fn check_project_cap(&self, project_id: &str, growth: i64) -> ServiceResult<()> {
+        let Some(project) = self.store.project_by_id(project_id).await? else {
+            return Ok(());
+        };
+        let Some(cap) = project.max_concurrent_sessions else {
+            return Ok(());
+        };
+        let (live, reserved) = self.store.project_browsers(project_id).await?;
+        if live + reserved + growth > cap {
+            return Err(ServiceError::Conflict(format!(
+                "size: project {}'s max_concurrent_sessions is {cap}; {live} browsers are live \
+                 and its pools reserve {reserved}",
+                project.name
+            )));
+        }
+        Ok(())
+    }
+
+    async fn check_organization(
+        &self,
+        org_id: &str,
+        config: &PoolConfig,
+        own_id: Option<&str>,
+    ) -> ServiceResult<()> {
         let others: i64 = self
             .store
             .list_pools(Some(org_id))
@@ -157,20 +191,6 @@ impl Pools {
                 "size: the organization's pools may hold {limit} browsers in all; {others} are in its other pools"
             )));
         }
-        // The organization's own cap (`organization.limits`) counts its live on-demand
-        // browsers too. Only a pool that grows is held to it: one lowered below the
-        // current use may still be renamed or shrunk.
-        if config.size > own_size
-            && let Some(cap) = self.store.concurrency_cap(org_id).await?
-        {
-            let live = self.store.live_browser_count(org_id).await? as i64;
-            if others + config.size + live > cap {
-                return Err(ServiceError::Conflict(format!(
-                    "size: the organization's concurrency cap is {cap} (organization limits); \
-                     {live} browsers are live and its other pools reserve {others}"
-                )));
-            }
-        }
         Ok(())
     }
 
@@ -189,12 +209,14 @@ impl Pools {
             size: config.size,
             config: config.to_stored()?,
             created_at: Utc::now(),
+            project_id: Some(scope::project_for_new(self.store.as_ref(), org_id).await?),
         };
+        let project_id = record.project_id.as_deref().unwrap_or_default();
         // Checked and stored under the organization's admission lock, as a browser's
         // create is: the two never count each other's half.
         let _turn = self.sessions.admission_turn().await;
         let lock = self.store.lock_admission(org_id).await?;
-        let stored = match self.check(org_id, &config, None).await {
+        let stored = match self.check(org_id, project_id, &config, None).await {
             Ok(()) => self
                 .store
                 .insert_pool(&record)
@@ -224,7 +246,11 @@ impl Pools {
         record.config = config.to_stored()?;
         let _turn = self.sessions.admission_turn().await;
         let lock = self.store.lock_admission(org_id).await?;
-        let stored = match self.check(org_id, &config, Some(&record.id)).await {
+        let project_id = record.project_id.clone().unwrap_or_default();
+        let stored = match self
+            .check(org_id, &project_id, &config, Some(&record.id))
+            .await
+        {
             Ok(()) => self
                 .store
                 .update_pool(&record)

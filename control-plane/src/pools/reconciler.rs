@@ -144,6 +144,7 @@ impl Pools {
             {
                 Ok(spec) => BrowserSpec {
                     pool_id: Some(pool.id.clone()),
+                    project_id: pool.project_id.clone(),
                     ..spec
                 },
                 Err(error) => {

@@ -5,7 +5,7 @@
 
 use super::{LIMIT_RETRY_AFTER, Sessions, spec};
 use crate::error::{ServiceError, ServiceResult};
-use crate::store::{SessionFilter, SessionRecord};
+use crate::store::{SessionFilter, SessionRecord, scope};
 
 impl Sessions {
     /// This process's admission turn: held, with the store's per-organization lock,
@@ -19,6 +19,38 @@ impl Sessions {
         if record.pool_id.is_some() {
             return Ok(());
         }
+        if let Some(project_id) = &record.project_id {
+            self.check_project_limit(project_id).await?;
+        }
+        // The organization's limits count all of its projects.
+        scope::organization_wide(self.check_organization_limits(record)).await
+    }
+
+    /// A project's own cap (`projects.limits`; the default project's is also
+    /// `organization.limits`' `default_project_max_concurrent_sessions`), on its live
+    /// browsers and its pools' reservations together.
+    async fn check_project_limit(&self, project_id: &str) -> ServiceResult<()> {
+        let Some(project) = self.store.project_by_id(project_id).await? else {
+            return Ok(());
+        };
+        let Some(cap) = project.max_concurrent_sessions else {
+            return Ok(());
+        };
+        let (live, reserved) = self.store.project_browsers(project_id).await?;
+        if live + reserved >= cap {
+            return Err(ServiceError::LimitReached {
+                message: format!(
+                    "project {} has {live} live browsers and {reserved} reserved by its pools: \
+                     its max_concurrent_sessions is {cap}; end one or try again later",
+                    project.name
+                ),
+                retry_after: LIMIT_RETRY_AFTER,
+            });
+        }
+        Ok(())
+    }
+
+    async fn check_organization_limits(&self, record: &SessionRecord) -> ServiceResult<()> {
         let refused = |message: String| ServiceError::LimitReached {
             message,
             retry_after: LIMIT_RETRY_AFTER,
@@ -28,23 +60,6 @@ impl Sessions {
             return Err(refused(format!(
                 "the organization has {live} live browsers, its limit; end one or try again later"
             )));
-        }
-        // The organization's own cap (`organization.limits`) counts its pools'
-        // reservations too.
-        if let Some(cap) = self.store.concurrency_cap(&record.org_id).await? {
-            let reserved: i64 = self
-                .store
-                .list_pools(Some(&record.org_id))
-                .await?
-                .iter()
-                .map(|pool| pool.size)
-                .sum();
-            if live as i64 + reserved >= cap {
-                return Err(refused(format!(
-                    "the organization has {live} live browsers and {reserved} reserved by its pools: \
-                     its concurrency cap is {cap} (organization limits); end one or try again later"
-                )));
-            }
         }
         let memory_of = |session: &SessionRecord| {
             session

@@ -34,7 +34,7 @@ use crate::proxies::ProxyUpstreams;
 use crate::replays::Replays;
 use crate::replicas::{Replica, Signal};
 use crate::runtime::{LaunchSpec, Runtime, RuntimeError};
-use crate::store::{PoolLease, SessionRecord, SessionStatus, Store, StoreError};
+use crate::store::{PoolLease, SessionRecord, SessionStatus, Store, StoreError, scope};
 use crate::telemetry::cdp_commands::CommandRecorder;
 use crate::telemetry::{Category, Telemetry};
 
@@ -166,6 +166,10 @@ impl Sessions {
             return Ok(existing);
         }
         let started = std::time::Instant::now();
+        let project_id = match &new.project_id {
+            Some(project_id) => project_id.clone(),
+            None => scope::project_for_new(self.store.as_ref(), org_id).await?,
+        };
         let record = SessionRecord {
             id: ids::new_session_id(),
             org_id: org_id.to_owned(),
@@ -190,6 +194,7 @@ impl Sessions {
             pool_id: new.pool_id.clone(),
             profile: new.profile.as_ref().map(|(profile, _)| profile.clone()),
             owner: Some(self.replica.id().to_owned()),
+            project_id: Some(project_id),
         };
         if let Some(pool_id) = self.standby.get().and_then(|s| s.pool_for(&new))
             && let Some(claimed) = self.claim_standby(pool_id, &record, &new).await?
@@ -460,7 +465,9 @@ impl Sessions {
             .sessions
             .get(id)
             .filter(|(read, session)| {
-                read.elapsed() < RUNNING_CACHE_TTL && session.org_id == org_id
+                read.elapsed() < RUNNING_CACHE_TTL
+                    && session.org_id == org_id
+                    && scope::admits(session.project_id.as_deref())
             })
             .map(|(_, session)| session.clone())
     }

@@ -220,6 +220,8 @@ pub struct BrowserSpec {
     pub proxy: Option<(String, ProxyRoute)>,
     /// The pool the browser is created for (it starts idle there).
     pub pool_id: Option<String>,
+    /// Its project: a pool's browsers are in the pool's. `None`: the creating request's.
+    pub project_id: Option<String>,
     /// The profile to start from (and the archive of its stored state, if it has one).
     pub profile: Option<(SessionProfile, Option<PathBuf>)>,
     pub allowed_hosts: Option<HostAllowlist>,
@@ -433,6 +435,7 @@ fn validate(
         extensions: Vec::new(),
         proxy: None,
         pool_id: None,
+        project_id: None,
         profile: None,
         name: None,
         tags: BTreeMap::new(),

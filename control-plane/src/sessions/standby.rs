@@ -141,6 +141,7 @@ async fn ensure_pool(
             size: config.size,
             config: stored.clone(),
             created_at: Utc::now(),
+            project_id: None,
         };
         match store.insert_pool(&pool).await {
             Ok(()) => return Ok(Some(pool)),

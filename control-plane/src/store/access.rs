@@ -90,7 +90,8 @@ pub trait AccessStore {
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
     /// The organization's default project's id, made on first use.
     async fn default_project_id(&self, org_id: &str) -> StoreResult<String>;
-    /// The organization's own cap on its concurrent browsers, if it set one.
+    /// The organization's default project's cap on its concurrent browsers
+    /// (`default_project_max_concurrent_sessions`), if it has one.
     async fn concurrency_cap(&self, org_id: &str) -> StoreResult<Option<i64>>;
     async fn set_concurrency_cap(&self, org_id: &str, cap: Option<i64>) -> StoreResult<()>;
 }
@@ -262,8 +263,8 @@ impl AccessStore for SqlStore {
             .database()
             .query_opt(
                 sql!(
-                    "SELECT default_project_max_concurrent_sessions FROM organizations \
-                     WHERE id = $1"
+                    "SELECT max_concurrent_sessions FROM projects \
+                     WHERE org_id = $1 AND is_default"
                 ),
                 params![org_id],
                 |row| row.get::<Option<i64>>(0),
@@ -276,8 +277,8 @@ impl AccessStore for SqlStore {
         self.database()
             .execute(
                 sql!(
-                    "UPDATE organizations SET default_project_max_concurrent_sessions = $2 \
-                     WHERE id = $1"
+                    "UPDATE projects SET max_concurrent_sessions = $2 \
+                     WHERE org_id = $1 AND is_default"
                 ),
                 params![org_id, cap],
             )

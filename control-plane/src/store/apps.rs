@@ -4,9 +4,9 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::StoreResult;
 use super::database::{Row, params, sql};
 use super::sql::SqlStore;
+use super::{StoreResult, scope};
 
 /// A deployment: its status, its public settings as the apps module's JSON `document`,
 /// and its environment variable values `sealed`.
@@ -19,6 +19,9 @@ pub struct DeploymentRecord {
     pub updated_at: DateTime<Utc>,
     pub document: String,
     pub sealed: Option<Vec<u8>>,
+    /// Its project. `None` when inserting: the project of the request that makes it
+    /// (`super::scope`), its organization's default project outside one.
+    pub project_id: Option<String>,
 }
 
 /// An app a running deployment defines, at the deployment's version.
@@ -32,6 +35,9 @@ pub struct AppVersionRecord {
     /// JSON array of the action names.
     pub actions: String,
     pub created_at: DateTime<Utc>,
+    /// Its project. `None` when inserting: the project of the request that makes it
+    /// (`super::scope`), its organization's default project outside one.
+    pub project_id: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +53,9 @@ pub struct InvocationRecord {
     pub finished_at: Option<DateTime<Utc>>,
     /// Payload, output and status reason, as the apps module's JSON.
     pub document: String,
+    /// Its project. `None` when inserting: the project of the request that makes it
+    /// (`super::scope`), its organization's default project outside one.
+    pub project_id: Option<String>,
 }
 
 /// Statuses of an invocation that has not finished.
@@ -92,11 +101,12 @@ pub trait AppsStore {
     ) -> StoreResult<bool>;
 }
 
-const DEPLOYMENT_COLUMNS: &str = "id, org_id, status, created_at, updated_at, document, sealed";
+const DEPLOYMENT_COLUMNS: &str =
+    "id, org_id, status, created_at, updated_at, document, sealed, project_id";
 const APP_VERSION_COLUMNS: &str =
-    "id, org_id, app_name, version, deployment_id, actions, created_at";
+    "id, org_id, app_name, version, deployment_id, actions, created_at, project_id";
 const INVOCATION_COLUMNS: &str = "id, org_id, deployment_id, app_name, action_name, version, \
-     status, started_at, finished_at, document";
+     status, started_at, finished_at, document, project_id";
 
 fn deployment_from_row(row: &Row<'_>) -> StoreResult<DeploymentRecord> {
     Ok(DeploymentRecord {
@@ -107,6 +117,7 @@ fn deployment_from_row(row: &Row<'_>) -> StoreResult<DeploymentRecord> {
         updated_at: row.get(4)?,
         document: row.get(5)?,
         sealed: row.get(6)?,
+        project_id: row.get(7)?,
     })
 }
 
@@ -119,6 +130,7 @@ fn app_version_from_row(row: &Row<'_>) -> StoreResult<AppVersionRecord> {
         deployment_id: row.get(4)?,
         actions: row.get(5)?,
         created_at: row.get(6)?,
+        project_id: row.get(7)?,
     })
 }
 
@@ -134,6 +146,7 @@ fn invocation_from_row(row: &Row<'_>) -> StoreResult<InvocationRecord> {
         started_at: row.get(7)?,
         finished_at: row.get(8)?,
         document: row.get(9)?,
+        project_id: row.get(10)?,
     })
 }
 
@@ -142,8 +155,20 @@ impl AppsStore for SqlStore {
     async fn insert_deployment(&self, d: &DeploymentRecord) -> StoreResult<()> {
         self.database()
             .execute(
-                sql!("INSERT INTO deployments ({DEPLOYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
-                params![d.id, d.org_id, d.status, d.created_at, d.updated_at, d.document, d.sealed],
+                sql!(
+                    "INSERT INTO deployments ({DEPLOYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
+                     $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
+                ),
+                params![
+                    d.id,
+                    d.org_id,
+                    d.status,
+                    d.created_at,
+                    d.updated_at,
+                    d.document,
+                    d.sealed,
+                    d.project_id.clone().or_else(scope::current)
+                ],
             )
             .await?;
         Ok(())
@@ -152,8 +177,11 @@ impl AppsStore for SqlStore {
     async fn deployment(&self, org_id: &str, id: &str) -> StoreResult<Option<DeploymentRecord>> {
         self.database()
             .query_opt(
-                sql!("SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE org_id = $1 AND id = $2"),
-                params![org_id, id],
+                sql!(
+                    "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE org_id = $1 AND id = $2 \
+                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
+                ),
+                params![org_id, id, scope::current()],
                 deployment_from_row,
             )
             .await
@@ -164,9 +192,9 @@ impl AppsStore for SqlStore {
             .query(
                 sql!(
                     "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE org_id = $1 \
-                     ORDER BY created_at, id"
+                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
                 ),
-                params![org_id],
+                params![org_id, scope::current()],
                 deployment_from_row,
             )
             .await
@@ -216,8 +244,20 @@ impl AppsStore for SqlStore {
     async fn insert_app_version(&self, a: &AppVersionRecord) -> StoreResult<()> {
         self.database()
             .execute(
-                sql!("INSERT INTO app_versions ({APP_VERSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
-                params![a.id, a.org_id, a.app_name, a.version, a.deployment_id, a.actions, a.created_at],
+                sql!(
+                    "INSERT INTO app_versions ({APP_VERSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
+                     $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
+                ),
+                params![
+                    a.id,
+                    a.org_id,
+                    a.app_name,
+                    a.version,
+                    a.deployment_id,
+                    a.actions,
+                    a.created_at,
+                    a.project_id.clone().or_else(scope::current)
+                ],
             )
             .await?;
         Ok(())
@@ -233,9 +273,9 @@ impl AppsStore for SqlStore {
             .query_opt(
                 sql!(
                     "SELECT {APP_VERSION_COLUMNS} FROM app_versions \
-                     WHERE org_id = $1 AND app_name = $2 AND version = $3"
+                     WHERE org_id = $1 AND app_name = $2 AND version = $3 AND (CAST($4 AS TEXT) IS NULL OR project_id = $4)"
                 ),
-                params![org_id, app_name, version],
+                params![org_id, app_name, version, scope::current()],
                 app_version_from_row,
             )
             .await
@@ -246,9 +286,9 @@ impl AppsStore for SqlStore {
             .query(
                 sql!(
                     "SELECT {APP_VERSION_COLUMNS} FROM app_versions WHERE org_id = $1 \
-                     ORDER BY created_at, id"
+                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
                 ),
-                params![org_id],
+                params![org_id, scope::current()],
                 app_version_from_row,
             )
             .await
@@ -268,7 +308,7 @@ impl AppsStore for SqlStore {
             .execute(
                 sql!(
                     "INSERT INTO invocations ({INVOCATION_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, COALESCE($11, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
                 ),
                 params![
                     i.id,
@@ -280,7 +320,8 @@ impl AppsStore for SqlStore {
                     i.status,
                     i.started_at,
                     i.finished_at,
-                    i.document
+                    i.document,
+                    i.project_id.clone().or_else(scope::current)
                 ],
             )
             .await?;
@@ -290,8 +331,11 @@ impl AppsStore for SqlStore {
     async fn invocation(&self, org_id: &str, id: &str) -> StoreResult<Option<InvocationRecord>> {
         self.database()
             .query_opt(
-                sql!("SELECT {INVOCATION_COLUMNS} FROM invocations WHERE org_id = $1 AND id = $2"),
-                params![org_id, id],
+                sql!(
+                    "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE org_id = $1 AND id = $2 \
+                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
+                ),
+                params![org_id, id, scope::current()],
                 invocation_from_row,
             )
             .await
@@ -302,9 +346,9 @@ impl AppsStore for SqlStore {
             .query(
                 sql!(
                     "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE org_id = $1 \
-                     ORDER BY started_at DESC, id DESC"
+                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY started_at DESC, id DESC"
                 ),
-                params![org_id],
+                params![org_id, scope::current()],
                 invocation_from_row,
             )
             .await

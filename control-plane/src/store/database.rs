@@ -18,7 +18,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 17] = [
+const MIGRATIONS: [(&str, &str); 18] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -84,6 +84,10 @@ const MIGRATIONS: [(&str, &str); 17] = [
         "V17__organization_limits",
         include_str!("../../migrations/V17__organization_limits.sql"),
     ),
+    (
+        "V18__projects",
+        include_str!("../../migrations/V18__projects.sql"),
+    ),
 ];
 
 /// PostgreSQL column types and the SQLite types that hold the same values as the
@@ -120,8 +124,17 @@ fn sqlite_schema(postgres: &str) -> String {
 }
 
 fn migration_runner(dialect: fn(&str) -> String) -> anyhow::Result<refinery::Runner> {
+    migrations_runner(dialect, MIGRATIONS.len())
+}
+
+/// A runner of the first `count` migrations only: what an older release applied.
+fn migrations_runner(
+    dialect: fn(&str) -> String,
+    count: usize,
+) -> anyhow::Result<refinery::Runner> {
     let migrations = MIGRATIONS
         .iter()
+        .take(count)
         .map(|(name, sql)| refinery::Migration::unapplied(name, &dialect(sql)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(refinery::Runner::new(&migrations))
@@ -312,6 +325,39 @@ pub enum Database {
     Sqlite(Arc<Mutex<rusqlite::Connection>>),
     /// The pool, and how to open a connection of its own (listening for notifications).
     Postgres(Pool, Box<tokio_postgres::Config>),
+}
+
+/// Test support for upgrades: leaves the database at `database_url` (SQLite when not
+/// PostgreSQL's) as a release that knew only the first `migrations` migrations would,
+/// holding what `statements` (PostgreSQL's dialect, that release's schema) wrote.
+pub async fn build_old_database(
+    database_url: &str,
+    migrations: usize,
+    statements: &str,
+) -> anyhow::Result<()> {
+    if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        let (mut client, connection) = tokio_postgres::connect(database_url, NoTls).await?;
+        let driver = tokio::spawn(connection);
+        migrations_runner(str::to_owned, migrations)?
+            .run_async(&mut client)
+            .await?;
+        client.batch_execute(statements).await?;
+        drop(client);
+        let _ = driver.await;
+        return Ok(());
+    }
+    let path = database_url
+        .strip_prefix("sqlite://")
+        .unwrap_or(database_url)
+        .to_owned();
+    let statements = sqlite_schema(statements);
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut connection = rusqlite::Connection::open(&path)?;
+        migrations_runner(sqlite_schema, migrations)?.run(&mut connection)?;
+        connection.execute_batch(&statements)?;
+        Ok(())
+    })
+    .await?
 }
 
 impl Database {

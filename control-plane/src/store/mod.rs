@@ -8,7 +8,9 @@ mod apps;
 mod audit;
 mod coordination;
 mod database;
+mod projects;
 mod rows;
+pub mod scope;
 mod sql;
 mod telemetry;
 
@@ -23,12 +25,15 @@ pub use access::{AccessStore, ApiKeyRecord, CreatedBy};
 pub use apps::{AppVersionRecord, AppsStore, DeploymentRecord, InvocationRecord};
 pub use audit::{AuditQuery, AuditRecord, AuditStore};
 pub use coordination::{CoordinationStore, ExclusiveLock};
+pub use projects::{ProjectRecord, ProjectsStore};
 pub use sql::SqlStore;
 pub use telemetry::{
     DestinationRecord, NewTelemetryEvent, TelemetryQuery, TelemetryRow, TelemetryStore,
 };
 
 use database::Database;
+#[doc(hidden)]
+pub use database::build_old_database;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -124,6 +129,9 @@ pub struct SessionRecord {
     /// The control-plane replica that serves it: its launch, its egress, the watch on its
     /// agent. Another replica adopts it when this one is gone.
     pub owner: Option<String>,
+    /// Its project. `None` when inserting: the project of the request that makes it (see
+    /// `scope`), its organization's default project outside one.
+    pub project_id: Option<String>,
 }
 
 /// What a session was created (or updated) with beyond its launch options: settings of
@@ -301,6 +309,8 @@ pub struct PoolRecord {
     /// The browsers' configuration as the API reads it back.
     pub config: serde_json::Value,
     pub created_at: DateTime<Utc>,
+    /// Its project, and its browsers'. `None` when inserting: as `SessionRecord`'s.
+    pub project_id: Option<String>,
 }
 
 /// The result of a proxy check.
@@ -394,7 +404,15 @@ pub enum SessionFilter {
 
 #[async_trait]
 pub trait Store:
-    AccessStore + AppsStore + AuditStore + CoordinationStore + TelemetryStore + Send + Sync + 'static
+    AccessStore
+    + AppsStore
+    + AuditStore
+    + CoordinationStore
+    + ProjectsStore
+    + TelemetryStore
+    + Send
+    + Sync
+    + 'static
 {
     /// Returns the organization with this name, creating it first if needed.
     async fn ensure_organization(&self, name: &str) -> StoreResult<Organization>;

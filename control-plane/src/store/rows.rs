@@ -12,7 +12,8 @@ use super::{
 pub const SESSION_COLUMNS: &str = "id, org_id, persistent_id, headless, stealth, kiosk_mode, \
     timeout_seconds, viewport_width, viewport_height, viewport_refresh_rate, status, created_at, \
     ended_at, end_reason, agent_endpoint, agent_secret, agent_pid, vm_root, proxy_id, pool_id, \
-    pool_lease, profile_id, profile_save_changes, pool_lease_id, vm_settings, name, owner";
+    pool_lease, profile_id, profile_save_changes, pool_lease_id, vm_settings, name, owner, \
+    project_id";
 pub const PROFILE_COLUMNS: &str =
     "id, org_id, name, created_at, updated_at, last_used_at, size_bytes";
 pub const AUTH_CONNECTION_COLUMNS: &str =
@@ -23,7 +24,7 @@ pub const PROXY_COLUMNS: &str = "id, org_id, name, type, protocol, bypass_hosts,
     last_checked, ip_address, check_error, created_at";
 pub const EXTENSION_COLUMNS: &str =
     "id, org_id, name, size_bytes, blob_key, created_at, last_used_at";
-pub const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at";
+pub const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at, project_id";
 pub const SECRET_COLUMNS: &str = "id, org_id, kind, name, created_at, updated_at, document, sealed";
 
 pub fn organization_from_row(row: &Row<'_>) -> StoreResult<Organization> {
@@ -81,6 +82,7 @@ pub fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
             .unwrap_or_default(),
         name: row.get(25)?,
         owner: row.get(26)?,
+        project_id: row.get(27)?,
     })
 }
 
@@ -167,6 +169,7 @@ pub fn pool_from_row(row: &Row<'_>) -> StoreResult<PoolRecord> {
         size: row.get(3)?,
         config: row.json(4)?,
         created_at: row.get(5)?,
+        project_id: row.get(6)?,
     })
 }
 

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::database::{Database, params, sql};
 use super::rows::*;
+use super::scope;
 use super::{
     AgentLocation, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease, PoolRecord,
     ProfileRecord, ProxyCheck, ProxyRecord, ReplayOutcome, ReplayRecord, SecretKind, SecretRecord,
@@ -45,13 +46,17 @@ impl Store for SqlStore {
                 params![crate::ids::new_id("org"), name, now],
             )
             .await?;
-        self.database
+        let organization = self
+            .database
             .query_one(
                 sql!("SELECT id, name, created_at FROM organizations WHERE name = $1"),
                 params![name],
                 organization_from_row,
             )
-            .await
+            .await?;
+        // Everything made without a project lands in this one.
+        super::AccessStore::default_project_id(self, &organization.id).await?;
+        Ok(organization)
     }
 
     async fn setting_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
@@ -79,7 +84,7 @@ impl Store for SqlStore {
                 sql!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
                      $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, \
-                     $22, $23, $24, $25, $26, $27)"
+                     $22, $23, $24, $25, $26, $27, COALESCE($28, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
                 ),
                 params![
                     s.id,
@@ -109,6 +114,7 @@ impl Store for SqlStore {
                     serde_json::to_string(&s.vm_settings).ok(),
                     s.name,
                     s.owner,
+                    s.project_id.clone().or_else(scope::current),
                 ],
             )
             .await?;
@@ -121,10 +127,10 @@ impl Store for SqlStore {
                 // By id first, then by the name of a live session.
                 sql!(
                     "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND \
-                     (id = $2 OR (name = $2 AND status <> 'ended')) \
+                     (id = $2 OR (name = $2 AND status <> 'ended')) AND (CAST($3 AS TEXT) IS NULL OR project_id = $3) \
                      ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 1"
                 ),
-                params![org_id, id],
+                params![org_id, id, scope::current()],
                 session_from_row,
             )
             .await
@@ -139,9 +145,10 @@ impl Store for SqlStore {
             .query_opt(
                 sql!(
                     "SELECT {SESSION_COLUMNS} FROM browser_sessions \
-                     WHERE org_id = $1 AND persistent_id = $2 AND status <> 'ended'"
+                     WHERE org_id = $1 AND persistent_id = $2 AND status <> 'ended' \
+                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
                 ),
-                params![org_id, persistent_id],
+                params![org_id, persistent_id, scope::current()],
                 session_from_row,
             )
             .await
@@ -155,10 +162,11 @@ impl Store for SqlStore {
         offset: u32,
     ) -> StoreResult<Vec<SessionRecord>> {
         const PAGE: &str = "ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4";
+        const SCOPED: &str = "(CAST($5 AS TEXT) IS NULL OR project_id = $5)";
         // `$2` picks the filter, so that one statement serves all three.
         let statement = sql!(
             "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE org_id = $1 AND \
-             ($2 = 'all' OR ($2 = 'ended') = (status = 'ended')) {PAGE}"
+             ($2 = 'all' OR ($2 = 'ended') = (status = 'ended')) AND {SCOPED} {PAGE}"
         );
         let filter = match filter {
             SessionFilter::Live => "live",
@@ -168,7 +176,7 @@ impl Store for SqlStore {
         self.database
             .query(
                 statement,
-                params![org_id, filter, limit, offset],
+                params![org_id, filter, limit, offset, scope::current()],
                 session_from_row,
             )
             .await
@@ -292,8 +300,20 @@ impl Store for SqlStore {
     async fn insert_extension(&self, e: &ExtensionRecord) -> StoreResult<()> {
         self.database
             .execute(
-                sql!("INSERT INTO extensions ({EXTENSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
-                params![e.id, e.org_id, e.name, e.size_bytes, e.blob_key, e.created_at, e.last_used_at],
+                sql!(
+                    "INSERT INTO extensions ({EXTENSION_COLUMNS}, project_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
+                ),
+                params![
+                    e.id,
+                    e.org_id,
+                    e.name,
+                    e.size_bytes,
+                    e.blob_key,
+                    e.created_at,
+                    e.last_used_at,
+                    scope::current()
+                ],
             )
             .await?;
         Ok(())
@@ -306,8 +326,11 @@ impl Store for SqlStore {
     ) -> StoreResult<Option<ExtensionRecord>> {
         self.database
             .query_opt(
-                sql!("SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 AND {ID_FIRST}"),
-                params![org_id, id_or_name],
+                sql!(
+                    "SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 \
+                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3) AND {ID_FIRST}"
+                ),
+                params![org_id, id_or_name, scope::current()],
                 extension_from_row,
             )
             .await
@@ -316,8 +339,11 @@ impl Store for SqlStore {
     async fn list_extensions(&self, org_id: &str) -> StoreResult<Vec<ExtensionRecord>> {
         self.database
             .query(
-                sql!("SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 ORDER BY created_at, id"),
-                params![org_id],
+                sql!(
+                    "SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 \
+                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
+                ),
+                params![org_id, scope::current()],
                 extension_from_row,
             )
             .await
@@ -327,8 +353,8 @@ impl Store for SqlStore {
         let deleted = self
             .database
             .execute(
-                sql!("DELETE FROM extensions WHERE org_id = $1 AND id = $2"),
-                params![org_id, id],
+                sql!("DELETE FROM extensions WHERE org_id = $1 AND id = $2 AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"),
+                params![org_id, id, scope::current()],
             )
             .await?;
         Ok(deleted == 1)
@@ -352,8 +378,8 @@ impl Store for SqlStore {
         self.database
             .execute(
                 sql!(
-                    "INSERT INTO proxies ({PROXY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-                     $9, $10, $11, $12)"
+                    "INSERT INTO proxies ({PROXY_COLUMNS}, project_id) VALUES ($1, $2, $3, $4, $5, \
+                     $6, $7, $8, $9, $10, $11, $12, COALESCE($13, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
                 ),
                 params![
                     p.id,
@@ -367,7 +393,8 @@ impl Store for SqlStore {
                     p.last_checked,
                     p.ip_address,
                     p.check_error,
-                    p.created_at
+                    p.created_at,
+                    scope::current()
                 ],
             )
             .await?;
@@ -381,9 +408,10 @@ impl Store for SqlStore {
             .query(
                 sql!(
                     "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND deleted_at IS NULL \
-                     AND (id = $2 OR name = $2) ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 2"
+                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3) AND (id = $2 OR name = $2) \
+                     ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 2"
                 ),
-                params![org_id, id_or_name],
+                params![org_id, id_or_name, scope::current()],
                 proxy_from_row,
             )
             .await?;
@@ -415,9 +443,9 @@ impl Store for SqlStore {
             .query(
                 sql!(
                     "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND deleted_at IS NULL \
-                     ORDER BY created_at, id"
+                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
                 ),
-                params![org_id],
+                params![org_id, scope::current()],
                 proxy_from_row,
             )
             .await
@@ -453,14 +481,18 @@ impl Store for SqlStore {
     async fn insert_pool(&self, p: &PoolRecord) -> StoreResult<()> {
         self.database
             .execute(
-                sql!("INSERT INTO browser_pools ({POOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"),
+                sql!(
+                    "INSERT INTO browser_pools ({POOL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
+                     COALESCE($7, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
+                ),
                 params![
                     p.id,
                     p.org_id,
                     p.name,
                     p.size,
                     p.config.to_string(),
-                    p.created_at
+                    p.created_at,
+                    p.project_id.clone().or_else(scope::current)
                 ],
             )
             .await?;
@@ -472,9 +504,9 @@ impl Store for SqlStore {
             .query_opt(
                 sql!(
                     "SELECT {POOL_COLUMNS} FROM browser_pools WHERE org_id = $1 \
-                     AND deleted_at IS NULL AND {ID_FIRST}"
+                     AND deleted_at IS NULL AND (CAST($3 AS TEXT) IS NULL OR project_id = $3) AND {ID_FIRST}"
                 ),
-                params![org_id, id_or_name],
+                params![org_id, id_or_name, scope::current()],
                 pool_from_row,
             )
             .await
@@ -485,9 +517,10 @@ impl Store for SqlStore {
             .query(
                 sql!(
                     "SELECT {POOL_COLUMNS} FROM browser_pools WHERE deleted_at IS NULL \
-                     AND (CAST($1 AS TEXT) IS NULL OR org_id = $1) ORDER BY created_at, id"
+                     AND (CAST($1 AS TEXT) IS NULL OR org_id = $1) AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) \
+                     ORDER BY created_at, id"
                 ),
-                params![org_id],
+                params![org_id, scope::current()],
                 pool_from_row,
             )
             .await
@@ -569,6 +602,8 @@ impl Store for SqlStore {
                      timeout_seconds = $6, viewport_width = $7, viewport_height = $8, \
                      viewport_refresh_rate = $9, created_at = $10, last_active_at = $10, \
                      proxy_id = $11, vm_settings = $12, name = $13, pool_id = NULL, \
+                     project_id = COALESCE($14, (SELECT id FROM projects WHERE org_id = $4 \
+                     AND is_default)), \
                      pool_lease = NULL, pool_lease_id = NULL WHERE id = (\
                      SELECT id FROM browser_sessions WHERE pool_id = $1 AND pool_lease = 'idle' \
                      AND status = 'running' AND (owner = $2 OR $3) \
@@ -588,7 +623,8 @@ impl Store for SqlStore {
                     s.created_at,
                     s.proxy_id,
                     serde_json::to_string(&s.vm_settings).ok(),
-                    s.name
+                    s.name,
+                    s.project_id.clone().or_else(scope::current)
                 ],
                 session_from_row,
             )
@@ -618,7 +654,8 @@ impl Store for SqlStore {
         self.database
             .execute(
                 sql!(
-                    "INSERT INTO profiles ({PROFILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                    "INSERT INTO profiles ({PROFILE_COLUMNS}, project_id) VALUES ($1, $2, $3, $4, $5, \
+                     $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
                 ),
                 params![
                     p.id,
@@ -627,7 +664,8 @@ impl Store for SqlStore {
                     p.created_at,
                     p.updated_at,
                     p.last_used_at,
-                    p.size_bytes
+                    p.size_bytes,
+                    scope::current()
                 ],
             )
             .await?;
@@ -637,8 +675,11 @@ impl Store for SqlStore {
     async fn profile(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProfileRecord>> {
         self.database
             .query_opt(
-                sql!("SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 AND {ID_FIRST}"),
-                params![org_id, id_or_name],
+                sql!(
+                    "SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 \
+                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3) AND {ID_FIRST}"
+                ),
+                params![org_id, id_or_name, scope::current()],
                 profile_from_row,
             )
             .await
@@ -658,8 +699,11 @@ impl Store for SqlStore {
     async fn list_profiles(&self, org_id: &str) -> StoreResult<Vec<ProfileRecord>> {
         self.database
             .query(
-                sql!("SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 ORDER BY created_at, id"),
-                params![org_id],
+                sql!(
+                    "SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 \
+                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
+                ),
+                params![org_id, scope::current()],
                 profile_from_row,
             )
             .await
@@ -669,8 +713,8 @@ impl Store for SqlStore {
         let deleted = self
             .database
             .execute(
-                sql!("DELETE FROM profiles WHERE org_id = $1 AND id = $2"),
-                params![org_id, id],
+                sql!("DELETE FROM profiles WHERE org_id = $1 AND id = $2 AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"),
+                params![org_id, id, scope::current()],
             )
             .await?;
         Ok(deleted == 1)
@@ -706,8 +750,8 @@ impl Store for SqlStore {
         self.database
             .execute(
                 sql!(
-                    "INSERT INTO auth_connections ({AUTH_CONNECTION_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                    "INSERT INTO auth_connections ({AUTH_CONNECTION_COLUMNS}, project_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
                 ),
                 params![
                     c.id,
@@ -716,7 +760,8 @@ impl Store for SqlStore {
                     c.profile_name,
                     c.created_at,
                     c.document,
-                    c.credentials
+                    c.credentials,
+                    scope::current()
                 ],
             )
             .await?;
@@ -732,9 +777,9 @@ impl Store for SqlStore {
             .query_opt(
                 sql!(
                     "SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections \
-                     WHERE org_id = $1 AND id = $2"
+                     WHERE org_id = $1 AND id = $2 AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
                 ),
-                params![org_id, id],
+                params![org_id, id, scope::current()],
                 auth_connection_from_row,
             )
             .await
@@ -748,9 +793,10 @@ impl Store for SqlStore {
             .query(
                 sql!(
                     "SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections \
-                     WHERE CAST($1 AS TEXT) IS NULL OR org_id = $1 ORDER BY created_at, id"
+                     WHERE (CAST($1 AS TEXT) IS NULL OR org_id = $1) AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) \
+                     ORDER BY created_at, id"
                 ),
-                params![org_id],
+                params![org_id, scope::current()],
                 auth_connection_from_row,
             )
             .await
@@ -771,8 +817,8 @@ impl Store for SqlStore {
         let deleted = self
             .database
             .execute(
-                sql!("DELETE FROM auth_connections WHERE org_id = $1 AND id = $2"),
-                params![org_id, id],
+                sql!("DELETE FROM auth_connections WHERE org_id = $1 AND id = $2 AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"),
+                params![org_id, id, scope::current()],
             )
             .await?;
         Ok(deleted == 1)
@@ -782,7 +828,8 @@ impl Store for SqlStore {
         self.database
             .execute(
                 sql!(
-                    "INSERT INTO secrets ({SECRET_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                    "INSERT INTO secrets ({SECRET_COLUMNS}, project_id) VALUES ($1, $2, $3, $4, $5, \
+                     $6, $7, $8, COALESCE($9, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
                 ),
                 params![
                     s.id,
@@ -792,7 +839,8 @@ impl Store for SqlStore {
                     s.created_at,
                     s.updated_at,
                     s.document,
-                    s.sealed
+                    s.sealed,
+                    scope::current()
                 ],
             )
             .await?;
@@ -809,9 +857,9 @@ impl Store for SqlStore {
             .query_opt(
                 sql!(
                     "SELECT {SECRET_COLUMNS} FROM secrets WHERE org_id = $1 AND kind = $3 \
-                     AND {ID_FIRST}"
+                     AND (CAST($4 AS TEXT) IS NULL OR project_id = $4) AND {ID_FIRST}"
                 ),
-                params![org_id, id_or_name, kind.as_str()],
+                params![org_id, id_or_name, kind.as_str(), scope::current()],
                 secret_from_row,
             )
             .await
@@ -822,9 +870,9 @@ impl Store for SqlStore {
             .query(
                 sql!(
                     "SELECT {SECRET_COLUMNS} FROM secrets WHERE org_id = $1 AND kind = $2 \
-                     ORDER BY created_at, id"
+                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3) ORDER BY created_at, id"
                 ),
-                params![org_id, kind.as_str()],
+                params![org_id, kind.as_str(), scope::current()],
                 secret_from_row,
             )
             .await
@@ -857,8 +905,11 @@ impl Store for SqlStore {
         let deleted = self
             .database
             .execute(
-                sql!("DELETE FROM secrets WHERE org_id = $1 AND kind = $2 AND id = $3"),
-                params![org_id, kind.as_str(), id],
+                sql!(
+                    "DELETE FROM secrets WHERE org_id = $1 AND kind = $2 AND id = $3 \
+                     AND (CAST($4 AS TEXT) IS NULL OR project_id = $4)"
+                ),
+                params![org_id, kind.as_str(), id, scope::current()],
             )
             .await?;
         Ok(deleted == 1)

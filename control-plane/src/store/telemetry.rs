@@ -11,9 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::StoreResult;
 use super::database::{Row, Statement, Value, params, sql};
 use super::sql::SqlStore;
+use super::{StoreResult, scope};
 
 /// How long an append waits for another replica appending to the same session.
 const APPEND_WAIT: Duration = Duration::from_secs(10);
@@ -321,8 +321,9 @@ impl TelemetryStore for SqlStore {
         self.database()
             .execute(
                 sql!(
-                    "INSERT INTO telemetry_destinations ({DESTINATION_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+                    "INSERT INTO telemetry_destinations ({DESTINATION_COLUMNS}, project_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+                     COALESCE($14, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
                 ),
                 params![
                     d.id,
@@ -337,7 +338,8 @@ impl TelemetryStore for SqlStore {
                     d.consecutive_failures,
                     d.last_error,
                     d.last_error_at,
-                    d.last_export_at
+                    d.last_export_at,
+                    scope::current()
                 ],
             )
             .await?;
@@ -349,9 +351,9 @@ impl TelemetryStore for SqlStore {
             .query_opt(
                 sql!(
                     "SELECT {DESTINATION_COLUMNS} FROM telemetry_destinations \
-                     WHERE org_id = $1 AND (id = $2 OR name = $2)"
+                     WHERE org_id = $1 AND (id = $2 OR name = $2) AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
                 ),
-                params![org_id, key],
+                params![org_id, key, scope::current()],
                 destination_from_row,
             )
             .await
@@ -362,9 +364,9 @@ impl TelemetryStore for SqlStore {
             .query(
                 sql!(
                     "SELECT {DESTINATION_COLUMNS} FROM telemetry_destinations \
-                     WHERE org_id = $1 ORDER BY created_at, id"
+                     WHERE org_id = $1 AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
                 ),
-                params![org_id],
+                params![org_id, scope::current()],
                 destination_from_row,
             )
             .await
@@ -398,8 +400,11 @@ impl TelemetryStore for SqlStore {
         let changed = self
             .database()
             .execute(
-                sql!("DELETE FROM telemetry_destinations WHERE org_id = $1 AND id = $2"),
-                params![org_id, id],
+                sql!(
+                    "DELETE FROM telemetry_destinations WHERE org_id = $1 AND id = $2 \
+                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
+                ),
+                params![org_id, id, scope::current()],
             )
             .await?;
         Ok(changed > 0)

@@ -18,6 +18,7 @@ pub async fn apps_contract(store: &dyn Store, a: &str, b: &str) {
         updated_at: micros(Utc::now() - Duration::seconds(age)),
         document: format!("{{\"of\":\"{id}\"}}"),
         sealed: Some(vec![9, 8, 7]),
+        project_id: Some(format!("proj_of_{org}")),
     };
     store
         .insert_deployment(&deployment("dep_1", a, 20))
@@ -72,6 +73,7 @@ pub async fn apps_contract(store: &dyn Store, a: &str, b: &str) {
         deployment_id: deployment.into(),
         actions: "[\"hello\"]".into(),
         created_at: micros(Utc::now()),
+        project_id: Some(format!("proj_of_{org}")),
     };
     store
         .insert_app_version(&app("app_1", a, "shop", "1", "dep_1"))
@@ -120,6 +122,7 @@ pub async fn apps_contract(store: &dyn Store, a: &str, b: &str) {
         started_at: micros(Utc::now() - Duration::seconds(age)),
         finished_at: None,
         document: "{}".into(),
+        project_id: Some(format!("proj_of_{org}")),
     };
     store
         .insert_invocation(&invocation("inv_1", a, 30))
