@@ -261,6 +261,29 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_MAX_RUNNING_INVOCATIONS", default_value_t = 8,
         value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub max_running_invocations: u64,
+    /// Let people sign in with this OpenID Connect provider (its issuer URL; its
+    /// discovery document is read on the first sign-in). Sign-in starts at
+    /// `/auth/oidc/login`; register `<public url>/auth/oidc/callback` as redirect URI.
+    #[arg(long, env = "CONTROL_PLANE_OIDC_ISSUER", requires_all = ["oidc_client_id", "oidc_client_secret"])]
+    pub oidc_issuer: Option<String>,
+    /// This server's client id at the provider.
+    #[arg(long, env = "CONTROL_PLANE_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+    /// This server's client secret at the provider (never logged).
+    #[arg(long, env = "CONTROL_PLANE_OIDC_CLIENT_SECRET", hide_env_values = true)]
+    pub oidc_client_secret: Option<String>,
+    /// The ID token claim whose value names the person's organization (created if new).
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_OIDC_ORGANIZATION_CLAIM",
+        default_value = "org"
+    )]
+    pub oidc_organization_claim: String,
+    /// The ID token claim whose value is the person's role: `admin`, `member` or
+    /// `viewer` (a string, or a list whose first known role counts). Without one, no
+    /// sign-in.
+    #[arg(long, env = "CONTROL_PLANE_OIDC_ROLE_CLAIM", default_value = "role")]
+    pub oidc_role_claim: String,
     /// Days the audit log keeps each record (`GET /audit-logs`).
     #[arg(long, env = "CONTROL_PLANE_AUDIT_LOG_RETENTION_DAYS", default_value_t = 90,
         value_parser = clap::value_parser!(u64).range(1..=3650))]

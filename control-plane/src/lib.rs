@@ -17,6 +17,7 @@ pub mod ids;
 pub mod in_progress;
 pub mod managed_auth;
 pub mod metrics;
+pub mod people;
 pub mod pools;
 pub mod profiles;
 pub mod proxies;

@@ -278,6 +278,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 },
             },
             offer,
+            oidc: oidc_provider(&config)?,
         },
     );
     // Tests and scripts read this line to learn the chosen port.
@@ -472,4 +473,25 @@ async fn shutdown_signal() {
         _ = term.recv() => {},
         _ = int.recv() => {},
     }
+}
+
+/// The OpenID Connect provider of `--oidc-issuer`, if one is configured.
+fn oidc_provider(
+    config: &ServeConfig,
+) -> anyhow::Result<Option<Arc<crate::people::oidc::OidcProvider>>> {
+    let (Some(issuer), Some(client_id), Some(client_secret)) = (
+        &config.oidc_issuer,
+        &config.oidc_client_id,
+        &config.oidc_client_secret,
+    ) else {
+        return Ok(None);
+    };
+    let provider = crate::people::oidc::OidcProvider::new(crate::people::oidc::OidcSettings {
+        issuer: issuer.clone(),
+        client_id: client_id.clone(),
+        client_secret: client_secret.clone(),
+        organization_claim: config.oidc_organization_claim.clone(),
+        role_claim: config.oidc_role_claim.clone(),
+    })?;
+    Ok(Some(Arc::new(provider)))
 }

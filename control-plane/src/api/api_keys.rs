@@ -152,6 +152,13 @@ fn created_view(record: &ApiKeyRecord, key: &str, names: &HashMap<String, String
 
 /// Who the caller is, as a new key records its maker.
 fn maker(org: &Org) -> CreatedBy {
+    if let Some(person) = org.caller.person() {
+        return CreatedBy {
+            id: person.sub.clone(),
+            email: person.email.clone(),
+            name: person.name.clone(),
+        };
+    }
     match org.caller.key() {
         Some(key) => CreatedBy {
             id: key.id.clone(),
@@ -177,17 +184,15 @@ fn within_callers_rights(
     policy: Option<&Policy>,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<(), ApiError> {
-    let Some(caller) = org.caller.key() else {
-        return Ok(());
-    };
-    if let Some(own) = caller.project_id.as_deref()
+    if let Some(own) = org.caller.key().and_then(|key| key.project_id.as_deref())
         && project_id != Some(own)
     {
         return Err(ApiError::Forbidden(format!(
             "this API key is bound to project {own}: it can only manage keys of that project"
         )));
     }
-    if let Some(own) = &caller.policy {
+    // A key's policy, or a signed-in person's role.
+    if let Some(own) = org.caller.policy() {
         let covered = policy.is_some_and(|policy| own.covers(policy));
         if !covered {
             return Err(ApiError::Forbidden(
@@ -196,7 +201,7 @@ fn within_callers_rights(
             ));
         }
     }
-    if let Some(own) = caller.expires_at
+    if let Some(own) = org.caller.key().and_then(|key| key.expires_at)
         && expires_at.is_none_or(|expires_at| expires_at > own)
     {
         return Err(ApiError::Forbidden(format!(

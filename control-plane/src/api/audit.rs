@@ -23,6 +23,9 @@ pub struct Actor {
     /// `api_key`, `invocation_key` or `session_token`.
     pub auth_strategy: &'static str,
     pub api_key_id: String,
+    /// A person's subject and email, when a person signed in calls.
+    pub user_id: String,
+    pub email: String,
     pub action: String,
     pub resource: String,
 }
@@ -114,6 +117,8 @@ pub async fn record_calls(
             domain,
             auth_strategy: actor.auth_strategy.to_owned(),
             api_key_id: actor.api_key_id,
+            user_id: actor.user_id,
+            email: actor.email,
             action: actor.action,
             resource: actor.resource,
             outcome: outcome(status).to_owned(),

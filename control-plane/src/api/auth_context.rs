@@ -21,16 +21,27 @@ pub async fn context(org: Org) -> Result<Json<Value>, ApiError> {
         } => "api_key",
         _ => "jwt",
     };
-    let principal_id = match (key, &org.invocation_id) {
-        (Some(key), _) => key.id.clone(),
-        (None, Some(invocation)) => invocation.clone(),
-        (None, None) => "session".to_owned(),
+    let (principal_id, principal_type, source) = match (org.caller.person(), key) {
+        (Some(person), _) => (person.sub.clone(), "user", "oauth"),
+        (None, Some(key)) => (key.id.clone(), "api_key", "api_key"),
+        (None, None) => (
+            org.invocation_id
+                .clone()
+                .unwrap_or_else(|| "session".to_owned()),
+            "api_key",
+            "api_key",
+        ),
     };
+    // What this server adds: a signed-in person's role and email.
+    let person = org
+        .caller
+        .person()
+        .map(|person| json!({ "role": person.role, "email": person.email, "name": person.name }));
     Ok(Json(json!({
         "authentication": {
             "credential_id": key.map(|key| key.id.clone()),
             "method": method,
-            "source": "api_key",
+            "source": source,
         },
         "authorization": {
             "credential_scope": { "project_id": project_id },
@@ -39,6 +50,7 @@ pub async fn context(org: Org) -> Result<Json<Value>, ApiError> {
             },
         },
         "organization": { "id": org.id },
-        "principal": { "id": principal_id, "type": "api_key" },
+        "principal": { "id": principal_id, "type": principal_type },
+        "person": person,
     })))
 }

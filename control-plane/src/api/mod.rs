@@ -46,6 +46,7 @@ pub mod projects;
 pub mod proxies;
 pub mod replays;
 pub mod session_token;
+pub mod sign_in;
 pub mod state;
 pub mod telemetry;
 pub mod telemetry_calls;
@@ -268,6 +269,12 @@ pub fn router(state: AppState) -> Router {
     let (routes, _) = api_routes().split_for_parts();
     routes
         .route(metrics::PATH, axum::routing::get(metrics::with_token))
+        .route(sign_in::LOGIN_PATH, axum::routing::get(sign_in::login))
+        .route(
+            sign_in::CALLBACK_PATH,
+            axum::routing::get(sign_in::callback),
+        )
+        .route(sign_in::LOGOUT_PATH, axum::routing::post(sign_in::logout))
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
@@ -438,6 +445,7 @@ mod tests {
                     capacity: crate::metrics::Capacity { browsers: 4 },
                 },
                 offer: Default::default(),
+                oidc: None,
             },
         ))
     }

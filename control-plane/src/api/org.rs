@@ -12,7 +12,6 @@ use std::ops::Deref;
 use axum::extract::{FromRequestParts, MatchedPath};
 use axum::http::Method;
 use axum::http::request::Parts;
-use chrono::{DateTime, Utc};
 
 use super::audit::{Actor, AuditSlot};
 use super::error::{ApiError, OrNotFound};
@@ -22,6 +21,7 @@ use crate::access::actions;
 use crate::access::keys::Refused;
 use crate::access::policy::{Policy, Required};
 use crate::agent::AgentClient;
+use crate::people::{self, SessionClaims};
 use crate::store::{ApiKeyRecord, ProjectRecord, SessionRecord, scope};
 
 /// The headers today's SDK sends to scope a call to a project, by id or by name.
@@ -59,6 +59,12 @@ pub enum Caller {
     },
     /// A browser's own token, on that browser's routes only (`session_token`).
     SessionToken,
+    /// A person signed in with OpenID Connect (`crate::people`), with their role's
+    /// policy (`None`: an admin, who may do anything in the organization).
+    Person {
+        person: Box<SessionClaims>,
+        policy: Option<Policy>,
+    },
 }
 
 impl Caller {
@@ -66,17 +72,37 @@ impl Caller {
     pub fn key(&self) -> Option<&ApiKeyRecord> {
         match self {
             Self::Key { key, .. } => key.as_ref(),
-            Self::SessionToken => None,
+            Self::SessionToken | Self::Person { .. } => None,
+        }
+    }
+
+    /// The person calling, if a person signed in calls.
+    pub fn person(&self) -> Option<&SessionClaims> {
+        match self {
+            Self::Person { person, .. } => Some(person),
+            _ => None,
         }
     }
 
     pub fn policy(&self) -> Option<&Policy> {
-        self.key().and_then(|key| key.policy.as_ref())
+        match self {
+            Self::Person { policy, .. } => policy.as_ref(),
+            _ => self.key().and_then(|key| key.policy.as_ref()),
+        }
     }
 
-    /// When the caller's rights end, if they do.
-    pub fn expires_at(&self) -> Option<DateTime<Utc>> {
-        self.key().and_then(|key| key.expires_at)
+    /// How the caller authenticated, as the audit log records it.
+    fn strategy(&self) -> &'static str {
+        match self {
+            Self::Key {
+                invocation: false, ..
+            } => "api_key",
+            Self::Key {
+                invocation: true, ..
+            } => "invocation_key",
+            Self::SessionToken => "session_token",
+            Self::Person { .. } => "oidc",
+        }
     }
 }
 
@@ -104,16 +130,17 @@ impl FromRequestParts<AppState> for Org {
         }
         let required = required(parts, org.policy_project());
         if let Some(audit) = &audit {
-            let strategy = match &org.caller {
-                Caller::Key {
-                    invocation: false, ..
-                } => "api_key",
-                Caller::Key {
-                    invocation: true, ..
-                } => "invocation_key",
-                Caller::SessionToken => "session_token",
-            };
-            audit.fill(actor(&org.id, strategy, org.caller.key(), required.clone()));
+            let mut actor = actor(
+                &org.id,
+                org.caller.strategy(),
+                org.caller.key(),
+                required.clone(),
+            );
+            if let Some(person) = org.caller.person() {
+                actor.user_id = person.sub.clone();
+                actor.email = person.email.clone();
+            }
+            audit.fill(actor);
         }
         org.authorize(required.as_ref())?;
         org.refuse_changes_to_archived(parts)?;
@@ -135,6 +162,58 @@ fn required(parts: &Parts, project_id: &str) -> Option<Required> {
     actions::required(&parts.method, &template, parts.uri.path(), project_id)
 }
 
+/// The person whose session cookie the request carries, if any. A request that changes
+/// anything with it must come from this server's own pages (same origin): a cookie is
+/// sent by the browser whoever made the page that asks (cross-site request forgery).
+fn signed_in_person(parts: &Parts, state: &AppState) -> Result<Option<SessionClaims>, ApiError> {
+    let Some(token) = parts
+        .headers
+        .get(axum::http::header::COOKIE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|cookies| people::cookie(cookies, people::SESSION_COOKIE))
+        .filter(|token| !token.is_empty())
+    else {
+        return Ok(None);
+    };
+    let person = state
+        .tokens
+        .verify_claims::<SessionClaims>(token, people::SESSION_AUDIENCE)
+        .ok_or_else(|| {
+            ApiError::Unauthorized(format!(
+                "your session expired: sign in again at {}",
+                super::sign_in::LOGIN_PATH
+            ))
+        })?;
+    let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    if !safe && !same_origin(parts) {
+        return Err(ApiError::Forbidden(
+            "a signed-in person's changes must come from this server's own pages (same origin)"
+                .into(),
+        ));
+    }
+    Ok(Some(person))
+}
+
+/// Whether the browser says the request comes from a page of this origin: by
+/// `Sec-Fetch-Site`, else by `Origin` against `Host`.
+fn same_origin(parts: &Parts) -> bool {
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+    };
+    if let Some(site) = header("sec-fetch-site") {
+        return site == "same-origin";
+    }
+    match (header("origin"), header("host")) {
+        (Some(origin), Some(host)) => origin
+            .split_once("://")
+            .is_some_and(|(_, origin_host)| origin_host == host),
+        _ => false,
+    }
+}
+
 fn actor(
     org_id: &str,
     auth_strategy: &'static str,
@@ -148,6 +227,8 @@ fn actor(
         org_id: org_id.to_owned(),
         auth_strategy,
         api_key_id: key.map(|key| key.id.clone()).unwrap_or_default(),
+        user_id: String::new(),
+        email: String::new(),
         action,
         resource,
     }
@@ -169,6 +250,16 @@ impl Org {
         };
         if let Some(caller) = parts.extensions.get::<SessionCaller>() {
             return Ok(org(caller.org.clone(), None, Caller::SessionToken));
+        }
+        if !parts
+            .headers
+            .contains_key(axum::http::header::AUTHORIZATION)
+            && let Some(person) = signed_in_person(parts, state).map_err(unknown)?
+        {
+            let policy = people::role_policy(person.role);
+            let org_id = person.org.clone();
+            let person = Box::new(person);
+            return Ok(org(org_id, None, Caller::Person { person, policy }));
         }
         let header = parts
             .headers

@@ -25,6 +25,8 @@ pub struct HttpSettings {
     pub metrics: MetricsSettings,
     /// What the server offers each organization (`/org/limits`, `/org/entitlements`).
     pub offer: super::organization::Offer,
+    /// The OpenID Connect provider people sign in with (`--oidc-issuer`), if any.
+    pub oidc: Option<Arc<crate::people::oidc::OidcProvider>>,
 }
 
 /// Who may read `GET /metrics` on the API's address, and what capacity it reports.

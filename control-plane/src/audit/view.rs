@@ -24,9 +24,8 @@ pub fn entry(record: &AuditRecord) -> Value {
         "user_agent": record.user_agent,
         "domain": record.domain,
         "auth_strategy": record.auth_strategy,
-        // No people sign in yet: callers are keys.
-        "user_id": "",
-        "email": "",
+        "user_id": record.user_id,
+        "email": record.email,
         "api_key_id": record.api_key_id,
         "action": record.action,
         "resource": record.resource,

@@ -27,6 +27,10 @@ pub struct AuditRecord {
     pub auth_strategy: String,
     /// The key whose rights the call had, if any.
     pub api_key_id: String,
+    /// The person who signed in (their provider's subject) and their email, if a person
+    /// called.
+    pub user_id: String,
+    pub email: String,
     /// The action the route needs (`browsers:use`) and on what.
     pub action: String,
     pub resource: String,
@@ -57,7 +61,7 @@ pub struct AuditQuery {
 
 const AUDIT_COLUMNS: &str = "id, org_id, ts_us, method, path, route, status, duration_ms, \
      client_ip, user_agent, domain, auth_strategy, api_key_id, action, resource, outcome, \
-     request_id";
+     request_id, user_id, email";
 
 fn audit_from_row(row: &Row<'_>) -> StoreResult<AuditRecord> {
     Ok(AuditRecord {
@@ -78,6 +82,8 @@ fn audit_from_row(row: &Row<'_>) -> StoreResult<AuditRecord> {
         resource: row.get(14)?,
         outcome: row.get(15)?,
         request_id: row.get(16)?,
+        user_id: row.get(17)?,
+        email: row.get(18)?,
     })
 }
 
@@ -121,7 +127,7 @@ impl AuditStore for SqlStore {
             .execute(
                 sql!(
                     "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
-                     $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+                     $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
                 ),
                 params![
                     r.id,
@@ -141,6 +147,8 @@ impl AuditStore for SqlStore {
                     r.resource,
                     r.outcome,
                     r.request_id,
+                    r.user_id,
+                    r.email,
                 ],
             )
             .await?;

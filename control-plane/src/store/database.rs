@@ -18,7 +18,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 18] = [
+const MIGRATIONS: [(&str, &str); 19] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -87,6 +87,10 @@ const MIGRATIONS: [(&str, &str); 18] = [
     (
         "V18__projects",
         include_str!("../../migrations/V18__projects.sql"),
+    ),
+    (
+        "V19__people",
+        include_str!("../../migrations/V19__people.sql"),
     ),
 ];
 

@@ -1,0 +1,188 @@
+//! People who sign in with the operator's OpenID Connect provider (`oidc`), as opposed
+//! to programs with API keys. A person belongs to the organization a claim of their ID
+//! token names and has the role another claim names; the role is a policy like a key's
+//! (`role_policy`). After sign-in a person holds a session: a signed token in an
+//! HttpOnly cookie (`SESSION_COOKIE`), checked by the `Org` extractor like a key.
+
+pub mod oidc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::access::policy::{Policy, Statement};
+
+/// The cookie that carries a person's session.
+pub const SESSION_COOKIE: &str = "kernel_session";
+/// The cookie that carries one sign-in's state between the redirect and the callback.
+pub const SIGN_IN_COOKIE: &str = "kernel_sign_in";
+/// Audiences of the two tokens (`crate::tokens`).
+pub const SESSION_AUDIENCE: &str = "person-session";
+pub const SIGN_IN_AUDIENCE: &str = "oidc-sign-in";
+/// How long a session lasts; the person signs in again after.
+pub const SESSION_HOURS: i64 = 8;
+/// How long the provider may take between the redirect and the callback.
+pub const SIGN_IN_MINUTES: i64 = 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything in the organization.
+    Admin,
+    /// Everything but the audit log, projects and the organization's limits; keys only
+    /// within their own rights.
+    Member,
+    /// Reads everything but the audit log.
+    Viewer,
+}
+
+impl Role {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "admin" => Some(Self::Admin),
+            "member" => Some(Self::Member),
+            "viewer" => Some(Self::Viewer),
+            _ => None,
+        }
+    }
+}
+
+/// The kinds a member may change and a viewer may read.
+const WORK_KINDS: [&str; 13] = [
+    "browsers",
+    "browser_pools",
+    "extensions",
+    "profiles",
+    "proxies",
+    "credentials",
+    "credential_providers",
+    "auth_connections",
+    "deployments",
+    "apps",
+    "invocations",
+    "telemetry_destinations",
+    "api_keys",
+];
+
+/// What a role may do, as a key's policy; `None`: anything in the organization.
+pub fn role_policy(role: Role) -> Option<Policy> {
+    let statement = |kind: &str, verb: &str| Statement {
+        action: format!("{kind}:{verb}"),
+        resource: "projects/*".into(),
+    };
+    let statements = match role {
+        Role::Admin => return None,
+        Role::Member => WORK_KINDS
+            .iter()
+            .map(|kind| statement(kind, "write"))
+            .chain(["projects", "organization"].map(|kind| statement(kind, "read")))
+            .collect(),
+        Role::Viewer => WORK_KINDS
+            .iter()
+            .chain(["projects", "organization"].iter())
+            .map(|kind| statement(kind, "read"))
+            .collect(),
+    };
+    Some(Policy { statements })
+}
+
+/// A person's session: who, in which organization, with which role.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SessionClaims {
+    /// The provider's subject.
+    pub sub: String,
+    /// The provider's issuer.
+    pub idp: String,
+    pub org: String,
+    pub role: Role,
+    #[serde(default)]
+    pub email: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub aud: String,
+    pub iat: i64,
+    pub exp: i64,
+}
+
+/// One sign-in between the redirect to the provider and its callback.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SignInClaims {
+    pub state: String,
+    pub nonce: String,
+    /// The PKCE verifier (the cookie is HttpOnly and goes to this server only).
+    pub verifier: String,
+    /// Where the person goes once signed in: a path of this server.
+    pub return_to: String,
+    pub aud: String,
+    pub exp: i64,
+}
+
+/// A path of this server to return to, never another site (`//evil`, `https://…`).
+pub fn safe_return_path(requested: Option<&str>) -> String {
+    match requested {
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.contains(['\\', '\r', '\n']) =>
+        {
+            path.to_owned()
+        }
+        _ => "/auth/context".to_owned(),
+    }
+}
+
+/// The value of cookie `name` in a `Cookie` header.
+pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header.split(';').find_map(|pair| {
+        let (key, value) = pair.trim().split_once('=')?;
+        (key == name).then_some(value)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::policy::Required;
+
+    fn allows(role: Role, kind: &'static str, verb: &'static str) -> bool {
+        role_policy(role).is_none_or(|policy| {
+            policy.allows(&Required {
+                kind,
+                verb,
+                resource: format!("projects/proj_1/{kind}/x"),
+            })
+        })
+    }
+
+    #[test]
+    fn roles_allow_what_they_say() {
+        assert!(allows(Role::Admin, "audit_logs", "read"));
+        assert!(allows(Role::Member, "browsers", "write"));
+        assert!(allows(Role::Member, "projects", "read"));
+        assert!(!allows(Role::Member, "projects", "write"));
+        assert!(!allows(Role::Member, "audit_logs", "read"));
+        assert!(allows(Role::Viewer, "browsers", "read"));
+        assert!(!allows(Role::Viewer, "browsers", "use"));
+        assert!(!allows(Role::Viewer, "browsers", "write"));
+        for role in [Role::Member, Role::Viewer] {
+            let problems = role_policy(role).map(|p| p.problems()).unwrap_or_default();
+            assert!(problems.is_empty(), "{problems:?}");
+        }
+    }
+
+    #[test]
+    fn only_paths_of_this_server_are_returned_to() {
+        assert_eq!(safe_return_path(Some("/browsers")), "/browsers");
+        for bad in ["//evil.test", "https://evil.test", "/\\evil", "evil"] {
+            assert_eq!(safe_return_path(Some(bad)), "/auth/context");
+        }
+        assert_eq!(safe_return_path(None), "/auth/context");
+    }
+
+    #[test]
+    fn cookies_are_found_by_name() {
+        assert_eq!(
+            cookie("a=1; kernel_session=xyz", SESSION_COOKIE),
+            Some("xyz")
+        );
+        assert_eq!(cookie("kernel_sessionx=1", SESSION_COOKIE), None);
+    }
+}
