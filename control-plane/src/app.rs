@@ -10,6 +10,8 @@ use crate::access::keys::ApiKeys;
 use crate::agent::AgentClients;
 use crate::apps::Apps;
 use crate::audit::AuditLog;
+use crate::audit::export::AuditExport;
+use crate::audit::s3::S3Writer;
 use crate::blobs::BlobStore;
 use crate::credentials::CredentialService;
 use crate::credentials::onepassword::OnePassword;
@@ -53,6 +55,10 @@ pub struct ServiceSettings {
     pub replica_address: String,
     /// How long audit records are kept.
     pub audit_retention: Duration,
+    /// Where audit logs are delivered from (STS, S3, this server's AWS identity).
+    pub aws: crate::audit::s3::AwsSettings,
+    /// How old an audit record must be before it is delivered.
+    pub audit_export_delay: Duration,
 }
 
 #[derive(Clone)]
@@ -62,6 +68,8 @@ pub struct Services {
     pub api_keys: Arc<ApiKeys>,
     /// Who did what (`crate::audit`).
     pub audit: Arc<AuditLog>,
+    /// Delivers audit logs to their export destinations (`crate::audit::export`).
+    pub audit_export: Arc<AuditExport>,
     pub blobs: Arc<dyn BlobStore>,
     pub runtime: Arc<dyn Runtime>,
     pub agents: Arc<AgentClients>,
@@ -156,7 +164,13 @@ impl Services {
             credentials.clone(),
             replays.clone(),
         ));
+        let audit_export = Arc::new(AuditExport::new(
+            store.clone(),
+            S3Writer::new(settings.aws),
+            settings.audit_export_delay,
+        ));
         Self {
+            audit_export,
             api_keys: Arc::new(ApiKeys::new(store.clone())),
             audit: Arc::new(AuditLog::new(store.clone(), settings.audit_retention)),
             store,
@@ -188,6 +202,7 @@ impl Services {
         self.pools.listen_for_resets();
         self.telemetry.start();
         self.audit.start();
+        self.audit_export.start(&self.replica);
         self.sessions
             .start_background(heartbeat)
             .await

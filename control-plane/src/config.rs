@@ -261,6 +261,28 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_MAX_RUNNING_INVOCATIONS", default_value_t = 8,
         value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub max_running_invocations: u64,
+    /// STS's URL for audit-log export (default: the destination region's,
+    /// `https://sts.<region>.amazonaws.com`). This server's AWS identity comes from
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`.
+    #[arg(long, env = "CONTROL_PLANE_AUDIT_EXPORT_STS_ENDPOINT")]
+    pub audit_export_sts_endpoint: Option<String>,
+    /// An S3-compatible endpoint for audit-log export, addressed path-style (default:
+    /// AWS S3, virtual-hosted).
+    #[arg(long, env = "CONTROL_PLANE_AUDIT_EXPORT_S3_ENDPOINT")]
+    pub audit_export_s3_endpoint: Option<String>,
+    /// The ARN of this server's AWS identity, which customers' roles trust
+    /// (`kernel_role_arn` of export destinations).
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_AUDIT_EXPORT_PRINCIPAL_ARN",
+        default_value = ""
+    )]
+    pub audit_export_principal_arn: String,
+    /// How old (seconds) an audit record must be before it is exported: longer than
+    /// any call takes, so that a slow call's record lands before delivery passes its time.
+    #[arg(long, env = "CONTROL_PLANE_AUDIT_EXPORT_DELAY_SECONDS", default_value_t = 600,
+        value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub audit_export_delay_seconds: u64,
     /// Let people sign in with this OpenID Connect provider (its issuer URL; its
     /// discovery document is read on the first sign-in). Sign-in starts at
     /// `/auth/oidc/login`; register `<public url>/auth/oidc/callback` as redirect URI.

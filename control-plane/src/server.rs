@@ -239,6 +239,12 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             replica_id,
             replica_address: internal_url,
             audit_retention: Duration::from_secs(config.audit_log_retention_days * 86_400),
+            aws: crate::audit::s3::AwsSettings::from_environment(
+                config.audit_export_sts_endpoint.clone(),
+                config.audit_export_s3_endpoint.clone(),
+                config.audit_export_principal_arn.clone(),
+            ),
+            audit_export_delay: Duration::from_secs(config.audit_export_delay_seconds),
         },
     );
     let standby = Standby::configure(

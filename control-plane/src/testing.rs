@@ -306,6 +306,8 @@ pub async fn services_over(
             replica_id: format!("rep_{}", crate::ids::new_secret(8)),
             replica_address: "http://127.0.0.1:9".into(),
             audit_retention: std::time::Duration::from_secs(86_400),
+            aws: Default::default(),
+            audit_export_delay: std::time::Duration::from_secs(1),
         },
     );
     (services, runtime, agent)

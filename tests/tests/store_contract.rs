@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 #[path = "store_contract/apps.rs"]
 mod apps;
+#[path = "store_contract/audit_export.rs"]
+mod audit_export;
 #[path = "store_contract/coordination.rs"]
 mod coordination;
 #[path = "store_contract/projects.rs"]
@@ -645,6 +647,7 @@ async fn contract(store: Arc<dyn Store>) {
     coordination::session_sharing_contract(store.as_ref(), &a.id).await;
     telemetry::telemetry_contract(store.clone(), &a.id, &b.id).await;
     projects::projects_contract(store.as_ref(), &a.id, &b.id).await;
+    audit_export::audit_export_contract(store.as_ref(), &a.id, &b.id).await;
 }
 
 async fn secret_contract(store: &dyn Store, a: &str, b: &str) {

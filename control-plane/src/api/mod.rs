@@ -5,6 +5,7 @@
 pub mod api_keys;
 pub mod app_events;
 pub mod audit;
+pub mod audit_export_destinations;
 pub mod audit_logs;
 pub mod auth_connections;
 pub mod auth_context;
@@ -146,6 +147,16 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(projects::limits, projects::update_limits))
         .routes(routes!(audit_logs::export_chunk))
+        .routes(routes!(
+            audit_export_destinations::create,
+            audit_export_destinations::list
+        ))
+        .routes(routes!(
+            audit_export_destinations::retrieve,
+            audit_export_destinations::update,
+            audit_export_destinations::delete
+        ))
+        .routes(routes!(audit_export_destinations::test))
         .routes(routes!(credentials::create, credentials::list))
         .routes(routes!(
             credentials::retrieve,

@@ -6,6 +6,8 @@
 //! body, a header value (but the user agent) or a query string, where signed tokens
 //! travel. Records are kept `retention` long (`--audit-log-retention-days`).
 
+pub mod export;
+pub mod s3;
 pub mod view;
 
 use std::sync::{Arc, Mutex};

@@ -59,11 +59,11 @@ pub struct AuditQuery {
     pub limit: i64,
 }
 
-const AUDIT_COLUMNS: &str = "id, org_id, ts_us, method, path, route, status, duration_ms, \
+pub(super) const AUDIT_COLUMNS: &str = "id, org_id, ts_us, method, path, route, status, duration_ms, \
      client_ip, user_agent, domain, auth_strategy, api_key_id, action, resource, outcome, \
      request_id, user_id, email";
 
-fn audit_from_row(row: &Row<'_>) -> StoreResult<AuditRecord> {
+pub(super) fn audit_from_row(row: &Row<'_>) -> StoreResult<AuditRecord> {
     Ok(AuditRecord {
         id: row.get(0)?,
         org_id: row.get(1)?,

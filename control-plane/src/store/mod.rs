@@ -6,6 +6,7 @@
 mod access;
 mod apps;
 mod audit;
+mod audit_export;
 mod coordination;
 mod database;
 mod projects;
@@ -24,6 +25,7 @@ use chrono::{DateTime, Utc};
 pub use access::{AccessStore, ApiKeyRecord, CreatedBy};
 pub use apps::{AppVersionRecord, AppsStore, DeploymentRecord, InvocationRecord};
 pub use audit::{AuditQuery, AuditRecord, AuditStore};
+pub use audit_export::{AuditExportStore, ExportDestinationRecord};
 pub use coordination::{CoordinationStore, ExclusiveLock};
 pub use projects::{ProjectRecord, ProjectsStore};
 pub use sql::SqlStore;
@@ -407,6 +409,7 @@ pub trait Store:
     AccessStore
     + AppsStore
     + AuditStore
+    + AuditExportStore
     + CoordinationStore
     + ProjectsStore
     + TelemetryStore
