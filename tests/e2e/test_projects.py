@@ -7,6 +7,8 @@ can be read, not changed; an empty project can be deleted, with the keys bound t
 
 from __future__ import annotations
 
+import datetime
+
 import httpx
 import pytest
 from kernel import (AuthenticationError, BadRequestError, ConflictError, Kernel, NotFoundError,
@@ -209,3 +211,11 @@ def test_the_command_line_makes_project_bound_keys(org, control_plane):
     assert [p.id for p in items(bound.projects.list())] == [project.id]
     with pytest.raises(PermissionDeniedError):
         bound.projects.create(name="not allowed")
+    # What spans every project is for organization-wide keys.
+    now = datetime.datetime.now(datetime.timezone.utc)
+    with pytest.raises(PermissionDeniedError) as refused:
+        bound.audit_logs.list(start=now - datetime.timedelta(hours=1), end=now)
+    assert "organization-wide" in str(refused.value)
+    with pytest.raises(PermissionDeniedError):
+        bound.organization.limits.update(default_project_max_concurrent_sessions=3)
+    assert bound.organization.limits.retrieve().max_concurrent_sessions > 0

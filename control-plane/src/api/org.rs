@@ -143,6 +143,8 @@ impl FromRequestParts<AppState> for Org {
             audit.fill(actor);
         }
         org.authorize(required.as_ref())?;
+        org.refuse_organization_wide_to_bound(required.as_ref())
+            .await?;
         org.refuse_changes_to_archived(parts)?;
         if let Some(slot) = parts.extensions.get::<super::telemetry_calls::CallerOrg>() {
             slot.set(&org.id);
@@ -437,6 +439,33 @@ impl Org {
         self.project
             .as_ref()
             .map_or(EVERY_PROJECT, |project| project.id.as_str())
+    }
+
+    /// What spans every project (the audit log and its delivery, the organization's
+    /// limits) is not for a caller bound to one project: 403.
+    async fn refuse_organization_wide_to_bound(
+        &self,
+        required: Option<&Required>,
+    ) -> Result<(), ApiError> {
+        let Some(required) = required else {
+            return Ok(());
+        };
+        let organization_wide = required.kind == "audit_logs"
+            || (required.kind == "organization" && required.verb == "write");
+        if !organization_wide {
+            return Ok(());
+        }
+        match self.own_project_id().await? {
+            Some(project_id) => Err(ApiError::Forbidden(format!(
+                "this caller is bound to project {project_id}: {} is organization-wide, for organization-wide keys",
+                if required.kind == "audit_logs" {
+                    "the audit log"
+                } else {
+                    "the organization's limits"
+                }
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// An archived project keeps what it has, readable and deletable; nothing in it is
