@@ -85,6 +85,12 @@ def test_a_project_bound_key_sees_and_makes_only_its_project(org, control_plane)
         # A bound key cannot step into another project with a header.
         with pytest.raises(PermissionDeniedError):
             client_of(control_plane, made.key, project_id=beta.id).browsers.list()
+        # That refusal is in the audit log, as denied, by that key.
+        now = datetime.datetime.now(datetime.timezone.utc)
+        entries = list(org.audit_logs.list(start=now - datetime.timedelta(minutes=5),
+                                           end=now + datetime.timedelta(minutes=1)))
+        assert any(e.path == "/browsers" and e.status == 403 and e.api_key_id == made.id
+                   and getattr(e, "outcome", None) == "denied" for e in entries), entries
     finally:
         org.browsers.delete_by_id(mine.session_id)
         org.browsers.delete_by_id(theirs.session_id)

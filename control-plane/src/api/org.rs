@@ -124,23 +124,22 @@ impl FromRequestParts<AppState> for Org {
             }
         };
         let mut org = org;
-        org.project = org.settle_project(parts).await?;
+        match org.settle_project(parts).await {
+            Ok(project) => org.project = project,
+            Err(error) => {
+                // Refused (another project, an unknown one): recorded like any refusal.
+                if let Some(audit) = &audit {
+                    audit.fill(org.actor(required(parts, EVERY_PROJECT)));
+                }
+                return Err(error);
+            }
+        }
         if let Some(project) = &org.project {
             scope::confine(&project.id);
         }
         let required = required(parts, org.policy_project());
         if let Some(audit) = &audit {
-            let mut actor = actor(
-                &org.id,
-                org.caller.strategy(),
-                org.caller.key(),
-                required.clone(),
-            );
-            if let Some(person) = org.caller.person() {
-                actor.user_id = person.sub.clone();
-                actor.email = person.email.clone();
-            }
-            audit.fill(actor);
+            audit.fill(org.actor(required.clone()));
         }
         org.authorize(required.as_ref())?;
         org.refuse_organization_wide_to_bound(required.as_ref())
@@ -419,6 +418,21 @@ impl Org {
                 "the project this API key is bound to was deleted".into(),
             )),
         }
+    }
+
+    /// Who calls, for the audit log.
+    fn actor(&self, required: Option<Required>) -> Actor {
+        let mut actor = actor(
+            &self.id,
+            self.caller.strategy(),
+            self.caller.key(),
+            required,
+        );
+        if let Some(person) = self.caller.person() {
+            actor.user_id = person.sub.clone();
+            actor.email = person.email.clone();
+        }
+        actor
     }
 
     /// The project the caller itself is bound to, if any: its key's, or, for an
