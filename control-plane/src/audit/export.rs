@@ -139,12 +139,7 @@ impl AuditExport {
         records: &[AuditRecord],
     ) -> Result<(i64, String), (Option<(i64, String)>, DeliveryError)> {
         let credentials = self
-            .writer
-            .assume_role(
-                &destination.region,
-                &destination.role_arn,
-                &destination.external_id,
-            )
+            .assume(destination)
             .await
             .map_err(|error| (None, error))?;
         let mut delivered: Option<(i64, String)> = None;
@@ -159,15 +154,7 @@ impl AuditExport {
                 )
             })?;
             let key = object_key(destination, first, last);
-            self.writer
-                .put_object(
-                    &credentials,
-                    &destination.region,
-                    &destination.bucket,
-                    &key,
-                    body,
-                    destination.kms_key_id.as_deref(),
-                )
+            self.put(destination, &credentials, &key, body)
                 .await
                 .map_err(|error| (delivered.clone(), error))?;
             delivered = Some((last.ts_us, last.id.clone()));
@@ -175,17 +162,43 @@ impl AuditExport {
         delivered.ok_or((None, DeliveryError::PutObject("nothing to write".into())))
     }
 
-    /// Checks a destination end to end: the role can be assumed, and an object written.
-    pub async fn test(&self, destination: &ExportDestinationRecord) -> TestResult {
-        let credentials = match self
-            .writer
+    /// The destination's role, assumed with its external id.
+    async fn assume(
+        &self,
+        destination: &ExportDestinationRecord,
+    ) -> Result<aws_credential_types::Credentials, DeliveryError> {
+        self.writer
             .assume_role(
                 &destination.region,
                 &destination.role_arn,
                 &destination.external_id,
             )
             .await
-        {
+    }
+
+    /// Writes `body` as `key` into the destination's bucket, with its KMS key if any.
+    async fn put(
+        &self,
+        destination: &ExportDestinationRecord,
+        credentials: &aws_credential_types::Credentials,
+        key: &str,
+        body: Vec<u8>,
+    ) -> Result<(), DeliveryError> {
+        self.writer
+            .put_object(
+                credentials,
+                &destination.region,
+                &destination.bucket,
+                key,
+                body,
+                destination.kms_key_id.as_deref(),
+            )
+            .await
+    }
+
+    /// Checks a destination end to end: the role can be assumed, and an object written.
+    pub async fn test(&self, destination: &ExportDestinationRecord) -> TestResult {
+        let credentials = match self.assume(destination).await {
             Ok(credentials) => credentials,
             Err(error) => {
                 return TestResult {
@@ -201,18 +214,7 @@ impl AuditExport {
             Utc::now().timestamp_micros()
         );
         let body = b"a test object of this server's audit-log export\n".to_vec();
-        match self
-            .writer
-            .put_object(
-                &credentials,
-                &destination.region,
-                &destination.bucket,
-                &key,
-                body,
-                destination.kms_key_id.as_deref(),
-            )
-            .await
-        {
+        match self.put(destination, &credentials, &key, body).await {
             Ok(()) => TestResult {
                 stage: "complete",
                 error: None,

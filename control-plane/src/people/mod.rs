@@ -8,7 +8,7 @@ pub mod oidc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::access::policy::{Policy, Statement};
+use crate::access::policy::{KINDS, Policy, Statement};
 
 /// The cookie that carries a person's session.
 pub const SESSION_COOKIE: &str = "kernel_session";
@@ -45,22 +45,16 @@ impl Role {
     }
 }
 
-/// The kinds a member may change and a viewer may read.
-const WORK_KINDS: [&str; 13] = [
-    "browsers",
-    "browser_pools",
-    "extensions",
-    "profiles",
-    "proxies",
-    "credentials",
-    "credential_providers",
-    "auth_connections",
-    "deployments",
-    "apps",
-    "invocations",
-    "telemetry_destinations",
-    "api_keys",
-];
+/// The kinds of `access::policy::KINDS` about the organization itself: members and
+/// viewers read projects and the organization, and the audit log is for admins. Every
+/// other kind is work: members change it, viewers read it.
+const ORGANIZATION_KINDS: [&str; 3] = ["projects", "organization", "audit_logs"];
+
+fn work_kinds() -> impl Iterator<Item = &'static str> {
+    KINDS
+        .into_iter()
+        .filter(|kind| !ORGANIZATION_KINDS.contains(kind))
+}
 
 /// What a role may do, as a key's policy; `None`: anything in the organization.
 pub fn role_policy(role: Role) -> Option<Policy> {
@@ -70,14 +64,12 @@ pub fn role_policy(role: Role) -> Option<Policy> {
     };
     let statements = match role {
         Role::Admin => return None,
-        Role::Member => WORK_KINDS
-            .iter()
+        Role::Member => work_kinds()
             .map(|kind| statement(kind, "write"))
             .chain(["projects", "organization"].map(|kind| statement(kind, "read")))
             .collect(),
-        Role::Viewer => WORK_KINDS
-            .iter()
-            .chain(["projects", "organization"].iter())
+        Role::Viewer => work_kinds()
+            .chain(["projects", "organization"])
             .map(|kind| statement(kind, "read"))
             .collect(),
     };
