@@ -205,6 +205,13 @@ impl AppRunner {
                 Ok(())
             });
         }
+        // Ended before it started: nothing is started that would have to be killed.
+        if run.cancel.is_cancelled() {
+            if let Some(group) = group {
+                tokio::spawn(async move { group.remove().await });
+            }
+            return Ended::Cancelled;
+        }
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => return Ended::NotStarted(format!("starting bubblewrap: {error}")),
@@ -245,6 +252,11 @@ impl AppRunner {
                 tokio::time::timeout(Duration::from_secs(2), sandbox_pid).await
             {
                 let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+            // A process bubblewrap forked just as it was killed has no parent-death
+            // signal yet, and no pid we were told: its control group still holds it.
+            if let Some(group) = &group {
+                group.kill_remaining();
             }
             let _ = child.wait().await;
         }

@@ -240,15 +240,39 @@ impl VmCgroup {
             .ok()
     }
 
-    /// Removes the group, once its processes are gone (they may still be exiting).
+    /// Removes the group, killing what is still in it: whatever of a VM outlived its
+    /// sandbox's first process (one that escaped `--die-with-parent` by being forked just
+    /// as its parent was killed, say) is a leak, never a survivor.
     pub async fn remove(&self) {
         for dir in &self.dirs {
             for _ in 0..100 {
                 match std::fs::remove_dir(dir) {
                     Err(error) if error.kind() == std::io::ErrorKind::NotFound => break,
                     Ok(()) => break,
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                    Err(_) => {
+                        self.kill_remaining();
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
                 }
+            }
+        }
+    }
+
+    /// Sends SIGKILL to every process in the group. A process forked meanwhile is caught
+    /// by the next call (`remove` calls it until the group is empty).
+    pub fn kill_remaining(&self) {
+        if self.v2 && std::fs::write(self.dirs[0].join("cgroup.kill"), "1").is_ok() {
+            return;
+        }
+        for dir in &self.dirs {
+            let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+                continue;
+            };
+            for pid in procs.lines().filter_map(|line| line.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
     }
@@ -345,5 +369,45 @@ mod tests {
         assert_eq!(v1_group(own, "cpuacct"), Some("/"));
         assert_eq!(v1_group(own, "blkio"), None);
         assert_eq!(v1_group(own, "systemd"), None);
+    }
+
+    #[tokio::test]
+    async fn removing_a_group_kills_what_outlived_its_first_process() {
+        let cgroups = match VmCgroups::detect() {
+            Ok(cgroups) => cgroups,
+            Err(why) => {
+                eprintln!("no control groups on this host ({why}): nothing to test");
+                return;
+            }
+        };
+        let name = format!("test-remove-{}", std::process::id());
+        let limits = VmLimits {
+            memory_bytes: 256 << 20,
+            max_tasks: 64,
+            cpu_weight: 100,
+        };
+        let group = cgroups.create(&name, limits, None).unwrap();
+        let entry_points = group.entry_points().unwrap();
+        let raw = raw(&entry_points);
+        let mut command = std::process::Command::new("sh");
+        // An orphan in the making: the shell exits, its background sleep stays.
+        command.args(["-c", "sleep 300 >/dev/null 2>&1 & echo $!"]);
+        command.stdout(std::process::Stdio::piped());
+        // SAFETY: `enter` only writes to descriptors the closure keeps open.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                let _open = &entry_points;
+                enter(&raw)
+            });
+        }
+        let output = command.output().unwrap();
+        let orphan: i32 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
+        let proc_dir = PathBuf::from(format!("/proc/{orphan}"));
+        assert!(proc_dir.exists(), "the orphan runs");
+        group.remove().await;
+        assert!(group.dirs.iter().all(|dir| !dir.exists()), "the group is gone");
+        // Killed; reaped by init (whose zombie, if any, has no command line left).
+        let cmdline = std::fs::read(proc_dir.join("cmdline")).unwrap_or_default();
+        assert!(cmdline.is_empty(), "{}", String::from_utf8_lossy(&cmdline));
     }
 }
