@@ -15,13 +15,15 @@ use axum::http::Method;
 
 use super::policy::Required;
 
-/// Routes every authenticated caller may use whatever its policy: who am I.
-const OPEN_TO_ANY_KEY: [&str; 1] = ["/auth/context"];
+/// Routes every authenticated caller may use whatever its policy: who am I (and, for
+/// the console, what may I do).
+const OPEN_TO_ANY_KEY: [&str; 2] = ["/auth/context", "/console/me"];
 
 /// The first path segments of each kind's routes, longest first where one is a prefix
 /// of another.
-const KIND_PREFIXES: [(&str, &str); 18] = [
+const KIND_PREFIXES: [(&str, &str); 19] = [
     ("/browser_pools", "browser_pools"),
+    ("/console/thumbnails", "browsers"),
     ("/browsers", "browsers"),
     ("/inspector", "browsers"),
     ("/replays", "browsers"),
@@ -49,6 +51,7 @@ fn browser_route_only_reads(method: &Method, template: &str) -> bool {
             || template.starts_with("/browsers/{id}/replays")
             || template.starts_with("/browsers/{id}/telemetry/")
             || template.starts_with("/inspector")
+            || template.starts_with("/console/thumbnails")
             || template.starts_with("/replays/"))
 }
 

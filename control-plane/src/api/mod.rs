@@ -29,6 +29,7 @@ pub mod fs;
 pub mod fs_upload;
 pub mod fs_watch;
 pub mod health;
+pub mod console;
 pub mod inspector;
 pub mod invocations;
 pub mod keep_alive;
@@ -286,6 +287,7 @@ pub fn router(state: AppState) -> Router {
             axum::routing::get(sign_in::callback),
         )
         .route(sign_in::LOGOUT_PATH, axum::routing::post(sign_in::logout))
+        .merge(console::routes())
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))

@@ -21,7 +21,7 @@ use crate::access::actions;
 use crate::access::keys::Refused;
 use crate::access::policy::{Policy, Required};
 use crate::agent::AgentClient;
-use crate::people::{self, SessionClaims};
+use crate::people::{self, SessionClaims, sessions};
 use crate::store::{ApiKeyRecord, ProjectRecord, SessionRecord, scope};
 
 /// The headers today's SDK sends to scope a call to a project, by id or by name.
@@ -163,44 +163,45 @@ fn required(parts: &Parts, project_id: &str) -> Option<Required> {
     actions::required(&parts.method, &template, parts.uri.path(), project_id)
 }
 
-/// The person whose session cookie the request carries, if any. A request that changes
-/// anything with it must come from this server's own pages (same origin): a cookie is
-/// sent by the browser whoever made the page that asks (cross-site request forgery).
-fn signed_in_person(parts: &Parts, state: &AppState) -> Result<Option<SessionClaims>, ApiError> {
-    let Some(token) = parts
+/// The signed-in session whose cookie the request carries, if any (its organization
+/// and principal). A request that changes anything with it must come from this server's
+/// own pages (same origin): a cookie is sent by the browser whoever made the page that
+/// asks (cross-site request forgery).
+async fn signed_in(
+    parts: &Parts,
+    state: &AppState,
+) -> Result<Option<(String, sessions::Principal)>, ApiError> {
+    let Some(secret) = parts
         .headers
         .get(axum::http::header::COOKIE)
         .and_then(|value| value.to_str().ok())
         .and_then(|cookies| people::cookie(cookies, people::SESSION_COOKIE))
-        .filter(|token| !token.is_empty())
+        .filter(|secret| !secret.is_empty())
     else {
         return Ok(None);
     };
-    let person = state
-        .tokens
-        .verify_claims::<SessionClaims>(token, people::SESSION_AUDIENCE)
+    let session = sessions::resolve(&*state.store, secret)
+        .await?
         .ok_or_else(|| {
-            ApiError::Unauthorized(format!(
-                "your session expired: sign in again at {}",
-                super::sign_in::LOGIN_PATH
-            ))
+            ApiError::Unauthorized(
+                "your session ended or expired: sign in again (/console)".into(),
+            )
         })?;
     let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    if !safe && !same_origin(parts) {
+    if !safe && !same_origin(&parts.headers) {
         return Err(ApiError::Forbidden(
-            "a signed-in person's changes must come from this server's own pages (same origin)"
+            "a signed-in session's changes must come from this server's own pages (same origin)"
                 .into(),
         ));
     }
-    Ok(Some(person))
+    Ok(Some(session))
 }
 
 /// Whether the browser says the request comes from a page of this origin: by
 /// `Sec-Fetch-Site`, else by `Origin` against `Host`.
-fn same_origin(parts: &Parts) -> bool {
+pub(super) fn same_origin(headers: &axum::http::HeaderMap) -> bool {
     let header = |name: &str| {
-        parts
-            .headers
+        headers
             .get(name)
             .and_then(|value| value.to_str().ok())
     };
@@ -255,12 +256,36 @@ impl Org {
         if !parts
             .headers
             .contains_key(axum::http::header::AUTHORIZATION)
-            && let Some(person) = signed_in_person(parts, state).map_err(unknown)?
+            && let Some((org_id, principal)) = signed_in(parts, state).await.map_err(unknown)?
         {
-            let policy = people::role_policy(person.role);
-            let org_id = person.org.clone();
-            let person = Box::new(person);
-            return Ok(org(org_id, None, Caller::Person { person, policy }));
+            return match principal {
+                sessions::Principal::Person(person) => {
+                    let policy = people::role_policy(person.role);
+                    let person = Box::new(person);
+                    Ok(org(org_id, None, Caller::Person { person, policy }))
+                }
+                sessions::Principal::Key { key_id } => {
+                    let live = state
+                        .api_keys
+                        .live(&key_id)
+                        .await
+                        .map_err(|error| unknown(error.into()))?;
+                    match live {
+                        Ok(key) if key.org_id == org_id => Ok(org(
+                            org_id,
+                            None,
+                            Caller::Key {
+                                key: Some(key),
+                                invocation: false,
+                            },
+                        )),
+                        _ => Err(unknown(ApiError::Unauthorized(
+                            "the API key you signed in with is no longer valid: sign in again"
+                                .into(),
+                        ))),
+                    }
+                }
+            };
         }
         let header = parts
             .headers
@@ -449,7 +474,7 @@ impl Org {
 
     /// The project a policy's statements are checked against: the request's, else every
     /// project (so that only a wildcard covers a request not confined to one).
-    fn policy_project(&self) -> &str {
+    pub(super) fn policy_project(&self) -> &str {
         self.project
             .as_ref()
             .map_or(EVERY_PROJECT, |project| project.id.as_str())

@@ -1,8 +1,9 @@
 //! People signing in with OpenID Connect (`crate::people`): `GET /auth/oidc/login`
 //! sends the browser to the provider (authorization code with PKCE), the provider sends
 //! it back to `GET /auth/oidc/callback`, which checks the ID token and starts the
-//! person's session (an HttpOnly cookie); `POST /auth/oidc/logout` ends it. Browser
-//! routes, outside the OpenAPI document: programs use API keys.
+//! person's session (`crate::people::sessions`, its secret in an HttpOnly cookie);
+//! `POST /auth/oidc/logout` ends it. Browser routes, outside the OpenAPI document:
+//! programs use API keys.
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -15,8 +16,8 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::people::oidc::{OidcProvider, SignInError};
 use crate::people::{
-    Role, SESSION_AUDIENCE, SESSION_COOKIE, SESSION_HOURS, SIGN_IN_AUDIENCE, SIGN_IN_COOKIE,
-    SIGN_IN_MINUTES, SessionClaims, SignInClaims, cookie, safe_return_path,
+    Role, SESSION_COOKIE, SESSION_HOURS, SIGN_IN_AUDIENCE, SIGN_IN_COOKIE, SIGN_IN_MINUTES,
+    SessionClaims, SignInClaims, cookie, safe_return_path, sessions,
 };
 
 pub const LOGIN_PATH: &str = "/auth/oidc/login";
@@ -53,7 +54,7 @@ impl From<SignInError> for ApiError {
 }
 
 /// `Set-Cookie` for `name`, HttpOnly, Secure when the server is reached over HTTPS.
-fn set_cookie(state: &AppState, name: &str, value: &str, attributes: &str) -> HeaderValue {
+pub fn set_cookie(state: &AppState, name: &str, value: &str, attributes: &str) -> HeaderValue {
     let secure = if state.settings.public_url.starts_with("https://") {
         "; Secure"
     } else {
@@ -158,17 +159,11 @@ pub async fn callback(
         .await?;
     let person = session_of(&state, provider, &claims).await?;
     tracing::info!(subject = %person.sub, org_id = %person.org, role = ?person.role, "a person signed in");
-    let token = state.tokens.issue_claims(&person);
+    let org_id = person.org.clone();
+    let secret = sessions::start(&*state.store, &org_id, &sessions::Principal::Person(person.clone()))
+        .await?;
     let mut headers = HeaderMap::new();
-    headers.append(
-        header::SET_COOKIE,
-        set_cookie(
-            &state,
-            SESSION_COOKIE,
-            &token,
-            &format!("SameSite=Strict; Path=/; Max-Age={}", SESSION_HOURS * 3600),
-        ),
-    );
+    headers.append(header::SET_COOKIE, session_cookie(&state, &secret));
     headers.append(
         header::SET_COOKIE,
         set_cookie(
@@ -193,19 +188,43 @@ pub async fn callback(
     Ok((StatusCode::OK, headers, Html(page)).into_response())
 }
 
-/// Ends the person's session on this browser.
-pub async fn logout(State(state): State<AppState>) -> Response {
+/// The `Set-Cookie` of a new signed-in session.
+pub fn session_cookie(state: &AppState, secret: &str) -> HeaderValue {
+    set_cookie(
+        state,
+        SESSION_COOKIE,
+        secret,
+        &format!("SameSite=Strict; Path=/; Max-Age={}", SESSION_HOURS * 3600),
+    )
+}
+
+/// Ends the session the request's cookie holds, on every replica (the store forgets
+/// it), and clears the cookie; answers the `Set-Cookie` that clears it.
+pub async fn end_session(state: &AppState, request_headers: &HeaderMap) -> Result<HeaderValue, ApiError> {
+    if let Some(secret) = request_headers
+        .get(header::COOKIE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|cookies| cookie(cookies, SESSION_COOKIE))
+        .filter(|secret| !secret.is_empty())
+    {
+        sessions::end(&*state.store, secret).await?;
+    }
+    Ok(set_cookie(
+        state,
+        SESSION_COOKIE,
+        "",
+        "SameSite=Strict; Path=/; Max-Age=0",
+    ))
+}
+
+/// Ends the person's session.
+pub async fn logout(
+    State(state): State<AppState>,
+    request_headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        header::SET_COOKIE,
-        set_cookie(
-            &state,
-            SESSION_COOKIE,
-            "",
-            "SameSite=Strict; Path=/; Max-Age=0",
-        ),
-    );
-    (StatusCode::NO_CONTENT, headers).into_response()
+    headers.insert(header::SET_COOKIE, end_session(&state, &request_headers).await?);
+    Ok((StatusCode::NO_CONTENT, headers).into_response())
 }
 
 /// The session of the person the ID token `claims` describe: their organization and
@@ -240,7 +259,6 @@ async fn session_of(
     })?;
     let org = state.store.ensure_organization(organization).await?;
     let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_owned);
-    let now = Utc::now();
     Ok(SessionClaims {
         sub: text("sub").unwrap_or_default(),
         idp: settings.issuer.clone(),
@@ -248,9 +266,6 @@ async fn session_of(
         role,
         email: text("email").unwrap_or_default(),
         name: text("name"),
-        aud: SESSION_AUDIENCE.into(),
-        iat: now.timestamp(),
-        exp: (now + chrono::Duration::hours(SESSION_HOURS)).timestamp(),
     })
 }
 

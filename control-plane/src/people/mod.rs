@@ -1,21 +1,21 @@
 //! People who sign in with the operator's OpenID Connect provider (`oidc`), as opposed
 //! to programs with API keys. A person belongs to the organization a claim of their ID
 //! token names and has the role another claim names; the role is a policy like a key's
-//! (`role_policy`). After sign-in a person holds a session: a signed token in an
+//! (`role_policy`). After sign-in a person holds a session (`sessions`): a secret in an
 //! HttpOnly cookie (`SESSION_COOKIE`), checked by the `Org` extractor like a key.
 
 pub mod oidc;
+pub mod sessions;
 
 use serde::{Deserialize, Serialize};
 
 use crate::access::policy::{KINDS, Policy, Statement};
 
-/// The cookie that carries a person's session.
+/// The cookie that carries a signed-in session (a person's, or a key's in the console).
 pub const SESSION_COOKIE: &str = "kernel_session";
 /// The cookie that carries one sign-in's state between the redirect and the callback.
 pub const SIGN_IN_COOKIE: &str = "kernel_sign_in";
-/// Audiences of the two tokens (`crate::tokens`).
-pub const SESSION_AUDIENCE: &str = "person-session";
+/// Audience of the sign-in token (`crate::tokens`).
 pub const SIGN_IN_AUDIENCE: &str = "oidc-sign-in";
 /// How long a session lasts; the person signs in again after.
 pub const SESSION_HOURS: i64 = 8;
@@ -89,9 +89,6 @@ pub struct SessionClaims {
     pub email: String,
     #[serde(default)]
     pub name: Option<String>,
-    pub aud: String,
-    pub iat: i64,
-    pub exp: i64,
 }
 
 /// One sign-in between the redirect to the provider and its callback.

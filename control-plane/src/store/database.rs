@@ -18,7 +18,7 @@ use super::{StoreError, StoreResult};
 
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 20] = [
+const MIGRATIONS: [(&str, &str); 21] = [
     (
         "V1__initial",
         include_str!("../../migrations/V1__initial.sql"),
@@ -95,6 +95,10 @@ const MIGRATIONS: [(&str, &str); 20] = [
     (
         "V20__audit_export_destinations",
         include_str!("../../migrations/V20__audit_export_destinations.sql"),
+    ),
+    (
+        "V21__signed_in_sessions",
+        include_str!("../../migrations/V21__signed_in_sessions.sql"),
     ),
 ];
 

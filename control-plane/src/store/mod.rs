@@ -12,6 +12,7 @@ mod database;
 mod projects;
 mod rows;
 pub mod scope;
+mod signed_in;
 mod sql;
 mod telemetry;
 
@@ -28,6 +29,7 @@ pub use audit::{AuditQuery, AuditRecord, AuditStore};
 pub use audit_export::{AuditExportStore, ExportDestinationRecord};
 pub use coordination::{CoordinationStore, ExclusiveLock};
 pub use projects::{ProjectRecord, ProjectsStore};
+pub use signed_in::{SignedInRecord, SignedInStore};
 pub use sql::SqlStore;
 pub use telemetry::{
     DestinationRecord, NewTelemetryEvent, TelemetryQuery, TelemetryRow, TelemetryStore,
@@ -412,6 +414,7 @@ pub trait Store:
     + AuditExportStore
     + CoordinationStore
     + ProjectsStore
+    + SignedInStore
     + TelemetryStore
     + Send
     + Sync

@@ -28,7 +28,7 @@ const STYLE: &str = include_str!("inspector.css");
 const MAX_EVENTS: i64 = 2000;
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      media-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
-     form-action 'none'; frame-ancestors 'none'";
+     form-action 'none'; frame-ancestors 'self'";
 
 /// The `inspector_url` of a session.
 pub fn url(state: &AppState, session: &SessionRecord) -> String {

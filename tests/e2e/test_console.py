@@ -1,0 +1,296 @@
+"""The web console at `/console`, driven in a real Chromium with Playwright: a key signs in
+through the form, creates a browser, sees it listed with a live thumbnail, opens it,
+watches its live view follow what the SDK does to the page, records and plays back a
+replay, reads a console error in the inspector, and stops it. Another project's and
+another organization's browsers are 404 pages; a viewer (signed in with OpenID Connect)
+sees no button that changes anything and the API refuses when forced; the pages carry a
+strict Content-Security-Policy, refuse cross-site posts, keep the session in an HttpOnly
+SameSite=Strict cookie that signing out ends on the server; axe-core finds no serious or
+critical accessibility violation on any page. Screenshots of each page go to
+`tests/e2e/artifacts/console-*.png`."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from kernel import Kernel
+from PIL import Image
+from playwright.sync_api import Page, expect, sync_playwright
+
+from fake_oidc import FakeOidcProvider
+from harness import control_plane_for_module
+from sdk import today_only
+
+pytestmark = today_only  # (the console is the same whatever the SDK; the tests use today's)
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("E2E_ARTIFACTS", REPO / "tests" / "e2e" / "artifacts"))
+AXE = REPO / "tests" / "e2e" / "node-clients" / "node_modules" / "axe-core" / "axe.min.js"
+ORG = "console-org"
+CLIENT_ID = "console"
+CLIENT_SECRET = "console-oidc-secret"
+USERS = {"vic": {"email": "vic@example.test", "name": "Vic", "org": ORG, "role": "viewer"}}
+
+
+@pytest.fixture(scope="module")
+def provider():
+    with FakeOidcProvider(CLIENT_ID, CLIENT_SECRET, redirect_uri="", users=USERS) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory, provider):
+    for server in control_plane_for_module(tmp_path_factory, extra_args=[
+            "--oidc-issuer", provider.issuer, "--oidc-client-id", CLIENT_ID,
+            "--oidc-client-secret", CLIENT_SECRET]):
+        provider.redirect_uri = f"{server.base_url}/auth/oidc/callback"
+        yield server
+
+
+@pytest.fixture(scope="module")
+def admin_key(control_plane) -> str:
+    return control_plane.create_api_key(ORG)
+
+
+@pytest.fixture(scope="module")
+def client(control_plane, admin_key) -> Kernel:
+    return Kernel(api_key=admin_key, base_url=control_plane.base_url, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    with sync_playwright() as playwright:
+        yield playwright
+
+
+@pytest.fixture(scope="module")
+def chromium(driver):
+    """The person's own browser."""
+    browser = driver.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+    yield browser
+    browser.close()
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
+
+
+def sign_in_with_key(chromium, control_plane, key: str, **context_options):
+    context = chromium.new_context(**context_options)
+    page = context.new_page()
+    page.goto(f"{control_plane.base_url}/console")
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    page.fill("#api-key", key)
+    page.get_by_role("button", name="Sign in with the key").click()
+    expect(page.get_by_role("heading", name="Browsers", exact=True)).to_be_visible()
+    return context, page
+
+
+def redness(png: bytes) -> float:
+    """The share of clearly red pixels in a screenshot."""
+    image = Image.open(io.BytesIO(png)).convert("RGB").resize((64, 36))
+    pixels = list(image.getdata())
+    return sum(1 for r, g, b in pixels if r > 180 and g < 80 and b < 80) / len(pixels)
+
+
+def test_a_key_runs_a_browser_from_the_console(driver, chromium, control_plane, admin_key, client):
+    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    try:
+        cookie = next(c for c in context.cookies() if c["name"] == "kernel_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert admin_key not in cookie["value"]
+        shot(page, "sessions-empty")
+
+        # Create a headful browser that captures telemetry.
+        page.get_by_text("New browser").click()
+        page.get_by_label("Name (optional)").fill("console-e2e")
+        page.get_by_role("button", name="Create").click()
+        page.wait_for_url("**/console/sessions/*", timeout=60_000)
+        session_id = page.url.rsplit("/", 1)[1]
+        assert client.browsers.retrieve(session_id).name == "console-e2e"
+        expect(page.locator("#live-view")).to_be_visible()
+
+        # Listed, with a thumbnail of its screen within 5 seconds.
+        page.get_by_role("link", name="Browsers", exact=True).first.click()
+        row = page.locator(f'tr[data-session="{session_id}"]')
+        expect(row).to_contain_text("console-e2e")
+        expect(row).to_contain_text("running")
+        page.wait_for_function(
+            f"""() => {{ const img = document.querySelector('img[data-thumb="{session_id}"]');
+                        return img && img.complete && img.naturalWidth > 0; }}""", timeout=5_000)
+        shot(page, "sessions")
+
+        # Its page: the live view follows what the SDK does to the page.
+        row.get_by_role("link", name="console-e2e").click()
+        expect(page.get_by_role("heading", level=1)).to_contain_text("console-e2e")
+        live = page.locator("#live-view")
+        page.frame_locator("#live-view").locator("canvas").first.wait_for(timeout=15_000)
+        cdp = driver.chromium.connect_over_cdp(client.browsers.retrieve(session_id).cdp_ws_url)
+        target = cdp.contexts[0].pages[0] if cdp.contexts[0].pages else cdp.contexts[0].new_page()
+        before = redness(live.screenshot())
+        target.goto("data:text/html,<body style='margin:0;background:rgb(230,0,0)'>"
+                    "<script>console.error('console-e2e-marker')</script>")
+        deadline = time.monotonic() + 15
+        while redness(live.screenshot()) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        after = redness(live.screenshot())
+        assert before < 0.3 <= after, (before, after)
+        cdp.close()
+        shot(page, "session-live")
+
+        # Record, stop, play back: the video element advances.
+        page.get_by_role("button", name="Start recording").click()
+        stop = page.get_by_role("button", name="Stop recording")
+        expect(stop).to_be_visible()
+        time.sleep(3)
+        stop.click()
+        video = page.locator("video").first
+        expect(video).to_be_visible(timeout=30_000)
+        video.evaluate("v => { v.muted = true; return v.play(); }")
+        page.wait_for_function("() => document.querySelector('video').currentTime > 0.5", timeout=15_000)
+
+        # The inspector shows the page's console error.
+        inspector = page.frame_locator("#inspector")
+        expect(inspector.get_by_text("console-e2e-marker").first).to_be_visible(timeout=20_000)
+        shot(page, "session-replay-inspector")
+
+        # Stop it: the page says so, and the API agrees.
+        page.get_by_role("button", name="Stop the browser").click()
+        expect(page.get_by_role("heading", level=1)).to_contain_text("ended", timeout=30_000)
+        assert session_id not in [b.session_id for b in client.browsers.list()]
+    finally:
+        context.close()
+
+
+def test_team_page_shows_a_new_keys_secret_once(chromium, control_plane, admin_key):
+    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    try:
+        page.get_by_role("link", name="Team").click()
+        page.get_by_label("Name").fill("made-in-console")
+        page.get_by_role("button", name="Create key").click()
+        secret = page.locator("#new-secret").inner_text()
+        assert secret.startswith("sk_") or len(secret) > 20
+        made = httpx.get(f"{control_plane.base_url}/browsers", headers={"Authorization": f"Bearer {secret}"})
+        assert made.status_code == 200
+        shot(page, "team")
+        page.reload()
+        expect(page.locator("#new-secret")).to_have_count(0)
+        expect(page.get_by_role("cell", name="made-in-console")).to_be_visible()
+    finally:
+        context.close()
+
+
+def test_foreign_browsers_are_not_found(chromium, control_plane, client):
+    other_org = Kernel(api_key=control_plane.create_api_key("console-other-org"),
+                       base_url=control_plane.base_url, max_retries=0)
+    elsewhere = other_org.browsers.create(headless=True)
+    other_project = Kernel(api_key=control_plane.create_api_key(ORG, project="console-side-project"),
+                           base_url=control_plane.base_url, max_retries=0)
+    side = other_project.browsers.create(headless=True)
+    default_key = control_plane.create_api_key(ORG, project="default")
+    context, page = sign_in_with_key(chromium, control_plane, default_key)
+    try:
+        listed = page.locator("tr[data-session]").evaluate_all("rows => rows.map(r => r.dataset.session)")
+        assert elsewhere.session_id not in listed and side.session_id not in listed
+        for foreign in (elsewhere.session_id, side.session_id):
+            page.goto(f"{control_plane.base_url}/console/sessions/{foreign}")
+            expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+            assert page.request.get(f"{control_plane.base_url}/console/thumbnails/{foreign}").status == 404
+        shot(page, "not-found")
+    finally:
+        context.close()
+        other_org.browsers.delete_by_id(elsewhere.session_id)
+        other_project.browsers.delete_by_id(side.session_id)
+
+
+def test_a_viewer_sees_but_cannot_change(chromium, control_plane, client):
+    browser = client.browsers.create(headless=True, name="for-the-viewer")
+    context = chromium.new_context()
+    page = context.new_page()
+    try:
+        page.goto(f"{control_plane.base_url}/console")
+        page.get_by_role("link", name="Sign in with your identity provider").click()
+        page.fill("#username", "vic")
+        page.click("#sign-in")
+        expect(page.get_by_role("heading", name="Browsers", exact=True)).to_be_visible()
+        expect(page.get_by_text("Vic (viewer)")).to_be_visible()
+        expect(page.get_by_text("New browser")).to_have_count(0)
+        page.get_by_role("link", name="for-the-viewer").click()
+        expect(page.get_by_role("heading", level=1)).to_contain_text("for-the-viewer")
+        for button in ("Stop the browser", "Start recording"):
+            expect(page.get_by_role("button", name=button)).to_have_count(0)
+        expect(page.get_by_text("Edit name, tags and viewport")).to_have_count(0)
+        shot(page, "viewer")
+        forced = page.evaluate("""async id => (await fetch('/browsers/' + id, {method: 'DELETE'})).status""",
+                               browser.session_id)
+        assert forced == 403
+        assert client.browsers.retrieve(browser.session_id).session_id == browser.session_id
+    finally:
+        context.close()
+        client.browsers.delete_by_id(browser.session_id)
+
+
+def test_security_headers_forgery_and_signing_out(chromium, control_plane, admin_key, client):
+    shell = httpx.get(f"{control_plane.base_url}/console")
+    policy = shell.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
+    assert "<script>" not in shell.text and "<script " not in shell.text.replace('<script type="module" src=', "")
+    # Signing in from another site is refused (it could sign a visitor in as someone else).
+    forged_sign_in = httpx.post(f"{control_plane.base_url}/console/sign-in", data={"api_key": admin_key},
+                                headers={"Origin": "https://evil.test", "Sec-Fetch-Site": "cross-site"})
+    assert forged_sign_in.status_code == 403 and "set-cookie" not in forged_sign_in.headers
+
+    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    try:
+        secret = next(c for c in context.cookies() if c["name"] == "kernel_session")["value"]
+        cookie = {"Cookie": f"kernel_session={secret}"}
+        # A cross-site form post with the cookie changes nothing.
+        forged = httpx.post(f"{control_plane.base_url}/browsers", content="headless=true",
+                            headers={**cookie, "Content-Type": "application/x-www-form-urlencoded",
+                                     "Origin": "https://evil.test", "Sec-Fetch-Site": "cross-site"})
+        assert forged.status_code == 403, forged.text
+        assert httpx.get(f"{control_plane.base_url}/console/me", headers=cookie).status_code == 200
+        # Signing out ends the session on the server: the old cookie is worth nothing.
+        page.get_by_role("button", name="Sign out").click()
+        expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+        assert httpx.get(f"{control_plane.base_url}/console/me", headers=cookie).status_code == 401
+        assert httpx.get(f"{control_plane.base_url}/browsers", headers=cookie).status_code == 401
+    finally:
+        context.close()
+
+
+def test_pages_have_no_serious_accessibility_violations(chromium, control_plane, admin_key, client):
+    browser = client.browsers.create(headless=True, name="for-axe")
+    # Injecting axe-core needs the page's own policy set aside (in the test only).
+    context, page = sign_in_with_key(chromium, control_plane, admin_key, bypass_csp=True)
+    try:
+        pages = {"sessions": "/console/sessions", "session": f"/console/sessions/{browser.session_id}",
+                 "team": "/console/team", "audit": "/console/team/audit", "pools": "/console/pools",
+                 "profiles": "/console/profiles", "host": "/console/host"}
+        found = {}
+        for name, path in pages.items():
+            page.goto(f"{control_plane.base_url}{path}")
+            page.wait_for_load_state("networkidle")
+            page.add_script_tag(path=str(AXE))
+            violations = page.evaluate("""async () => (await axe.run(document, {iframes: false})).violations
+                .filter(v => v.impact === 'serious' || v.impact === 'critical')
+                .map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).slice(0, 3).join(', '))""")
+            if violations:
+                found[name] = violations
+        context.clear_cookies()
+        page.goto(f"{control_plane.base_url}/console")
+        page.add_script_tag(path=str(AXE))
+        sign_in_violations = page.evaluate("""async () => (await axe.run()).violations
+            .filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => v.id)""")
+        if sign_in_violations:
+            found["sign-in"] = sign_in_violations
+        assert found == {}, found
+    finally:
+        context.close()
+        client.browsers.delete_by_id(browser.session_id)
