@@ -14,6 +14,8 @@ mod audit_export;
 mod coordination;
 #[path = "store_contract/projects.rs"]
 mod projects;
+#[path = "store_contract/signed_in.rs"]
+mod signed_in;
 #[path = "store_contract/telemetry.rs"]
 mod telemetry;
 
@@ -648,6 +650,7 @@ async fn contract(store: Arc<dyn Store>) {
     telemetry::telemetry_contract(store.clone(), &a.id, &b.id).await;
     projects::projects_contract(store.as_ref(), &a.id, &b.id).await;
     audit_export::audit_export_contract(store.as_ref(), &a.id, &b.id).await;
+    signed_in::signed_in_contract(store.as_ref(), &a.id).await;
 }
 
 async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
