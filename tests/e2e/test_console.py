@@ -94,8 +94,8 @@ def sign_in_with_key(chromium, control_plane, key: str, **context_options):
 
 def redness(png: bytes) -> float:
     """The share of clearly red pixels in a screenshot."""
-    image = Image.open(io.BytesIO(png)).convert("RGB").resize((64, 36))
-    pixels = list(image.getdata())
+    data = Image.open(io.BytesIO(png)).convert("RGB").resize((64, 36)).tobytes()
+    pixels = list(zip(data[0::3], data[1::3], data[2::3]))
     return sum(1 for r, g, b in pixels if r > 180 and g < 80 and b < 80) / len(pixels)
 
 
@@ -144,6 +144,13 @@ def test_a_key_runs_a_browser_from_the_console(driver, chromium, control_plane, 
         cdp.close()
         shot(page, "session-live")
 
+        # The VM's service logs, followed live, and a command run in the VM.
+        expect(page.locator("#log-tail")).not_to_be_empty(timeout=15_000)
+        page.get_by_label("Command line (runs in sh -c)").fill("echo console-$((6*7))")
+        page.get_by_role("button", name="Run").click()
+        expect(page.locator("#command-output")).to_contain_text("exit 0")
+        expect(page.locator("#command-output")).to_contain_text("console-42")
+
         # Record, stop, play back: the video element advances.
         page.get_by_role("button", name="Start recording").click()
         stop = page.get_by_role("button", name="Stop recording")
@@ -159,6 +166,15 @@ def test_a_key_runs_a_browser_from_the_console(driver, chromium, control_plane, 
         inspector = page.frame_locator("#inspector")
         expect(inspector.get_by_text("console-e2e-marker").first).to_be_visible(timeout=20_000)
         shot(page, "session-replay-inspector")
+
+        # Rename and tag it (PATCH): the page and the API show it.
+        page.get_by_text("Edit name, tags and viewport").click()
+        page.get_by_label("Name", exact=True).fill("console-e2e-renamed")
+        page.get_by_label("Tags (key=value, comma separated)").fill("team=qa")
+        page.get_by_role("button", name="Save").click()
+        expect(page.get_by_role("heading", level=1)).to_contain_text("console-e2e-renamed")
+        renamed = client.browsers.retrieve(session_id)
+        assert renamed.name == "console-e2e-renamed" and renamed.tags == {"team": "qa"}
 
         # Stop it: the page says so, and the API agrees.
         page.get_by_role("button", name="Stop the browser").click()
@@ -272,7 +288,8 @@ def test_pages_have_no_serious_accessibility_violations(chromium, control_plane,
     try:
         pages = {"sessions": "/console/sessions", "session": f"/console/sessions/{browser.session_id}",
                  "team": "/console/team", "audit": "/console/team/audit", "pools": "/console/pools",
-                 "profiles": "/console/profiles", "host": "/console/host"}
+                 "profiles": "/console/profiles", "deployments": "/console/deployments",
+                 "invocations": "/console/invocations", "host": "/console/host"}
         found = {}
         for name, path in pages.items():
             page.goto(f"{control_plane.base_url}{path}")

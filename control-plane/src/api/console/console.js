@@ -7,6 +7,15 @@ const main = document.getElementById('main');
 let me = null;
 /** Timers of the page shown, cleared when another is shown. */
 let timers = [];
+/** Streams (EventSource) of the page shown, closed when another is shown. */
+let streams = [];
+
+function leavePage() {
+  for (const timer of timers) clearInterval(timer);
+  for (const stream of streams) stream.close();
+  timers = [];
+  streams = [];
+}
 
 // ---- DOM -------------------------------------------------------------------------------
 
@@ -160,7 +169,8 @@ async function guarded(what, page) {
 const SECTIONS = [
   ['/console/sessions', 'Browsers'], ['/console/pools', 'Pools'], ['/console/profiles', 'Profiles'],
   ['/console/extensions', 'Extensions'], ['/console/proxies', 'Proxies'], ['/console/credentials', 'Credentials'],
-  ['/console/auth-connections', 'Auth'], ['/console/apps', 'Apps'], ['/console/invocations', 'Invocations'],
+  ['/console/auth-connections', 'Auth'], ['/console/apps', 'Apps'], ['/console/deployments', 'Deployments'],
+  ['/console/invocations', 'Invocations'],
   ['/console/team', 'Team'], ['/console/host', 'Host'],
 ];
 
@@ -192,8 +202,7 @@ function chrome() {
 
 function signInPage(message) {
   me = null;
-  for (const timer of timers) clearInterval(timer);
-  timers = [];
+  leavePage();
   document.getElementById('nav').hidden = true;
   document.getElementById('who').replaceChildren();
   const error = h('p', { id: 'sign-in-error', class: 'error', role: 'alert', hidden: !message }, message || '');
@@ -221,8 +230,7 @@ const ROUTES = [
 ];
 
 async function render() {
-  for (const timer of timers) clearInterval(timer);
-  timers = [];
+  leavePage();
   if (!me) return;
   chrome();
   for (const [pattern, page] of ROUTES) {
@@ -361,7 +369,64 @@ async function sessionPage(id) {
       table(['Replay', 'Started', 'Finished', 'Play', ''], replayRows, 'No replays.')),
     h('section', { class: 'card', 'aria-labelledby': 'inspector-title' }, h('h2', { id: 'inspector-title' }, 'Inspector'),
       h('iframe', { class: 'inspector', id: 'inspector', title: 'Telemetry inspector', src: b.inspector_url })),
-    ended ? null : await filesSection(path, '/tmp'));
+    ended ? null : await filesSection(path, '/tmp'),
+    use ? logsSection(path) : null,
+    use ? commandSection(path) : null);
+}
+
+/** Server-sent events of `url` (unnamed, or named one of `names`) as lines appended to
+ * `pre`, at most `keep` lines kept. */
+function follow(url, pre, line, names = [], keep = 500) {
+  const stream = new EventSource(url);
+  streams.push(stream);
+  const append = (message) => {
+    let data;
+    try {
+      data = JSON.parse(message.data);
+    } catch {
+      data = { message: message.data };
+    }
+    const text = line(data);
+    if (text === null) return;
+    pre.append(document.createTextNode(`${text}\n`));
+    while (pre.childNodes.length > keep) pre.firstChild.remove();
+    pre.scrollTop = pre.scrollHeight;
+  };
+  for (const name of ['message', ...names]) stream.addEventListener(name, append);
+  stream.onerror = () => stream.close();
+  return stream;
+}
+
+/** The tail of one of the VM's service logs, followed live. */
+function logsSection(path) {
+  const pre = h('pre', { id: 'log-tail', tabindex: 0 });
+  let stream = null;
+  const select = h('select', { id: 'log-service', name: 'service' },
+    ['chromium', 'agent', 'xvfb', 'playwright', 'webdriver'].map((name) => h('option', { value: name }, name)));
+  const open = () => {
+    if (stream) stream.close();
+    pre.replaceChildren();
+    const query = new URLSearchParams({ source: 'supervisor', supervisor_process: select.value, follow: 'true' });
+    stream = follow(`${path}/logs/stream?${query}`, pre, (data) => data.message ?? null, ['log']);
+  };
+  select.addEventListener('change', open);
+  open();
+  return h('section', { class: 'card', 'aria-labelledby': 'logs-title' }, h('h2', { id: 'logs-title' }, 'Logs'),
+    h('label', { for: 'log-service' }, 'Service'), select, pre);
+}
+
+const decode = (b64) => new TextDecoder().decode(Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0)));
+
+/** Runs a command in the VM (the process API) and shows what it printed. */
+function commandSection(path) {
+  const output = h('pre', { id: 'command-output', tabindex: 0, hidden: true });
+  return h('section', { class: 'card', 'aria-labelledby': 'command-title' }, h('h2', { id: 'command-title' }, 'Run a command'),
+    form('Run a command in the browser\'s VM', [field('Command line (runs in sh -c)', 'command', { type: 'text', required: true })],
+      async (values) => {
+        const { data } = await api('POST', `${path}/process/exec`, { command: values.command, timeout_sec: 60 });
+        output.textContent = `exit ${data.exit_code}${data.timed_out ? ' (timed out)' : ''}\n${decode(data.stdout_b64)}${decode(data.stderr_b64)}`;
+        output.hidden = false;
+      }, 'Run'), output);
 }
 
 /** The VM's files under `dir`, through the fs API: browse and download. */
@@ -424,8 +489,21 @@ async function resourceDetail(kind, id) {
   const { data } = await api('GET', path);
   const remove = can(resource.kind, 'write')
     ? action('Delete', async () => { await api('DELETE', path); navigate(`/console/${kind}`); }, 'danger') : null;
+  // A deployment's build log and an invocation's events, followed live.
+  const events = kind === 'deployments' || kind === 'invocations'
+    ? h('pre', { id: 'events', tabindex: 0 }) : null;
   show(`${resource.title}: ${data.name || id}`, h('p', {}, link(`/console/${kind}`, `← ${resource.title}`)),
-    h('h1', {}, data.name || id), remove, h('section', { class: 'card' }, fields(data)));
+    h('h1', {}, data.name || id), remove, h('section', { class: 'card' }, fields(data)),
+    events ? h('section', { class: 'card', 'aria-labelledby': 'events-title' },
+      h('h2', { id: 'events-title' }, kind === 'deployments' ? 'Build log' : 'Events'), events) : null);
+  if (events) {
+    follow(`${path}/events`, events, (event) => {
+      if (event.event === 'log') return `${event.timestamp || ''} ${(event.log && event.log.message) || event.message || ''}`;
+      if (event.event === 'sse_heartbeat') return null;
+      const state = event.deployment || event.invocation;
+      return `${event.timestamp || ''} ${event.event}${state ? `: ${state.status}` : ''}`;
+    }, ['log', 'deployment_state', 'invocation_state', 'app_version_summary', 'error']);
+  }
 }
 
 // ---- Team ------------------------------------------------------------------------------
@@ -468,14 +546,27 @@ async function teamPage(revealed = null) {
   show('Team', ...sections);
 }
 
-/** Browser-hours per day over the last week, from the browsers list (a page at a time). */
+/** Browser-hours and invocations per day over the last week, from the lists (a page at a
+ * time, at most 1,000 of each). */
 async function usageChart() {
   const days = [...Array(7)].map((_, i) => {
     const start = new Date();
     start.setHours(0, 0, 0, 0);
     start.setDate(start.getDate() - (6 - i));
-    return { start: start.getTime(), end: start.getTime() + 86400000, hours: 0 };
+    return { start: start.getTime(), end: start.getTime() + 86400000, hours: 0, invocations: 0 };
   });
+  if (can('invocations', 'read')) {
+    for (let offset = 0, pages = 0; pages < 10; pages += 1) {
+      const { data, headers } = await api('GET', `/invocations?limit=100&offset=${offset}`);
+      for (const invocation of items(data)) {
+        const at = Date.parse(invocation.started_at);
+        const day = days.find((d) => d.start <= at && at < d.end);
+        if (day) day.invocations += 1;
+      }
+      if (headers.get('x-has-more') !== 'true') break;
+      offset = Number(headers.get('x-next-offset') || offset + 100);
+    }
+  }
   let live = 0;
   for (let offset = 0, pages = 0; pages < 10; pages += 1) {
     const { data, headers } = await api('GET', `/browsers?status=all&limit=100&offset=${offset}`);
@@ -488,15 +579,19 @@ async function usageChart() {
     if (headers.get('x-has-more') !== 'true') break;
     offset = Number(headers.get('x-next-offset') || offset + 100);
   }
-  const most = Math.max(0.01, ...days.map((day) => day.hours));
-  return h('figure', { class: 'card' },
-    h('div', { class: 'chart', role: 'img', 'aria-label': `Browser-hours per day: ${days.map((d) => d.hours.toFixed(1)).join(', ')}` },
+  const chart = (label, value, unit) => {
+    const most = Math.max(0.01, ...days.map(value));
+    return h('div', { class: 'chart', role: 'img', 'aria-label': `${label}: ${days.map((d) => value(d).toFixed(unit === 'h' ? 1 : 0)).join(', ')}` },
       days.map((day) => {
-        const bar = h('div', { title: `${new Date(day.start).toDateString()}: ${day.hours.toFixed(1)} h` });
-        bar.style.height = `${Math.round((day.hours / most) * 100)}%`; // CSSOM, which the CSP allows
+        const bar = h('div', { title: `${new Date(day.start).toDateString()}: ${value(day).toFixed(unit === 'h' ? 1 : 0)} ${unit}` });
+        bar.style.height = `${Math.round((value(day) / most) * 100)}%`; // CSSOM, which the CSP allows
         return bar;
-      })),
-    h('figcaption', {}, `Browser-hours per day, the last 7 days. Live browsers now: ${live}.`));
+      }));
+  };
+  return h('figure', { class: 'card' },
+    h('p', {}, 'Browser-hours per day'), chart('Browser-hours per day', (d) => d.hours, 'h'),
+    h('p', {}, 'Invocations per day'), chart('Invocations per day', (d) => d.invocations, 'invocations'),
+    h('figcaption', {}, `The last 7 days, oldest first. Live browsers now: ${live}.`));
 }
 
 async function auditPage() {
