@@ -287,11 +287,11 @@ async function sessionsPage() {
       h('td', {}, (b.pool && b.pool.name) || ''),
       h('td', {}, Object.entries(b.tags || {}).map(([k, v]) => h('span', { class: 'tag' }, `${k}=${v}`))));
   });
+  // The same filters, another page (an empty search is no search: the plain listing).
+  const pageAt = (at) => `/console/sessions?${new URLSearchParams({ status, ...(search ? { query: search } : {}), offset: String(at) })}`;
   const pager = h('div', { class: 'pager' },
-    offset > 0 ? link(`/console/sessions?${new URLSearchParams({ status, query: search, offset: String(Math.max(0, offset - 50)) })}`, 'Newer') : null,
-    headers.get('x-has-more') === 'true'
-      ? link(`/console/sessions?${new URLSearchParams({ status, query: search, offset: headers.get('x-next-offset') || String(offset + 50) })}`, 'Older')
-      : null);
+    offset > 0 ? link(pageAt(Math.max(0, offset - 50)), 'Newer') : null,
+    headers.get('x-has-more') === 'true' ? link(pageAt(headers.get('x-next-offset') || offset + 50), 'Older') : null);
   const create = can('browsers', 'use') ? h('details', { class: 'card' }, h('summary', {}, 'New browser'),
     form('New browser', [
       field('Name (optional)', 'name', { type: 'text' }),
