@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from harness import control_plane_for_module
+
 
 def _b64(number: int) -> str:
     raw = number.to_bytes((number.bit_length() + 7) // 8, "big")
@@ -194,3 +196,13 @@ class FakeOidcProvider:
         request.send_header("Content-Length", str(len(data)))
         request.end_headers()
         request.wfile.write(data)
+
+
+def control_plane_signing_in_with(provider: "FakeOidcProvider", tmp_path_factory):
+    """A module's control plane whose people sign in with `provider` (told the callback
+    address once the control plane has one). Yield from it in a module fixture."""
+    for server in control_plane_for_module(tmp_path_factory, extra_args=[
+            "--oidc-issuer", provider.issuer, "--oidc-client-id", provider.client_id,
+            "--oidc-client-secret", provider.client_secret]):
+        provider.redirect_uri = f"{server.base_url}/auth/oidc/callback"
+        yield server

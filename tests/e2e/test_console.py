@@ -22,8 +22,7 @@ from kernel import Kernel
 from PIL import Image
 from playwright.sync_api import Page, expect, sync_playwright
 
-from fake_oidc import FakeOidcProvider
-from harness import control_plane_for_module
+from fake_oidc import FakeOidcProvider, control_plane_signing_in_with
 from sdk import today_only
 
 pytestmark = today_only  # (the console is the same whatever the SDK; the tests use today's)
@@ -45,11 +44,7 @@ def provider():
 
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory, provider):
-    for server in control_plane_for_module(tmp_path_factory, extra_args=[
-            "--oidc-issuer", provider.issuer, "--oidc-client-id", CLIENT_ID,
-            "--oidc-client-secret", CLIENT_SECRET]):
-        provider.redirect_uri = f"{server.base_url}/auth/oidc/callback"
-        yield server
+    yield from control_plane_signing_in_with(provider, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

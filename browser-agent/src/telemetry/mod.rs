@@ -157,23 +157,10 @@ pub async fn forward(
                 () = sender.closed() => return,
                 record = live.recv() => record,
             };
-            let mut burst = vec![first];
+            // The rest of the burst, taken as it is handled.
             tokio::time::sleep(COALESCE).await;
-            loop {
-                match live.try_recv() {
-                    Ok(record) => burst.push(Ok(record)),
-                    Err(broadcast::error::TryRecvError::Empty) => break,
-                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                        burst.push(Err(broadcast::error::RecvError::Lagged(n)));
-                        break;
-                    }
-                    Err(broadcast::error::TryRecvError::Closed) => {
-                        burst.push(Err(broadcast::error::RecvError::Closed));
-                        break;
-                    }
-                }
-            }
-            for record in burst {
+            let mut next = Some(first);
+            while let Some(record) = next.take() {
                 match record {
                     Ok(record) if record.seq <= last_seq => {}
                     Ok(record) => {
@@ -185,6 +172,16 @@ pub async fn forward(
                     Err(broadcast::error::RecvError::Lagged(_)) => continue 'follow,
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
+                next = match live.try_recv() {
+                    Ok(record) => Some(Ok(record)),
+                    Err(broadcast::error::TryRecvError::Empty) => None,
+                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                        Some(Err(broadcast::error::RecvError::Lagged(n)))
+                    }
+                    Err(broadcast::error::TryRecvError::Closed) => {
+                        Some(Err(broadcast::error::RecvError::Closed))
+                    }
+                };
             }
         }
     }

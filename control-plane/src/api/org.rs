@@ -171,13 +171,7 @@ async fn signed_in(
     parts: &Parts,
     state: &AppState,
 ) -> Result<Option<(String, sessions::Principal)>, ApiError> {
-    let Some(secret) = parts
-        .headers
-        .get(axum::http::header::COOKIE)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|cookies| people::cookie(cookies, people::SESSION_COOKIE))
-        .filter(|secret| !secret.is_empty())
-    else {
+    let Some(secret) = people::cookie(&parts.headers, people::SESSION_COOKIE) else {
         return Ok(None);
     };
     let session = sessions::resolve(&*state.store, secret)
@@ -474,7 +468,7 @@ impl Org {
 
     /// The project a policy's statements are checked against: the request's, else every
     /// project (so that only a wildcard covers a request not confined to one).
-    pub(super) fn policy_project(&self) -> &str {
+    fn policy_project(&self) -> &str {
         self.project
             .as_ref()
             .map_or(EVERY_PROJECT, |project| project.id.as_str())

@@ -121,10 +121,7 @@ pub async fn callback(
     request_headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let provider = provider(&state)?;
-    let started = request_headers
-        .get(header::COOKIE)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|cookies| cookie(cookies, SIGN_IN_COOKIE))
+    let started = cookie(&request_headers, SIGN_IN_COOKIE)
         .and_then(|token| {
             state
                 .tokens
@@ -201,12 +198,7 @@ pub fn session_cookie(state: &AppState, secret: &str) -> HeaderValue {
 /// Ends the session the request's cookie holds, on every replica (the store forgets
 /// it), and clears the cookie; answers the `Set-Cookie` that clears it.
 pub async fn end_session(state: &AppState, request_headers: &HeaderMap) -> Result<HeaderValue, ApiError> {
-    if let Some(secret) = request_headers
-        .get(header::COOKIE)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|cookies| cookie(cookies, SESSION_COOKIE))
-        .filter(|secret| !secret.is_empty())
-    {
+    if let Some(secret) = cookie(request_headers, SESSION_COOKIE) {
         sessions::end(&*state.store, secret).await?;
     }
     Ok(set_cookie(

@@ -169,6 +169,10 @@ impl AppRunner {
         run: &Run<'_>,
         output: mpsc::Sender<(Stream, String)>,
     ) -> Ended {
+        // Ended before it started: nothing is started that would have to be killed.
+        if run.cancel.is_cancelled() {
+            return Ended::Cancelled;
+        }
         let (info_read, info_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
             Ok(pipe) => pipe,
             Err(error) => return Ended::NotStarted(format!("pipe: {error}")),
@@ -204,13 +208,6 @@ impl AppRunner {
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
                 Ok(())
             });
-        }
-        // Ended before it started: nothing is started that would have to be killed.
-        if run.cancel.is_cancelled() {
-            if let Some(group) = group {
-                tokio::spawn(async move { group.remove().await });
-            }
-            return Ended::Cancelled;
         }
         let mut child = match command.spawn() {
             Ok(child) => child,

@@ -118,12 +118,16 @@ pub fn safe_return_path(requested: Option<&str>) -> String {
     }
 }
 
-/// The value of cookie `name` in a `Cookie` header.
-pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
-    header.split(';').find_map(|pair| {
-        let (key, value) = pair.trim().split_once('=')?;
-        (key == name).then_some(value)
-    })
+/// The value of cookie `name` in a request's `Cookie` header, unless empty.
+pub fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    let header = headers.get(axum::http::header::COOKIE)?.to_str().ok()?;
+    header
+        .split(';')
+        .find_map(|pair| {
+            let (key, value) = pair.trim().split_once('=')?;
+            (key == name).then_some(value)
+        })
+        .filter(|value| !value.is_empty())
 }
 
 #[cfg(test)]
@@ -168,10 +172,18 @@ mod tests {
 
     #[test]
     fn cookies_are_found_by_name() {
+        let headers = |value: &'static str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(
+                axum::http::header::COOKIE,
+                axum::http::HeaderValue::from_static(value),
+            );
+            headers
+        };
         assert_eq!(
-            cookie("a=1; kernel_session=xyz", SESSION_COOKIE),
+            cookie(&headers("a=1; kernel_session=xyz"), SESSION_COOKIE),
             Some("xyz")
         );
-        assert_eq!(cookie("kernel_sessionx=1", SESSION_COOKIE), None);
+        assert_eq!(cookie(&headers("kernel_sessionx=1"), SESSION_COOKIE), None);
     }
 }

@@ -200,22 +200,20 @@ function chrome() {
     h('form', { method: 'post', action: '/console/sign-out' }, h('button', { type: 'submit', class: 'secondary' }, 'Sign out')));
 }
 
+/** The shell's own sign-in form (with the identity provider's link when the server has
+ * one), kept to be shown again whenever the session ends. */
+const signInSection = document.getElementById('sign-in');
+
 function signInPage(message) {
   me = null;
   leavePage();
   document.getElementById('nav').hidden = true;
   document.getElementById('who').replaceChildren();
-  const error = h('p', { id: 'sign-in-error', class: 'error', role: 'alert', hidden: !message }, message || '');
-  const oidc = window.consoleOidc
-    ? h('p', {}, h('a', { class: 'button', href: '/auth/oidc/login?return_to=/console' }, 'Sign in with your identity provider'))
-    : null;
-  show('Sign in', h('section', { class: 'card narrow', 'aria-labelledby': 'sign-in-title' },
-    h('h1', { id: 'sign-in-title' }, 'Sign in'), error,
-    h('form', { method: 'post', action: '/console/sign-in' },
-      h('label', { for: 'api-key' }, 'API key'),
-      h('input', { id: 'api-key', name: 'api_key', type: 'password', autocomplete: 'off', required: true }),
-      h('button', { type: 'submit' }, 'Sign in with the key')),
-    oidc));
+  signInSection.querySelector('form').reset();
+  const error = signInSection.querySelector('#sign-in-error');
+  error.textContent = message || '';
+  error.hidden = !message;
+  show('Sign in', signInSection);
 }
 
 const ROUTES = [
@@ -546,6 +544,19 @@ async function teamPage(revealed = null) {
   show('Team', ...sections);
 }
 
+/** The items of a list, page after page (of 100), at most 1,000. */
+async function everyItem(path) {
+  const found = [];
+  const joiner = path.includes('?') ? '&' : '?';
+  for (let offset = 0, pages = 0; pages < 10; pages += 1) {
+    const { data, headers } = await api('GET', `${path}${joiner}limit=100&offset=${offset}`);
+    found.push(...items(data));
+    if (headers.get('x-has-more') !== 'true') break;
+    offset = Number(headers.get('x-next-offset') || offset + 100);
+  }
+  return found;
+}
+
 /** Browser-hours and invocations per day over the last week, from the lists (a page at a
  * time, at most 1,000 of each). */
 async function usageChart() {
@@ -556,28 +567,18 @@ async function usageChart() {
     return { start: start.getTime(), end: start.getTime() + 86400000, hours: 0, invocations: 0 };
   });
   if (can('invocations', 'read')) {
-    for (let offset = 0, pages = 0; pages < 10; pages += 1) {
-      const { data, headers } = await api('GET', `/invocations?limit=100&offset=${offset}`);
-      for (const invocation of items(data)) {
-        const at = Date.parse(invocation.started_at);
-        const day = days.find((d) => d.start <= at && at < d.end);
-        if (day) day.invocations += 1;
-      }
-      if (headers.get('x-has-more') !== 'true') break;
-      offset = Number(headers.get('x-next-offset') || offset + 100);
+    for (const invocation of await everyItem('/invocations')) {
+      const at = Date.parse(invocation.started_at);
+      const day = days.find((d) => d.start <= at && at < d.end);
+      if (day) day.invocations += 1;
     }
   }
   let live = 0;
-  for (let offset = 0, pages = 0; pages < 10; pages += 1) {
-    const { data, headers } = await api('GET', `/browsers?status=all&limit=100&offset=${offset}`);
-    for (const b of items(data)) {
-      const from = Date.parse(b.created_at);
-      const to = b.deleted_at ? Date.parse(b.deleted_at) : Date.now();
-      if (!b.deleted_at) live += 1;
-      for (const day of days) day.hours += Math.max(0, Math.min(to, day.end) - Math.max(from, day.start)) / 3600000;
-    }
-    if (headers.get('x-has-more') !== 'true') break;
-    offset = Number(headers.get('x-next-offset') || offset + 100);
+  for (const b of await everyItem('/browsers?status=all')) {
+    const from = Date.parse(b.created_at);
+    const to = b.deleted_at ? Date.parse(b.deleted_at) : Date.now();
+    if (!b.deleted_at) live += 1;
+    for (const day of days) day.hours += Math.max(0, Math.min(to, day.end) - Math.max(from, day.start)) / 3600000;
   }
   const chart = (label, value, unit) => {
     const most = Math.max(0.01, ...days.map(value));
@@ -630,7 +631,6 @@ async function hostPage() {
 // ---- Start -----------------------------------------------------------------------------
 
 async function start() {
-  window.consoleOidc = Boolean(document.querySelector('a[href^="/auth/oidc/login"]'));
   try {
     ({ data: me } = await api('GET', '/console/me'));
   } catch {

@@ -35,7 +35,7 @@ use super::org::{Org, same_origin};
 use super::sign_in::{end_session, session_cookie};
 use super::state::AppState;
 use crate::access::keys::Refused;
-use crate::access::policy::{KINDS, Required};
+use crate::access::policy::KINDS;
 use crate::people::sessions;
 
 const SHELL: &str = include_str!("index.html");
@@ -165,27 +165,15 @@ async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<R
 
 /// Who is signed in, and what their rights allow in the project they look at (for the
 /// console to offer only what the API would accept; the API decides all the same).
-async fn me(org: Org) -> Json {
-    let project = org.policy_project().to_owned();
-    let policy = org.caller.policy();
-    let can: serde_json::Map<String, Value> = KINDS
-        .iter()
-        .map(|kind| {
-            let allowed = |verb: &'static str| {
-                policy.is_none_or(|policy| {
-                    policy.allows(&Required {
-                        kind,
-                        verb,
-                        resource: format!("projects/{project}/{kind}/*"),
-                    })
-                })
-            };
-            (
-                (*kind).to_owned(),
-                json!({ "read": allowed("read"), "write": allowed("write"), "use": allowed("use") }),
-            )
-        })
-        .collect();
+async fn me(org: Org) -> Result<Json, ApiError> {
+    let mut can = serde_json::Map::new();
+    for kind in KINDS {
+        let mut verbs = serde_json::Map::new();
+        for verb in ["read", "write", "use"] {
+            verbs.insert(verb.into(), org.allows(kind, verb, "*").await?.into());
+        }
+        can.insert(kind.into(), verbs.into());
+    }
     let (principal, name) = match (org.caller.person(), org.caller.key()) {
         (Some(person), _) => (
             json!({ "type": "user", "role": person.role, "email": person.email }),
@@ -197,14 +185,14 @@ async fn me(org: Org) -> Json {
         ),
         (None, None) => (json!({ "type": "other" }), String::new()),
     };
-    axum::Json(json!({
+    Ok(axum::Json(json!({
         "organization": { "id": org.id },
         "project": org.project.as_ref().map(|p| json!({ "id": p.id, "name": p.name })),
         "principal": principal,
         "name": name,
         "can": can,
         "oidc": org.settings.oidc.is_some(),
-    }))
+    })))
 }
 
 type Json = axum::Json<Value>;
