@@ -256,6 +256,14 @@ def test_security_headers_forgery_and_signing_out(chromium, control_plane, admin
     forged_sign_in = httpx.post(f"{control_plane.base_url}/console/sign-in", data={"api_key": admin_key},
                                 headers={"Origin": "https://evil.test", "Sec-Fetch-Site": "cross-site"})
     assert forged_sign_in.status_code == 403 and "set-cookie" not in forged_sign_in.headers
+    # A sign-in without a key is a 400 in the Error shape; a wrong key starts no session.
+    ours = {"Origin": control_plane.base_url, "Sec-Fetch-Site": "same-origin"}
+    for body in ({}, {"api_key": "  "}):
+        empty = httpx.post(f"{control_plane.base_url}/console/sign-in", data=body, headers=ours)
+        assert empty.status_code == 400 and "api_key" in empty.json()["message"], empty.text
+    wrong = httpx.post(f"{control_plane.base_url}/console/sign-in", data={"api_key": "sk_nope_nope"}, headers=ours)
+    assert wrong.status_code == 303 and "sign_in=invalid" in wrong.headers["location"]
+    assert "set-cookie" not in wrong.headers
 
     context, page = sign_in_with_key(chromium, control_plane, admin_key)
     try:
