@@ -318,6 +318,11 @@ pub struct ServeConfig {
     /// serves `GET /metrics` without a token, and nothing else.
     #[arg(long, env = "CONTROL_PLANE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// The organization whose admins (people with the admin role, keys without a
+    /// restricting policy) operate this host: the console's host page (every
+    /// organization's live VMs, replicas, recent errors) is theirs only.
+    #[arg(long, env = "CONTROL_PLANE_OPERATOR_ORG", default_value = "default")]
+    pub operator_org: String,
     /// How many browser VMs the deployment is sized for, reported as
     /// `browser_service_capacity_browsers` for autoscalers. Default: one per GiB of this
     /// host's memory.

@@ -21,6 +21,7 @@ pub mod people;
 pub mod pools;
 pub mod profiles;
 pub mod proxies;
+pub mod recent_problems;
 pub mod replays;
 pub mod replicas;
 pub mod runtime;

@@ -1,17 +1,24 @@
 use clap::Parser;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use control_plane::config::{ApiKeysCommand, Cli, Command};
 use control_plane::{access, server, store};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,tower_http=warn".into()),
-        )
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colours only on a terminal: agents log to files.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,tower_http=warn".into()),
+        );
+    tracing_subscriber::registry()
+        .with(log)
+        // The console's host page shows what went wrong lately.
+        .with(control_plane::recent_problems::layer())
         .init();
     match Cli::parse().command {
         Command::Serve(config) => server::serve(*config).await,

@@ -188,6 +188,15 @@ pub struct Capacity {
     pub browsers: u64,
 }
 
+/// A line of this host's `/proc/meminfo` (`MemTotal`, `MemAvailable`, …), in KiB.
+pub fn meminfo_kib(field: &str) -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    info.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        rest.trim().trim_end_matches("kB").trim().parse().ok()
+    })
+}
+
 /// The whole exposition: this process's counters, then the service's state as the store
 /// has it now.
 pub async fn render(store: &dyn Store, capacity: Capacity) -> StoreResult<String> {

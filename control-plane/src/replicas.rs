@@ -491,3 +491,12 @@ pub enum Place {
 /// live in one process's memory, so one replica runs them all, and the others forward
 /// their requests to it.
 pub const WORKFLOWS: &str = "workflows";
+
+/// Ends browsers that have been idle past their timeout.
+pub const INACTIVITY_REAPER: &str = "inactivity-reaper";
+/// Keeps pools (the standby ones included) at their size.
+pub const POOL_RECONCILER: &str = "pool-reconciler";
+/// Delivers audit logs to their export destinations.
+pub const AUDIT_EXPORT: &str = "audit-export";
+/// Every duty, for the console's host page.
+pub const DUTIES: [&str; 4] = [WORKFLOWS, INACTIVITY_REAPER, POOL_RECONCILER, AUDIT_EXPORT];

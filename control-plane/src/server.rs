@@ -285,6 +285,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             },
             offer,
             oidc: oidc_provider(&config)?,
+            operator_org: store.ensure_organization(&config.operator_org).await?,
         },
     );
     // Tests and scripts read this line to learn the chosen port.
@@ -403,21 +404,7 @@ async fn serve_metrics(address: std::net::SocketAddr, state: AppState) -> anyhow
 
 /// The default capacity: one browser per GiB of this host's memory (at least one).
 fn browsers_host_memory_fits() -> u64 {
-    let total_kib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|line| line.strip_prefix("MemTotal:"))
-                .and_then(|rest| {
-                    rest.trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                })
-        })
-        .unwrap_or(0);
-    (total_kib >> 20).max(1)
+    (crate::metrics::meminfo_kib("MemTotal").unwrap_or(0) >> 20).max(1)
 }
 
 /// The Node.js runtime for Playwright executors, if it is installed (checked here, so a

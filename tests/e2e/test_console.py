@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import io
 import os
+import secrets
+import sqlite3
 import time
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from PIL import Image
 from playwright.sync_api import Page, expect, sync_playwright
 
 from fake_oidc import FakeOidcProvider, control_plane_signing_in_with
+from harness import wait_until
+from login_site import PASSWORD, USERNAME, LoginSite
 from sdk import today_only
 
 pytestmark = today_only  # (the console is the same whatever the SDK; the tests use today's)
@@ -292,11 +296,13 @@ def test_pages_have_no_serious_accessibility_violations(chromium, control_plane,
         pages = {"sessions": "/console/sessions", "session": f"/console/sessions/{browser.session_id}",
                  "team": "/console/team", "audit": "/console/team/audit", "pools": "/console/pools",
                  "profiles": "/console/profiles", "deployments": "/console/deployments",
-                 "invocations": "/console/invocations", "host": "/console/host"}
+                 "invocations": "/console/invocations", "credentials": "/console/credentials",
+                 "proxies": "/console/proxies", "auth-connections": "/console/auth-connections"}
         found = {}
         for name, path in pages.items():
             page.goto(f"{control_plane.base_url}{path}")
             page.wait_for_load_state("networkidle")
+            page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")  # the forms too
             page.add_script_tag(path=str(AXE))
             violations = page.evaluate("""async () => (await axe.run(document, {iframes: false})).violations
                 .filter(v => v.impact === 'serious' || v.impact === 'critical')
@@ -314,3 +320,160 @@ def test_pages_have_no_serious_accessibility_violations(chromium, control_plane,
     finally:
         context.close()
         client.browsers.delete_by_id(browser.session_id)
+
+
+def test_resources_are_made_and_changed_in_forms_whose_secrets_stay_write_only(chromium, control_plane, admin_key, client):
+    password = f"pw-{secrets.token_hex(8)}"
+    totp_seed = "JBSWY3DPEHPK3PXP"
+    base = control_plane.base_url
+    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    try:
+        # A credential: its secrets go in, and never come back out.
+        page.goto(f"{base}/console/credentials")
+        page.get_by_text("New credential").click()
+        new = page.get_by_role("form", name="New credential")
+        new.get_by_label("Name", exact=True).fill("console-credential")
+        new.get_by_label("Domain", exact=True).fill("example.test")
+        new.get_by_label("Username", exact=True).fill("alice")
+        new.get_by_label("Password (write-only)").fill(password)
+        new.get_by_label("TOTP secret (write-only)").fill(totp_seed)
+        new.get_by_role("button", name="Create").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text("console-credential")
+        made = client.credentials.retrieve("console-credential")
+        assert made.domain == "example.test" and made.has_values and made.has_totp_secret
+        page.get_by_text("Edit the credential").click()
+        edit = page.get_by_role("form", name="Edit the credential")
+        assert edit.get_by_label("New password", exact=False).input_value() == ""
+        assert edit.get_by_label("New TOTP secret", exact=False).input_value() == ""
+        assert password not in page.content() and totp_seed not in page.content()
+        edit.get_by_label("Name", exact=True).fill("console-credential-2")
+        edit.get_by_role("button", name="Save").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text("console-credential-2")
+        # Renamed; the secrets the empty inputs left alone still work.
+        assert client.credentials.retrieve(made.id).name == "console-credential-2"
+        assert client.credentials.totp_code(made.id).code.isdigit()
+        shot(page, "credential")
+
+        # A pool: made, changed and deleted through its forms.
+        page.goto(f"{base}/console/pools")
+        page.get_by_text("New pool").click()
+        new = page.get_by_role("form", name="New pool")
+        new.get_by_label("Name", exact=True).fill("console-pool")
+        new.get_by_label("Size (browsers kept ready)").fill("1")
+        new.get_by_label("Headless", exact=True).check()
+        new.get_by_role("button", name="Create").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text("console-pool")
+        pool = client.browser_pools.retrieve("console-pool")
+        assert pool.browser_pool_config.size == 1 and pool.browser_pool_config.headless
+        page.get_by_text("Edit the pool").click()
+        edit = page.get_by_role("form", name="Edit the pool")
+        expect(edit.get_by_label("Headless", exact=True)).to_be_checked()
+        edit.get_by_label("Fill rate (browsers per minute)").fill("7")
+        edit.get_by_role("button", name="Save").click()
+        expect(page.get_by_text('"fill_rate_per_minute":7')).to_be_visible()
+        assert client.browser_pools.retrieve("console-pool").browser_pool_config.fill_rate_per_minute == 7
+        shot(page, "pool")
+        page.get_by_role("button", name="Delete").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text("Pools")
+        assert all(p.name != "console-pool" for p in client.browser_pools.list())
+    finally:
+        context.close()
+        for credential in client.credentials.list():
+            if credential.name.startswith("console-credential"):
+                client.credentials.delete(credential.id)
+
+
+@pytest.fixture(scope="module")
+def login_site():
+    site = LoginSite()
+    yield site
+    site.server.shutdown()
+
+
+def test_an_auth_connections_login_is_watched_live_and_kept_in_its_timeline(chromium, control_plane, admin_key,
+                                                                             client, login_site):
+    connection = client.auth.connections.create(domain=login_site.domain, profile_name="console-login",
+                                                login_url=login_site.login_url)
+    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    try:
+        page.goto(f"{control_plane.base_url}/console/auth-connections")
+        page.get_by_role("link", name=login_site.domain).click()
+        expect(page.get_by_text("No logins or health checks yet.")).to_be_visible()
+        page.get_by_role("button", name="Log in now").click()
+        # The flow's browser, live, while it waits for the person's input.
+        expect(page.locator("#login-status")).to_contain_text("awaiting_input", timeout=60_000)
+        page.frame_locator("#login-view").locator("canvas").first.wait_for(timeout=15_000)
+        shot(page, "auth-connection-login")
+        client.auth.connections.submit(connection.id, fields={"username": USERNAME, "password": PASSWORD})
+        # The page follows the flow to its end, then shows it in the timeline.
+        expect(page.locator("#login-status")).to_contain_text("AUTHENTICATED", timeout=60_000)
+        timeline = page.get_by_role("region", name="Timeline")
+        expect(timeline.get_by_role("row").filter(has_text="login")).to_contain_text("SUCCESS")
+        expect(page.locator("#login-view")).to_have_count(0)
+        assert login_site.successful_logins == 1
+        shot(page, "auth-connection-timeline")
+    finally:
+        context.close()
+        client.auth.connections.delete(connection.id)
+
+
+def test_the_host_page_is_for_the_hosts_operators_only(chromium, control_plane, admin_key, client):
+    browser = client.browsers.create(headless=True, name="seen-by-the-operator")
+    # The server's first key is the operator organization's (`default`) and unrestricted.
+    context, page = sign_in_with_key(chromium, control_plane, control_plane.api_key)
+    try:
+        page.get_by_role("link", name="Host", exact=True).click()
+        expect(page.get_by_role("heading", level=1)).to_have_text("Host")
+        # Every organization's live VMs, this one's included; the replica and its duties.
+        expect(page.get_by_role("region", name="Live VMs", exact=False)).to_contain_text(browser.session_id)
+        replicas = page.get_by_role("region", name="Replicas and duties")
+        expect(replicas).to_contain_text("(this one)")
+        expect(replicas).to_contain_text("pool-reconciler")
+        expect(page.get_by_role("region", name="Isolation")).to_contain_text("sandbox")
+        shot(page, "host")
+    finally:
+        context.close()
+    # Another organization's admin sees no host page, and the API refuses it.
+    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    try:
+        expect(page.get_by_role("link", name="Team", exact=True)).to_be_visible()
+        expect(page.get_by_role("link", name="Host", exact=True)).to_have_count(0)
+        status = page.evaluate("async () => (await fetch('/console/host-report')).status")
+        assert status == 403
+        page.goto(f"{control_plane.base_url}/console/host")
+        expect(page.get_by_role("heading", level=1)).to_have_text("Something went wrong")
+    finally:
+        context.close()
+        client.browsers.delete_by_id(browser.session_id)
+
+
+def statements(response: httpx.Response) -> int:
+    """The statements the request sent to the store, from its `Server-Timing` header."""
+    timing = response.headers["server-timing"]
+    assert timing.startswith("store;desc=") and timing.endswith(' statements"'), timing
+    return int(timing.split('"')[1].split()[0])
+
+
+def test_a_page_of_browsers_costs_the_same_statements_whatever_its_length(control_plane, client):
+    """No N+1: the browser list reads its page in one query, plus one per distinct
+    profile (or pool) on it, however many browsers share them."""
+    client.profiles.create(name="listed-profile")
+    template = client.browsers.create(headless=True, profile={"name": "listed-profile"})
+    client.browsers.delete_by_id(template.session_id)
+    # 150 more ended browsers with the same profile: rows, as the list reads them.
+    database = sqlite3.connect(control_plane.data_dir / "control-plane.db", timeout=30)
+    database.row_factory = sqlite3.Row
+    row = dict(database.execute("SELECT * FROM browser_sessions WHERE id = ?", (template.session_id,)).fetchone())
+    with database:
+        for n in range(150):
+            copy = dict(row, id=f"listed{n:04d}{template.session_id[:8]}")
+            database.execute(f"INSERT INTO browser_sessions ({', '.join(copy)}) VALUES ({', '.join('?' for _ in copy)})",
+                             list(copy.values()))
+    database.close()
+    api = httpx.Client(base_url=control_plane.base_url, headers={"Authorization": f"Bearer {client.api_key}"})
+    one = api.get("/browsers", params={"status": "deleted", "limit": 1}).raise_for_status()
+    many = api.get("/browsers", params={"status": "deleted", "limit": 100}).raise_for_status()
+    assert len(one.json()) == 1 and len(many.json()) == 100
+    assert all(b["profile"]["name"] == "listed-profile" for b in many.json())
+    assert statements(one) == statements(many), (one.headers["server-timing"], many.headers["server-timing"])
+    assert statements(many) <= 10, many.headers["server-timing"]

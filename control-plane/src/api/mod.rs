@@ -291,6 +291,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .layer(axum::middleware::from_fn(count_store_statements))
         // Each request may be confined to a project once its caller is known (`org`).
         .layer(axum::middleware::from_fn(
             |request: axum::extract::Request, next: axum::middleware::Next| {
@@ -321,6 +322,20 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(metrics::count_requests))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Answers how many statements the request sent to the store (`Server-Timing`; see
+/// `crate::store::statements`).
+async fn count_store_statements(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (mut response, statements) =
+        crate::store::statements::counting(next.run(request)).await;
+    if let Ok(value) = format!("store;desc=\"{statements} statements\"").parse() {
+        response.headers_mut().append("server-timing", value);
+    }
+    response
 }
 
 async fn route_not_found(method: Method, uri: Uri) -> ApiError {
@@ -459,6 +474,11 @@ mod tests {
                 },
                 offer: Default::default(),
                 oidc: None,
+                operator_org: crate::store::Organization {
+                    id: "org_default".into(),
+                    name: "default".into(),
+                    created_at: chrono::Utc::now(),
+                },
             },
         ))
     }

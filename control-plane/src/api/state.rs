@@ -27,6 +27,8 @@ pub struct HttpSettings {
     pub offer: super::organization::Offer,
     /// The OpenID Connect provider people sign in with (`--oidc-issuer`), if any.
     pub oidc: Option<Arc<crate::people::oidc::OidcProvider>>,
+    /// The organization whose admins operate the host (`--operator-org`).
+    pub operator_org: crate::store::Organization,
 }
 
 /// Who may read `GET /metrics` on the API's address, and what capacity it reports.

@@ -57,7 +57,7 @@ impl AuditExport {
     /// Delivers forever, while this replica holds the duty.
     pub fn start(self: &Arc<Self>, replica: &Arc<Replica>) {
         let this = self.clone();
-        let mut duty = replica.duty("audit-export");
+        let mut duty = replica.duty(crate::replicas::AUDIT_EXPORT);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(TICK);
             loop {

@@ -47,7 +47,7 @@ impl Pools {
     }
 
     async fn run_reconciler(self: Arc<Self>) {
-        let mut duty = self.sessions.replica().duty("pool-reconciler");
+        let mut duty = self.sessions.replica().duty(crate::replicas::POOL_RECONCILER);
         let budgets: Budgets = Arc::default();
         loop {
             duty.held().await;

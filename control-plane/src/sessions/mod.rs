@@ -508,6 +508,11 @@ impl Sessions {
     }
 
     /// This process among the replicas.
+    /// What one organization may have live outside its pools.
+    pub fn live_limits(&self) -> LiveLimits {
+        self.live_limits
+    }
+
     pub fn replica(&self) -> &Arc<Replica> {
         &self.replica
     }

@@ -150,7 +150,7 @@ impl Sessions {
     /// Ends sessions that have been inactive for their `timeout_seconds`, and launches
     /// that never finished. Runs forever; acts while this replica holds the duty.
     async fn run_inactivity_reaper(self: Arc<Self>) {
-        let mut duty = self.replica.duty("inactivity-reaper");
+        let mut duty = self.replica.duty(crate::replicas::INACTIVITY_REAPER);
         let mut tick = tokio::time::interval(REAPER_INTERVAL);
         let mut last_sweep = tokio::time::Instant::now();
         let mut live_at_last_sweep: Option<HashSet<String>> = None;

@@ -535,6 +535,7 @@ impl Database {
         statement: &'static Statement,
         params: Vec<Value>,
     ) -> StoreResult<u64> {
+        super::statements::sent();
         match self {
             Self::Sqlite(connection) => {
                 sqlite_call(connection, statement, move |prepared| {
@@ -562,6 +563,7 @@ impl Database {
         params: Vec<Value>,
         map: Mapper<T>,
     ) -> StoreResult<Vec<T>> {
+        super::statements::sent();
         match self {
             Self::Sqlite(connection) => {
                 sqlite_call(connection, statement, move |prepared| {

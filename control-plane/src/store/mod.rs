@@ -14,6 +14,7 @@ mod rows;
 pub mod scope;
 mod signed_in;
 mod sql;
+pub mod statements;
 mod telemetry;
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
-//! The web console at `/console`: a page of ours (`index.html`, `console.js`,
-//! `console.css`, compiled into the binary, no build step and nothing from elsewhere)
-//! that calls the public API as the signed-in principal, same origin, with the session
-//! cookie. It holds no rights of its own: what it shows and may change is what the
+//! The web console at `/console`: a page of ours (`index.html`, `console.css` and the
+//! script modules listed in `ASSETS`, compiled into the binary, no build step and
+//! nothing from elsewhere) that calls the public API as the signed-in principal, same
+//! origin, with the session cookie. It holds no rights of its own: what it shows and may change is what the
 //! API answers that principal, so another project's or organization's resources are
 //! 404 there as everywhere.
 //!
@@ -11,6 +11,8 @@
 //! refused by the `Org` extractor (changes need a same-origin request) and by the
 //! SameSite=Strict cookie; the pages run under a Content-Security-Policy without
 //! inline script.
+
+mod host;
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
@@ -39,8 +41,18 @@ use crate::access::policy::KINDS;
 use crate::people::sessions;
 
 const SHELL: &str = include_str!("index.html");
-const SCRIPT: &str = include_str!("console.js");
-const STYLE: &str = include_str!("console.css");
+/// The console's files under `/console/assets/`: its style and its script modules
+/// (`console.js` routes; `ui.js` is what every page uses; one module per group of pages).
+const ASSETS: [(&str, &str, &str); 7] = [
+    ("console.css", "text/css; charset=utf-8", include_str!("console.css")),
+    ("console.js", JAVASCRIPT, include_str!("console.js")),
+    ("ui.js", JAVASCRIPT, include_str!("ui.js")),
+    ("browsers.js", JAVASCRIPT, include_str!("browsers.js")),
+    ("resources.js", JAVASCRIPT, include_str!("resources.js")),
+    ("team.js", JAVASCRIPT, include_str!("team.js")),
+    ("host.js", JAVASCRIPT, include_str!("host.js")),
+];
+const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
 /// No inline script or style, nothing from another origin; the live view and the
 /// inspector (pages of ours) may be framed.
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -55,11 +67,11 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/console", get(shell))
         .route("/console/{*page}", get(shell))
-        .route("/console/assets/console.js", get(script))
-        .route("/console/assets/console.css", get(style))
+        .route("/console/assets/{name}", get(asset))
         .route("/console/sign-in", post(sign_in))
         .route("/console/sign-out", post(sign_out))
         .route("/console/me", get(me))
+        .route("/console/host-report", get(host::host))
         .route("/console/thumbnails/{id}", get(thumbnail))
 }
 
@@ -85,24 +97,21 @@ async fn shell(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    (
+/// One of `ASSETS`, by name.
+async fn asset(PathParam(name): PathParam<String>) -> Result<Response, ApiError> {
+    let (_, content_type, body) = ASSETS
+        .iter()
+        .find(|(file, _, _)| *file == name)
+        .ok_or_else(|| ApiError::NotFound(format!("the console has no file {name:?}")))?;
+    Ok((
         [
-            (CONTENT_TYPE, content_type),
+            (CONTENT_TYPE, *content_type),
             (CACHE_CONTROL, "no-cache"),
             (X_CONTENT_TYPE_OPTIONS, "nosniff"),
         ],
-        body,
+        *body,
     )
-        .into_response()
-}
-
-async fn script() -> Response {
-    asset("text/javascript; charset=utf-8", SCRIPT)
-}
-
-async fn style() -> Response {
-    asset("text/css; charset=utf-8", STYLE)
+        .into_response())
 }
 
 fn see_other(location: &str, cookie: Option<axum::http::HeaderValue>) -> Response {
@@ -192,6 +201,7 @@ async fn me(org: Org) -> Result<Json, ApiError> {
         "name": name,
         "can": can,
         "oidc": org.settings.oidc.is_some(),
+        "operator": host::is_operator(&org).await?,
     })))
 }
 
