@@ -187,12 +187,22 @@ def test_team_page_shows_a_new_keys_secret_once(chromium, control_plane, admin_k
     context, page = sign_in_with_key(chromium, control_plane, admin_key)
     try:
         page.get_by_role("link", name="Team").click()
-        page.get_by_label("Name").fill("made-in-console")
+        # A project, and a key bound to it.
+        page.get_by_label("Project name").fill("console-team")
+        page.get_by_role("button", name="Create project").click()
+        expect(page.get_by_role("cell", name="console-team", exact=True)).to_be_visible()
+        page.get_by_label("Name", exact=True).fill("made-in-console")
+        page.get_by_label("Project", exact=True).select_option(label="console-team")
         page.get_by_role("button", name="Create key").click()
         secret = page.locator("#new-secret").inner_text()
         assert secret.startswith("sk_") or len(secret) > 20
         made = httpx.get(f"{control_plane.base_url}/browsers", headers={"Authorization": f"Bearer {secret}"})
         assert made.status_code == 200
+        context_of_key = httpx.get(f"{control_plane.base_url}/auth/context",
+                                   headers={"Authorization": f"Bearer {secret}"}).json()
+        project_id = context_of_key["authorization"]["credential_scope"]["project_id"]
+        assert project_id
+        expect(page.get_by_role("row").filter(has_text=project_id)).to_contain_text("console-team")
         shot(page, "team")
         page.reload()
         expect(page.locator("#new-secret")).to_have_count(0)

@@ -10,11 +10,14 @@ export async function teamPage(revealed = null) {
   const secret = h('div', { 'aria-live': 'polite' }, revealed ? h('div', { class: 'notice' },
     h('p', {}, `${revealed.what} Copy it now: it is not shown again.`),
     h('code', { class: 'secret', id: 'new-secret' }, revealed.key)) : null);
+  const projects = can('projects', 'read')
+    ? items((await api('GET', '/org/projects').catch(() => ({ data: [] }))).data) : [];
+  const projectName = (id) => (projects.find((p) => p.id === id) || { name: id }).name;
   if (can('api_keys', 'read')) {
     const { data } = await api('GET', '/org/api_keys');
     const write = can('api_keys', 'write');
     const rows = items(data).map((key) => h('tr', {}, h('td', {}, key.name), h('td', {}, key.masked_key || ''),
-      h('td', {}, key.project_id || 'every project'), h('td', {}, age(key.created_at)), h('td', {}, key.last_used_at ? age(key.last_used_at) : 'never'),
+      h('td', {}, key.project_id ? projectName(key.project_id) : 'every project'), h('td', {}, age(key.created_at)), h('td', {}, key.last_used_at ? age(key.last_used_at) : 'never'),
       h('td', {}, write ? [
         action('Rotate', async () => {
           const { data: made } = await api('POST', `/org/api_keys/${key.id}/rotate`, {});
@@ -23,16 +26,25 @@ export async function teamPage(revealed = null) {
         action('Revoke', async () => { await api('DELETE', `/org/api_keys/${key.id}`); await teamPage(); }, 'danger'),
       ] : '')));
     sections.push(h('h2', {}, 'API keys'), secret,
-      write ? form('New API key', [field('Name', 'name', { type: 'text', required: true })], async (values) => {
-        const { data: made } = await api('POST', '/org/api_keys', { name: values.name });
+      write ? form('New API key', [
+        field('Name', 'name', { type: 'text', required: true }),
+        projects.length ? h('div', {}, h('label', { for: 'key-project' }, 'Project'),
+          h('select', { id: 'key-project', name: 'project_id' }, h('option', { value: '' }, 'every project'),
+            projects.map((p) => h('option', { value: p.id }, p.name)))) : null,
+      ], async (values) => {
+        const request = { name: values.name };
+        if (values.project_id) request.project_id = values.project_id;
+        const { data: made } = await api('POST', '/org/api_keys', request);
         await teamPage({ key: made.key, what: `The secret of ${values.name}.` });
       }, 'Create key') : null,
       table(['Name', 'Key', 'Project', 'Age', 'Last used', ''], rows, 'No keys.'));
   }
   if (can('projects', 'read')) {
-    const { data } = await api('GET', '/org/projects').catch(() => ({ data: [] }));
-    sections.push(h('h2', {}, 'Projects'), table(['Name', 'Id', 'Status'], items(data).map((p) =>
-      h('tr', {}, h('td', {}, p.name), h('td', {}, p.id), h('td', {}, p.status || '')))));
+    sections.push(h('h2', {}, 'Projects'),
+      can('projects', 'write') ? form('New project', [field('Project name', 'name', { type: 'text', required: true })],
+        async (values) => { await api('POST', '/org/projects', { name: values.name }); await teamPage(); }, 'Create project') : null,
+      table(['Name', 'Id', 'Status'], projects.map((p) =>
+        h('tr', {}, h('td', {}, p.name), h('td', {}, p.id), h('td', {}, p.status || '')))));
   }
   if (can('organization', 'read')) {
     const { data } = await api('GET', '/org/limits').catch(() => ({ data: null }));
