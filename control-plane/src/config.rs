@@ -228,14 +228,17 @@ pub struct ServeConfig {
     pub max_live_memory_gib: u32,
     /// Headful browsers started ahead of any request (the default configuration), which
     /// `POST /browsers` hands over instead of starting one; each is replaced at once.
-    /// Counted in capacity. The same on every replica.
-    #[arg(long, env = "CONTROL_PLANE_STANDBY_BROWSERS", default_value_t = 0,
+    /// Counted in capacity. The same on every replica. Default: sized from the host
+    /// (`default_standby`): one on a host with room for at least 4 browsers; `0` turns
+    /// it off.
+    #[arg(long, env = "CONTROL_PLANE_STANDBY_BROWSERS",
         value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub standby_browsers: u32,
-    /// Headless browsers kept the same way, for creates with `headless: true`.
-    #[arg(long, env = "CONTROL_PLANE_STANDBY_HEADLESS_BROWSERS", default_value_t = 0,
+    pub standby_browsers: Option<u32>,
+    /// Headless browsers kept the same way, for creates with `headless: true`. Default:
+    /// as `--standby-browsers`.
+    #[arg(long, env = "CONTROL_PLANE_STANDBY_HEADLESS_BROWSERS",
         value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub standby_headless_browsers: u32,
+    pub standby_headless_browsers: Option<u32>,
     /// Most browsers the pools of one organization may hold together (sum of sizes).
     #[arg(long, env = "CONTROL_PLANE_MAX_POOLED_BROWSERS", default_value_t = 50)]
     pub max_pooled_browsers: i64,

@@ -247,11 +247,18 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             audit_export_delay: Duration::from_secs(config.audit_export_delay_seconds),
         },
     );
+    let capacity_browsers = config
+        .capacity_browsers
+        .unwrap_or_else(browsers_host_memory_fits);
     let standby = Standby::configure(
         store.as_ref(),
         StandbySizes {
-            headful: config.standby_browsers,
-            headless: config.standby_headless_browsers,
+            headful: config
+                .standby_browsers
+                .unwrap_or_else(|| default_standby(capacity_browsers)),
+            headless: config
+                .standby_headless_browsers
+                .unwrap_or_else(|| default_standby(capacity_browsers)),
         },
     )
     .await
@@ -278,9 +285,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             metrics: MetricsSettings {
                 token: config.metrics_token.clone(),
                 capacity: Capacity {
-                    browsers: config
-                        .capacity_browsers
-                        .unwrap_or_else(browsers_host_memory_fits),
+                    browsers: capacity_browsers,
                 },
             },
             offer,
@@ -407,6 +412,17 @@ fn browsers_host_memory_fits() -> u64 {
     (crate::metrics::meminfo_kib("MemTotal").unwrap_or(0) >> 20).max(1)
 }
 
+/// Standby browsers of each kind (headful, headless) kept unless the operator says:
+/// a new user's first `POST /browsers` is answered at once, on a host with room for
+/// them. One per 16 browsers of capacity, at least one and at most four; none on a host
+/// sized for fewer than 4.
+fn default_standby(capacity_browsers: u64) -> u32 {
+    if capacity_browsers < 4 {
+        return 0;
+    }
+    (capacity_browsers / 16).clamp(1, 4) as u32
+}
+
 /// The Node.js runtime for Playwright executors, if it is installed (checked here, so a
 /// missing `npm ci` is reported once at start rather than on every call).
 fn node_runtime(configured: Option<std::path::PathBuf>) -> Option<std::path::PathBuf> {
@@ -487,4 +503,19 @@ fn oidc_provider(
         role_claim: config.oidc_role_claim.clone(),
     })?;
     Ok(Some(Arc::new(provider)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_standby;
+
+    #[test]
+    fn the_default_standby_grows_with_the_host_and_is_off_on_a_small_one() {
+        assert_eq!(default_standby(1), 0);
+        assert_eq!(default_standby(3), 0);
+        assert_eq!(default_standby(4), 1);
+        assert_eq!(default_standby(23), 1);
+        assert_eq!(default_standby(48), 3);
+        assert_eq!(default_standby(1_000), 4);
+    }
 }

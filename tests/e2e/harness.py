@@ -23,7 +23,7 @@ class ControlPlane:
 
     def __init__(self, data_dir: Path, port: int = 0, agent_idle_grace_seconds: int = 60,
                  extra_args: list[str] | None = None, egress_allow: tuple[str, ...] = ("127.0.0.1",),
-                 traversable: bool = True, env: dict[str, str] | None = None):
+                 traversable: bool = True, env: dict[str, str] | None = None, default_standby: bool = False):
         self.data_dir = data_dir
         self.env = {**os.environ, **(env or {})}
         self.traversable = traversable
@@ -31,6 +31,12 @@ class ControlPlane:
         # unless the operator allows it.
         self.extra_args = [f"--egress-allow={allowance}" for allowance in egress_allow]
         self.extra_args += extra_args or []
+        # Standby browsers are on by default (sized from the host); a test's control plane
+        # keeps none unless it asks (`default_standby`, or the flags themselves), so that
+        # what a test counts and times is its own.
+        for flag in ("--standby-browsers", "--standby-headless-browsers"):
+            if not default_standby and flag not in self.extra_args:
+                self.extra_args += [flag, "0"]
         self.port = port
         self.agent_idle_grace_seconds = agent_idle_grace_seconds
         self.process: subprocess.Popen | None = None

@@ -14,7 +14,7 @@ import pytest
 from kernel import BadRequestError, ConflictError, Kernel, PermissionDeniedError, RateLimitError
 
 from conftest import TEST_PAGE_TITLE
-from harness import CONTROL_PLANE, ControlPlane, read_page, session_processes
+from harness import CONTROL_PLANE, ControlPlane, read_page, session_processes, wait_until
 from sdk import field
 
 
@@ -152,7 +152,7 @@ def test_a_data_directory_the_vm_user_cannot_pass_through_still_works(tmp_path, 
         assert len(bases) == 1
         assert read_page(created.cdp_ws_url, test_page_url, lambda page: page.title()) == TEST_PAGE_TITLE
         client.browsers.delete_by_id(created.session_id)
-        assert not any((base / "browsers" / created.session_id).exists() for base in bases)
+        assert wait_until(lambda: not any((base / "browsers" / created.session_id).exists() for base in bases), 5)
     finally:
         server.reap_everything()
         for base in bases:

@@ -86,7 +86,7 @@ def test_restart_ends_sessions_whose_browser_died_and_reaps_strays(tmp_path):
         listed = _listed(client)
         assert survivor.session_id in listed and doomed.session_id not in listed
         assert client.browsers.retrieve(doomed.session_id, include_deleted=True).deleted_at is not None
-        assert not (server.data_dir / "browsers" / doomed.session_id).exists()
+        assert wait_until(lambda: not (server.data_dir / "browsers" / doomed.session_id).exists(), 5)
         client.browsers.delete_by_id(survivor.session_id)
     finally:
         server.reap_everything()

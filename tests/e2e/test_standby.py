@@ -13,7 +13,7 @@ import pytest
 from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
-from harness import control_plane_for_module, first_tab, session_processes, wait_until
+from harness import ControlPlane, control_plane_for_module, first_tab, session_processes, wait_until
 from sdk import field, fields
 
 METRICS_TOKEN = "standby-metrics-token"
@@ -81,7 +81,7 @@ def test_a_create_is_handed_a_standby_browser_with_what_it_asked_for(client, con
         client.browsers.delete_by_id(sid)
     # Ended like any browser: its processes and directory are gone, not returned to the standby.
     assert wait_until(lambda: not any(session_processes(control_plane, sid).values()), 20)
-    assert not (control_plane.data_dir / "browsers" / sid).exists()
+    assert wait_until(lambda: not (control_plane.data_dir / "browsers" / sid).exists(), 5)
 
 
 def test_a_standby_browser_has_a_fresh_profile_and_serves_one_session_only(client, control_plane,
@@ -152,3 +152,21 @@ def test_standby_browsers_are_nobody_s(client, control_plane):
     with pytest.raises(subprocess.CalledProcessError) as refused:
         control_plane.create_api_key("(standby browsers)")
     assert "reserved" in refused.value.stderr
+
+
+def test_by_default_a_host_with_room_keeps_a_standby_browser_of_each_kind(tmp_path):
+    """Without the flags, a host sized for 4 browsers or more keeps one headful and one
+    headless browser ready: a new user's first create is handed one."""
+    server = ControlPlane(tmp_path / "data", default_standby=True,
+                          extra_args=["--metrics-token", METRICS_TOKEN, "--capacity-browsers", "8"]).start()
+    try:
+        assert wait_until(lambda: idle_standby(server) == 2, 90, interval=0.25), idle_standby(server)
+        ready = standby_vms(server, set())
+        assert len(ready) == 2
+        client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
+        for headless in (True, False):
+            made = client.browsers.create(headless=headless)
+            assert made.session_id in ready, (made.session_id, ready)
+            client.browsers.delete_by_id(made.session_id)
+    finally:
+        server.reap_everything()

@@ -496,6 +496,17 @@ impl Replays {
 
     /// Finishes every unfinished replay of a session that is ending; called before its
     /// browser is destroyed. Waits for finishes already under way.
+    /// Whether the session has a recording not finished yet (when the store cannot
+    /// tell: yes, the careful answer).
+    pub async fn has_unfinished(&self, session: &SessionRecord) -> bool {
+        match self.store.list_replays(&session.org_id, &session.id).await {
+            Ok(replays) => replays
+                .iter()
+                .any(|replay| !matches!(replay.status, ReplayStatus::Finished | ReplayStatus::Lost)),
+            Err(_) => true,
+        }
+    }
+
     pub async fn finish_all(&self, session: &SessionRecord, agent: Option<AgentClient>) {
         let replays = match self.store.list_replays(&session.org_id, &session.id).await {
             Ok(replays) => replays,

@@ -156,6 +156,17 @@ impl LocalRuntime {
         })
     }
 
+    /// The agent's process id: as launched, or as its pid file says after a restart.
+    fn agent_pid(&self, session_id: &str, location: Option<&AgentLocation>) -> Option<i64> {
+        location.and_then(|l| l.pid).or_else(|| {
+            std::fs::read_to_string(self.browser_dir(session_id).join(PID_FILE))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     fn browser_dir(&self, session_id: &str) -> PathBuf {
         self.config.browsers_dir.join(session_id)
     }
@@ -698,13 +709,7 @@ impl Runtime for LocalRuntime {
         }
         let dir = self.browser_dir(session_id);
         let root = dir.join(ROOT_DIR);
-        let pid = location.and_then(|l| l.pid).or_else(|| {
-            std::fs::read_to_string(dir.join(PID_FILE))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        });
+        let pid = self.agent_pid(session_id, location);
         let mut shutdown_accepted = false;
         if let Some(location) = location.filter(|l| !l.endpoint.is_empty())
             && let Ok(client) = AgentClient::new(location)
@@ -727,6 +732,20 @@ impl Runtime for LocalRuntime {
             && error.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(session_id, %error, "could not remove the browser directory");
+        }
+    }
+
+    fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) {
+        let root = self.browser_dir(session_id).join(ROOT_DIR);
+        if let Some(pid) = self.agent_pid(session_id, location)
+            && is_running(pid)
+            && is_agent_for(pid, &root)
+        {
+            // The sandbox's PID 1 is in the agent's group: every process of the VM dies
+            // with it. `destroy` reaps them and takes the rest apart.
+            let group = Pid::from_raw(process_group(pid).unwrap_or(pid) as i32);
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            let _ = killpg(group, Signal::SIGKILL);
         }
     }
 

@@ -75,6 +75,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// also for a session whose launch never finished (`location` unknown).
     async fn destroy(&self, session_id: &str, location: Option<&AgentLocation>);
 
+    /// Makes a VM unreachable at once, before `destroy` takes it apart (later, in the
+    /// background): its processes are killed, so every connection to it drops. Only for
+    /// a VM with nothing left to flush (its recordings finished, its profile saved). A
+    /// runtime that cannot do it faster than `destroy` does nothing here.
+    fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) {
+        let _ = (session_id, location);
+    }
+
     /// Whether the agent still exists, if this runtime can tell without asking it.
     fn agent_exists(&self, location: &AgentLocation) -> Option<bool>;
 

@@ -507,12 +507,12 @@ impl Sessions {
         }
     }
 
-    /// This process among the replicas.
     /// What one organization may have live outside its pools.
     pub fn live_limits(&self) -> LiveLimits {
         self.live_limits
     }
 
+    /// This process among the replicas.
     pub fn replica(&self) -> &Arc<Replica> {
         &self.replica
     }
@@ -571,19 +571,32 @@ impl Sessions {
                 session_id: session.id.clone(),
             })
             .await;
-        // Recordings are finalized and kept before their browser goes.
         let agent = session
             .agent
             .as_ref()
             .and_then(|location| AgentClient::new(location).ok());
-        self.replays.finish_all(session, agent.clone()).await;
         // A pool browser never leased (idle, or claimed while idle) holds only the state
         // it started from: saving it would put that back over newer saves.
         let used = matches!(session.pool_lease, None | Some(PoolLease::Leased));
-        if let (Some(profile), Some(agent)) = (&session.profile, &agent)
-            && profile.save_changes
-            && used
-        {
+        let saved_profile = session
+            .profile
+            .as_ref()
+            .filter(|profile| profile.save_changes && used && agent.is_some());
+        if saved_profile.is_none() && !self.replays.has_unfinished(session).await {
+            // Nothing anyone can read back waits on the rest: the VM is cut off now (no
+            // connection reaches it once this answers) and taken apart in the background.
+            // Should this process die first, `reap_strays` takes apart what is left at
+            // the next start.
+            self.runtime.cut_off(&session.id, session.agent.as_ref());
+            let (runtime, id, location) =
+                (self.runtime.clone(), session.id.clone(), session.agent.clone());
+            tokio::spawn(async move { runtime.destroy(&id, location.as_ref()).await });
+            return Ok(true);
+        }
+        // Recordings are finalized and kept, and the profile saved, before the browser
+        // goes: both are readable as soon as the end is answered.
+        self.replays.finish_all(session, agent.clone()).await;
+        if let (Some(profile), Some(agent)) = (saved_profile, &agent) {
             self.save_profile(&session.id, &profile.id, agent).await;
         }
         self.runtime
