@@ -6,11 +6,13 @@
 // `lifecycle` bench scenario.
 //
 //   node hello_browser.mjs '{"target": "ours", "baseURL": …, "apiKey": …, "url": …,
-//                            "runs": 20, "warmup": 10, "concurrency": 1, "headless": true}'
+//                            "runs": 20, "warmup": 10, "concurrency": 1, "headless": true,
+//                            "intervalMs": 1500}'
 //   node hello_browser.mjs '{"target": "bare", "chromium": "/usr/bin/chromium", …}'
 //
 // One JSON line per timed session on stdout: {create_ms, connect_ms, goto_ms,
-// release_ms, ok, error}. `bare` is the reference: a Chromium this script launches
+// release_ms, ok, error}. A session (or batch) starts `intervalMs` after the previous one
+// started at the earliest, as the benchmark throttles a service. `bare` is the reference: a Chromium this script launches
 // itself (launch until its DevTools URL is printed, connect, goto, kill until it exits).
 
 import { spawn } from 'node:child_process';
@@ -100,11 +102,23 @@ async function once(how) {
   return record;
 }
 
+/** Waits until `intervalMs` have passed since `started` (the benchmark's throttle). */
+async function throttle(started) {
+  const left = (options.intervalMs || 0) - (Date.now() - started);
+  if (left > 0) await new Promise((resolve) => setTimeout(resolve, left));
+}
+
 const how = target();
-for (let i = 0; i < options.warmup; i += 1) await once(how);
+for (let i = 0; i < options.warmup; i += 1) {
+  const started = Date.now();
+  await once(how);
+  await throttle(started);
+}
 for (let i = 0; i < options.runs; i += 1) {
+  const started = Date.now();
   const records = await Promise.all(Array.from({ length: options.concurrency }, () => once(how)));
   for (const record of records) process.stdout.write(`${JSON.stringify(record)}\n`);
+  await throttle(started);
 }
 // Playwright's connections stay open until their browser ends (as in the benchmark).
 process.exit(0);
