@@ -1,9 +1,9 @@
 use clap::Parser;
+use control_plane::config::{ApiKeysCommand, Cli, Command};
+use control_plane::{access, server, store};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use control_plane::config::{ApiKeysCommand, Cli, Command};
-use control_plane::{access, server, store};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -17,6 +17,7 @@ pub mod cdp;
 mod cdp_passthrough;
 pub mod chrome_store;
 pub mod computer;
+pub mod console;
 pub mod credential_providers;
 pub mod credentials;
 pub mod curl;
@@ -29,7 +30,6 @@ pub mod fs;
 pub mod fs_upload;
 pub mod fs_watch;
 pub mod health;
-pub mod console;
 pub mod inspector;
 pub mod invocations;
 pub mod keep_alive;
@@ -330,8 +330,7 @@ async fn count_store_statements(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let (mut response, statements) =
-        crate::store::statements::counting(next.run(request)).await;
+    let (mut response, statements) = crate::store::statements::counting(next.run(request)).await;
     if let Ok(value) = format!("store;desc=\"{statements} statements\"").parse() {
         response.headers_mut().append("server-timing", value);
     }

@@ -177,9 +177,7 @@ async fn signed_in(
     let session = sessions::resolve(&*state.store, secret)
         .await?
         .ok_or_else(|| {
-            ApiError::Unauthorized(
-                "your session ended or expired: sign in again (/console)".into(),
-            )
+            ApiError::Unauthorized("your session ended or expired: sign in again (/console)".into())
         })?;
     let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
     if !safe && !same_origin(&parts.headers) {
@@ -194,11 +192,7 @@ async fn signed_in(
 /// Whether the browser says the request comes from a page of this origin: by
 /// `Sec-Fetch-Site`, else by `Origin` against `Host`.
 pub(super) fn same_origin(headers: &axum::http::HeaderMap) -> bool {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|value| value.to_str().ok())
-    };
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
     if let Some(site) = header("sec-fetch-site") {
         return site == "same-origin";
     }

@@ -157,8 +157,12 @@ pub async fn callback(
     let person = session_of(&state, provider, &claims).await?;
     tracing::info!(subject = %person.sub, org_id = %person.org, role = ?person.role, "a person signed in");
     let org_id = person.org.clone();
-    let secret = sessions::start(&*state.store, &org_id, &sessions::Principal::Person(person.clone()))
-        .await?;
+    let secret = sessions::start(
+        &*state.store,
+        &org_id,
+        &sessions::Principal::Person(person.clone()),
+    )
+    .await?;
     let mut headers = HeaderMap::new();
     headers.append(header::SET_COOKIE, session_cookie(&state, &secret));
     headers.append(
@@ -197,7 +201,10 @@ pub fn session_cookie(state: &AppState, secret: &str) -> HeaderValue {
 
 /// Ends the session the request's cookie holds, on every replica (the store forgets
 /// it), and clears the cookie; answers the `Set-Cookie` that clears it.
-pub async fn end_session(state: &AppState, request_headers: &HeaderMap) -> Result<HeaderValue, ApiError> {
+pub async fn end_session(
+    state: &AppState,
+    request_headers: &HeaderMap,
+) -> Result<HeaderValue, ApiError> {
     if let Some(secret) = cookie(request_headers, SESSION_COOKIE) {
         sessions::end(&*state.store, secret).await?;
     }
@@ -215,7 +222,10 @@ pub async fn logout(
     request_headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let mut headers = HeaderMap::new();
-    headers.insert(header::SET_COOKIE, end_session(&state, &request_headers).await?);
+    headers.insert(
+        header::SET_COOKIE,
+        end_session(&state, &request_headers).await?,
+    );
     Ok((StatusCode::NO_CONTENT, headers).into_response())
 }
 

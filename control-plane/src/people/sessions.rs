@@ -18,7 +18,9 @@ use crate::store::{SignedInRecord, Store, StoreError, StoreResult};
 pub enum Principal {
     Person(SessionClaims),
     /// The key pasted at sign-in, by id (its secret is not kept).
-    Key { key_id: String },
+    Key {
+        key_id: String,
+    },
 }
 
 fn hash(secret: &str) -> String {

@@ -47,7 +47,10 @@ impl Pools {
     }
 
     async fn run_reconciler(self: Arc<Self>) {
-        let mut duty = self.sessions.replica().duty(crate::replicas::POOL_RECONCILER);
+        let mut duty = self
+            .sessions
+            .replica()
+            .duty(crate::replicas::POOL_RECONCILER);
         let budgets: Budgets = Arc::default();
         loop {
             duty.held().await;

@@ -500,9 +500,9 @@ impl Replays {
     /// tell: yes, the careful answer).
     pub async fn has_unfinished(&self, session: &SessionRecord) -> bool {
         match self.store.list_replays(&session.org_id, &session.id).await {
-            Ok(replays) => replays
-                .iter()
-                .any(|replay| !matches!(replay.status, ReplayStatus::Finished | ReplayStatus::Lost)),
+            Ok(replays) => replays.iter().any(|replay| {
+                !matches!(replay.status, ReplayStatus::Finished | ReplayStatus::Lost)
+            }),
             Err(_) => true,
         }
     }

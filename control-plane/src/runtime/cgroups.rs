@@ -268,7 +268,10 @@ impl VmCgroup {
             let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
                 continue;
             };
-            for pid in procs.lines().filter_map(|line| line.trim().parse::<i32>().ok()) {
+            for pid in procs
+                .lines()
+                .filter_map(|line| line.trim().parse::<i32>().ok())
+            {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),
                     nix::sys::signal::Signal::SIGKILL,
@@ -401,11 +404,17 @@ mod tests {
             });
         }
         let output = command.output().unwrap();
-        let orphan: i32 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
+        let orphan: i32 = String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse()
+            .unwrap();
         let proc_dir = PathBuf::from(format!("/proc/{orphan}"));
         assert!(proc_dir.exists(), "the orphan runs");
         group.remove().await;
-        assert!(group.dirs.iter().all(|dir| !dir.exists()), "the group is gone");
+        assert!(
+            group.dirs.iter().all(|dir| !dir.exists()),
+            "the group is gone"
+        );
         // Killed; reaped by init (whose zombie, if any, has no command line left).
         let cmdline = std::fs::read(proc_dir.join("cmdline")).unwrap_or_default();
         assert!(cmdline.is_empty(), "{}", String::from_utf8_lossy(&cmdline));

@@ -588,8 +588,11 @@ impl Sessions {
             // Should this process die first, `reap_strays` takes apart what is left at
             // the next start.
             self.runtime.cut_off(&session.id, session.agent.as_ref());
-            let (runtime, id, location) =
-                (self.runtime.clone(), session.id.clone(), session.agent.clone());
+            let (runtime, id, location) = (
+                self.runtime.clone(),
+                session.id.clone(),
+                session.agent.clone(),
+            );
             tokio::spawn(async move { runtime.destroy(&id, location.as_ref()).await });
             return Ok(true);
         }

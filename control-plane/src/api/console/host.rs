@@ -63,7 +63,14 @@ pub async fn host(org: Org) -> Result<Json<Value>, ApiError> {
             counts[name] = json!(counts[name].as_u64().unwrap_or(0) + 1);
         };
         bump(&mut counts, session.status.as_str());
-        bump(&mut counts, if session.headless { "headless" } else { "headful" });
+        bump(
+            &mut counts,
+            if session.headless {
+                "headless"
+            } else {
+                "headful"
+            },
+        );
         if session.pool_id.is_some() {
             bump(&mut counts, "pooled");
         }

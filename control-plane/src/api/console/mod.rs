@@ -44,7 +44,11 @@ const SHELL: &str = include_str!("index.html");
 /// The console's files under `/console/assets/`: its style and its script modules
 /// (`console.js` routes; `ui.js` is what every page uses; one module per group of pages).
 const ASSETS: [(&str, &str, &str); 7] = [
-    ("console.css", "text/css; charset=utf-8", include_str!("console.css")),
+    (
+        "console.css",
+        "text/css; charset=utf-8",
+        include_str!("console.css"),
+    ),
     ("console.js", JAVASCRIPT, include_str!("console.js")),
     ("ui.js", JAVASCRIPT, include_str!("ui.js")),
     ("browsers.js", JAVASCRIPT, include_str!("browsers.js")),
