@@ -735,7 +735,7 @@ impl Runtime for LocalRuntime {
         }
     }
 
-    fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) {
+    fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) -> bool {
         let root = self.browser_dir(session_id).join(ROOT_DIR);
         if let Some(pid) = self.agent_pid(session_id, location)
             && is_running(pid)
@@ -747,6 +747,8 @@ impl Runtime for LocalRuntime {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             let _ = killpg(group, Signal::SIGKILL);
         }
+        // Killed now, or not running at all: either way nothing reaches it any more.
+        true
     }
 
     fn agent_exists(&self, location: &AgentLocation) -> Option<bool> {

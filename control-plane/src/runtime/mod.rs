@@ -77,10 +77,12 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Makes a VM unreachable at once, before `destroy` takes it apart (later, in the
     /// background): its processes are killed, so every connection to it drops. Only for
-    /// a VM with nothing left to flush (its recordings finished, its profile saved). A
-    /// runtime that cannot do it faster than `destroy` does nothing here.
-    fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) {
+    /// a VM with nothing left to flush (its recordings finished, its profile saved).
+    /// Answers whether it did; a runtime that cannot do it faster than `destroy` answers
+    /// false, and the caller destroys the VM before going on.
+    fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) -> bool {
         let _ = (session_id, location);
+        false
     }
 
     /// Whether the agent still exists, if this runtime can tell without asking it.

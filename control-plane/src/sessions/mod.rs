@@ -582,12 +582,14 @@ impl Sessions {
             .profile
             .as_ref()
             .filter(|profile| profile.save_changes && used && agent.is_some());
-        if saved_profile.is_none() && !self.replays.has_unfinished(session).await {
+        if saved_profile.is_none()
+            && !self.replays.has_unfinished(session).await
+            && self.runtime.cut_off(&session.id, session.agent.as_ref())
+        {
             // Nothing anyone can read back waits on the rest: the VM is cut off now (no
             // connection reaches it once this answers) and taken apart in the background.
             // Should this process die first, `reap_strays` takes apart what is left at
             // the next start.
-            self.runtime.cut_off(&session.id, session.agent.as_ref());
             let (runtime, id, location) = (
                 self.runtime.clone(),
                 session.id.clone(),
