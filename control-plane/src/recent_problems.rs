@@ -1,7 +1,8 @@
 //! The last warnings and errors this process logged, kept in memory for the console's
 //! host page (operators only): the 3 a.m. question "what went wrong on this host?"
-//! without a shell. A `tracing` layer beside the one that writes the log, so it sees
-//! exactly what the log says (which never holds a secret) and nothing more.
+//! without a shell. A `tracing` layer beside the one that writes the log: it keeps the
+//! warnings and errors of every module (even one `RUST_LOG` silences in the log), as
+//! the log would write them (which never holds a secret).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;

@@ -250,15 +250,14 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let capacity_browsers = config
         .capacity_browsers
         .unwrap_or_else(browsers_host_memory_fits);
+    let headful_standby = config
+        .standby_browsers
+        .unwrap_or_else(|| default_standby(capacity_browsers));
     let standby = Standby::configure(
         store.as_ref(),
         StandbySizes {
-            headful: config
-                .standby_browsers
-                .unwrap_or_else(|| default_standby(capacity_browsers)),
-            headless: config
-                .standby_headless_browsers
-                .unwrap_or_else(|| default_standby(capacity_browsers)),
+            headful: headful_standby,
+            headless: config.standby_headless_browsers.unwrap_or(headful_standby),
         },
     )
     .await

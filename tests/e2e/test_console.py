@@ -443,6 +443,10 @@ def test_the_host_page_is_for_the_hosts_operators_only(chromium, control_plane, 
         shot(page, "host")
     finally:
         context.close()
+    # A key of the operator organization bound to one project is no operator.
+    bound = control_plane.create_api_key("default", project="ops-side")
+    refused = httpx.get(f"{control_plane.base_url}/console/host-report", headers={"Authorization": f"Bearer {bound}"})
+    assert refused.status_code == 403 and "default" not in refused.json()["message"], refused.text
     # Another organization's admin sees no host page, and the API refuses it.
     context, page = sign_in_with_key(chromium, control_plane, admin_key)
     try:

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::api::error::ApiError;
-use crate::api::org::Org;
+use crate::api::org::{Caller, Org};
 use crate::recent_problems::{self, Problem};
 use crate::replicas::{DUTIES, Place};
 
@@ -42,18 +42,31 @@ struct ReplicaView {
     duties: Vec<&'static str>,
 }
 
-/// Whether `org`'s caller operates this host.
-pub async fn is_operator(org: &Org) -> Result<bool, ApiError> {
-    Ok(org.id == org.settings.operator_org.id && org.allows("organization", "write", "*").await?)
+/// Whether `org`'s caller operates this host: an admin of the operator organization, or
+/// one of its keys that holds every right of the whole organization. Not a key bound to
+/// a project or restricted by a policy, nor an action's invocation key.
+pub fn is_operator(org: &Org) -> bool {
+    if org.id != org.settings.operator_org.id {
+        return false;
+    }
+    match &org.caller {
+        // An admin's role has no policy.
+        Caller::Person { policy, .. } => policy.is_none(),
+        Caller::Key {
+            key: Some(key),
+            invocation: false,
+        } => key.policy.is_none() && key.project_id.is_none(),
+        _ => false,
+    }
 }
 
 pub async fn host(org: Org) -> Result<Json<Value>, ApiError> {
-    if !is_operator(&org).await? {
-        return Err(ApiError::Forbidden(format!(
-            "the host page is for the host's operators: admins of the organization {:?} \
-             (--operator-org)",
-            org.settings.operator_org.name
-        )));
+    if !is_operator(&org) {
+        return Err(ApiError::Forbidden(
+            "the host page is for the host's operators (admins of the organization named by \
+             --operator-org)"
+                .into(),
+        ));
     }
     let live = org.store.live_sessions().await?;
     let mut counts = json!({ "live": live.len(), "starting": 0, "running": 0, "headless": 0,

@@ -205,7 +205,7 @@ async fn me(org: Org) -> Result<Json, ApiError> {
         "name": name,
         "can": can,
         "oidc": org.settings.oidc.is_some(),
-        "operator": host::is_operator(&org).await?,
+        "operator": host::is_operator(&org),
     })))
 }
 

@@ -39,14 +39,15 @@ const POOL_FIELDS = (read) => [
   number('fill_rate_per_minute', 'Fill rate (browsers per minute)', { min: 1, read: read('fill_rate_per_minute') }),
   number('timeout_seconds', 'Idle timeout (seconds)', { min: 10, read: read('timeout_seconds') }),
   text('proxy_id', 'Proxy id', { read: read('proxy_id') }),
-  text('profile.name', 'Profile name', { read: read('profile.name') }),
   check('headless', 'Headless', { read: read('headless') }),
   check('stealth', 'Stealth', { read: read('stealth') }),
 ];
 
 const FORMS = {
   pools: {
-    create: POOL_FIELDS(() => undefined),
+    // The profile only at creation: a PATCH replaces the whole profile object, so one
+    // sent back with its name alone would drop its other settings (`save_changes`).
+    create: [...POOL_FIELDS(() => undefined), text('profile.name', 'Profile name')],
     edit: POOL_FIELDS((name) => `browser_pool_config.${name}`),
   },
   profiles: { create: [text('name', 'Name')], edit: [text('name', 'Name', { required: true })] },
