@@ -13,6 +13,7 @@ use crate::api::error::ApiError;
 use crate::api::org::{Caller, Org};
 use crate::recent_problems::{self, Problem};
 use crate::replicas::{DUTIES, Place};
+use crate::store::{SessionRecord, SessionStatus};
 
 /// Live VMs listed at most (the counts cover them all).
 const MAX_LISTED_VMS: usize = 1_000;
@@ -69,25 +70,15 @@ pub async fn host(org: Org) -> Result<Json<Value>, ApiError> {
         ));
     }
     let live = org.store.live_sessions().await?;
-    let mut counts = json!({ "live": live.len(), "starting": 0, "running": 0, "headless": 0,
-        "headful": 0, "pooled": 0 });
-    for session in &live {
-        let bump = |counts: &mut Value, name: &str| {
-            counts[name] = json!(counts[name].as_u64().unwrap_or(0) + 1);
-        };
-        bump(&mut counts, session.status.as_str());
-        bump(
-            &mut counts,
-            if session.headless {
-                "headless"
-            } else {
-                "headful"
-            },
-        );
-        if session.pool_id.is_some() {
-            bump(&mut counts, "pooled");
-        }
-    }
+    let count = |keep: fn(&SessionRecord) -> bool| live.iter().filter(|s| keep(s)).count();
+    let counts = json!({
+        "live": live.len(),
+        "starting": count(|s| s.status == SessionStatus::Starting),
+        "running": count(|s| s.status == SessionStatus::Running),
+        "headless": count(|s| s.headless),
+        "headful": count(|s| !s.headless),
+        "pooled": count(|s| s.pool_id.is_some()),
+    });
     let vms: Vec<LiveVm> = live
         .into_iter()
         .take(MAX_LISTED_VMS)
