@@ -7,7 +7,9 @@
 //!
 //! Protocol, per connection: the control plane writes `<secret>\n<path>\n` (`path` as
 //! for the gRPC tunnel: empty for the browser's endpoint, or `/devtools/…`); the agent
-//! answers one byte, `1` with the socket attached, or `0` followed by why not.
+//! answers one byte, `1` with the socket attached, or `0` followed by why not. The
+//! control plane keeps the connection open as long as it uses the socket: meanwhile the
+//! VM stays awake (`freezer`), as for a call in flight.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -25,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Authenticator;
 use crate::cdp;
 use crate::chromium::BrowserState;
+use crate::freezer::Freezer;
 use browser_agent_proto::v1::DevtoolsState;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,6 +50,7 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 pub fn serve(
     listener: UnixListener,
     auth: Authenticator,
+    freezer: std::sync::Arc<Freezer>,
     browser: watch::Receiver<BrowserState>,
     shutdown: CancellationToken,
 ) {
@@ -61,9 +65,9 @@ pub fn serve(
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             };
-            let (auth, browser) = (auth.clone(), browser.clone());
+            let (auth, browser, freezer) = (auth.clone(), browser.clone(), freezer.clone());
             tokio::spawn(async move {
-                if let Err(error) = hand_off(connection, &auth, &browser).await {
+                if let Err(error) = hand_off(connection, &auth, &freezer, &browser).await {
                     tracing::debug!(%error, "a DevTools hand-off failed");
                 }
             });
@@ -74,17 +78,30 @@ pub fn serve(
 async fn hand_off(
     mut connection: UnixStream,
     auth: &Authenticator,
+    freezer: &std::sync::Arc<Freezer>,
     browser: &watch::Receiver<BrowserState>,
 ) -> io::Result<()> {
     let request = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut connection))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no request in time"))??;
-    let opened = match request {
-        Some((secret, path)) if auth.admits(secret.as_bytes()) => open(browser, &path).await,
-        _ => Err("missing or wrong agent credential".to_owned()),
+    let Some((_, path)) = request.filter(|(secret, _)| auth.admits(secret.as_bytes())) else {
+        connection.write_all(&[0]).await?;
+        return connection
+            .write_all(b"missing or wrong agent credential")
+            .await;
     };
-    match opened {
-        Ok(devtools) => send_socket(&connection, &devtools).await,
+    // Awake (Chromium must answer the handshake) until the control plane is done.
+    let _awake = freezer.begin_call();
+    match open(browser, &path).await {
+        Ok(devtools) => {
+            send_socket(&connection, &devtools).await?;
+            drop(devtools);
+            // The control plane sends nothing more: the end of the connection is the end
+            // of its use of the socket.
+            let mut rest = [0u8; 64];
+            while connection.read(&mut rest).await? > 0 {}
+            Ok(())
+        }
         Err(why) => {
             connection.write_all(&[0]).await?;
             connection.write_all(why.as_bytes()).await

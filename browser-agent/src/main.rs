@@ -16,6 +16,7 @@ mod devtools_handoff;
 mod dir_watch;
 mod display;
 mod extensions;
+mod freezer;
 mod fs;
 mod identity;
 mod input;
@@ -136,6 +137,10 @@ struct Args {
     /// Shut down after this many seconds without a call from a control plane.
     #[arg(long, env = "BROWSER_AGENT_IDLE_GRACE_SECONDS", default_value_t = 300)]
     idle_grace_seconds: u64,
+    /// Stop the VM's processes (all but the agent) after this many seconds without a
+    /// call, a command or a recording; the next call continues them first (0: never).
+    #[arg(long, default_value_t = 0)]
+    freeze_idle_after_seconds: u64,
     #[arg(long, env = "BROWSER_AGENT_CHROMIUM", default_value = "chromium")]
     chromium_path: String,
     #[arg(long, env = "BROWSER_AGENT_XVFB", default_value = "Xvfb")]
@@ -514,15 +519,15 @@ async fn serve(
         shutdown.clone(),
     ));
     tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let vm_processes = if args.vm_pid_namespace {
+        memory::VmProcesses::PidNamespace
+    } else {
+        memory::VmProcesses::Descendants
+    };
     if args.memory_limit_bytes > 0 {
-        let processes = if args.vm_pid_namespace {
-            memory::VmProcesses::PidNamespace
-        } else {
-            memory::VmProcesses::Descendants
-        };
         tokio::spawn(memory::enforce_limit(
             args.memory_limit_bytes,
-            processes,
+            vm_processes,
             args.exit_reason_file.clone(),
             shutdown.clone(),
         ));
@@ -544,6 +549,24 @@ async fn serve(
         args.ffmpeg_path.clone(),
         sound.is_some(),
     ));
+    let freezer = {
+        let (processes, recordings) = (processes.clone(), recordings.clone());
+        freezer::Freezer::new(
+            (args.freeze_idle_after_seconds > 0)
+                .then(|| Duration::from_secs(args.freeze_idle_after_seconds)),
+            Box::new(move || freezer::vm_processes(vm_processes)),
+            Box::new(move || {
+                if processes.running() > 0 {
+                    Some("a command runs")
+                } else if recordings.any_running() {
+                    Some("a recording runs")
+                } else {
+                    None
+                }
+            }),
+        )
+    };
+    tokio::spawn(freezer.clone().run(shutdown.clone()));
     let telemetry = std::sync::Arc::new(telemetry::Telemetry::default());
     tokio::spawn(telemetry::monitor::run(
         telemetry.clone(),
@@ -602,10 +625,12 @@ async fn serve(
             .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
             .context("the TLS certificate or key is unusable")?;
     }
-    let served = builder.add_service(tonic::service::interceptor::InterceptedService::new(
-        server,
-        move |request| check.check(request),
-    ));
+    let served = builder
+        .layer(freezer::FreezerLayer(freezer.clone()))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            server,
+            move |request| check.check(request),
+        ));
     let served = match listener {
         Listener::Tcp(listener) => {
             served
@@ -638,6 +663,7 @@ async fn serve(
                 devtools_handoff::serve(
                     handoff,
                     authenticator.clone(),
+                    freezer.clone(),
                     handoff_state,
                     shutdown.clone(),
                 );

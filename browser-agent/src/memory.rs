@@ -128,6 +128,22 @@ fn process_ids() -> Vec<u32> {
         .collect()
 }
 
+/// The VM's processes, the agent among them (but not a sandbox's PID 1, which is no
+/// process of the VM's own: it only waits for the agent).
+pub fn vm_pids(processes: VmProcesses) -> Vec<u32> {
+    let pids = process_ids();
+    match processes {
+        VmProcesses::Descendants => {
+            let own = std::process::id();
+            let parents = parent_table(&pids);
+            pids.into_iter()
+                .filter(|&pid| descends_from(pid, own, &parents))
+                .collect()
+        }
+        VmProcesses::PidNamespace => pids.into_iter().filter(|&pid| pid != 1).collect(),
+    }
+}
+
 /// Each process's parent, from its `stat`.
 fn parent_table(pids: &[u32]) -> HashMap<u32, u32> {
     pids.iter()

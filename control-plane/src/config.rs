@@ -99,6 +99,15 @@ pub struct ServeConfig {
         default_value_t = 300
     )]
     pub agent_idle_grace_seconds: u64,
+    /// Stop an idle browser's processes (no CPU) after this many seconds without a CDP,
+    /// live-view or WebDriver client, an API call, a command or a recording; the next
+    /// connection or call continues them before it is served. 0: never.
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_FREEZE_IDLE_AFTER_SECONDS",
+        default_value_t = 30
+    )]
+    pub freeze_idle_after_seconds: u64,
     /// Largest request body of `fs/write_file` and `fs/upload_zip` (413 beyond).
     #[arg(long, env = "CONTROL_PLANE_MAX_UPLOAD_BYTES", default_value_t = 1024 * 1024 * 1024)]
     pub max_upload_bytes: u64,

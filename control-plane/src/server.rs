@@ -59,6 +59,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     let mut node_runtime = node_runtime(config.node_runtime.clone());
     let agent_idle_grace = Duration::from_secs(config.agent_idle_grace_seconds.max(1));
+    let freeze_idle_after = (config.freeze_idle_after_seconds > 0)
+        .then(|| Duration::from_secs(config.freeze_idle_after_seconds));
     let mut browsers_dir = data_dir.join("browsers");
     let mut apps_dir = data_dir.join("apps");
     let mut agent_binary = agent_binary;
@@ -172,6 +174,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             ffmpeg: config.ffmpeg.clone(),
             max_resized_viewport: config.max_resized_viewport,
             agent_idle_grace,
+            freeze_idle_after,
             zip_limits,
         })),
         RuntimeKind::Kubernetes => {
@@ -194,6 +197,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 agent_port: config.kubernetes_agent_port,
                 start_timeout: Duration::from_secs(config.kubernetes_start_timeout_seconds),
                 agent_idle_grace,
+                freeze_idle_after,
                 zip_limits,
                 max_resized_viewport: config.max_resized_viewport,
                 disk_bytes: (config.vm_disk_gib > 0).then_some(config.vm_disk_gib << 30),

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 from kernel import Kernel
 
@@ -18,6 +20,21 @@ def no_vm_process_outlives_the_suite(tmp_path_factory):
     assert not left, f"browser VM processes left after the suite: {left}"
     mounts = vm_mounts_left(str(tmp_path_factory.getbasetemp()))
     assert not mounts, f"VM disks left mounted after the suite: {mounts}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report ends with the recent log of the control planes that were
+    running (their data directories are gone by the time CI's output is read)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.passed or report.skipped:
+        return
+    base = item.config._tmp_path_factory.getbasetemp()
+    recent = [log for log in base.rglob("control-plane.log") if time.time() - log.stat().st_mtime < 120]
+    for log in sorted(recent, key=lambda log: log.stat().st_mtime, reverse=True)[:2]:
+        lines = log.read_text(errors="replace").splitlines()[-60:]
+        report.sections.append((f"control-plane log {log.parent.name}", "\n".join(lines)))
 
 
 @pytest.fixture(scope="module")

@@ -100,6 +100,11 @@ impl Processes {
         }
     }
 
+    /// How many commands run now (exec and spawn together).
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Acquire)
+    }
+
     fn lock_spawned(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Arc<Spawned>>> {

@@ -256,6 +256,11 @@ impl Recordings {
         }
     }
 
+    /// Whether a recording captures or is being finalized.
+    pub fn any_running(&self) -> bool {
+        self.lock().values().any(|r| !r.progress.borrow().is_over())
+    }
+
     /// Runs `change` (a resize of the screen) while no recording captures, so that none
     /// sees the screen change size under it; a capturing one is `StillRunning`.
     pub fn while_none_capture<T>(&self, change: impl FnOnce() -> T) -> Result<T, RecordingError> {

@@ -17,9 +17,18 @@ use crate::store::AgentLocation;
 
 const HANDOFF_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Chromium's DevTools WebSocket at `path` (empty: the browser's), open and ready for
-/// frames; `Ok(None)` for an agent that is not on this host (the gRPC tunnel serves it).
-pub async fn open_devtools(location: &AgentLocation, path: &str) -> io::Result<Option<TcpStream>> {
+/// A DevTools WebSocket handed over by an agent.
+pub struct HandedOver {
+    /// Open to Chromium and ready for frames.
+    pub devtools: TcpStream,
+    /// The hand-off connection: while it is open, the agent keeps the VM awake (never
+    /// frozen for idleness). Keep it as long as `devtools`.
+    pub keep_awake: UnixStream,
+}
+
+/// Chromium's DevTools WebSocket at `path` (empty: the browser's); `Ok(None)` for an
+/// agent that is not on this host (the gRPC tunnel serves it).
+pub async fn open_devtools(location: &AgentLocation, path: &str) -> io::Result<Option<HandedOver>> {
     let Some(agent_socket) = location.endpoint.strip_prefix(UNIX_ENDPOINT_PREFIX) else {
         return Ok(None);
     };
@@ -31,7 +40,7 @@ pub async fn open_devtools(location: &AgentLocation, path: &str) -> io::Result<O
         .map(Some)
 }
 
-async fn receive(socket: &Path, secret: &str, path: &str) -> io::Result<TcpStream> {
+async fn receive(socket: &Path, secret: &str, path: &str) -> io::Result<HandedOver> {
     if secret.contains('\n') || path.contains('\n') {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "malformed"));
     }
@@ -52,7 +61,10 @@ async fn receive(socket: &Path, secret: &str, path: &str) -> io::Result<TcpStrea
         (Some(1), Some(fd)) => {
             let stream = std::net::TcpStream::from(fd);
             stream.set_nonblocking(true)?;
-            TcpStream::from_std(stream)
+            Ok(HandedOver {
+                devtools: TcpStream::from_std(stream)?,
+                keep_awake: connection,
+            })
         }
         _ => {
             let mut why = String::new();

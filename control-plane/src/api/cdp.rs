@@ -119,13 +119,14 @@ async fn tunnel(
         && let Some(location) = &session.agent
     {
         match crate::agent::devtools::open_devtools(location, "").await {
-            Ok(Some(devtools)) => {
+            Ok(Some(handed_over)) => {
                 tracing::debug!(session_id = %id, "DevTools handed over; passing bytes through");
                 if pooled {
                     lease_holds(&state, &claims).await?;
                 }
-                let guard = state.sessions.client_connected(&session, ClientKind::Cdp);
-                return Ok(raw.switch(devtools, guard));
+                let mut guard = state.sessions.client_connected(&session, ClientKind::Cdp);
+                guard.hold(Box::new(handed_over.keep_awake));
+                return Ok(raw.switch(handed_over.devtools, guard));
             }
             Ok(None) => {}
             Err(error) => {

@@ -520,6 +520,14 @@ async fn refuse(
         POLICY_DENIED => (403, "403 Forbidden"),
         _ => (502, "502 Bad Gateway"),
     };
+    tracing::info!(
+        session_id = log.map(|log| log.session_id.as_str()),
+        code,
+        host = %request.host,
+        port = request.port,
+        reason,
+        "the egress proxy did not carry a request"
+    );
     if let Some(log) = log {
         log.failures.note(
             &log.session_id,

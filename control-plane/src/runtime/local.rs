@@ -46,6 +46,8 @@ pub struct LocalRuntimeConfig {
     pub ffmpeg: String,
     /// An agent shuts itself down after this long without hearing from a control plane.
     pub agent_idle_grace: Duration,
+    /// An agent stops its VM's processes after this long idle (`None`: never).
+    pub freeze_idle_after: Option<Duration>,
     pub zip_limits: ZipLimits,
     /// Where browsers run: in a sandbox each, or (development only) on the host.
     pub sandbox: Option<Sandbox>,
@@ -311,6 +313,12 @@ impl LocalRuntime {
             "idle-grace-seconds",
             &self.config.agent_idle_grace.as_secs().max(1).to_string(),
         );
+        if let Some(idle) = self.config.freeze_idle_after {
+            arg(
+                "freeze-idle-after-seconds",
+                &idle.as_secs().max(1).to_string(),
+            );
+        }
         if let Some(sandbox) = &self.config.sandbox {
             arg("max-tasks", &MAX_VM_TASKS.to_string());
             if sandbox.tenant().is_some() {

@@ -693,6 +693,7 @@ impl Sessions {
             sessions: self.clone(),
             id: id.to_owned(),
             client: None,
+            held: None,
         }
     }
 
@@ -778,9 +779,16 @@ pub struct CdpConnectionGuard {
     sessions: Arc<Sessions>,
     id: String,
     client: Option<ConnectedClient>,
+    /// What must live as long as the connection (the agent's keep-awake hand-off).
+    held: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl CdpConnectionGuard {
+    /// Keeps `resource` until the connection ends.
+    pub fn hold(&mut self, resource: Box<dyn std::any::Any + Send + Sync>) {
+        self.held = Some(resource);
+    }
+
     /// Reports the CDP client's browser-control commands (`cdp_command`), if the session
     /// captured `control` telemetry when the client connected.
     pub fn command_recorder(&self) -> Option<CommandRecorder> {

@@ -40,6 +40,8 @@ pub struct KubernetesRuntimeConfig {
     /// How long a pod may take to run (image pull, scheduling) before its launch fails.
     pub start_timeout: Duration,
     pub agent_idle_grace: Duration,
+    /// An agent stops its VM's processes after this long idle (`None`: never).
+    pub freeze_idle_after: Option<Duration>,
     pub zip_limits: ZipLimits,
     pub max_resized_viewport: crate::config::ScreenSize,
     /// Each pod's ephemeral storage (its writable layer, `emptyDir`s and logs): the

@@ -298,6 +298,12 @@ fn agent_args(spec: &LaunchSpec, config: &KubernetesRuntimeConfig) -> Vec<String
             config.agent_idle_grace.as_secs().max(1)
         ),
         format!(
+            "--freeze-idle-after-seconds={}",
+            config
+                .freeze_idle_after
+                .map_or(0, |idle| idle.as_secs().max(1))
+        ),
+        format!(
             "--memory-limit-bytes={}",
             spec.memory_limit_bytes.unwrap_or(0)
         ),
@@ -407,6 +413,7 @@ spec:
             tls: false,
             start_timeout: std::time::Duration::from_secs(60),
             agent_idle_grace: std::time::Duration::from_secs(300),
+            freeze_idle_after: None,
             zip_limits: crate::runtime::ZipLimits {
                 max_entries: 10,
                 max_expanded_bytes: 100,
