@@ -6,6 +6,7 @@ what needs another launch starts a browser as before."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import subprocess
 
 import httpx
@@ -39,6 +40,18 @@ def idle_standby(control_plane) -> int:
 def standby_vms(control_plane, handed_out: set[str]) -> set[str]:
     """Browser VMs on this host that no session of the tests' organizations holds."""
     return {path.name for path in (control_plane.data_dir / "browsers").iterdir()} - handed_out
+
+
+def cpu_weight(control_plane, session_id: str) -> int | None:
+    """The VM's CPU shares (cgroup v1) or weight (v2), from the groups noted in its
+    directory; `None` where VMs have no groups."""
+    note = control_plane.data_dir / "browsers" / session_id / "cgroups"
+    for line in note.read_text().splitlines() if note.exists() else []:
+        for name in ("cpu.shares", "cpu.weight"):
+            path = Path(line) / name
+            if path.exists():
+                return int(path.read_text())
+    return None
 
 
 def wait_full(control_plane):
@@ -155,14 +168,19 @@ def test_standby_browsers_are_nobody_s(client, control_plane):
 
 
 def test_by_default_a_host_with_room_keeps_a_standby_browser_of_each_kind(tmp_path):
-    """Without the flags, a host sized for 4 browsers or more keeps one headful and one
-    headless browser ready: a new user's first create is handed one."""
+    """Without the flags, a host sized for 4 browsers or more keeps one headful browser
+    ready and one headless per 2 of capacity (here 2): a new user's first create is
+    handed one. Started ahead of demand, they launch at a tenth of the CPU weight and get
+    the full weight once settled."""
     server = ControlPlane(tmp_path / "data", default_standby=True,
-                          extra_args=["--metrics-token", METRICS_TOKEN, "--capacity-browsers", "8"]).start()
+                          extra_args=["--metrics-token", METRICS_TOKEN, "--capacity-browsers", "4"]).start()
     try:
-        assert wait_until(lambda: idle_standby(server) == 2, 90, interval=0.25), idle_standby(server)
+        assert wait_until(lambda: idle_standby(server) == 3, 90, interval=0.25), idle_standby(server)
         ready = standby_vms(server, set())
-        assert len(ready) == 2
+        assert len(ready) == 3
+        weights = lambda: {cpu_weight(server, sid) for sid in ready}  # noqa: E731
+        # The default weight: 1024 shares (cgroup v1) or 100 (v2).
+        assert wait_until(lambda: weights() in ({1024}, {100}), 15), weights()
         client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
         for headless in (True, False):
             made = client.browsers.create(headless=headless)

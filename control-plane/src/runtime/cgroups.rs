@@ -160,19 +160,28 @@ impl VmCgroup {
         self.dirs[index].join(name)
     }
 
+    /// Changes the group's CPU weight (cgroup v2's scale).
+    pub fn set_cpu_weight(&self, weight: u64) -> std::io::Result<()> {
+        let weight = weight.clamp(1, 10_000);
+        let (name, value) = match self.v2 {
+            true => ("cpu.weight", weight),
+            // v1's shares: 1024 is the default, as 100 is v2's weight.
+            false => ("cpu.shares", (weight * 1024 / 100).max(2)),
+        };
+        std::fs::write(self.file("cpu", name), value.to_string())
+    }
+
     fn apply(&self, limits: VmLimits) -> std::io::Result<()> {
         let write = |controller: &str, name: &str, value: String| {
             std::fs::write(self.file(controller, name), value).map_err(|error| {
                 std::io::Error::new(error.kind(), format!("setting {name}: {error}"))
             })
         };
-        let weight = limits.cpu_weight.clamp(1, 10_000);
         if self.v2 {
             write("memory", "memory.max", limits.memory_bytes.to_string())?;
             // Swap would let a VM hold more than its limit in memory-backed files.
             let _ = write("memory", "memory.swap.max", "0".into());
             write("pids", "pids.max", limits.max_tasks.to_string())?;
-            write("cpu", "cpu.weight", weight.to_string())?;
         } else {
             write(
                 "memory",
@@ -186,14 +195,10 @@ impl VmCgroup {
                 limits.memory_bytes.to_string(),
             );
             write("pids", "pids.max", limits.max_tasks.to_string())?;
-            // v1's shares: 1024 is the default, as 100 is v2's weight.
-            write(
-                "cpu",
-                "cpu.shares",
-                (weight * 1024 / 100).max(2).to_string(),
-            )?;
         }
-        Ok(())
+        self.set_cpu_weight(limits.cpu_weight).map_err(|error| {
+            std::io::Error::new(error.kind(), format!("setting the CPU weight: {error}"))
+        })
     }
 
     /// Descriptors that move the process writing `0` to them into this group: opened

@@ -403,7 +403,10 @@ impl LocalRuntime {
                 VmLimits {
                     memory_bytes,
                     max_tasks: MAX_VM_TASKS,
-                    cpu_weight: self.config.limits.cpu_weight,
+                    cpu_weight: match spec.background {
+                        true => (self.config.limits.cpu_weight / 10).max(1),
+                        false => self.config.limits.cpu_weight,
+                    },
                 },
                 Some(dir),
             )?),
@@ -702,6 +705,18 @@ impl Runtime for LocalRuntime {
         }
         .await;
         match outcome {
+            Ok(()) if spec.background => {
+                let (weight, dir) = (self.config.limits.cpu_weight, dir.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(super::BACKGROUND_START_SETTLE).await;
+                    if let Some(group) = VmCgroup::noted(&dir)
+                        && let Err(error) = group.set_cpu_weight(weight)
+                    {
+                        tracing::debug!(%error, "could not give a VM its full CPU weight");
+                    }
+                });
+                Ok(location)
+            }
             Ok(()) => Ok(location),
             Err(error) => {
                 tracing::warn!(session_id = %spec.session_id, %error, "launch failed; reaping");

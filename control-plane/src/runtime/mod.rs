@@ -46,7 +46,15 @@ pub struct LaunchSpec {
     /// IANA timezone and BCP 47 locale the browser's pages see (validated).
     pub timezone: Option<String>,
     pub locale: Option<String>,
+    /// Started ahead of demand (a pool's or the standby's browser): the VM starts at a
+    /// tenth of the CPU weight, so that browsers in use and the service itself go first,
+    /// and gets its full weight once it has settled (`BACKGROUND_START_SETTLE`).
+    pub background: bool,
 }
+
+/// How long a VM started in the background keeps its low CPU weight: Chromium keeps
+/// working for a moment after its DevTools first answers.
+pub const BACKGROUND_START_SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What a runtime's VMs can be given at launch beyond the basics; each `Err` says why
 /// not, for a 400 that the caller can act on.

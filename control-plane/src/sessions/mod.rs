@@ -367,6 +367,7 @@ impl Sessions {
             height: record.viewport_height as u32,
             kiosk: record.kiosk_mode,
             stealth: record.stealth,
+            background: record.pool_id.is_some(),
             extensions: extensions
                 .iter()
                 .map(|e| (e.name.clone(), e.archive.clone()))

@@ -390,6 +390,7 @@ spec:
 
     fn spec() -> LaunchSpec {
         LaunchSpec {
+            background: false,
             session_id: "abc123".into(),
             headless: true,
             width: 1280,
