@@ -269,6 +269,12 @@ impl VmCgroup {
         if self.v2 && std::fs::write(self.dirs[0].join("cgroup.kill"), "1").is_ok() {
             return;
         }
+        self.signal_all(nix::sys::signal::Signal::SIGKILL);
+    }
+
+    /// Sends `signal` to every process in the group; answers to how many.
+    pub fn signal_all(&self, signal: nix::sys::signal::Signal) -> usize {
+        let mut signalled = std::collections::HashSet::new();
         for dir in &self.dirs {
             let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
                 continue;
@@ -277,12 +283,14 @@ impl VmCgroup {
                 .lines()
                 .filter_map(|line| line.trim().parse::<i32>().ok())
             {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
+                if !signalled.contains(&pid)
+                    && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).is_ok()
+                {
+                    signalled.insert(pid);
+                }
             }
         }
+        signalled.len()
     }
 }
 

@@ -96,6 +96,8 @@ pub struct LocalRuntime {
     /// Each live VM's egress proxy, by session id.
     egress_servers: Mutex<HashMap<String, EgressServer>>,
     proxy_failures: Arc<ProxyFailures>,
+    /// VMs `cut_off` stopped, which `destroy` kills without asking their agent first.
+    stopped_vms: Mutex<std::collections::HashSet<String>>,
 }
 
 const ADDRESS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -148,6 +150,7 @@ impl LocalRuntime {
             isolation,
             egress_servers: Mutex::new(HashMap::new()),
             proxy_failures: Arc::default(),
+            stopped_vms: Mutex::default(),
         }
     }
 
@@ -159,6 +162,24 @@ impl LocalRuntime {
     }
 
     /// The agent's process id: as launched, or as its pid file says after a restart.
+    /// Kills the VM's agent and, with the sandbox's PID 1 in its group, every process of
+    /// the VM.
+    fn kill_vm(&self, session_id: &str, location: Option<&AgentLocation>) {
+        let root = self.browser_dir(session_id).join(ROOT_DIR);
+        if let Some(pid) = self.agent_pid(session_id, location)
+            && is_running(pid)
+            && is_agent_for(pid, &root)
+        {
+            let group = Pid::from_raw(process_group(pid).unwrap_or(pid) as i32);
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+        // Stopped processes die of SIGKILL too; whatever is left in the VM's groups goes.
+        if let Some(group) = VmCgroup::noted(&self.browser_dir(session_id)) {
+            group.kill_remaining();
+        }
+    }
+
     fn agent_pid(&self, session_id: &str, location: Option<&AgentLocation>) -> Option<i64> {
         location.and_then(|l| l.pid).or_else(|| {
             std::fs::read_to_string(self.browser_dir(session_id).join(PID_FILE))
@@ -734,7 +755,15 @@ impl Runtime for LocalRuntime {
         let root = dir.join(ROOT_DIR);
         let pid = self.agent_pid(session_id, location);
         let mut shutdown_accepted = false;
-        if let Some(location) = location.filter(|l| !l.endpoint.is_empty())
+        let stopped = self
+            .stopped_vms
+            .lock()
+            .map(|mut stopped| stopped.remove(session_id))
+            .unwrap_or(false);
+        if stopped {
+            // Its agent cannot answer: no shutdown call.
+            self.kill_vm(session_id, location);
+        } else if let Some(location) = location.filter(|l| !l.endpoint.is_empty())
             && let Ok(client) = AgentClient::new(location)
         {
             match client.shutdown().await {
@@ -759,17 +788,19 @@ impl Runtime for LocalRuntime {
     }
 
     fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) -> bool {
-        let root = self.browser_dir(session_id).join(ROOT_DIR);
-        if let Some(pid) = self.agent_pid(session_id, location)
-            && is_running(pid)
-            && is_agent_for(pid, &root)
+        // Every process of the VM stopped: from now on it does nothing and answers no one.
+        // The kill (`destroy`) follows in the background, so that the kernel's teardown of
+        // the VM's memory does not compete with answering the caller.
+        let dir = self.browser_dir(session_id);
+        if let Some(group) = VmCgroup::noted(&dir)
+            && group.signal_all(Signal::SIGSTOP) > 0
         {
-            // The sandbox's PID 1 is in the agent's group: every process of the VM dies
-            // with it. `destroy` reaps them and takes the rest apart.
-            let group = Pid::from_raw(process_group(pid).unwrap_or(pid) as i32);
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-            let _ = killpg(group, Signal::SIGKILL);
+            if let Ok(mut stopped) = self.stopped_vms.lock() {
+                stopped.insert(session_id.to_owned());
+            }
+            return true;
         }
+        self.kill_vm(session_id, location);
         // Killed now, or not running at all: either way nothing reaches it any more.
         true
     }

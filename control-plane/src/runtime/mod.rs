@@ -84,8 +84,9 @@ pub trait Runtime: Send + Sync + 'static {
     async fn destroy(&self, session_id: &str, location: Option<&AgentLocation>);
 
     /// Makes a VM unreachable at once, before `destroy` takes it apart (later, in the
-    /// background): its processes are killed, so every connection to it drops. Only for
-    /// a VM with nothing left to flush (its recordings finished, its profile saved).
+    /// background): its processes are stopped (the local runtime, whose `destroy` then
+    /// kills them, closing every connection) or killed. Only for a VM with nothing left
+    /// to flush (its recordings finished, its profile saved).
     /// Answers whether it did; a runtime that cannot do it faster than `destroy` answers
     /// false, and the caller destroys the VM before going on.
     fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) -> bool {

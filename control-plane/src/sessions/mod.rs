@@ -122,6 +122,8 @@ const RUNNING_CACHE_TTL: Duration = Duration::from_secs(2);
 /// When a caller at its live-browser limit is told to try again: browsers end when
 /// deleted or after their inactivity timeout, which nothing here can predict.
 const LIMIT_RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How long the teardown of a cut-off VM waits for the answer to the delete to go out.
+const ANSWER_BEFORE_TEARDOWN: Duration = Duration::from_millis(20);
 /// How long a persistent-id create waits for a concurrent create of the same id.
 const STARTING_WAIT: Duration = Duration::from_secs(60);
 
@@ -596,7 +598,11 @@ impl Sessions {
                 session.id.clone(),
                 session.agent.clone(),
             );
-            tokio::spawn(async move { runtime.destroy(&id, location.as_ref()).await });
+            tokio::spawn(async move {
+                // The answer goes out first: the teardown takes both cores for a moment.
+                tokio::time::sleep(ANSWER_BEFORE_TEARDOWN).await;
+                runtime.destroy(&id, location.as_ref()).await
+            });
             return Ok(true);
         }
         // Recordings are finalized and kept, and the profile saved, before the browser
