@@ -161,7 +161,6 @@ impl LocalRuntime {
         })
     }
 
-    /// The agent's process id: as launched, or as its pid file says after a restart.
     /// Kills the VM's agent and, with the sandbox's PID 1 in its group, every process of
     /// the VM.
     fn kill_vm(&self, session_id: &str, location: Option<&AgentLocation>) {
@@ -180,6 +179,7 @@ impl LocalRuntime {
         }
     }
 
+    /// The agent's process id: as launched, or as its pid file says after a restart.
     fn agent_pid(&self, session_id: &str, location: Option<&AgentLocation>) -> Option<i64> {
         location.and_then(|l| l.pid).or_else(|| {
             std::fs::read_to_string(self.browser_dir(session_id).join(PID_FILE))
