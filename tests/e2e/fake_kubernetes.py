@@ -657,6 +657,10 @@ class Kubelet:
         if state is None:
             return
         process = state["process"]
+        # Everything of the container, taken now: what outlives the command is reparented
+        # away from it, and a container runtime kills all of a container's processes
+        # when it ends (they share its cgroup and PID namespace).
+        container = {pid: _started(pid) for pid in descendants(process.pid)}
         # SIGTERM to the container's command (under bwrap's init in the pod's PID
         # namespace), then SIGKILL to everything after the grace period.
         for init in children(process.pid):
@@ -668,6 +672,10 @@ class Kubelet:
             for pid in descendants(process.pid) | {process.pid}:
                 signal_quietly(pid, signal.SIGKILL)
             process.wait(timeout=10)
+        for pid, started in container.items():
+            # The same process still, not another that took its pid since.
+            if started is not None and _started(pid) == started:
+                signal_quietly(pid, signal.SIGKILL)
         self._clean(key)
         self.stopping.discard(key)
         self.api.finalize(*key)
@@ -709,6 +717,14 @@ class Kubelet:
         if self.alive:
             self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _started(pid: int) -> int | None:
+    """When the process started (clock ticks after boot), if it is there."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def signal_quietly(pid: int, sig: int) -> None:
