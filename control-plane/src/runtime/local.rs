@@ -173,10 +173,6 @@ impl LocalRuntime {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             let _ = killpg(group, Signal::SIGKILL);
         }
-        // Stopped processes die of SIGKILL too; whatever is left in the VM's groups goes.
-        if let Some(group) = VmCgroup::noted(&self.browser_dir(session_id)) {
-            group.kill_remaining();
-        }
     }
 
     /// The agent's process id: as launched, or as its pid file says after a restart.
@@ -761,7 +757,12 @@ impl Runtime for LocalRuntime {
             .map(|mut stopped| stopped.remove(session_id))
             .unwrap_or(false);
         if stopped {
-            // Its agent cannot answer: no shutdown call.
+            // Its agent cannot answer: no shutdown call. Continued first, so that each
+            // parent reaps its children as they die (the sandbox's first process its
+            // PID 1): a stopped parent would leave them as zombies to the host's init.
+            if let Some(group) = VmCgroup::noted(&dir) {
+                group.signal_all(Signal::SIGCONT);
+            }
             self.kill_vm(session_id, location);
         } else if let Some(location) = location.filter(|l| !l.endpoint.is_empty())
             && let Ok(client) = AgentClient::new(location)
