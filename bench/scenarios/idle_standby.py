@@ -13,7 +13,9 @@ from pathlib import Path
 import httpx
 import websocket
 
-from harness import ControlPlane, cpu_seconds, processes_mentioning, descendants, session_processes, wait_until
+from harness import ControlPlane, cpu_seconds, process_state, session_processes, wait_until
+
+from .density import _vm_pids
 
 BROWSERS = 10
 FREEZE_AFTER_SECONDS = 3
@@ -23,24 +25,11 @@ WINDOW_SECONDS = 20
 THAW_ROUNDS = 3
 
 
-def _vm_pids(server: ControlPlane, session_id: str) -> set[int]:
-    """Every process of the VM: sandbox, agent, Xvfb, Chromium."""
-    holders = processes_mentioning(str(server.data_dir / "browsers" / session_id / "root"))
-    return holders.union(*(descendants(pid) for pid in holders))
-
-
-def _stopped(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] == "T"
-    except OSError:
-        return False
-
-
 def _all_frozen(server: ControlPlane, ids: list[str]) -> bool:
     for sid in ids:
         kinds = session_processes(server, sid)
         browser_side = kinds["chromium"] | kinds["xvfb"]
-        if not browser_side or not all(_stopped(pid) for pid in browser_side):
+        if not browser_side or not all(process_state(pid) == "T" for pid in browser_side):
             return False
     return True
 
@@ -64,7 +53,7 @@ def _idle_share(server: ControlPlane, ids: list[str]) -> float:
     return (cpu_seconds(pids) - before) / WINDOW_SECONDS
 
 
-def _start(work_dir: Path, name: str, freeze_after: int) -> tuple[ControlPlane, httpx.Client, list[dict]]:
+def _start(work_dir: Path, name: str, freeze_after: int) -> tuple[ControlPlane, list[dict]]:
     server = ControlPlane(work_dir / name, extra_args=[
         "--freeze-idle-after-seconds", str(freeze_after)]).start()
     http = httpx.Client(base_url=server.base_url, timeout=120,
@@ -74,19 +63,19 @@ def _start(work_dir: Path, name: str, freeze_after: int) -> tuple[ControlPlane, 
         response = http.post("/browsers", json={"headless": index % 2 == 0, "timeout_seconds": 3600})
         response.raise_for_status()
         browsers.append(response.json())
-    return server, http, browsers
+    return server, browsers
 
 
 def run(work_dir: Path, report) -> None:
     # Today's idle cost: the same browsers, never frozen.
-    server, _, browsers = _start(work_dir, "awake", 0)
+    server, browsers = _start(work_dir, "awake", 0)
     try:
         time.sleep(SETTLE_SECONDS)
         awake_share = _idle_share(server, [b["session_id"] for b in browsers])
     finally:
         server.reap_everything()
 
-    server, _, browsers = _start(work_dir, "frozen", FREEZE_AFTER_SECONDS)
+    server, browsers = _start(work_dir, "frozen", FREEZE_AFTER_SECONDS)
     try:
         ids = [b["session_id"] for b in browsers]
         time.sleep(SETTLE_SECONDS)

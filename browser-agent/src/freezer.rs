@@ -145,12 +145,13 @@ impl Drop for CallGuard {
     }
 }
 
-/// The VM's processes other than the agent.
+/// The VM's processes other than the agent and a sandbox's PID 1 (which only waits for
+/// the agent, and which a signal from inside its namespace could not stop anyway).
 pub fn vm_processes(scope: VmProcesses) -> Vec<i32> {
     let me = std::process::id();
     crate::memory::vm_pids(scope)
         .into_iter()
-        .filter(|pid| *pid != me)
+        .filter(|pid| *pid != me && *pid != 1)
         .filter_map(|pid| i32::try_from(pid).ok())
         .collect()
 }

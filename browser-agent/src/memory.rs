@@ -84,7 +84,6 @@ pub enum Measure {
 
 /// The VM's memory in bytes.
 pub fn vm_memory_bytes(processes: VmProcesses, measure: Measure) -> u64 {
-    let pids = process_ids();
     let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
         .flatten()
@@ -93,20 +92,11 @@ pub fn vm_memory_bytes(processes: VmProcesses, measure: Measure) -> u64 {
         Measure::Resident => resident_bytes(pid, page),
         Measure::Proportional => pss_bytes(pid),
     };
+    let processes_bytes: u64 = vm_pids(processes).into_iter().map(bytes_of).sum();
     match processes {
-        VmProcesses::Descendants => {
-            let own = std::process::id();
-            let parents = parent_table(&pids);
-            pids.into_iter()
-                .filter(|&pid| descends_from(pid, own, &parents))
-                .map(bytes_of)
-                .sum()
-        }
-        // Every process in sight is the VM's: no need to know whose child it is.
+        VmProcesses::Descendants => processes_bytes,
         VmProcesses::PidNamespace => {
-            pids.into_iter().map(bytes_of).sum::<u64>()
-                + tmpfs_used_bytes("/tmp")
-                + tmpfs_used_bytes("/dev/shm")
+            processes_bytes + tmpfs_used_bytes("/tmp") + tmpfs_used_bytes("/dev/shm")
         }
     }
 }
@@ -128,8 +118,7 @@ fn process_ids() -> Vec<u32> {
         .collect()
 }
 
-/// The VM's processes, the agent among them (but not a sandbox's PID 1, which is no
-/// process of the VM's own: it only waits for the agent).
+/// The VM's processes, the agent among them.
 pub fn vm_pids(processes: VmProcesses) -> Vec<u32> {
     let pids = process_ids();
     match processes {
@@ -140,7 +129,8 @@ pub fn vm_pids(processes: VmProcesses) -> Vec<u32> {
                 .filter(|&pid| descends_from(pid, own, &parents))
                 .collect()
         }
-        VmProcesses::PidNamespace => pids.into_iter().filter(|&pid| pid != 1).collect(),
+        // Every process in sight is the VM's: no need to know whose child it is.
+        VmProcesses::PidNamespace => pids,
     }
 }
 

@@ -220,13 +220,18 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def process_state(pid: int) -> str | None:
+    """The process's state letter (`R`, `S`, `T` for stopped, `Z`…); `None` once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+    except (OSError, IndexError):
+        return None
+
+
 def is_alive(pid: int) -> bool:
     """Running and not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(") ", 1)[1][0] not in "ZX"
+    state = process_state(pid)
+    return state is not None and state not in "ZX"
 
 
 def processes_mentioning(text: str) -> set[int]:

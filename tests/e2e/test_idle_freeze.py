@@ -6,12 +6,12 @@ it is served. The page's clocks pause meanwhile."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import sync_playwright
 
-from harness import control_plane_for_module, cpu_seconds, first_tab, session_processes, wait_until
+from harness import (control_plane_for_module, cpu_seconds, first_tab, process_state, session_processes,
+                     wait_until)
 
 FREEZE_AFTER_SECONDS = 2
 
@@ -22,30 +22,19 @@ def control_plane(tmp_path_factory):
         tmp_path_factory, extra_args=["--freeze-idle-after-seconds", str(FREEZE_AFTER_SECONDS)])
 
 
-def vm_processes(control_plane, session_id: str) -> dict[str, set[int]]:
-    return session_processes(control_plane, session_id)
-
-
-def state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
-    except OSError:
-        return "gone"
-
-
 def stopped(pids: set[int]) -> bool:
-    return bool(pids) and all(state(pid) == "T" for pid in pids)
+    return bool(pids) and all(process_state(pid) == "T" for pid in pids)
 
 
 def browser_side(control_plane, session_id: str) -> set[int]:
     """Chromium's processes and Xvfb: what a frozen VM stops."""
-    kinds = vm_processes(control_plane, session_id)
+    kinds = session_processes(control_plane, session_id)
     return kinds["chromium"] | kinds["xvfb"]
 
 
 def wait_frozen(control_plane, session_id: str) -> set[int]:
     assert wait_until(lambda: stopped(browser_side(control_plane, session_id)), timeout=20), \
-        {pid: state(pid) for pid in browser_side(control_plane, session_id)}
+        {pid: process_state(pid) for pid in browser_side(control_plane, session_id)}
     return browser_side(control_plane, session_id)
 
 
@@ -64,9 +53,9 @@ def test_an_idle_browser_stops_and_its_next_cdp_client_finds_it_running(client, 
             cdp.close()
 
         frozen = wait_frozen(control_plane, browser.session_id)
-        kinds = vm_processes(control_plane, browser.session_id)
+        kinds = session_processes(control_plane, browser.session_id)
         # The agent answers for the VM and the sandbox's first process only waits: neither stops.
-        assert not any(state(pid) == "T" for pid in kinds["agent"] | kinds["sandbox"])
+        assert not any(process_state(pid) == "T" for pid in kinds["agent"] | kinds["sandbox"])
         # Stopped processes use no CPU at all.
         before = cpu_seconds(frozen)
         time.sleep(2)
@@ -76,7 +65,7 @@ def test_an_idle_browser_stops_and_its_next_cdp_client_finds_it_running(client, 
 
         with sync_playwright() as playwright:
             cdp = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
-            assert not any(state(pid) == "T" for pid in browser_side(control_plane, browser.session_id))
+            assert not any(process_state(pid) == "T" for pid in browser_side(control_plane, browser.session_id))
             page = first_tab(cdp)
             assert page.title() == "Kernel compatibility test page"
             ticks_now = page.evaluate("window.ticks")
@@ -100,7 +89,7 @@ def test_an_api_call_continues_a_frozen_browser_before_it_is_served(client, cont
                              body={"command": "echo", "args": ["awake"]}, cast_to=object)
         assert result["exit_code"] == 0
         assert not stopped(browser_side(control_plane, browser.session_id))
-        # And a screenshot needs Chromium itself.
+        # And a CDP client needs Chromium itself.
         with sync_playwright() as playwright:
             wait_frozen(control_plane, browser.session_id)
             cdp = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
@@ -129,4 +118,4 @@ def test_a_running_command_or_an_open_cdp_client_keeps_a_browser_awake(client, c
     finally:
         client.browsers.delete_by_id(browser.session_id)
     # A frozen browser is deleted like any other: nothing of it is left.
-    assert wait_until(lambda: not any(vm_processes(control_plane, browser.session_id).values()), timeout=15)
+    assert wait_until(lambda: not any(session_processes(control_plane, browser.session_id).values()), timeout=15)
