@@ -370,13 +370,16 @@ pub async fn supervise(
             // (wiped at the top of the loop, before the next start).
             changed = async {
                 tokio::select! {
-                    changed = extensions.changed() => ("to load extensions", changed),
-                    changed = resets.changed() => ("with a fresh profile", changed),
+                    changed = extensions.changed() => ("to load extensions", Duration::from_secs(2), changed),
+                    // A reset wipes the profile, so Chromium need not write it on the way
+                    // out: killing it at once saves its shutdown on the way to the next
+                    // lease. With new extensions the profile stays: it gets to be written.
+                    changed = resets.changed() => ("with a fresh profile", Duration::ZERO, changed),
                 }
             } => {
-                let (why, changed) = changed;
+                let (why, grace, changed) = changed;
                 tracing::info!("restarting Chromium {why}");
-                chromium.terminate(Duration::from_secs(2)).await;
+                chromium.terminate(grace).await;
                 state.send_replace(BrowserState::starting(restarts, String::new(), version, generation, relaunched));
                 if changed.is_err() {
                     // A sender is gone only when the agent stops.
