@@ -16,6 +16,7 @@ pub mod error;
 pub mod ids;
 pub mod in_progress;
 pub mod managed_auth;
+pub mod mcp;
 pub mod metrics;
 pub mod people;
 pub mod pools;

@@ -13,7 +13,8 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,tower_http=warn".into()),
+                // rmcp notes every MCP request's start and end at info.
+                .unwrap_or_else(|_| "info,tower_http=warn,rmcp=warn".into()),
         );
     tracing_subscriber::registry()
         .with(log)

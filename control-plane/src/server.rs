@@ -311,7 +311,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(address) = config.metrics_listen {
         serve_metrics(address, state.clone()).await?;
     }
-    let router = api::router(state);
+    let api = api::router(state.clone());
+    let router = api.clone().merge(crate::mcp::routes(state, api));
     serve_app_sandboxes(&app_api_socket, router.clone())?;
     // The peer's address is what the audit log records as the caller's.
     let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();

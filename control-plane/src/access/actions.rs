@@ -17,7 +17,7 @@ use super::policy::Required;
 
 /// Routes every authenticated caller may use whatever its policy: who am I (and, for
 /// the console, what may I do).
-const OPEN_TO_ANY_KEY: [&str; 2] = ["/auth/context", "/console/me"];
+const OPEN_TO_ANY_KEY: [&str; 3] = ["/auth/context", "/console/me", crate::mcp::PATH];
 
 /// The first path segments of each kind's routes, longest first where one is a prefix
 /// of another.

@@ -1,0 +1,180 @@
+"""The MCP server at /mcp, driven by the official MCP Python client (`mcp`): an assistant
+connects with an API key, lists the tools, and runs a browser through them."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import io
+import json
+
+import httpx
+import pytest
+from kernel import Kernel
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from PIL import Image
+
+from conftest import TEST_PAGE_TITLE
+from harness import wait_until
+from sdk import today_only
+
+
+def mcp_client(control_plane, api_key: str | None) -> Client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    http = create_mcp_http_client(headers=headers)
+    return Client(streamable_http_client(f"{control_plane.base_url}/mcp", http_client=http))
+
+
+async def call(session: Client, tool: str, **arguments):
+    """A tool's result; its first text content parsed as JSON when it is JSON."""
+    result = await session.call_tool(tool, arguments)
+    texts = [block.text for block in result.content if block.type == "text"]
+    value = texts[0] if texts else None
+    try:
+        value = json.loads(value) if value is not None else None
+    except json.JSONDecodeError:
+        pass
+    return result, value
+
+
+def test_an_assistant_runs_a_browser_through_the_mcp_tools(control_plane, client, test_page_url):
+    async def scenario():
+        async with mcp_client(control_plane, control_plane.api_key) as session:
+            names = {tool.name for tool in (await session.list_tools()).tools}
+            assert {"manage_browsers", "navigate_page", "read_page", "screenshot", "computer_action",
+                    "execute_playwright_code", "exec_command", "execute_repl", "manage_replays",
+                    "manage_profiles", "manage_browser_pools", "get_telemetry"} <= names
+
+            # Headful: it has a screen for computer actions.
+            result, created = await call(session, "manage_browsers", action="create", headless=False)
+            assert not result.is_error, created
+            session_id = created["session_id"]
+            # The same browser the REST API sees, in the key's organization.
+            assert client.browsers.retrieve(session_id).session_id == session_id
+            try:
+                result, page = await call(session, "navigate_page", session_id=session_id, url=test_page_url)
+                assert not result.is_error, page
+                assert page["title"] == TEST_PAGE_TITLE and page["status"] == 200
+
+                result, read = await call(session, "read_page", session_id=session_id)
+                assert (read["title"], read["text"].strip(), read["truncated"]) == (TEST_PAGE_TITLE, "hello", False)
+                result, cut = await call(session, "read_page", session_id=session_id, max_characters=2)
+                assert (cut["text"], cut["truncated"]) == ("he", True)
+
+                result, _ = await call(session, "screenshot", session_id=session_id)
+                assert not result.is_error, result.content
+                [image] = [block for block in result.content if block.type == "image"]
+                assert image.mime_type == "image/png"
+                png = Image.open(io.BytesIO(base64.b64decode(image.data)))
+                assert png.format == "PNG" and png.width > 100 and png.height > 100
+
+                # A click through computer actions reaches the page; the screenshot after it
+                # comes back as an image.
+                await call(session, "execute_playwright_code", session_id=session_id, code=(
+                    "await page.evaluate(() => document.addEventListener('click', "
+                    "e => { document.title = 'clicked at ' + e.screenX; }));"))
+                result, _ = await call(session, "computer_action", session_id=session_id, actions=[
+                    {"type": "click_mouse", "click_mouse": {"x": 400, "y": 500}}, {"type": "screenshot"}])
+                assert not result.is_error, result.content
+                assert [block.type for block in result.content] == ["text", "image"]
+                result, read = await call(session, "read_page", session_id=session_id)
+                assert read["title"] == "clicked at 400"
+
+                # Playwright code runs in the same tab; what it returns comes back.
+                result, ran = await call(session, "execute_playwright_code", session_id=session_id,
+                                         code="return await page.locator('h1').innerText();")
+                assert not result.is_error and ran["success"] and ran["result"] == "hello"
+
+                result, executed = await call(session, "exec_command", session_id=session_id,
+                                              command="sh", args=["-c", "echo out; echo err >&2; exit 3"])
+                assert (executed["exit_code"], executed["stdout"], executed["stderr"]) == (3, "out\n", "err\n")
+
+                # A failing call is a tool error the model can read, not a protocol error.
+                result, _ = await call(session, "manage_browsers", action="get", session_id="no-such-browser")
+                assert result.is_error and "404" in result.content[0].text
+            finally:
+                result, _ = await call(session, "manage_browsers", action="delete", session_id=session_id)
+            assert not result.is_error
+            assert session_id not in {b.session_id for b in client.browsers.list()}
+
+    asyncio.run(scenario())
+
+
+def test_a_wrong_key_is_refused_and_another_organizations_browser_is_invisible(control_plane, client):
+    async def refused(api_key):
+        with pytest.raises(Exception) as raised:
+            async with mcp_client(control_plane, api_key) as session:
+                await session.list_tools()
+        return raised.value
+
+    for key in ("not-a-key", None):
+        asyncio.run(refused(key))
+        # What the client was told: 401 in the API's Error shape.
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        answer = httpx.post(f"{control_plane.base_url}/mcp", headers=headers, timeout=30, json={
+            "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+        assert answer.status_code == 401 and answer.json()["code"] == "unauthorized", answer.text
+
+    theirs = client.browsers.create(headless=True)
+    other_key = control_plane.create_api_key("org-mcp-b")
+
+    async def scenario():
+        async with mcp_client(control_plane, other_key) as session:
+            result, listed = await call(session, "manage_browsers", action="list")
+            assert not result.is_error and theirs.session_id not in json.dumps(listed)
+            for tool, arguments in (("manage_browsers", {"action": "get"}),
+                                    ("read_page", {}),
+                                    ("screenshot", {}),
+                                    ("manage_browsers", {"action": "delete"})):
+                result, _ = await call(session, tool, session_id=theirs.session_id, **arguments)
+                assert result.is_error and "404" in result.content[0].text, (tool, result.content)
+
+    async def owner_screenshot():
+        async with mcp_client(control_plane, control_plane.api_key) as session:
+            # Headless: no screen, so the page itself is captured.
+            result, _ = await call(session, "screenshot", session_id=theirs.session_id)
+            assert not result.is_error, result.content
+            [image] = result.content
+            assert Image.open(io.BytesIO(base64.b64decode(image.data))).format == "PNG"
+
+    try:
+        asyncio.run(scenario())
+        # Still there: B's delete did not reach it.
+        assert client.browsers.retrieve(theirs.session_id).session_id == theirs.session_id
+        asyncio.run(owner_screenshot())
+    finally:
+        client.browsers.delete_by_id(theirs.session_id)
+
+
+@today_only
+def test_mcp_calls_are_authorized_and_audited_like_rest_calls(control_plane, client):
+    since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=1)
+
+    async def create_and_delete():
+        async with mcp_client(control_plane, control_plane.api_key) as session:
+            result, created = await call(session, "manage_browsers", action="create", headless=True)
+            assert not result.is_error, created
+            result, _ = await call(session, "manage_browsers", action="delete", session_id=created["session_id"])
+            assert not result.is_error
+            return created["session_id"]
+
+    session_id = asyncio.run(create_and_delete())
+    end = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=1)
+    assert wait_until(lambda: {("POST", "/browsers"), ("DELETE", f"/browsers/{session_id}")} <= {
+        (entry.method, entry.path) for entry in client.audit_logs.list(start=since, end=end)}, 10)
+
+    # A key whose policy only reads browsers lists them through MCP but cannot create one.
+    scoped = client.api_keys.create(
+        name="mcp read only", policy={"statements": [{"action": "browsers:read", "resource": "*"}]})
+
+    async def read_only():
+        async with mcp_client(control_plane, scoped.key) as session:
+            result, _ = await call(session, "manage_browsers", action="list")
+            assert not result.is_error
+            result, _ = await call(session, "manage_browsers", action="create", headless=True)
+            assert result.is_error and "403" in result.content[0].text
+
+    asyncio.run(read_only())
