@@ -462,6 +462,9 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
         // Pages play sound without waiting for a user's gesture: programs drive these
         // browsers, and people watch and hear them through the live view.
         "--autoplay-policy=no-user-gesture-required".to_owned(),
+        // WebMCP (`document.modelContext`, declarative form tools), still behind a
+        // feature in this Chromium: pages register tools the WebMCP routes list and call.
+        "--enable-features=WebMCP".to_owned(),
         // Without a window manager Chromium opens at +10+10 with its own size.
         "--window-position=0,0".to_owned(),
         {

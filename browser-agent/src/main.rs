@@ -39,6 +39,7 @@ mod tabs;
 mod telemetry;
 mod upload;
 mod webdriver;
+mod webmcp;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -579,6 +580,7 @@ async fn serve(
     ));
     let service = service::AgentService {
         telemetry,
+        webmcp_numbering: webmcp::Numbering::default(),
         desktop: input
             .as_ref()
             .map(|_| std::sync::Arc::new(desktop::Desktop::default())),

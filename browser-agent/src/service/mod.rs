@@ -35,6 +35,7 @@ mod live;
 mod playwright;
 mod processes;
 mod status;
+mod webmcp;
 
 use processes::{OutputStream, terminal_side};
 use status::recording_info;
@@ -91,6 +92,8 @@ pub struct AgentService {
     pub stop_chromium: watch::Sender<bool>,
     /// What the browser's telemetry captures, and the events waiting to be read.
     pub telemetry: Arc<crate::telemetry::Telemetry>,
+    /// Numbers for the tabs and frames WebMCP tools are listed from.
+    pub webmcp_numbering: crate::webmcp::Numbering,
 }
 
 /// Chunk size of file data on the wire.
@@ -771,6 +774,22 @@ impl BrowserAgent for AgentService {
 
     async fn repl(&self, request: Request<ReplRequest>) -> Result<Response<ReplResult>, Status> {
         Ok(Response::new(self.repl_eval(request.into_inner()).await?))
+    }
+
+    async fn list_webmcp_tools(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<browser_agent_proto::v1::WebmcpTools>, Status> {
+        Ok(Response::new(self.webmcp_tools().await?))
+    }
+
+    async fn invoke_webmcp_tool(
+        &self,
+        request: Request<browser_agent_proto::v1::WebmcpInvocation>,
+    ) -> Result<Response<browser_agent_proto::v1::WebmcpResult>, Status> {
+        Ok(Response::new(
+            self.webmcp_invoke(request.into_inner()).await?,
+        ))
     }
 
     async fn curl(&self, request: Request<CurlRequest>) -> Result<Response<CurlResult>, Status> {

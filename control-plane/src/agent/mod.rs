@@ -21,8 +21,8 @@ use browser_agent_proto::v1::{
     ReplResult, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
     SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
     StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TelemetryCapture,
-    TelemetryRecord, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind,
-    profile_chunk,
+    TelemetryRecord, TypeTextRequest, WatchEvent, WatchRequest, WebmcpInvocation, WebmcpResult,
+    WebmcpTools, WriteFileChunk, cdp_frame::Kind, profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -683,6 +683,32 @@ impl AgentClient {
             Duration::from_millis(request.timeout_ms.into()) + PLAYWRIGHT_QUEUE_ALLOWANCE;
         let request = Self::input_request(request, expected);
         Ok(self.inner.clone().repl(request).await?.into_inner())
+    }
+
+    /// The WebMCP tools of the browser's tabs and frames.
+    pub async fn webmcp_tools(&self) -> Result<WebmcpTools, AgentError> {
+        let request = Self::input_request(Empty {}, Duration::ZERO);
+        Ok(self
+            .inner
+            .clone()
+            .list_webmcp_tools(request)
+            .await?
+            .into_inner())
+    }
+
+    /// Calls a WebMCP tool; the agent waits up to the call's `timeout_sec` for its answer.
+    pub async fn invoke_webmcp_tool(
+        &self,
+        invocation: WebmcpInvocation,
+    ) -> Result<WebmcpResult, AgentError> {
+        let expected = Duration::from_secs(invocation.timeout_sec.into());
+        let request = Self::input_request(invocation, expected);
+        Ok(self
+            .inner
+            .clone()
+            .invoke_webmcp_tool(request)
+            .await?
+            .into_inner())
     }
 
     pub async fn list_executors(&self) -> Result<ExecutorList, AgentError> {

@@ -53,6 +53,7 @@ pub mod state;
 pub mod telemetry;
 pub mod telemetry_calls;
 pub mod telemetry_destinations;
+pub mod webmcp;
 
 use axum::Router;
 use axum::body::Body;
@@ -206,6 +207,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
             telemetry_destinations::delete
         ))
         .routes(routes!(curl::curl))
+        .routes(routes!(webmcp::list_tools))
+        .routes(routes!(webmcp::invoke_tool))
         .routes(routes!(curl::raw))
         .routes(routes!(playwright::execute))
         .routes(routes!(playwright::repl))

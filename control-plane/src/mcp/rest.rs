@@ -147,6 +147,9 @@ mod tests {
             failure_text(StatusCode::NOT_FOUND, body),
             "404 Not Found: browser session x not found"
         );
-        assert_eq!(failure_text(StatusCode::BAD_GATEWAY, b"upstream"), "502 Bad Gateway: upstream");
+        assert_eq!(
+            failure_text(StatusCode::BAD_GATEWAY, b"upstream"),
+            "502 Bad Gateway: upstream"
+        );
     }
 }

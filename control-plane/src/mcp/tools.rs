@@ -259,7 +259,9 @@ impl BrowserTools {
     }
 
     async fn post(&self, caller: &Parts, path: &str, body: Value) -> Result<Value, Failure> {
-        self.rest.json(caller, Method::POST, path, Some(&body)).await
+        self.rest
+            .json(caller, Method::POST, path, Some(&body))
+            .await
     }
 
     /// Runs Playwright code in the browser's default executor (`execute_playwright_code`).
@@ -280,7 +282,11 @@ impl BrowserTools {
 
     #[tool(
         description = "Create, list, inspect and delete browsers (each a real Chromium in an isolated VM). Create one before using the other tools; delete it when finished. Answers JSON with session_id, cdp_ws_url and browser_live_view_url.",
-        annotations(title = "Manage browsers", destructive_hint = true, open_world_hint = false)
+        annotations(
+            title = "Manage browsers",
+            destructive_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn manage_browsers(
         &self,
@@ -316,7 +322,9 @@ impl BrowserTools {
                         body["viewport"] = json!({ "width": width, "height": height })
                     }
                     (None, None) => {}
-                    _ => return refused("give both viewport_width and viewport_height, or neither"),
+                    _ => {
+                        return refused("give both viewport_width and viewport_height, or neither");
+                    }
                 }
                 outcome(self.post(&caller, "/browsers", body).await)
             }
@@ -349,9 +357,7 @@ impl BrowserTools {
     ) -> ToolResult {
         let wait_until = params.wait_until.as_deref().unwrap_or("load");
         if !["load", "domcontentloaded", "networkidle", "commit"].contains(&wait_until) {
-            return refused(
-                "wait_until must be load, domcontentloaded, networkidle or commit",
-            );
+            return refused("wait_until must be load, domcontentloaded, networkidle or commit");
         }
         let timeout_sec = params.timeout_sec.unwrap_or(30);
         if !(1..=300).contains(&timeout_sec) {
@@ -366,7 +372,12 @@ impl BrowserTools {
             ms = u64::from(timeout_sec) * 1000,
         );
         let result = self
-            .playwright(&caller, &params.session_id, code, Some(i64::from(timeout_sec) + 5))
+            .playwright(
+                &caller,
+                &params.session_id,
+                code,
+                Some(i64::from(timeout_sec) + 5),
+            )
             .await;
         outcome(result.and_then(playwright_result))
     }
@@ -386,13 +397,19 @@ impl BrowserTools {
              return {{ url: page.url(), title: await page.title(), text: text.slice(0, {max}), truncated: text.length > {max} }};",
             selector = json!(params.selector.as_deref().unwrap_or("body")),
         );
-        let result = self.playwright(&caller, &params.session_id, code, None).await;
+        let result = self
+            .playwright(&caller, &params.session_id, code, None)
+            .await;
         outcome(result.and_then(playwright_result))
     }
 
     #[tool(
         description = "Run Playwright code (TypeScript or JavaScript) against an existing browser, with `page`, `context` and `browser` in scope. Answers JSON with success, result (what the code returned), error, stdout and stderr.",
-        annotations(title = "Execute Playwright code", destructive_hint = true, open_world_hint = true)
+        annotations(
+            title = "Execute Playwright code",
+            destructive_hint = true,
+            open_world_hint = true
+        )
     )]
     async fn execute_playwright_code(
         &self,
@@ -407,7 +424,11 @@ impl BrowserTools {
 
     #[tool(
         description = "Control the browser's screen with mouse and keyboard actions, in one batch. End with a screenshot action to see the result (returned as a PNG image).",
-        annotations(title = "Computer actions", destructive_hint = true, open_world_hint = true)
+        annotations(
+            title = "Computer actions",
+            destructive_hint = true,
+            open_world_hint = true
+        )
     )]
     async fn computer_action(
         &self,
@@ -415,8 +436,9 @@ impl BrowserTools {
         Parameters(params): Parameters<ComputerActionParams>,
     ) -> ToolResult {
         let mut actions = params.actions;
-        let is_screenshot =
-            |action: &serde_json::Map<String, Value>| action.get("type") == Some(&json!("screenshot"));
+        let is_screenshot = |action: &serde_json::Map<String, Value>| {
+            action.get("type") == Some(&json!("screenshot"))
+        };
         let screenshot = actions.last().is_some_and(is_screenshot);
         if screenshot {
             actions.pop();
@@ -431,10 +453,16 @@ impl BrowserTools {
         let mut content = Vec::new();
         if !actions.is_empty() {
             let path = format!("/browsers/{id}/computer/batch");
-            if let Err(Failure(text)) = self.post(&caller, &path, json!({ "actions": actions })).await {
+            if let Err(Failure(text)) = self
+                .post(&caller, &path, json!({ "actions": actions }))
+                .await
+            {
                 return refused(text);
             }
-            content.push(ContentBlock::text(format!("Ran {} action(s).", actions.len())));
+            content.push(ContentBlock::text(format!(
+                "Ran {} action(s).",
+                actions.len()
+            )));
         }
         if screenshot {
             match self.screenshot_png(&caller, &id).await {
@@ -477,7 +505,9 @@ impl BrowserTools {
         session_id: &str,
     ) -> Result<ContentBlock, Failure> {
         let code = "return (await page.screenshot({ type: 'png' })).toString('base64');";
-        let answer = self.playwright(caller, session_id, code.into(), None).await?;
+        let answer = self
+            .playwright(caller, session_id, code.into(), None)
+            .await?;
         match playwright_result(answer)? {
             Value::String(png) => Ok(ContentBlock::image(png, "image/png")),
             other => Err(Failure(format!("the screenshot came back as {other}"))),
@@ -496,7 +526,11 @@ impl BrowserTools {
 
     #[tool(
         description = "Run a command inside the browser's VM (not on any host) and wait for it. Answers JSON with exit_code, stdout, stderr (first MiB each, as text), duration_ms and timed_out.",
-        annotations(title = "Run a command", destructive_hint = true, open_world_hint = true)
+        annotations(
+            title = "Run a command",
+            destructive_hint = true,
+            open_world_hint = true
+        )
     )]
     async fn exec_command(
         &self,
@@ -545,7 +579,9 @@ impl BrowserTools {
                 if item["type"] != "image" {
                     return true;
                 }
-                if let (Some(data), Some(mime)) = (item["data_b64"].as_str(), item["mime_type"].as_str()) {
+                if let (Some(data), Some(mime)) =
+                    (item["data_b64"].as_str(), item["mime_type"].as_str())
+                {
                     images.push(ContentBlock::image(data, mime));
                 }
                 false
@@ -558,7 +594,11 @@ impl BrowserTools {
 
     #[tool(
         description = "Record a browser's screen as video: `start`, `stop` (keeps the video), or `list` its recordings with view_url links.",
-        annotations(title = "Manage replays", destructive_hint = false, open_world_hint = false)
+        annotations(
+            title = "Manage replays",
+            destructive_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn manage_replays(
         &self,
@@ -567,10 +607,13 @@ impl BrowserTools {
     ) -> ToolResult {
         let id = segment(&params.session_id);
         match params.action {
-            ReplayAction::Start => {
-                outcome(self.post(&caller, &format!("/browsers/{id}/replays"), json!({})).await)
+            ReplayAction::Start => outcome(
+                self.post(&caller, &format!("/browsers/{id}/replays"), json!({}))
+                    .await,
+            ),
+            ReplayAction::List => {
+                outcome(self.get(&caller, &format!("/browsers/{id}/replays")).await)
             }
-            ReplayAction::List => outcome(self.get(&caller, &format!("/browsers/{id}/replays")).await),
             ReplayAction::Stop => match needed(&params.replay_id, "replay_id", "stop") {
                 Ok(replay) => {
                     let path = format!("/browsers/{id}/replays/{}/stop", segment(replay));
@@ -583,7 +626,11 @@ impl BrowserTools {
 
     #[tool(
         description = "Manage profiles (saved cookies, logins and storage that browsers start from): `list`, `get`, `create` (empty, by name) or `delete`.",
-        annotations(title = "Manage profiles", destructive_hint = true, open_world_hint = false)
+        annotations(
+            title = "Manage profiles",
+            destructive_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn manage_profiles(
         &self,
@@ -601,20 +648,27 @@ impl BrowserTools {
         let path = format!("/profiles/{}", segment(profile));
         match params.action {
             ProfileAction::Get => outcome(self.get(&caller, &path).await),
-            ProfileAction::Create => {
-                outcome(self.post(&caller, "/profiles", json!({ "name": profile })).await)
+            ProfileAction::Create => outcome(
+                self.post(&caller, "/profiles", json!({ "name": profile }))
+                    .await,
+            ),
+            ProfileAction::Delete => {
+                match self.rest.json(&caller, Method::DELETE, &path, None).await {
+                    Ok(_) => answered(json!({ "deleted": profile })),
+                    Err(Failure(text)) => refused(text),
+                }
             }
-            ProfileAction::Delete => match self.rest.json(&caller, Method::DELETE, &path, None).await {
-                Ok(_) => answered(json!({ "deleted": profile })),
-                Err(Failure(text)) => refused(text),
-            },
             ProfileAction::List => unreachable!("answered above"),
         }
     }
 
     #[tool(
         description = "Use browser pools (warm browsers ready at once): `list`, `get` one, `acquire` a browser (answers its session_id, then use it like any browser), `release` it when done.",
-        annotations(title = "Manage browser pools", destructive_hint = false, open_world_hint = false)
+        annotations(
+            title = "Manage browser pools",
+            destructive_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn manage_browser_pools(
         &self,
@@ -662,7 +716,11 @@ impl BrowserTools {
 
     #[tool(
         description = "Read a browser's captured telemetry events (console messages, network requests, page events, interactions), if telemetry was enabled when it was created. Answers JSON events, oldest first.",
-        annotations(title = "Read telemetry", read_only_hint = true, open_world_hint = false)
+        annotations(
+            title = "Read telemetry",
+            read_only_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn get_telemetry(
         &self,

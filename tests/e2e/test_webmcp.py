@@ -1,0 +1,149 @@
+"""WebMCP with today's SDK (`browsers.webmcp.list_tools` and `invoke_tool`): tools that
+pages register (an imperative `document.modelContext.registerTool` tool, a declarative
+`<form toolname>` tool, and one in a cross-site frame) are listed with refs from the right
+tab and frame, called through those refs, and refused once their document is gone."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from kernel import BadRequestError, Kernel, NotFoundError
+from playwright.sync_api import sync_playwright
+
+from harness import first_tab, serve_html, wait_until
+from sdk import today_only
+
+pytestmark = today_only
+
+FRAME_PORT_MARK = "FRAME_PORT"
+
+TOOLS_PAGE = """<!doctype html><title>tools</title>
+<form toolname="book_table" tooldescription="Book a table">
+  <input name="guests" type="number" toolparamdescription="How many people" required>
+  <input name="day" type="text" toolparamdescription="Which day">
+  <button type="submit">Book</button>
+</form>
+<iframe src="http://localhost:FRAME_PORT/frame.html" allow="tools"></iframe>
+<script>
+document.modelContext.registerTool({
+  name: "add", description: "Adds two numbers",
+  inputSchema: {type: "object", properties: {a: {type: "number"}, b: {type: "number"}}, required: ["a", "b"]},
+  annotations: {readOnlyHint: true},
+  execute: async ({a, b}) => ({content: [{type: "text", text: String(a + b)}]}),
+});
+document.modelContext.registerTool({
+  name: "fail", description: "Always throws", inputSchema: {type: "object", properties: {}},
+  execute: async () => { throw new Error("no luck"); },
+});
+document.querySelector("form").addEventListener("submit", (e) => { e.preventDefault(); document.title = "submitted"; });
+</script>"""
+
+FRAME_PAGE = """<!doctype html><title>frame</title><script>
+document.modelContext.registerTool({
+  name: "echo", description: "Echoes its text",
+  inputSchema: {type: "object", properties: {text: {type: "string"}}},
+  execute: async ({text}) => "echo:" + text,
+});
+</script>"""
+
+OTHER_PAGE = """<!doctype html><title>other</title><script>
+document.modelContext.registerTool({name: "other_tool", description: "Another tab's tool",
+  inputSchema: {type: "object", properties: {}}, execute: async () => "other"});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def pages():
+    """The tools page on 127.0.0.1 embeds a frame from localhost: another site, so
+    Chromium runs it out of process (`allow="tools"` lets it register tools)."""
+    server = serve_html(lambda path: FRAME_PAGE.encode() if path.startswith("/frame")
+                        else OTHER_PAGE.encode() if path.startswith("/other")
+                        else TOOLS_PAGE.replace(FRAME_PORT_MARK, str(server.server_address[1])).encode())
+    port = server.server_address[1]
+    yield f"http://127.0.0.1:{port}/tools.html", f"http://127.0.0.1:{port}/other.html"
+    server.shutdown()
+
+
+def by_name(tools) -> dict:
+    return {tool.tool.name: tool for tool in tools}
+
+
+def test_page_tools_are_listed_per_tab_and_frame_and_called_by_ref(client, control_plane, pages):
+    tools_url, other_url = pages
+    browser = client.browsers.create(headless=True)
+    try:
+        with sync_playwright() as playwright:
+            cdp = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
+            page = first_tab(cdp)
+            page.goto(tools_url)
+            assert wait_until(lambda: {"add", "fail", "book_table", "echo"} <= set(
+                by_name(client.browsers.webmcp.list_tools(browser.session_id).tools)), 15), \
+                [(t.tool.name, t.source.frame) for t in client.browsers.webmcp.list_tools(browser.session_id).tools]
+            tools = by_name(client.browsers.webmcp.list_tools(browser.session_id).tools)
+
+            add, form, echo = tools["add"], tools["book_table"], tools["echo"]
+            assert add.source.frame is None and add.source.page_url == tools_url
+            assert add.source.page_title == "tools" and add.tool.description == "Adds two numbers"
+            assert add.tool.input_schema["required"] == ["a", "b"]
+            assert add.tool.annotations.read_only_hint is True
+            assert form.source.frame is None and set(form.tool.input_schema["properties"]) == {"guests", "day"}
+            # The cross-site frame's tool: same tab, its own frame.
+            assert echo.source.frame is not None and echo.source.frame.url.endswith("/frame.html")
+            assert echo.source.tab_id == add.source.tab_id and echo.source.page_url == tools_url
+            assert len({tool.tool_ref for tool in tools.values()}) == len(tools)
+
+            added = client.browsers.webmcp.invoke_tool(browser.session_id, tool_ref=add.tool_ref, input={"a": 2, "b": 40})
+            assert added.status == "completed" and added.invocation_id
+            assert added.output == {"content": [{"type": "text", "text": "42"}]}
+            echoed = client.browsers.webmcp.invoke_tool(browser.session_id, tool_ref=echo.tool_ref, input={"text": "hi"})
+            assert (echoed.status, echoed.output) == ("completed", "echo:hi")
+            failed = client.browsers.webmcp.invoke_tool(
+                browser.session_id, tool_ref=tools["fail"].tool_ref, input={})
+            assert failed.status == "error" and "no luck" in (failed.error_text or "")
+
+            # The form is filled in and left for its submission.
+            booked = client.browsers.webmcp.invoke_tool(browser.session_id, tool_ref=form.tool_ref,
+                                                        input={"guests": 4, "day": "friday"})
+            assert booked.status == "awaiting_submission"
+            assert wait_until(lambda: page.evaluate(
+                "[...document.querySelectorAll('input')].map(i => i.value)") == ["4", "friday"], 5)
+            assert page.title() == "tools"
+
+            # A second tab's tools come with another tab id.
+            other = cdp.contexts[0].new_page()
+            other.goto(other_url)
+            assert wait_until(lambda: "other_tool" in by_name(
+                client.browsers.webmcp.list_tools(browser.session_id).tools), 15)
+            other_tool = by_name(client.browsers.webmcp.list_tools(browser.session_id).tools)["other_tool"]
+            assert other_tool.source.tab_id != add.source.tab_id and other_tool.source.page_url == other_url
+
+            # After a navigation the old document's refs are refused, the new ones work.
+            page.goto(tools_url)
+            with pytest.raises(NotFoundError, match="stale"):
+                client.browsers.webmcp.invoke_tool(browser.session_id, tool_ref=add.tool_ref, input={"a": 1, "b": 1})
+            assert wait_until(lambda: "add" in by_name(client.browsers.webmcp.list_tools(browser.session_id).tools), 15)
+            fresh = by_name(client.browsers.webmcp.list_tools(browser.session_id).tools)["add"]
+            assert fresh.tool_ref != add.tool_ref
+            again = client.browsers.webmcp.invoke_tool(browser.session_id, tool_ref=fresh.tool_ref, input={"a": 1, "b": 1})
+            assert again.output == {"content": [{"type": "text", "text": "2"}]}
+            cdp.close()
+
+        # Bad input: a clear 400, never a call.
+        for bad in ({"tool_ref": fresh.tool_ref, "input": [1]},
+                    {"tool_ref": fresh.tool_ref, "input": {}, "timeout_sec": 0},
+                    {"tool_ref": "", "input": {}}):
+            answer = httpx.post(f"{control_plane.base_url}/browsers/{browser.session_id}/webmcp/invoke",
+                                headers={"Authorization": f"Bearer {control_plane.api_key}"}, json=bad, timeout=30)
+            assert answer.status_code == 400 and answer.json()["code"] == "bad_request", answer.text
+        with pytest.raises(BadRequestError):
+            client.browsers.webmcp.invoke_tool(browser.session_id, tool_ref="not-a-ref", input={})
+
+        # Another organization sees none of it.
+        other_org = Kernel(api_key=control_plane.create_api_key("org-webmcp-b"),
+                           base_url=control_plane.base_url, max_retries=0)
+        with pytest.raises(NotFoundError):
+            other_org.browsers.webmcp.list_tools(browser.session_id)
+        with pytest.raises(NotFoundError):
+            other_org.browsers.webmcp.invoke_tool(browser.session_id, tool_ref=fresh.tool_ref, input={"a": 1, "b": 1})
+    finally:
+        client.browsers.delete_by_id(browser.session_id)
