@@ -12,32 +12,12 @@ import json
 import httpx
 import pytest
 from kernel import Kernel
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from PIL import Image
 
 from conftest import TEST_PAGE_TITLE
 from harness import wait_until
+from mcp_kit import call, mcp_client
 from sdk import today_only
-
-
-def mcp_client(control_plane, api_key: str | None) -> Client:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    http = create_mcp_http_client(headers=headers)
-    return Client(streamable_http_client(f"{control_plane.base_url}/mcp", http_client=http))
-
-
-async def call(session: Client, tool: str, **arguments):
-    """A tool's result; its first text content parsed as JSON when it is JSON."""
-    result = await session.call_tool(tool, arguments)
-    texts = [block.text for block in result.content if block.type == "text"]
-    value = texts[0] if texts else None
-    try:
-        value = json.loads(value) if value is not None else None
-    except json.JSONDecodeError:
-        pass
-    return result, value
 
 
 def test_an_assistant_runs_a_browser_through_the_mcp_tools(control_plane, client, test_page_url):
@@ -46,7 +26,7 @@ def test_an_assistant_runs_a_browser_through_the_mcp_tools(control_plane, client
             names = {tool.name for tool in (await session.list_tools()).tools}
             assert {"manage_browsers", "navigate_page", "read_page", "screenshot", "computer_action",
                     "execute_playwright_code", "exec_command", "execute_repl", "manage_replays",
-                    "manage_profiles", "manage_browser_pools", "get_telemetry"} <= names
+                    "manage_profiles", "manage_browser_pools", "get_telemetry", "webmcp"} <= names
 
             # Headful: it has a screen for computer actions.
             result, created = await call(session, "manage_browsers", action="create", headless=False)

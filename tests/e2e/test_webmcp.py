@@ -5,12 +5,15 @@ tab and frame, called through those refs, and refused once their document is gon
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 from kernel import BadRequestError, Kernel, NotFoundError
 from playwright.sync_api import sync_playwright
 
 from harness import first_tab, serve_html, wait_until
+from mcp_kit import call, mcp_client
 from sdk import today_only
 
 pytestmark = today_only
@@ -127,6 +130,19 @@ def test_page_tools_are_listed_per_tab_and_frame_and_called_by_ref(client, contr
             again = client.browsers.webmcp.invoke_tool(browser.session_id, tool_ref=fresh.tool_ref, input={"a": 1, "b": 1})
             assert again.output == {"content": [{"type": "text", "text": "2"}]}
             cdp.close()
+
+        # The same through the MCP server's `webmcp` tool (the page stays open without
+        # Playwright).
+        async def through_mcp():
+            async with mcp_client(control_plane, control_plane.api_key) as session:
+                result, listed = await call(session, "webmcp", action="list", session_id=browser.session_id)
+                refs = {tool["tool"]["name"]: tool["tool_ref"] for tool in listed["tools"]}
+                result, invoked = await call(session, "webmcp", action="invoke", session_id=browser.session_id,
+                                             tool_ref=refs["add"], input={"a": 20, "b": 22})
+                assert not result.is_error and invoked["status"] == "completed", invoked
+                return invoked["output"]
+
+        assert asyncio.run(through_mcp()) == {"content": [{"type": "text", "text": "42"}]}
 
         # Bad input: a clear 400, never a call.
         for bad in ({"tool_ref": fresh.tool_ref, "input": [1]},
