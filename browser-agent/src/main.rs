@@ -581,6 +581,7 @@ async fn serve(
     let service = service::AgentService {
         telemetry,
         webmcp_numbering: webmcp::Numbering::default(),
+        webmcp_custom: webmcp::CustomTools::default(),
         desktop: input
             .as_ref()
             .map(|_| std::sync::Arc::new(desktop::Desktop::default())),

@@ -56,7 +56,9 @@ def readme_unsupported() -> set[tuple[str, str]]:
     """The routes of the README's table of operations this server does not serve."""
     readme = (REPO / "README.md").read_text()
     section = readme.split("### Operations of today's SDK not served here", 1)[1]
-    table = section[section.index("\n|"):].split("\n\n", 1)[0]
+    # Its paragraph, then its table if it has one (the next block is another's otherwise).
+    blocks = section.strip("\n").split("\n\n")
+    table = blocks[1] if len(blocks) > 1 and blocks[1].startswith("| route | what it is |") else ""
     return {(method, _shape(path)) for method, path in re.findall(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/[^`]+)` \|",
                                                                    table, re.M)}
 

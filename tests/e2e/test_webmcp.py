@@ -9,7 +9,7 @@ import asyncio
 
 import httpx
 import pytest
-from kernel import BadRequestError, Kernel, NotFoundError
+from kernel import BadRequestError, ConflictError, Kernel, NotFoundError
 from playwright.sync_api import sync_playwright
 
 from harness import first_tab, serve_html, wait_until
@@ -163,3 +163,82 @@ def test_page_tools_are_listed_per_tab_and_frame_and_called_by_ref(client, contr
             other_org.browsers.webmcp.invoke_tool(browser.session_id, tool_ref=fresh.tool_ref, input={"a": 1, "b": 1})
     finally:
         client.browsers.delete_by_id(browser.session_id)
+
+
+CUSTOM_SOURCE = """[{
+  kind: "page",
+  match: {url_patterns: ["http://127.0.0.1:*/tools.html"]},
+  tool: {name: "page_title", description: "The page's title",
+         inputSchema: {type: "object", properties: {suffix: {type: "string"}}}},
+  async execute({suffix}) { return document.title + (suffix ?? ""); },
+}]"""
+
+
+def test_custom_tools_appear_on_matching_pages_only_and_run_there(client, control_plane, pages):
+    tools_url, other_url = pages
+    browser = client.browsers.create(headless=True)
+    sid = browser.session_id
+    try:
+        added = client.browsers.webmcp.custom_tools.add(sid, namespace="shop", source=CUSTOM_SOURCE)
+        [definition] = added.tools
+        assert (definition.namespace, definition.kind, definition.tool.name) == ("shop", "page", "page_title")
+        assert definition.match.url_patterns == ["http://127.0.0.1:*/tools.html"]
+        assert [t.id for t in client.browsers.webmcp.custom_tools.list(sid).tools] == [definition.id]
+
+        with sync_playwright() as playwright:
+            cdp = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
+            page = first_tab(cdp)
+            page.goto(tools_url)
+            other = cdp.contexts[0].new_page()
+            other.goto(other_url)
+            assert wait_until(lambda: "other_tool" in by_name(client.browsers.webmcp.list_tools(sid).tools), 15)
+            tools = client.browsers.webmcp.list_tools(sid).tools
+            custom = [tool for tool in tools if tool.source.custom is not None]
+            # On the matching tab only, once, on its top-level page.
+            assert [(tool.tool.name, tool.source.page_url) for tool in custom] == [("page_title", tools_url)]
+            assert custom[0].source.custom.id == definition.id and custom[0].source.target_id
+            assert "page_title" not in by_name(client.browsers.webmcp.list_tools(sid, exclude_custom=True).tools)
+
+            result = client.browsers.webmcp.invoke_tool(sid, tool_ref=custom[0].tool_ref, input={"suffix": "!"})
+            assert (result.status, result.output) == ("completed", "tools!")
+
+            # It survives a navigation (a new ref for the new document).
+            page.reload()
+
+            def custom_refs():
+                return [tool.tool_ref for tool in client.browsers.webmcp.list_tools(sid).tools if tool.source.custom]
+            assert wait_until(lambda: custom_refs() and custom_refs() != [custom[0].tool_ref], 15)
+            with pytest.raises(NotFoundError, match="stale"):
+                client.browsers.webmcp.invoke_tool(sid, tool_ref=custom[0].tool_ref, input={})
+            # A page whose address no longer matches loses it.
+            page.goto(tools_url + "?query")
+            assert wait_until(lambda: not custom_refs(), 15)
+            cdp.close()
+
+        # A name already in the namespace is refused, unless the namespace is replaced.
+        with pytest.raises(ConflictError):
+            client.browsers.webmcp.custom_tools.add(sid, namespace="shop", source=CUSTOM_SOURCE)
+        replaced = client.browsers.webmcp.custom_tools.add(sid, namespace="shop", source=CUSTOM_SOURCE,
+                                                          force_overwrite_namespace=True)
+        assert [t.id for t in client.browsers.webmcp.custom_tools.list(sid).tools] == [replaced.tools[0].id]
+        client.browsers.webmcp.custom_tools.remove(replaced.tools[0].id, id_or_name=sid)
+        assert client.browsers.webmcp.custom_tools.list(sid).tools == []
+        assert not any(tool.source.custom for tool in client.browsers.webmcp.list_tools(sid).tools)
+        with pytest.raises(NotFoundError):
+            client.browsers.webmcp.custom_tools.remove(replaced.tools[0].id, id_or_name=sid)
+
+        for bad in ("42", "[]", CUSTOM_SOURCE.replace('kind: "page"', 'kind: "cdp"'),
+                    CUSTOM_SOURCE.replace('url_patterns: ["http://127.0.0.1:*/tools.html"]', "url_patterns: []"),
+                    "throw new Error('broken')", "["):
+            with pytest.raises(BadRequestError):
+                client.browsers.webmcp.custom_tools.add(sid, namespace="bad", source=bad)
+        assert client.browsers.webmcp.custom_tools.list(sid).tools == []
+
+        other_org = Kernel(api_key=control_plane.create_api_key("org-webmcp-c"),
+                           base_url=control_plane.base_url, max_retries=0)
+        with pytest.raises(NotFoundError):
+            other_org.browsers.webmcp.custom_tools.list(sid)
+        with pytest.raises(NotFoundError):
+            other_org.browsers.webmcp.custom_tools.add(sid, namespace="x", source=CUSTOM_SOURCE)
+    finally:
+        client.browsers.delete_by_id(sid)

@@ -94,6 +94,8 @@ pub struct AgentService {
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// Numbers for the tabs and frames WebMCP tools are listed from.
     pub webmcp_numbering: crate::webmcp::Numbering,
+    /// The custom WebMCP tools callers defined for this browser.
+    pub webmcp_custom: crate::webmcp::CustomTools,
 }
 
 /// Chunk size of file data on the wire.
@@ -778,9 +780,35 @@ impl BrowserAgent for AgentService {
 
     async fn list_webmcp_tools(
         &self,
-        _: Request<Empty>,
+        request: Request<browser_agent_proto::v1::WebmcpToolsRequest>,
     ) -> Result<Response<browser_agent_proto::v1::WebmcpTools>, Status> {
-        Ok(Response::new(self.webmcp_tools().await?))
+        Ok(Response::new(
+            self.webmcp_tools(request.into_inner()).await?,
+        ))
+    }
+
+    async fn add_webmcp_custom_tools(
+        &self,
+        request: Request<browser_agent_proto::v1::AddCustomToolsRequest>,
+    ) -> Result<Response<browser_agent_proto::v1::CustomTools>, Status> {
+        Ok(Response::new(
+            self.webmcp_add_custom(request.into_inner()).await?,
+        ))
+    }
+
+    async fn list_webmcp_custom_tools(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<browser_agent_proto::v1::CustomTools>, Status> {
+        Ok(Response::new(self.webmcp_custom_tools()))
+    }
+
+    async fn remove_webmcp_custom_tool(
+        &self,
+        request: Request<browser_agent_proto::v1::CustomToolRef>,
+    ) -> Result<Response<Empty>, Status> {
+        self.webmcp_remove_custom(&request.into_inner().id)?;
+        Ok(Response::new(Empty {}))
     }
 
     async fn invoke_webmcp_tool(

@@ -22,7 +22,7 @@ use browser_agent_proto::v1::{
     SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
     StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TelemetryCapture,
     TelemetryRecord, TypeTextRequest, WatchEvent, WatchRequest, WebmcpInvocation, WebmcpResult,
-    WebmcpTools, WriteFileChunk, cdp_frame::Kind, profile_chunk,
+    WebmcpTools, WebmcpToolsRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -686,14 +686,52 @@ impl AgentClient {
     }
 
     /// The WebMCP tools of the browser's tabs and frames.
-    pub async fn webmcp_tools(&self) -> Result<WebmcpTools, AgentError> {
-        let request = Self::input_request(Empty {}, Duration::ZERO);
+    pub async fn webmcp_tools(&self, exclude_custom: bool) -> Result<WebmcpTools, AgentError> {
+        let request = Self::input_request(WebmcpToolsRequest { exclude_custom }, Duration::ZERO);
         Ok(self
             .inner
             .clone()
             .list_webmcp_tools(request)
             .await?
             .into_inner())
+    }
+
+    /// Adds a batch of custom WebMCP tools (the agent evaluates their source).
+    pub async fn add_webmcp_custom_tools(
+        &self,
+        request: browser_agent_proto::v1::AddCustomToolsRequest,
+    ) -> Result<browser_agent_proto::v1::CustomTools, AgentError> {
+        let request = Self::input_request(request, Duration::from_secs(10));
+        Ok(self
+            .inner
+            .clone()
+            .add_webmcp_custom_tools(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn webmcp_custom_tools(
+        &self,
+    ) -> Result<browser_agent_proto::v1::CustomTools, AgentError> {
+        let request = Self::input_request(Empty {}, Duration::ZERO);
+        Ok(self
+            .inner
+            .clone()
+            .list_webmcp_custom_tools(request)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn remove_webmcp_custom_tool(&self, id: String) -> Result<(), AgentError> {
+        let request = Self::input_request(
+            browser_agent_proto::v1::CustomToolRef { id },
+            Duration::ZERO,
+        );
+        self.inner
+            .clone()
+            .remove_webmcp_custom_tool(request)
+            .await?;
+        Ok(())
     }
 
     /// Calls a WebMCP tool; the agent waits up to the call's `timeout_sec` for its answer.

@@ -209,6 +209,8 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(curl::curl))
         .routes(routes!(webmcp::list_tools))
         .routes(routes!(webmcp::invoke_tool))
+        .routes(routes!(webmcp::add_custom_tools, webmcp::list_custom_tools))
+        .routes(routes!(webmcp::remove_custom_tool))
         .routes(routes!(curl::raw))
         .routes(routes!(playwright::execute))
         .routes(routes!(playwright::repl))

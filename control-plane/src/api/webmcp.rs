@@ -1,11 +1,13 @@
-//! WebMCP: the tools a browser's pages register (imperative and declarative form tools),
-//! listed across every tab and frame and called by their `tool_ref` (the SDK's
-//! `browsers.webmcp.list_tools` and `invoke_tool`). The agent finds and calls them
+//! WebMCP: the tools a browser's pages register (imperative and declarative form tools)
+//! and the custom tools callers define for it, listed across every tab and frame and
+//! called by their `tool_ref` (the SDK's `browsers.webmcp.list_tools`, `invoke_tool` and
+//! `custom_tools`). The agent finds and calls them
 //! through Chromium's DevTools (see the agent's `webmcp`); everything a page provides
 //! (names, schemas, annotations, output) is untrusted and passed on as it is.
 
 use axum::Json;
-use browser_agent_proto::v1::WebmcpInvocation;
+use axum::http::StatusCode;
+use browser_agent_proto::v1::{AddCustomToolsRequest, WebmcpInvocation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -22,7 +24,7 @@ const MAX_TIMEOUT_SEC: i64 = 3600;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ToolsQuery {
-    /// Leave out custom tools (this server has none: page tools only).
+    /// Leave out custom tools: page-provided tools only.
     pub exclude_custom: Option<bool>,
 }
 
@@ -35,6 +37,12 @@ pub struct ToolFrame {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+pub struct CustomToolSource {
+    pub id: String,
+    pub namespace: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ToolSource {
     /// The embedded frame that registered the tool; null for the top-level page.
     pub frame: Option<ToolFrame>,
@@ -43,6 +51,12 @@ pub struct ToolSource {
     pub page_url: String,
     pub tab_id: i64,
     pub window_id: i64,
+    /// For a custom tool: which one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custom: Option<CustomToolSource>,
+    /// For a custom tool: the DevTools target id of the tab it runs in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -97,11 +111,13 @@ pub struct InvocationResult {
 pub async fn list_tools(
     org: Org,
     PathParam(id): PathParam<String>,
-    QueryParams(_query): QueryParams<ToolsQuery>,
+    QueryParams(query): QueryParams<ToolsQuery>,
 ) -> Result<Json<ToolsResponse>, ApiError> {
     let session = org.sessions.live(&org.id, &id).await?;
     let agent = org.sessions.agent(&session)?;
-    let listed = agent.webmcp_tools().await?;
+    let listed = agent
+        .webmcp_tools(query.exclude_custom.unwrap_or(false))
+        .await?;
     let tools = listed
         .tools
         .into_iter()
@@ -115,6 +131,11 @@ pub async fn list_tools(
                 page_url: found.page_url,
                 tab_id: found.tab_id,
                 window_id: found.window_id,
+                custom: found
+                    .custom_id
+                    .zip(found.custom_namespace)
+                    .map(|(id, namespace)| CustomToolSource { id, namespace }),
+                target_id: found.target_id,
             },
             tool: serde_json::from_str(&found.tool_json).unwrap_or(Value::Null),
             tool_ref: found.tool_ref,
@@ -174,4 +195,126 @@ pub async fn invoke_tool(
             .output_json
             .and_then(|output| serde_json::from_str(&output).ok()),
     }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddCustomToolsBody {
+    /// Groups the batch: 1 to 128 characters.
+    pub namespace: String,
+    /// A JavaScript expression evaluating to a non-empty array of definitions `{kind:
+    /// "page", match: {url_patterns: ["https://example.com/*"]}, tool: {name,
+    /// description, inputSchema, outputSchema?, annotations?}, execute(input) {…}}`; at
+    /// most 8,000,000 bytes as UTF-8.
+    pub source: String,
+    /// Replace every tool of the namespace with this batch, at once.
+    pub force_overwrite_namespace: Option<bool>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CustomToolMatch {
+    /// `*` stands for any run of characters; matched against the page's and its frames'
+    /// URLs without fragment.
+    pub url_patterns: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CustomToolDefinition {
+    pub id: String,
+    /// `page`: its `execute` runs in the tab's top-level page.
+    pub kind: String,
+    #[serde(rename = "match")]
+    pub matcher: CustomToolMatch,
+    pub namespace: String,
+    #[schema(value_type = Object)]
+    pub tool: Value,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CustomToolsResponse {
+    pub tools: Vec<CustomToolDefinition>,
+}
+
+fn definitions(tools: browser_agent_proto::v1::CustomTools) -> CustomToolsResponse {
+    CustomToolsResponse {
+        tools: tools
+            .tools
+            .into_iter()
+            .map(|tool| CustomToolDefinition {
+                id: tool.id,
+                kind: tool.kind,
+                matcher: CustomToolMatch {
+                    url_patterns: tool.url_patterns,
+                },
+                namespace: tool.namespace,
+                tool: serde_json::from_str(&tool.tool_json).unwrap_or(Value::Null),
+            })
+            .collect(),
+    }
+}
+
+/// Add a namespaced batch of custom tools, listed (with `list_tools`) on every tab whose
+/// page or frames match their URL patterns and run in that tab's page. The batch is
+/// added at once or not at all; a name already in the namespace is a 409 unless
+/// `force_overwrite_namespace` replaces the namespace.
+#[utoipa::path(post, path = "/browsers/{id}/webmcp/custom-tools", tag = "webmcp",
+    request_body = AddCustomToolsBody,
+    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
+    responses((status = 200, body = CustomToolsResponse), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn add_custom_tools(
+    org: Org,
+    PathParam(id): PathParam<String>,
+    JsonBody(body): JsonBody<AddCustomToolsBody>,
+) -> Result<Json<CustomToolsResponse>, ApiError> {
+    let mut problems = Vec::new();
+    if body.namespace.is_empty() || body.namespace.chars().count() > 128 {
+        problems.push("namespace must be 1 to 128 characters".to_owned());
+    }
+    if body.source.trim().is_empty() {
+        problems.push("source must not be empty".to_owned());
+    } else if body.source.len() > 8_000_000 {
+        problems.push("source must be at most 8000000 bytes as UTF-8".to_owned());
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid_fields(problems));
+    }
+    let session = org.sessions.live(&org.id, &id).await?;
+    let agent = org.sessions.agent(&session)?;
+    let added = agent
+        .add_webmcp_custom_tools(AddCustomToolsRequest {
+            namespace: body.namespace,
+            source: body.source,
+            force_overwrite_namespace: body.force_overwrite_namespace.unwrap_or(false),
+        })
+        .await?;
+    Ok(Json(definitions(added)))
+}
+
+/// List the browser's custom tools.
+#[utoipa::path(get, path = "/browsers/{id}/webmcp/custom-tools", tag = "webmcp",
+    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
+    responses((status = 200, body = CustomToolsResponse), (status = 404, body = ErrorBody)))]
+pub async fn list_custom_tools(
+    org: Org,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<CustomToolsResponse>, ApiError> {
+    let session = org.sessions.live(&org.id, &id).await?;
+    let agent = org.sessions.agent(&session)?;
+    Ok(Json(definitions(agent.webmcp_custom_tools().await?)))
+}
+
+/// Remove a custom tool; invocations already running go on.
+#[utoipa::path(delete, path = "/browsers/{id}/webmcp/custom-tools/{tool_id}", tag = "webmcp",
+    params(("id" = String, Path, description = "Browser session id or name"),
+        ("tool_id" = String, Path, description = "The custom tool's id")), security(("bearer" = [])),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn remove_custom_tool(
+    org: Org,
+    PathParam((id, tool_id)): PathParam<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let session = org.sessions.live(&org.id, &id).await?;
+    let agent = org.sessions.agent(&session)?;
+    agent.remove_webmcp_custom_tool(tool_id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -20,6 +20,10 @@ use tonic::Status;
 
 use crate::cdp_client::{CdpClient, Event, Incoming};
 
+pub mod custom;
+
+pub use custom::CustomTools;
+
 /// How long finding the tools may take in all.
 const LIST_PATIENCE: Duration = Duration::from_secs(15);
 /// Marks our refs, so a foreign string is told apart from a stale ref.
@@ -36,6 +40,8 @@ pub struct Found {
     pub page_title: String,
     /// The embedded frame that registered it (its number and URL), if not the page.
     pub frame: Option<(i64, String)>,
+    /// A custom tool's id and namespace, and its tab's DevTools target id.
+    pub custom: Option<(String, String, String)>,
 }
 
 /// What a call came to.
@@ -59,6 +65,9 @@ struct ToolRef {
     loader: String,
     #[serde(rename = "n")]
     name: String,
+    /// A custom tool's id (run in the page `target`, whose top frame is `frame`).
+    #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
+    custom: Option<String>,
 }
 
 impl ToolRef {
@@ -245,12 +254,21 @@ fn tab_of<'a>(by_id: &HashMap<&'a str, &'a Value>, mut id: &'a str) -> Option<&'
 }
 
 /// Every tool registered in the browser's tabs and their frames.
-pub async fn list(browser_ws_url: &str, numbering: &Numbering) -> Result<Vec<Found>, Status> {
-    let listed = tokio::time::timeout(LIST_PATIENCE, list_now(browser_ws_url, numbering)).await;
+pub async fn list(
+    browser_ws_url: &str,
+    numbering: &Numbering,
+    custom: &[custom::Definition],
+) -> Result<Vec<Found>, Status> {
+    let listed =
+        tokio::time::timeout(LIST_PATIENCE, list_now(browser_ws_url, numbering, custom)).await;
     listed.unwrap_or_else(|_| Err(Status::unavailable("Chromium did not answer in time")))
 }
 
-async fn list_now(browser_ws_url: &str, numbering: &Numbering) -> Result<Vec<Found>, Status> {
+async fn list_now(
+    browser_ws_url: &str,
+    numbering: &Numbering,
+    custom: &[custom::Definition],
+) -> Result<Vec<Found>, Status> {
     let mut client = connect(browser_ws_url).await?;
     let targets = client
         .call("", "Target.getTargets", json!({}))
@@ -264,6 +282,16 @@ async fn list_now(browser_ws_url: &str, numbering: &Numbering) -> Result<Vec<Fou
         .iter()
         .filter_map(|info| Some((info["targetId"].as_str()?, info)))
         .collect();
+    // The addresses of each tab's out-of-process frames, which custom tools match too.
+    let mut frame_urls: HashMap<&str, Vec<&str>> = HashMap::new();
+    for info in &infos {
+        if info["type"] == "iframe"
+            && let (Some(id), Some(url)) = (info["targetId"].as_str(), info["url"].as_str())
+            && let Some(tab) = tab_of(&by_id, id)
+        {
+            frame_urls.entry(tab).or_default().push(url);
+        }
+    }
     let mut found = Vec::new();
     for info in &infos {
         let (Some(target), Some(kind)) = (info["targetId"].as_str(), info["type"].as_str()) else {
@@ -290,6 +318,46 @@ async fn list_now(browser_ws_url: &str, numbering: &Numbering) -> Result<Vec<Fou
             .ok()
             .and_then(|window| window["windowId"].as_i64())
             .unwrap_or_default();
+        if kind == "page"
+            && let Some((top_id, top)) = frames.iter().find(|(_, frame)| frame.top)
+        {
+            let urls: Vec<&str> = frames
+                .values()
+                .map(|frame| frame.url.as_str())
+                .chain(frame_urls.get(target).into_iter().flatten().copied())
+                .collect();
+            for definition in custom.iter().filter(|definition| {
+                definition
+                    .url_patterns
+                    .iter()
+                    .any(|pattern| urls.iter().any(|url| custom::matches(pattern, url)))
+            }) {
+                found.push(Found {
+                    tool_ref: ToolRef {
+                        target: target.to_owned(),
+                        frame: top_id.clone(),
+                        loader: top.loader.clone(),
+                        name: definition.tool["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        custom: Some(definition.id.clone()),
+                    }
+                    .encode(),
+                    tool: definition.tool.clone(),
+                    tab_id: numbering.number(browser_ws_url, tab),
+                    window_id,
+                    page_url: without_fragment(page_url),
+                    page_title: tab_info["title"].as_str().unwrap_or_default().to_owned(),
+                    frame: None,
+                    custom: Some((
+                        definition.id.clone(),
+                        definition.namespace.clone(),
+                        target.to_owned(),
+                    )),
+                });
+            }
+        }
         for tool in tools {
             let (Some(frame_id), Some(name)) = (tool["frameId"].as_str(), tool["name"].as_str())
             else {
@@ -305,6 +373,7 @@ async fn list_now(browser_ws_url: &str, numbering: &Numbering) -> Result<Vec<Fou
                     frame: frame_id.to_owned(),
                     loader: frame.loader.clone(),
                     name: name.to_owned(),
+                    custom: None,
                 }
                 .encode(),
                 tool: metadata(&tool),
@@ -318,6 +387,7 @@ async fn list_now(browser_ws_url: &str, numbering: &Numbering) -> Result<Vec<Fou
                         without_fragment(&frame.url),
                     )
                 }),
+                custom: None,
             });
         }
     }
@@ -331,6 +401,7 @@ pub async fn invoke(
     tool_ref: &str,
     input: Value,
     patience: Duration,
+    custom_tools: &CustomTools,
 ) -> Result<Outcome, Status> {
     let reference = ToolRef::decode(tool_ref).ok_or_else(|| {
         Status::invalid_argument("tool_ref is not a tool reference of this browser")
@@ -351,6 +422,14 @@ pub async fn invoke(
         != Some(&reference.loader)
     {
         return Err(stale());
+    }
+    if let Some(id) = &reference.custom {
+        let definition = custom_tools.get(id).ok_or_else(|| {
+            Status::not_found(format!(
+                "custom tool {id} was removed; list the tools again"
+            ))
+        })?;
+        return invoke_custom(&mut client, &session, &definition, &input, patience).await;
     }
     let tool = tools
         .iter()
@@ -435,6 +514,47 @@ pub async fn invoke(
     })
 }
 
+/// Runs a custom tool's `execute` with `input` in the tab's page.
+async fn invoke_custom(
+    client: &mut CdpClient,
+    session: &str,
+    definition: &custom::Definition,
+    input: &Value,
+    patience: Duration,
+) -> Result<Outcome, Status> {
+    let invocation_id = custom::new_id("inv");
+    let expression = custom::call_expression(definition, input);
+    let timeout_ms = patience.as_millis().min(u128::from(u32::MAX)) as u64;
+    let evaluated = tokio::time::timeout(
+        patience + Duration::from_secs(1),
+        custom::evaluate(client, session, &expression, timeout_ms),
+    )
+    .await
+    .map_err(|_| {
+        Status::deadline_exceeded(format!(
+            "outcome unknown: invocation {invocation_id} began, then no answer came within {patience:?}"
+        ))
+    })??;
+    let (status, error_text, output) = match evaluated {
+        Ok(output) if output.to_string().len() > custom::MAX_OUTPUT_BYTES => (
+            "error",
+            Some(format!(
+                "the output is larger than {} KiB",
+                custom::MAX_OUTPUT_BYTES / 1024
+            )),
+            None,
+        ),
+        Ok(output) => ("completed", None, Some(output)),
+        Err(thrown) => ("error", Some(thrown), None),
+    };
+    Ok(Outcome {
+        invocation_id,
+        status,
+        error_text,
+        output,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,6 +566,7 @@ mod tests {
             frame: "F".into(),
             loader: "L".into(),
             name: "add".into(),
+            custom: None,
         };
         let decoded =
             ToolRef::decode(&reference.encode()).map(|r| (r.target, r.frame, r.loader, r.name));
