@@ -9,6 +9,7 @@
 //! The server is stateless (no MCP session is kept between requests), so any replica
 //! answers any request, and a control plane restart loses nothing.
 
+mod params;
 mod rest;
 mod tools;
 
