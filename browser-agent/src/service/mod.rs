@@ -8,20 +8,19 @@ use std::time::Duration;
 use browser_agent_proto::v1::browser_agent_server::BrowserAgent;
 use browser_agent_proto::v1::{
     ActionBatch, CdpFrame, ClickMouseRequest, ClipboardText, CreateDirectoryRequest, CurlRequest,
-    CurlResult, CursorVisibility, DataChunk, DeleteExecutorRequest, DeletePathRequest,
-    DevtoolsState, DragMouseRequest, Empty, ExecResult, ExecutorList, ExtensionUploadChunk,
-    ExtractZipChunk, ExtractZipResponse, FileInfo, FileList, FollowFileRequest,
-    LoadExtensionsResponse, LogLine, MoveMouseRequest, MovePathRequest, PathRequest,
-    PlaywrightRequest, PlaywrightResult, Point, PressKeysRequest, ProcessRef, ProcessRequest,
-    ProcessState, ProfileChunk, RecordingRequest, RelaunchRequest, ReplRequest, ReplResult,
-    ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScreenshotResponse, ScrollRequest,
-    SetPermissionsRequest, ShutdownRequest, ShutdownResponse, SignalRequest, SpawnRequest,
-    SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, StdinResult,
-    TelemetryCapture, TelemetryRecord, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk,
-    cdp_frame::Kind, extract_zip_chunk, write_file_chunk,
+    CurlResult, CursorVisibility, DeleteExecutorRequest, DeletePathRequest, DevtoolsState,
+    DragMouseRequest, Empty, ExecResult, ExecutorList, ExtensionUploadChunk, ExtractZipChunk,
+    ExtractZipResponse, FileInfo, FileList, FollowFileRequest, LoadExtensionsResponse, LogLine,
+    MoveMouseRequest, MovePathRequest, PathRequest, PlaywrightRequest, PlaywrightResult, Point,
+    PressKeysRequest, ProcessRef, ProcessRequest, ProcessState, ProfileChunk, RecordingRequest,
+    RelaunchRequest, ReplRequest, ReplResult, ResizeTerminalRequest, ScreenSize, ScreenshotRequest,
+    ScreenshotResponse, ScrollRequest, SetPermissionsRequest, ShutdownRequest, ShutdownResponse,
+    SignalRequest, SpawnRequest, SpawnResult, StartRecordingRequest, StatusRequest, StatusResponse,
+    StdinRequest, StdinResult, TelemetryCapture, TelemetryRecord, TypeTextRequest, WatchEvent,
+    WatchRequest, WriteFileChunk, cdp_frame::Kind, extract_zip_chunk, write_file_chunk,
 };
 use futures::{Stream, StreamExt};
-use std::io::{Read, Seek};
+use std::io::Seek;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
@@ -35,19 +34,21 @@ mod live;
 mod playwright;
 mod processes;
 mod status;
+mod support;
 mod webmcp;
 
 use processes::{OutputStream, terminal_side};
 use status::recording_info;
+use support::{DataStream, blocking, scratch_failed, stream_file};
 
 use crate::actions;
 use crate::capture;
 use crate::cdp;
 use crate::chromium::{BrowserState, Relaunch};
-use crate::desktop::{Desktop, DesktopError};
+use crate::desktop::Desktop;
 use crate::dir_watch;
 use crate::extensions::Extensions;
-use crate::fs::{FsError, VmFs, ZipLimits};
+use crate::fs::{VmFs, ZipLimits};
 use crate::input::{Action, Input};
 use crate::playwright::{Executors, Repl};
 use crate::processes::Processes;
@@ -96,107 +97,6 @@ pub struct AgentService {
     pub webmcp_numbering: crate::webmcp::Numbering,
     /// The custom WebMCP tools callers defined for this browser.
     pub webmcp_custom: crate::webmcp::CustomTools,
-}
-
-/// Chunk size of file data on the wire.
-const CHUNK_BYTES: usize = 256 * 1024;
-
-/// Runs blocking filesystem work off the async executor.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, FsError> + Send + 'static,
-) -> Result<T, Status> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|error| Status::internal(format!("filesystem task failed: {error}")))?
-        .map_err(Status::from)
-}
-
-/// A failure of the agent's own scratch file, outside the VM root.
-fn scratch_failed(error: std::io::Error) -> FsError {
-    FsError::Io {
-        context: "scratch file".into(),
-        source: error,
-    }
-}
-
-type DataStream = Pin<Box<dyn Stream<Item = Result<DataChunk, Status>> + Send>>;
-
-/// Streams a file's contents from a blocking thread.
-fn stream_file(mut file: std::fs::File) -> DataStream {
-    let (sender, receiver) = mpsc::channel(8);
-    tokio::task::spawn_blocking(move || {
-        let mut buffer = vec![0; CHUNK_BYTES];
-        loop {
-            let message = match file.read(&mut buffer) {
-                Ok(0) => return,
-                Ok(read) => Ok(DataChunk {
-                    data: buffer[..read].to_vec(),
-                }),
-                Err(error) => Err(Status::internal(format!("reading failed: {error}"))),
-            };
-            let failed = message.is_err();
-            if sender.blocking_send(message).is_err() || failed {
-                return;
-            }
-        }
-    });
-    Box::pin(ReceiverStream::new(receiver))
-}
-
-impl AgentService {
-    fn input(&self) -> Result<&Input, Status> {
-        self.input.as_ref().ok_or_else(|| {
-            Status::failed_precondition(
-                "this browser is headless: it has no display for computer controls",
-            )
-        })
-    }
-
-    /// Runs blocking work on the VM's filesystem off the async executor.
-    async fn on_fs<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&VmFs) -> Result<T, FsError> + Send + 'static,
-    ) -> Result<T, Status> {
-        let fs = self.fs.clone();
-        blocking(move || work(&fs)).await
-    }
-
-    /// Runs blocking work on the display's clipboard or pointer off the async executor.
-    async fn on_desktop<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&Desktop) -> Result<T, DesktopError> + Send + 'static,
-    ) -> Result<T, Status> {
-        self.input()?;
-        let desktop = self
-            .desktop
-            .clone()
-            .ok_or_else(|| Status::failed_precondition("this browser has no display"))?;
-        tokio::task::spawn_blocking(move || work(&desktop))
-            .await
-            .map_err(|error| Status::internal(format!("desktop task failed: {error}")))?
-            .map_err(|error| Status::internal(error.to_string()))
-    }
-
-    async fn act(&self, action: Action) -> Result<Response<Empty>, Status> {
-        self.input()?.run(action).await?;
-        Ok(Response::new(Empty {}))
-    }
-
-    fn status_of(&self, state: &BrowserState) -> StatusResponse {
-        StatusResponse {
-            display: self.display.clone().unwrap_or_default(),
-            screen_width: self.screen.size().0,
-            screen_height: self.screen.size().1,
-            headless: self.display.is_none(),
-            chromium_pid: state.pid,
-            devtools_state: state.devtools as i32,
-            devtools_browser_url: state.browser_ws_url.clone(),
-            chromium_restarts: state.restarts,
-            last_chromium_exit: state.last_exit.clone(),
-            agent_pid: std::process::id(),
-            vm_root: self.vm_root.display().to_string(),
-        }
-    }
 }
 
 type CdpStream = Pin<Box<dyn Stream<Item = Result<CdpFrame, Status>> + Send>>;

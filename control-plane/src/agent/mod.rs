@@ -4,6 +4,7 @@
 mod clients;
 pub mod devtools;
 pub mod page;
+mod webmcp;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,8 +22,8 @@ use browser_agent_proto::v1::{
     ReplResult, ResizeTerminalRequest, ScreenSize, ScreenshotRequest, ScrollRequest,
     SetPermissionsRequest, ShutdownRequest, SignalRequest, SpawnRequest, SpawnResult,
     StartRecordingRequest, StatusRequest, StatusResponse, StdinRequest, TelemetryCapture,
-    TelemetryRecord, TypeTextRequest, WatchEvent, WatchRequest, WebmcpInvocation, WebmcpResult,
-    WebmcpTools, WebmcpToolsRequest, WriteFileChunk, cdp_frame::Kind, profile_chunk,
+    TelemetryRecord, TypeTextRequest, WatchEvent, WatchRequest, WriteFileChunk, cdp_frame::Kind,
+    profile_chunk,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -683,70 +684,6 @@ impl AgentClient {
             Duration::from_millis(request.timeout_ms.into()) + PLAYWRIGHT_QUEUE_ALLOWANCE;
         let request = Self::input_request(request, expected);
         Ok(self.inner.clone().repl(request).await?.into_inner())
-    }
-
-    /// The WebMCP tools of the browser's tabs and frames.
-    pub async fn webmcp_tools(&self, exclude_custom: bool) -> Result<WebmcpTools, AgentError> {
-        let request = Self::input_request(WebmcpToolsRequest { exclude_custom }, Duration::ZERO);
-        Ok(self
-            .inner
-            .clone()
-            .list_webmcp_tools(request)
-            .await?
-            .into_inner())
-    }
-
-    /// Adds a batch of custom WebMCP tools (the agent evaluates their source).
-    pub async fn add_webmcp_custom_tools(
-        &self,
-        request: browser_agent_proto::v1::AddCustomToolsRequest,
-    ) -> Result<browser_agent_proto::v1::CustomTools, AgentError> {
-        let request = Self::input_request(request, Duration::from_secs(10));
-        Ok(self
-            .inner
-            .clone()
-            .add_webmcp_custom_tools(request)
-            .await?
-            .into_inner())
-    }
-
-    pub async fn webmcp_custom_tools(
-        &self,
-    ) -> Result<browser_agent_proto::v1::CustomTools, AgentError> {
-        let request = Self::input_request(Empty {}, Duration::ZERO);
-        Ok(self
-            .inner
-            .clone()
-            .list_webmcp_custom_tools(request)
-            .await?
-            .into_inner())
-    }
-
-    pub async fn remove_webmcp_custom_tool(&self, id: String) -> Result<(), AgentError> {
-        let request = Self::input_request(
-            browser_agent_proto::v1::CustomToolRef { id },
-            Duration::ZERO,
-        );
-        self.inner
-            .clone()
-            .remove_webmcp_custom_tool(request)
-            .await?;
-        Ok(())
-    }
-
-    /// Calls a WebMCP tool; the agent waits up to the call's `timeout_sec` for its answer.
-    pub async fn invoke_webmcp_tool(
-        &self,
-        invocation: WebmcpInvocation,
-    ) -> Result<WebmcpResult, AgentError> {
-        let expected = Duration::from_secs(invocation.timeout_sec.into());
-        let request = Self::input_request(invocation, expected);
-        Ok(self
-            .inner
-            .clone()
-            .invoke_webmcp_tool(request)
-            .await?
-            .into_inner())
     }
 
     pub async fn list_executors(&self) -> Result<ExecutorList, AgentError> {
