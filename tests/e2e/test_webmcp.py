@@ -26,6 +26,9 @@ TOOLS_PAGE = """<!doctype html><title>tools</title>
   <input name="day" type="text" toolparamdescription="Which day">
   <button type="submit">Book</button>
 </form>
+<form toolname="search" tooldescription="Search the menu" toolautosubmit id="search">
+  <input name="q" type="text" toolparamdescription="What to look for">
+</form>
 <iframe src="http://localhost:FRAME_PORT/frame.html" allow="tools"></iframe>
 <script>
 document.modelContext.registerTool({
@@ -39,6 +42,11 @@ document.modelContext.registerTool({
   execute: async () => { throw new Error("no luck"); },
 });
 document.querySelector("form").addEventListener("submit", (e) => { e.preventDefault(); document.title = "submitted"; });
+// An autosubmitted form answers the agent through the submit event (`respondWith`).
+document.getElementById("search").addEventListener("submit", (e) => {
+  e.preventDefault();
+  e.respondWith(Promise.resolve("found " + new FormData(e.target).get("q")));
+});
 </script>"""
 
 FRAME_PAGE = """<!doctype html><title>frame</title><script>
@@ -79,7 +87,7 @@ def test_page_tools_are_listed_per_tab_and_frame_and_called_by_ref(client, contr
             cdp = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
             page = first_tab(cdp)
             page.goto(tools_url)
-            assert wait_until(lambda: {"add", "fail", "book_table", "echo"} <= set(
+            assert wait_until(lambda: {"add", "fail", "book_table", "search", "echo"} <= set(
                 by_name(client.browsers.webmcp.list_tools(browser.session_id).tools)), 15), \
                 [(t.tool.name, t.source.frame) for t in client.browsers.webmcp.list_tools(browser.session_id).tools]
             tools = by_name(client.browsers.webmcp.list_tools(browser.session_id).tools)
@@ -109,8 +117,13 @@ def test_page_tools_are_listed_per_tab_and_frame_and_called_by_ref(client, contr
                                                         input={"guests": 4, "day": "friday"})
             assert booked.status == "awaiting_submission"
             assert wait_until(lambda: page.evaluate(
-                "[...document.querySelectorAll('input')].map(i => i.value)") == ["4", "friday"], 5)
+                "[...document.querySelectorAll('form[toolname=book_table] input')].map(i => i.value)") == ["4", "friday"], 5)
             assert page.title() == "tools"
+            # A form with toolautosubmit is submitted, and its page's answer comes back.
+            searched = client.browsers.webmcp.invoke_tool(
+                browser.session_id, tool_ref=tools["search"].tool_ref, input={"q": "soup"})
+            assert (searched.status, searched.output) == ("completed", "found soup")
+            assert tools["search"].tool.annotations.autosubmit is True
 
             # A second tab's tools come with another tab id.
             other = cdp.contexts[0].new_page()
