@@ -14,6 +14,7 @@ import pytest
 from kernel import (AuthenticationError, BadRequestError, ConflictError, Kernel, NotFoundError,
                     PermissionDeniedError, RateLimitError)
 
+from harness import wait_until
 from sdk import items, today_only
 
 pytestmark = today_only
@@ -85,12 +86,17 @@ def test_a_project_bound_key_sees_and_makes_only_its_project(org, control_plane)
         # A bound key cannot step into another project with a header.
         with pytest.raises(PermissionDeniedError):
             client_of(control_plane, made.key, project_id=beta.id).browsers.list()
-        # That refusal is in the audit log, as denied, by that key.
+        # That refusal is in the audit log, as denied, by that key (records are written
+        # just after the answer, so the test waits for it).
         now = datetime.datetime.now(datetime.timezone.utc)
-        entries = list(org.audit_logs.list(start=now - datetime.timedelta(minutes=5),
-                                           end=now + datetime.timedelta(minutes=1)))
-        assert any(e.path == "/browsers" and e.status == 403 and e.api_key_id == made.id
-                   and getattr(e, "outcome", None) == "denied" for e in entries), entries
+
+        def refusal_recorded() -> bool:
+            entries = org.audit_logs.list(start=now - datetime.timedelta(minutes=5),
+                                          end=now + datetime.timedelta(minutes=1))
+            return any(e.path == "/browsers" and e.status == 403 and e.api_key_id == made.id
+                       and getattr(e, "outcome", None) == "denied" for e in entries)
+
+        assert wait_until(refusal_recorded, 10)
     finally:
         org.browsers.delete_by_id(mine.session_id)
         org.browsers.delete_by_id(theirs.session_id)

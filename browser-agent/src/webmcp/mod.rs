@@ -196,23 +196,31 @@ async fn open(
         .await?;
     let mut found = HashMap::new();
     frames(&tree["frameTree"], true, &mut found);
-    let mut tools = Vec::new();
-    let mut rest = Vec::new();
+    let mut tools: Vec<Value> = Vec::new();
     for incoming in client.take_queued() {
-        match incoming {
-            Incoming::Event(Event {
-                session: from,
-                method,
-                params,
-            }) if from == session && method == "WebMCP.toolsAdded" => {
-                tools.extend(params["tools"].as_array().cloned().unwrap_or_default())
-            }
-            Incoming::Event(Event { method, .. }) if method == "WebMCP.toolsRemoved" => {}
-            other => rest.push(other),
+        let Incoming::Event(Event {
+            session: from,
+            method,
+            params,
+        }) = incoming
+        else {
+            continue;
+        };
+        if from != session {
+            continue;
+        }
+        let listed = params["tools"].as_array().cloned().unwrap_or_default();
+        match method.as_str() {
+            "WebMCP.toolsAdded" => tools.extend(listed),
+            // One unregistered (or its frame gone) while we looked.
+            "WebMCP.toolsRemoved" => tools.retain(|tool| {
+                !listed.iter().any(|removed| {
+                    removed["name"] == tool["name"] && removed["frameId"] == tool["frameId"]
+                })
+            }),
+            _ => {}
         }
     }
-    // Tools removed while we looked are simply not listed: the next list is fresh.
-    drop(rest);
     Ok((session, found, tools))
 }
 
