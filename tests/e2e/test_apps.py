@@ -96,7 +96,7 @@ def test_an_action_drives_a_browser_that_ends_with_it(client, deployed, test_pag
     result = invoke(client, "page-title", {"url": test_page_url})
     assert result.status == "succeeded", result
     output = json.loads(result.output)
-    assert output["title"] == TEST_PAGE_TITLE
+    assert output["title"] == TEST_PAGE_TITLE, output
     # The browser carried the invocation, and ended with it.
     assert output["listed"] == [output["session_id"]]
     assert client.invocations.list_browsers(result.id).browsers == []

@@ -23,12 +23,13 @@ def hello(ctx: kernel.KernelContext, payload: dict):
 def page_title(ctx: kernel.KernelContext, payload: dict):
     client = Kernel()
     browser = client.browsers.create(headless=True)
-    title = client.browsers.playwright.execute(
+    answer = client.browsers.playwright.execute(
         browser.session_id,
         code=f"await page.goto({payload['url']!r}); return await page.title();",
-    ).result
+    )
     mine = client.invocations.list_browsers(ctx.invocation_id).browsers
-    return {"title": title, "session_id": browser.session_id, "listed": [b.session_id for b in mine]}
+    return {"title": answer.result, "error": answer.error, "session_id": browser.session_id,
+            "listed": [b.session_id for b in mine]}
 
 
 @app.action("sleepy")
