@@ -320,26 +320,37 @@ async fn list_now(
         let Ok((_, frames, tools)) = open(&mut client, target).await else {
             continue;
         };
+        // The custom tools this tab shows: on its top-level page, if its page or one of
+        // its frames matches.
+        let top = frames.iter().find(|(_, frame)| frame.top && kind == "page");
+        let urls: Vec<&str> = frames
+            .values()
+            .map(|frame| frame.url.as_str())
+            .chain(frame_urls.get(target).into_iter().flatten().copied())
+            .collect();
+        let matching: Vec<&custom::Definition> = match top {
+            Some(_) => custom
+                .iter()
+                .filter(|definition| {
+                    definition
+                        .url_patterns
+                        .iter()
+                        .any(|pattern| urls.iter().any(|url| custom::matches(pattern, url)))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        if tools.is_empty() && matching.is_empty() {
+            continue;
+        }
         let window_id = client
             .call("", "Browser.getWindowForTarget", json!({ "targetId": tab }))
             .await
             .ok()
             .and_then(|window| window["windowId"].as_i64())
             .unwrap_or_default();
-        if kind == "page"
-            && let Some((top_id, top)) = frames.iter().find(|(_, frame)| frame.top)
-        {
-            let urls: Vec<&str> = frames
-                .values()
-                .map(|frame| frame.url.as_str())
-                .chain(frame_urls.get(target).into_iter().flatten().copied())
-                .collect();
-            for definition in custom.iter().filter(|definition| {
-                definition
-                    .url_patterns
-                    .iter()
-                    .any(|pattern| urls.iter().any(|url| custom::matches(pattern, url)))
-            }) {
+        if let Some((top_id, top)) = top {
+            for definition in matching {
                 found.push(Found {
                     tool_ref: ToolRef {
                         target: target.to_owned(),

@@ -16,8 +16,9 @@ use axum::http::Method;
 use super::policy::Required;
 
 /// Routes every authenticated caller may use whatever its policy: who am I (and, for
-/// the console, what may I do).
-const OPEN_TO_ANY_KEY: [&str; 3] = ["/auth/context", "/console/me", crate::mcp::PATH];
+/// the console, what may I do), and the MCP server (`crate::mcp::PATH`), whose tools are
+/// each authorized by the REST routes they call.
+const OPEN_TO_ANY_KEY: [&str; 3] = ["/auth/context", "/console/me", "/mcp"];
 
 /// The first path segments of each kind's routes, longest first where one is a prefix
 /// of another.
