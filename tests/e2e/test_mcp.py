@@ -8,6 +8,7 @@ import base64
 import datetime
 import io
 import json
+import subprocess
 
 import httpx
 import pytest
@@ -16,6 +17,7 @@ from PIL import Image
 
 from conftest import TEST_PAGE_TITLE
 from harness import wait_until
+from mcp import MCPError
 from mcp_kit import call, mcp_client
 from sdk import today_only
 
@@ -127,6 +129,80 @@ def test_a_wrong_key_is_refused_and_another_organizations_browser_is_invisible(c
         asyncio.run(owner_screenshot())
     finally:
         client.browsers.delete_by_id(theirs.session_id)
+
+
+def test_browsers_screens_and_replays_are_readable_resources(control_plane, client, test_page_url, tmp_path):
+    session = client.browsers.create(headless=False)
+    sid = session.session_id
+    prefix = f"kernel://browsers/{sid}"
+    other_key = control_plane.create_api_key("org-mcp-resources-b")
+
+    async def scenario():
+        async with mcp_client(control_plane, control_plane.api_key) as mcp:
+            templates = {t.uri_template for t in (await mcp.list_resource_templates()).resource_templates}
+            assert templates == {"kernel://browsers/{session_id}", "kernel://browsers/{session_id}/screenshot",
+                                 "kernel://browsers/{session_id}/replays",
+                                 "kernel://browsers/{session_id}/replays/{replay_id}"}
+            listed = {str(r.uri): r for r in (await mcp.list_resources()).resources}
+            assert {"kernel://browsers", prefix, f"{prefix}/screenshot", f"{prefix}/replays"} <= set(listed)
+            assert listed[f"{prefix}/screenshot"].mime_type == "image/png"
+
+            [browsers] = (await mcp.read_resource("kernel://browsers")).contents
+            assert sid in {b["session_id"] for b in json.loads(browsers.text)}
+
+            # A replay recorded through the tools, then read back as a video resource.
+            result, started = await call(mcp, "manage_replays", action="start", session_id=sid)
+            assert not result.is_error, started
+            await call(mcp, "navigate_page", session_id=sid, url=test_page_url)
+            await asyncio.sleep(2)
+            result, _ = await call(mcp, "manage_replays", action="stop", session_id=sid,
+                                   replay_id=started["replay_id"])
+            assert not result.is_error, result.content
+
+            async def finished():
+                for _ in range(120):
+                    [replays] = (await mcp.read_resource(f"{prefix}/replays")).contents
+                    mine = [r for r in json.loads(replays.text) if r["replay_id"] == started["replay_id"]]
+                    if mine and mine[0].get("finished_at"):
+                        return
+                    await asyncio.sleep(0.25)
+                raise AssertionError(f"the replay did not finish: {replays.text}")
+
+            await finished()
+            [video] = (await mcp.read_resource(f"{prefix}/replays/{started['replay_id']}")).contents
+            assert video.mime_type == "video/mp4"
+            path = tmp_path / "replay.mp4"
+            path.write_bytes(base64.b64decode(video.blob))
+            probed = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0",
+                                     str(path)], capture_output=True, text=True, check=True)
+            assert float(probed.stdout) >= 1.5, probed
+
+            # The screen as the page now shows it (the test page is white around "hello").
+            [shot] = (await mcp.read_resource(f"{prefix}/screenshot")).contents
+            assert shot.mime_type == "image/png"
+            png = Image.open(io.BytesIO(base64.b64decode(shot.blob)))
+            assert png.format == "PNG" and png.width > 100 and png.height > 100
+
+            [one] = (await mcp.read_resource(prefix)).contents
+            assert json.loads(one.text)["session_id"] == sid
+            for wrong in ("kernel://browsers/no-such-browser", "kernel://browsers/x/fs", "file:///etc/passwd",
+                          f"{prefix}/replays/no-such-replay"):
+                with pytest.raises(MCPError):
+                    await mcp.read_resource(wrong)
+
+        # Another organization can neither see nor read any of it.
+        async with mcp_client(control_plane, other_key) as theirs:
+            assert not any(sid in str(r.uri) for r in (await theirs.list_resources()).resources)
+            for uri in (prefix, f"{prefix}/screenshot", f"{prefix}/replays",
+                        f"{prefix}/replays/{started['replay_id']}"):
+                with pytest.raises(MCPError) as raised:
+                    await theirs.read_resource(uri)
+                assert "404" in str(raised.value), raised.value
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        client.browsers.delete_by_id(sid)
 
 
 @today_only

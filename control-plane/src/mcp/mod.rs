@@ -10,6 +10,7 @@
 //! answers any request, and a control plane restart loses nothing.
 
 mod params;
+mod resources;
 mod rest;
 mod tools;
 

@@ -51,6 +51,19 @@ impl Rest {
         path_and_query: &str,
         body: Option<&Value>,
     ) -> Result<Answer, Failure> {
+        self.call_within(caller, method, path_and_query, body, MAX_ANSWER_BYTES)
+            .await
+    }
+
+    /// `call`, refusing an answer longer than `max_bytes` (without reading it all).
+    pub async fn call_within(
+        &self,
+        caller: &Parts,
+        method: Method,
+        path_and_query: &str,
+        body: Option<&Value>,
+        max_bytes: usize,
+    ) -> Result<Answer, Failure> {
         let mut request = Request::builder().method(method).uri(path_and_query);
         for name in FORWARDED_HEADERS {
             if let Some(value) = caller.headers.get(HeaderName::from_static(name)) {
@@ -79,7 +92,15 @@ impl Rest {
             .get(header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
-        let body = axum::body::to_bytes(response.into_body(), MAX_ANSWER_BYTES)
+        let declared_length = response
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok()?.parse::<usize>().ok());
+        if status.is_success() && declared_length.is_some_and(|length| length > max_bytes) {
+            let mib = max_bytes >> 20;
+            return Err(Failure(format!("the answer is larger than {mib} MiB")));
+        }
+        let body = axum::body::to_bytes(response.into_body(), max_bytes)
             .await
             .map_err(|error| Failure(format!("reading the answer failed: {error}")))?;
         if status.is_success() {

@@ -11,8 +11,13 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
-use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::model::{
+    CallToolResult, ContentBlock, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 
 use super::params::*;
@@ -23,9 +28,15 @@ type ToolResult = Result<CallToolResult, ErrorData>;
 /// How much page text `read_page` returns by default, in characters.
 const DEFAULT_READ_CHARACTERS: usize = 20_000;
 
+/// A picture of what a browser shows, base64-encoded.
+pub(super) struct Picture {
+    pub base64: String,
+    pub mime_type: String,
+}
+
 #[derive(Clone)]
 pub struct BrowserTools {
-    rest: Rest,
+    pub(super) rest: Rest,
     tool_router: ToolRouter<Self>,
 }
 
@@ -65,7 +76,7 @@ impl BrowserTools {
         }
     }
 
-    async fn get(&self, caller: &Parts, path: &str) -> Result<Value, Failure> {
+    pub(super) async fn get(&self, caller: &Parts, path: &str) -> Result<Value, Failure> {
         self.rest.json(caller, Method::GET, path, None).await
     }
 
@@ -276,8 +287,10 @@ impl BrowserTools {
             )));
         }
         if screenshot {
-            match self.screenshot_png(&caller, &id).await {
-                Ok(png) => content.push(png),
+            match self.screen_picture(&caller, &id).await {
+                Ok(Picture { base64, mime_type }) => {
+                    content.push(ContentBlock::image(base64, mime_type))
+                }
                 Err(Failure(text)) => return refused(text),
             }
         }
@@ -293,46 +306,57 @@ impl BrowserTools {
         Extension(caller): Extension<Parts>,
         Parameters(params): Parameters<ScreenshotParams>,
     ) -> ToolResult {
-        let id = segment(&params.session_id);
-        let headless = match self.get(&caller, &format!("/browsers/{id}")).await {
-            Ok(browser) => browser["headless"] == json!(true),
-            Err(Failure(text)) => return refused(text),
-        };
-        let png = if headless {
-            self.page_screenshot_png(&caller, &params.session_id).await
-        } else {
-            self.screenshot_png(&caller, &id).await
-        };
-        match png {
-            Ok(png) => Ok(CallToolResult::success(vec![png])),
+        match self.picture(&caller, &params.session_id).await {
+            Ok(Picture { base64, mime_type }) => {
+                Ok(CallToolResult::success(vec![ContentBlock::image(
+                    base64, mime_type,
+                )]))
+            }
             Err(Failure(text)) => refused(text),
         }
     }
 
-    /// The current page as Playwright renders it, for a browser without a screen.
-    async fn page_screenshot_png(
+    /// What the browser shows: its screen, or its current page when it is headless (it
+    /// has no screen).
+    pub(super) async fn picture(
         &self,
         caller: &Parts,
         session_id: &str,
-    ) -> Result<ContentBlock, Failure> {
+    ) -> Result<Picture, Failure> {
+        let id = segment(session_id);
+        let browser = self.get(caller, &format!("/browsers/{id}")).await?;
+        if browser["headless"] == json!(true) {
+            self.page_picture(caller, session_id).await
+        } else {
+            self.screen_picture(caller, &id).await
+        }
+    }
+
+    /// The current page as Playwright renders it.
+    async fn page_picture(&self, caller: &Parts, session_id: &str) -> Result<Picture, Failure> {
         let code = "return (await page.screenshot({ type: 'png' })).toString('base64');";
         let answer = self
             .playwright(caller, session_id, code.into(), None)
             .await?;
         match playwright_result(answer)? {
-            Value::String(png) => Ok(ContentBlock::image(png, "image/png")),
+            Value::String(base64) => Ok(Picture {
+                base64,
+                mime_type: "image/png".into(),
+            }),
             other => Err(Failure(format!("the screenshot came back as {other}"))),
         }
     }
 
-    async fn screenshot_png(&self, caller: &Parts, id: &str) -> Result<ContentBlock, Failure> {
+    async fn screen_picture(&self, caller: &Parts, id: &str) -> Result<Picture, Failure> {
         let path = format!("/browsers/{id}/computer/screenshot");
         let answer = self
             .rest
             .call(caller, Method::POST, &path, Some(&json!({})))
             .await?;
-        let mime_type = answer.content_type.unwrap_or_else(|| "image/png".into());
-        Ok(ContentBlock::image(BASE64.encode(&answer.body), mime_type))
+        Ok(Picture {
+            base64: BASE64.encode(&answer.body),
+            mime_type: answer.content_type.unwrap_or_else(|| "image/png".into()),
+        })
     }
 
     #[tool(
@@ -626,10 +650,49 @@ fn decode_output(mut answer: Value) -> Value {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for BrowserTools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build();
+        ServerConfig::new(capabilities).with_instructions(
             "Remote Chromium browsers in isolated VMs. Start with manage_browsers (create), \
              then navigate_page, read_page, screenshot, computer_action or \
-             execute_playwright_code with its session_id; delete the browser when finished.",
+             execute_playwright_code with its session_id; delete the browser when finished. \
+             Resources: kernel://browsers, and per browser /{session_id}, /screenshot, \
+             /replays and /replays/{replay_id} (the MP4).",
         )
     }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.resources(caller_of(&context)?).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(Self::resource_templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let caller = caller_of(&context)?;
+        Ok(self.read(caller, &request.uri).await?.into())
+    }
+}
+
+/// The HTTP request an MCP request came in (its credentials are the caller's).
+fn caller_of(context: &RequestContext<RoleServer>) -> Result<&Parts, ErrorData> {
+    context
+        .extensions
+        .get::<Parts>()
+        .ok_or_else(|| ErrorData::internal_error("the MCP request has no HTTP request", None))
 }
