@@ -40,6 +40,8 @@ pub struct ServiceSettings {
     pub max_pooled_browsers: i64,
     /// What one organization may have live outside its pools.
     pub live_limits: crate::sessions::LiveLimits,
+    /// What the whole deployment may hold at once.
+    pub host_limits: crate::sessions::HostLimits,
     pub vault: Vault,
     /// The 1Password Connect server credential providers of type onepassword use.
     pub onepassword_connect_url: Option<String>,
@@ -130,6 +132,7 @@ impl Services {
             proxy_upstreams: settings.proxy_upstreams.clone(),
             egress: settings.egress.clone(),
             live_limits: settings.live_limits,
+            host_limits: settings.host_limits,
             replica: replica.clone(),
             telemetry: telemetry.clone(),
         }));

@@ -335,12 +335,29 @@ pub struct ServeConfig {
     /// organization's live VMs, replicas, recent errors) is theirs only.
     #[arg(long, env = "CONTROL_PLANE_OPERATOR_ORG", default_value = "default")]
     pub operator_org: String,
-    /// How many browser VMs the deployment is sized for, reported as
-    /// `browser_service_capacity_browsers` for autoscalers. Default: one per GiB of this
-    /// host's memory.
+    /// How many browser VMs the deployment holds at once (every organization's, pools'
+    /// and standby browsers together, across replicas), reported as
+    /// `browser_service_capacity_browsers`. A create beyond it waits up to
+    /// `--admission-wait-seconds` (an idle standby browser makes room for it), then gets
+    /// 429 with `Retry-After`; pools fill below it, fairly between organizations.
+    /// Default: one per GiB of this host's memory (on Kubernetes: reported so, not
+    /// enforced).
     #[arg(long, env = "CONTROL_PLANE_CAPACITY_BROWSERS",
         value_parser = clap::value_parser!(u64).range(1..))]
     pub capacity_browsers: Option<u64>,
+    /// How long a create waits for room on a full host before it gets 429.
+    #[arg(long, env = "CONTROL_PLANE_ADMISSION_WAIT_SECONDS", default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub admission_wait_seconds: u64,
+    /// Memory (MiB, the kernel's `MemAvailable`) this host must have free to start a
+    /// browser VM: below it, creates wait and are refused as on a full host, and pools
+    /// do not fill. Local runtime only.
+    #[arg(
+        long,
+        env = "CONTROL_PLANE_MIN_AVAILABLE_MEMORY_MIB",
+        default_value_t = 512
+    )]
+    pub min_available_memory_mib: u64,
     /// This replica's name among the control planes sharing one PostgreSQL database:
     /// unique among those running, and best the same across restarts (a pod's name, a
     /// host name), so that a restarted replica takes its browsers back at once; others

@@ -59,6 +59,8 @@ pub struct Metrics {
     browser_create: Histogram,
     pool_acquire: Histogram,
     pending_acquires: Gauge,
+    admission_queue: Gauge,
+    admission_refusals: Counter,
     agent_rpc_errors: Family<RpcErrorLabels, Counter>,
 }
 
@@ -97,6 +99,19 @@ impl Metrics {
             "Pool acquires this process is answering now (waiting for an idle browser)",
             pending_acquires.clone(),
         );
+        let admission_queue = Gauge::default();
+        registry.register(
+            "admission_queue",
+            "Creates this process holds until the host has room for another browser",
+            admission_queue.clone(),
+        );
+        let admission_refusals = Counter::default();
+        registry.register(
+            "admission_refusals",
+            "Creates and pool fills refused (429) because the host had no room for another \
+             browser",
+            admission_refusals.clone(),
+        );
         let agent_rpc_errors = Family::<RpcErrorLabels, Counter>::default();
         registry.register(
             "agent_rpc_errors",
@@ -111,8 +126,24 @@ impl Metrics {
             browser_create,
             pool_acquire,
             pending_acquires,
+            admission_queue,
+            admission_refusals,
             agent_rpc_errors,
         }
+    }
+
+    /// A create joined (`1`) or left (`-1`) the queue for room on the host.
+    pub fn admission_queued(&self, change: i64) {
+        self.admission_queue.inc_by(change);
+    }
+
+    pub fn admission_refused(&self) {
+        self.admission_refusals.inc();
+    }
+
+    /// Creates waiting for room on the host now.
+    pub fn admission_queue_length(&self) -> i64 {
+        self.admission_queue.get()
     }
 
     pub fn http_request(&self, labels: RequestLabels, started: Instant) {

@@ -22,8 +22,8 @@ use crate::runtime::cgroups::VmCgroups;
 use crate::runtime::disk::VmDisks;
 use crate::runtime::kubernetes::{KubernetesRuntime, KubernetesRuntimeConfig, PodTemplate};
 use crate::runtime::{KernelLimits, LocalRuntime, LocalRuntimeConfig, Runtime, Sandbox, ZipLimits};
-use crate::sessions::LiveLimits;
 use crate::sessions::standby::{Standby, StandbySizes};
+use crate::sessions::{HostLimits, LiveLimits};
 use crate::store::Store;
 use crate::tokens::Tokens;
 use crate::{access, api, store};
@@ -221,6 +221,23 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         credential_providers: config.onepassword_connect_url.is_some(),
         managed_proxies: !proxy_upstreams.is_empty(),
     };
+    // Enforced as configured; unset, from this host's memory where the VMs run on this
+    // host, and not at all on Kubernetes (its scheduler places pods on the cluster's
+    // nodes, whose room this process cannot see).
+    let capacity_browsers = config
+        .capacity_browsers
+        .unwrap_or_else(browsers_host_memory_fits);
+    let host_limits = HostLimits {
+        browsers: match (config.capacity_browsers, config.runtime) {
+            (None, RuntimeKind::Kubernetes) => u64::MAX,
+            _ => capacity_browsers,
+        },
+        min_available_memory: match config.runtime {
+            RuntimeKind::Local => Some(config.min_available_memory_mib << 20),
+            RuntimeKind::Kubernetes => None,
+        },
+        queue_wait: Duration::from_secs(config.admission_wait_seconds),
+    };
     let services = Services::new(
         store.clone(),
         blobs.clone(),
@@ -234,6 +251,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 browsers: config.max_live_browsers,
                 memory_gib: config.max_live_memory_gib,
             },
+            host_limits,
             vault: Vault::open(config.credential_key.as_deref(), &data_dir)
                 .context("opening the credential key")?,
             onepassword_connect_url: config.onepassword_connect_url.clone(),
@@ -251,9 +269,6 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             audit_export_delay: Duration::from_secs(config.audit_export_delay_seconds),
         },
     );
-    let capacity_browsers = config
-        .capacity_browsers
-        .unwrap_or_else(browsers_host_memory_fits);
     let default_sizes = default_standby(capacity_browsers);
     let headful_standby = config.standby_browsers.unwrap_or(default_sizes.headful);
     let standby = Standby::configure(

@@ -297,6 +297,11 @@ pub async fn services_over(
                 browsers: 5,
                 memory_gib: 1024,
             },
+            host_limits: crate::sessions::HostLimits {
+                browsers: 100,
+                min_available_memory: None,
+                queue_wait: std::time::Duration::ZERO,
+            },
             egress: Default::default(),
             vault: Vault::open(None, dir).expect("vault"),
             onepassword_connect_url: None,

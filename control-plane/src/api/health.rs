@@ -27,6 +27,17 @@ pub struct Readiness {
     /// How browsers are kept apart from the host and each other here, and what is not
     /// enforced on this host.
     pub isolation: IsolationReport,
+    pub admission: Admission,
+}
+
+/// How full the host is, as creates see it.
+#[derive(Serialize, ToSchema)]
+pub struct Admission {
+    /// Browser VMs the deployment holds at once (`--capacity-browsers`); `null` where
+    /// none is enforced (Kubernetes without the flag).
+    pub capacity_browsers: Option<u64>,
+    /// Creates this replica holds until the host has room.
+    pub queued_creates: i64,
 }
 
 /// Readiness: the store answers. Also reports the browsers' isolation.
@@ -37,5 +48,10 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Readiness>, Ap
     Ok(Json(Readiness {
         status: "ready",
         isolation: state.runtime.isolation(),
+        admission: Admission {
+            capacity_browsers: Some(state.sessions.host_limits().browsers)
+                .filter(|&browsers| browsers != u64::MAX),
+            queued_creates: crate::metrics::METRICS.admission_queue_length(),
+        },
     }))
 }

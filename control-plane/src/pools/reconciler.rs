@@ -52,9 +52,9 @@ impl Pools {
             .replica()
             .duty(crate::replicas::POOL_RECONCILER);
         let budgets: Budgets = Arc::default();
-        loop {
+        for pass in 0.. {
             duty.held().await;
-            if let Err(error) = self.reconcile_once(&budgets).await {
+            if let Err(error) = self.reconcile_once(&budgets, pass).await {
                 tracing::warn!(%error, "pool reconciliation failed");
             }
             tokio::select! {
@@ -121,11 +121,12 @@ impl Pools {
         now
     }
 
-    async fn reconcile_once(self: &Arc<Self>, budgets: &Budgets) -> ServiceResult<()> {
+    async fn reconcile_once(self: &Arc<Self>, budgets: &Budgets, pass: usize) -> ServiceResult<()> {
         let pools = self.store.list_pools(None).await?;
         if let Ok(mut budgets) = budgets.lock() {
             budgets.retain(|id, _| pools.iter().any(|pool| &pool.id == id));
         }
+        let mut short = Vec::new();
         for pool in pools {
             let members = self.store.pool_members(&pool.id).await?;
             self.retire_excess(&pool, &members).await;
@@ -136,7 +137,27 @@ impl Pools {
                     continue;
                 }
             };
-            let launches = take_launches(budgets, &pool, &config, members.len());
+            let (holding, missing) = holding_and_missing(budgets, &pool, members.len());
+            if missing > 0 {
+                short.push((pool, config, members.len(), holding, missing));
+            }
+        }
+        if short.is_empty() {
+            return Ok(());
+        }
+        let room = self.sessions.host_room_for_pools().await? as usize;
+        let wants: Vec<Want> = short
+            .iter()
+            .map(|(pool, _, _, holding, missing)| Want {
+                organization: &pool.org_id,
+                holding: *holding,
+                missing: *missing,
+                standby: self.sessions.is_standby_pool(&pool.id),
+            })
+            .collect();
+        let shares = fair_shares(&wants, room, pass);
+        for ((pool, config, members, _, _), share) in short.into_iter().zip(shares) {
+            let launches = take_launches(budgets, &pool, &config, members, share);
             if launches == 0 {
                 continue;
             }
@@ -223,13 +244,91 @@ impl Pools {
     }
 }
 
-/// How many browsers the pool may launch now (missing ones, within its budget and the
-/// concurrency limit); they count as launching until each is done.
+/// How many browsers the pool has or is launching, and how many it lacks.
+fn holding_and_missing(budgets: &Budgets, pool: &PoolRecord, members: usize) -> (usize, usize) {
+    let launching = budgets
+        .lock()
+        .ok()
+        .and_then(|budgets| budgets.get(&pool.id).map(|budget| budget.launching))
+        .unwrap_or(0);
+    let holding = members + launching;
+    (holding, (pool.size.max(0) as usize).saturating_sub(holding))
+}
+
+/// A pool short of browsers.
+struct Want<'a> {
+    organization: &'a str,
+    /// Browsers it has or is launching.
+    holding: usize,
+    missing: usize,
+    /// The standby browsers' pools: they take only what no organization's pool wants.
+    standby: bool,
+}
+
+/// How many of the `room` launches each short pool gets: one at a time, each to the
+/// organization that holds the fewest pool browsers then (ties go to another one each
+/// `pass`), and within it to its pool that holds the fewest; the standby pools last,
+/// with what is left.
+fn fair_shares(wants: &[Want], room: usize, pass: usize) -> Vec<usize> {
+    let mut organizations: Vec<&str> = Vec::new();
+    for want in wants.iter().filter(|want| !want.standby) {
+        if !organizations.contains(&want.organization) {
+            organizations.push(want.organization);
+        }
+    }
+    if !organizations.is_empty() {
+        let turn = pass % organizations.len();
+        organizations.rotate_left(turn);
+    }
+    let mut shares = vec![0; wants.len()];
+    let wanting = |i: usize, shares: &[usize]| shares[i] < wants[i].missing;
+    let held = |i: usize, shares: &[usize]| wants[i].holding + shares[i];
+    for _ in 0..room {
+        let organization_holding = |organization: &str, shares: &[usize]| -> usize {
+            (0..wants.len())
+                .filter(|&i| !wants[i].standby && wants[i].organization == organization)
+                .map(|i| held(i, shares))
+                .sum()
+        };
+        let next_organization = organizations
+            .iter()
+            .filter(|organization| {
+                (0..wants.len()).any(|i| {
+                    !wants[i].standby
+                        && wants[i].organization == **organization
+                        && wanting(i, &shares)
+                })
+            })
+            .min_by_key(|organization| organization_holding(organization, &shares));
+        let pool = match next_organization {
+            Some(organization) => (0..wants.len())
+                .filter(|&i| {
+                    !wants[i].standby
+                        && wants[i].organization == *organization
+                        && wanting(i, &shares)
+                })
+                .min_by_key(|&i| held(i, &shares)),
+            None => (0..wants.len())
+                .filter(|&i| wants[i].standby && wanting(i, &shares))
+                .min_by_key(|&i| held(i, &shares)),
+        };
+        match pool {
+            Some(i) => shares[i] += 1,
+            None => break,
+        }
+    }
+    shares
+}
+
+/// How many browsers the pool may launch now (missing ones, within its budget, the
+/// concurrency limit and its `share` of the host's room); they count as launching until
+/// each is done.
 fn take_launches(
     budgets: &Budgets,
     pool: &PoolRecord,
     config: &PoolConfig,
     members: usize,
+    share: usize,
 ) -> usize {
     let Ok(mut budgets) = budgets.lock() else {
         return 0;
@@ -245,9 +344,45 @@ fn take_launches(
     budget.refilled = Instant::now();
     let missing = (pool.size.max(0) as usize).saturating_sub(members + budget.launching);
     let allowed = missing
+        .min(share)
         .min(budget.tokens.floor() as usize)
         .min(MAX_CONCURRENT_LAUNCHES.saturating_sub(budget.launching));
     budget.tokens -= allowed as f64;
     budget.launching += allowed;
     allowed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Want, fair_shares};
+
+    fn wants<'a>(of: &[(&'a str, usize, usize, bool)]) -> Vec<Want<'a>> {
+        of.iter()
+            .map(|&(organization, holding, missing, standby)| Want {
+                organization,
+                holding,
+                missing,
+                standby,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn room_goes_to_the_organization_holding_least_and_standby_comes_last() {
+        // Two pools of A, one of B, all empty and lacking 3; room for 4.
+        let short = wants(&[("a", 0, 3, false), ("a", 0, 3, false), ("b", 0, 3, false)]);
+        assert_eq!(fair_shares(&short, 4, 0), vec![1, 1, 2]);
+        // An odd launch goes to another organization on the next pass.
+        assert_eq!(fair_shares(&short, 1, 0), vec![1, 0, 0]);
+        assert_eq!(fair_shares(&short, 1, 1), vec![0, 0, 1]);
+        // More room than wanted: everyone gets what it lacks.
+        assert_eq!(fair_shares(&short, 100, 0), vec![3, 3, 3]);
+        // A already holds 2 (of 5): B catches up first.
+        let uneven = wants(&[("a", 2, 3, false), ("b", 0, 5, false)]);
+        assert_eq!(fair_shares(&uneven, 4, 0), vec![1, 3]);
+        let with_standby = wants(&[("standby", 0, 5, true), ("b", 0, 2, false)]);
+        assert_eq!(fair_shares(&with_standby, 3, 0), vec![1, 2]);
+        assert_eq!(fair_shares(&with_standby, 1, 1), vec![0, 1]);
+        assert_eq!(fair_shares(&with_standby, 0, 0), vec![0, 0]);
+    }
 }

@@ -1,13 +1,264 @@
-//! Admission: whether an organization may have one more browser now. Everything that
-//! counts an organization's browsers and then adds to them holds this process's turn
-//! and the store's per-organization lock, so that replicas never admit past a limit
-//! together.
+//! Admission: whether an organization may have one more browser now, and whether the
+//! host has room for one more VM. Everything that counts an organization's browsers and
+//! then adds to them holds this process's turn and the store's per-organization lock;
+//! everything that starts a VM also holds the store's deployment-wide lock while it
+//! counts every live VM and inserts its own. So replicas never admit past a limit or
+//! past the host's capacity together.
+//!
+//! A create the host has no room for waits its turn (first come, first served on this
+//! replica) for up to `HostLimits::queue_wait`, taking the place of an idle standby
+//! browser if there is one, then gets 429 with `Retry-After` (the SDKs retry). Pool
+//! fills and standby refills never wait: they leave the room to the creates waiting
+//! and try again at the reconciler's next pass.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::{LIMIT_RETRY_AFTER, Sessions, spec};
 use crate::error::{ServiceError, ServiceResult};
-use crate::store::{SessionFilter, SessionRecord, scope};
+use crate::metrics::METRICS;
+use crate::store::{PoolLease, SessionFilter, SessionRecord, StoreResult, scope};
+
+/// When a create refused for lack of room on the host is told to try again: browsers
+/// end all the time on a full host, so soon.
+const HOST_RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How often a waiting create looks again without being woken (a browser ended on
+/// another replica does not wake it).
+const RECHECK: Duration = Duration::from_millis(250);
+
+/// What the whole deployment may hold at once.
+#[derive(Clone, Copy, Debug)]
+pub struct HostLimits {
+    /// Browser VMs live at once, every organization's, pools' and standby browsers
+    /// included (`--capacity-browsers`).
+    pub browsers: u64,
+    /// A VM is started on this host only while it has at least this much memory
+    /// available (bytes, `MemAvailable`); `None` where VMs run elsewhere (Kubernetes).
+    pub min_available_memory: Option<u64>,
+    /// How long a create waits for room before it is refused.
+    pub queue_wait: Duration,
+}
+
+/// The creates of this replica waiting for room, in the order they came.
+#[derive(Default)]
+pub(super) struct HostQueue {
+    next_ticket: AtomicU64,
+    waiting: Mutex<BTreeSet<u64>>,
+    freed: tokio::sync::Notify,
+}
+
+impl HostQueue {
+    /// A browser ended: the waiting creates look again.
+    pub(super) fn room_freed(&self) {
+        self.freed.notify_waiters();
+    }
+
+    fn enter(&self) -> Place<'_> {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut waiting) = self.waiting.lock() {
+            waiting.insert(ticket);
+        }
+        METRICS.admission_queued(1);
+        Place {
+            queue: self,
+            ticket,
+        }
+    }
+
+    /// How many creates waiting here came before `ticket` (all of them for `None`).
+    fn ahead_of(&self, ticket: Option<u64>) -> u64 {
+        let Ok(waiting) = self.waiting.lock() else {
+            return 0;
+        };
+        match ticket {
+            Some(ticket) => waiting.range(..ticket).count() as u64,
+            None => waiting.len() as u64,
+        }
+    }
+}
+
+/// Why the host has no room now.
+struct Full {
+    reason: String,
+    /// Short of memory rather than of places.
+    memory: bool,
+}
+
+/// A create's place in the queue, given up when it is dropped (admitted, refused, or
+/// its caller gone).
+struct Place<'a> {
+    queue: &'a HostQueue,
+    ticket: u64,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut waiting) = self.queue.waiting.lock() {
+            waiting.remove(&self.ticket);
+        }
+        METRICS.admission_queued(-1);
+    }
+}
 
 impl Sessions {
+    /// Admits the new session and records it (the store's answer to the insert), or
+    /// says why not. Waits for room on the host as the module says.
+    pub(super) async fn admit(
+        self: &Arc<Self>,
+        record: &SessionRecord,
+    ) -> ServiceResult<StoreResult<()>> {
+        let deadline = Instant::now() + self.host_limits.queue_wait;
+        let mut place: Option<Place<'_>> = None;
+        loop {
+            // Registered before looking, so that an end in between still wakes it.
+            let freed = self.host_queue.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let ahead = self.host_queue.ahead_of(place.as_ref().map(|p| p.ticket));
+            let Full { reason, memory } = match self.try_admit(record, ahead).await? {
+                Ok(inserted) => return Ok(inserted),
+                Err(full) => full,
+            };
+            let refused = || {
+                METRICS.admission_refused();
+                ServiceError::LimitReached {
+                    message: format!("{reason}; try again shortly"),
+                    retry_after: HOST_RETRY_AFTER,
+                }
+            };
+            if record.pool_id.is_some() {
+                return Err(refused());
+            }
+            if place.is_none() {
+                place = Some(self.host_queue.enter());
+            }
+            // An idle standby browser is worth less than a caller's: it makes room.
+            if self.retire_an_idle_standby_browser().await {
+                if memory {
+                    // One at a time: the kernel takes a VM's memory back after its end.
+                    tokio::time::sleep(RECHECK).await;
+                }
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(refused());
+            }
+            tokio::select! {
+                () = &mut freed => {}
+                () = tokio::time::sleep((deadline - now).min(RECHECK)) => {}
+            }
+        }
+    }
+
+    /// One attempt: the organization's limits (refused at once), then the host's room,
+    /// leaving `ahead` places to creates that came first. `Err` says the host is full.
+    async fn try_admit(
+        &self,
+        record: &SessionRecord,
+        ahead: u64,
+    ) -> ServiceResult<Result<StoreResult<()>, Full>> {
+        // In this process, then across replicas: no two admissions count before the
+        // other inserted its own.
+        let _turn = self.admission.lock().await;
+        let organization_lock = match record.pool_id {
+            None => Some(self.store.lock_admission(&record.org_id).await?),
+            Some(_) => None,
+        };
+        let decided = async {
+            self.check_live_limit(record).await?;
+            let host_lock = self.store.lock_host_admission().await?;
+            let decided = match self.host_is_full(ahead).await {
+                Ok(None) => Ok(Ok(self.store.insert_session(record).await)),
+                Ok(Some(full)) => Ok(Err(full)),
+                Err(error) => Err(error),
+            };
+            host_lock.release().await;
+            decided
+        }
+        .await;
+        if let Some(lock) = organization_lock {
+            lock.release().await;
+        }
+        decided
+    }
+
+    /// Why the host cannot take one more VM now with `reserved` places kept for others,
+    /// if it cannot.
+    async fn host_is_full(&self, reserved: u64) -> ServiceResult<Option<Full>> {
+        let live = self.store.live_sessions().await?.len() as u64;
+        let capacity = self.host_limits.browsers;
+        if live + reserved >= capacity {
+            let waiting = match reserved {
+                0 => String::new(),
+                n => format!(" and {n} earlier creates are waiting"),
+            };
+            return Ok(Some(Full {
+                reason: format!(
+                    "the host runs {live} browsers, all it has room for ({capacity}){waiting}"
+                ),
+                memory: false,
+            }));
+        }
+        if let Some(needed) = self.host_limits.min_available_memory
+            && let Some(available) = crate::metrics::meminfo_kib("MemAvailable").map(|k| k << 10)
+            && available < needed
+        {
+            return Ok(Some(Full {
+                reason: format!(
+                    "the host has {} MiB of memory available, less than the {} MiB it keeps \
+                     for starting a browser",
+                    available >> 20,
+                    needed >> 20
+                ),
+                memory: true,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// How many more VMs pool fills may start now (creates waiting here go first); an
+    /// estimate without locks: each launch is admitted again when it records itself.
+    pub async fn host_room_for_pools(&self) -> ServiceResult<u64> {
+        let live = self.store.live_sessions().await?.len() as u64;
+        let reserved = live + self.host_queue.ahead_of(None);
+        Ok(self.host_limits.browsers.saturating_sub(reserved))
+    }
+
+    /// Ends one idle standby browser, if there is one; true if it did.
+    async fn retire_an_idle_standby_browser(self: &Arc<Self>) -> bool {
+        let Some(standby) = self.standby.get() else {
+            return false;
+        };
+        for pool_id in standby.pool_ids() {
+            let Ok(members) = self.store.pool_members(pool_id).await else {
+                continue;
+            };
+            for member in members {
+                if member.pool_lease != Some(PoolLease::Idle)
+                    || !self
+                        .store
+                        .set_pool_lease(&member.id, PoolLease::Idle, PoolLease::Retiring)
+                        .await
+                        .unwrap_or(false)
+                {
+                    continue;
+                }
+                if let Err(error) = self
+                    .end(&member, "made room on the host for a create")
+                    .await
+                {
+                    tracing::warn!(session_id = %member.id, %error, "could not end a standby browser");
+                }
+                return true;
+            }
+        }
+        false
+    }
+
     /// This process's admission turn: held, with the store's per-organization lock,
     /// by anything that counts an organization's browsers and then adds to them (a
     /// create here, a pool's create or resize). SQLite's lock is this one alone.

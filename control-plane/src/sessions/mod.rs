@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
+pub use admission::HostLimits;
 pub use spec::{
     BrowserConfig, BrowserSpec, DEFAULT_VIEWPORT, HEADFUL_MEMORY, HEADLESS_MEMORY,
     LibraryExtension, MAX_EXTENSIONS, NetworkConfig, ProfileReference, ResourceReference, Viewport,
@@ -70,9 +71,12 @@ pub struct Sessions {
     proxy_upstreams: Arc<ProxyUpstreams>,
     egress: Arc<EgressPolicy>,
     live_limits: LiveLimits,
+    host_limits: HostLimits,
     /// Held from counting an organization's live browsers to recording a new one, so
     /// that concurrent creates cannot pass the limit together.
     admission: tokio::sync::Mutex<()>,
+    /// Creates waiting here for room on the host, and the wake-up when a browser ends.
+    host_queue: admission::HostQueue,
     activity: Mutex<HashMap<String, Activity>>,
     running: Mutex<RunningCache>,
     /// Serializes changes of live sessions' settings (`update`), each made on the stored
@@ -95,6 +99,7 @@ pub struct SessionsDeps {
     pub proxy_upstreams: Arc<ProxyUpstreams>,
     pub egress: Arc<EgressPolicy>,
     pub live_limits: LiveLimits,
+    pub host_limits: HostLimits,
     pub replica: Arc<Replica>,
     pub telemetry: Arc<Telemetry>,
 }
@@ -139,7 +144,9 @@ impl Sessions {
             proxy_upstreams: deps.proxy_upstreams,
             egress: deps.egress,
             live_limits: deps.live_limits,
+            host_limits: deps.host_limits,
             admission: tokio::sync::Mutex::default(),
+            host_queue: admission::HostQueue::default(),
             activity: Mutex::default(),
             running: Mutex::default(),
             settings_lock: tokio::sync::Mutex::default(),
@@ -147,6 +154,13 @@ impl Sessions {
             standby: std::sync::OnceLock::new(),
             telemetry: deps.telemetry,
         }
+    }
+
+    /// Whether the pool is one of the standby browsers'.
+    pub fn is_standby_pool(&self, pool_id: &str) -> bool {
+        self.standby
+            .get()
+            .is_some_and(|standby| standby.has_pool(pool_id))
     }
 
     /// Lets creates claim the standby pools' browsers (see `standby`); set once, at start.
@@ -204,23 +218,7 @@ impl Sessions {
             crate::metrics::METRICS.browser_created(started);
             return Ok(claimed);
         }
-        let inserted = {
-            // In this process, then across replicas: no two creates of one organization
-            // count its browsers before the other inserted its own.
-            let _admission = self.admission.lock().await;
-            let lock = match record.pool_id {
-                None => Some(self.store.lock_admission(org_id).await?),
-                Some(_) => None,
-            };
-            let admitted = match self.check_live_limit(&record).await {
-                Ok(()) => Ok(self.store.insert_session(&record).await),
-                Err(refused) => Err(refused),
-            };
-            if let Some(lock) = lock {
-                lock.release().await;
-            }
-            admitted?
-        };
+        let inserted = self.admit(&record).await?;
         match inserted {
             Ok(()) => {}
             // A concurrent create with the same persistent id won the race: answer its session.
@@ -511,6 +509,10 @@ impl Sessions {
     }
 
     /// What one organization may have live outside its pools.
+    pub fn host_limits(&self) -> HostLimits {
+        self.host_limits
+    }
+
     pub fn live_limits(&self) -> LiveLimits {
         self.live_limits
     }
@@ -598,6 +600,8 @@ impl Sessions {
                 session.id.clone(),
                 session.agent.clone(),
             );
+            // Its processes are stopped: a create waiting for room may start its own.
+            self.host_queue.room_freed();
             tokio::spawn(async move {
                 // The answer goes out first: the teardown takes both cores for a moment.
                 tokio::time::sleep(ANSWER_BEFORE_TEARDOWN).await;
@@ -614,6 +618,7 @@ impl Sessions {
         self.runtime
             .destroy(&session.id, session.agent.as_ref())
             .await;
+        self.host_queue.room_freed();
         Ok(true)
     }
 

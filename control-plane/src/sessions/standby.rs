@@ -63,6 +63,17 @@ impl Standby {
         })
     }
 
+    pub fn has_pool(&self, pool_id: &str) -> bool {
+        self.pool_ids().any(|id| id == pool_id)
+    }
+
+    /// The standby pools there are.
+    pub fn pool_ids(&self) -> impl Iterator<Item = &str> {
+        [self.headful_pool.as_deref(), self.headless_pool.as_deref()]
+            .into_iter()
+            .flatten()
+    }
+
     /// The standby pool whose browsers can become this session without a new launch,
     /// if any.
     pub fn pool_for(&self, spec: &BrowserSpec) -> Option<&str> {

@@ -20,6 +20,11 @@ pub trait CoordinationStore {
     /// insert one) across every replica, until the lock is released.
     async fn lock_admission(&self, org_id: &str) -> StoreResult<ExclusiveLock>;
 
+    /// Serializes decisions to start one more browser VM anywhere in the deployment
+    /// (count every live VM, then insert one) across every replica. Taken after an
+    /// organization's lock, never before it.
+    async fn lock_host_admission(&self) -> StoreResult<ExclusiveLock>;
+
     /// The database's clock, which times leases (replicas' own clocks may differ).
     async fn clock(&self) -> StoreResult<DateTime<Utc>>;
 
@@ -76,6 +81,13 @@ impl CoordinationStore for SqlStore {
     async fn lock_admission(&self, org_id: &str) -> StoreResult<ExclusiveLock> {
         self.database()
             .exclusive(&format!("admission of {org_id}"), ADMISSION_WAIT)
+            .await
+    }
+
+    async fn lock_host_admission(&self) -> StoreResult<ExclusiveLock> {
+        // Not of the form "admission of …": no organization's lock has this key.
+        self.database()
+            .exclusive("host admission", ADMISSION_WAIT)
             .await
     }
 
