@@ -182,3 +182,30 @@ def test_two_replicas_never_admit_more_than_the_capacity_together(tmp_path):
         assert len(running_vms(deployment.data_dir)) == CAPACITY
     finally:
         deployment.reap_everything()
+
+
+def test_an_idle_standby_browser_makes_room_for_a_create(tmp_path):
+    server = ControlPlane(tmp_path / "data", extra_args=[
+        "--capacity-browsers", "2", "--admission-wait-seconds", "30",
+        "--standby-browsers", "0", "--standby-headless-browsers", "1"]).start()
+    try:
+        assert wait_until(lambda: len(running_vms(server.data_dir)) == 1, 60, interval=0.25)
+        [standby] = running_vms(server.data_dir)
+        # Headful creates cannot take the headless standby browser's place: the first
+        # starts a VM beside it, the second ends it to make room, without waiting.
+        first = create(server, server.api_key, headless=False)
+        assert first.status_code == 200, first.text
+        started = time.monotonic()
+        second = create(server, server.api_key, headless=False)
+        assert second.status_code == 200, second.text
+        assert time.monotonic() - started < 15
+        ours = {first.json()["session_id"], second.json()["session_id"]}
+        assert wait_until(lambda: running_vms(server.data_dir) == ours, 10), running_vms(server.data_dir)
+        # Not refilled while the host is full; refilled once room frees up.
+        time.sleep(2)
+        assert running_vms(server.data_dir) == ours
+        Kernel(api_key=server.api_key, base_url=server.base_url).browsers.delete_by_id(first.json()["session_id"])
+        assert wait_until(lambda: len(running_vms(server.data_dir) - ours) == 1, 60, interval=0.25)
+        assert standby not in running_vms(server.data_dir)
+    finally:
+        server.reap_everything()
