@@ -115,6 +115,14 @@ def vm_dirs_base(data_dir: Path) -> list[Path]:
     return [data_dir, Path("/var/lib/browser-vms") / digest]
 
 
+def suite_vm_paths(base: Path) -> tuple[str, ...]:
+    """Where the VMs of the control planes started under `base` (a test run's temporary
+    directory) live: `base` itself, and the relocated browser directories of each data
+    directory found there (a data directory is where a control plane writes its log)."""
+    data_dirs = {log.parent for log in base.rglob("control-plane.log")}
+    return (str(base), *sorted(f"{vm_dirs_base(data_dir)[1]}/" for data_dir in data_dirs))
+
+
 def release_vm_resources(data_dir: Path) -> None:
     """What the kernel keeps for VMs whose control plane was killed before it could
     end them (the next one would, at start): their disks' mounts and their cgroups."""
