@@ -10,10 +10,14 @@
 //! Writing happens on a thread of its own with a pool of [`POOL`] frame buffers, so a
 //! write blocked on a slow encoder never delays the schedule or the noticing of a stop:
 //! the recorder copies a frame into a free buffer, or skips the slot when none is free.
+//!
+//! With sound, the same stream carries the VM's sound as a second track (raw PCM,
+//! `recording::sound` stamps it on the recording's clock): both tracks' timestamps are
+//! set here at capture, so an encoder that falls behind delays the file, never the sync.
 
 use std::io::Write;
 use std::process::{ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
 /// Frame buffers per recording: one being written into the pipe and one waiting for it.
@@ -36,9 +40,28 @@ impl Frame {
     }
 }
 
+/// What the writer thread writes into the stream.
+enum Item {
+    Frame(Frame),
+    Sound { micros: u64, pcm: Vec<u8> },
+}
+
+/// Hands the sound's PCM to the writer thread, each piece with its time in the video.
+#[derive(Clone)]
+pub struct SoundSender(Sender<Item>);
+
+impl SoundSender {
+    pub fn send(&self, micros: u64, pcm: Vec<u8>) -> Result<(), WriterGone> {
+        self.0
+            .send(Item::Sound { micros, pcm })
+            .map_err(|_| WriterGone)
+    }
+}
+
 /// Hands frames to the writer thread and gets their buffers back once written.
 pub struct FrameWriter {
-    frames: Option<SyncSender<Frame>>,
+    /// Unbounded, yet frames never pile up: only [`POOL`] buffers exist.
+    items: Option<Sender<Item>>,
     returned: Receiver<Frame>,
     /// Buffers back from the writer (or never used yet).
     idle: Vec<Frame>,
@@ -50,6 +73,8 @@ pub struct Format {
     pub width: u32,
     pub height: u32,
     pub framerate: u32,
+    /// A sound track follows the video (48 kHz stereo 16-bit PCM).
+    pub sound: bool,
 }
 
 impl FrameWriter {
@@ -60,7 +85,7 @@ impl FrameWriter {
         let image_bytes = format.width as usize * format.height as usize * 3 / 2;
         let header = matroska::stream_header(format);
         let framerate = u64::from(format.framerate);
-        let (frames_tx, frames_rx) = mpsc::sync_channel::<Frame>(POOL);
+        let (items_tx, items_rx) = mpsc::channel::<Item>();
         let (returned_tx, returned_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("encoder-{name}"))
@@ -69,12 +94,25 @@ impl FrameWriter {
                 let broken =
                     |error: std::io::Error| format!("the encoder stopped taking frames: {error}");
                 stdin.write_all(&header).map_err(broken)?;
-                for mut frame in frames_rx {
-                    let micros = frame.slot * 1_000_000 / framerate;
-                    matroska::block_prefix(&mut frame.bytes, micros);
-                    stdin.write_all(&frame.bytes).map_err(broken)?;
-                    // Only a recorder that panicked is gone; its buffers are of no use then.
-                    let _ = returned_tx.send(frame);
+                for item in items_rx {
+                    match item {
+                        Item::Frame(mut frame) => {
+                            let micros = frame.slot * 1_000_000 / framerate;
+                            let image = frame.bytes.len() - matroska::BLOCK_PREFIX;
+                            frame.bytes[..matroska::BLOCK_PREFIX].copy_from_slice(
+                                &matroska::block_prefix(matroska::VIDEO, image, micros),
+                            );
+                            stdin.write_all(&frame.bytes).map_err(broken)?;
+                            // Only a recorder that panicked is gone; its buffers are of no
+                            // use then.
+                            let _ = returned_tx.send(frame);
+                        }
+                        Item::Sound { micros, pcm } => {
+                            let prefix = matroska::block_prefix(matroska::SOUND, pcm.len(), micros);
+                            stdin.write_all(&prefix).map_err(broken)?;
+                            stdin.write_all(&pcm).map_err(broken)?;
+                        }
+                    }
                 }
                 Ok(())
             })
@@ -86,7 +124,7 @@ impl FrameWriter {
             })
             .collect();
         Ok(Self {
-            frames: Some(frames_tx),
+            items: Some(items_tx),
             returned: returned_rx,
             idle,
             thread: Some(thread),
@@ -134,17 +172,22 @@ impl FrameWriter {
         let mut frame = self.idle.pop().ok_or(WriterGone)?;
         frame.image_mut().copy_from_slice(image);
         frame.slot = slot;
-        self.frames
+        self.items
             .as_ref()
             .ok_or(WriterGone)?
-            .try_send(frame)
+            .send(Item::Frame(frame))
             .map_err(|_| WriterGone)
+    }
+
+    /// Where the sound's PCM goes into the stream (with `Format::sound`).
+    pub fn sound_sender(&self) -> Option<SoundSender> {
+        self.items.clone().map(SoundSender)
     }
 
     /// Lets the writer write what is queued, close the encoder's stdin and end; answers
     /// how it ended.
     pub fn finish(mut self) -> Result<(), String> {
-        self.frames = None;
+        self.items = None;
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(written)) => written,
             Some(Err(_)) => Err("the encoder's writer thread failed unexpectedly".into()),
@@ -155,17 +198,9 @@ impl FrameWriter {
 
 /// ffmpeg arguments that encode the writer's stream from stdin into fragmented MP4. The
 /// benchmark gives `ffmpeg -f x11grab` the same encoder settings
-/// (`bench/scenarios/record_cpu.py`).
-///
-/// With `audio` (the wall-clock time of slot 0), the VM's sound joins as an AAC track.
-/// PulseAudio's packets carry wall-clock timestamps; shifted back by slot 0's time and
-/// kept as they are (`-copyts`, where ffmpeg would otherwise start each input at zero
-/// whenever it happened to open it), they fall on the video's timeline.
-pub fn encoder_args(
-    format: &Format,
-    output: &std::path::Path,
-    audio: Option<std::time::SystemTime>,
-) -> Vec<String> {
+/// (`bench/scenarios/record_cpu.py`). With `Format::sound`, the stream's sound track
+/// becomes an AAC track.
+pub fn encoder_args(format: &Format, output: &std::path::Path) -> Vec<String> {
     let framerate = format.framerate.to_string();
     let mut args: Vec<String> = [
         "-hide_banner",
@@ -178,46 +213,22 @@ pub fn encoder_args(
     ]
     .map(str::to_owned)
     .into();
-    if let Some(origin) = audio {
-        let origin = origin
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
+    if format.sound {
         args.extend(
             [
-                "-copyts",
-                "-thread_queue_size",
-                "1024",
-                "-itsoffset",
-                &format!("-{origin:.6}"),
-                // Stamped when read, in 10 ms fragments: PulseAudio's own timestamps
-                // subtract the null sink's latency and land up to a second early.
-                "-use_wallclock_as_timestamps",
-                "1",
-                "-fragment_size",
-                "1920",
-                "-f",
-                "pulse",
-                "-sample_rate",
-                "48000",
-                "-channels",
-                "2",
-                "-i",
-                crate::sound::MONITOR_SOURCE,
                 "-map",
                 "0:v",
                 "-map",
-                "1:a",
-                // Silence from slot 0 until the sound's first packet: a fragmented MP4
-                // starts every track at zero, whatever its first timestamp says.
+                "0:a",
+                // Silence from slot 0 until the sound's first piece (a fragmented MP4
+                // starts every track at zero, whatever its first timestamp says), and
+                // wherever pieces are missing: the sound stays on its timestamps.
                 "-af",
                 "aresample=async=1:first_pts=0",
                 "-c:a",
                 "aac",
                 "-b:a",
                 "128k",
-                // The sound never ends by itself: the video's end is the recording's.
-                "-shortest",
             ]
             .map(str::to_owned),
         );
@@ -293,9 +304,19 @@ pub fn spawn(ffmpeg: &str, args: &[String], log: std::fs::File) -> Result<Encode
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .map(Encoder)
+        .map(|child| {
+            // The one process of a recording that may fall behind: its frames and sound
+            // are stamped before it gets them. On a busy host it yields to the browser
+            // (and to the capture), so what it records keeps its timing.
+            // SAFETY: setpriority only reads its arguments.
+            let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, child.id(), ENCODER_NICENESS) };
+            Encoder(child)
+        })
         .map_err(|error| format!("starting {ffmpeg}: {error}"))
 }
+
+/// How much the encoder yields to the VM's other processes (`nice`).
+const ENCODER_NICENESS: libc::c_int = 10;
 
 /// The encoder child, reaped whatever happens to the recording thread (a panic
 /// included): killed if still running, then waited for. After a normal `wait` both are
@@ -309,15 +330,19 @@ impl Drop for Encoder {
     }
 }
 
-/// Just enough Matroska (EBML) for ffmpeg's demuxer to read timestamped raw frames from
-/// a pipe: a header with one uncompressed I420 video track, then one cluster per frame
-/// (a cluster's timestamp is absolute, so any gap between frames is fine). The segment
-/// has the "unknown" size of live streams; everything else has its real size.
+/// Just enough Matroska (EBML) for ffmpeg's demuxer to read timestamped raw frames (and
+/// sound) from a pipe: a header with one uncompressed I420 video track (and one PCM sound
+/// track), then one cluster per frame or piece of sound (a cluster's timestamp is
+/// absolute, so any gap is fine). The segment has the "unknown" size of live streams;
+/// everything else has its real size.
 mod matroska {
     use super::Format;
 
+    /// The tracks' numbers.
+    pub const VIDEO: u8 = 1;
+    pub const SOUND: u8 = 2;
     /// Cluster (id, size, timestamp) and SimpleBlock (id, size, block header) before
-    /// each image.
+    /// each image or piece of sound.
     pub const BLOCK_PREFIX: usize = 4 + 8 + TIMESTAMP + 1 + 8 + 4;
     /// The cluster's Timestamp element: id, size, an 8-byte unsigned integer.
     const TIMESTAMP: usize = 1 + 1 + 8;
@@ -367,8 +392,8 @@ mod matroska {
         });
         master(&mut out, &[0x16, 0x54, 0xAE, 0x6B], |tracks| {
             master(tracks, &[0xAE], |track| {
-                unsigned(track, &[0xD7], 1); // TrackNumber
-                unsigned(track, &[0x73, 0xC5], 1); // TrackUID
+                unsigned(track, &[0xD7], VIDEO.into()); // TrackNumber
+                unsigned(track, &[0x73, 0xC5], VIDEO.into()); // TrackUID
                 unsigned(track, &[0x83], 1); // TrackType: video
                 unsigned(track, &[0x9C], 0); // FlagLacing
                 // DefaultDuration: the nominal frame rate, so ffmpeg need not measure it
@@ -385,15 +410,29 @@ mod matroska {
                     element(video, &[0x2E, 0xB5, 0x24], b"I420"); // ColourSpace (FourCC)
                 });
             });
+            if format.sound {
+                master(tracks, &[0xAE], |track| {
+                    unsigned(track, &[0xD7], SOUND.into()); // TrackNumber
+                    unsigned(track, &[0x73, 0xC5], SOUND.into()); // TrackUID
+                    unsigned(track, &[0x83], 2); // TrackType: audio
+                    unsigned(track, &[0x9C], 0); // FlagLacing
+                    element(track, &[0x86], b"A_PCM/INT/LIT"); // CodecID
+                    master(track, &[0xE1], |audio| {
+                        let rate = f64::from(crate::recording::sound::RATE);
+                        element(audio, &[0xB5], &rate.to_be_bytes()); // SamplingFrequency
+                        unsigned(audio, &[0x9F], crate::recording::sound::CHANNELS.into());
+                        unsigned(audio, &[0x62, 0x64], 16); // BitDepth
+                    });
+                });
+            }
         });
         out
     }
 
-    /// Fills the first [`BLOCK_PREFIX`] bytes of `frame` (prefix and image) with the
-    /// headers of a cluster at `timestamp` holding the image as its one keyframe.
-    pub fn block_prefix(frame: &mut [u8], timestamp: u64) {
-        let image = (frame.len() - BLOCK_PREFIX) as u64;
-        let block = 4 + image;
+    /// The headers that go before `payload` bytes of `track`: a cluster at `timestamp`
+    /// holding them as its one block (a keyframe).
+    pub fn block_prefix(track: u8, payload: usize, timestamp: u64) -> [u8; BLOCK_PREFIX] {
+        let block = 4 + payload as u64;
         let cluster = TIMESTAMP as u64 + 1 + 8 + block;
         let parts: [&[u8]; 7] = [
             &[0x1F, 0x43, 0xB6, 0x75], // Cluster
@@ -402,14 +441,17 @@ mod matroska {
             &timestamp.to_be_bytes(),
             &[0xA3], // SimpleBlock
             &size(block),
-            // Track 1, no offset from the cluster's timestamp, keyframe.
-            &[0x81, 0x00, 0x00, 0x80],
+            // The track (a 1-byte EBML number), no offset from the cluster's timestamp,
+            // keyframe.
+            &[0x80 | track, 0x00, 0x00, 0x80],
         ];
+        let mut prefix = [0; BLOCK_PREFIX];
         let mut at = 0;
         for part in parts {
-            frame[at..at + part.len()].copy_from_slice(part);
+            prefix[at..at + part.len()].copy_from_slice(part);
             at += part.len();
         }
+        prefix
     }
 }
 
@@ -421,6 +463,7 @@ mod tests {
         width: 64,
         height: 48,
         framerate: 10,
+        sound: false,
     };
 
     fn image_bytes() -> usize {
@@ -440,8 +483,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let output = dir.path().join("out.mp4");
         let log = std::fs::File::create(dir.path().join("log")).expect("log");
-        let mut ffmpeg =
-            spawn("ffmpeg", &encoder_args(&FORMAT, &output, None), log).expect("ffmpeg");
+        let mut ffmpeg = spawn("ffmpeg", &encoder_args(&FORMAT, &output), log).expect("ffmpeg");
         let stdin = ffmpeg.0.stdin.take().expect("stdin");
         let mut writer = FrameWriter::spawn(stdin, &FORMAT, "test").expect("writer");
         // Gaps of several slots, as when the encoder was behind, then the final slot.
@@ -524,6 +566,7 @@ mod tests {
             width: 640,
             height: 480,
             framerate: 10,
+            sound: false,
         };
         let stdin = child.0.stdin.take().expect("stdin");
         let mut writer = FrameWriter::spawn(stdin, &big, "test").expect("writer");

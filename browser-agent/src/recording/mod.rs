@@ -13,6 +13,7 @@
 mod canvas;
 mod encoder;
 pub(crate) mod grabber;
+pub mod sound;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -454,12 +455,9 @@ fn capture(
         width: canvas.width().into(),
         height: canvas.height().into(),
         framerate: job.framerate,
+        sound: job.record_audio,
     };
-    // Slot 0's instant, as a wall-clock time for the sound's timestamps and as the
-    // schedule's start.
-    let (origin, start) = (SystemTime::now(), Instant::now());
-    let audio = job.record_audio.then_some(origin);
-    let args = encoder::encoder_args(&format, &recording_path(&job.dir, &job.id), audio);
+    let args = encoder::encoder_args(&format, &recording_path(&job.dir, &job.id));
     let mut ffmpeg = encoder::spawn(&job.ffmpeg, &args, log).map_err(|error| (0, error))?;
     let stdin = ffmpeg
         .0
@@ -468,6 +466,14 @@ fn capture(
         .ok_or_else(|| (0, "the encoder has no stdin".to_owned()))?;
     let mut writer =
         encoder::FrameWriter::spawn(stdin, &format, &job.id).map_err(|error| (0, error))?;
+    // Slot 0's instant: the schedule's start, and the sound's clock's.
+    let start = Instant::now();
+    let sound = match writer.sound_sender().filter(|_| job.record_audio) {
+        Some(sink) => {
+            Some(sound::SoundCapture::start(&job.ffmpeg, start, sink).map_err(|error| (0, error))?)
+        }
+        None => None,
+    };
 
     let schedule = Schedule {
         start,
@@ -544,9 +550,17 @@ fn capture(
         Ok(slots)
     });
     let handed = last.map_or(0, |slot| slot + 1);
+    // The sound up to the video's end goes in before the stream ends.
+    let sound_ended = match sound {
+        Some(sound) => {
+            let slots = *ended.as_ref().unwrap_or(&handed);
+            sound.finish(slots * 1_000_000 / u64::from(job.framerate))
+        }
+        None => Ok(()),
+    };
     // The writer writes what is queued and closes stdin: EOF makes ffmpeg flush its last
     // frames and close the file.
-    let written = writer.finish();
+    let written = writer.finish().and(sound_ended);
     let encoded = match ffmpeg.0.wait() {
         Ok(status) if status.success() => Ok(()),
         Ok(status) => Err(format!("the encoder failed ({status}); see its log")),
