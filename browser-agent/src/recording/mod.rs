@@ -484,6 +484,9 @@ fn capture(
     let second = u64::from(job.framerate);
     // The last slot handed to the encoder.
     let mut last: Option<u64> = None;
+    // Slots in which the screen was not looked at because the encoder was behind: what
+    // changed then shows in the next frame, at its own time (never time-shifted).
+    let mut skipped: u64 = 0;
     // The slots the video covers; `Err(None)` when the writer ended (it says why).
     let ended: Result<u64, Option<String>> = loop {
         let slot = schedule.slot_at(Instant::now());
@@ -505,7 +508,7 @@ fn capture(
                 }
             }
             // The encoder is behind: the previous frame covers this slot too.
-            Ok(false) => {}
+            Ok(false) => skipped += 1,
             Err(encoder::WriterGone) => break Err(None),
         }
         if started.is_some() {
@@ -550,6 +553,9 @@ fn capture(
         Ok(slots)
     });
     let handed = last.map_or(0, |slot| slot + 1);
+    if skipped > 0 {
+        tracing::info!(id = %job.id, skipped, "slots skipped while the encoder was behind");
+    }
     // The sound up to the video's end goes in before the stream ends.
     let sound_ended = match sound {
         Some(sound) => {
