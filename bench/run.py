@@ -1,7 +1,7 @@
 """Benchmark runner. Each scenario measures our service and a reference in the same run
 and prints both with their ratio.
 
-    bench/run.sh                 # every scenario
+    bench/run.sh                 # every scenario but those run only on request (soak)
     bench/run.sh cold_create     # one scenario
 """
 
@@ -54,6 +54,9 @@ def main() -> None:
         if wanted and name not in wanted:
             continue
         module = importlib.import_module(f"scenarios.{name}")
+        # Long scenarios (the soak) run only when named.
+        if not wanted and getattr(module, "ON_REQUEST", False):
+            continue
         with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as work_dir:
             module.run(Path(work_dir), report)
 

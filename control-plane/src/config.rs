@@ -355,7 +355,8 @@ pub struct ServeConfig {
     #[arg(
         long,
         env = "CONTROL_PLANE_MIN_AVAILABLE_MEMORY_MIB",
-        default_value_t = 512
+        default_value_t = 512,
+        value_parser = clap::value_parser!(u64).range(0..=1 << 30)
     )]
     pub min_available_memory_mib: u64,
     /// This replica's name among the control planes sharing one PostgreSQL database:

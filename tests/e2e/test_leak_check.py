@@ -41,23 +41,25 @@ def test_other_browsers_on_the_machine_are_not_the_suite_s_and_a_planted_leak_is
     # Unrelated: a real Chromium with a profile outside the run, and a VM-looking
     # process of another control plane's relocated directory.
     with tempfile.TemporaryDirectory(prefix="unrelated-browser-") as elsewhere:
-        chromium = spawn("chromium", "--headless", "--no-sandbox", f"--user-data-dir={elsewhere}",
-                         "--remote-debugging-port=0", "about:blank")
-        other = named(Path(elsewhere), "browser-agent", "/bin/sh")
-        foreign = spawn(str(other), "-c", "while :; do sleep 1; done", "/var/lib/browser-vms/0123456789abcdef/x")
+        started: list[subprocess.Popen] = []
         try:
-            assert wait_until(lambda: len(vm_processes_left(0)) >= 2, 10)
+            started.append(spawn("chromium", "--headless", "--no-sandbox", f"--user-data-dir={elsewhere}",
+                                 "--remote-debugging-port=0", "about:blank"))
+            started.append(spawn(str(named(Path(elsewhere), "browser-agent", "/bin/sh")), "-c",
+                                 "while :; do sleep 1; done", "/var/lib/browser-vms/0123456789abcdef/x"))
+            unrelated = {process.pid for process in started}
+            # Both are running and counted as VM processes by a check that is not scoped.
+            assert wait_until(lambda: unrelated <= {pid for pid, _, _ in vm_processes_left(0)}, 10)
             assert vm_processes_left(0, within=ours) == []
 
             # Planted: what a VM of this run left behind, in its data directory and in
             # its relocated one.
-            leaked = [
-                spawn(str(named(data_dir / "browsers" / "ses_leak", "chromium", "/bin/sh")),
-                      "-c", "while :; do sleep 1; done"),
-                spawn(str(named(tmp_path, "Xvfb", "/bin/sh")), "-c", "while :; do sleep 1; done",
-                      f"{vm_dirs_base(data_dir)[1]}/browsers/ses_leak/root"),
-            ]
+            leaked = []
             try:
+                leaked.append(spawn(str(named(data_dir / "browsers" / "ses_leak", "chromium", "/bin/sh")),
+                                    "-c", "while :; do sleep 1; done"))
+                leaked.append(spawn(str(named(tmp_path, "Xvfb", "/bin/sh")), "-c", "while :; do sleep 1; done",
+                                    f"{vm_dirs_base(data_dir)[1]}/browsers/ses_leak/root"))
                 found = {pid for pid, _, _ in vm_processes_left(0.5, within=ours)}
                 assert found == {process.pid for process in leaked}, found
             finally:
@@ -65,5 +67,5 @@ def test_other_browsers_on_the_machine_are_not_the_suite_s_and_a_planted_leak_is
                     end(process)
             assert vm_processes_left(2, within=ours) == []
         finally:
-            end(chromium)
-            end(foreign)
+            for process in started:
+                end(process)

@@ -17,6 +17,8 @@
 
 use std::io::Write;
 use std::process::{ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
@@ -46,13 +48,24 @@ enum Item {
     Sound { micros: u64, pcm: Vec<u8> },
 }
 
+/// Sound bytes that may wait for a stalled encoder (about 30 s of it); pieces beyond are
+/// dropped (the encoder fills their time with silence), so memory stays bounded.
+const MAX_PENDING_SOUND_BYTES: usize = 6 * 1024 * 1024;
+
 /// Hands the sound's PCM to the writer thread, each piece with its time in the video.
 #[derive(Clone)]
-pub struct SoundSender(Sender<Item>);
+pub struct SoundSender {
+    items: Sender<Item>,
+    pending: Arc<AtomicUsize>,
+}
 
 impl SoundSender {
     pub fn send(&self, micros: u64, pcm: Vec<u8>) -> Result<(), WriterGone> {
-        self.0
+        if self.pending.load(Ordering::Relaxed) + pcm.len() > MAX_PENDING_SOUND_BYTES {
+            return Ok(());
+        }
+        self.pending.fetch_add(pcm.len(), Ordering::Relaxed);
+        self.items
             .send(Item::Sound { micros, pcm })
             .map_err(|_| WriterGone)
     }
@@ -60,8 +73,10 @@ impl SoundSender {
 
 /// Hands frames to the writer thread and gets their buffers back once written.
 pub struct FrameWriter {
-    /// Unbounded, yet frames never pile up: only [`POOL`] buffers exist.
+    /// Unbounded, yet frames never pile up: only [`POOL`] buffers exist; sound is
+    /// bounded by `SoundSender`.
     items: Option<Sender<Item>>,
+    sound_pending: Arc<AtomicUsize>,
     returned: Receiver<Frame>,
     /// Buffers back from the writer (or never used yet).
     idle: Vec<Frame>,
@@ -86,6 +101,8 @@ impl FrameWriter {
         let header = matroska::stream_header(format);
         let framerate = u64::from(format.framerate);
         let (items_tx, items_rx) = mpsc::channel::<Item>();
+        let sound_pending = Arc::new(AtomicUsize::new(0));
+        let written_sound = sound_pending.clone();
         let (returned_tx, returned_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("encoder-{name}"))
@@ -111,6 +128,7 @@ impl FrameWriter {
                             let prefix = matroska::block_prefix(matroska::SOUND, pcm.len(), micros);
                             stdin.write_all(&prefix).map_err(broken)?;
                             stdin.write_all(&pcm).map_err(broken)?;
+                            written_sound.fetch_sub(pcm.len(), Ordering::Relaxed);
                         }
                     }
                 }
@@ -125,6 +143,7 @@ impl FrameWriter {
             .collect();
         Ok(Self {
             items: Some(items_tx),
+            sound_pending,
             returned: returned_rx,
             idle,
             thread: Some(thread),
@@ -181,7 +200,10 @@ impl FrameWriter {
 
     /// Where the sound's PCM goes into the stream (with `Format::sound`).
     pub fn sound_sender(&self) -> Option<SoundSender> {
-        self.items.clone().map(SoundSender)
+        self.items.clone().map(|items| SoundSender {
+            items,
+            pending: self.sound_pending.clone(),
+        })
     }
 
     /// Lets the writer write what is queued, close the encoder's stdin and end; answers

@@ -450,6 +450,8 @@ fn capture(
         Grabber::connect(&job.display, job.width, job.height).map_err(|error| (0, error))?;
     let log = std::fs::File::create(encoder_log_path(&job.dir, &job.id))
         .map_err(|error| (0, format!("creating the encoder log: {error}")))?;
+    // The sound capture's messages go to the same log.
+    let sound_log = log.try_clone();
     let mut canvas = Canvas::new(grabber.size().0, grabber.size().1);
     let format = encoder::Format {
         width: canvas.width().into(),
@@ -470,7 +472,12 @@ fn capture(
     let start = Instant::now();
     let sound = match writer.sound_sender().filter(|_| job.record_audio) {
         Some(sink) => {
-            Some(sound::SoundCapture::start(&job.ffmpeg, start, sink).map_err(|error| (0, error))?)
+            let log =
+                sound_log.map_err(|error| (0, format!("opening the encoder log: {error}")))?;
+            Some(
+                sound::SoundCapture::start(&job.ffmpeg, start, sink, log)
+                    .map_err(|error| (0, error))?,
+            )
         }
         None => None,
     };

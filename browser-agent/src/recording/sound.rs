@@ -39,7 +39,12 @@ pub struct SoundCapture {
 impl SoundCapture {
     /// Starts capturing; `start` is slot 0's instant. The capture process is the
     /// agent's (it reads the VM's sound server, like the live view's sound).
-    pub fn start(ffmpeg: &str, start: Instant, sink: SoundSender) -> Result<Self, String> {
+    pub fn start(
+        ffmpeg: &str,
+        start: Instant,
+        sink: SoundSender,
+        log: std::fs::File,
+    ) -> Result<Self, String> {
         let mut command = Command::new(ffmpeg);
         crate::identity::as_agent(&mut command);
         let mut capture = command
@@ -59,13 +64,14 @@ impl SoundCapture {
             .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .map_err(|error| format!("starting the sound capture: {error}"))?;
-        let stdout = capture
-            .stdout
-            .take()
-            .ok_or_else(|| "the sound capture has no stdout".to_owned())?;
+        let Some(stdout) = capture.stdout.take() else {
+            let _ = capture.kill();
+            let _ = capture.wait();
+            return Err("the sound capture has no stdout".to_owned());
+        };
         let end = Arc::new(AtomicU64::new(u64::MAX));
         let thread = {
             let end = end.clone();
@@ -154,16 +160,26 @@ fn stamp(
 ) -> Result<(), String> {
     let mut clock = Clock::default();
     let mut held: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
-    // Where the sound handed over so far ends.
-    let mut sent_until = 0;
+    // A first piece of silence at once: the encoder starts its sound track (and the
+    // file) without waiting for a sound server that may hand over nothing for long.
+    let silence = vec![0; PIECE_BYTES];
+    let piece_micros = frames_to_micros((PIECE_BYTES / FRAME_BYTES) as u64);
+    sink.send(0, silence.clone())
+        .map_err(|_| "the encoder stopped taking sound".to_owned())?;
+    // Where the sound handed over so far ends: no piece goes before it (should the clock's
+    // offset still fall after a piece was sent, the overlap is dropped, never played twice
+    // or out of order).
+    let mut sent_until = piece_micros;
     let mut send = |clock: &Clock, (position, piece): (u64, Vec<u8>)| -> Result<(), String> {
         let Some(micros) = clock.micros_of(position) else {
             return Ok(());
         };
-        if micros >= end.load(Ordering::Relaxed) {
+        let length = frames_to_micros((piece.len() / FRAME_BYTES) as u64);
+        if micros >= end.load(Ordering::Relaxed) || micros + length <= sent_until {
             return Ok(());
         }
-        sent_until = micros + frames_to_micros((piece.len() / FRAME_BYTES) as u64);
+        let micros = micros.max(sent_until);
+        sent_until = micros + length;
         sink.send(micros, piece)
             .map_err(|_| "the encoder stopped taking sound".to_owned())
     };
@@ -198,9 +214,9 @@ fn stamp(
     // plays into): the track still runs to the video's end, in silence (the encoder
     // fills what lies between pieces).
     let end = end.load(Ordering::Relaxed);
-    let last = end.saturating_sub(frames_to_micros((PIECE_BYTES / FRAME_BYTES) as u64));
+    let last = end.saturating_sub(piece_micros);
     if end != u64::MAX && sent_until < last {
-        sink.send(last, vec![0; PIECE_BYTES])
+        sink.send(last, silence)
             .map_err(|_| "the encoder stopped taking sound".to_owned())?;
     }
     Ok(())

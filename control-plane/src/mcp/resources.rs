@@ -79,12 +79,17 @@ fn resource(uri: String, name: String, description: &str, mime_type: &str) -> Re
 }
 
 /// A refused read, as MCP clients expect it: "not found" for what the caller cannot see
-/// (or that does not exist), an internal error with the API's message otherwise.
+/// (or that does not exist), an invalid request for the caller's other mistakes (a
+/// replay not finished, one too long, a key without the right), an internal error
+/// otherwise; each with the API's status and message.
 fn read_failure(uri: &str, Failure(text): Failure) -> ErrorData {
+    let message = format!("{uri}: {text}");
     if text.starts_with("404") {
-        ErrorData::resource_not_found(format!("{uri}: {text}"), None)
+        ErrorData::resource_not_found(message, None)
+    } else if text.starts_with('4') || text.starts_with("the answer is larger") {
+        ErrorData::invalid_request(message, None)
     } else {
-        ErrorData::internal_error(format!("{uri}: {text}"), None)
+        ErrorData::internal_error(message, None)
     }
 }
 

@@ -45,6 +45,9 @@ pub struct HostLimits {
 /// The creates of this replica waiting for room, in the order they came.
 #[derive(Default)]
 pub(super) struct HostQueue {
+    /// VMs of ended sessions this replica is still taking apart slowly (their recordings
+    /// finished, their profiles saved, before they go): they still hold their place.
+    pub(super) tearing_down: AtomicU64,
     next_ticket: AtomicU64,
     waiting: Mutex<BTreeSet<u64>>,
     freed: tokio::sync::Notify,
@@ -80,6 +83,24 @@ impl HostQueue {
     }
 }
 
+/// A VM being taken apart slowly holds its place until this is dropped (whatever
+/// happens to the teardown); then the creates waiting look again.
+pub(super) struct TearingDown<'a>(&'a HostQueue);
+
+impl<'a> TearingDown<'a> {
+    pub(super) fn new(queue: &'a HostQueue) -> Self {
+        queue.tearing_down.fetch_add(1, Ordering::Relaxed);
+        Self(queue)
+    }
+}
+
+impl Drop for TearingDown<'_> {
+    fn drop(&mut self) {
+        self.0.tearing_down.fetch_sub(1, Ordering::Relaxed);
+        self.0.room_freed();
+    }
+}
+
 /// Why the host has no room now.
 struct Full {
     reason: String,
@@ -112,15 +133,25 @@ impl Sessions {
     ) -> ServiceResult<StoreResult<()>> {
         let deadline = Instant::now() + self.host_limits.queue_wait;
         let mut place: Option<Place<'_>> = None;
+        let mut retired_for_memory = false;
         loop {
             // Registered before looking, so that an end in between still wakes it.
             let freed = self.host_queue.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
             let ahead = self.host_queue.ahead_of(place.as_ref().map(|p| p.ticket));
-            let Full { reason, memory } = match self.try_admit(record, ahead).await? {
-                Ok(inserted) => return Ok(inserted),
-                Err(full) => full,
+            // A create waiting behind others looks without locks first: only those that
+            // may fit take the locks (many waiters would otherwise hold up every create).
+            let hopeless = match &place {
+                Some(_) => self.host_is_full(ahead).await?,
+                None => None,
+            };
+            let Full { reason, memory } = match hopeless {
+                Some(full) => full,
+                None => match self.try_admit(record, ahead).await? {
+                    Ok(inserted) => return Ok(inserted),
+                    Err(full) => full,
+                },
             };
             let refused = || {
                 METRICS.admission_refused();
@@ -135,17 +166,19 @@ impl Sessions {
             if place.is_none() {
                 place = Some(self.host_queue.enter());
             }
-            // An idle standby browser is worth less than a caller's: it makes room.
-            if self.retire_an_idle_standby_browser().await {
-                if memory {
-                    // One at a time: the kernel takes a VM's memory back after its end.
-                    tokio::time::sleep(RECHECK).await;
-                }
-                continue;
-            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(refused());
+            }
+            // An idle standby browser is worth less than a caller's: it makes room. Short
+            // of memory, one at most: the kernel takes a VM's memory back only after its
+            // end, and another would not be needed.
+            if !(memory && retired_for_memory) && self.retire_an_idle_standby_browser().await {
+                retired_for_memory |= memory;
+                if memory {
+                    tokio::time::sleep(RECHECK).await;
+                }
+                continue;
             }
             tokio::select! {
                 () = &mut freed => {}
@@ -189,7 +222,7 @@ impl Sessions {
     /// Why the host cannot take one more VM now with `reserved` places kept for others,
     /// if it cannot.
     async fn host_is_full(&self, reserved: u64) -> ServiceResult<Option<Full>> {
-        let live = self.store.live_sessions().await?.len() as u64;
+        let live = self.live_vms().await?;
         let capacity = self.host_limits.browsers;
         if live + reserved >= capacity {
             let waiting = match reserved {
@@ -223,9 +256,18 @@ impl Sessions {
     /// How many more VMs pool fills may start now (creates waiting here go first); an
     /// estimate without locks: each launch is admitted again when it records itself.
     pub async fn host_room_for_pools(&self) -> ServiceResult<u64> {
-        let live = self.store.live_sessions().await?.len() as u64;
-        let reserved = live + self.host_queue.ahead_of(None);
+        if self.host_is_full(0).await?.is_some_and(|full| full.memory) {
+            return Ok(0);
+        }
+        let reserved = self.live_vms().await? + self.host_queue.ahead_of(None);
         Ok(self.host_limits.browsers.saturating_sub(reserved))
+    }
+
+    /// The deployment's live VMs: its live sessions, and those of this replica still
+    /// being taken apart (ended, but finishing a recording or saving a profile first).
+    async fn live_vms(&self) -> ServiceResult<u64> {
+        let live = self.store.live_sessions().await?.len() as u64;
+        Ok(live + self.host_queue.tearing_down.load(Ordering::Relaxed))
     }
 
     /// Ends one idle standby browser, if there is one; true if it did.

@@ -611,6 +611,7 @@ impl Sessions {
         }
         // Recordings are finalized and kept, and the profile saved, before the browser
         // goes: both are readable as soon as the end is answered.
+        let _place = admission::TearingDown::new(&self.host_queue);
         self.replays.finish_all(session, agent.clone()).await;
         if let (Some(profile), Some(agent)) = (saved_profile, &agent) {
             self.save_profile(&session.id, &profile.id, agent).await;
@@ -618,7 +619,6 @@ impl Sessions {
         self.runtime
             .destroy(&session.id, session.agent.as_ref())
             .await;
-        self.host_queue.room_freed();
         Ok(true)
     }
 
