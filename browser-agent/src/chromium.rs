@@ -549,14 +549,10 @@ fn spawn(
         .with_context(|| format!("creating {}", config.user_data_dir.display()))?;
     let mut command = std::process::Command::new(&config.chromium_path);
     crate::identity::as_tenant(&mut command);
-    command
+    crate::identity::without_agent_secrets(&mut command)
         .args(arguments(config, extensions))
         .args(restore_last_session.then_some("--restore-last-session"))
         .env_remove("WAYLAND_DISPLAY")
-        // The agent's own secrets are not Chromium's business.
-        .env_remove("BROWSER_AGENT_SECRET")
-        .env_remove("BROWSER_AGENT_PROXY_USERNAME")
-        .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
         .env_remove("XDG_SESSION_TYPE")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

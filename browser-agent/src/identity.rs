@@ -89,6 +89,15 @@ pub fn as_tenant(command: &mut std::process::Command) {
     }
 }
 
+/// The agent's own secrets (its API secret, its egress proxy's credentials) are no
+/// business of any program it starts: removed from `command`'s environment.
+pub fn without_agent_secrets(command: &mut std::process::Command) -> &mut std::process::Command {
+    command
+        .env_remove("BROWSER_AGENT_SECRET")
+        .env_remove("BROWSER_AGENT_PROXY_USERNAME")
+        .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
+}
+
 /// Makes `command` one of the agent's helpers (Xvfb, PulseAudio, an encoder): the VM's
 /// root through and through, out of a tenant's reach.
 pub fn as_agent(command: &mut std::process::Command) {

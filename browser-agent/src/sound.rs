@@ -18,6 +18,39 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where the socket is when tenant processes (Chromium) must reach it: a directory of the
 /// agent's in the VM's own `/tmp`, which tenants may pass through but not change.
 const TENANT_SOCKET_DIR: &str = "/tmp/.vm-sound";
+/// The sink's format, which captures read.
+const SINK_RATE: u32 = 48_000;
+/// What PulseAudio hands a capture at once: 10 ms of the sink's stereo 16-bit sound,
+/// not a second of it.
+const CAPTURE_FRAGMENT_BYTES: u32 = SINK_RATE / 100 * 2 * 2;
+
+/// Starts an ffmpeg of the agent reading what the VM plays (the sink's monitor) as raw
+/// 16-bit PCM at `rate` Hz with `channels`, on its stdout; its messages go to `stderr`.
+/// The caller kills and reaps it.
+pub fn capture_pcm(
+    ffmpeg: &str,
+    rate: u32,
+    channels: u32,
+    stderr: std::process::Stdio,
+) -> std::io::Result<std::process::Child> {
+    let mut command = std::process::Command::new(ffmpeg);
+    crate::identity::as_agent(&mut command);
+    crate::identity::without_agent_secrets(&mut command)
+        .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
+        .args([
+            "-f",
+            "pulse",
+            "-fragment_size",
+            &CAPTURE_FRAGMENT_BYTES.to_string(),
+        ])
+        .args(["-i", MONITOR_SOURCE])
+        .args(["-ac", &channels.to_string(), "-ar", &rate.to_string()])
+        .args(["-f", "s16le", "-flush_packets", "1", "pipe:1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+}
 
 pub struct SoundServer {
     daemon: StdGroupLeader,
@@ -57,16 +90,16 @@ impl SoundServer {
                 "--load=module-native-protocol-unix socket={} auth-anonymous=1",
                 socket.display()
             ))
-            .arg("--load=module-null-sink sink_name=vm rate=48000 sink_properties=device.description=vm")
+            .arg(format!(
+                "--load=module-null-sink sink_name=vm rate={SINK_RATE} sink_properties=device.description=vm"
+            ))
             .env("HOME", dir)
             .env("XDG_RUNTIME_DIR", dir)
             .env("PULSE_RUNTIME_PATH", dir)
             .env("PULSE_STATE_PATH", dir)
-            .env_remove("BROWSER_AGENT_SECRET")
-            .env_remove("BROWSER_AGENT_PROXY_USERNAME")
-            .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
+        crate::identity::without_agent_secrets(&mut command);
         if let Some(log) = crate::service_logs::file("pulseaudio") {
             command.stderr(log);
         } else {

@@ -3,7 +3,7 @@
 //! reaped) once the last has gone.
 
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
@@ -47,22 +47,7 @@ impl LiveAudio {
         if let Some(running) = running.as_ref() {
             return Ok(running.chunks.subscribe());
         }
-        let mut command = Command::new(&self.ffmpeg);
-        crate::identity::as_agent(&mut command);
-        let mut child = command
-            .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
-            // Small fragments: PulseAudio hands sound over every 10 ms, not every second.
-            .args(["-f", "pulse", "-fragment_size", "1920", "-i"])
-            .arg(crate::sound::MONITOR_SOURCE)
-            .args(["-ac", &CHANNELS.to_string(), "-ar", &RATE.to_string()])
-            .args(["-f", "s16le", "-flush_packets", "1", "pipe:1"])
-            .env_remove("BROWSER_AGENT_SECRET")
-            .env_remove("BROWSER_AGENT_PROXY_USERNAME")
-            .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
+        let mut child = crate::sound::capture_pcm(&self.ffmpeg, RATE, CHANNELS, Stdio::null())
             .map_err(|error| format!("starting the sound capture: {error}"))?;
         let stdout = child
             .stdout

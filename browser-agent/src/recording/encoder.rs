@@ -317,11 +317,8 @@ pub fn encoder_args(format: &Format, output: &std::path::Path) -> Vec<String> {
 pub fn spawn(ffmpeg: &str, args: &[String], log: std::fs::File) -> Result<Encoder, String> {
     let mut command = Command::new(ffmpeg);
     crate::identity::as_agent(&mut command);
-    command
+    crate::identity::without_agent_secrets(&mut command)
         .args(args)
-        .env_remove("BROWSER_AGENT_SECRET")
-        .env_remove("BROWSER_AGENT_PROXY_USERNAME")
-        .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(log)

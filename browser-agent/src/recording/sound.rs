@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -45,27 +45,7 @@ impl SoundCapture {
         sink: SoundSender,
         log: std::fs::File,
     ) -> Result<Self, String> {
-        let mut command = Command::new(ffmpeg);
-        crate::identity::as_agent(&mut command);
-        let mut capture = command
-            .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
-            .args(["-f", "pulse", "-fragment_size", &PIECE_BYTES.to_string()])
-            .args([
-                "-sample_rate",
-                &RATE.to_string(),
-                "-channels",
-                &CHANNELS.to_string(),
-            ])
-            .arg("-i")
-            .arg(crate::sound::MONITOR_SOURCE)
-            .args(["-f", "s16le", "-flush_packets", "1", "pipe:1"])
-            .env_remove("BROWSER_AGENT_SECRET")
-            .env_remove("BROWSER_AGENT_PROXY_USERNAME")
-            .env_remove("BROWSER_AGENT_PROXY_PASSWORD")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
+        let mut capture = crate::sound::capture_pcm(ffmpeg, RATE, CHANNELS.into(), log.into())
             .map_err(|error| format!("starting the sound capture: {error}"))?;
         let Some(stdout) = capture.stdout.take() else {
             let _ = capture.kill();
