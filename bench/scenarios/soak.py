@@ -25,6 +25,7 @@ s after it stopped.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import os
 import random
@@ -99,13 +100,27 @@ def _lost_unless_faulted(ledger: Ledger, session_id: str, answer: httpx.Response
     return True
 
 
-def browser_life(client: Client, ledger: Ledger, live: dict) -> None:
-    made = client.call("create", "POST", "/browsers", json={"headless": True, "timeout_seconds": 300})
+@contextlib.contextmanager
+def a_browser(client: Client, live: dict, headless: bool):
+    """A browser of this client's for the block (`None` if the create was refused),
+    offered to the fault schedule while in use and deleted after."""
+    made = client.call("create", "POST", "/browsers", json={"headless": headless, "timeout_seconds": 300})
     if made.status_code != 200:
+        yield None
         return
     sid = made.json()["session_id"]
     live[sid] = threading.current_thread().name
     try:
+        yield sid
+    finally:
+        live.pop(sid, None)
+        client.call("delete", "DELETE", f"/browsers/{sid}")
+
+
+def browser_life(client: Client, ledger: Ledger, live: dict) -> None:
+    with a_browser(client, live, headless=True) as sid:
+        if sid is None:
+            return
         steps = [
             ("playwright", "POST", f"/browsers/{sid}/playwright/execute",
              {"json": {"code": "await page.setContent('<h1>soak</h1>'); return await page.locator('h1').innerText();"}}),
@@ -119,18 +134,12 @@ def browser_life(client: Client, ledger: Ledger, live: dict) -> None:
             if _lost_unless_faulted(ledger, sid, answer, op):
                 return
             time.sleep(random.uniform(0.2, 1.5))
-    finally:
-        live.pop(sid, None)
-        client.call("delete", "DELETE", f"/browsers/{sid}")
 
 
 def recording(client: Client, ledger: Ledger, live: dict, work: Path) -> None:
-    made = client.call("create", "POST", "/browsers", json={"headless": False, "timeout_seconds": 300})
-    if made.status_code != 200:
-        return
-    sid = made.json()["session_id"]
-    live[sid] = threading.current_thread().name
-    try:
+    with a_browser(client, live, headless=False) as sid:
+        if sid is None:
+            return
         started = client.call("replay_start", "POST", f"/browsers/{sid}/replays", json={"record_audio": True})
         if _lost_unless_faulted(ledger, sid, started, "replay_start"):
             return
@@ -154,9 +163,6 @@ def recording(client: Client, ledger: Ledger, live: dict, work: Path) -> None:
             with ledger.lock:
                 ledger.unplayable.append(f"{replay}: {probe.stderr.strip()[:200] or probe.stdout.strip()}")
         path.unlink(missing_ok=True)
-    finally:
-        live.pop(sid, None)
-        client.call("delete", "DELETE", f"/browsers/{sid}")
 
 
 def pool_lease(client: Client, ledger: Ledger, live: dict, pool_id: str) -> None:
