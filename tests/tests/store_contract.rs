@@ -635,6 +635,8 @@ async fn contract(store: Arc<dyn Store>) {
     assert_eq!(live, ["s3", "s4", "s5", "s6"]);
     assert_eq!(store.live_browser_count(&a.id).await.expect("count"), 3);
     assert_eq!(store.live_browser_count(&b.id).await.expect("count"), 1);
+    // The deployment's VMs, every organization's, for host admission.
+    assert_eq!(store.live_vm_count().await.expect("count"), 4);
 
     extension_contract(store.as_ref(), &a.id, &b.id).await;
     replay_contract(store.as_ref(), &a.id, &b.id).await;
@@ -1040,6 +1042,11 @@ async fn pool_contract(store: Arc<dyn Store>, a: &str, b: &str) {
     assert_eq!(
         store.live_browser_count(a).await.expect("count"),
         outside_pools
+    );
+    // Host admission counts pools' browsers, starting ones included.
+    assert_eq!(
+        store.live_vm_count().await.expect("count"),
+        store.live_sessions().await.expect("live").len() as u64
     );
 
     // Eight concurrent leases of three running idle browsers: exactly three succeed,

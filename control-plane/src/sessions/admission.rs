@@ -236,27 +236,28 @@ impl Sessions {
                 memory: false,
             }));
         }
-        if let Some(needed) = self.host_limits.min_available_memory
-            && let Some(available) = crate::metrics::meminfo_kib("MemAvailable").map(|k| k << 10)
-            && available < needed
-        {
-            return Ok(Some(Full {
-                reason: format!(
-                    "the host has {} MiB of memory available, less than the {} MiB it keeps \
-                     for starting a browser",
-                    available >> 20,
-                    needed >> 20
-                ),
-                memory: true,
-            }));
-        }
-        Ok(None)
+        Ok(self.short_of_memory())
+    }
+
+    /// Why this host is too short of memory to start a VM, if it is.
+    fn short_of_memory(&self) -> Option<Full> {
+        let needed = self.host_limits.min_available_memory?;
+        let available = crate::metrics::meminfo_kib("MemAvailable")? << 10;
+        (available < needed).then(|| Full {
+            reason: format!(
+                "the host has {} MiB of memory available, less than the {} MiB it keeps \
+                 for starting a browser",
+                available >> 20,
+                needed >> 20
+            ),
+            memory: true,
+        })
     }
 
     /// How many more VMs pool fills may start now (creates waiting here go first); an
     /// estimate without locks: each launch is admitted again when it records itself.
     pub async fn host_room_for_pools(&self) -> ServiceResult<u64> {
-        if self.host_is_full(0).await?.is_some_and(|full| full.memory) {
+        if self.short_of_memory().is_some() {
             return Ok(0);
         }
         let reserved = self.live_vms().await? + self.host_queue.ahead_of(None);
@@ -266,7 +267,7 @@ impl Sessions {
     /// The deployment's live VMs: its live sessions, and those of this replica still
     /// being taken apart (ended, but finishing a recording or saving a profile first).
     async fn live_vms(&self) -> ServiceResult<u64> {
-        let live = self.store.live_sessions().await?.len() as u64;
+        let live = self.store.live_vm_count().await?;
         Ok(live + self.host_queue.tearing_down.load(Ordering::Relaxed))
     }
 

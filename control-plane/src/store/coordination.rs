@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use super::StoreResult;
 pub use super::database::ExclusiveLock;
 use super::database::{params, sql};
+use super::rows::count_from_row;
 use super::sql::SqlStore;
 
 /// How long an admission waits for another replica's: admissions take milliseconds.
@@ -24,6 +25,10 @@ pub trait CoordinationStore {
     /// (count every live VM, then insert one) across every replica. Taken after an
     /// organization's lock, never before it.
     async fn lock_host_admission(&self) -> StoreResult<ExclusiveLock>;
+
+    /// Browser VMs live in the deployment: sessions not ended, of every organization,
+    /// pools' and standby browsers included.
+    async fn live_vm_count(&self) -> StoreResult<u64>;
 
     /// The database's clock, which times leases (replicas' own clocks may differ).
     async fn clock(&self) -> StoreResult<DateTime<Utc>>;
@@ -89,6 +94,18 @@ impl CoordinationStore for SqlStore {
         self.database()
             .exclusive("host admission", ADMISSION_WAIT)
             .await
+    }
+
+    async fn live_vm_count(&self) -> StoreResult<u64> {
+        let count = self
+            .database()
+            .query_one(
+                sql!("SELECT COUNT(*) FROM browser_sessions WHERE status <> 'ended'"),
+                params![],
+                count_from_row,
+            )
+            .await?;
+        Ok(count as u64)
     }
 
     async fn clock(&self) -> StoreResult<DateTime<Utc>> {
