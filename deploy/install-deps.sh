@@ -58,6 +58,15 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
+# mdBook builds the documentation (docs/) in the tests, which check the built site's links.
+# Debian has no package of it: cargo builds it once (about a minute) into cargo's own bin.
+mdbook_version=0.4.52
+mdbook="${CARGO_HOME:-$HOME/.cargo}/bin/mdbook"
+if [[ "${1:-}" == "--tests" ]] && [[ "$("$mdbook" --version 2>/dev/null)" != "mdbook v$mdbook_version" ]]; then
+  echo "installing mdBook $mdbook_version (cargo install)" >&2
+  cargo install mdbook --version "$mdbook_version" --locked --no-default-features --quiet
+fi
+
 # The Node.js runtime of the VMs' Playwright executors: playwright-core and TypeScript at
 # the versions pinned by browser-agent/node/package-lock.json.
 node_runtime="$(dirname "$0")/../browser-agent/node"

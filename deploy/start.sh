@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and starts the service with embedded defaults
 # (SQLite and browser roots in ./data, http://127.0.0.1:8080). Extra arguments go to
-# `control-plane serve` (see README, Configuration).
+# `control-plane serve` (see docs/configuration.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

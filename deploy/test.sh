@@ -29,6 +29,10 @@ export TEST_DATABASE_URL="postgres://browser_test:browser_test@127.0.0.1:${pg_po
 cargo build --workspace
 cargo test --workspace
 
+# --- Documentation: docs/ built into a site with mdBook; a broken link fails the build -----
+"${CARGO_HOME:-$HOME/.cargo}/bin/mdbook" build docs
+python3 tests/docs/check_book_links.py target/book
+
 # --- End to end: the official SDK and Playwright against the real binaries --------------
 # The suite runs once per generation of the official Python SDK: the seed-era 0.40.0 and
 # today's 0.131.0 (tests/e2e/sdk.py). Each lives in a venv of its own.

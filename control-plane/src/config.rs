@@ -33,7 +33,7 @@ pub enum ApiKeysCommand {
         #[arg(long)]
         org: String,
         /// Restrict the key: a policy as JSON, `{"statements": [{"action": "browsers:use",
-        /// "resource": "projects/*/browsers/*"}]}` (see docs/api-key-actions.md).
+        /// "resource": "projects/*/browsers/*"}]}` (see docs/reference/api-key-actions.md).
         #[arg(long)]
         policy: Option<String>,
         /// Bind the key to this project of the organization (by id or name); a name that
@@ -83,8 +83,10 @@ pub struct ServeConfig {
     /// Playwright routes answer 503.
     #[arg(long, env = "CONTROL_PLANE_NODE_RUNTIME")]
     pub node_runtime: Option<PathBuf>,
+    /// The Chromium executable every browser VM runs.
     #[arg(long, env = "CONTROL_PLANE_CHROMIUM", default_value = "chromium")]
     pub chromium: String,
+    /// The Xvfb executable that gives each headful browser VM its X screen.
     #[arg(long, env = "CONTROL_PLANE_XVFB", default_value = "Xvfb")]
     pub xvfb: String,
     /// The ffmpeg that agents encode recordings with (and that salvages the recordings

@@ -10,6 +10,8 @@ pub mod audit;
 pub mod blobs;
 pub mod chrome_store;
 pub mod config;
+#[cfg(test)]
+mod config_reference;
 pub mod credentials;
 pub mod egress;
 pub mod error;

@@ -2,7 +2,7 @@
 its sub-resources), `profiles`, `extensions`, `proxies`, `browser_pools`,
 `auth.connections`, `auth.context`, `api_keys`, `audit_logs`, `organization`, `credentials`, `credential_providers`, `apps`, `deployments` and
 `invocations` is either served (it is in /openapi.json, and the tests call it) or
-listed in the README's "not supported by this server" table, whose routes answer 404 with
+listed in the API overview's (docs/api/overview.md) "not supported by this server" table, whose routes answer 404 with
 a message that says so. Read from the SDK's source, so a new SDK release shows its new
 routes here."""
 
@@ -53,9 +53,9 @@ def sdk_operations() -> set[tuple[str, str]]:
 
 
 def readme_unsupported() -> set[tuple[str, str]]:
-    """The routes of the README's table of operations this server does not serve."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### Operations of today's SDK not served here", 1)[1]
+    """The routes of the API overview's table of operations this server does not serve."""
+    readme = (REPO / "docs" / "api" / "overview.md").read_text()
+    section = readme.split("## Operations of today's SDK not served here", 1)[1]
     # Its paragraph, then its table if it has one (the next block is another's otherwise).
     blocks = section.strip("\n").split("\n\n")
     table = blocks[1] if len(blocks) > 1 and blocks[1].startswith("| route | what it is |") else ""
@@ -74,7 +74,7 @@ def test_every_sdk_operation_is_served_or_listed_as_not_supported(served):
     assert len(operations) > 70, operations
     unsupported = readme_unsupported()
     missing = sorted(operations - served - unsupported)
-    assert missing == [], f"neither served nor in the README's table: {missing}"
+    assert missing == [], f"neither served nor in the docs' table: {missing}"
 
 
 def test_routes_not_supported_answer_404_saying_so(control_plane):

@@ -57,7 +57,7 @@ impl NodeRuntime {
     pub fn start(&self, script: &str, env: &[(&str, &str)]) -> Result<NodeRunner, PlaywrightError> {
         let dir = self.dir.as_ref().ok_or_else(|| {
             PlaywrightError::Unavailable(
-                "this browser VM has no Node.js runtime for Playwright (see the README: \
+                "this browser VM has no Node.js runtime for Playwright (see docs/reference/flags.md: \
                  the control plane's --node-runtime)"
                     .into(),
             )

@@ -1,6 +1,6 @@
 //! Which action each route needs: the one table of the API's permissions, checked for
 //! every authenticated request by the `Org` extractor (`crate::api::org`), never by a
-//! handler. `docs/api-key-actions.md` lists it route by route; a unit test in
+//! handler. `docs/reference/api-key-actions.md` lists it route by route; a unit test in
 //! `crate::api::org` keeps that list equal to what this code decides for every route.
 //!
 //! The rules: the route's first segments name the kind (`/browsers` → `browsers`,

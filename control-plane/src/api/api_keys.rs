@@ -29,7 +29,7 @@ pub struct CreateApiKey {
     days_to_expire: Option<i64>,
     /// When the key expires; not with `days_to_expire`.
     expires_at: Option<DateTime<Utc>>,
-    /// Only these actions on these resources (`docs/api-key-actions.md`).
+    /// Only these actions on these resources (`docs/reference/api-key-actions.md`).
     #[schema(value_type = Option<Object>)]
     policy: Option<Policy>,
     /// Bind the key to one of the organization's projects.

@@ -22,6 +22,7 @@ pub mod credential_providers;
 pub mod credentials;
 pub mod curl;
 pub mod deployments;
+pub mod docs;
 pub mod error;
 pub mod extensions;
 pub mod extract;
@@ -293,6 +294,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route(sign_in::LOGOUT_PATH, axum::routing::post(sign_in::logout))
         .merge(console::routes())
+        .merge(docs::routes())
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))

@@ -572,7 +572,7 @@ impl Deref for Org {
 }
 
 #[cfg(test)]
-/// The table of `docs/api-key-actions.md`: every route of the OpenAPI document with the
+/// The table of `docs/reference/api-key-actions.md`: every route of the OpenAPI document with the
 /// action it needs, or that it needs no key.
 fn documented_actions_table() -> String {
     let document = super::openapi::document();
@@ -627,7 +627,10 @@ mod tests {
 
     #[test]
     fn documented_actions_match_the_routes() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/api-key-actions.md");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/reference/api-key-actions.md"
+        );
         let table = documented_actions_table();
         assert!(
             !table.contains("`*:write`"),
@@ -639,7 +642,7 @@ mod tests {
         let documented = std::fs::read_to_string(path).unwrap_or_default();
         assert!(
             documented == table,
-            "docs/api-key-actions.md is out of date: run UPDATE_DOCS=1 cargo test -p control-plane documented_actions"
+            "docs/reference/api-key-actions.md is out of date: run UPDATE_DOCS=1 cargo test -p control-plane documented_actions"
         );
     }
 }
