@@ -194,9 +194,6 @@ async fn fit_windows(config: &LaunchConfig) {
     }
 }
 
-/// A version of the extension set and its directories of unpacked extensions.
-pub type ExtensionSet = (u64, Vec<PathBuf>);
-
 /// Keeps Chromium running until `shutdown` is cancelled, publishing its state. A change
 /// of `extensions` restarts it with the new set; a new `resets` generation restarts it
 /// with a fresh profile (no tabs, cookies, storage or cache; the profile seed again, if
@@ -204,7 +201,7 @@ pub type ExtensionSet = (u64, Vec<PathBuf>);
 /// on disk) and is not started again.
 pub async fn supervise(
     config: LaunchConfig,
-    mut extensions: watch::Receiver<ExtensionSet>,
+    mut extensions: watch::Receiver<crate::extensions::ExtensionSet>,
     mut resets: watch::Receiver<u64>,
     mut relaunches: watch::Receiver<Relaunch>,
     mut stop: watch::Receiver<bool>,

@@ -11,7 +11,8 @@ use x11rb::protocol::xfixes::ConnectionExt as _;
 use x11rb::protocol::xproto::Window;
 use x11rb::rust_connection::RustConnection;
 
-use crate::recording::grabber::GrabResult;
+/// What an X11 request of the recorder gives: its answer, or why it failed.
+pub(crate) type GrabResult<T> = Result<T, String>;
 
 /// A rectangle of the screen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::chromium::ExtensionSet;
 use crate::fs::{FsError, VmFs, ZipLimits};
+
+/// A version of the extension set and its directories of unpacked extensions.
+pub type ExtensionSet = (u64, Vec<PathBuf>);
 
 pub const EXTENSIONS_DIR: &str = "/home/kernel/extensions";
 const MAX_NAME_BYTES: usize = 255;

@@ -213,7 +213,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("reading proxy upstreams from {}", path.display()))?,
         None => ProxyUpstreams::default(),
     };
-    let offer = api::organization::Offer {
+    let offer = api::state::Offer {
         max_live_browsers: i64::from(config.max_live_browsers),
         max_pooled_browsers: config.max_pooled_browsers,
         max_running_invocations: config.max_running_invocations as i64,

@@ -52,6 +52,10 @@ enum Item {
 /// dropped (the encoder fills their time with silence), so memory stays bounded.
 const MAX_PENDING_SOUND_BYTES: usize = 6 * 1024 * 1024;
 
+/// The recording's sound track: 16-bit PCM at this rate, in this many channels.
+pub const RATE: u32 = 48_000;
+pub const CHANNELS: u8 = 2;
+
 /// Hands the sound's PCM to the writer thread, each piece with its time in the video.
 #[derive(Clone)]
 pub struct SoundSender {
@@ -437,9 +441,9 @@ mod matroska {
                     unsigned(track, &[0x9C], 0); // FlagLacing
                     element(track, &[0x86], b"A_PCM/INT/LIT"); // CodecID
                     master(track, &[0xE1], |audio| {
-                        let rate = f64::from(crate::recording::sound::RATE);
+                        let rate = f64::from(super::RATE);
                         element(audio, &[0xB5], &rate.to_be_bytes()); // SamplingFrequency
-                        unsigned(audio, &[0x9F], crate::recording::sound::CHANNELS.into());
+                        unsigned(audio, &[0x9F], super::CHANNELS.into());
                         unsigned(audio, &[0x62, 0x64], 16); // BitDepth
                     });
                 });

@@ -13,6 +13,7 @@ use x11rb::protocol::xproto::{ConnectionExt as _, ImageFormat, Window};
 use x11rb::rust_connection::RustConnection;
 
 use super::canvas::Canvas;
+pub(crate) use crate::damage::GrabResult;
 use crate::damage::{DamageMonitor, Rect, clip};
 
 /// Bytes per pixel of the frames: depth-24 ZPixmap images are 32 bits per pixel, in
@@ -67,8 +68,6 @@ impl CursorPlace {
         )
     }
 }
-
-pub(crate) type GrabResult<T> = Result<T, String>;
 
 fn failed(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
     move |error| format!("{what}: {error}")

@@ -17,10 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::encoder::SoundSender;
+use super::encoder::{CHANNELS, RATE, SoundSender};
 
-pub const RATE: u32 = 48_000;
-pub const CHANNELS: u8 = 2;
 /// Bytes per sample frame: 16-bit samples of each channel.
 const FRAME_BYTES: usize = 2 * CHANNELS as usize;
 /// 10 ms of sound: what PulseAudio hands over at once with this fragment size.

@@ -20,8 +20,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth_settings::{
-    ConnectionBrowserRequest, allowed_domains_problems, chosen_proxy, interval_problem,
-    settings_problems,
+    ConnectionBrowserRequest, Target, UpdateAuthConnectionRequest, allowed_domains_problems,
+    checked_credential, chosen_proxy, chosen_telemetry, domain_problem, interval_problem,
+    references, settings_problems, url_problem,
 };
 use super::error::{ApiError, ErrorBody, OrNotFound};
 use super::extract::{JsonBody, PathParam, QueryParams};
@@ -31,7 +32,8 @@ use super::state::AppState;
 use crate::error::ServiceError;
 use crate::ids;
 use crate::managed_auth::{
-    AuthStatus, DEFAULT_HEALTH_CHECK_INTERVAL, Document, FlowStep, FlowType, state_event,
+    AuthStatus, DEFAULT_HEALTH_CHECK_INTERVAL, Document, FlowStep, FlowType, SettingsChange,
+    state_event,
 };
 use crate::profiles::name_problem;
 use crate::sessions::ResourceReference;
@@ -39,8 +41,6 @@ use crate::store::{AuthConnectionRecord, StoreError};
 
 /// Between heartbeats of an events stream.
 const SSE_HEARTBEAT: Duration = Duration::from_secs(5);
-pub(super) const MAX_ALLOWED_DOMAINS: usize = 50;
-const MAX_URL_LENGTH: usize = 2048;
 /// Longest submitted value.
 const MAX_FIELD_VALUE: usize = 4096;
 
@@ -81,31 +81,6 @@ pub struct CreateAuthConnectionRequest {
     pub save_credentials: Option<bool>,
     /// Whether login flows record their browser as a replay. Default false.
     pub record_session: Option<bool>,
-}
-
-pub(super) fn domain_problem(field: &str, domain: &str, wildcard: bool) -> Option<String> {
-    let bare = if wildcard {
-        domain.strip_prefix("*.").unwrap_or(domain)
-    } else {
-        domain
-    };
-    let valid = !bare.is_empty()
-        && bare.len() <= 253
-        && bare
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
-        && url::Url::parse(&format!("http://{bare}/"))
-            .is_ok_and(|url| url.host_str().is_some() && url.path() == "/");
-    (!valid).then(|| format!("{field} must be a host name, optionally with a port (no scheme or path), got {domain:?}"))
-}
-
-pub(super) fn url_problem(field: &str, value: &str) -> Option<String> {
-    let valid = value.len() <= MAX_URL_LENGTH
-        && url::Url::parse(value)
-            .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some());
-    (!valid).then(|| {
-        format!("{field} must be an http or https URL of at most {MAX_URL_LENGTH} characters")
-    })
 }
 
 /// `view` for this caller: a key whose policy does not let it log in through the
@@ -351,31 +326,6 @@ pub async fn create(
     }
     org.managed_auth.spawn(record.clone());
     Ok(Json(view_for(&org, &record).await?))
-}
-
-pub(super) async fn resolve_proxy(
-    state: &AppState,
-    org_id: &str,
-    reference: ResourceReference,
-) -> Result<String, ApiError> {
-    let proxies = state.store.list_proxies(org_id).await?;
-    let found = match (&reference.id, &reference.name) {
-        (Some(id), None) => proxies.iter().find(|p| &p.id == id),
-        (None, Some(name)) => proxies
-            .iter()
-            .find(|p| p.name.as_deref() == Some(name.as_str())),
-        _ => {
-            return Err(ApiError::invalid_field(
-                "proxy must have exactly one of id or name",
-            ));
-        }
-    };
-    let proxy = found
-        .ok_or_else(|| ApiError::NotFound("proxy: no such proxy in this organization".into()))?;
-    crate::proxies::connectable_route(proxy, &state.proxy_upstreams, &state.egress)
-        .await
-        .map_err(|reason| ApiError::invalid_field(format!("proxy: {reason}")))?;
-    Ok(proxy.id.clone())
 }
 
 /// Unknown parameters are refused: a filter this server does not apply must not look
@@ -766,4 +716,89 @@ pub async fn hosted_submit(
         query.jwt.unwrap_or_default()
     );
     Ok(Redirect::to(&back).into_response())
+}
+
+/// Change an auth connection's settings. A flow in progress goes on; later flows and
+/// health checks follow the new settings.
+#[utoipa::path(patch, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Auth connection id")),
+    request_body = UpdateAuthConnectionRequest,
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody),
+        (status = 404, description = "No such connection, or a referenced proxy, credential or credential provider does not exist", body = ErrorBody),
+        (status = 409, description = "The credential is for another site", body = ErrorBody)))]
+pub async fn update(
+    org: Org,
+    PathParam(id): PathParam<String>,
+    JsonBody(request): JsonBody<UpdateAuthConnectionRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let record = find(&org, &id).await?;
+    org.require(&references(
+        None,
+        request.credential.as_ref().and_then(Option::as_ref),
+        request.browser.as_ref(),
+        request.browser_telemetry.as_ref(),
+        request.proxy.as_ref(),
+    ))
+    .await?;
+    let mut problems = settings_problems(
+        &org,
+        request.browser.as_ref(),
+        request.browser_telemetry.as_ref(),
+    );
+    if let Some(domains) = &request.allowed_domains {
+        problems.extend(allowed_domains_problems(domains));
+    }
+    if let Some(interval) = request.health_check_interval {
+        problems.extend(interval_problem(&org, interval));
+    }
+    let login_url = request
+        .login_url
+        .map(|url| (!url.is_empty()).then_some(url));
+    if let Some(Some(url)) = &login_url {
+        problems.extend(url_problem("login_url", url));
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::invalid_fields(problems));
+    }
+    let browser_telemetry =
+        chosen_telemetry(&org, request.browser.as_ref(), request.browser_telemetry).await?;
+    let (browser_proxy, stealth) = match request.browser {
+        Some(browser) => (browser.proxy, browser.stealth),
+        None => (None, None),
+    };
+    let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy).await?;
+    let credential = match request.credential {
+        Some(Some(reference)) => {
+            let document = Document::parse(&record)?;
+            let allowed = request
+                .allowed_domains
+                .as_deref()
+                .unwrap_or(&document.allowed_domains);
+            let target = Target {
+                domain: &record.domain,
+                allowed_domains: allowed,
+            };
+            Some(Some(
+                checked_credential(&org, &org.id, reference, target).await?,
+            ))
+        }
+        Some(None) => Some(None),
+        None => None,
+    };
+    let change = SettingsChange {
+        login_url,
+        allowed_domains: request.allowed_domains,
+        health_check_interval: request.health_check_interval,
+        health_checks: request.health_checks,
+        auto_reauth: request.auto_reauth,
+        save_credentials: request.save_credentials,
+        stealth,
+        proxy_id,
+        credential,
+        record_session: request.record_session,
+        browser_telemetry,
+    };
+    org.managed_auth.update(&record.id, change).await?;
+    let updated = find(&org, &record.id).await?;
+    Ok(Json(view_for(&org, &updated).await?))
 }

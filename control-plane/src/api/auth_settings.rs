@@ -3,23 +3,15 @@
 //! workflow, which owns its record.
 
 use crate::telemetry::settings::{self as telemetry, TelemetryRequest};
-use axum::Json;
 use serde::Deserialize;
-use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::auth_connections::{
-    MAX_ALLOWED_DOMAINS, domain_problem, find, resolve_proxy, url_problem,
-};
 use super::browsers::ProxySelection;
-use super::error::{ApiError, ErrorBody};
-use super::extract::{JsonBody, PathParam};
+use super::error::ApiError;
 use super::org::Org;
 use super::state::AppState;
 use crate::error::ServiceError;
-use crate::managed_auth::{
-    CredentialRef, Document, MAX_HEALTH_CHECK_INTERVAL, SettingsChange, in_domains,
-};
+use crate::managed_auth::{CredentialRef, MAX_HEALTH_CHECK_INTERVAL, in_domains};
 use crate::sessions::ResourceReference;
 
 /// What a connection's settings refer to, as (kind, id or name, verb): a key with a
@@ -337,89 +329,56 @@ pub fn interval_problem(state: &AppState, interval: i64) -> Option<String> {
     })
 }
 
-/// Change an auth connection's settings. A flow in progress goes on; later flows and
-/// health checks follow the new settings.
-#[utoipa::path(patch, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Auth connection id")),
-    request_body = UpdateAuthConnectionRequest,
-    responses((status = 200, body = Object), (status = 400, body = ErrorBody),
-        (status = 404, description = "No such connection, or a referenced proxy, credential or credential provider does not exist", body = ErrorBody),
-        (status = 409, description = "The credential is for another site", body = ErrorBody)))]
-pub async fn update(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<UpdateAuthConnectionRequest>,
-) -> Result<Json<Value>, ApiError> {
-    let record = find(&org, &id).await?;
-    org.require(&references(
-        None,
-        request.credential.as_ref().and_then(Option::as_ref),
-        request.browser.as_ref(),
-        request.browser_telemetry.as_ref(),
-        request.proxy.as_ref(),
-    ))
-    .await?;
-    let mut problems = settings_problems(
-        &org,
-        request.browser.as_ref(),
-        request.browser_telemetry.as_ref(),
-    );
-    if let Some(domains) = &request.allowed_domains {
-        problems.extend(allowed_domains_problems(domains));
-    }
-    if let Some(interval) = request.health_check_interval {
-        problems.extend(interval_problem(&org, interval));
-    }
-    let login_url = request
-        .login_url
-        .map(|url| (!url.is_empty()).then_some(url));
-    if let Some(Some(url)) = &login_url {
-        problems.extend(url_problem("login_url", url));
-    }
-    if !problems.is_empty() {
-        return Err(ApiError::invalid_fields(problems));
-    }
-    let browser_telemetry =
-        chosen_telemetry(&org, request.browser.as_ref(), request.browser_telemetry).await?;
-    let (browser_proxy, stealth) = match request.browser {
-        Some(browser) => (browser.proxy, browser.stealth),
-        None => (None, None),
+/// Most `allowed_domains` a connection may have.
+pub(super) const MAX_ALLOWED_DOMAINS: usize = 50;
+const MAX_URL_LENGTH: usize = 2048;
+
+pub(super) fn domain_problem(field: &str, domain: &str, wildcard: bool) -> Option<String> {
+    let bare = if wildcard {
+        domain.strip_prefix("*.").unwrap_or(domain)
+    } else {
+        domain
     };
-    let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy).await?;
-    let credential = match request.credential {
-        Some(Some(reference)) => {
-            let document = Document::parse(&record)?;
-            let allowed = request
-                .allowed_domains
-                .as_deref()
-                .unwrap_or(&document.allowed_domains);
-            let target = Target {
-                domain: &record.domain,
-                allowed_domains: allowed,
-            };
-            Some(Some(
-                checked_credential(&org, &org.id, reference, target).await?,
-            ))
+    let valid = !bare.is_empty()
+        && bare.len() <= 253
+        && bare
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        && url::Url::parse(&format!("http://{bare}/"))
+            .is_ok_and(|url| url.host_str().is_some() && url.path() == "/");
+    (!valid).then(|| format!("{field} must be a host name, optionally with a port (no scheme or path), got {domain:?}"))
+}
+
+pub(super) fn url_problem(field: &str, value: &str) -> Option<String> {
+    let valid = value.len() <= MAX_URL_LENGTH
+        && url::Url::parse(value)
+            .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some());
+    (!valid).then(|| {
+        format!("{field} must be an http or https URL of at most {MAX_URL_LENGTH} characters")
+    })
+}
+
+pub(super) async fn resolve_proxy(
+    state: &AppState,
+    org_id: &str,
+    reference: ResourceReference,
+) -> Result<String, ApiError> {
+    let proxies = state.store.list_proxies(org_id).await?;
+    let found = match (&reference.id, &reference.name) {
+        (Some(id), None) => proxies.iter().find(|p| &p.id == id),
+        (None, Some(name)) => proxies
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name.as_str())),
+        _ => {
+            return Err(ApiError::invalid_field(
+                "proxy must have exactly one of id or name",
+            ));
         }
-        Some(None) => Some(None),
-        None => None,
     };
-    let change = SettingsChange {
-        login_url,
-        allowed_domains: request.allowed_domains,
-        health_check_interval: request.health_check_interval,
-        health_checks: request.health_checks,
-        auto_reauth: request.auto_reauth,
-        save_credentials: request.save_credentials,
-        stealth,
-        proxy_id,
-        credential,
-        record_session: request.record_session,
-        browser_telemetry,
-    };
-    org.managed_auth.update(&record.id, change).await?;
-    let updated = find(&org, &record.id).await?;
-    Ok(Json(
-        super::auth_connections::view_for(&org, &updated).await?,
-    ))
+    let proxy = found
+        .ok_or_else(|| ApiError::NotFound("proxy: no such proxy in this organization".into()))?;
+    crate::proxies::connectable_route(proxy, &state.proxy_upstreams, &state.egress)
+        .await
+        .map_err(|reason| ApiError::invalid_field(format!("proxy: {reason}")))?;
+    Ok(proxy.id.clone())
 }

@@ -4,10 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::browsers::Persistence;
 use super::error::ApiError;
 use super::org::Org;
 use super::profiles::Profile;
@@ -15,6 +14,14 @@ use super::state::AppState;
 use crate::sessions::labels::LocationView;
 use crate::sessions::{NetworkConfig, Viewport};
 use crate::store::SessionRecord;
+
+/// The seed's persistence of a session (`persistence: {id}`), as it was given.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Persistence {
+    #[schema(min_length = 1, max_length = 255)]
+    pub id: String,
+}
 
 /// A browser session as the Kernel SDKs read it.
 #[derive(Debug, Serialize, ToSchema)]

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-pub use super::browser_view::{BrowserSession, PoolRef, browser_view, browser_views};
+pub use super::browser_view::{BrowserSession, Persistence, PoolRef, browser_view, browser_views};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams, TaggedQuery};
 use super::org::Org;
@@ -23,9 +23,6 @@ use crate::sessions::{
 };
 use crate::store::{SessionFilter, SessionRecord, SessionStatus};
 use crate::telemetry::settings::{self as telemetry_settings, TelemetryRequest};
-
-pub const DEFAULT_LIST_LIMIT: u32 = 20;
-pub const MAX_LIST_LIMIT: u32 = 100;
 
 /// Fields of `POST /browsers`, as the Kernel SDKs send them. Unknown fields are refused
 /// so that a typo is not silently ignored.
@@ -93,13 +90,6 @@ pub struct CreateBrowserRequest {
     pub vaults: Option<serde_json::Value>,
     /// Not supported by this server (it has no GPU browsers; a 400 names it).
     pub video_memory: Option<String>,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Persistence {
-    #[schema(min_length = 1, max_length = 255)]
-    pub id: String,
 }
 
 /// Today's SDK's `proxy`: exactly one of `id`, `name` or `mode`.

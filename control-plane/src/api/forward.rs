@@ -4,8 +4,6 @@
 //! (kept by the replica that serves the browser). Behind a load balancer, any replica
 //! then serves any request.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{
@@ -57,16 +55,6 @@ fn home(path: &str) -> Home<'_> {
         (Some(""), Some("browsers"), Some(id), Some("fs"), Some("watch")) => Home::Browser(id),
         _ => Home::Anywhere,
     }
-}
-
-/// The client forwarded requests go through: no overall timeout (streams last), a
-/// short one to connect.
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(3))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap_or_default()
 }
 
 /// Marks a response another replica gave: that replica counted the request.

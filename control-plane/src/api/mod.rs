@@ -2,6 +2,8 @@
 //! registered through `utoipa_axum`, so the OpenAPI document at `/openapi.json` is
 //! generated from the same code that serves the routes.
 
+#[cfg(test)]
+mod action_docs;
 pub mod api_keys;
 pub mod app_events;
 pub mod audit;
@@ -120,7 +122,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(auth_connections::create, auth_connections::list))
         .routes(routes!(
             auth_connections::retrieve,
-            auth_settings::update,
+            auth_connections::update,
             auth_connections::delete
         ))
         .routes(routes!(auth_connections::login))

@@ -12,29 +12,6 @@ use super::org::Org;
 use crate::managed_auth::{DEFAULT_HEALTH_CHECK_INTERVAL, MAX_HEALTH_CHECK_INTERVAL};
 use crate::store::scope;
 
-/// What this server offers every organization, from its configuration.
-#[derive(Clone, Debug, Default)]
-pub struct Offer {
-    /// Live browsers outside pools, per organization (`--max-live-browsers`).
-    pub max_live_browsers: i64,
-    /// Browsers all pools of one organization may reserve (`--max-pooled-browsers`).
-    pub max_pooled_browsers: i64,
-    /// Invocations one organization may run at once (`--max-running-invocations`).
-    pub max_running_invocations: i64,
-    pub min_health_check_interval: i64,
-    /// A 1Password Connect server is configured (`--onepassword-connect-url`).
-    pub credential_providers: bool,
-    /// Upstream proxies of the managed types are configured (`--proxy-upstreams`).
-    pub managed_proxies: bool,
-}
-
-impl Offer {
-    /// Most browsers the organization may run at once: on demand and reserved by pools.
-    fn max_concurrent_browsers(&self) -> i64 {
-        self.max_live_browsers + self.max_pooled_browsers
-    }
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateOrgLimits {

@@ -13,8 +13,11 @@ use axum::http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::browsers;
 use super::error::ApiError;
+
+/// A page of a list, unless asked otherwise, and the most it may hold.
+pub const DEFAULT_LIST_LIMIT: u32 = 20;
+pub const MAX_LIST_LIMIT: u32 = 100;
 
 /// The first Python SDK version that reads `X-Next-Offset` as an absolute start.
 const PYTHON_ABSOLUTE_OFFSETS_SINCE: (u64, u64) = (0, 68);
@@ -80,11 +83,11 @@ pub fn page_headers(paging: Paging, offset: u32, returned: usize, has_more: bool
 /// A list's page size: default 20, 1 to 100.
 /// A list's page size: default 20, 1 to 100.
 pub fn list_limit(limit: Option<u32>) -> Result<u32, ApiError> {
-    let limit = limit.unwrap_or(browsers::DEFAULT_LIST_LIMIT);
-    if !(1..=browsers::MAX_LIST_LIMIT).contains(&limit) {
+    let limit = limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
         return Err(ApiError::invalid_field(format!(
             "limit must be between 1 and {}",
-            browsers::MAX_LIST_LIMIT
+            MAX_LIST_LIMIT
         )));
     }
     Ok(limit)

@@ -24,11 +24,34 @@ pub struct HttpSettings {
     pub chrome_web_store: Arc<crate::chrome_store::ChromeWebStore>,
     pub metrics: MetricsSettings,
     /// What the server offers each organization (`/org/limits`, `/org/entitlements`).
-    pub offer: super::organization::Offer,
+    pub offer: Offer,
     /// The OpenID Connect provider people sign in with (`--oidc-issuer`), if any.
     pub oidc: Option<Arc<crate::people::oidc::OidcProvider>>,
     /// The organization whose admins operate the host (`--operator-org`).
     pub operator_org: crate::store::Organization,
+}
+
+/// What this server offers every organization, from its configuration.
+#[derive(Clone, Debug, Default)]
+pub struct Offer {
+    /// Live browsers outside pools, per organization (`--max-live-browsers`).
+    pub max_live_browsers: i64,
+    /// Browsers all pools of one organization may reserve (`--max-pooled-browsers`).
+    pub max_pooled_browsers: i64,
+    /// Invocations one organization may run at once (`--max-running-invocations`).
+    pub max_running_invocations: i64,
+    pub min_health_check_interval: i64,
+    /// A 1Password Connect server is configured (`--onepassword-connect-url`).
+    pub credential_providers: bool,
+    /// Upstream proxies of the managed types are configured (`--proxy-upstreams`).
+    pub managed_proxies: bool,
+}
+
+impl Offer {
+    /// Most browsers the organization may run at once: on demand and reserved by pools.
+    pub fn max_concurrent_browsers(&self) -> i64 {
+        self.max_live_browsers + self.max_pooled_browsers
+    }
 }
 
 /// Who may read `GET /metrics` on the API's address, and what capacity it reports.
@@ -46,7 +69,7 @@ pub struct AppState {
     pub tokens: Arc<Tokens>,
     pub settings: Arc<HttpSettings>,
     /// Live `fs/watch` watches (in this process).
-    pub watches: Arc<super::fs_watch::Watches>,
+    pub watches: Arc<super::fs_watch::registry::Watches>,
     /// Forwards requests to the replica that runs workflows.
     pub forwarder: reqwest::Client,
 }
@@ -58,7 +81,7 @@ impl AppState {
             tokens: Arc::new(tokens),
             settings: Arc::new(settings),
             watches: Arc::default(),
-            forwarder: super::forward::client(),
+            forwarder: forwarding_client(),
         }
     }
 
@@ -82,4 +105,14 @@ impl Deref for AppState {
     fn deref(&self) -> &Services {
         &self.services
     }
+}
+
+/// The client requests forwarded to another replica go through (`super::forward`): no
+/// overall timeout (streams last), a short one to connect.
+fn forwarding_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(3))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::InvocationDocument;
 use super::runner::{Ended, Run};
 use super::{Apps, DeploymentStatus, Language, base_env, views};
 use crate::error::{ServiceError, ServiceResult};
@@ -61,27 +62,6 @@ impl InvocationStatus {
 
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed)
-    }
-}
-
-/// An invocation's payload, output and status reason (the store's `document`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct InvocationDocument {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status_reason: Option<String>,
-    /// When the invocation must end (its time limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<DateTime<Utc>>,
-}
-
-impl InvocationDocument {
-    /// The document of a stored invocation (the default if it cannot be read).
-    pub fn of(record: &InvocationRecord) -> Self {
-        serde_json::from_str(&record.document).unwrap_or_default()
     }
 }
 

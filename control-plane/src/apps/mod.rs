@@ -132,6 +132,27 @@ impl DeploymentDocument {
     }
 }
 
+/// An invocation's payload, output and status reason (the store's `document`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct InvocationDocument {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_reason: Option<String>,
+    /// When the invocation must end (its time limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl InvocationDocument {
+    /// The document of a stored invocation (the default if it cannot be read).
+    pub fn of(record: &crate::store::InvocationRecord) -> Self {
+        serde_json::from_str(&record.document).unwrap_or_default()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppDefinition {
     pub name: String,

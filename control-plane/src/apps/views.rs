@@ -11,8 +11,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::invocations::InvocationDocument;
-use super::{AppDefinition, DeploymentDocument, REGION};
+use super::{AppDefinition, DeploymentDocument, InvocationDocument, REGION};
 use crate::store::{AppVersionRecord, DeploymentRecord, InvocationRecord};
 
 fn redacted(names: &[String]) -> BTreeMap<String, String> {

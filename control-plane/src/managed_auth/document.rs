@@ -88,7 +88,7 @@ pub struct Document {
     pub record_session: bool,
     /// Flows and health checks, oldest first.
     #[serde(default)]
-    pub timeline: Vec<super::timeline::TimelineEvent>,
+    pub timeline: Vec<TimelineEvent>,
     /// The telemetry the connection's browsers start with (as on `POST /browsers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub browser_telemetry: Option<crate::telemetry::settings::TelemetryRequest>,
@@ -325,6 +325,35 @@ pub fn in_domains(url: &str, domain: &str, allowed: &[String]) -> bool {
             let port_matches = parsed.port().is_none() || parsed.port() == port;
             host_matches && port_matches
         })
+}
+
+/// One flow or health check, as the SDK reads it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct TimelineEvent {
+    pub id: String,
+    /// `login`, `reauth` or `health_check`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A flow's status, or the state a health check saw.
+    pub status: String,
+    pub timestamp: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub browser_session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// The state before a health check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_status: Option<String>,
+    /// The step a flow reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The recording of a flow's browser.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_id: Option<String>,
 }
 
 #[cfg(test)]

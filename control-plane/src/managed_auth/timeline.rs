@@ -1,43 +1,15 @@
 //! A connection's history (`GET /auth/connections/{id}/timeline`): its login and REAUTH
 //! flows and its health checks, kept in its document, the latest `MAX_EVENTS` only.
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::Utc;
+use serde::Serialize;
 
+pub use super::document::TimelineEvent;
 use super::document::{AuthStatus, Document, FlowType};
 use crate::ids;
 
 /// Events kept per connection; older ones are dropped.
 pub const MAX_EVENTS: usize = 200;
-
-/// One flow or health check, as the SDK reads it.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-pub struct TimelineEvent {
-    pub id: String,
-    /// `login`, `reauth` or `health_check`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// A flow's status, or the state a health check saw.
-    pub status: String,
-    pub timestamp: DateTime<Utc>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub browser_session_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub completed_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_code: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
-    /// The state before a health check.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub previous_status: Option<String>,
-    /// The step a flow reached.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<String>,
-    /// The recording of a flow's browser.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub replay_id: Option<String>,
-}
 
 fn text<T: Serialize>(value: T) -> String {
     serde_json::to_value(value)

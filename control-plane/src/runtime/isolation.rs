@@ -7,6 +7,9 @@ use std::path::Path;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::cgroups::VmCgroups;
+use super::disk::VmDisks;
+
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct IsolationReport {
     /// Whether every browser runs in a sandbox of its own (own user, filesystem, process
@@ -81,7 +84,7 @@ impl IsolationReport {
     pub fn local(
         host: HostCapabilities,
         sandbox: Option<&super::Sandbox>,
-        limits: &super::local::KernelLimits,
+        limits: &KernelLimits,
     ) -> Self {
         let mut enforced: Vec<String> = Vec::new();
         let mut not_enforced = Vec::new();
@@ -216,5 +219,28 @@ impl IsolationReport {
             cgroup_v2_memory = self.host.cgroup_v2_memory,
             "browser isolation"
         );
+    }
+}
+
+/// The kernel's means of holding each VM to its limits, where this host has them; each
+/// `Err` says why not (reported at start and in `/readyz`).
+#[derive(Clone, Debug)]
+pub struct KernelLimits {
+    /// A control group per VM: memory, tasks, CPU weight.
+    pub cgroups: Result<VmCgroups, String>,
+    /// A quota'd file system per VM for its home.
+    pub disks: Result<VmDisks, String>,
+    /// Each VM's CPU weight (cgroup v2 scale, 100 by default: equal shares).
+    pub cpu_weight: u64,
+}
+
+impl KernelLimits {
+    /// None at all (VMs without a sandbox, tests).
+    pub fn none(reason: &str) -> Self {
+        Self {
+            cgroups: Err(reason.to_owned()),
+            disks: Err(reason.to_owned()),
+            cpu_weight: 100,
+        }
     }
 }

@@ -20,9 +20,9 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
-use super::cgroups::{self, VmCgroup, VmCgroups, VmLimits};
-use super::disk::{self, VmDisks};
-use super::isolation::{HostCapabilities, IsolationReport};
+use super::cgroups::{self, VmCgroup, VmLimits};
+use super::disk;
+use super::isolation::{HostCapabilities, IsolationReport, KernelLimits};
 use super::processes::{group_members_mentioning, is_agent_for, is_running, process_group};
 use super::sandbox::{self, Sandbox};
 use super::{LaunchSpec, Runtime, RuntimeError};
@@ -57,29 +57,6 @@ pub struct LocalRuntimeConfig {
     pub max_resized_viewport: crate::config::ScreenSize,
     /// What the kernel enforces per VM (sandboxed VMs only).
     pub limits: KernelLimits,
-}
-
-/// The kernel's means of holding each VM to its limits, where this host has them; each
-/// `Err` says why not (reported at start and in `/readyz`).
-#[derive(Clone, Debug)]
-pub struct KernelLimits {
-    /// A control group per VM: memory, tasks, CPU weight.
-    pub cgroups: Result<VmCgroups, String>,
-    /// A quota'd file system per VM for its home.
-    pub disks: Result<VmDisks, String>,
-    /// Each VM's CPU weight (cgroup v2 scale, 100 by default: equal shares).
-    pub cpu_weight: u64,
-}
-
-impl KernelLimits {
-    /// None at all (VMs without a sandbox, tests).
-    pub fn none(reason: &str) -> Self {
-        Self {
-            cgroups: Err(reason.to_owned()),
-            disks: Err(reason.to_owned()),
-            cpu_weight: 100,
-        }
-    }
 }
 
 /// Limits on archives extracted by `upload_zip`, enforced by the agent.

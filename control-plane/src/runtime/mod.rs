@@ -17,7 +17,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 pub use isolation::IsolationReport;
-pub use local::{KernelLimits, LocalRuntime, LocalRuntimeConfig, ZipLimits};
+pub use isolation::KernelLimits;
+pub use local::{LocalRuntime, LocalRuntimeConfig, ZipLimits};
 pub use sandbox::Sandbox;
 
 use crate::egress::{HostAllowlist, ProxyFailures, VmEgress};

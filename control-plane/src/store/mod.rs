@@ -165,7 +165,7 @@ pub struct VmSettings {
     pub invocation_id: Option<String>,
     /// What the browser's telemetry captures and where it goes; `None`: never enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub telemetry: Option<crate::telemetry::TelemetrySettings>,
+    pub telemetry: Option<crate::telemetry::settings::TelemetrySettings>,
 }
 
 /// A session's timezone (IANA) and locale (BCP 47) overrides; absent ones are the

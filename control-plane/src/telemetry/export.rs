@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use chrono::Utc;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use tokio::sync::mpsc;
 
 use super::Event;
+use super::otlp::{attribute, int, scope, text};
 use super::spans::{self, OpenNavigations};
 use crate::egress::EgressPolicy;
 use crate::managed_auth::vault::Vault;
@@ -267,35 +267,6 @@ fn resource(org_id: &str, session_id: &str) -> Resource {
             attribute("kernel.browser.id", text(session_id)),
         ],
         ..Resource::default()
-    }
-}
-
-pub(super) fn text(value: &str) -> Option<AnyValue> {
-    Some(AnyValue {
-        value: Some(any_value::Value::StringValue(value.to_owned())),
-    })
-}
-
-pub(super) fn int(value: i64) -> Option<AnyValue> {
-    Some(AnyValue {
-        value: Some(any_value::Value::IntValue(value)),
-    })
-}
-
-pub(super) fn attribute(key: &str, value: Option<AnyValue>) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value,
-        ..KeyValue::default()
-    }
-}
-
-/// Who made the records and spans: this service's telemetry, at this version.
-pub(super) fn scope() -> InstrumentationScope {
-    InstrumentationScope {
-        name: "kernel.browser.telemetry".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        ..InstrumentationScope::default()
     }
 }
 

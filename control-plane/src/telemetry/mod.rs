@@ -13,6 +13,7 @@ pub mod destinations;
 pub mod event;
 mod export;
 pub mod har;
+mod otlp;
 mod pump;
 pub mod settings;
 mod spans;

@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::trace::v1::{
 use sha2::{Digest, Sha256};
 
 use super::Event;
-use super::export::{attribute, int, scope, text};
+use super::otlp::{attribute, int, scope, text};
 
 /// Navigations of one session waiting for their load; its oldest go past this (a VM
 /// flooding navigations loses only its own spans).

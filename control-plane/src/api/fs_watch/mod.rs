@@ -3,9 +3,8 @@
 //! lives. A watch ends when it is stopped or its session ends (the agent's stream ends).
 //! Watches live in this process's memory: they are not shared between replicas.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -23,64 +22,16 @@ use super::fs::require_path;
 use super::org::Org;
 use crate::ids;
 
+pub mod registry;
+use registry::Watch;
+pub use registry::{WatchEventView, Watches};
+
 /// Watches one browser may have at once.
 pub const MAX_WATCHES_PER_SESSION: usize = 8;
 /// Events kept for a reader that is not reading (later ones are dropped).
 const BUFFERED_EVENTS: usize = 1024;
 /// How long the agent may take to put a watch in place.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-
-type Events = Arc<tokio::sync::Mutex<mpsc::Receiver<WatchEventView>>>;
-
-struct Watch {
-    org_id: String,
-    session_id: String,
-    events: Events,
-    task: tokio::task::AbortHandle,
-}
-
-/// The live watches of this server.
-#[derive(Default)]
-pub struct Watches {
-    entries: Mutex<HashMap<String, Watch>>,
-}
-
-impl Watches {
-    fn of_session(&self, session_id: &str) -> usize {
-        self.entries
-            .lock()
-            .map(|entries| {
-                entries
-                    .values()
-                    .filter(|w| w.session_id == session_id)
-                    .count()
-            })
-            .unwrap_or(0)
-    }
-
-    fn remove(&self, watch_id: &str) -> Option<Watch> {
-        self.entries.lock().ok()?.remove(watch_id)
-    }
-
-    /// The events of a watch of this organization's session.
-    fn events(&self, org_id: &str, session_id: &str, watch_id: &str) -> Option<Events> {
-        let entries = self.entries.lock().ok()?;
-        let watch = entries.get(watch_id)?;
-        (watch.org_id == org_id && watch.session_id == session_id).then(|| watch.events.clone())
-    }
-}
-
-/// A change, as the SDK reads it.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct WatchEventView {
-    /// CREATE, WRITE, DELETE or RENAME.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Absolute path in the browser's filesystem.
-    pub path: String,
-    pub name: String,
-    pub is_dir: bool,
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
