@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 /// The crates checked, each with its root file (the module `crate`).
 const CRATES: [(&str, &str); 2] = [("control-plane", "lib.rs"), ("browser-agent", "main.rs")];
 
+const MAX_LINES: usize = 800;
+
 type Module = Vec<String>;
 
 #[test]
@@ -36,6 +38,24 @@ fn no_module_imports_in_a_circle() {
         }
     }
     assert!(report.is_empty(), "import circles:\n{}", report.join("\n"));
+}
+
+#[test]
+fn no_rust_file_is_over_800_lines() {
+    let mut long = Vec::new();
+    for krate in ["control-plane", "browser-agent", "proto", "tests"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(krate);
+        for file in rust_files(&dir) {
+            let lines = std::fs::read_to_string(&file)
+                .unwrap_or_default()
+                .lines()
+                .count();
+            if lines > MAX_LINES {
+                long.push(format!("{} ({lines} lines)", file.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:#?}");
 }
 
 #[test]

@@ -4,59 +4,25 @@
 
 #[cfg(test)]
 mod action_docs;
-pub mod api_keys;
-pub mod app_events;
+pub mod apps;
 pub mod audit;
-pub mod audit_export_destinations;
-pub mod audit_logs;
-pub mod auth_connections;
-pub mod auth_context;
-pub mod auth_settings;
-pub mod auth_timeline;
-pub mod browser_view;
+pub mod auth;
 pub mod browsers;
-pub mod cdp;
-mod cdp_passthrough;
-pub mod chrome_store;
-pub mod computer;
 pub mod console;
-pub mod credential_providers;
-pub mod credentials;
-pub mod curl;
-pub mod deployments;
 pub mod docs;
 pub mod error;
-pub mod extensions;
 pub mod extract;
 pub mod forward;
-pub mod fs;
-pub mod fs_upload;
-pub mod fs_watch;
 pub mod health;
-pub mod inspector;
-pub mod invocations;
-pub mod keep_alive;
-pub mod live_view;
-pub mod logs;
 pub mod metrics;
 pub mod openapi;
 pub mod org;
 pub mod organization;
 pub mod paging;
-pub mod playwright;
-pub mod pools;
-pub mod processes;
-pub mod profiles;
-pub mod projects;
-pub mod proxies;
-pub mod replays;
+pub mod resources;
 pub mod session_token;
-pub mod sign_in;
 pub mod state;
-pub mod telemetry;
 pub mod telemetry_calls;
-pub mod telemetry_destinations;
-pub mod webmcp;
 
 use axum::Router;
 use axum::body::Body;
@@ -89,176 +55,214 @@ fn api_routes() -> OpenApiRouter<AppState> {
             browsers::update,
             browsers::delete
         ))
-        .routes(routes!(cdp::connect))
-        .routes(routes!(cdp::webdriver))
-        .routes(routes!(live_view::page))
-        .routes(routes!(live_view::socket))
-        .routes(routes!(live_view::flow_page))
-        .routes(routes!(live_view::flow_socket))
-        .routes(routes!(extensions::list))
-        .routes(routes!(extensions::download, extensions::delete))
-        .routes(routes!(extensions::metadata))
-        .routes(routes!(chrome_store::from_chrome_store))
-        .routes(routes!(replays::start, replays::list))
-        .routes(routes!(replays::stop))
-        .routes(routes!(replays::download))
-        .routes(routes!(replays::view_page))
-        .routes(routes!(replays::view_video))
-        .routes(routes!(proxies::create, proxies::list))
-        .routes(routes!(proxies::retrieve, proxies::update, proxies::delete))
-        .routes(routes!(proxies::check))
-        .routes(routes!(pools::create, pools::list))
-        .routes(routes!(pools::retrieve, pools::update, pools::delete))
-        .routes(routes!(pools::acquire))
-        .routes(routes!(pools::release))
-        .routes(routes!(pools::flush))
-        .routes(routes!(profiles::create, profiles::list))
+        .routes(routes!(browsers::cdp::connect))
+        .routes(routes!(browsers::cdp::webdriver))
+        .routes(routes!(browsers::live_view::page))
+        .routes(routes!(browsers::live_view::socket))
+        .routes(routes!(browsers::live_view::flow_page))
+        .routes(routes!(browsers::live_view::flow_socket))
+        .routes(routes!(resources::extensions::list))
         .routes(routes!(
-            profiles::retrieve,
-            profiles::update,
-            profiles::delete
+            resources::extensions::download,
+            resources::extensions::delete
         ))
-        .routes(routes!(profiles::download))
-        .routes(routes!(auth_connections::create, auth_connections::list))
+        .routes(routes!(resources::extensions::metadata))
+        .routes(routes!(resources::chrome_store::from_chrome_store))
+        .routes(routes!(browsers::replays::start, browsers::replays::list))
+        .routes(routes!(browsers::replays::stop))
+        .routes(routes!(browsers::replays::download))
+        .routes(routes!(browsers::replays::view_page))
+        .routes(routes!(browsers::replays::view_video))
         .routes(routes!(
-            auth_connections::retrieve,
-            auth_connections::update,
-            auth_connections::delete
-        ))
-        .routes(routes!(auth_connections::login))
-        .routes(routes!(auth_connections::submit))
-        .routes(routes!(auth_connections::events))
-        .routes(routes!(
-            auth_connections::hosted_page,
-            auth_connections::hosted_submit
-        ))
-        .routes(routes!(auth_timeline::timeline))
-        .routes(routes!(auth_context::context))
-        .routes(routes!(api_keys::create, api_keys::list))
-        .routes(routes!(
-            api_keys::retrieve,
-            api_keys::update,
-            api_keys::delete
-        ))
-        .routes(routes!(api_keys::rotate))
-        .routes(routes!(audit_logs::list))
-        .routes(routes!(organization::limits, organization::update_limits))
-        .routes(routes!(organization::entitlements))
-        .routes(routes!(projects::create, projects::list))
-        .routes(routes!(
-            projects::retrieve,
-            projects::update,
-            projects::delete
-        ))
-        .routes(routes!(projects::limits, projects::update_limits))
-        .routes(routes!(audit_logs::export_chunk))
-        .routes(routes!(
-            audit_export_destinations::create,
-            audit_export_destinations::list
+            resources::proxies::create,
+            resources::proxies::list
         ))
         .routes(routes!(
-            audit_export_destinations::retrieve,
-            audit_export_destinations::update,
-            audit_export_destinations::delete
+            resources::proxies::retrieve,
+            resources::proxies::update,
+            resources::proxies::delete
         ))
-        .routes(routes!(audit_export_destinations::test))
-        .routes(routes!(credentials::create, credentials::list))
+        .routes(routes!(resources::proxies::check))
+        .routes(routes!(resources::pools::create, resources::pools::list))
         .routes(routes!(
-            credentials::retrieve,
-            credentials::update,
-            credentials::delete
+            resources::pools::retrieve,
+            resources::pools::update,
+            resources::pools::delete
         ))
-        .routes(routes!(credentials::totp_code))
+        .routes(routes!(resources::pools::acquire))
+        .routes(routes!(resources::pools::release))
+        .routes(routes!(resources::pools::flush))
         .routes(routes!(
-            credential_providers::create,
-            credential_providers::list
-        ))
-        .routes(routes!(
-            credential_providers::retrieve,
-            credential_providers::update,
-            credential_providers::delete
-        ))
-        .routes(routes!(deployments::list))
-        .routes(routes!(deployments::retrieve, deployments::delete))
-        .routes(routes!(deployments::events))
-        .routes(routes!(deployments::list_apps))
-        .routes(routes!(invocations::create, invocations::list))
-        .routes(routes!(invocations::retrieve, invocations::update))
-        .routes(routes!(invocations::events))
-        .routes(routes!(
-            invocations::list_browsers,
-            invocations::delete_browsers
-        ))
-        .routes(routes!(credential_providers::items))
-        .routes(routes!(credential_providers::test))
-        .routes(routes!(logs::stream))
-        .routes(routes!(telemetry::events))
-        .routes(routes!(telemetry::stream))
-        .routes(routes!(telemetry::har))
-        .routes(routes!(inspector::page))
-        .routes(routes!(inspector::script))
-        .routes(routes!(inspector::style))
-        .routes(routes!(inspector::events))
-        .routes(routes!(inspector::replays))
-        .routes(routes!(
-            telemetry_destinations::create,
-            telemetry_destinations::list
+            resources::profiles::create,
+            resources::profiles::list
         ))
         .routes(routes!(
-            telemetry_destinations::retrieve,
-            telemetry_destinations::update,
-            telemetry_destinations::delete
+            resources::profiles::retrieve,
+            resources::profiles::update,
+            resources::profiles::delete
         ))
-        .routes(routes!(curl::curl))
-        .routes(routes!(webmcp::list_tools))
-        .routes(routes!(webmcp::invoke_tool))
-        .routes(routes!(webmcp::add_custom_tools, webmcp::list_custom_tools))
-        .routes(routes!(webmcp::remove_custom_tool))
-        .routes(routes!(curl::raw))
-        .routes(routes!(playwright::execute))
-        .routes(routes!(playwright::repl))
-        .routes(routes!(playwright::list_executors))
-        .routes(routes!(playwright::delete_executor))
-        .routes(routes!(processes::exec))
-        .routes(routes!(processes::spawn))
-        .routes(routes!(processes::status))
-        .routes(routes!(processes::stdin))
-        .routes(routes!(processes::stream))
-        .routes(routes!(processes::kill))
-        .routes(routes!(processes::resize))
-        .routes(routes!(computer::click_mouse))
-        .routes(routes!(computer::drag_mouse))
-        .routes(routes!(computer::get_mouse_position))
-        .routes(routes!(computer::move_mouse))
-        .routes(routes!(computer::type_text))
-        .routes(routes!(computer::press_key))
-        .routes(routes!(computer::scroll))
-        .routes(routes!(computer::screenshot))
-        .routes(routes!(computer::batch::batch))
-        .routes(routes!(computer::desktop::read_clipboard))
-        .routes(routes!(computer::desktop::write_clipboard))
-        .routes(routes!(computer::desktop::set_cursor))
-        .routes(routes!(fs::move_path))
-        .routes(routes!(fs::file_info))
-        .routes(routes!(fs::list_files))
-        .routes(routes!(fs::read_file))
-        .routes(routes!(fs::download_dir_zip))
-        .routes(routes!(fs::create_directory))
-        .routes(routes!(fs::delete_file))
-        .routes(routes!(fs::delete_directory))
-        .routes(routes!(fs::set_file_permissions))
-        .routes(routes!(fs_watch::start))
-        .routes(routes!(fs_watch::events))
-        .routes(routes!(fs_watch::stop))
+        .routes(routes!(resources::profiles::download))
+        .routes(routes!(auth::connections::create, auth::connections::list))
+        .routes(routes!(
+            auth::connections::retrieve,
+            auth::connections::update,
+            auth::connections::delete
+        ))
+        .routes(routes!(auth::connections::login))
+        .routes(routes!(auth::connections::submit))
+        .routes(routes!(auth::connections::events))
+        .routes(routes!(
+            auth::hosted_login::hosted_page,
+            auth::hosted_login::hosted_submit
+        ))
+        .routes(routes!(auth::timeline::timeline))
+        .routes(routes!(auth::context::context))
+        .routes(routes!(
+            organization::api_keys::create,
+            organization::api_keys::list
+        ))
+        .routes(routes!(
+            organization::api_keys::retrieve,
+            organization::api_keys::update,
+            organization::api_keys::delete
+        ))
+        .routes(routes!(organization::api_keys::rotate))
+        .routes(routes!(organization::audit_logs::list))
+        .routes(routes!(
+            organization::limits::limits,
+            organization::limits::update_limits
+        ))
+        .routes(routes!(organization::limits::entitlements))
+        .routes(routes!(
+            organization::projects::create,
+            organization::projects::list
+        ))
+        .routes(routes!(
+            organization::projects::retrieve,
+            organization::projects::update,
+            organization::projects::delete
+        ))
+        .routes(routes!(
+            organization::projects::limits,
+            organization::projects::update_limits
+        ))
+        .routes(routes!(organization::audit_logs::export_chunk))
+        .routes(routes!(
+            organization::audit_export::create,
+            organization::audit_export::list
+        ))
+        .routes(routes!(
+            organization::audit_export::retrieve,
+            organization::audit_export::update,
+            organization::audit_export::delete
+        ))
+        .routes(routes!(organization::audit_export::test))
+        .routes(routes!(auth::credentials::create, auth::credentials::list))
+        .routes(routes!(
+            auth::credentials::retrieve,
+            auth::credentials::update,
+            auth::credentials::delete
+        ))
+        .routes(routes!(auth::credentials::totp_code))
+        .routes(routes!(
+            auth::credential_providers::create,
+            auth::credential_providers::list
+        ))
+        .routes(routes!(
+            auth::credential_providers::retrieve,
+            auth::credential_providers::update,
+            auth::credential_providers::delete
+        ))
+        .routes(routes!(apps::deployments::list))
+        .routes(routes!(
+            apps::deployments::retrieve,
+            apps::deployments::delete
+        ))
+        .routes(routes!(apps::deployments::events))
+        .routes(routes!(apps::deployments::list_apps))
+        .routes(routes!(apps::invocations::create, apps::invocations::list))
+        .routes(routes!(
+            apps::invocations::retrieve,
+            apps::invocations::update
+        ))
+        .routes(routes!(apps::invocations::events))
+        .routes(routes!(
+            apps::invocations::list_browsers,
+            apps::invocations::delete_browsers
+        ))
+        .routes(routes!(auth::credential_providers::items))
+        .routes(routes!(auth::credential_providers::test))
+        .routes(routes!(browsers::logs::stream))
+        .routes(routes!(browsers::telemetry::events))
+        .routes(routes!(browsers::telemetry::stream))
+        .routes(routes!(browsers::telemetry::har))
+        .routes(routes!(browsers::inspector::page))
+        .routes(routes!(browsers::inspector::script))
+        .routes(routes!(browsers::inspector::style))
+        .routes(routes!(browsers::inspector::events))
+        .routes(routes!(browsers::inspector::replays))
+        .routes(routes!(
+            organization::telemetry_destinations::create,
+            organization::telemetry_destinations::list
+        ))
+        .routes(routes!(
+            organization::telemetry_destinations::retrieve,
+            organization::telemetry_destinations::update,
+            organization::telemetry_destinations::delete
+        ))
+        .routes(routes!(browsers::curl::curl))
+        .routes(routes!(browsers::webmcp::list_tools))
+        .routes(routes!(browsers::webmcp::invoke_tool))
+        .routes(routes!(
+            browsers::webmcp::add_custom_tools,
+            browsers::webmcp::list_custom_tools
+        ))
+        .routes(routes!(browsers::webmcp::remove_custom_tool))
+        .routes(routes!(browsers::curl::raw))
+        .routes(routes!(browsers::playwright::execute))
+        .routes(routes!(browsers::playwright::repl))
+        .routes(routes!(browsers::playwright::list_executors))
+        .routes(routes!(browsers::playwright::delete_executor))
+        .routes(routes!(browsers::processes::exec))
+        .routes(routes!(browsers::processes::spawn))
+        .routes(routes!(browsers::processes::status))
+        .routes(routes!(browsers::processes::stdin))
+        .routes(routes!(browsers::processes::stream))
+        .routes(routes!(browsers::processes::kill))
+        .routes(routes!(browsers::processes::resize))
+        .routes(routes!(browsers::computer::click_mouse))
+        .routes(routes!(browsers::computer::drag_mouse))
+        .routes(routes!(browsers::computer::get_mouse_position))
+        .routes(routes!(browsers::computer::move_mouse))
+        .routes(routes!(browsers::computer::type_text))
+        .routes(routes!(browsers::computer::press_key))
+        .routes(routes!(browsers::computer::scroll))
+        .routes(routes!(browsers::computer::screenshot))
+        .routes(routes!(browsers::computer::batch::batch))
+        .routes(routes!(browsers::computer::desktop::read_clipboard))
+        .routes(routes!(browsers::computer::desktop::write_clipboard))
+        .routes(routes!(browsers::computer::desktop::set_cursor))
+        .routes(routes!(browsers::fs::move_path))
+        .routes(routes!(browsers::fs::file_info))
+        .routes(routes!(browsers::fs::list_files))
+        .routes(routes!(browsers::fs::read_file))
+        .routes(routes!(browsers::fs::download_dir_zip))
+        .routes(routes!(browsers::fs::create_directory))
+        .routes(routes!(browsers::fs::delete_file))
+        .routes(routes!(browsers::fs::delete_directory))
+        .routes(routes!(browsers::fs::set_file_permissions))
+        .routes(routes!(browsers::fs_watch::start))
+        .routes(routes!(browsers::fs_watch::events))
+        .routes(routes!(browsers::fs_watch::stop))
         .merge(
             // Uploads stream and count their bytes against their own limits.
             OpenApiRouter::new()
-                .routes(routes!(fs::write_file))
-                .routes(routes!(fs::upload_zip))
-                .routes(routes!(fs_upload::upload))
-                .routes(routes!(extensions::upload))
-                .routes(routes!(extensions::load_into_browser))
-                .routes(routes!(deployments::create))
+                .routes(routes!(browsers::fs::write_file))
+                .routes(routes!(browsers::fs::upload_zip))
+                .routes(routes!(browsers::fs_upload::upload))
+                .routes(routes!(resources::extensions::upload))
+                .routes(routes!(resources::extensions::load_into_browser))
+                .routes(routes!(apps::deployments::create))
                 .layer(DefaultBodyLimit::disable()),
         )
         .routes(routes!(health::healthz))
@@ -289,12 +293,18 @@ pub fn router(state: AppState) -> Router {
     let (routes, _) = api_routes().split_for_parts();
     routes
         .route(metrics::PATH, axum::routing::get(metrics::with_token))
-        .route(sign_in::LOGIN_PATH, axum::routing::get(sign_in::login))
         .route(
-            sign_in::CALLBACK_PATH,
-            axum::routing::get(sign_in::callback),
+            auth::sign_in::LOGIN_PATH,
+            axum::routing::get(auth::sign_in::login),
         )
-        .route(sign_in::LOGOUT_PATH, axum::routing::post(sign_in::logout))
+        .route(
+            auth::sign_in::CALLBACK_PATH,
+            axum::routing::get(auth::sign_in::callback),
+        )
+        .route(
+            auth::sign_in::LOGOUT_PATH,
+            axum::routing::post(auth::sign_in::logout),
+        )
         .merge(console::routes())
         .merge(docs::routes())
         .fallback(route_not_found)
@@ -326,7 +336,7 @@ pub fn router(state: AppState) -> Router {
             forward::to_home_replica,
         ))
         .layer(axum::middleware::from_fn(
-            keep_alive::keep_connections_usable,
+            browsers::keep_alive::keep_connections_usable,
         ))
         .layer(axum::middleware::from_fn(metrics::count_requests))
         .layer(TraceLayer::new_for_http())

@@ -11,7 +11,7 @@ use axum::http::Uri;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::cdp::lease_holds;
+use super::browsers::cdp::lease_holds;
 use super::error::ApiError;
 use super::state::AppState;
 

@@ -69,7 +69,7 @@ pub struct AppState {
     pub tokens: Arc<Tokens>,
     pub settings: Arc<HttpSettings>,
     /// Live `fs/watch` watches (in this process).
-    pub watches: Arc<super::fs_watch::registry::Watches>,
+    pub watches: Arc<super::browsers::fs_watch::registry::Watches>,
     /// Forwards requests to the replica that runs workflows.
     pub forwarder: reqwest::Client,
 }

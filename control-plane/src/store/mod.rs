@@ -9,7 +9,9 @@ mod audit;
 mod audit_export;
 mod coordination;
 mod database;
+mod pools;
 mod projects;
+mod replays;
 mod rows;
 pub mod scope;
 mod signed_in;
@@ -29,7 +31,9 @@ pub use apps::{AppVersionRecord, AppsStore, DeploymentRecord, InvocationRecord};
 pub use audit::{AuditQuery, AuditRecord, AuditStore};
 pub use audit_export::{AuditExportStore, ExportDestinationRecord};
 pub use coordination::{CoordinationStore, ExclusiveLock};
+pub use pools::PoolsStore;
 pub use projects::{ProjectRecord, ProjectsStore};
+pub use replays::ReplaysStore;
 pub use signed_in::{SignedInRecord, SignedInStore};
 pub use sql::SqlStore;
 pub use telemetry::{
@@ -415,6 +419,8 @@ pub trait Store:
     + AuditExportStore
     + CoordinationStore
     + ProjectsStore
+    + ReplaysStore
+    + PoolsStore
     + SignedInStore
     + TelemetryStore
     + Send
@@ -507,46 +513,6 @@ pub trait Store:
     async fn delete_proxy(&self, org_id: &str, id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
     async fn record_proxy_check(&self, id: &str, check: &ProxyCheck) -> StoreResult<()>;
 
-    /// Fails with `Conflict` when the organization has a pool of that name.
-    async fn insert_pool(&self, pool: &PoolRecord) -> StoreResult<()>;
-    /// A pool that is not deleted, by id first, then by name.
-    async fn pool(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<PoolRecord>>;
-    /// The organization's pools, oldest first; every organization's with `None`.
-    async fn list_pools(&self, org_id: Option<&str>) -> StoreResult<Vec<PoolRecord>>;
-    /// Replaces name, size and config; `Conflict` on a taken name.
-    async fn update_pool(&self, pool: &PoolRecord) -> StoreResult<()>;
-    async fn delete_pool(&self, id: &str, at: DateTime<Utc>) -> StoreResult<bool>;
-    /// Live (starting or running) browsers of a pool, oldest first.
-    async fn pool_members(&self, pool_id: &str) -> StoreResult<Vec<SessionRecord>>;
-    /// Leases one idle running browser of the pool, atomically: no browser is leased
-    /// twice, also with concurrent callers (and replicas: `FOR UPDATE SKIP LOCKED`).
-    /// The lease is recorded as `lease_id`.
-    async fn lease_pool_browser(
-        &self,
-        pool_id: &str,
-        lease_id: &str,
-    ) -> StoreResult<Option<SessionRecord>>;
-    /// Takes one idle running browser of a standby pool for a new session, atomically
-    /// (as `lease_pool_browser`): the row becomes `session`'s (organization, settings,
-    /// labels, creation time) and leaves the pool; its id, agent and owner stay. Browsers
-    /// `owner` serves come first; others only with `any_owner`. Fails with `Conflict` as
-    /// `insert_session` would (a live name or persistent id taken).
-    async fn claim_standby_browser(
-        &self,
-        pool_id: &str,
-        owner: &str,
-        any_owner: bool,
-        session: &SessionRecord,
-    ) -> StoreResult<Option<SessionRecord>>;
-    /// Moves a pool browser from one lease state to another; false if it was not in
-    /// `from` (or is not live).
-    async fn set_pool_lease(
-        &self,
-        session_id: &str,
-        from: PoolLease,
-        to: PoolLease,
-    ) -> StoreResult<bool>;
-
     /// Fails with `Conflict` when the organization has a profile of that name.
     async fn insert_profile(&self, profile: &ProfileRecord) -> StoreResult<()>;
     /// By id first, then by name.
@@ -602,29 +568,6 @@ pub trait Store:
         read_at: DateTime<Utc>,
     ) -> StoreResult<bool>;
     async fn delete_secret(&self, org_id: &str, kind: SecretKind, id: &str) -> StoreResult<bool>;
-
-    async fn insert_replay(&self, replay: &ReplayRecord) -> StoreResult<()>;
-    async fn replay(
-        &self,
-        org_id: &str,
-        session_id: &str,
-        id: &str,
-    ) -> StoreResult<Option<ReplayRecord>>;
-    /// Oldest first.
-    async fn list_replays(&self, org_id: &str, session_id: &str) -> StoreResult<Vec<ReplayRecord>>;
-    /// Recording or stopping replays of every organization (after a restart).
-    async fn unfinished_replays(&self) -> StoreResult<Vec<ReplayRecord>>;
-    /// Moves a recording replay to `stopping`; returns false if it was not recording, so
-    /// exactly one caller finalizes it.
-    async fn begin_replay_stop(&self, id: &str) -> StoreResult<bool>;
-    /// Records how a stopping replay ended; returns false (changing nothing) if it was
-    /// not stopping.
-    async fn finish_replay(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-        outcome: &ReplayOutcome,
-    ) -> StoreResult<bool>;
 }
 
 impl ReplayOutcome {

@@ -5,7 +5,7 @@
 //! API answers that principal, so another project's or organization's resources are
 //! 404 there as everywhere.
 //!
-//! Signing in: with OpenID Connect (`crate::api::sign_in`) or by pasting an API key into
+//! Signing in: with OpenID Connect (`crate::api::auth::sign_in`) or by pasting an API key into
 //! the form here, which starts a server-side session (`crate::people::sessions`); the
 //! key itself is never stored, in the browser or here. Cross-site request forgery is
 //! refused by the `Org` extractor (changes need a same-origin request) and by the
@@ -31,10 +31,10 @@ use axum::routing::{get, post};
 use browser_agent_proto::v1::ScreenshotRequest;
 use serde_json::{Value, json};
 
+use super::auth::sign_in::{end_session, session_cookie};
 use super::error::ApiError;
 use super::extract::PathParam;
 use super::org::{Org, same_origin};
-use super::sign_in::{end_session, session_cookie};
 use super::state::AppState;
 use crate::access::keys::Refused;
 use crate::access::policy::KINDS;

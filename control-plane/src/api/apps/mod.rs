@@ -1,0 +1,5 @@
+//! Apps as code: deployments, invocations and their event streams.
+
+pub mod deployments;
+pub mod events;
+pub mod invocations;
