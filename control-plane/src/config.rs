@@ -23,6 +23,24 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand, name = "api-keys")]
     ApiKeys(ApiKeysCommand),
+    /// Write a backup of a running or stopped SQLite deployment (database snapshot,
+    /// blobs, credential key) to one tar archive; see docs/operating/backups-and-upgrades.md.
+    Backup {
+        /// Where to write the archive (it holds secrets: written with mode 0600).
+        #[arg(long)]
+        output: PathBuf,
+        #[command(flatten)]
+        storage: StorageConfig,
+    },
+    /// Restore a backup into a data directory that holds no database yet.
+    Restore {
+        /// The archive `backup` wrote.
+        #[arg(long)]
+        input: PathBuf,
+        /// The data directory to restore into (created if missing).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]

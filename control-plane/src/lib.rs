@@ -7,6 +7,7 @@ pub mod app;
 pub mod apps;
 pub mod archive_formats;
 pub mod audit;
+pub mod backup;
 pub mod blobs;
 pub mod chrome_store;
 pub mod config;

@@ -1,6 +1,6 @@
 use clap::Parser;
 use control_plane::config::{ApiKeysCommand, Cli, Command};
-use control_plane::{access, server, store};
+use control_plane::{access, backup, server, store};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -42,6 +42,27 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
             println!("{key}");
+            Ok(())
+        }
+        Command::Backup { output, storage } => {
+            let summary =
+                backup::backup(&storage.data_dir, storage.database_url.as_deref(), &output).await?;
+            println!(
+                "wrote {} ({} bytes): the database, {} blobs{}",
+                output.display(),
+                summary.bytes,
+                summary.blobs,
+                if summary.credential_key {
+                    " and the credential key"
+                } else {
+                    "; no credential.key (given by --credential-key: keep that key with it)"
+                }
+            );
+            Ok(())
+        }
+        Command::Restore { input, data_dir } => {
+            backup::restore(&input, &data_dir).await?;
+            println!("restored {} into {}", input.display(), data_dir.display());
             Ok(())
         }
     }
