@@ -64,7 +64,8 @@ mdbook_version=0.4.52
 mdbook="${CARGO_HOME:-$HOME/.cargo}/bin/mdbook"
 if [[ "${1:-}" == "--tests" ]] && [[ "$("$mdbook" --version 2>/dev/null)" != "mdbook v$mdbook_version" ]]; then
   echo "installing mdBook $mdbook_version (cargo install)" >&2
-  cargo install mdbook --version "$mdbook_version" --locked --no-default-features --quiet
+  cargo install mdbook --version "$mdbook_version" --locked --no-default-features --quiet \
+    --root "${CARGO_HOME:-$HOME/.cargo}"
 fi
 
 # The Node.js runtime of the VMs' Playwright executors: playwright-core and TypeScript at

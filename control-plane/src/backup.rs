@@ -11,7 +11,8 @@
 //! Live browsers' directories, build caches and logs are not kept: a restored service
 //! starts with no browser running (their sessions read as ended at its first start) and
 //! apps' builds must be deployed again. The archive holds secrets: it is written 0600,
-//! and only once complete (a `.partial` file until then). A restore goes only into a data
+//! under a temporary name of its own beside `output` until it is complete, and its
+//! manifest comes last, so an archive cut short is refused. A restore goes only into a data
 //! directory without a database, accepts only the entries a backup writes (regular files
 //! and directories under known names, nothing that climbs out), and leaves nothing behind
 //! when it fails.
@@ -24,7 +25,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
-/// The archive's description of itself, its first entry.
+/// The archive's description of itself, its last entry.
 const MANIFEST: &str = "backup.json";
 const DATABASE: &str = "control-plane.db";
 const BLOBS: &str = "blobs";
@@ -103,68 +104,69 @@ fn sqlite_path(data_dir: &Path, database_url: Option<&str>) -> anyhow::Result<Pa
 }
 
 fn write_archive(data_dir: &Path, database: &Path, output: &Path) -> anyhow::Result<BackupSummary> {
-    let partial = output.with_extension("partial");
-    let result = write_archive_to(data_dir, database, &partial);
-    match result {
-        Ok(summary) => {
-            std::fs::rename(&partial, output)
-                .with_context(|| format!("moving the archive to {}", output.display()))?;
-            Ok(summary)
-        }
-        Err(error) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(error)
-        }
+    if output.is_dir() {
+        bail!(
+            "{} is a directory: name the archive's file",
+            output.display()
+        );
     }
+    let folder = match output.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    // A file of this run's own (0600, a name no other run takes), removed unless it is
+    // complete and renamed to `output`.
+    let partial = tempfile::Builder::new()
+        .prefix(".backup-")
+        .suffix(".partial")
+        .tempfile_in(folder)
+        .with_context(|| format!("creating the archive in {}", folder.display()))?;
+    let scratch = tempfile::Builder::new()
+        .prefix(".backup-")
+        .tempdir_in(folder)
+        .context("a scratch directory beside the archive")?;
+    let file = partial.as_file().try_clone()?;
+    let summary = write_archive_to(data_dir, database, file, scratch.path())?;
+    partial
+        .persist(output)
+        .with_context(|| format!("moving the archive to {}", output.display()))?;
+    Ok(summary)
 }
 
 fn write_archive_to(
     data_dir: &Path,
     database: &Path,
-    partial: &Path,
+    file: File,
+    scratch: &Path,
 ) -> anyhow::Result<BackupSummary> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(partial)
-        .with_context(|| format!("creating {}", partial.display()))?;
     let mut archive = tar::Builder::new(BufWriter::new(file));
     archive.follow_symlinks(false);
 
     // The snapshot first: the blobs copied after it cover everything it names.
-    let scratch = tempfile::tempdir_in(partial.parent().unwrap_or(Path::new(".")))
-        .context("a scratch directory beside the archive")?;
-    let snapshot = scratch.path().join(DATABASE);
+    let snapshot = scratch.join(DATABASE);
     snapshot_database(database, &snapshot)?;
-
-    let blob_files = regular_files(&data_dir.join(BLOBS))?;
-    let credential_key = data_dir.join(KEY_FILES[0]).is_file();
-    let manifest = Manifest {
-        format: FORMAT,
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        created_at: chrono::Utc::now(),
-        blobs: blob_files.len(),
-        credential_key,
-    };
-    let manifest = serde_json::to_vec_pretty(&manifest)?;
-    append_bytes(&mut archive, MANIFEST, &manifest)?;
     archive.append_path_with_name(&snapshot, DATABASE)?;
+
+    // Key files are read through any link (a key on a secrets mount) and stored as the
+    // regular files a restore accepts.
+    let mut credential_key = false;
     for name in KEY_FILES {
         let path = data_dir.join(name);
-        if path.is_file() {
-            archive.append_path_with_name(&path, name)?;
+        match File::open(&path) {
+            Ok(file) => {
+                append_file(&mut archive, Path::new(name), file)?;
+                credential_key |= name == KEY_FILES[0];
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
         }
     }
     let mut blobs = 0;
-    for relative in blob_files {
+    for relative in regular_files(&data_dir.join(BLOBS))? {
         let path = data_dir.join(BLOBS).join(&relative);
         match File::open(&path) {
-            Ok(mut file) => {
-                let mut header = tar::Header::new_gnu();
-                header.set_metadata(&file.metadata()?);
-                header.set_mode(0o600);
-                archive.append_data(&mut header, Path::new(BLOBS).join(&relative), &mut file)?;
+            Ok(file) => {
+                append_file(&mut archive, &Path::new(BLOBS).join(&relative), file)?;
                 blobs += 1;
             }
             // Deleted since the listing, with the resource that named it.
@@ -172,6 +174,19 @@ fn write_archive_to(
             Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
         }
     }
+    // The manifest last: an archive cut short anywhere has none, and is refused.
+    let manifest = Manifest {
+        format: FORMAT,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        created_at: chrono::Utc::now(),
+        blobs,
+        credential_key,
+    };
+    append_bytes(
+        &mut archive,
+        MANIFEST,
+        &serde_json::to_vec_pretty(&manifest)?,
+    )?;
     let mut writer = archive.into_inner()?;
     writer.flush()?;
     let file = writer.into_inner().map_err(|error| error.into_error())?;
@@ -181,6 +196,20 @@ fn write_archive_to(
         credential_key,
         bytes: file.metadata()?.len(),
     })
+}
+
+/// Adds an open file as a regular file of mode 0600 under `name`.
+fn append_file(
+    archive: &mut tar::Builder<BufWriter<File>>,
+    name: &Path,
+    mut file: File,
+) -> anyhow::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata(&file.metadata()?);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mode(0o600);
+    archive.append_data(&mut header, name, &mut file)?;
+    Ok(())
 }
 
 /// A consistent copy of a live SQLite database.
@@ -247,11 +276,18 @@ fn append_bytes(
 /// Unpacks the archive into a staging directory inside `data_dir`, which is removed when
 /// the returned handle drops (so a failure leaves nothing).
 fn unpack_archive(input: &Path, data_dir: &Path) -> anyhow::Result<tempfile::TempDir> {
-    if data_dir.join(DATABASE).exists() {
-        bail!(
-            "{} already holds a database: restore into a new data directory",
-            data_dir.display()
-        );
+    // The database or any file SQLite keeps beside one (a `-wal` journal left there would
+    // be replayed into the restored database at its first open).
+    if let Ok(entries) = std::fs::read_dir(data_dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(DATABASE) {
+                bail!(
+                    "{} already holds a database ({}): restore into a new data directory",
+                    data_dir.display(),
+                    entry.file_name().to_string_lossy()
+                );
+            }
+        }
     }
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -290,8 +326,14 @@ fn move_into_place(staging: tempfile::TempDir, data_dir: &Path) -> anyhow::Resul
             data_dir.join(taken).display()
         );
     }
-    for name in &names {
-        std::fs::rename(staging.path().join(name), data_dir.join(name))?;
+    for (index, name) in names.iter().enumerate() {
+        if let Err(error) = std::fs::rename(staging.path().join(name), data_dir.join(name)) {
+            // Back where they came from, so nothing of a failed restore stays.
+            for moved in &names[..index] {
+                let _ = std::fs::rename(data_dir.join(moved), staging.path().join(moved));
+            }
+            return Err(error).with_context(|| format!("moving {name} into place"));
+        }
     }
     Ok(())
 }
@@ -302,6 +344,7 @@ fn unpack_into(input: &Path, dir: &Path) -> anyhow::Result<Manifest> {
     let file = File::open(input).with_context(|| format!("opening {}", input.display()))?;
     let mut archive = tar::Archive::new(std::io::BufReader::new(file));
     let mut manifest = None;
+    let mut blobs = 0;
     for entry in archive.entries()? {
         let mut entry = entry?;
         let path = entry.path()?.into_owned();
@@ -351,8 +394,16 @@ fn unpack_into(input: &Path, dir: &Path) -> anyhow::Result<Manifest> {
             .with_context(|| format!("writing {}", target.display()))?;
         std::io::copy(&mut entry, &mut out)?;
         out.sync_all()?;
+        blobs += usize::from(path.starts_with(BLOBS));
     }
-    let manifest = manifest.context("the archive has no backup.json: it is not a backup")?;
+    let manifest: Manifest =
+        manifest.context("the archive has no backup.json: it is not a backup")?;
+    if blobs != manifest.blobs {
+        bail!(
+            "the archive holds {blobs} blobs where its backup.json counts {}",
+            manifest.blobs
+        );
+    }
     if !dir.join(DATABASE).is_file() {
         bail!("the archive holds no database");
     }

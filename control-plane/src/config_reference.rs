@@ -12,9 +12,9 @@ pub fn markdown() -> String {
     let mut page = String::from(
         "# Flags\n\n\
          Generated from the command line's own definitions (`control-plane <command> --help`\n\
-         says the same); a test fails when a flag is missing here. Every flag can also be set\n\
-         by its environment variable. See [Configuration](../configuration.md) for how the\n\
-         pieces fit together.\n",
+         says the same); a test fails when a flag is missing here. A flag with a variable in\n\
+         the env column can be set by that variable instead. See\n\
+         [Configuration](../configuration.md) for how the pieces fit together.\n",
     );
     let cli = Cli::command();
     for (path, command) in leaf_commands(&cli, "control-plane") {

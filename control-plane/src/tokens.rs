@@ -201,7 +201,17 @@ impl Tokens {
         let mut validation = self.replay_view.clone();
         validation.set_audience(&[audience]);
         validation.set_required_spec_claims(&["aud", "exp"]);
-        jsonwebtoken::decode::<T>(token, &self.decoding, &validation)
+        self.decode(&validation, token)
+    }
+
+    /// The claims of a genuine token that `validation` accepts (its audience, unexpired),
+    /// or `None`.
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        validation: &Validation,
+        token: &str,
+    ) -> Option<T> {
+        jsonwebtoken::decode::<T>(token, &self.decoding, validation)
             .ok()
             .map(|data| data.claims)
     }
@@ -224,9 +234,7 @@ impl Tokens {
 
     /// The claims of a genuine CDP token, or `None`.
     pub fn verify_cdp(&self, token: &str) -> Option<CdpClaims> {
-        jsonwebtoken::decode::<CdpClaims>(token, &self.decoding, &self.cdp)
-            .ok()
-            .map(|data| data.claims)
+        self.decode(&self.cdp, token)
     }
 
     pub fn issue_live_view(
@@ -248,9 +256,7 @@ impl Tokens {
 
     /// The claims of a genuine live-view token, or `None`.
     pub fn verify_live_view(&self, token: &str) -> Option<LiveViewClaims> {
-        jsonwebtoken::decode::<LiveViewClaims>(token, &self.decoding, &self.live_view)
-            .ok()
-            .map(|data| data.claims)
+        self.decode(&self.live_view, token)
     }
 
     pub fn issue_replay_view(
@@ -310,16 +316,12 @@ impl Tokens {
     }
 
     pub fn verify_flow_live_view(&self, token: &str) -> Option<HostedLoginClaims> {
-        jsonwebtoken::decode::<HostedLoginClaims>(token, &self.decoding, &self.flow_live_view)
-            .ok()
-            .map(|data| data.claims)
+        self.decode(&self.flow_live_view, token)
     }
 
     /// The claims of a genuine, unexpired hosted-login token, or `None`.
     pub fn verify_hosted_login(&self, token: &str) -> Option<HostedLoginClaims> {
-        jsonwebtoken::decode::<HostedLoginClaims>(token, &self.decoding, &self.hosted_login)
-            .ok()
-            .map(|data| data.claims)
+        self.decode(&self.hosted_login, token)
     }
 
     /// An API key for the action of one invocation, valid until `expires`.
@@ -344,9 +346,7 @@ impl Tokens {
     /// The claims of a genuine, unexpired invocation key, or `None`.
     pub fn verify_invocation_key(&self, key: &str) -> Option<InvocationClaims> {
         let token = key.strip_prefix(INVOCATION_KEY_PREFIX)?;
-        jsonwebtoken::decode::<InvocationClaims>(token, &self.decoding, &self.invocation)
-            .ok()
-            .map(|data| data.claims)
+        self.decode(&self.invocation, token)
     }
 
     pub fn issue_inspector(
@@ -366,16 +366,12 @@ impl Tokens {
 
     /// The claims of a genuine, unexpired inspector token, or `None`.
     pub fn verify_inspector(&self, token: &str) -> Option<InspectorClaims> {
-        jsonwebtoken::decode::<InspectorClaims>(token, &self.decoding, &self.inspector)
-            .ok()
-            .map(|data| data.claims)
+        self.decode(&self.inspector, token)
     }
 
     /// The claims of a genuine, unexpired replay-view token, or `None`.
     pub fn verify_replay_view(&self, token: &str) -> Option<ReplayViewClaims> {
-        jsonwebtoken::decode::<ReplayViewClaims>(token, &self.decoding, &self.replay_view)
-            .ok()
-            .map(|data| data.claims)
+        self.decode(&self.replay_view, token)
     }
 }
 

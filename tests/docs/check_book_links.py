@@ -37,6 +37,9 @@ def parse(path: Path) -> Page:
 def main(book: Path) -> int:
     book = book.resolve()
     pages = {path: parse(path) for path in book.rglob("*.html")}
+    if len(pages) < 10 or not (book / "index.html").is_file():
+        print(f"{book} holds no built book ({len(pages)} pages)", file=sys.stderr)
+        return 1
     broken = []
     for path, page in pages.items():
         if path.name in ("404.html", "print.html", "toc.html"):

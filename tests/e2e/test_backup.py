@@ -107,8 +107,26 @@ def test_a_backup_taken_while_serving_restores_everything(planes, tmp_path, test
     assert client.browsers.retrieve(running.session_id).session_id == running.session_id
     with tarfile.open(archive) as tar:
         names = tar.getnames()
-    assert names[0] == "backup.json" and "control-plane.db" in names and "credential.key" in names
+    assert names[-1] == "backup.json", "the manifest comes last: an archive cut short has none"
+    assert "control-plane.db" in names and "credential.key" in names
     assert not any(name.startswith("browsers") for name in names), "live VMs are not backed up"
+
+    # Cut short (a full disk, a copy interrupted): refused, nothing left.
+    # The worst place: right before the manifest, where the rest still reads as a whole
+    # archive (two zero blocks end it).
+    cut = tmp_path / "cut.tar"
+    with tarfile.open(archive) as tar:
+        manifest_at = tar.getmembers()[-1].offset
+    cut.write_bytes(archive.read_bytes()[:manifest_at] + bytes(1024))
+    refused = command("restore", "--input", str(cut), "--data-dir", str(tmp_path / "from-cut"))
+    assert refused.returncode != 0 and "not a backup" in refused.stderr, refused.stderr
+    assert list((tmp_path / "from-cut").iterdir()) == []
+    # A journal of an older database left in the directory would be replayed into the
+    # restored one: refused.
+    (tmp_path / "stale").mkdir()
+    (tmp_path / "stale" / "control-plane.db-wal").write_bytes(b"old pages")
+    refused = command("restore", "--input", str(archive), "--data-dir", str(tmp_path / "stale"))
+    assert refused.returncode != 0 and "already holds a database" in refused.stderr, refused.stderr
 
     restored_dir = tmp_path / "restored"
     restore = command(*documented("restore", **{"/backups/browser-service.tar": archive,
@@ -133,7 +151,7 @@ def test_a_backup_taken_while_serving_restores_everything(planes, tmp_path, test
     assert raw(restored, "GET", f"/browsers/{recorded.session_id}/replays/{replay.replay_id}").content == video
     code = raw(restored, "GET", f"/credentials/{credential_id}/totp-code")
     assert code.status_code == 200, code.text
-    assert code.json()["code"] == pyotp.TOTP(SEED).now()
+    assert pyotp.TOTP(SEED).verify(code.json()["code"], valid_window=1), "the seed decrypts"
 
 
 def test_an_archive_that_is_not_a_backup_is_refused_with_nothing_left(tmp_path):

@@ -73,7 +73,7 @@ fn the_check_finds_a_planted_circle() {
     );
     write(
         "a/inner.rs",
-        "pub fn f() -> &'static str { \"crate::d::Y\" }",
+        "pub fn f() -> &'static str { \"see crate::d::Y\" }",
     );
     write(
         "b.rs",
@@ -92,12 +92,57 @@ fn the_check_finds_a_planted_circle() {
     };
     let found = named(dependency_graph(dir.path(), "lib.rs"));
     // a → b → c → a::inner is no circle (a's child is not a); d → a::inner neither. A
-    // comment or a string naming `crate::d` adds nothing, and `super` in b's inline
+    // comment or a sentence in a string naming `crate::d` adds nothing, and `super` in b's inline
     // module is b itself.
     assert!(found.is_empty(), "{found:?}");
     write("a/inner.rs", "pub fn f() { crate::b::g() }");
     let found = named(dependency_graph(dir.path(), "lib.rs"));
     assert_eq!(found, vec![vec!["a::inner", "b", "c", "d"]]);
+}
+
+#[test]
+fn the_check_sees_through_reexports_and_paths_in_attributes() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("temp dir: {error}"));
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap_or(dir.path())).ok();
+        std::fs::write(path, text).unwrap_or_else(|error| panic!("write {name}: {error}"));
+    };
+    let found = || -> Vec<Vec<String>> {
+        circles(&dependency_graph(dir.path(), "lib.rs"))
+            .into_iter()
+            .map(|circle| circle.iter().map(display).collect())
+            .collect()
+    };
+    write("lib.rs", "mod e; mod f; mod g;");
+    // `crate::e::Thing` is `e/inner.rs`'s, re-exported by `e`.
+    write(
+        "e/mod.rs",
+        "mod inner;\npub use inner::{Thing, Other as Renamed};",
+    );
+    write(
+        "e/inner.rs",
+        "pub struct Thing; pub struct Other; fn k() { crate::f::h() }",
+    );
+    write("f.rs", "pub fn h() {} fn uses(_: crate::e::Thing) {}");
+    assert_eq!(found(), vec![vec!["e::inner", "f"]]);
+    write("f.rs", "pub fn h() {} fn uses(_: crate::e::Renamed) {}");
+    assert_eq!(found(), vec![vec!["e::inner", "f"]], "through an alias too");
+    write("f.rs", "pub fn h() {}");
+    assert!(found().is_empty());
+    // A path in an attribute's string is a dependency; a byte raw string with quotes in it
+    // does not hide the code after it.
+    write(
+        "g.rs",
+        "const B: &[u8] = br#\"a\"b\"#;\n#[serde(deserialize_with = \"crate::e::inner::k\")]\nstruct S;\nfn m() { crate::f::h() }",
+    );
+    write("f.rs", "pub fn h() { crate::g::n() }");
+    write(
+        "e/inner.rs",
+        "pub struct Thing; pub struct Other; pub fn k() { crate::g::n() }",
+    );
+    // g names e::inner only in the attribute, and f only after the byte string.
+    assert_eq!(found(), vec![vec!["e::inner", "f", "g"]]);
 }
 
 fn source_dir(krate: &str) -> PathBuf {
@@ -172,26 +217,69 @@ fn dependency_graph(src: &Path, root: &str) -> BTreeMap<Module, BTreeSet<Module>
         .map(|module| (module.clone(), module.clone()))
         .collect();
     let mut references = BTreeMap::new();
+    let mut written_reexports = Vec::new();
     for (module, code) in &texts {
-        let (inline, paths) = scan(code, module);
-        for inner in inline {
+        let scanned = scan(code, module);
+        for inner in scanned.inline {
             file_of.entry(inner).or_insert_with(|| module.clone());
         }
-        references.insert(module.clone(), paths);
+        references.insert(module.clone(), scanned.paths);
+        written_reexports.extend(scanned.reexports);
     }
+    // A re-exported name is a dependency on the file that defines it, not on the module
+    // that re-exports it (`crate::store::PoolsStore` is `store/pools.rs`).
+    let mut reexports: BTreeMap<Module, BTreeMap<String, Module>> = BTreeMap::new();
+    for (here, name, path) in written_reexports {
+        let target = match path.first().map(String::as_str) {
+            Some("crate" | "super" | "self") => absolute(&path, &here),
+            Some(first) => {
+                let mut child = here.clone();
+                child.push(first.to_owned());
+                // A bare path is a child module's, or another crate's (not ours).
+                file_of.contains_key(&child).then(|| {
+                    let mut full = here.clone();
+                    full.extend(path.iter().cloned());
+                    full
+                })
+            }
+            None => None,
+        };
+        if let Some(target) = target {
+            reexports.entry(here).or_default().insert(name, target);
+        }
+    }
+    let resolve = |path: &Module| -> Option<Module> {
+        let mut path = path.clone();
+        for _ in 0..8 {
+            let length = (0..=path.len())
+                .rev()
+                .find(|length| file_of.contains_key(&path[..*length]))?;
+            let redirected = path.get(length).and_then(|name| {
+                reexports
+                    .get(&path[..length])
+                    .and_then(|names| names.get(name))
+            });
+            match redirected {
+                Some(target) if *target != path[..=length] => {
+                    let mut next = target.clone();
+                    next.extend(path[length + 1..].iter().cloned());
+                    path = next;
+                }
+                _ => return file_of.get(&path[..length]).cloned(),
+            }
+        }
+        None
+    };
     let mut graph = BTreeMap::new();
     for (module, paths) in references {
         let mut targets = BTreeSet::new();
         for path in paths {
-            let Some(target) = (0..=path.len())
-                .rev()
-                .find_map(|length| file_of.get(&path[..length]))
-            else {
+            let Some(target) = resolve(&path) else {
                 continue;
             };
             let descendant = target.len() > module.len() && target.starts_with(&module);
-            if *target != module && !descendant {
-                targets.insert(target.clone());
+            if target != module && !descendant {
+                targets.insert(target);
             }
         }
         graph.insert(module, targets);
@@ -235,12 +323,19 @@ fn code_only(text: &str) -> String {
             i = raw_string_end(&chars, i).unwrap_or(i + 1);
             out.push_str("\"\"");
         } else if c == '"' {
+            let start = i + 1;
             i += 1;
             while i < chars.len() && chars[i] != '"' {
                 i += if chars[i] == '\\' { 2 } else { 1 };
             }
+            let content: String = chars[start..i.min(chars.len())].iter().collect();
             i += 1;
-            out.push_str("\"\"");
+            // A path in a string is a dependency (serde's `deserialize_with = "crate::…"`).
+            if is_module_path(&content) {
+                out.push_str(&format!(" {content} "));
+            } else {
+                out.push_str("\"\"");
+            }
         } else if c == '\'' && is_char_literal(&chars, i) {
             i += 1;
             while i < chars.len() && chars[i] != '\'' {
@@ -256,10 +351,23 @@ fn code_only(text: &str) -> String {
     out
 }
 
+fn is_module_path(text: &str) -> bool {
+    let mut parts = text.split("::");
+    matches!(parts.next(), Some("crate" | "super" | "self"))
+        && text.contains("::")
+        && parts.all(|part| is_ident(part) && part.chars().all(|c| c.is_alphanumeric() || c == '_'))
+}
+
 /// Where a raw string starting at `start` (`r"…"`, `r#"…"#`) ends, if it is one.
 fn raw_string_end(chars: &[char], start: usize) -> Option<usize> {
-    if start > 0 && (chars[start - 1].is_alphanumeric() || chars[start - 1] == '_') {
-        return None; // the end of an identifier such as `for`
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    if start > 0 && ident(chars[start - 1]) {
+        // `br"…"` and `cr"…"` are raw strings too; `for"` or `xbr"` are not.
+        let prefixed =
+            matches!(chars[start - 1], 'b' | 'c') && (start < 2 || !ident(chars[start - 2]));
+        if !prefixed {
+            return None; // the end of an identifier such as `for`
+        }
     }
     let mut i = start + 1;
     let mut hashes = 0;
@@ -291,10 +399,11 @@ fn is_char_literal(chars: &[char], start: usize) -> bool {
 
 /// The inline modules a file declares and every `crate`/`super`/`self` path it names, both
 /// resolved to absolute module paths.
-fn scan(code: &str, module: &Module) -> (Vec<Module>, Vec<Module>) {
+fn scan(code: &str, module: &Module) -> Scanned {
     let tokens = tokenize(code);
     let mut inline = Vec::new();
     let mut paths = Vec::new();
+    let mut reexports = Vec::new();
     // The inline modules we are in, each with the brace depth it closes at.
     let mut scopes: Vec<(String, usize)> = Vec::new();
     let mut depth = 0usize;
@@ -326,7 +435,15 @@ fn scan(code: &str, module: &Module) -> (Vec<Module>, Vec<Module>) {
                     .unwrap_or(tokens.len());
                 let mut expanded = Vec::new();
                 use_tree(&tokens[i + 1..end], Vec::new(), &mut expanded);
-                paths.extend(expanded.iter().filter_map(|path| absolute(path, &here())));
+                // `pub use` (or `pub(crate) use`): the names it makes this module answer for.
+                let public = i >= 1 && (tokens[i - 1] == "pub" || tokens[i - 1] == ")");
+                for used in expanded {
+                    paths.extend(absolute(&used.path, &here()));
+                    let name = used.alias.clone().or_else(|| used.path.last().cloned());
+                    if let (true, false, Some(name)) = (public, used.glob, name) {
+                        reexports.push((here(), name, used.path));
+                    }
+                }
                 i = end;
                 continue;
             }
@@ -356,7 +473,21 @@ fn scan(code: &str, module: &Module) -> (Vec<Module>, Vec<Module>) {
         }
         i += 1;
     }
-    (inline, paths)
+    Scanned {
+        inline,
+        paths,
+        reexports,
+    }
+}
+
+/// What a file declares and names.
+struct Scanned {
+    /// Its inline modules (`mod tests { … }`).
+    inline: Vec<Module>,
+    /// Every `crate`/`super`/`self` path, absolute.
+    paths: Vec<Module>,
+    /// Its `pub use`s: (the module, the name it re-exports, the path as written).
+    reexports: Vec<(Module, String, Vec<String>)>,
 }
 
 fn is_ident(token: &str) -> bool {
@@ -392,9 +523,18 @@ fn tokenize(code: &str) -> Vec<String> {
     tokens
 }
 
-/// Expands a `use` tree (`a::{b, c::d as e, self}`) into its paths.
-fn use_tree(tokens: &[String], prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+/// One path a `use` tree names: the path, the name it is known by here (`as` renames it),
+/// and whether it is a glob (`*`).
+struct UsePath {
+    path: Vec<String>,
+    alias: Option<String>,
+    glob: bool,
+}
+
+/// Expands a `use` tree (`a::{b, c::d as e, self, f::*}`) into its paths.
+fn use_tree(tokens: &[String], prefix: Vec<String>, out: &mut Vec<UsePath>) {
     let mut path = prefix;
+    let (mut alias, mut glob) = (None, false);
     let mut i = 0;
     while i < tokens.len() {
         match tokens[i].as_str() {
@@ -406,14 +546,21 @@ fn use_tree(tokens: &[String], prefix: Vec<String>, out: &mut Vec<Vec<String>>) 
                 }
                 return;
             }
-            "as" | "*" => break,
+            "as" => {
+                alias = tokens.get(i + 1).cloned();
+                break;
+            }
+            "*" => {
+                glob = true;
+                break;
+            }
             "self" if !path.is_empty() => {}
             token if is_ident(token) => path.push(token.to_owned()),
             _ => {}
         }
         i += 1;
     }
-    out.push(path);
+    out.push(UsePath { path, alias, glob });
 }
 
 fn matching_brace(tokens: &[String], open: usize) -> usize {

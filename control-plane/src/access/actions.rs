@@ -1,7 +1,7 @@
 //! Which action each route needs: the one table of the API's permissions, checked for
 //! every authenticated request by the `Org` extractor (`crate::api::org`), never by a
 //! handler. `docs/reference/api-key-actions.md` lists it route by route; a unit test in
-//! `crate::api::org` keeps that list equal to what this code decides for every route.
+//! `crate::api::action_docs` keeps that list equal to what this code decides for every route.
 //!
 //! The rules: the route's first segments name the kind (`/browsers` → `browsers`,
 //! `/org/api_keys` → `api_keys`, …); reading (`GET`) needs `read` and changing needs

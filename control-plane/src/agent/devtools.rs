@@ -1,7 +1,7 @@
 //! DevTools WebSockets of local browsers, handed over by their agents (the agent's
 //! `devtools_handoff`): a TCP socket to Chromium in the VM's network namespace, its
 //! WebSocket handshake done, received as a file descriptor over a Unix socket beside the
-//! agent's. The CDP route then passes bytes through (`api::cdp_passthrough`).
+//! agent's. The CDP route then passes bytes through (`api::browsers::cdp_passthrough`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

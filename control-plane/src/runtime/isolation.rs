@@ -41,15 +41,7 @@ pub struct HostCapabilities {
 
 impl HostCapabilities {
     pub fn detect() -> Self {
-        let sysctl = |name: &str| {
-            std::fs::read_to_string(name)
-                .ok()
-                .and_then(|value| value.trim().parse::<u64>().ok())
-        };
-        // Debian kernels can also switch them off for unprivileged users.
-        let user_namespaces = sysctl("/proc/sys/user/max_user_namespaces")
-            .is_some_and(|max| max > 0)
-            && sysctl("/proc/sys/kernel/unprivileged_userns_clone") != Some(0);
+        let user_namespaces = super::sandbox::user_namespaces_allowed();
         let bubblewrap = std::env::var_os("PATH").is_some_and(|path| {
             std::env::split_paths(&path).any(|dir| dir.join("bwrap").is_file())
         });

@@ -124,13 +124,25 @@ const AGENT_CAPABILITIES: &[&str] = &[
     "CAP_SYS_PTRACE",
 ];
 
+/// Whether unprivileged users may create user namespaces here (what bubblewrap needs).
+pub fn user_namespaces_allowed() -> bool {
+    let sysctl = |name: &str| {
+        std::fs::read_to_string(name)
+            .ok()
+            .and_then(|value| value.trim().parse::<u64>().ok())
+    };
+    // Debian kernels can also switch them off for unprivileged users.
+    sysctl("/proc/sys/user/max_user_namespaces").is_some_and(|max| max > 0)
+        && sysctl("/proc/sys/kernel/unprivileged_userns_clone") != Some(0)
+}
+
 impl Sandbox {
     /// Checks that this host can sandbox browsers: `Err` says what is missing.
     pub fn prepare(user_name: &str, tenant_name: &str) -> Result<Self, String> {
         let bwrap = find_in_path("bwrap").ok_or(
             "bubblewrap (`bwrap`) is not installed: install Debian's `bubblewrap` package",
         )?;
-        if !super::isolation::HostCapabilities::detect().user_namespaces {
+        if !user_namespaces_allowed() {
             return Err(
                 "this kernel does not let unprivileged users create user namespaces \
                  (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone)"

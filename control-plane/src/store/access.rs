@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::database::{Row, params, sql};
-use super::sql::SqlStore;
+use super::sql_store::SqlStore;
 use super::{StoreError, StoreResult};
 use crate::access::policy::Policy;
 

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::database::{Row, params, sql};
-use super::sql::SqlStore;
+use super::sql_store::SqlStore;
 use super::{StoreResult, scope};
 
 /// A deployment: its status, its public settings as the apps module's JSON `document`,

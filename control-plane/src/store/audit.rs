@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::StoreResult;
 use super::database::{Row, params, sql};
-use super::sql::SqlStore;
+use super::sql_store::SqlStore;
 
 /// One recorded call. Times are microseconds since the epoch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use super::AuditRecord;
 use super::StoreResult;
 use super::audit::{AUDIT_COLUMNS, audit_from_row};
 use super::database::{Row, params, sql};
-use super::sql::SqlStore;
+use super::sql_store::SqlStore;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExportDestinationRecord {

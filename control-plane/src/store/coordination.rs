@@ -10,7 +10,7 @@ use super::StoreResult;
 pub use super::database::ExclusiveLock;
 use super::database::{params, sql};
 use super::rows::count_from_row;
-use super::sql::SqlStore;
+use super::sql_store::SqlStore;
 
 /// How long an admission waits for another replica's: admissions take milliseconds.
 const ADMISSION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -16,6 +16,7 @@ mod rows;
 pub mod scope;
 mod signed_in;
 mod sql;
+mod sql_store;
 pub mod statements;
 mod telemetry;
 
@@ -35,7 +36,7 @@ pub use pools::PoolsStore;
 pub use projects::{ProjectRecord, ProjectsStore};
 pub use replays::ReplaysStore;
 pub use signed_in::{SignedInRecord, SignedInStore};
-pub use sql::SqlStore;
+pub use sql_store::SqlStore;
 pub use telemetry::{
     DestinationRecord, NewTelemetryEvent, TelemetryQuery, TelemetryRow, TelemetryStore,
 };

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::database::{params, sql};
 use super::rows::{POOL_COLUMNS, SESSION_COLUMNS, pool_from_row, session_from_row};
-use super::sql::{ID_FIRST, SqlStore};
+use super::sql_store::{ID_FIRST, SqlStore};
 use super::{PoolLease, PoolRecord, SessionRecord, StoreResult, scope};
 
 #[async_trait]

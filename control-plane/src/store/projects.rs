@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::StoreResult;
 use super::database::{Row, params, sql};
-use super::sql::SqlStore;
+use super::sql_store::SqlStore;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProjectRecord {

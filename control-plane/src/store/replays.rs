@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::database::{params, sql};
 use super::rows::{REPLAY_COLUMNS, replay_from_row};
-use super::sql::SqlStore;
+use super::sql_store::SqlStore;
 use super::{ReplayOutcome, ReplayRecord, StoreResult};
 
 #[async_trait]

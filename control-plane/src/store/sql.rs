@@ -1,43 +1,25 @@
-//! `Store` over SQL, for both backends: every statement is written here once, in
+//! The core `Store` over SQL, for both backends: every statement is written here once, in
 //! PostgreSQL's dialect (see `database::Statement` for SQLite's spelling); rows become
 //! records in `rows.rs`.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::database::{Database, params, sql};
+use super::database::{params, sql};
 use super::rows::*;
 use super::scope;
+use super::sql_store::{ID_FIRST, SqlStore};
 use super::{
     AgentLocation, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease, ProfileRecord,
     ProxyCheck, ProxyRecord, SecretKind, SecretRecord, SessionFilter, SessionRecord, Store,
     StoreResult,
 };
 
-/// Looks a row up by id first, then by name, in one statement: a name that equals another
-/// row's id never shadows that row.
-pub(super) const ID_FIRST: &str =
-    "(id = $2 OR name = $2) ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 1";
-
-pub struct SqlStore {
-    database: Database,
-}
-
-impl SqlStore {
-    pub fn new(database: Database) -> Self {
-        Self { database }
-    }
-
-    pub(super) fn database(&self) -> &Database {
-        &self.database
-    }
-}
-
 #[async_trait]
 impl Store for SqlStore {
     async fn ensure_organization(&self, name: &str) -> StoreResult<Organization> {
         let now = Utc::now();
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "INSERT INTO organizations (id, name, created_at) VALUES ($1, $2, $3) \
@@ -47,7 +29,7 @@ impl Store for SqlStore {
             )
             .await?;
         let organization = self
-            .database
+            .database()
             .query_one(
                 sql!("SELECT id, name, created_at FROM organizations WHERE name = $1"),
                 params![name],
@@ -60,7 +42,7 @@ impl Store for SqlStore {
     }
 
     async fn setting_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING"
@@ -68,7 +50,7 @@ impl Store for SqlStore {
                 params![key, value],
             )
             .await?;
-        self.database
+        self.database()
             .query_one(
                 sql!("SELECT value FROM settings WHERE key = $1"),
                 params![key],
@@ -79,7 +61,7 @@ impl Store for SqlStore {
 
     async fn insert_session(&self, s: &SessionRecord) -> StoreResult<()> {
         let agent = s.agent.as_ref();
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
@@ -122,7 +104,7 @@ impl Store for SqlStore {
     }
 
     async fn session(&self, org_id: &str, id: &str) -> StoreResult<Option<SessionRecord>> {
-        self.database
+        self.database()
             .query_opt(
                 // By id first, then by the name of a live session.
                 sql!(
@@ -141,7 +123,7 @@ impl Store for SqlStore {
         org_id: &str,
         persistent_id: &str,
     ) -> StoreResult<Option<SessionRecord>> {
-        self.database
+        self.database()
             .query_opt(
                 sql!(
                     "SELECT {SESSION_COLUMNS} FROM browser_sessions \
@@ -173,7 +155,7 @@ impl Store for SqlStore {
             SessionFilter::Ended => "ended",
             SessionFilter::All => "all",
         };
-        self.database
+        self.database()
             .query(
                 statement,
                 params![org_id, filter, limit, offset, scope::current()],
@@ -184,7 +166,7 @@ impl Store for SqlStore {
 
     async fn live_browser_count(&self, org_id: &str) -> StoreResult<u64> {
         let count = self
-            .database
+            .database()
             .query_one(
                 sql!(
                     "SELECT COUNT(*) FROM browser_sessions WHERE org_id = $1 \
@@ -198,7 +180,7 @@ impl Store for SqlStore {
     }
 
     async fn live_sessions(&self) -> StoreResult<Vec<SessionRecord>> {
-        self.database
+        self.database()
             .query(
                 sql!(
                     "SELECT {SESSION_COLUMNS} FROM browser_sessions WHERE status <> 'ended' \
@@ -212,7 +194,7 @@ impl Store for SqlStore {
 
     async fn set_session_running(&self, id: &str, agent: &AgentLocation) -> StoreResult<bool> {
         let changed = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "UPDATE browser_sessions SET status = 'running', agent_endpoint = $2, \
@@ -227,7 +209,7 @@ impl Store for SqlStore {
 
     async fn end_session(&self, id: &str, at: DateTime<Utc>, reason: &str) -> StoreResult<bool> {
         let changed = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "UPDATE browser_sessions SET status = 'ended', ended_at = $2, end_reason = $3 \
@@ -247,7 +229,7 @@ impl Store for SqlStore {
         settings: &super::VmSettings,
     ) -> StoreResult<bool> {
         let changed = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "UPDATE browser_sessions SET vm_settings = $2, name = $3, proxy_id = $4 \
@@ -265,7 +247,7 @@ impl Store for SqlStore {
         profile: &super::SessionProfile,
     ) -> StoreResult<bool> {
         let changed = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "UPDATE browser_sessions SET profile_id = $2, profile_save_changes = $3 \
@@ -285,7 +267,7 @@ impl Store for SqlStore {
         refresh_rate: Option<i64>,
     ) -> StoreResult<bool> {
         let changed = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "UPDATE browser_sessions SET viewport_width = $2, viewport_height = $3, \
@@ -298,7 +280,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_extension(&self, e: &ExtensionRecord) -> StoreResult<()> {
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "INSERT INTO extensions ({EXTENSION_COLUMNS}, project_id) \
@@ -324,7 +306,7 @@ impl Store for SqlStore {
         org_id: &str,
         id_or_name: &str,
     ) -> StoreResult<Option<ExtensionRecord>> {
-        self.database
+        self.database()
             .query_opt(
                 sql!(
                     "SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 \
@@ -337,7 +319,7 @@ impl Store for SqlStore {
     }
 
     async fn list_extensions(&self, org_id: &str) -> StoreResult<Vec<ExtensionRecord>> {
-        self.database
+        self.database()
             .query(
                 sql!(
                     "SELECT {EXTENSION_COLUMNS} FROM extensions WHERE org_id = $1 \
@@ -351,7 +333,7 @@ impl Store for SqlStore {
 
     async fn delete_extension(&self, org_id: &str, id: &str) -> StoreResult<bool> {
         let deleted = self
-            .database
+            .database()
             .execute(
                 sql!("DELETE FROM extensions WHERE org_id = $1 AND id = $2 AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"),
                 params![org_id, id, scope::current()],
@@ -363,7 +345,7 @@ impl Store for SqlStore {
     async fn mark_extensions_used(&self, ids: &[String], at: DateTime<Utc>) -> StoreResult<()> {
         // A browser loads at most a few dozen extensions: one statement each is cheap.
         for id in ids {
-            self.database
+            self.database()
                 .execute(
                     sql!("UPDATE extensions SET last_used_at = $2 WHERE id = $1"),
                     params![id, at],
@@ -375,7 +357,7 @@ impl Store for SqlStore {
 
     async fn insert_proxy(&self, p: &ProxyRecord) -> StoreResult<()> {
         let bypass_hosts = serde_json::to_string(&p.bypass_hosts).unwrap_or_default();
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "INSERT INTO proxies ({PROXY_COLUMNS}, project_id) VALUES ($1, $2, $3, $4, $5, \
@@ -404,7 +386,7 @@ impl Store for SqlStore {
     async fn proxy(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProxyRecord>> {
         // Names are not unique: a name must match exactly one proxy.
         let mut found = self
-            .database
+            .database()
             .query(
                 sql!(
                     "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND deleted_at IS NULL \
@@ -426,7 +408,7 @@ impl Store for SqlStore {
 
     async fn rename_proxy(&self, org_id: &str, id: &str, name: &str) -> StoreResult<bool> {
         let changed = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "UPDATE proxies SET name = $3 WHERE org_id = $1 AND id = $2 \
@@ -439,7 +421,7 @@ impl Store for SqlStore {
     }
 
     async fn list_proxies(&self, org_id: &str) -> StoreResult<Vec<ProxyRecord>> {
-        self.database
+        self.database()
             .query(
                 sql!(
                     "SELECT {PROXY_COLUMNS} FROM proxies WHERE org_id = $1 AND deleted_at IS NULL \
@@ -453,7 +435,7 @@ impl Store for SqlStore {
 
     async fn delete_proxy(&self, org_id: &str, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
         let changed = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "UPDATE proxies SET deleted_at = $3 WHERE org_id = $1 AND id = $2 \
@@ -466,7 +448,7 @@ impl Store for SqlStore {
     }
 
     async fn record_proxy_check(&self, id: &str, check: &ProxyCheck) -> StoreResult<()> {
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "UPDATE proxies SET status = $2, last_checked = $3, ip_address = $4, \
@@ -479,7 +461,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_profile(&self, p: &ProfileRecord) -> StoreResult<()> {
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "INSERT INTO profiles ({PROFILE_COLUMNS}, project_id) VALUES ($1, $2, $3, $4, $5, \
@@ -501,7 +483,7 @@ impl Store for SqlStore {
     }
 
     async fn profile(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProfileRecord>> {
-        self.database
+        self.database()
             .query_opt(
                 sql!(
                     "SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 \
@@ -515,7 +497,7 @@ impl Store for SqlStore {
 
     async fn rename_profile(&self, org_id: &str, id: &str, name: &str) -> StoreResult<bool> {
         let changed = self
-            .database
+            .database()
             .execute(
                 sql!("UPDATE profiles SET name = $3 WHERE org_id = $1 AND id = $2"),
                 params![org_id, id, name],
@@ -525,7 +507,7 @@ impl Store for SqlStore {
     }
 
     async fn list_profiles(&self, org_id: &str) -> StoreResult<Vec<ProfileRecord>> {
-        self.database
+        self.database()
             .query(
                 sql!(
                     "SELECT {PROFILE_COLUMNS} FROM profiles WHERE org_id = $1 \
@@ -539,7 +521,7 @@ impl Store for SqlStore {
 
     async fn delete_profile(&self, org_id: &str, id: &str) -> StoreResult<bool> {
         let deleted = self
-            .database
+            .database()
             .execute(
                 sql!("DELETE FROM profiles WHERE org_id = $1 AND id = $2 AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"),
                 params![org_id, id, scope::current()],
@@ -555,7 +537,7 @@ impl Store for SqlStore {
         size_bytes: i64,
     ) -> StoreResult<bool> {
         let updated = self
-            .database
+            .database()
             .execute(
                 sql!("UPDATE profiles SET updated_at = $2, size_bytes = $3 WHERE id = $1"),
                 params![id, at, size_bytes],
@@ -565,7 +547,7 @@ impl Store for SqlStore {
     }
 
     async fn mark_profile_used(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
-        self.database
+        self.database()
             .execute(
                 sql!("UPDATE profiles SET last_used_at = $2 WHERE id = $1"),
                 params![id, at],
@@ -575,7 +557,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_auth_connection(&self, c: &AuthConnectionRecord) -> StoreResult<()> {
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "INSERT INTO auth_connections ({AUTH_CONNECTION_COLUMNS}, project_id) \
@@ -601,7 +583,7 @@ impl Store for SqlStore {
         org_id: &str,
         id: &str,
     ) -> StoreResult<Option<AuthConnectionRecord>> {
-        self.database
+        self.database()
             .query_opt(
                 sql!(
                     "SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections \
@@ -617,7 +599,7 @@ impl Store for SqlStore {
         &self,
         org_id: Option<&str>,
     ) -> StoreResult<Vec<AuthConnectionRecord>> {
-        self.database
+        self.database()
             .query(
                 sql!(
                     "SELECT {AUTH_CONNECTION_COLUMNS} FROM auth_connections \
@@ -632,7 +614,7 @@ impl Store for SqlStore {
 
     async fn update_auth_connection(&self, c: &AuthConnectionRecord) -> StoreResult<bool> {
         let updated = self
-            .database
+            .database()
             .execute(
                 sql!("UPDATE auth_connections SET document = $2, credentials = $3 WHERE id = $1"),
                 params![c.id, c.document, c.credentials],
@@ -643,7 +625,7 @@ impl Store for SqlStore {
 
     async fn delete_auth_connection(&self, org_id: &str, id: &str) -> StoreResult<bool> {
         let deleted = self
-            .database
+            .database()
             .execute(
                 sql!("DELETE FROM auth_connections WHERE org_id = $1 AND id = $2 AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"),
                 params![org_id, id, scope::current()],
@@ -653,7 +635,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_secret(&self, s: &SecretRecord) -> StoreResult<()> {
-        self.database
+        self.database()
             .execute(
                 sql!(
                     "INSERT INTO secrets ({SECRET_COLUMNS}, project_id) VALUES ($1, $2, $3, $4, $5, \
@@ -681,7 +663,7 @@ impl Store for SqlStore {
         kind: SecretKind,
         id_or_name: &str,
     ) -> StoreResult<Option<SecretRecord>> {
-        self.database
+        self.database()
             .query_opt(
                 sql!(
                     "SELECT {SECRET_COLUMNS} FROM secrets WHERE org_id = $1 AND kind = $3 \
@@ -694,7 +676,7 @@ impl Store for SqlStore {
     }
 
     async fn list_secrets(&self, org_id: &str, kind: SecretKind) -> StoreResult<Vec<SecretRecord>> {
-        self.database
+        self.database()
             .query(
                 sql!(
                     "SELECT {SECRET_COLUMNS} FROM secrets WHERE org_id = $1 AND kind = $2 \
@@ -708,7 +690,7 @@ impl Store for SqlStore {
 
     async fn update_secret(&self, s: &SecretRecord, read_at: DateTime<Utc>) -> StoreResult<bool> {
         let updated = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "UPDATE secrets SET name = $4, updated_at = $5, document = $6, sealed = $7 \
@@ -731,7 +713,7 @@ impl Store for SqlStore {
 
     async fn delete_secret(&self, org_id: &str, kind: SecretKind, id: &str) -> StoreResult<bool> {
         let deleted = self
-            .database
+            .database()
             .execute(
                 sql!(
                     "DELETE FROM secrets WHERE org_id = $1 AND kind = $2 AND id = $3 \

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::database::{Row, Statement, Value, params, sql};
-use super::sql::SqlStore;
+use super::sql_store::SqlStore;
 use super::{StoreResult, scope};
 
 /// How long an append waits for another replica appending to the same session.
