@@ -281,11 +281,18 @@ async fn handle(
     let egress = updates.borrow_and_update().clone();
     let request = match ProxyRequest::parse(&head) {
         Ok(request) => request,
-        Err(reason) => return answer(&mut client, "400 Bad Request", None, &reason).await,
+        Err(reason) => {
+            // Noted, as refusals are: a browser shows these as a failed page load.
+            tracing::info!(%reason, "the egress proxy could not read a request");
+            return answer(&mut client, "400 Bad Request", None, &reason).await;
+        }
     };
     let body_length = match body_length(&request) {
         Ok(length) => length,
-        Err(reason) => return answer(&mut client, "411 Length Required", None, reason).await,
+        Err(reason) => {
+            tracing::info!(%reason, host = %request.host, "the egress proxy could not relay a request");
+            return answer(&mut client, "411 Length Required", None, reason).await;
+        }
     };
     if let Some(allowed) = &egress.allowed_hosts
         && !allowed.allows(&request.host)
