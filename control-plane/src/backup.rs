@@ -151,28 +151,18 @@ fn write_archive_to(
     // regular files a restore accepts.
     let mut credential_key = false;
     for name in KEY_FILES {
-        let path = data_dir.join(name);
-        match File::open(&path) {
-            Ok(file) => {
-                append_file(&mut archive, Path::new(name), file)?;
-                credential_key |= name == KEY_FILES[0];
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
-        }
+        let added = append_if_present(&mut archive, &data_dir.join(name), Path::new(name))?;
+        credential_key |= added && name == KEY_FILES[0];
     }
     let mut blobs = 0;
     for relative in regular_files(&data_dir.join(BLOBS))? {
         let path = data_dir.join(BLOBS).join(&relative);
-        match File::open(&path) {
-            Ok(file) => {
-                append_file(&mut archive, &Path::new(BLOBS).join(&relative), file)?;
-                blobs += 1;
-            }
-            // Deleted since the listing, with the resource that named it.
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
-        }
+        // A blob gone since the listing went with the resource that named it.
+        blobs += usize::from(append_if_present(
+            &mut archive,
+            &path,
+            &Path::new(BLOBS).join(&relative),
+        )?);
     }
     // The manifest last: an archive cut short anywhere has none, and is refused.
     let manifest = Manifest {
@@ -198,18 +188,24 @@ fn write_archive_to(
     })
 }
 
-/// Adds an open file as a regular file of mode 0600 under `name`.
-fn append_file(
+/// Adds the file at `path` (read through any link) as a regular file of mode 0600 under
+/// `name`; false when there is no such file.
+fn append_if_present(
     archive: &mut tar::Builder<BufWriter<File>>,
+    path: &Path,
     name: &Path,
-    mut file: File,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
+    };
     let mut header = tar::Header::new_gnu();
     header.set_metadata(&file.metadata()?);
     header.set_entry_type(tar::EntryType::Regular);
     header.set_mode(0o600);
     archive.append_data(&mut header, name, &mut file)?;
-    Ok(())
+    Ok(true)
 }
 
 /// A consistent copy of a live SQLite database.
@@ -289,11 +285,7 @@ fn unpack_archive(input: &Path, data_dir: &Path) -> anyhow::Result<tempfile::Tem
             }
         }
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
+    private_dir(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let staging = tempfile::Builder::new()
         .prefix(".restore-")
         .tempdir_in(data_dir)?;
@@ -357,20 +349,14 @@ fn unpack_into(input: &Path, dir: &Path) -> anyhow::Result<Manifest> {
         }
         let target = dir.join(&path);
         if kind.is_dir() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&target)?;
+            private_dir(&target)?;
             continue;
         }
         if !kind.is_file() {
             bail!("{} in the archive is not a regular file", path.display());
         }
         if let Some(parent) = target.parent() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(parent)?;
+            private_dir(parent)?;
         }
         if path == Path::new(MANIFEST) {
             let mut text = Vec::new();
@@ -408,6 +394,14 @@ fn unpack_into(input: &Path, dir: &Path) -> anyhow::Result<Manifest> {
         bail!("the archive holds no database");
     }
     Ok(manifest)
+}
+
+/// A directory (and its missing parents) only this service's user may enter.
+fn private_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
 }
 
 /// The names a backup writes: its manifest, the database, the key files, and paths under
