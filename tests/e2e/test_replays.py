@@ -18,7 +18,7 @@ import httpx
 import kernel
 import pytest
 from kernel import Kernel, NotFoundError
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Error as PlaywrightError, sync_playwright
 
 from sdk import on_browser
 from harness import (
@@ -49,7 +49,13 @@ def colour_session(client: Kernel, test_page_url: str, playwright):
     session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=300)
     browser = playwright.chromium.connect_over_cdp(session.cdp_ws_url)
     page = first_tab(browser)
-    page.goto(test_page_url.replace("page.html", "colours.html"))
+    # What answered, should the page fail to load (a net error names no status).
+    answers = []
+    page.on("response", lambda response: answers.append((response.url, response.status)))
+    try:
+        page.goto(test_page_url.replace("page.html", "colours.html"))
+    except PlaywrightError as error:
+        raise AssertionError(f"the page did not load; answers: {answers}") from error
     page.bring_to_front()
     return session, browser
 

@@ -26,6 +26,8 @@ mod resources;
 mod signed_in;
 #[path = "store_contract/telemetry.rs"]
 mod telemetry;
+#[path = "store_contract/upgrade.rs"]
+mod upgrade;
 use extensions::extension_contract;
 use pools::{pool_contract, standby_claim_contract};
 use replays::replay_contract;
@@ -685,7 +687,7 @@ async fn sqlite_store_meets_the_contract() {
 async fn an_old_sqlite_database_is_upgraded_in_place() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("control-plane.db");
-    projects::upgrade_contract(path.to_str().expect("path"), dir.path()).await;
+    upgrade::upgrade_contract(path.to_str().expect("path"), dir.path()).await;
 }
 
 #[tokio::test]
@@ -706,7 +708,7 @@ async fn an_old_postgres_database_is_upgraded_in_place() {
         "{url}{}options=-csearch_path%3D{schema}",
         if url.contains('?') { "&" } else { "?" }
     );
-    projects::upgrade_contract(&scoped_url, std::path::Path::new("/nonexistent")).await;
+    upgrade::upgrade_contract(&scoped_url, std::path::Path::new("/nonexistent")).await;
     admin
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await

@@ -1,10 +1,9 @@
 //! Projects: a request confined to one sees and makes only that project's rows; counts
-//! for limits and deletion; and a database of the release before projects, upgraded in
-//! place with everything still reachable.
+//! for limits and deletion.
 
 use chrono::Utc;
 use control_plane::store::{
-    ExtensionRecord, ProjectRecord, SessionFilter, SessionStatus, Store, StoreError, scope,
+    ExtensionRecord, ProjectRecord, SessionFilter, Store, StoreError, scope,
 };
 
 fn project(id: &str, org_id: &str, name: &str) -> ProjectRecord {
@@ -160,124 +159,4 @@ pub async fn projects_contract(store: &dyn Store, a: &str, b: &str) {
         Some(limited)
     );
     store.delete_extension(a, "ext_default").await.unwrap();
-}
-
-/// What the release before projects (migrations V1–V17) held for one organization, in
-/// its own schema.
-const OLD_RELEASE_ROWS: &str = "
-INSERT INTO organizations (id, name, created_at) VALUES
-    ('org_old', 'default', '2026-01-02 03:04:05.000000+00:00');
-INSERT INTO browser_sessions (id, org_id, headless, stealth, kiosk_mode, timeout_seconds,
-    viewport_width, viewport_height, status, created_at, ended_at, end_reason, name)
-    VALUES ('s_old', 'org_old', TRUE, FALSE, FALSE, 60, 1280, 800, 'ended',
-    '2026-01-02 03:04:05.000000+00:00', '2026-01-02 03:05:05.000000+00:00', 'deleted', NULL);
-INSERT INTO extensions (id, org_id, name, size_bytes, blob_key, created_at)
-    VALUES ('ext_old', 'org_old', 'old-extension', 10, 'extensions/ext_old.zip',
-    '2026-01-02 03:04:05.000000+00:00');
-INSERT INTO profiles (id, org_id, name, created_at)
-    VALUES ('prof_old', 'org_old', 'old-profile', '2026-01-02 03:04:05.000000+00:00');
-INSERT INTO proxies (id, org_id, name, type, protocol, bypass_hosts, config, created_at)
-    VALUES ('proxy_old', 'org_old', 'old-proxy', 'custom', 'http', '[]', '{}',
-    '2026-01-02 03:04:05.000000+00:00');
-INSERT INTO browser_pools (id, org_id, name, size, config, created_at)
-    VALUES ('pool_old', 'org_old', 'old-pool', 0, '{\"size\": 0}',
-    '2026-01-02 03:04:05.000000+00:00');
-INSERT INTO secrets (id, org_id, kind, name, created_at, updated_at, document)
-    VALUES ('cred_old', 'org_old', 'credential', 'old-credential',
-    '2026-01-02 03:04:05.000000+00:00', '2026-01-02 03:04:05.000000+00:00', '{}');
-INSERT INTO deployments (id, org_id, status, created_at, updated_at, document)
-    VALUES ('dep_old', 'org_old', 'stopped', '2026-01-02 03:04:05.000000+00:00',
-    '2026-01-02 03:04:05.000000+00:00', '{}');
-INSERT INTO telemetry_destinations (id, org_id, name, endpoint, header_names, created_at,
-    updated_at) VALUES ('dest_old', 'org_old', 'old-destination', 'https://collector.test',
-    '[]', '2026-01-02 03:04:05.000000+00:00', '2026-01-02 03:04:05.000000+00:00');
-";
-
-/// Migrations the release before projects applied (V1–V17).
-const OLD_RELEASE_MIGRATIONS: usize = 17;
-
-/// Builds the old release's database at `url`, opens it with this release (which
-/// migrates it), and reads everything back: unconfined, and confined to the default
-/// project that now holds it all.
-pub async fn upgrade_contract(url: &str, data_dir: &std::path::Path) {
-    control_plane::store::build_old_database(url, OLD_RELEASE_MIGRATIONS, OLD_RELEASE_ROWS)
-        .await
-        .expect("build the old release's database");
-    let store = control_plane::store::open(Some(url), data_dir)
-        .await
-        .expect("upgrade");
-    let organization = store.ensure_organization("default").await.unwrap();
-    assert_eq!(organization.id, "org_old");
-    let projects = store.list_projects("org_old").await.unwrap();
-    assert_eq!(projects.len(), 1, "one default project: {projects:?}");
-    assert!(projects[0].is_default && projects[0].status == "active");
-    let default = projects[0].id.clone();
-    let read_back = || async {
-        let session = store
-            .session("org_old", "s_old")
-            .await
-            .unwrap()
-            .expect("session");
-        assert_eq!(session.status, SessionStatus::Ended);
-        assert_eq!(session.project_id.as_deref(), Some(default.as_str()));
-        assert!(
-            store
-                .extension("org_old", "old-extension")
-                .await
-                .unwrap()
-                .is_some()
-        );
-        assert!(
-            store
-                .profile("org_old", "old-profile")
-                .await
-                .unwrap()
-                .is_some()
-        );
-        assert!(store.proxy("org_old", "old-proxy").await.unwrap().is_some());
-        let pool = store
-            .pool("org_old", "old-pool")
-            .await
-            .unwrap()
-            .expect("pool");
-        assert_eq!(pool.project_id.as_deref(), Some(default.as_str()));
-        assert_eq!(
-            store
-                .list_secrets("org_old", control_plane::store::SecretKind::Credential)
-                .await
-                .unwrap()
-                .len(),
-            1
-        );
-        let deployment = store.deployment("org_old", "dep_old").await.unwrap();
-        assert_eq!(
-            deployment.unwrap().project_id.as_deref(),
-            Some(default.as_str())
-        );
-        assert!(
-            store
-                .destination("org_old", "old-destination")
-                .await
-                .unwrap()
-                .is_some()
-        );
-    };
-    read_back().await;
-    scope::request(async {
-        scope::confine(&default);
-        read_back().await;
-    })
-    .await;
-    scope::request(async {
-        scope::confine("proj_elsewhere");
-        assert!(
-            store
-                .extension("org_old", "old-extension")
-                .await
-                .unwrap()
-                .is_none()
-        );
-        assert!(store.session("org_old", "s_old").await.unwrap().is_none());
-    })
-    .await;
 }

@@ -379,7 +379,17 @@ async fn handle(
                     tokio::io::copy(&mut remaining, &mut server_write).await
                 };
                 let response = relay_response(&mut server_read, &mut client_write);
-                tokio::try_join!(body, response)?;
+                let (_, status) = tokio::try_join!(body, response)?;
+                if status >= 400 {
+                    // A page that fails to load shows only a net error: its cause is here.
+                    tracing::info!(
+                        session_id = log.map(|log| log.session_id.as_str()),
+                        host = %request.host,
+                        port = request.port,
+                        status,
+                        "the egress proxy relayed an error answer"
+                    );
+                }
             }
         }
         Ok(())
@@ -392,10 +402,11 @@ async fn handle(
 
 /// Passes a plain request's response on, saying `Connection: close`: the browser must not
 /// send its next request (perhaps for another host) down a connection judged for this one.
+/// Answers the response's status.
 async fn relay_response(
     server: &mut (impl AsyncRead + Unpin),
     client: &mut (impl AsyncWrite + Unpin),
-) -> std::io::Result<u64> {
+) -> std::io::Result<u16> {
     let (head, rest) = read_head(server).await?;
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
@@ -405,12 +416,8 @@ async fn relay_response(
             "malformed response head",
         ));
     }
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\n",
-        response.code.unwrap_or(502),
-        response.reason.unwrap_or("")
-    )
-    .into_bytes();
+    let status = response.code.unwrap_or(502);
+    let mut out = format!("HTTP/1.1 {} {}\r\n", status, response.reason.unwrap_or("")).into_bytes();
     for header in response.headers.iter() {
         let name = header.name.to_ascii_lowercase();
         if !matches!(
@@ -426,7 +433,8 @@ async fn relay_response(
     out.extend_from_slice(b"Connection: close\r\n\r\n");
     client.write_all(&out).await?;
     client.write_all(&rest).await?;
-    Ok(tokio::io::copy(server, client).await? + (out.len() + rest.len()) as u64)
+    tokio::io::copy(server, client).await?;
+    Ok(status)
 }
 
 /// The body length of a plain request (`Content-Length`, 0 without), or why it cannot be
