@@ -23,7 +23,10 @@ if [[ "${1:-}" == "--tests" ]]; then
   # xdotool, unzip, x11vnc and novnc are references the benchmarks measure against.
   # iproute2 builds the tests' "public internet" host and their test kubelets' pod networks in
   # network namespaces.
-  packages+=(postgresql xdotool unzip iproute2 x11vnc novnc)
+  # openssl and kubectl: the Kubernetes page's certificate and Secret commands, which the
+  # Kubernetes tests run as printed (any kubectl will do: keep one that is already there).
+  packages+=(postgresql xdotool unzip iproute2 x11vnc novnc openssl)
+  command -v kubectl >/dev/null || packages+=(kubernetes-client)
 fi
 # Playwright code runs in each VM on Node.js (and the tests' Puppeteer), as do JavaScript
 # and TypeScript apps: any Node.js >= 20 will do (playwright-core needs it, and apps'

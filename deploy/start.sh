@@ -6,10 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 deploy/install-deps.sh
-cargo build --release --workspace
+# BUILD_PROFILE=dev builds and serves the debug binaries instead (the tests start this
+# script so, having built those already).
+profile="${BUILD_PROFILE:-release}"
+cargo build --profile "$profile" --workspace
+binaries="target/$([[ $profile == dev ]] && echo debug || echo "$profile")"
 
 data_dir="${CONTROL_PLANE_DATA_DIR:-./data}"
 if [[ -f "$data_dir/bootstrap-api-key" ]]; then
   echo "API key (organization default): $(cat "$data_dir/bootstrap-api-key")"
 fi
-exec target/release/control-plane serve "$@"
+exec "$binaries/control-plane" serve "$@"

@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -150,6 +151,13 @@ def vm_mounts_left(within: str) -> list[str]:
     with open("/proc/self/mountinfo") as mounts:
         points = [line.split()[4] for line in mounts]
     return [p for p in points if p.startswith(within) and "/browsers/" in p]
+
+
+def free_port() -> int:
+    """A loopback port free now (for a server that must be told its port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def make_traversable(data_dir: Path) -> None:

@@ -17,7 +17,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from harness import CONTROL_PLANE, ControlPlane
+from harness import CONTROL_PLANE, ControlPlane, free_port
 
 METRICS_TOKEN = "metrics-token-for-tests"
 
@@ -110,12 +110,6 @@ class LoadBalancer:
             client.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _pipe(source: socket.socket, target: socket.socket) -> None:
     try:
         while True:
@@ -145,7 +139,7 @@ class Replicas:
         args = ["--database-url", self.database_url, "--public-url", self.base_url,
                 "--metrics-token", METRICS_TOKEN, *(extra_args or [])]
         self.members = [
-            ControlPlane(data_dir, port=_free_port(),
+            ControlPlane(data_dir, port=free_port(),
                          extra_args=[*args, "--replica-id", f"replica-{index}"], **options)
             for index in range(count)
         ]

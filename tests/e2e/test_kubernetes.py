@@ -6,6 +6,7 @@ agent over TCP at the pod's IP."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -22,6 +23,7 @@ import yaml
 from kernel import APIStatusError, BadRequestError, Kernel
 from playwright.sync_api import sync_playwright
 
+from docs_kit import block_with
 from extensions_kit import make_extension
 from fake_kubernetes import FakeApiServer, Image, Kubelet
 from harness import BIN_DIR, REPO, ControlPlane, serve_html, wait_until
@@ -36,18 +38,31 @@ PAGE_HOST = "10.244.0.1"
 EVICTION_SECONDS = 2
 
 
+# The commands docs/operating/kubernetes.md gives for agents' certificates and their
+# Secret: the tests' certificates are made by running them as printed.
+CERTIFICATE_COMMANDS = block_with(REPO / "docs" / "operating" / "kubernetes.md", "openssl req -x509")
+
+
 def make_certificates(directory: Path) -> dict[str, Path]:
     """A CA, and a certificate it signed for the name agents present (browser-agent)."""
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
-
-    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *curve, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=test agents CA")
-    openssl("req", *curve, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=browser-agent")
-    (directory / "san.ext").write_text("subjectAltName=DNS:browser-agent\n")
-    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "tls.crt", "-days", "2", "-extfile", "san.ext")
+    for command in CERTIFICATE_COMMANDS:
+        if not command.startswith("kubectl "):
+            subprocess.run(["bash", "-euo", "pipefail", "-c", command], check=True, capture_output=True,
+                           cwd=directory)
     return {name: directory / name for name in ("ca.crt", "tls.crt", "tls.key")}
+
+
+def documented_secret(directory: Path) -> dict[str, bytes]:
+    """The Secret the documentation's `kubectl create secret` makes of the files in
+    `directory`: printed (`--dry-run=client -o json`) rather than sent, as the fake API
+    server is not the cluster that command names."""
+    [create] = [command for command in CERTIFICATE_COMMANDS if command.startswith("kubectl ")]
+    printed = subprocess.run(["bash", "-c", f"{create} --dry-run=client -o json"], cwd=directory,
+                             env={**os.environ, "KUBECONFIG": "/nonexistent"}, check=True,
+                             capture_output=True, text=True)
+    secret = json.loads(printed.stdout)
+    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "browser-agent-tls", secret
+    return {name: base64.b64decode(value) for name, value in secret["data"].items()}
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +74,7 @@ def certificates(tmp_path_factory):
 def cluster(tmp_path_factory, certificates):
     api = FakeApiServer(token=secrets.token_hex(16))
     # The Secret deploy/kubernetes/browser-pod.yaml mounts.
-    api.secrets[(NAMESPACE, "browser-agent-tls")] = {
-        name: certificates[name].read_bytes() for name in ("tls.crt", "tls.key")}
+    api.secrets[(NAMESPACE, "browser-agent-tls")] = documented_secret(certificates["ca.crt"].parent)
     image = Image({
         "/opt/browser-agent/browser-agent": BIN_DIR / "browser-agent",
         "/opt/browser-agent/node": REPO / "browser-agent" / "node",
