@@ -18,8 +18,9 @@ release).
 Prints: requests by outcome (5xx outside the failover windows separately), p50/p99 per
 operation per minute, sessions lost outside faulted VMs, recordings that do not play,
 and the surviving replica's RSS, file descriptors, threads, database connections, the
-data directory's size and the VM processes on the host at the start of the load and 30
-s after it stopped.
+data directory's size and the VM processes on the host at the start of the load and 90
+s after it stopped (once the database connections the load opened have been idle long
+enough to be closed).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ WORKERS = int(os.environ.get("SOAK_WORKERS", "4"))
 FAULT_EVERY = float(os.environ.get("SOAK_FAULT_EVERY", "60"))
 FAILOVER = 20.0
 CAPACITY = 12
+# Seconds between the end of the load and the last measurement: a pooled database
+# connection idle for 60 s is closed, looked for every 15 s.
+IDLE_AFTER_LOAD = 90
 
 
 class Ledger:
@@ -290,7 +294,7 @@ def run(work_dir: Path, report) -> None:
         for thread in threads:
             thread.join()
         client.call("setup", "DELETE", f"/browser_pools/{pool}", params={"force": "true"})
-        time.sleep(30)
+        time.sleep(IDLE_AFTER_LOAD)
         after = resources(deployment)
 
         for line in log:
@@ -324,7 +328,7 @@ def run(work_dir: Path, report) -> None:
         print(f"recordings that do not play: {len(ledger.unplayable)}")
         for why in ledger.unplayable[:5]:
             print(f"    {why}")
-        print("replica-0, at the start of the load and 30 s after it stopped:")
+        print(f"replica-0, at the start of the load and {IDLE_AFTER_LOAD} s after it stopped:")
         for name in before:
             grown = (after[name] - before[name]) / before[name] * 100 if before[name] else 0.0
             print(f"  {name:16} {before[name]:10.1f} {after[name]:10.1f}   {grown:+.0f} %")

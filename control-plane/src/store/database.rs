@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::Pool;
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::{IsNull, Type, to_sql_checked};
@@ -151,9 +151,6 @@ fn migrations_runner(
         .collect::<Result<Vec<_>, _>>()?;
     Ok(refinery::Runner::new(&migrations))
 }
-
-/// Connections a PostgreSQL store keeps open.
-const POSTGRES_POOL_SIZE: usize = 16;
 
 /// Prepared statements SQLite keeps: more than the store has, so none is prepared twice.
 const SQLITE_STATEMENT_CACHE: usize = 128;
@@ -421,22 +418,7 @@ impl Database {
             drop(client);
             let _ = driver.await;
         }
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        // Bounded waits: a database that stops answering fails calls (and lease renewals)
-        // instead of hanging them.
-        let pool = Pool::builder(manager)
-            .max_size(POSTGRES_POOL_SIZE)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(10)))
-            .create_timeout(Some(Duration::from_secs(5)))
-            .recycle_timeout(Some(Duration::from_secs(5)))
-            .build()?;
+        let pool = super::postgres_pool::open(&config)?;
         Ok(Self::Postgres(pool, Box::new(config)))
     }
 

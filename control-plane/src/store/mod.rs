@@ -10,6 +10,7 @@ mod audit_export;
 mod coordination;
 mod database;
 mod pools;
+mod postgres_pool;
 mod projects;
 mod replays;
 mod rows;
