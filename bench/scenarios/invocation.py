@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from harness import ControlPlane
+from scenarios import alternate
 
 RUNS = 30
 WARMUP = 3
@@ -78,13 +79,7 @@ def run(work_dir: Path, report) -> None:
             assert json.loads(output.stdout) == payload
             return elapsed
 
-        for _ in range(WARMUP):
-            invoke()
-            reference()
-        ours, references = [], []
-        for _ in range(RUNS):
-            ours.append(invoke())
-            references.append(reference())
+        ours, references = alternate(invoke, reference, RUNS, WARMUP)
         report("invocation: a trivial action, invoked synchronously", ours,
                {"fresh local python3 -c": references}, percentiles=(50, 90))
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from harness import ControlPlane
+from scenarios import alternate
 
 RUNS = 100
 WARMUP = 10
@@ -66,13 +67,7 @@ def run(work_dir: Path, report) -> None:
             return elapsed
 
         rest(f"await page.setContent('<title>{TITLE}</title>')")
-        for _ in range(WARMUP):
-            rest(CODE)
-            mcp(CODE)
-        ours, references = [], []
-        for _ in range(RUNS):
-            ours.append(mcp(CODE))
-            references.append(rest(CODE))
+        ours, references = alternate(lambda: mcp(CODE), lambda: rest(CODE), RUNS, WARMUP)
         connection.close()
         report("mcp_tool_call: execute_playwright_code through /mcp", ours,
                {"the same through REST": references}, percentiles=(50, 99))

@@ -14,6 +14,7 @@ import httpx
 from playwright.sync_api import sync_playwright
 
 from harness import ControlPlane
+from scenarios import alternate
 
 RUNS = 100
 WARMUP = 10
@@ -52,13 +53,7 @@ def run(work_dir: Path, report) -> None:
                 browser.close()
                 return time.perf_counter() - started
 
-            for _ in range(WARMUP):
-                inside()
-                outside()
-            ours, references = [], []
-            for _ in range(RUNS):
-                ours.append(inside())
-                references.append(outside())
+            ours, references = alternate(inside, outside, RUNS, WARMUP)
         connection.close()
         report("playwright_execute: page.title() run in the VM", ours,
                {"connect_over_cdp + title + close": references}, percentiles=(50, 99))

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from harness import ControlPlane
+from scenarios import alternate
 
 RUNS = 300
 WARMUP = 20
@@ -45,14 +46,7 @@ def run(work_dir: Path, report) -> None:
             fork_exec = time.perf_counter() - started
             return fork_exec + call("/computer/click_mouse", {"x": 640, "y": 400})
 
-        for _ in range(WARMUP):
-            exec_true()
-            reference()
-        ours, references = [], []
-        # Alternating, so both meet the same machine state.
-        for _ in range(RUNS):
-            ours.append(exec_true())
-            references.append(reference())
+        ours, references = alternate(exec_true, reference, RUNS, WARMUP)
         connection.close()
         report("process_exec: exec of `true` through the API", ours,
                {"fork/exec + REST click": references}, percentiles=(50, 99))

@@ -15,6 +15,8 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from harness import quiet_handler
+
 BASE_ACCESS_KEY = "AKIAFAKESERVICE00001"
 BASE_SECRET_KEY = "fake-service-secret-key-0000000000000000"
 PRINCIPAL_ARN = "arn:aws:iam::111111111111:role/browser-service"
@@ -78,16 +80,7 @@ class FakeAws:
         self.lock = threading.Lock()
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                fake._sts(self)
-
-            def do_PUT(self):
-                fake._s3_put(self)
-
+        Handler = quiet_handler(POST=fake._sts, PUT=fake._s3_put)
         self.sts = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.s3 = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.sts_url = f"http://127.0.0.1:{self.sts.server_address[1]}/"

@@ -43,7 +43,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from harness import descendants
+from harness import descendants, send_json
 
 POD_PATH = re.compile(r"^/api/v1/namespaces/([a-z0-9-]+)/pods(?:/([a-z0-9.-]+))?(/status)?$")
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -315,12 +315,7 @@ class FakeApiServer:
                 pass
 
             def _reply(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, body)
 
             def _body(self) -> dict:
                 length = int(self.headers.get("content-length") or 0)

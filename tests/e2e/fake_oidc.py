@@ -21,9 +21,10 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jwt
+import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from harness import control_plane_for_module
+from harness import control_plane_for_module, quiet_handler
 
 
 def _b64(number: int) -> str:
@@ -57,16 +58,7 @@ class FakeOidcProvider:
         self.token_requests = 0
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                fake._get(self)
-
-            def do_POST(self):
-                fake._post(self)
-
+        Handler = quiet_handler(GET=fake._get, POST=fake._post)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -206,3 +198,20 @@ def control_plane_signing_in_with(provider: "FakeOidcProvider", tmp_path_factory
             "--oidc-client-secret", provider.client_secret]):
         provider.redirect_uri = f"{server.base_url}/auth/oidc/callback"
         yield server
+
+
+def signing_in_fixtures(client_id: str, client_secret: str, users: dict):
+    """The module fixtures of a test where people sign in: `provider` (the fake, with
+    `users`) and `control_plane` (its people signing in with it). Assign them to those
+    names in the test module."""
+
+    @pytest.fixture(scope="module")
+    def provider():
+        with FakeOidcProvider(client_id, client_secret, redirect_uri="", users=users) as fake:
+            yield fake
+
+    @pytest.fixture(scope="module")
+    def control_plane(tmp_path_factory, provider):
+        yield from control_plane_signing_in_with(provider, tmp_path_factory)
+
+    return provider, control_plane

@@ -5,10 +5,11 @@ It counts the calls it answers, so tests can see what the control plane's cache 
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from harness import send_json
 
 
 class FakeConnect:
@@ -78,14 +79,7 @@ class FakeConnect:
             return "vaults"
         return "items" if len(parts) == 4 else "item"
 
-    @staticmethod
-    def _send(request: BaseHTTPRequestHandler, status: int, body) -> None:
-        data = json.dumps(body).encode()
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
+    _send = staticmethod(send_json)
 
     def __enter__(self) -> "FakeConnect":
         self.thread.start()

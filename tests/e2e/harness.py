@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import os
 import signal
 import socket
@@ -203,25 +204,59 @@ def read_page(cdp_ws_url: str, url: str, read):
         return result
 
 
-def serve_html(page_for_path, host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
-    """Serves `page_for_path(path)` (HTML bytes) on a port of `host` (loopback unless
-    told), from a thread."""
+def respond(handler: http.server.BaseHTTPRequestHandler, status: int, body: bytes,
+            content_type: str | None, headers=()) -> None:
+    """Answers a request of a test server's `handler`: `status`, the extra `headers`
+    (name, value pairs) and `body` of `content_type`."""
+    handler.send_response(status)
+    for name, value in headers:
+        handler.send_header(name, value)
+    if content_type:
+        handler.send_header("content-type", content_type)
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def send_html(handler: http.server.BaseHTTPRequestHandler, status: int, body: str = "",
+              headers=()) -> None:
+    respond(handler, status, body.encode(), "text/html; charset=utf-8", headers)
+
+
+def send_json(handler: http.server.BaseHTTPRequestHandler, status: int, body) -> None:
+    respond(handler, status, json.dumps(body).encode(), "application/json")
+
+
+def quiet_handler(**methods) -> type[http.server.BaseHTTPRequestHandler]:
+    """A request handler class for a fake service: `do_<METHOD>` calls
+    `methods[METHOD](handler)`; nothing is logged."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = page_for_path(self.path)
-            self.send_response(200)
-            self.send_header("content-type", "text/html")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer((host, 0), Handler)
+    for method, call in methods.items():
+        setattr(Handler, f"do_{method}", lambda handler, call=call: call(handler))
+    return Handler
+
+
+def serve(handler: type[http.server.BaseHTTPRequestHandler],
+          host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
+    """Serves `handler` on a free port of `host`, from a thread, until shut down."""
+    server = http.server.ThreadingHTTPServer((host, 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def serve_html(page_for_path, host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
+    """Serves `page_for_path(path)` (HTML bytes; `None`: a 404 with no body) on a port of
+    `host` (loopback unless told), from a thread."""
+
+    def get(handler: http.server.BaseHTTPRequestHandler) -> None:
+        body = page_for_path(handler.path)
+        respond(handler, 404 if body is None else 200, body or b"", None if body is None else "text/html")
+
+    return serve(quiet_handler(GET=get), host)
 
 
 def vm_root(control_plane: ControlPlane, session_id: str) -> Path:

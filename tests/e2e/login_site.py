@@ -10,6 +10,8 @@ import urllib.parse
 
 import httpx
 
+from harness import send_html
+
 USERNAME = "alice"
 PASSWORD = "correct-horse-battery-staple-7351"
 
@@ -38,14 +40,7 @@ class LoginSite:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _send(self, status, body="", headers=()):
-                data = body.encode()
-                self.send_response(status)
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.send_header("content-type", "text/html; charset=utf-8")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_html(self, status, body, headers)
 
             def _user(self):
                 for part in self.headers.get("cookie", "").split(";"):

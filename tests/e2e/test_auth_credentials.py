@@ -19,7 +19,7 @@ import pytest
 from kernel import Kernel
 
 from fake_onepassword import FakeConnect
-from harness import control_plane_for_module, wait_until
+from harness import control_plane_for_module, send_html, wait_until
 from sdk import SEED_ERA, field
 
 SEED = "KRUGKIDROVUWG2ZAMJZG653OEBTG66BAJZ2W24DT"
@@ -42,15 +42,7 @@ class Server:
                 if method == "POST":
                     length = int(self.headers.get("content-length", "0"))
                     form = {k: v[0] for k, v in urllib.parse.parse_qs(self.rfile.read(length).decode()).items()}
-                status, body, headers = respond(self, method, form)
-                data = body.encode()
-                self.send_response(status)
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.send_header("content-type", "text/html; charset=utf-8")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_html(self, *respond(self, method, form))
 
             def do_GET(self):
                 self._handle("GET")

@@ -4,9 +4,7 @@ checks and strips the header, answers the ZIP inside and keeps it in the library
 
 from __future__ import annotations
 
-import http.server
 import struct
-import threading
 import urllib.parse
 
 import httpx
@@ -15,7 +13,7 @@ import pytest
 from kernel import Kernel
 
 from extensions_kit import make_extension
-from harness import control_plane_for_module, vm_root
+from harness import control_plane_for_module, quiet_handler, respond, serve, vm_root
 from sdk import SEED_ERA
 
 KNOWN = "cjpalhdlnbpafiamejdnhcphjbkeiagm"
@@ -38,28 +36,19 @@ class Store:
         asked: list[dict] = []
         self.asked = asked
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                url = urllib.parse.urlsplit(self.path)
-                query = dict(urllib.parse.parse_qsl(url.query))
-                asked.append({"path": url.path, **query})
-                wanted = dict(urllib.parse.parse_qsl(query.get("x", ""))).get("id")
-                if url.path != "/service/update2/crx" or wanted not in (KNOWN, NOT_A_PACKAGE):
-                    self.send_response(204)
-                    self.end_headers()
-                    return
-                body = crx3(ZIP) if wanted == KNOWN else b"<html>not a package</html>"
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-chrome-extension")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def get(handler):
+            url = urllib.parse.urlsplit(handler.path)
+            query = dict(urllib.parse.parse_qsl(url.query))
+            asked.append({"path": url.path, **query})
+            wanted = dict(urllib.parse.parse_qsl(query.get("x", ""))).get("id")
+            if url.path != "/service/update2/crx" or wanted not in (KNOWN, NOT_A_PACKAGE):
+                handler.send_response(204)
+                handler.end_headers()
+                return
+            body = crx3(ZIP) if wanted == KNOWN else b"<html>not a package</html>"
+            respond(handler, 200, body, "application/x-chrome-extension")
 
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(quiet_handler(GET=get))
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
 
 

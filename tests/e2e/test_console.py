@@ -24,7 +24,7 @@ from kernel import Kernel
 from PIL import Image
 from playwright.sync_api import Page, expect, sync_playwright
 
-from fake_oidc import FakeOidcProvider, control_plane_signing_in_with
+from fake_oidc import signing_in_fixtures
 from harness import wait_until
 from login_site import PASSWORD, USERNAME, LoginSite
 from sdk import today_only
@@ -40,15 +40,7 @@ CLIENT_SECRET = "console-oidc-secret"
 USERS = {"vic": {"email": "vic@example.test", "name": "Vic", "org": ORG, "role": "viewer"}}
 
 
-@pytest.fixture(scope="module")
-def provider():
-    with FakeOidcProvider(CLIENT_ID, CLIENT_SECRET, redirect_uri="", users=USERS) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory, provider):
-    yield from control_plane_signing_in_with(provider, tmp_path_factory)
+provider, control_plane = signing_in_fixtures(CLIENT_ID, CLIENT_SECRET, USERS)
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import http.server
-import threading
 import urllib.parse
 
 import kernel
@@ -15,7 +13,7 @@ import pytest
 from kernel import Kernel
 
 from conftest import TEST_PAGE_TITLE
-from harness import control_plane_for_module, read_page
+from harness import control_plane_for_module, quiet_handler, read_page, respond, serve
 from sdk import field, rename, update_browser
 
 USERNAME, PASSWORD = "proxy-user", "s3cret pass"
@@ -31,33 +29,20 @@ class ForwardProxy:
         refused: list[str] = []
         self.seen, self.refused = seen, refused
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                if self.headers.get("Proxy-Authorization") != expected:
-                    refused.append(self.path)
-                    self.send_response(407)
-                    self.send_header("Proxy-Authenticate", 'Basic realm="test"')
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                seen.append(self.path)
-                target = urllib.parse.urlsplit(self.path)
-                upstream = http.client.HTTPConnection(target.hostname, target.port or 80, timeout=10)
-                upstream.request("GET", target.path or "/", headers={"Host": target.netloc})
-                answer = upstream.getresponse()
-                body = answer.read()
-                self.send_response(answer.status)
-                self.send_header("Content-Type", answer.getheader("Content-Type", "text/html"))
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def get(handler):
+            if handler.headers.get("Proxy-Authorization") != expected:
+                refused.append(handler.path)
+                respond(handler, 407, b"", None, [("Proxy-Authenticate", 'Basic realm="test"')])
+                return
+            seen.append(handler.path)
+            target = urllib.parse.urlsplit(handler.path)
+            upstream = http.client.HTTPConnection(target.hostname, target.port or 80, timeout=10)
+            upstream.request("GET", target.path or "/", headers={"Host": target.netloc})
+            answer = upstream.getresponse()
+            respond(handler, answer.status, answer.read(), answer.getheader("Content-Type", "text/html"))
 
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve(quiet_handler(GET=get))
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
         self.server.shutdown()

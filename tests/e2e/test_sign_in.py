@@ -16,7 +16,7 @@ import pytest
 from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
-from fake_oidc import FakeOidcProvider, control_plane_signing_in_with
+from fake_oidc import signing_in_fixtures
 from sdk import items, today_only
 
 pytestmark = today_only  # (the sign-in is the same whatever the SDK; the audit log is today's)
@@ -31,15 +31,7 @@ USERS = {
 }
 
 
-@pytest.fixture(scope="module")
-def provider():
-    with FakeOidcProvider(CLIENT_ID, CLIENT_SECRET, redirect_uri="", users=USERS) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory, provider):
-    yield from control_plane_signing_in_with(provider, tmp_path_factory)
+provider, control_plane = signing_in_fixtures(CLIENT_ID, CLIENT_SECRET, USERS)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from playwright.sync_api import sync_playwright
 
-from harness import first_tab
+from harness import first_tab, serve_html
 from PIL import Image
 from sdk import field, today_only
 from test_replays import ARTIFACTS, wait_finished
@@ -42,28 +42,15 @@ fetch("/missing", {{ headers: {{ "Authorization": "Bearer {SECRET_TOKEN}" }} }})
 </script></body></html>"""
 
 
-class Pages(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.path.startswith("/missing"):
-            self.send_response(404)
-            self.send_header("content-length", "0")
-            self.end_headers()
-            return
-        body = (PAGE if self.path.startswith("/page") else "<title>other</title>other").encode()
-        self.send_response(200)
-        self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+def page(path: str) -> bytes | None:
+    if path.startswith("/missing"):
+        return None
+    return (PAGE if path.startswith("/page") else "<title>other</title>other").encode()
 
 
 @pytest.fixture(scope="module")
 def site():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pages)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_html(page)
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
