@@ -24,9 +24,12 @@ if [[ "${1:-}" == "--tests" ]]; then
   # iproute2 builds the tests' "public internet" host and their test kubelets' pod networks in
   # network namespaces.
   # openssl and kubectl: the Kubernetes page's certificate and Secret commands, which the
-  # Kubernetes tests run as printed (any kubectl will do: keep one that is already there).
+  # Kubernetes tests run as printed (any kubectl from 1.18, for --dry-run=client: keep one
+  # that is already there; Debian 12 packages one as kubernetes-client).
   packages+=(postgresql xdotool unzip iproute2 x11vnc novnc openssl)
-  command -v kubectl >/dev/null || packages+=(kubernetes-client)
+  if ! command -v kubectl >/dev/null && apt-cache show kubernetes-client >/dev/null 2>&1; then
+    packages+=(kubernetes-client)
+  fi
 fi
 # Playwright code runs in each VM on Node.js (and the tests' Puppeteer), as do JavaScript
 # and TypeScript apps: any Node.js >= 20 will do (playwright-core needs it, and apps'

@@ -246,6 +246,11 @@ def resources(deployment: Replicas) -> dict[str, float]:
     size = subprocess.run(["du", "-sm", str(deployment.data_dir)], capture_output=True, text=True).stdout.split()
     return {
         "RSS MiB": field("VmRSS:") / 1024,
+        # What the process holds (heap, stacks) apart from the pages of its binary and
+        # libraries it has read, which grow as more of its code runs and which the
+        # kernel may drop and read again.
+        "  anonymous MiB": field("RssAnon:") / 1024,
+        "  file MiB": field("RssFile:") / 1024,
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": field("Threads:"),
         "db connections": int(connections or 0),

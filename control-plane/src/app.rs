@@ -211,6 +211,7 @@ impl Services {
             .await
             .context("adopting browser sessions")?;
         self.pools.start_reconciler();
+        crate::memory::start_trimming();
         self.replays.resume().await.context("resuming replays")?;
         // Workflows run on one replica: at once if no other runs them (as after a
         // restart), else once the one that does is gone.

@@ -20,6 +20,7 @@ pub mod ids;
 pub mod in_progress;
 pub mod managed_auth;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod people;
 pub mod pools;

@@ -19,9 +19,9 @@ def shell_blocks(document: Path) -> list[str]:
 
 
 def commands(block: str) -> list[str]:
-    """The block's commands: continued lines joined, trailing `# …` comments and blank
-    lines dropped."""
-    joined = re.sub(r"\\\n\s*", "", block)
+    """The block's commands: continued lines joined (with one space, as the shell reads
+    them), trailing `# …` comments and blank lines dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
     found = []
     for line in joined.splitlines():
         command = re.sub(r"\s+#.*$", "", line).strip()

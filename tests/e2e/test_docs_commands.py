@@ -11,58 +11,72 @@ import re
 import shlex
 import signal
 import subprocess
-import time
+import threading
 
 import httpx
-import kernel
 import pytest
 from kernel import Kernel
 
-from docs_kit import documented_commands
+from docs_kit import block_with, documented_commands
 from harness import CONTROL_PLANE, REPO, ControlPlane, free_port, make_traversable, wait_until
-from sdk import items
+from sdk import SEED_ERA, items
 
 E2E = REPO / "tests" / "e2e"
 
-# The command (a pattern) → the test that runs it, as `file::function`.
+# (the document, its command as a pattern) → the test that runs it, as `file::function`.
 RUNNERS = {
-    r"deploy/start\.sh": "test_docs_commands.py::test_the_start_script_serves_with_the_embedded_defaults",
+    ("README.md", r"deploy/start\.sh"):
+        "test_docs_commands.py::test_the_start_script_serves_with_the_embedded_defaults",
+    ("docs/getting-started.md", r"deploy/start\.sh"):
+        "test_docs_commands.py::test_the_start_script_serves_with_the_embedded_defaults",
     # What CI runs (.ci/run calls it): this very suite.
-    r"deploy/test\.sh": "test_docs_commands.py::test_every_documented_command_has_a_test_that_runs_it",
-    r"target/release/control-plane serve .*": "test_docs_commands.py::test_the_documented_serve_command_serves",
-    r"target/release/control-plane api-keys create --org acme --data-dir ./data":
+    ("README.md", r"deploy/test\.sh"): "test_docs_commands.py::test_every_documented_command_has_a_test_that_runs_it",
+    ("docs/getting-started.md", r"deploy/test\.sh"):
+        "test_docs_commands.py::test_every_documented_command_has_a_test_that_runs_it",
+    ("README.md", r"target/release/control-plane serve .*"):
+        "test_docs_commands.py::test_the_documented_serve_command_serves",
+    ("docs/getting-started.md", r"target/release/control-plane api-keys create --org acme --data-dir ./data"):
         "test_docs_examples.py::test_the_command_that_makes_more_keys_makes_one_that_works",
-    r"target/release/control-plane api-keys create --org acme --project \S+ --data-dir ./data":
+    # The same line as Getting started's, which that test runs.
+    ("docs/organizations/api-keys.md", r"target/release/control-plane api-keys create --org acme --data-dir ./data"):
+        "test_docs_examples.py::test_the_command_that_makes_more_keys_makes_one_that_works",
+    ("docs/organizations/projects.md",
+     r"target/release/control-plane api-keys create --org acme --project \S+ --data-dir ./data"):
         "test_docs_commands.py::test_the_project_key_command_makes_a_key_confined_to_it",
-    r"target/release/control-plane (backup|restore) .*":
+    ("docs/operating/backups-and-upgrades.md", r"target/release/control-plane (backup|restore) .*"):
         "test_backup.py::test_a_backup_taken_while_serving_restores_everything",
     # Benchmarks need a release build and minutes each: the test checks that every
     # documented one names a scenario and every scenario is documented; `bench/run.sh`
     # itself runs them.
-    r"(SOAK_MINUTES=\d+ )?bench/run\.sh( \w+)?": "test_docs_commands.py::test_every_benchmark_is_documented",
+    ("README.md", r"bench/run\.sh( \w+)?"): "test_docs_commands.py::test_every_benchmark_is_documented",
+    ("docs/benchmarks.md", r"(SOAK_MINUTES=\d+ )?bench/run\.sh( \w+)?"):
+        "test_docs_commands.py::test_every_benchmark_is_documented",
     # The agents' certificates and their Secret: test_kubernetes.py's certificates are
-    # made by these very lines (the Secret printed with --dry-run, no cluster here).
-    r"(openssl|echo|kubectl) .*": "test_kubernetes.py::test_an_agent_whose_certificate_is_not_trusted_is_refused",
+    # made by running this page's block as printed (the Secret printed with --dry-run:
+    # no cluster here); the test below checks that the block is all the page has.
+    ("docs/operating/kubernetes.md", r"(openssl|echo|kubectl) .*"):
+        "test_kubernetes.py::test_an_agent_whose_certificate_is_not_trusted_is_refused",
 }
-
-TODAY = "0.131.0"
 
 
 def only_once():
     """The commands do not depend on the SDK: run them in one phase of the suite."""
-    if kernel.__version__ != TODAY:
-        pytest.skip(f"run in the kernel=={TODAY} phase")
+    if SEED_ERA:
+        pytest.skip("run in the phase of today's SDK")
 
 
 def test_every_documented_command_has_a_test_that_runs_it():
     commands = documented_commands()
     assert len(commands) > 20, commands
     unrun = [(document, command) for document, command in commands
-             if not any(re.fullmatch(pattern, command) for pattern in RUNNERS)]
+             if not any(document == where and re.fullmatch(pattern, command) for where, pattern in RUNNERS)]
     assert not unrun, f"documented commands no test runs (add a runner to RUNNERS): {unrun}"
     for runner in set(RUNNERS.values()):
         file, function = runner.split("::")
         assert re.search(rf"^def {function}\(", (E2E / file).read_text(), re.M), f"{runner} is gone"
+    # The Kubernetes page's commands are exactly the block test_kubernetes.py runs.
+    kubernetes = [c for d, c in commands if d == "docs/operating/kubernetes.md"]
+    assert kubernetes == block_with(REPO / "docs" / "operating" / "kubernetes.md", "openssl req -x509")
 
 
 def test_every_benchmark_is_documented():
@@ -94,16 +108,14 @@ def reap(process: subprocess.Popen, data_dir) -> None:
 
 
 def listening_url(process: subprocess.Popen, lines: list[str]) -> str:
-    """Reads the server's output up to its `listening on <url>` line."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            raise AssertionError(f"the server exited early: {lines}")
+    """Reads the server's output up to its `listening on <url>` line (the rest is read
+    and dropped, so that the server never blocks on a full pipe)."""
+    while line := process.stdout.readline():
         lines.append(line)
         if line.startswith("listening on "):
+            threading.Thread(target=process.stdout.read, daemon=True).start()
             return line.split(" ", 2)[2].strip()
-    raise AssertionError(f"the server did not start: {lines}")
+    raise AssertionError(f"the server exited before it listened: {lines}")
 
 
 def test_the_start_script_serves_with_the_embedded_defaults(tmp_path):

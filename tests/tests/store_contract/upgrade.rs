@@ -1,5 +1,5 @@
 //! Upgrades in place: a database written by an older release, with a row in every table
-//! it had, opened by this release (which migrates it) and read back through the store,
+//! of an organization's resources it had, opened by this release (which migrates it) and read back through the store,
 //! unconfined and confined to the default project that now holds what came before
 //! projects. Two steps: the release before projects (V1–V17), then the previous release
 //! (V18–V20: projects, people in the audit log, audit export destinations).
@@ -26,8 +26,13 @@ fn rows_before_projects(hash: &str) -> String {
 INSERT INTO organizations (id, name, created_at, default_project_max_concurrent_sessions)
     VALUES ('org_old', 'default', {AT}, 7);
 INSERT INTO settings (key, value) VALUES ('old-setting', 'kept');
-INSERT INTO api_keys (id, org_id, secret_hash, created_at, name, secret_tail)
-    VALUES ('key_old', 'org_old', {hash}, {AT}, 'old-key', 'wxyz');
+-- That release made an organization's default project when first asked for it (with an
+-- id of its own), and let keys be bound to projects.
+INSERT INTO projects (id, org_id, name, status, is_default, created_at, updated_at)
+    VALUES ('proj_made_lazily', 'org_old', 'default', 'active', TRUE, {LATER}, {LATER}),
+    ('proj_side', 'org_old', 'side', 'active', FALSE, {LATER}, {LATER});
+INSERT INTO api_keys (id, org_id, secret_hash, created_at, name, secret_tail, project_id)
+    VALUES ('key_old', 'org_old', {hash}, {AT}, 'old-key', 'wxyz', 'proj_side');
 INSERT INTO browser_sessions (id, org_id, headless, stealth, kiosk_mode, timeout_seconds,
     viewport_width, viewport_height, status, created_at, ended_at, end_reason, name,
     telemetry_seq)
@@ -120,16 +125,22 @@ pub async fn upgrade_contract(url: &str, data_dir: &std::path::Path) {
     let organization = store.ensure_organization("default").await.unwrap();
     assert_eq!(organization.id, "org_old");
     let projects = store.list_projects("org_old").await.unwrap();
-    let names: Vec<_> = projects.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["default", "team"], "{projects:?}");
-    let default = &projects[0];
-    assert!(default.is_default && default.status == "active");
+    let ids: Vec<_> = projects.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["proj_team", "proj_made_lazily", "proj_side"],
+        "{projects:?}"
+    );
+    // The default project the old release had made is the one that takes everything.
+    let default = &projects[1];
+    assert!(default.is_default && default.status == "active" && default.name == "default");
     assert_eq!(
         default.max_concurrent_sessions,
         Some(7),
         "the organization's cap of the release before projects is its default project's"
     );
-    assert_eq!(projects[1].max_concurrent_sessions, Some(3));
+    assert_eq!(projects[0].max_concurrent_sessions, Some(3));
+    assert!(!projects[2].is_default);
     assert_eq!(
         store.setting_or_insert("old-setting", "new").await.unwrap(),
         "kept"
@@ -144,6 +155,7 @@ pub async fn upgrade_contract(url: &str, data_dir: &std::path::Path) {
         ("org_old", "old-key", &[1u8, 2, 255][..])
     );
     assert!(key.deleted_at.is_none() && key.policy.is_none());
+    assert_eq!(key.project_id.as_deref(), Some("proj_side"));
     read_audit_log(store.as_ref()).await;
     let destination = store
         .export_destination("org_old", "aed_old")

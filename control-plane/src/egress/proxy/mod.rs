@@ -378,18 +378,8 @@ async fn handle(
                     let mut remaining = (&mut client_read).take(length - already as u64);
                     tokio::io::copy(&mut remaining, &mut server_write).await
                 };
-                let response = relay_response(&mut server_read, &mut client_write);
-                let (_, status) = tokio::try_join!(body, response)?;
-                if status >= 400 {
-                    // A page that fails to load shows only a net error: its cause is here.
-                    tracing::info!(
-                        session_id = log.map(|log| log.session_id.as_str()),
-                        host = %request.host,
-                        port = request.port,
-                        status,
-                        "the egress proxy relayed an error answer"
-                    );
-                }
+                let response = relay_response(&mut server_read, &mut client_write, log, &request);
+                tokio::try_join!(body, response)?;
             }
         }
         Ok(())
@@ -402,11 +392,14 @@ async fn handle(
 
 /// Passes a plain request's response on, saying `Connection: close`: the browser must not
 /// send its next request (perhaps for another host) down a connection judged for this one.
-/// Answers the response's status.
+/// An error answer is noted: a page that fails to load shows only a net error (what goes
+/// through a tunnel, HTTPS, cannot be seen into).
 async fn relay_response(
     server: &mut (impl AsyncRead + Unpin),
     client: &mut (impl AsyncWrite + Unpin),
-) -> std::io::Result<u16> {
+    log: Option<&FailureLog>,
+    request: &ProxyRequest,
+) -> std::io::Result<()> {
     let (head, rest) = read_head(server).await?;
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
@@ -417,6 +410,14 @@ async fn relay_response(
         ));
     }
     let status = response.code.unwrap_or(502);
+    let session_id = log.map(|log| log.session_id.as_str());
+    let (host, port) = (&request.host, request.port);
+    match status {
+        // Pages ask for what is not there all the time (favicons).
+        404 => tracing::debug!(session_id, %host, port, status, "relayed an error answer"),
+        400.. => tracing::info!(session_id, %host, port, status, "relayed an error answer"),
+        _ => {}
+    }
     let mut out = format!("HTTP/1.1 {} {}\r\n", status, response.reason.unwrap_or("")).into_bytes();
     for header in response.headers.iter() {
         let name = header.name.to_ascii_lowercase();
@@ -434,7 +435,7 @@ async fn relay_response(
     client.write_all(&out).await?;
     client.write_all(&rest).await?;
     tokio::io::copy(server, client).await?;
-    Ok(status)
+    Ok(())
 }
 
 /// The body length of a plain request (`Content-Length`, 0 without), or why it cannot be
