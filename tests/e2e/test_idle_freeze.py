@@ -12,6 +12,9 @@ from playwright.sync_api import sync_playwright
 
 from harness import (control_plane_for_module, cpu_seconds, first_tab, process_state, session_processes,
                      wait_until)
+from sdk import once
+
+pytestmark = once
 
 FREEZE_AFTER_SECONDS = 2
 

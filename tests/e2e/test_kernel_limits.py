@@ -15,7 +15,10 @@ import pytest
 from kernel import Kernel
 
 from harness import cpu_seconds, wait_until
+from sdk import once
 from test_processes import exec_in, out
+
+pytestmark = once
 
 GIB = 1 << 30
 

@@ -11,6 +11,7 @@ from playwright.sync_api import sync_playwright
 
 from conftest import TEST_PAGE_TITLE
 from harness import ControlPlane, is_alive, read_page, session_processes, wait_until
+from sdk import once
 
 
 def _listed(client: Kernel) -> set[str]:
@@ -18,6 +19,7 @@ def _listed(client: Kernel) -> set[str]:
     return {b.session_id for b in client.browsers.list()}
 
 
+@once
 def test_idle_session_times_out_but_one_with_open_cdp_does_not(control_plane, client):
     idle = client.browsers.create(timeout_seconds=10, headless=True)
     # Its timeout counts from here: the second create may take a moment.
