@@ -169,34 +169,21 @@ pub async fn upgrade_contract(url: &str, data_dir: &std::path::Path) {
     scope::request(async {
         scope::confine(&default.id);
         read_default_project(store.as_ref(), &default.id).await;
-        assert!(
-            store
-                .extension("org_old", "team-extension")
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(!extension_found(store.as_ref(), "team-extension").await);
     })
     .await;
     scope::request(async {
         scope::confine("proj_team");
-        assert!(
-            store
-                .extension("org_old", "team-extension")
-                .await
-                .unwrap()
-                .is_some()
-        );
-        assert!(
-            store
-                .extension("org_old", "old-extension")
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(extension_found(store.as_ref(), "team-extension").await);
+        assert!(!extension_found(store.as_ref(), "old-extension").await);
         assert!(store.session("org_old", "s_old").await.unwrap().is_none());
     })
     .await;
+}
+
+/// Whether the organization's extension `name` is found (in the request's project).
+async fn extension_found(store: &dyn Store, name: &str) -> bool {
+    store.extension("org_old", name).await.unwrap().is_some()
 }
 
 /// Every row the release before projects wrote, now in the default project.
