@@ -49,17 +49,31 @@ class LoadBalancer:
         self._turn = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
 
     def close(self) -> None:
+        """Stops listening for good. Closing the socket alone is not enough: a thread blocked
+        in accept() keeps a closed listener alive (and its port taken), and a thread about to
+        call accept() on the freed descriptor number could take the connections of whatever
+        socket is given that number next (a later test's page server: its page would load as
+        this balancer's 502). shutdown() wakes the accept; only then is the socket closed."""
         self._closed = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._accepting.join(timeout=5)
         self.listener.close()
 
     def _accept(self) -> None:
-        while not self._closed:
+        while True:
             try:
                 client, _ = self.listener.accept()
             except OSError:
+                return
+            if self._closed:
+                client.close()
                 return
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
