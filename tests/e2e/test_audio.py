@@ -18,8 +18,11 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from harness import descendants, first_tab, session_processes, wait_until
-from sdk import field, fields, on_browser, update_browser
+from sdk import field, fields, on_browser, once, update_browser
 from test_replays import download, wait_finished
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 # Black and silent; `flash()` turns the page white and plays 440 Hz for one second, both
 # at the same instant (the oscillator runs all along behind a muted gain, so starting the

@@ -22,7 +22,10 @@ from playwright.sync_api import sync_playwright
 
 from extensions_kit import make_extension
 from harness import CONTROL_PLANE, REPO, ControlPlane
-from sdk import on_browser
+from sdk import on_browser, once
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 SEED = "JBSWY3DPEHPK3PXP"
 

@@ -12,6 +12,11 @@ import yaml
 
 from harness import CONTROL_PLANE, REPO
 
+from sdk import once
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
+
 MANIFESTS = REPO / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.33.0"
 

@@ -21,9 +21,12 @@ from kernel import Kernel
 from harness import read_page, session_processes, vm_root, wait_until
 from test_kernel_limits import _cgroups
 from test_replays import wait_finished
-from sdk import on_browser
+from sdk import on_browser, once
 
 from conftest import TEST_PAGE_TITLE
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 
 def _vm_owner() -> tuple[int, int]:

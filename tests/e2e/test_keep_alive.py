@@ -8,6 +8,11 @@ from urllib.parse import urlparse
 
 import pytest
 
+from sdk import once
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
+
 
 class RawConnection:
     """One HTTP/1.1 connection, spoken by hand so that nothing reconnects silently."""

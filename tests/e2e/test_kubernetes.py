@@ -27,7 +27,10 @@ from docs_kit import block_with
 from extensions_kit import make_extension
 from fake_kubernetes import FakeApiServer, Image, Kubelet
 from harness import BIN_DIR, REPO, ControlPlane, serve_html, wait_until
-from sdk import on_browser, update_browser
+from sdk import on_browser, once, update_browser
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 NAMESPACE = "browsers"
 IMAGE = "browser-service/browser-vm:dev"

@@ -12,6 +12,11 @@ from pathlib import Path
 
 from harness import suite_vm_paths, vm_dirs_base, vm_processes_left, wait_until
 
+from sdk import once
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
+
 
 def named(directory: Path, program: str, target: str) -> Path:
     """A link called `program` to `target`: a process started through it has that name."""

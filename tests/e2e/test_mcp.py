@@ -19,7 +19,10 @@ from conftest import TEST_PAGE_TITLE
 from harness import wait_until
 from mcp import MCPError
 from mcp_kit import call, mcp_client
-from sdk import today_only
+from sdk import once, today_only
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 
 def test_an_assistant_runs_a_browser_through_the_mcp_tools(control_plane, client, test_page_url):

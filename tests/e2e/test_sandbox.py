@@ -17,7 +17,10 @@ from playwright.sync_api import sync_playwright
 
 from conftest import TEST_PAGE_TITLE
 from harness import first_tab, is_alive, read_page, session_processes, vm_root, wait_until
-from sdk import field
+from sdk import field, once
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 FILE_NOT_FOUND = "ERR_FILE_NOT_FOUND"
 

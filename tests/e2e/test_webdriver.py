@@ -18,6 +18,11 @@ from selenium.webdriver.remote.websocket_connection import WebSocketConnection
 
 from conftest import TEST_PAGE_TITLE
 
+from sdk import once
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
+
 
 @pytest.fixture(scope="module")
 def browser(client):
