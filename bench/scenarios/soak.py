@@ -286,7 +286,7 @@ def run(work_dir: Path, report) -> None:
         media = Path(tempfile.mkdtemp(prefix="soak-media-", dir=work_dir))
         # One of each kind of work first (not counted): the first run of a code path reads
         # its pages of the binary in and fills lasting caches (TLS, statements, a worker
-        # thread's stack), which is the process reaching its working size, not growth.
+        # thread's stack). Growth is measured from there, apart from start-up's.
         warm_up = Client(deployment.base_url, deployment.api_key, Ledger())
         browser_life(warm_up, warm_up.ledger, {})
         recording(warm_up, warm_up.ledger, {}, media)

@@ -19,6 +19,9 @@ from sdk import SEED_ERA
 
 PROFILES = 25
 LIMIT = 4
+# Each browser is started and ended in turn (about a second each): with the pools'
+# browsers, still four pages.
+BROWSERS = 10
 # Each pool keeps a browser running: fewer of them, still several pages.
 POOLS = 6
 
@@ -37,7 +40,7 @@ def profile_ids(client):
 def listed(client, profile_ids):
     """Every paged list's items, made by the test: resource name -> set of ids."""
     browsers = set()
-    for _ in range(PROFILES):
+    for _ in range(BROWSERS):
         session = client.browsers.create(headless=True)
         client.browsers.delete_by_id(session.session_id)
         browsers.add(session.session_id)
