@@ -49,17 +49,21 @@ e2e_venv .venv-sdk131 requirements-sdk131.txt
 e2e_venv .venv-schema ../schema-requirements.txt
 npm ci --prefix tests/e2e/node-clients --no-audit --no-fund --loglevel=error
 cd tests/e2e
+# Two modules at a time (pytest-xdist, each module whole on one worker with its control
+# plane): one module alone leaves about half of a 2-core machine idle while it waits on its
+# browsers. E2E_WORKERS sets how many (0: everything in one process).
+# --durations: the slowest tests, for keeping the suite's time in check.
+pytest_args=(-q --durations=15 -n "${E2E_WORKERS:-2}" --dist loadfile)
 for venv in .venv .venv-sdk131; do
   echo "== end-to-end suite with $("../../$venv/bin/python" -c 'import kernel; print("kernel", kernel.__version__)')"
-  # --durations: the slowest tests, for keeping the suite's time in check.
-  "../../$venv/bin/python" -m pytest -q --durations=15 --ignore=test_replicas.py "$@"
+  "../../$venv/bin/python" -m pytest "${pytest_args[@]}" --ignore=test_replicas.py "$@"
 done
 # A third of the suite again, through two control-plane replicas on PostgreSQL behind a
 # load balancer that alternates requests (E2E_REPLICAS=2), and the replicas' own tests:
 # kill -9 of one during a CDP connection, pool filling and a login flow.
 if [[ $# -eq 0 ]]; then
   echo "== a third of the end-to-end suite through two replicas behind a load balancer"
-  E2E_REPLICAS=2 ../../.venv-sdk131/bin/python -m pytest -q --durations=15 test_replicas.py \
+  E2E_REPLICAS=2 ../../.venv-sdk131/bin/python -m pytest "${pytest_args[@]}" test_replicas.py \
     test_browsers.py test_computer.py test_pools.py test_filesystem.py test_playwright.py \
     test_replays.py test_live_view.py test_managed_auth.py test_apps.py test_names_and_tags.py \
     test_paging.py test_webdriver.py test_viewport.py test_profiles.py test_telemetry.py

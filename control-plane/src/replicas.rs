@@ -88,6 +88,9 @@ pub struct Replica {
     signals: broadcast::Sender<Signal>,
     /// Set once it left: its membership and duties are no longer renewed.
     left: std::sync::atomic::AtomicBool,
+    /// Renewals hold it shared, `leave` alone: a renewal already under way when this
+    /// replica leaves would otherwise take back the lease `leave` has just given up.
+    renewals: tokio::sync::RwLock<()>,
     /// The leases of its duties.
     duties: std::sync::Mutex<Vec<String>>,
 }
@@ -106,6 +109,7 @@ impl Replica {
             store,
             signals: broadcast::channel(1024).0,
             left: std::sync::atomic::AtomicBool::new(false),
+            renewals: tokio::sync::RwLock::new(()),
             duties: std::sync::Mutex::default(),
         })
     }
@@ -152,6 +156,7 @@ impl Replica {
             let mut tick = renewal_ticks();
             loop {
                 tick.tick().await;
+                let _renewing = this.renewals.read().await;
                 if this.left.load(std::sync::atomic::Ordering::SeqCst) {
                     return;
                 }
@@ -189,6 +194,7 @@ impl Replica {
     /// Gives up this replica's membership and duties at once (a clean shutdown), so that
     /// the others adopt its work without waiting for the leases to expire.
     pub async fn leave(&self) {
+        let _no_renewal = self.renewals.write().await;
         self.left.store(true, std::sync::atomic::Ordering::SeqCst);
         let duties = self.duties.lock().map(|d| d.clone()).unwrap_or_default();
         for lease in duties {
@@ -374,6 +380,7 @@ impl Replica {
                         continue;
                     }
                 }
+                let renewing = this.renewals.read().await;
                 if this.left.load(std::sync::atomic::Ordering::SeqCst) {
                     let _ = this.store.release_lease(&lease, &this.id).await;
                     return;
@@ -387,6 +394,7 @@ impl Replica {
                         held_until = held_until.filter(|until| Instant::now() < *until);
                     }
                 }
+                drop(renewing);
                 let holds = held_until.is_some();
                 if *held_tx.borrow() != Some(holds) {
                     tracing::info!(lease, holds, "duty changed hands");

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use browser_agent_proto::fake_v1::browser_agent_server::{BrowserAgent, BrowserAgentServer};
-use browser_agent_proto::fake_v1::{
+use browser_agent_proto_fake::v1::browser_agent_server::{BrowserAgent, BrowserAgentServer};
+use browser_agent_proto_fake::v1::{
     DataChunk, DevtoolsState, Empty, RecordingInfo, RecordingRequest, RecordingState,
     ShutdownRequest, ShutdownResponse, StartRecordingRequest, StatusRequest, StatusResponse,
 };

@@ -35,8 +35,10 @@ const INVOCATION_KEY_PREFIX: &str = "ik_";
 /// one issues a fresh one).
 pub const REPLAY_VIEW_TTL: chrono::Duration = chrono::Duration::hours(24);
 
+/// A `cdp_ws_url`'s or a live view's token: one session of one organization, for as long
+/// as the session lives. Each kind has its own audience.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct CdpClaims {
+pub struct SessionClaims {
     /// Session id.
     pub sub: String,
     pub org: String,
@@ -46,19 +48,8 @@ pub struct CdpClaims {
     /// once that lease ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct LiveViewClaims {
-    /// Session id.
-    pub sub: String,
-    pub org: String,
-    pub aud: String,
-    pub iat: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<String>,
-    /// Watch only: the viewer's input is ignored.
-    #[serde(default)]
+    /// Live view only: watch only, the viewer's input is ignored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
 }
 
@@ -74,22 +65,12 @@ pub struct ReplayViewClaims {
     pub exp: i64,
 }
 
-/// An `inspector_url`: one session's telemetry and replays, until it expires.
+/// A token for one resource of one organization, until it expires: an `inspector_url`
+/// (a session's telemetry and replays), a login flow's `hosted_url` and `live_view_url`
+/// (an auth connection; they expire with the flow). Each kind has its own audience.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct InspectorClaims {
-    /// Session id.
-    pub sub: String,
-    pub org: String,
-    pub aud: String,
-    pub iat: i64,
-    pub exp: i64,
-}
-
-/// A login flow's `hosted_url`: names one auth connection of one organization and
-/// expires with the flow.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct HostedLoginClaims {
-    /// Auth connection id.
+pub struct ScopedClaims {
+    /// Session id (inspector) or auth connection id (login flows).
     pub sub: String,
     pub org: String,
     pub aud: String,
@@ -223,17 +204,18 @@ impl Tokens {
     }
 
     pub fn issue_cdp(&self, session_id: &str, org_id: &str, lease: Option<&str>) -> String {
-        self.sign(&CdpClaims {
+        self.sign(&SessionClaims {
             sub: session_id.to_owned(),
             org: org_id.to_owned(),
             aud: CDP_AUDIENCE.to_owned(),
             iat: Utc::now().timestamp(),
             lease: lease.map(str::to_owned),
+            read_only: false,
         })
     }
 
     /// The claims of a genuine CDP token, or `None`.
-    pub fn verify_cdp(&self, token: &str) -> Option<CdpClaims> {
+    pub fn verify_cdp(&self, token: &str) -> Option<SessionClaims> {
         self.decode(&self.cdp, token)
     }
 
@@ -244,7 +226,7 @@ impl Tokens {
         lease: Option<&str>,
         read_only: bool,
     ) -> String {
-        self.sign(&LiveViewClaims {
+        self.sign(&SessionClaims {
             sub: session_id.to_owned(),
             org: org_id.to_owned(),
             aud: LIVE_VIEW_AUDIENCE.to_owned(),
@@ -255,7 +237,7 @@ impl Tokens {
     }
 
     /// The claims of a genuine live-view token, or `None`.
-    pub fn verify_live_view(&self, token: &str) -> Option<LiveViewClaims> {
+    pub fn verify_live_view(&self, token: &str) -> Option<SessionClaims> {
         self.decode(&self.live_view, token)
     }
 
@@ -282,7 +264,7 @@ impl Tokens {
         org_id: &str,
         expires_at: DateTime<Utc>,
     ) -> String {
-        self.issue_for_connection(HOSTED_LOGIN_AUDIENCE, connection_id, org_id, expires_at)
+        self.issue_scoped(HOSTED_LOGIN_AUDIENCE, connection_id, org_id, expires_at)
     }
 
     /// A login flow's `live_view_url`: its browser, for one auth connection of one
@@ -294,20 +276,19 @@ impl Tokens {
         org_id: &str,
         expires_at: DateTime<Utc>,
     ) -> String {
-        self.issue_for_connection(FLOW_LIVE_VIEW_AUDIENCE, connection_id, org_id, expires_at)
+        self.issue_scoped(FLOW_LIVE_VIEW_AUDIENCE, connection_id, org_id, expires_at)
     }
 
-    /// A token of `audience` for one auth connection of one organization, until
-    /// `expires_at`.
-    fn issue_for_connection(
+    /// A token of `audience` for `subject` of one organization, until `expires_at`.
+    fn issue_scoped(
         &self,
         audience: &str,
-        connection_id: &str,
+        subject: &str,
         org_id: &str,
         expires_at: DateTime<Utc>,
     ) -> String {
-        self.sign(&HostedLoginClaims {
-            sub: connection_id.to_owned(),
+        self.sign(&ScopedClaims {
+            sub: subject.to_owned(),
             org: org_id.to_owned(),
             aud: audience.to_owned(),
             iat: Utc::now().timestamp(),
@@ -315,12 +296,12 @@ impl Tokens {
         })
     }
 
-    pub fn verify_flow_live_view(&self, token: &str) -> Option<HostedLoginClaims> {
+    pub fn verify_flow_live_view(&self, token: &str) -> Option<ScopedClaims> {
         self.decode(&self.flow_live_view, token)
     }
 
     /// The claims of a genuine, unexpired hosted-login token, or `None`.
-    pub fn verify_hosted_login(&self, token: &str) -> Option<HostedLoginClaims> {
+    pub fn verify_hosted_login(&self, token: &str) -> Option<ScopedClaims> {
         self.decode(&self.hosted_login, token)
     }
 
@@ -355,17 +336,11 @@ impl Tokens {
         org_id: &str,
         expires_at: DateTime<Utc>,
     ) -> String {
-        self.sign(&InspectorClaims {
-            sub: session_id.to_owned(),
-            org: org_id.to_owned(),
-            aud: INSPECTOR_AUDIENCE.to_owned(),
-            iat: Utc::now().timestamp(),
-            exp: expires_at.timestamp(),
-        })
+        self.issue_scoped(INSPECTOR_AUDIENCE, session_id, org_id, expires_at)
     }
 
     /// The claims of a genuine, unexpired inspector token, or `None`.
-    pub fn verify_inspector(&self, token: &str) -> Option<InspectorClaims> {
+    pub fn verify_inspector(&self, token: &str) -> Option<ScopedClaims> {
         self.decode(&self.inspector, token)
     }
 

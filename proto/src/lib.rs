@@ -10,20 +10,6 @@ pub mod v1 {
     tonic::include_proto!("browser_agent.v1");
 }
 
-/// The same contract as a server whose RPCs all answer `unimplemented` unless overridden,
-/// for fake agents in tests (its messages are wire-compatible with `v1`'s, not the same
-/// Rust types).
-#[cfg(feature = "fake-server")]
-pub mod fake_v1 {
-    #![allow(
-        clippy::all,
-        clippy::pedantic,
-        clippy::unwrap_used,
-        clippy::expect_used
-    )]
-    include!(concat!(env!("OUT_DIR"), "/stubs/browser_agent.v1.rs"));
-}
-
 /// Metadata key that carries the agent credential on every call.
 pub const AUTHORIZATION_METADATA: &str = "authorization";
 

@@ -22,6 +22,15 @@ def no_vm_process_outlives_the_suite(tmp_path_factory):
     assert not mounts, f"VM disks left mounted after the suite: {mounts}"
 
 
+# Modules that take minutes go first, so that with several workers (deploy/test.sh runs
+# two) none is left running alone at the end while the other workers idle.
+LONG_MODULES = ("test_schema_fuzz.py",)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in LONG_MODULES)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed test's report ends with the recent log of the control planes that were

@@ -366,8 +366,13 @@ impl Monitor<'_> {
         ) {
             self.telemetry.record(captured);
         }
-        self.settling
-            .observe(session, method, params, target.nav_seq);
+        self.settling.observe(
+            session,
+            method,
+            params,
+            target.nav_seq,
+            tokio::time::Instant::now(),
+        );
         Ok(())
     }
 

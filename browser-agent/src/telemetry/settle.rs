@@ -45,15 +45,21 @@ pub struct Settled {
 
 impl Settling {
     /// Notes a CDP event of the target reached through `session`, whose navigation is
-    /// now `nav_seq`.
-    pub fn observe(&mut self, session: &str, method: &str, params: &Value, nav_seq: u64) {
+    /// now `nav_seq`, received at `now`.
+    pub fn observe(
+        &mut self,
+        session: &str,
+        method: &str,
+        params: &Value,
+        nav_seq: u64,
+        now: Instant,
+    ) {
         let rest = self.targets.entry(session.to_owned()).or_default();
         if rest.nav_seq != nav_seq {
             rest.nav_seq = nav_seq;
             rest.dom_content_loaded = false;
             rest.layout_settles_at = None;
         }
-        let now = Instant::now();
         match method {
             "Network.requestWillBeSent" => {
                 let id = params["requestId"].as_str().unwrap_or_default();
@@ -134,46 +140,68 @@ mod tests {
         settled.into_iter().map(|s| s.kind).collect()
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_network_is_idle_half_a_second_after_the_last_request() {
-        let mut settling = Settling::default();
-        let request = |id: &str| json!({ "requestId": id });
-        settling.observe("s", "Network.requestWillBeSent", &request("1"), 1);
-        settling.observe("s", "Network.requestWillBeSent", &request("2"), 1);
-        settling.observe("s", "Network.loadingFinished", &request("1"), 1);
-        assert_eq!(settling.next_deadline(), None);
-        settling.observe("s", "Network.loadingFailed", &request("2"), 1);
-        tokio::time::advance(Duration::from_millis(400)).await;
-        assert!(kinds(settling.due(Instant::now())).is_empty());
-        // A new request within the quiet period starts it again.
-        settling.observe("s", "Network.requestWillBeSent", &request("3"), 1);
-        settling.observe("s", "Network.loadingFinished", &request("3"), 1);
-        tokio::time::advance(Duration::from_millis(400)).await;
-        assert!(kinds(settling.due(Instant::now())).is_empty());
-        tokio::time::advance(Duration::from_millis(100)).await;
-        assert_eq!(kinds(settling.due(Instant::now())), ["network_idle"]);
-        assert!(kinds(settling.due(Instant::now())).is_empty());
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn layout_settles_a_second_after_load_and_each_shift_restarts_the_wait() {
+    #[test]
+    fn the_network_is_idle_half_a_second_after_the_last_request() {
+        let t0 = Instant::now();
+        let mut settling = Settling::default();
+        let request = |id: &str| json!({ "requestId": id });
+        settling.observe("s", "Network.requestWillBeSent", &request("1"), 1, t0);
+        settling.observe("s", "Network.requestWillBeSent", &request("2"), 1, t0);
+        settling.observe("s", "Network.loadingFinished", &request("1"), 1, t0);
+        assert_eq!(settling.next_deadline(), None);
+        settling.observe("s", "Network.loadingFailed", &request("2"), 1, t0);
+        assert!(kinds(settling.due(t0 + ms(400))).is_empty());
+        // A new request within the quiet period starts it again.
+        settling.observe(
+            "s",
+            "Network.requestWillBeSent",
+            &request("3"),
+            1,
+            t0 + ms(400),
+        );
+        settling.observe(
+            "s",
+            "Network.loadingFinished",
+            &request("3"),
+            1,
+            t0 + ms(400),
+        );
+        assert!(kinds(settling.due(t0 + ms(800))).is_empty());
+        assert_eq!(kinds(settling.due(t0 + ms(900))), ["network_idle"]);
+        assert!(kinds(settling.due(t0 + ms(900))).is_empty());
+    }
+
+    #[test]
+    fn layout_settles_a_second_after_load_and_each_shift_restarts_the_wait() {
+        let t0 = Instant::now();
         let mut settling = Settling::default();
         let shift = json!({ "event": { "type": "layout-shift" } });
-        settling.observe("s", "Page.domContentEventFired", &json!({}), 1);
-        settling.observe("s", "Page.loadEventFired", &json!({}), 1);
-        tokio::time::advance(Duration::from_millis(800)).await;
-        settling.observe("s", "PerformanceTimeline.timelineEventAdded", &shift, 1);
-        tokio::time::advance(Duration::from_millis(800)).await;
-        assert!(kinds(settling.due(Instant::now())).is_empty());
-        tokio::time::advance(Duration::from_millis(200)).await;
+        settling.observe("s", "Page.domContentEventFired", &json!({}), 1, t0);
+        settling.observe("s", "Page.loadEventFired", &json!({}), 1, t0);
+        let shifted = t0 + ms(800);
+        settling.observe(
+            "s",
+            "PerformanceTimeline.timelineEventAdded",
+            &shift,
+            1,
+            shifted,
+        );
+        assert!(kinds(settling.due(shifted + ms(800))).is_empty());
         assert_eq!(
-            kinds(settling.due(Instant::now())),
+            kinds(settling.due(shifted + ms(1000))),
             ["page_layout_settled", "page_navigation_settled"]
         );
         // A new navigation forgets the old one's DOMContentLoaded.
-        settling.observe("s", "Page.loadEventFired", &json!({}), 2);
-        tokio::time::advance(LAYOUT_QUIET).await;
-        assert_eq!(kinds(settling.due(Instant::now())), ["page_layout_settled"]);
+        let loaded = shifted + ms(1000);
+        settling.observe("s", "Page.loadEventFired", &json!({}), 2, loaded);
+        assert_eq!(
+            kinds(settling.due(loaded + LAYOUT_QUIET)),
+            ["page_layout_settled"]
+        );
         settling.forget("s");
         assert_eq!(settling.next_deadline(), None);
     }

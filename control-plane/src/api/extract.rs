@@ -4,7 +4,8 @@
 use axum::body::Bytes;
 use axum::extract::multipart::{Field, Multipart, MultipartError};
 use axum::extract::{FromRequest, Request};
-use axum::http::header::CONTENT_TYPE;
+use axum::http::HeaderMap;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use serde::de::DeserializeOwned;
 
 use super::error::{ApiError, ErrorDetail};
@@ -171,6 +172,27 @@ impl<S: Send + Sync> FromRequest<S> for MultipartBody {
                 ))
             })
     }
+}
+
+/// A request's declared body length (`Content-Length`), when it has a valid one.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// A 413 before any of a body is read when its declared length is past `limit`. Upload
+/// routes have no body limit of axum's: they count what streams in against it too.
+pub fn refuse_declared_over(headers: &HeaderMap, limit: u64) -> Result<(), ApiError> {
+    match declared_length(headers) {
+        Some(length) if length > limit => Err(too_large(limit)),
+        _ => Ok(()),
+    }
+}
+
+pub fn too_large(limit: u64) -> ApiError {
+    ApiError::PayloadTooLarge(format!("uploads are limited to {limit} bytes"))
 }
 
 /// A multipart part that could not be read.

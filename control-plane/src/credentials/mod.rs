@@ -7,6 +7,7 @@
 //! Only a TOTP code leaves, when asked for.
 
 pub mod onepassword;
+mod secrets;
 pub mod totp;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use crate::ids;
 use crate::managed_auth::vault::Vault;
 use crate::store::{SecretKind, SecretRecord, Store};
 use onepassword::OnePassword;
+use secrets::{Secrets, document_of, settings_of};
 use totp::{GivenSettings, TotpSettings};
 
 const MAX_VALUES: usize = 50;
@@ -93,7 +95,7 @@ pub struct CredentialChange {
 }
 
 pub struct CredentialService {
-    store: Arc<dyn Store>,
+    records: Secrets,
     vault: Arc<Vault>,
     pub onepassword: OnePassword,
 }
@@ -101,7 +103,7 @@ pub struct CredentialService {
 impl CredentialService {
     pub fn new(store: Arc<dyn Store>, vault: Arc<Vault>, onepassword: OnePassword) -> Self {
         Self {
-            store,
+            records: Secrets::new(store, SecretKind::Credential),
             vault,
             onepassword,
         }
@@ -147,19 +149,19 @@ impl CredentialService {
             totp_seed: seed.map(|(seed, _)| seed),
         };
         let record = SecretRecord {
-            sealed: Some(self.vault.seal(&secrets, &owner(org_id, &id))?),
+            sealed: Some(
+                self.vault
+                    .seal(&secrets, &self.records.owner(org_id, &id))?,
+            ),
             id,
             org_id: org_id.to_owned(),
             kind: SecretKind::Credential,
             name: new.name,
             created_at: now,
             updated_at: now,
-            document: serde_json::to_string(&settings).map_err(anyhow::Error::from)?,
+            document: document_of(&settings)?,
         };
-        self.store
-            .insert_secret(&record)
-            .await
-            .map_err(|error| name_taken(error, &record.name))?;
+        self.records.insert(&record).await?;
         let code = current_code(&secrets, &settings, now)?;
         Ok((credential(&record, settings), code))
     }
@@ -170,8 +172,8 @@ impl CredentialService {
         id_or_name: &str,
         change: CredentialChange,
     ) -> ServiceResult<(Credential, Option<TotpCode>)> {
-        let mut record = self.record(org_id, id_or_name).await?;
-        let mut settings = settings_of(&record)?;
+        let mut record = self.records.record(org_id, id_or_name).await?;
+        let mut settings: CredentialSettings = settings_of(&record)?;
         let mut secrets = self.secrets(&record)?;
         let mut problems = Vec::new();
         if let Some(name) = &change.name {
@@ -237,9 +239,12 @@ impl CredentialService {
         let now = Utc::now();
         let read_at = record.updated_at;
         record.updated_at = now;
-        record.document = serde_json::to_string(&settings).map_err(anyhow::Error::from)?;
-        record.sealed = Some(self.vault.seal(&secrets, &owner(org_id, &record.id))?);
-        write_changed(self.store.as_ref(), &record, read_at, "a credential").await?;
+        record.document = document_of(&settings)?;
+        record.sealed = Some(
+            self.vault
+                .seal(&secrets, &self.records.owner(org_id, &record.id))?,
+        );
+        self.records.write_changed(&record, read_at).await?;
         let code = if new_seed {
             current_code(&secrets, &settings, now)?
         } else {
@@ -249,37 +254,27 @@ impl CredentialService {
     }
 
     pub async fn get(&self, org_id: &str, id_or_name: &str) -> ServiceResult<Credential> {
-        let record = self.record(org_id, id_or_name).await?;
-        let settings = settings_of(&record)?;
+        let record = self.records.record(org_id, id_or_name).await?;
+        let settings: CredentialSettings = settings_of(&record)?;
         Ok(credential(&record, settings))
     }
 
     /// Oldest first.
     pub async fn list(&self, org_id: &str) -> ServiceResult<Vec<Credential>> {
-        let records = self
-            .store
-            .list_secrets(org_id, SecretKind::Credential)
-            .await?;
-        records
-            .iter()
-            .map(|record| Ok(credential(record, settings_of(record)?)))
-            .collect()
+        self.records
+            .list(org_id, |record| {
+                Ok(credential(record, settings_of(record)?))
+            })
+            .await
     }
 
     pub async fn delete(&self, org_id: &str, id: &str) -> ServiceResult<()> {
-        if !self
-            .store
-            .delete_secret(org_id, SecretKind::Credential, id)
-            .await?
-        {
-            return Err(not_found(id));
-        }
-        Ok(())
+        self.records.delete(org_id, id).await
     }
 
     pub async fn totp_code(&self, org_id: &str, id_or_name: &str) -> ServiceResult<TotpCode> {
-        let record = self.record(org_id, id_or_name).await?;
-        let settings = settings_of(&record)?;
+        let record = self.records.record(org_id, id_or_name).await?;
+        let settings: CredentialSettings = settings_of(&record)?;
         current_code(&self.secrets(&record)?, &settings, Utc::now())?.ok_or_else(|| {
             ServiceError::NotFound(format!("credential {id_or_name} has no TOTP secret"))
         })
@@ -287,8 +282,8 @@ impl CredentialService {
 
     /// What a login fills in from a stored credential.
     pub async fn login_values(&self, org_id: &str, id_or_name: &str) -> ServiceResult<LoginValues> {
-        let record = self.record(org_id, id_or_name).await?;
-        let settings = settings_of(&record)?;
+        let record = self.records.record(org_id, id_or_name).await?;
+        let settings: CredentialSettings = settings_of(&record)?;
         let secrets = self.secrets(&record)?;
         Ok(LoginValues {
             totp: current_code(&secrets, &settings, Utc::now())?,
@@ -297,74 +292,14 @@ impl CredentialService {
         })
     }
 
-    async fn record(&self, org_id: &str, id_or_name: &str) -> ServiceResult<SecretRecord> {
-        self.store
-            .secret(org_id, SecretKind::Credential, id_or_name)
-            .await?
-            .ok_or_else(|| not_found(id_or_name))
-    }
-
     fn secrets(&self, record: &SecretRecord) -> ServiceResult<CredentialSecrets> {
         match &record.sealed {
             Some(sealed) => Ok(self
                 .vault
-                .open_sealed(sealed, &owner(&record.org_id, &record.id))?),
+                .open_sealed(sealed, &self.records.owner(&record.org_id, &record.id))?),
             None => Ok(CredentialSecrets::default()),
         }
     }
-}
-
-/// The associated data sealed secrets are bound to: they open for this record only.
-fn owner(org_id: &str, id: &str) -> String {
-    format!("credential/{org_id}/{id}")
-}
-
-fn not_found(id_or_name: &str) -> ServiceError {
-    ServiceError::NotFound(format!("credential {id_or_name} not found"))
-}
-
-fn name_taken(error: crate::store::StoreError, name: &str) -> ServiceError {
-    taken(error, "a credential", name)
-}
-
-fn taken(error: crate::store::StoreError, kind: &str, name: &str) -> ServiceError {
-    match error {
-        crate::store::StoreError::Conflict(_) => {
-            ServiceError::Conflict(format!("{kind} named {name:?} exists"))
-        }
-        other => other.into(),
-    }
-}
-
-/// Writes a record changed since it was read at `read_at`: a 404 if it is gone, a 409
-/// if another change landed in between (the SDKs retry a 409, which reads it again).
-pub(crate) async fn write_changed(
-    store: &dyn Store,
-    record: &SecretRecord,
-    read_at: DateTime<Utc>,
-    kind: &str,
-) -> ServiceResult<()> {
-    if store
-        .update_secret(record, read_at)
-        .await
-        .map_err(|error| taken(error, kind, &record.name))?
-    {
-        return Ok(());
-    }
-    match store
-        .secret(&record.org_id, record.kind, &record.id)
-        .await?
-    {
-        Some(_) => Err(ServiceError::Conflict(format!(
-            "{kind} {} was changed at the same time; retry",
-            record.id
-        ))),
-        None => Err(ServiceError::NotFound(format!("{} not found", record.id))),
-    }
-}
-
-fn settings_of(record: &SecretRecord) -> ServiceResult<CredentialSettings> {
-    Ok(serde_json::from_str(&record.document).map_err(anyhow::Error::from)?)
 }
 
 fn credential(record: &SecretRecord, settings: CredentialSettings) -> Credential {

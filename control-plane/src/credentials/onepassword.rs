@@ -19,7 +19,9 @@ use super::totp::{self, GivenSettings, TotpSettings};
 use crate::error::{ServiceError, ServiceResult};
 use crate::ids;
 use crate::managed_auth::vault::Vault;
-use crate::store::{SecretKind, SecretRecord, Store, StoreError};
+use crate::store::{SecretKind, SecretRecord, Store};
+
+use super::secrets::{Secrets, document_of, settings_of};
 
 pub const PROVIDER_TYPES: [&str; 1] = ["onepassword"];
 pub const DEFAULT_CACHE_TTL_SECONDS: u32 = 300;
@@ -90,7 +92,7 @@ pub struct ProviderChange {
 }
 
 pub struct OnePassword {
-    store: Arc<dyn Store>,
+    records: Secrets,
     vault: Arc<Vault>,
     connect_url: Option<String>,
     http: reqwest::Client,
@@ -101,7 +103,7 @@ pub struct OnePassword {
 impl OnePassword {
     pub fn new(store: Arc<dyn Store>, vault: Arc<Vault>, connect_url: Option<String>) -> Self {
         Self {
-            store,
+            records: Secrets::new(store, SecretKind::CredentialProvider),
             vault,
             connect_url: connect_url.map(|url| url.trim_end_matches('/').to_owned()),
             http: reqwest::Client::builder()
@@ -144,19 +146,19 @@ impl OnePassword {
             cache_ttl_seconds: ttl,
         };
         let record = SecretRecord {
-            sealed: Some(self.vault.seal(&new.token, &owner(org_id, &id))?),
+            sealed: Some(
+                self.vault
+                    .seal(&new.token, &self.records.owner(org_id, &id))?,
+            ),
             id,
             org_id: org_id.to_owned(),
             kind: SecretKind::CredentialProvider,
             name,
             created_at: now,
             updated_at: now,
-            document: serde_json::to_string(&settings).map_err(anyhow::Error::from)?,
+            document: document_of(&settings)?,
         };
-        self.store
-            .insert_secret(&record)
-            .await
-            .map_err(|error| name_taken(error, &record.name))?;
+        self.records.insert(&record).await?;
         Ok(provider(&record, settings))
     }
 
@@ -166,8 +168,8 @@ impl OnePassword {
         id: &str,
         change: ProviderChange,
     ) -> ServiceResult<Provider> {
-        let mut record = self.record(org_id, id).await?;
-        let mut settings = settings_of(&record)?;
+        let mut record = self.records.record(org_id, id).await?;
+        let mut settings: ProviderSettings = settings_of(&record)?;
         let mut problems = Vec::new();
         let name = change.name.map(|name| name.trim().to_owned());
         if let Some(name) = &name {
@@ -186,7 +188,10 @@ impl OnePassword {
             record.name = name;
         }
         if let Some(token) = &change.token {
-            record.sealed = Some(self.vault.seal(token, &owner(org_id, &record.id))?);
+            record.sealed = Some(
+                self.vault
+                    .seal(token, &self.records.owner(org_id, &record.id))?,
+            );
         }
         settings.cache_ttl_seconds = change
             .cache_ttl_seconds
@@ -195,52 +200,35 @@ impl OnePassword {
         settings.priority = change.priority.unwrap_or(settings.priority);
         let read_at = record.updated_at;
         record.updated_at = Utc::now();
-        record.document = serde_json::to_string(&settings).map_err(anyhow::Error::from)?;
-        super::write_changed(
-            self.store.as_ref(),
-            &record,
-            read_at,
-            "a credential provider",
-        )
-        .await?;
+        record.document = document_of(&settings)?;
+        self.records.write_changed(&record, read_at).await?;
         self.forget(&record.id);
         Ok(provider(&record, settings))
     }
 
     pub async fn get(&self, org_id: &str, id: &str) -> ServiceResult<Provider> {
-        let record = self.record(org_id, id).await?;
+        let record = self.records.record(org_id, id).await?;
         Ok(provider(&record, settings_of(&record)?))
     }
 
     /// Oldest first.
     pub async fn list(&self, org_id: &str) -> ServiceResult<Vec<Provider>> {
-        let records = self
-            .store
-            .list_secrets(org_id, SecretKind::CredentialProvider)
-            .await?;
-        records
-            .iter()
-            .map(|record| Ok(provider(record, settings_of(record)?)))
-            .collect()
+        self.records
+            .list(org_id, |record| Ok(provider(record, settings_of(record)?)))
+            .await
     }
 
     pub async fn delete(&self, org_id: &str, id: &str) -> ServiceResult<()> {
-        let record = self.record(org_id, id).await?;
-        if !self
-            .store
-            .delete_secret(org_id, SecretKind::CredentialProvider, &record.id)
-            .await?
-        {
-            return Err(not_found(id));
-        }
+        let record = self.records.record(org_id, id).await?;
+        self.records.delete(org_id, &record.id).await?;
         self.forget(&record.id);
         Ok(())
     }
 
     /// The provider's login items, from the cache while it is fresh.
     pub async fn items(&self, org_id: &str, id: &str) -> ServiceResult<Vec<ProviderItem>> {
-        let record = self.record(org_id, id).await?;
-        let settings = settings_of(&record)?;
+        let record = self.records.record(org_id, id).await?;
+        let settings: ProviderSettings = settings_of(&record)?;
         self.cached_items(&record, &settings)
             .await
             .map_err(|error| ServiceError::Unavailable(format!("1Password: {error}")))
@@ -248,7 +236,7 @@ impl OnePassword {
 
     /// Reads the provider's vaults with its token, uncached.
     pub async fn test(&self, org_id: &str, id: &str) -> ServiceResult<TestResult> {
-        let record = self.record(org_id, id).await?;
+        let record = self.records.record(org_id, id).await?;
         let token = self.token(&record)?;
         Ok(match self.vaults(&token).await {
             Ok(vaults) => TestResult {
@@ -272,8 +260,8 @@ impl OnePassword {
         provider_id_or_name: &str,
         item: ItemLookup<'_>,
     ) -> ServiceResult<Option<LoginValues>> {
-        let record = self.record(org_id, provider_id_or_name).await?;
-        let settings = settings_of(&record)?;
+        let record = self.records.record(org_id, provider_id_or_name).await?;
+        let settings: ProviderSettings = settings_of(&record)?;
         if !settings.enabled {
             return Err(ServiceError::Conflict(format!(
                 "credential provider {} is disabled",
@@ -391,14 +379,7 @@ impl OnePassword {
             .ok_or_else(|| anyhow::anyhow!("credential provider {} has no token", record.id))?;
         Ok(self
             .vault
-            .open_sealed(sealed, &owner(&record.org_id, &record.id))?)
-    }
-
-    async fn record(&self, org_id: &str, id: &str) -> ServiceResult<SecretRecord> {
-        self.store
-            .secret(org_id, SecretKind::CredentialProvider, id)
-            .await?
-            .ok_or_else(|| not_found(id))
+            .open_sealed(sealed, &self.records.owner(&record.org_id, &record.id))?)
     }
 
     fn forget(&self, id: &str) {
@@ -509,27 +490,6 @@ fn login_values_of(item: FullItem) -> LoginValues {
         totp: totp_code,
         sso_provider: None,
     }
-}
-
-fn owner(org_id: &str, id: &str) -> String {
-    format!("credential_provider/{org_id}/{id}")
-}
-
-fn not_found(id: &str) -> ServiceError {
-    ServiceError::NotFound(format!("credential provider {id} not found"))
-}
-
-fn name_taken(error: StoreError, name: &str) -> ServiceError {
-    match error {
-        StoreError::Conflict(_) => {
-            ServiceError::Conflict(format!("a credential provider named {name:?} exists"))
-        }
-        other => other.into(),
-    }
-}
-
-fn settings_of(record: &SecretRecord) -> ServiceResult<ProviderSettings> {
-    Ok(serde_json::from_str(&record.document).map_err(anyhow::Error::from)?)
 }
 
 fn provider(record: &SecretRecord, settings: ProviderSettings) -> Provider {

@@ -14,7 +14,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::events::{self, Since};
 use crate::api::error::{ApiError, ErrorBody};
-use crate::api::extract::{MultipartBody, PathParam, QueryParams, capped_text, unreadable_part};
+use crate::api::extract::{
+    MultipartBody, PathParam, QueryParams, capped_text, declared_length, too_large, unreadable_part,
+};
 use crate::api::org::Org;
 use crate::api::paging::{Paging, page_of};
 use crate::apps::views::{self, AppVersion, Deployment};
@@ -73,10 +75,8 @@ pub async fn create(
     headers: HeaderMap,
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<Json<Deployment>, ApiError> {
-    if crate::api::browsers::fs::declared_length(&headers)
-        .is_some_and(|length| length > MAX_ARCHIVE_BYTES + (1 << 20))
-    {
-        return Err(crate::api::browsers::fs::too_large(MAX_ARCHIVE_BYTES));
+    if declared_length(&headers).is_some_and(|length| length > MAX_ARCHIVE_BYTES + (1 << 20)) {
+        return Err(too_large(MAX_ARCHIVE_BYTES));
     }
     let uploads = org.apps.upload_dir()?;
     let mut form = Form {
@@ -185,7 +185,7 @@ async fn save_archive(field: &mut Field<'_>, path: &std::path::Path) -> Result<S
     while let Some(chunk) = field.chunk().await.map_err(unreadable_part)? {
         size += chunk.len() as u64;
         if size > MAX_ARCHIVE_BYTES {
-            return Err(crate::api::browsers::fs::too_large(MAX_ARCHIVE_BYTES));
+            return Err(too_large(MAX_ARCHIVE_BYTES));
         }
         digest.update(&chunk);
         file.write_all(&chunk)

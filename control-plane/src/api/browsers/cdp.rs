@@ -32,7 +32,7 @@ use crate::api::state::AppState;
 use crate::sessions::CdpConnectionGuard;
 use crate::sessions::ClientKind;
 use crate::store::PoolLease;
-use crate::tokens::CdpClaims;
+use crate::tokens::SessionClaims;
 
 const TUNNEL_OPEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// We ping idle clients this often; one that has sent nothing (not even a pong) for
@@ -208,7 +208,7 @@ impl RawUpgrade {
 /// lessee back in.
 pub(in crate::api) async fn lease_holds(
     state: &AppState,
-    claims: &CdpClaims,
+    claims: &SessionClaims,
 ) -> Result<(), ApiError> {
     lease_is_current(state, &claims.org, &claims.sub, claims.lease.as_deref()).await
 }

@@ -4,7 +4,7 @@
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use browser_agent_proto::v1::{
@@ -21,7 +21,8 @@ use utoipa::{IntoParams, ToSchema};
 use crate::agent::{AgentClient, AgentError};
 use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::api::extract::{
-    JsonBody, MultipartBody, PathParam, QueryParams, capped_text, unreadable_part,
+    JsonBody, MultipartBody, PathParam, QueryParams, capped_text, refuse_declared_over, too_large,
+    unreadable_part,
 };
 use crate::api::org::Org;
 
@@ -227,14 +228,6 @@ pub struct WriteQuery {
     pub mode: Option<String>,
 }
 
-pub(in crate::api) fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
-}
-
-pub(in crate::api) fn too_large(limit: u64) -> ApiError {
-    ApiError::PayloadTooLarge(format!("uploads are limited to {limit} bytes"))
-}
-
 /// Write the request body to a file. The file appears whole or not at all.
 #[utoipa::path(put, path = "/browsers/{id}/fs/write_file", tag = "filesystem",
     params(("id" = String, Path, description = "Browser session ID"), WriteQuery), security(("bearer" = [])),
@@ -256,9 +249,7 @@ pub async fn write_file(
         .transpose()?
         .unwrap_or(0o644);
     let limit = org.settings.max_upload_bytes;
-    if declared_length(&headers).is_some_and(|length| length > limit) {
-        return Err(too_large(limit));
-    }
+    refuse_declared_over(&headers, limit)?;
     let agent = org.agent(&id).await?;
     let chunks = body.into_data_stream().map(|chunk| {
         chunk.map_err(|error| {
@@ -369,9 +360,7 @@ pub async fn upload_zip(
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
     let limit = org.settings.max_upload_bytes;
-    if declared_length(&headers).is_some_and(|length| length > limit) {
-        return Err(too_large(limit));
-    }
+    refuse_declared_over(&headers, limit)?;
     let agent = org.agent(&id).await?;
     let (sender, receiver) = mpsc::channel(8);
     let call = tokio::spawn(async move { agent.extract_zip(receiver).await });

@@ -11,9 +11,11 @@ use futures::StreamExt;
 
 use utoipa::ToSchema;
 
-use super::fs::{MAX_PATH_BYTES, declared_length, require_path, too_large, write_whole_file};
+use super::fs::{MAX_PATH_BYTES, require_path, write_whole_file};
 use crate::api::error::{ApiError, ErrorBody};
-use crate::api::extract::{MultipartBody, PathParam, capped_text, unreadable_part};
+use crate::api::extract::{
+    MultipartBody, PathParam, capped_text, refuse_declared_over, unreadable_part,
+};
 use crate::api::org::Org;
 
 /// Most files one upload may hold.
@@ -97,9 +99,7 @@ pub async fn upload(
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
     let limit = org.settings.max_upload_bytes;
-    if declared_length(&headers).is_some_and(|length| length > limit) {
-        return Err(too_large(limit));
-    }
+    refuse_declared_over(&headers, limit)?;
     let agent = org.agent(&id).await?;
     let mut destinations = BTreeMap::new();
     let mut written = BTreeSet::new();

@@ -12,13 +12,14 @@ use std::task::{Context, Poll};
 
 use axum::body::{Body, BodyDataStream, Bytes};
 use axum::extract::Request;
-use axum::http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderValue;
+use axum::http::header::{CONNECTION, TRANSFER_ENCODING};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 
 use crate::api::error::ApiError;
+use crate::api::extract::declared_length;
 
 /// Bodies up to this size are read before the handler runs.
 const READ_AHEAD_BYTES: u64 = 64 * 1024;
@@ -57,13 +58,6 @@ pub async fn keep_connections_usable(request: Request, next: Next) -> Response {
     } else {
         closing(response)
     }
-}
-
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse().ok())
 }
 
 fn closing(mut response: Response) -> Response {

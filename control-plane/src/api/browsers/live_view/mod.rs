@@ -38,7 +38,7 @@ use crate::sessions::CdpConnectionGuard;
 use crate::sessions::ClientKind;
 use crate::store::SessionRecord;
 use crate::telemetry::{Category, Event};
-use crate::tokens::LiveViewClaims;
+use crate::tokens::SessionClaims;
 
 const VIEWER_PAGE: &str = include_str!("viewer.html");
 const OPEN_TIMEOUT: Duration = Duration::from_secs(15);
@@ -85,7 +85,7 @@ pub fn urls(state: &AppState, session: &SessionRecord) -> Option<(String, String
 }
 
 /// The claims, if the token is genuine and names this session.
-fn claims_for(state: &AppState, id: &str, jwt: Option<&str>) -> Result<LiveViewClaims, ApiError> {
+fn claims_for(state: &AppState, id: &str, jwt: Option<&str>) -> Result<SessionClaims, ApiError> {
     jwt.and_then(|token| state.tokens.verify_live_view(token))
         .filter(|claims| claims.sub == id)
         .ok_or_else(|| {
@@ -96,7 +96,7 @@ fn claims_for(state: &AppState, id: &str, jwt: Option<&str>) -> Result<LiveViewC
 /// The session the claims name, while it (and the lease they name) lives.
 async fn viewed_session(
     state: &AppState,
-    claims: &LiveViewClaims,
+    claims: &SessionClaims,
 ) -> Result<SessionRecord, ApiError> {
     let session = state.sessions.live(&claims.org, &claims.sub).await?;
     if session.pool_id.is_some() {
@@ -175,7 +175,7 @@ async fn open_socket(
     state: &AppState,
     session: &SessionRecord,
     read_only: bool,
-    lease: Option<&LiveViewClaims>,
+    lease: Option<&SessionClaims>,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     if session.headless {
