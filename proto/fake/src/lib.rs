@@ -5,12 +5,9 @@
 //! A crate of its own, a dev-dependency only: as a feature of `browser-agent-proto` it
 //! made `cargo test` build that crate, and everything above it, a second time.
 
+// Generated code only.
+#![allow(clippy::all, clippy::pedantic, clippy::unwrap_used, clippy::expect_used)]
+
 pub mod v1 {
-    #![allow(
-        clippy::all,
-        clippy::pedantic,
-        clippy::unwrap_used,
-        clippy::expect_used
-    )]
     tonic::include_proto!("browser_agent.v1");
 }
