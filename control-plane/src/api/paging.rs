@@ -81,7 +81,6 @@ pub fn page_headers(paging: Paging, offset: u32, returned: usize, has_more: bool
 }
 
 /// A list's page size: default 20, 1 to 100.
-/// A list's page size: default 20, 1 to 100.
 pub fn list_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     let limit = limit.unwrap_or(DEFAULT_LIST_LIMIT);
     if !(1..=MAX_LIST_LIMIT).contains(&limit) {

@@ -15,13 +15,12 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::LoginValues;
+use super::secrets::{Secrets, document_of, settings_of};
 use super::totp::{self, GivenSettings, TotpSettings};
 use crate::error::{ServiceError, ServiceResult};
 use crate::ids;
 use crate::managed_auth::vault::Vault;
 use crate::store::{SecretKind, SecretRecord, Store};
-
-use super::secrets::{Secrets, document_of, settings_of};
 
 pub const PROVIDER_TYPES: [&str; 1] = ["onepassword"];
 pub const DEFAULT_CACHE_TTL_SECONDS: u32 = 300;
