@@ -49,12 +49,11 @@ e2e_venv .venv-sdk131 requirements-sdk131.txt
 e2e_venv .venv-schema ../schema-requirements.txt
 npm ci --prefix tests/e2e/node-clients --no-audit --no-fund --loglevel=error
 cd tests/e2e
-# E2E_WORKERS=2 runs two modules at a time (pytest-xdist, each module whole on one worker
-# with its control plane): a third less time on a 2-core machine, which one module alone
-# leaves half idle. Not the default yet: under that load a VM stopped on release can still
-# run for a moment beside its successor (docs/testing.md). 0: one process.
+# Two modules at a time (pytest-xdist, each module whole on one worker with its control
+# plane): a third less time on a 2-core machine, which one module alone leaves half idle.
+# E2E_WORKERS=0 runs everything in one process.
 # --durations: the slowest tests, for keeping the suite's time in check.
-pytest_args=(-q --durations=15 -n "${E2E_WORKERS:-0}" --dist loadfile)
+pytest_args=(-q --durations=15 -n "${E2E_WORKERS:-2}" --dist loadfile)
 for venv in .venv .venv-sdk131; do
   echo "== end-to-end suite with $("../../$venv/bin/python" -c 'import kernel; print("kernel", kernel.__version__)')"
   "../../$venv/bin/python" -m pytest "${pytest_args[@]}" --ignore=test_replicas.py "$@"

@@ -275,23 +275,82 @@ impl VmCgroup {
     /// Sends `signal` to every process in the group; answers to how many.
     pub fn signal_all(&self, signal: nix::sys::signal::Signal) -> usize {
         let mut signalled = std::collections::HashSet::new();
-        for dir in &self.dirs {
-            let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
-                continue;
-            };
-            for pid in procs
-                .lines()
-                .filter_map(|line| line.trim().parse::<i32>().ok())
-            {
-                if !signalled.contains(&pid)
-                    && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).is_ok()
-                {
-                    signalled.insert(pid);
-                }
-            }
-        }
+        self.signal_new(signal, &mut signalled);
         signalled.len()
     }
+
+    /// Sends `signal` to the group's processes not in `signalled`, and adds them to it;
+    /// answers whether there was any.
+    fn signal_new(
+        &self,
+        signal: nix::sys::signal::Signal,
+        signalled: &mut std::collections::HashSet<i32>,
+    ) -> bool {
+        let mut any = false;
+        for pid in self.dirs.iter().flat_map(|dir| processes_in(dir)) {
+            if !signalled.contains(&pid)
+                && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).is_ok()
+            {
+                signalled.insert(pid);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Stops every process of the group (SIGSTOP) and waits, up to `bound`, until each
+    /// one has stopped or is gone; answers how many were stopped. A stop takes effect
+    /// only when its target next runs, and a process may fork between the read of the
+    /// group and its stop: the group is read again until no new process turns up after
+    /// every one signalled was seen stopped (a stopped process forks no more, and a
+    /// child is in the group before its parent's fork returns).
+    pub async fn stop_all(&self, bound: std::time::Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + bound;
+        let mut signalled = std::collections::HashSet::new();
+        loop {
+            // Checked before the group is read again: a child forked before its parent
+            // stopped is then in that read.
+            let settled = signalled.iter().all(|pid| stopped_or_gone(*pid));
+            let fresh = self.signal_new(nix::sys::signal::Signal::SIGSTOP, &mut signalled);
+            let all_stopped = settled && !fresh;
+            if all_stopped || tokio::time::Instant::now() >= deadline {
+                if !all_stopped {
+                    tracing::warn!(group = ?self.dirs, "a VM's processes did not all stop in time");
+                }
+                return signalled.len();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// The processes (thread-group ids) in the group directory `dir` of one hierarchy.
+fn processes_in(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|procs| {
+            procs
+                .lines()
+                .filter_map(|line| line.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether every thread of process `pid` is stopped (or a zombie), or the process is gone.
+fn stopped_or_gone(pid: i32) -> bool {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    threads.flatten().all(|thread| {
+        std::fs::read_to_string(thread.path().join("stat")).map_or(true, |stat| {
+            // The state follows the command name, which is in parentheses and may
+            // itself hold any character.
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next());
+            matches!(state, Some('T' | 't' | 'Z' | 'X') | None)
+        })
+    })
 }
 
 /// Moves the calling process into the groups of `entry_points`. Only what is
@@ -387,27 +446,30 @@ mod tests {
         assert_eq!(v1_group(own, "systemd"), None);
     }
 
-    #[tokio::test]
-    async fn removing_a_group_kills_what_outlived_its_first_process() {
+    /// A group of this test process's own, or none where the host has no control groups.
+    fn test_group(purpose: &str) -> Option<VmCgroup> {
         let cgroups = match VmCgroups::detect() {
             Ok(cgroups) => cgroups,
             Err(why) => {
                 eprintln!("no control groups on this host ({why}): nothing to test");
-                return;
+                return None;
             }
         };
-        let name = format!("test-remove-{}", std::process::id());
+        let name = format!("test-{purpose}-{}", std::process::id());
         let limits = VmLimits {
             memory_bytes: 256 << 20,
-            max_tasks: 64,
+            max_tasks: 512,
             cpu_weight: 100,
         };
-        let group = cgroups.create(&name, limits, None).unwrap();
+        Some(cgroups.create(&name, limits, None).unwrap())
+    }
+
+    /// `sh -c script`, started in `group`.
+    fn shell_in(group: &VmCgroup, script: &str) -> std::process::Command {
         let entry_points = group.entry_points().unwrap();
         let raw = raw(&entry_points);
         let mut command = std::process::Command::new("sh");
-        // An orphan in the making: the shell exits, its background sleep stays.
-        command.args(["-c", "sleep 300 >/dev/null 2>&1 & echo $!"]);
+        command.args(["-c", script]);
         command.stdout(std::process::Stdio::piped());
         // SAFETY: `enter` only writes to descriptors the closure keeps open.
         unsafe {
@@ -416,7 +478,59 @@ mod tests {
                 enter(&raw)
             });
         }
-        let output = command.output().unwrap();
+        command
+    }
+
+    #[tokio::test]
+    async fn stopping_a_group_stops_what_it_forks_meanwhile() {
+        let Some(group) = test_group("stop") else {
+            return;
+        };
+        // Forks as fast as it can, up to the group's task limit: children forked between
+        // a read of the group and their parent's stop would run on.
+        let mut shell = shell_in(
+            &group,
+            "for i in 1 2 3 4; do (while :; do sleep 0.5 & done 2>/dev/null) & done; wait",
+        )
+        .spawn()
+        .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let stopped = group.stop_all(std::time::Duration::from_secs(5)).await;
+        let members = || -> Vec<i32> { group.dirs.iter().flat_map(|d| processes_in(d)).collect() };
+        // Stopped when it answers, not some time after.
+        let at_stop = members();
+        let running: Vec<i32> = at_stop
+            .iter()
+            .copied()
+            .filter(|pid| !stopped_or_gone(*pid))
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let later = members();
+        group.remove().await;
+        shell.wait().unwrap();
+        assert!(
+            stopped > 1,
+            "the shell and its children were stopped ({stopped})"
+        );
+        assert!(
+            running.is_empty(),
+            "still running after the stop: {running:?}"
+        );
+        assert!(
+            later.iter().all(|pid| at_stop.contains(pid)),
+            "forked after the stop: {later:?} vs {at_stop:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn removing_a_group_kills_what_outlived_its_first_process() {
+        let Some(group) = test_group("remove") else {
+            return;
+        };
+        // An orphan in the making: the shell exits, its background sleep stays.
+        let output = shell_in(&group, "sleep 300 >/dev/null 2>&1 & echo $!")
+            .output()
+            .unwrap();
         let orphan: i32 = String::from_utf8_lossy(&output.stdout)
             .trim()
             .parse()

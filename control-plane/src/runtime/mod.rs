@@ -90,7 +90,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// to flush (its recordings finished, its profile saved).
     /// Answers whether it did; a runtime that cannot do it faster than `destroy` answers
     /// false, and the caller destroys the VM before going on.
-    fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) -> bool {
+    async fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) -> bool {
         let _ = (session_id, location);
         false
     }

@@ -591,7 +591,10 @@ impl Sessions {
             .filter(|profile| profile.save_changes && used && agent.is_some());
         if saved_profile.is_none()
             && !self.replays.has_unfinished(session).await
-            && self.runtime.cut_off(&session.id, session.agent.as_ref())
+            && self
+                .runtime
+                .cut_off(&session.id, session.agent.as_ref())
+                .await
         {
             // Nothing anyone can read back waits on the rest: the VM is cut off now (no
             // connection reaches it once this answers) and taken apart in the background.

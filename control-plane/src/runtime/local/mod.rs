@@ -82,6 +82,9 @@ pub struct LocalRuntime {
 const ADDRESS_TIMEOUT: Duration = Duration::from_secs(10);
 const READY_TIMEOUT: Duration = Duration::from_secs(45);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a release waits for every process of a VM to stop before its place is
+/// given to another (a process in uninterruptible sleep stops only when it wakes).
+const STOP_BOUND: Duration = Duration::from_secs(1);
 /// How often a live agent's process is checked: a dead agent's session ends within this.
 const EXIT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// The VM's `/` (`/home/kernel` inside the sandbox).
@@ -548,13 +551,14 @@ impl Runtime for LocalRuntime {
         }
     }
 
-    fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) -> bool {
-        // Every process of the VM stopped: from now on it does nothing and answers no one.
-        // The kill (`destroy`) follows in the background, so that the kernel's teardown of
-        // the VM's memory does not compete with answering the caller.
+    async fn cut_off(&self, session_id: &str, location: Option<&AgentLocation>) -> bool {
+        // Every process of the VM stopped: from now on it does nothing and answers no one,
+        // and its place on the host may go to another VM. The kill (`destroy`) follows in
+        // the background, so that the kernel's teardown of the VM's memory does not
+        // compete with answering the caller.
         let dir = self.browser_dir(session_id);
         if let Some(group) = VmCgroup::noted(&dir)
-            && group.signal_all(Signal::SIGSTOP) > 0
+            && group.stop_all(STOP_BOUND).await > 0
         {
             if let Ok(mut stopped) = self.stopped_vms.lock() {
                 stopped.insert(session_id.to_owned());
