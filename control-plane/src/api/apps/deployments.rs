@@ -66,10 +66,10 @@ struct Form {
 
 /// Deploy an app: its build runs in the background (follow it with
 /// `GET /deployments/{id}/events`); the answer is the deployment, `queued`.
-#[utoipa::path(post, path = "/deployments", tag = "apps", security(("bearer" = [])),
+#[utoipa::path(post, path = "/deployments", tag = "apps",
     request_body(content = DeploymentForm, content_type = "multipart/form-data"),
-    responses((status = 200, body = Deployment), (status = 400, body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses((status = 200, body = Deployment), (status = 413, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     headers: HeaderMap,
@@ -295,8 +295,7 @@ pub struct DeploymentListQuery {
 
 /// List the organization's deployments, newest first (paged).
 #[utoipa::path(get, path = "/deployments", tag = "apps", params(DeploymentListQuery),
-    security(("bearer" = [])),
-    responses((status = 200, body = Vec<Deployment>), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Vec<Deployment>)))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -330,9 +329,8 @@ pub async fn list(
 }
 
 /// Get a deployment.
-#[utoipa::path(get, path = "/deployments/{id}", tag = "apps", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Deployment id")),
-    responses((status = 200, body = Deployment), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/deployments/{id}", tag = "apps",
+    responses((status = 200, body = Deployment)))]
 pub async fn retrieve(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -344,9 +342,7 @@ pub async fn retrieve(
 
 /// Delete a deployment: its build stops, its running invocations end (failed), its apps
 /// are no longer listed or invocable, and its files are removed.
-#[utoipa::path(delete, path = "/deployments/{id}", tag = "apps", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Deployment id")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/deployments/{id}", tag = "apps", responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     org.apps.delete_deployment(&org.id, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -355,10 +351,8 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 /// Follow a deployment: server-sent `log` events (the build's output), `deployment_state`
 /// events, an `app_version_summary` per published app, and `sse_heartbeat` every 5 s; the
 /// stream ends once the deployment is running, failed or stopped.
-#[utoipa::path(get, path = "/deployments/{id}/events", tag = "apps", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Deployment id"), Since),
-    responses((status = 200, content_type = "text/event-stream", body = String),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/deployments/{id}/events", tag = "apps", params(Since),
+    responses((status = 200, content_type = "text/event-stream", body = String)))]
 pub async fn events(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -387,8 +381,8 @@ pub struct AppListQuery {
 
 /// List the organization's apps, one entry per app and version, with their actions
 /// (paged).
-#[utoipa::path(get, path = "/apps", tag = "apps", params(AppListQuery), security(("bearer" = [])),
-    responses((status = 200, body = Vec<AppVersion>), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/apps", tag = "apps", params(AppListQuery),
+    responses((status = 200, body = Vec<AppVersion>)))]
 pub async fn list_apps(
     org: Org,
     paging: Paging,

@@ -40,12 +40,10 @@ pub struct CreateInvocationRequest {
 /// Invoke an action. Synchronous invocations answer 200 with the final status and
 /// `output`; `async: true` answers 202 with status `queued`. Too many running at once
 /// for the organization: 429 with Retry-After.
-#[utoipa::path(post, path = "/invocations", tag = "apps", security(("bearer" = [])),
-    request_body = CreateInvocationRequest,
+#[utoipa::path(post, path = "/invocations", tag = "apps", request_body = CreateInvocationRequest,
     responses((status = 200, body = Invocation), (status = 202, body = Invocation),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateInvocationRequest>,
@@ -78,9 +76,8 @@ pub async fn create(
 }
 
 /// Get an invocation.
-#[utoipa::path(get, path = "/invocations/{id}", tag = "apps", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Invocation id")),
-    responses((status = 200, body = Invocation), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/invocations/{id}", tag = "apps",
+    responses((status = 200, body = Invocation)))]
 pub async fn retrieve(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -102,11 +99,9 @@ pub struct UpdateInvocationRequest {
 
 /// End an invocation that has not finished, with this status (and output): its action
 /// is stopped and its browsers end. 409 once it has finished.
-#[utoipa::path(patch, path = "/invocations/{id}", tag = "apps", security(("bearer" = [])),
+#[utoipa::path(patch, path = "/invocations/{id}", tag = "apps",
     request_body = UpdateInvocationRequest,
-    params(("id" = String, Path, description = "Invocation id")),
-    responses((status = 200, body = Invocation), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Invocation), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -152,8 +147,7 @@ pub struct InvocationListQuery {
 
 /// List the organization's invocations, newest first (paged).
 #[utoipa::path(get, path = "/invocations", tag = "apps", params(InvocationListQuery),
-    security(("bearer" = [])),
-    responses((status = 200, body = Vec<Invocation>), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Vec<Invocation>)))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -200,10 +194,8 @@ pub async fn list(
 /// Follow an invocation: server-sent `invocation_state` events, `log` events (the
 /// action's stdout and stderr), and `sse_heartbeat` every 5 s; the stream ends once it
 /// has succeeded or failed.
-#[utoipa::path(get, path = "/invocations/{id}/events", tag = "apps", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Invocation id"), Since),
-    responses((status = 200, content_type = "text/event-stream", body = String),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/invocations/{id}/events", tag = "apps", params(Since),
+    responses((status = 200, content_type = "text/event-stream", body = String)))]
 pub async fn events(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -222,9 +214,8 @@ pub struct InvocationBrowsers {
 }
 
 /// List the live browsers the invocation's action created.
-#[utoipa::path(get, path = "/invocations/{id}/browsers", tag = "apps", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Invocation id")),
-    responses((status = 200, body = InvocationBrowsers), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/invocations/{id}/browsers", tag = "apps",
+    responses((status = 200, body = InvocationBrowsers)))]
 pub async fn list_browsers(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -238,9 +229,8 @@ pub async fn list_browsers(
 }
 
 /// End the browsers the invocation's action created (the invocation goes on).
-#[utoipa::path(delete, path = "/invocations/{id}/browsers", tag = "apps", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Invocation id")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/invocations/{id}/browsers", tag = "apps",
+    responses((status = 204)))]
 pub async fn delete_browsers(
     org: Org,
     PathParam(id): PathParam<String>,

@@ -209,8 +209,9 @@ pub(in crate::api) async fn find(org: &Org, id: &str) -> Result<AuthConnectionRe
 /// Create an auth connection: a profile kept logged in to a domain. Its workflow starts
 /// at once (first health check after `health_check_interval`); log in with `login`.
 #[utoipa::path(post, path = "/auth/connections", tag = "managed auth",
-    request_body = CreateAuthConnectionRequest, security(("bearer" = [])),
-    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, description = "A referenced proxy, credential or credential provider does not exist", body = ErrorBody),
+    request_body = CreateAuthConnectionRequest,
+    responses((status = 200, body = Object),
+        (status = 404, description = "A referenced proxy, credential or credential provider does not exist", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
@@ -352,8 +353,7 @@ pub struct ListQuery {
 
 /// List the organization's auth connections, oldest first (paged with `limit`/`offset`).
 #[utoipa::path(get, path = "/auth/connections", tag = "managed auth", params(ListQuery),
-    security(("bearer" = [])),
-    responses((status = 200, body = Vec<Object>), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Vec<Object>)))]
 pub async fn list(
     org: Org,
     paging: crate::api::paging::Paging,
@@ -383,9 +383,8 @@ pub async fn list(
 }
 
 /// Get an auth connection, with its current flow.
-#[utoipa::path(get, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Auth connection id")),
-    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/auth/connections/{id}", tag = "managed auth",
+    responses((status = 200, body = Object)))]
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
     let record = find(&org, &id).await?;
     Ok(Json(view_for(&org, &record).await?))
@@ -394,9 +393,8 @@ pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json
 /// Delete an auth connection (seed 4.13): the record goes, its workflow stops, and a
 /// login flow in progress is canceled (followers get CANCELED; its browser ends).
 /// Answers once that is done. The profile stays.
-#[utoipa::path(delete, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Auth connection id")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/auth/connections/{id}", tag = "managed auth",
+    responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     if !org.store.delete_auth_connection(&org.id, &id).await? {
         return Err(ApiError::not_found("auth connection", &id));
@@ -437,9 +435,9 @@ pub struct LoginResponse {
 /// are discovered (follow with `events`, answer with `submit`). 409 while one is in
 /// progress.
 #[utoipa::path(post, path = "/auth/connections/{id}/login", tag = "managed auth",
-    request_body = LoginRequest, security(("bearer" = [])),
-    params(("id" = String, Path, description = "Auth connection id")),
-    responses((status = 200, body = LoginResponse), (status = 404, body = ErrorBody), (status = 429, description = "The organization has its most live browsers", body = ErrorBody),
+    request_body = LoginRequest,
+    responses((status = 200, body = LoginResponse),
+        (status = 429, description = "The organization has its most live browsers", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn login(
     org: Org,
@@ -505,10 +503,8 @@ pub(super) fn check_values(fields: &BTreeMap<String, String>) -> Result<(), ApiE
 /// Submit values for the discovered fields. Answers `accepted` once the flow took them;
 /// the outcome follows in the events (SUCCESS, or AWAITING_INPUT with `website_error`).
 #[utoipa::path(post, path = "/auth/connections/{id}/submit", tag = "managed auth",
-    request_body = SubmitRequest, security(("bearer" = [])),
-    params(("id" = String, Path, description = "Auth connection id")),
-    responses((status = 200, body = Object), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    request_body = SubmitRequest,
+    responses((status = 200, body = Object), (status = 409, body = ErrorBody)))]
 pub async fn submit(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -545,10 +541,7 @@ pub async fn submit(
 /// state change (the current state first), `sse_heartbeat` events every 5 s; the stream
 /// ends after a flow's final state.
 #[utoipa::path(get, path = "/auth/connections/{id}/events", tag = "managed auth",
-    security(("bearer" = [])),
-    params(("id" = String, Path, description = "Auth connection id")),
-    responses((status = 200, content_type = "text/event-stream", body = String),
-        (status = 404, body = ErrorBody)))]
+    responses((status = 200, content_type = "text/event-stream", body = String)))]
 pub async fn events(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -599,10 +592,9 @@ pub async fn events(
 
 /// Change an auth connection's settings. A flow in progress goes on; later flows and
 /// health checks follow the new settings.
-#[utoipa::path(patch, path = "/auth/connections/{id}", tag = "managed auth", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Auth connection id")),
+#[utoipa::path(patch, path = "/auth/connections/{id}", tag = "managed auth",
     request_body = UpdateAuthConnectionRequest,
-    responses((status = 200, body = Object), (status = 400, body = ErrorBody),
+    responses((status = 200, body = Object),
         (status = 404, description = "No such connection, or a referenced proxy, credential or credential provider does not exist", body = ErrorBody),
         (status = 409, description = "The credential is for another site", body = ErrorBody)))]
 pub async fn update(

@@ -4,12 +4,12 @@
 use axum::Json;
 use serde_json::{Value, json};
 
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::org::{Caller, Org};
 
 /// The identity and scope resolved for this request.
-#[utoipa::path(get, path = "/auth/context", tag = "auth", security(("bearer" = [])),
-    responses((status = 200, description = "AuthContext"), (status = 401, body = ErrorBody)))]
+#[utoipa::path(get, path = "/auth/context", tag = "auth",
+    responses((status = 200, description = "AuthContext")))]
 pub async fn context(org: Org) -> Result<Json<Value>, ApiError> {
     let key = org.caller.key();
     let project_id = key.and_then(|key| key.project_id.clone());

@@ -65,9 +65,8 @@ pub struct CreateCredentialProviderRequest {
 
 /// Add a credential provider.
 #[utoipa::path(post, path = "/org/credential_providers", tag = "credential providers",
-    security(("bearer" = [])), request_body = CreateCredentialProviderRequest,
-    responses((status = 200, body = CredentialProvider), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+    request_body = CreateCredentialProviderRequest,
+    responses((status = 200, body = CredentialProvider), (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateCredentialProviderRequest>,
@@ -91,8 +90,8 @@ pub async fn create(
 /// List the organization's credential providers, oldest first (paged with
 /// `limit`/`offset`; the seed-era SDK reads one plain array).
 #[utoipa::path(get, path = "/org/credential_providers", tag = "credential providers",
-    params(NamedListQuery), security(("bearer" = [])),
-    responses((status = 200, body = Vec<CredentialProvider>), (status = 400, body = ErrorBody)))]
+    params(NamedListQuery),
+    responses((status = 200, body = Vec<CredentialProvider>)))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -106,8 +105,7 @@ pub async fn list(
 
 /// Get a credential provider.
 #[utoipa::path(get, path = "/org/credential_providers/{id}", tag = "credential providers",
-    security(("bearer" = [])), params(("id" = String, Path, description = "Provider id or name")),
-    responses((status = 200, body = CredentialProvider), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = CredentialProvider)))]
 pub async fn retrieve(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -131,10 +129,8 @@ pub struct UpdateCredentialProviderRequest {
 
 /// Update a credential provider; its cached item list is dropped.
 #[utoipa::path(patch, path = "/org/credential_providers/{id}", tag = "credential providers",
-    security(("bearer" = [])), params(("id" = String, Path, description = "Provider id or name")),
     request_body = UpdateCredentialProviderRequest,
-    responses((status = 200, body = CredentialProvider), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = CredentialProvider), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -158,8 +154,7 @@ pub async fn update(
 /// Delete a credential provider. Refused (409) while an auth connection logs in with its
 /// items.
 #[utoipa::path(delete, path = "/org/credential_providers/{id}", tag = "credential providers",
-    security(("bearer" = [])), params(("id" = String, Path, description = "Provider id or name")),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 409, body = ErrorBody)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     let provider = org.credentials.onepassword.get(&org.id, &id).await?;
     if let Some(connection) = org
@@ -194,9 +189,7 @@ fn from_provider(error: ServiceError) -> ApiError {
 
 /// List the provider's login items (from its cache while fresh).
 #[utoipa::path(get, path = "/org/credential_providers/{id}/items", tag = "credential providers",
-    security(("bearer" = [])), params(("id" = String, Path, description = "Provider id or name")),
-    responses((status = 200, body = ProviderItems), (status = 404, body = ErrorBody),
-        (status = 502, body = ErrorBody)))]
+    responses((status = 200, body = ProviderItems), (status = 502, body = ErrorBody)))]
 pub async fn items(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -221,8 +214,7 @@ pub struct TestResult {
 
 /// Test the provider's token against its server.
 #[utoipa::path(post, path = "/org/credential_providers/{id}/test", tag = "credential providers",
-    security(("bearer" = [])), params(("id" = String, Path, description = "Provider id or name")),
-    responses((status = 200, body = TestResult), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = TestResult)))]
 pub async fn test(
     org: Org,
     PathParam(id): PathParam<String>,

@@ -109,10 +109,9 @@ fn given_settings(
 }
 
 /// Create a credential. The answer has the current TOTP code when a seed was given.
-#[utoipa::path(post, path = "/credentials", tag = "credentials", security(("bearer" = [])),
+#[utoipa::path(post, path = "/credentials", tag = "credentials",
     request_body = CreateCredentialRequest,
-    responses((status = 200, body = Credential), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Credential), (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateCredentialRequest>,
@@ -160,8 +159,7 @@ pub struct CredentialListQuery {
 
 /// List the organization's credentials, oldest first (paged).
 #[utoipa::path(get, path = "/credentials", tag = "credentials", params(CredentialListQuery),
-    security(("bearer" = [])),
-    responses((status = 200, body = Vec<Credential>), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Vec<Credential>)))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -186,9 +184,7 @@ pub async fn list(
 
 /// Get a credential by id or name.
 #[utoipa::path(get, path = "/credentials/{id_or_name}", tag = "credentials",
-    security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Credential id or name (the id is tried first)")),
-    responses((status = 200, body = Credential), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Credential)))]
 pub async fn retrieve(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -224,10 +220,8 @@ pub struct UpdateCredentialRequest {
 
 /// Update a credential. The answer has the current TOTP code when a seed was set.
 #[utoipa::path(patch, path = "/credentials/{id_or_name}", tag = "credentials",
-    security(("bearer" = [])), request_body = UpdateCredentialRequest,
-    params(("id_or_name" = String, Path, description = "Credential id or name (the id is tried first)")),
-    responses((status = 200, body = Credential), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    request_body = UpdateCredentialRequest,
+    responses((status = 200, body = Credential), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -252,9 +246,7 @@ pub async fn update(
 
 /// Delete a credential. Refused (409) while an auth connection logs in with it.
 #[utoipa::path(delete, path = "/credentials/{id_or_name}", tag = "credentials",
-    security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Credential id or name (the id is tried first)")),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 409, body = ErrorBody)))]
 pub async fn delete(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -282,8 +274,6 @@ pub struct TotpCodeResponse {
 
 /// The credential's current TOTP code (404 when it has no seed).
 #[utoipa::path(get, path = "/credentials/{id_or_name}/totp-code", tag = "credentials",
-    security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Credential id or name (the id is tried first)")),
     responses((status = 200, body = TotpCodeResponse),
         (status = 404, description = "No such credential, or it has no TOTP secret", body = ErrorBody)))]
 pub async fn totp_code(

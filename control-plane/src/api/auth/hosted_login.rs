@@ -51,7 +51,7 @@ const HOSTED_DENIED: &str = "<!doctype html><html lang=\"en\"><head><meta charse
 /// with the discovered fields. Needs no API key; the `jwt` grants this flow until it
 /// expires.
 #[utoipa::path(get, path = "/auth/connections/{id}/hosted", tag = "managed auth",
-    params(("id" = String, Path, description = "Auth connection id"), HostedQuery),
+    params(("id" = String, Path, description = "Auth connection id"), HostedQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
         (status = 401, content_type = "text/html", body = String)))]
 pub async fn hosted_page(
@@ -118,8 +118,8 @@ pub async fn hosted_page(
 /// The hosted page's form: submits the values to the flow, then shows the page again.
 #[utoipa::path(post, path = "/auth/connections/{id}/hosted", tag = "managed auth",
     params(("id" = String, Path, description = "Auth connection id"), HostedQuery),
-    request_body(content = BTreeMap<String, String>, content_type = "application/x-www-form-urlencoded",
-        description = "The discovered fields' values"),
+    request_body(content = BTreeMap<String, String>, content_type = "application/x-www-form-urlencoded", description = "The discovered fields' values"),
+    security(()),
     responses((status = 303, description = "Submitted: back to the page"),
         (status = 401, content_type = "text/html", body = String)))]
 pub async fn hosted_submit(

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::connections::find;
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::extract::{PathParam, QueryParams};
 use crate::api::org::Org;
 use crate::api::paging::{Paging, page_of};
@@ -48,9 +48,8 @@ pub struct TimelineQuery {
 
 /// The connection's latest 200 flows and health checks, newest first (paged).
 #[utoipa::path(get, path = "/auth/connections/{id}/timeline", tag = "managed auth",
-    security(("bearer" = [])), params(("id" = String, Path, description = "Auth connection id"), TimelineQuery),
-    responses((status = 200, body = Vec<Object>), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+    params(TimelineQuery),
+    responses((status = 200, body = Vec<Object>)))]
 pub async fn timeline(
     org: Org,
     paging: Paging,

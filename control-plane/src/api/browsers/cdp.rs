@@ -49,10 +49,9 @@ pub struct CdpQuery {
 
 /// WebSocket endpoint speaking the Chrome DevTools Protocol of the session's browser.
 #[utoipa::path(get, path = "/browsers/{id}/cdp", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session ID"), CdpQuery),
+    params(("id" = String, Path, description = "Browser session ID"), CdpQuery), security(()),
     responses((status = 101, description = "Switching to the DevTools WebSocket"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn connect(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
@@ -67,10 +66,9 @@ pub async fn connect(
 /// WebSocket endpoint speaking WebDriver BiDi to the session's browser: open a session
 /// with `session.new` (it attaches to this browser whatever Chrome options it names).
 #[utoipa::path(get, path = "/browsers/{id}/webdriver", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session ID"), CdpQuery),
+    params(("id" = String, Path, description = "Browser session ID"), CdpQuery), security(()),
     responses((status = 101, description = "Switching to the WebDriver BiDi WebSocket"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn webdriver(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,

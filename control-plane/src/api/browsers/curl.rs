@@ -96,8 +96,7 @@ async fn made_by_browser(
 /// policy) and answer its status, headers and body. Redirects are answered, not
 /// followed; a request the browser could not complete is a 502.
 #[utoipa::path(post, path = "/browsers/{id}/curl", tag = "browsers", request_body = CurlBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = CurlResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, body = CurlResponse),
         (status = 502, description = "The browser got no response", body = ErrorBody)))]
 pub async fn curl(
     org: Org,
@@ -222,10 +221,9 @@ fn passed_back(name: &str) -> bool {
 /// without the headers that would act on this server's origin, and sandboxed by CSP).
 /// Redirects are answered, not followed; a request the browser could not complete is a
 /// 502 in the Error shape. (`jwt` is this route's own parameter, never the target's.)
-#[utoipa::path(method(get, post, put, patch, delete, head, options), path = "/browsers/{id}/curl/raw", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session id or name"), RawQuery), security(("bearer" = [])),
+#[utoipa::path(method(get, post, put, patch, delete, head, options),
+    path = "/browsers/{id}/curl/raw", tag = "browsers", params(RawQuery),
     responses((status = 200, description = "The response of the URL, whatever its status"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 502, description = "The browser got no response", body = ErrorBody)))]
 pub async fn raw(
     org: Org,

@@ -131,9 +131,7 @@ pub struct MoveRequest {
 
 /// Move or rename a file or directory (seed 4.1).
 #[utoipa::path(put, path = "/browsers/{id}/fs/move", tag = "filesystem", request_body = MoveRequest,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Move successful"), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, description = "Move successful"), (status = 409, body = ErrorBody)))]
 pub async fn move_path(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -163,9 +161,8 @@ pub struct PathQuery {
 }
 
 /// Metadata of a file or directory.
-#[utoipa::path(get, path = "/browsers/{id}/fs/file_info", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session ID"), PathQuery), security(("bearer" = [])),
-    responses((status = 200, body = FileInfoResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browsers/{id}/fs/file_info", tag = "filesystem", params(PathQuery),
+    responses((status = 200, body = FileInfoResponse)))]
 pub async fn file_info(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -177,9 +174,8 @@ pub async fn file_info(
 }
 
 /// The entries of a directory, sorted by name.
-#[utoipa::path(get, path = "/browsers/{id}/fs/list_files", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session ID"), PathQuery), security(("bearer" = [])),
-    responses((status = 200, body = Vec<FileInfoResponse>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browsers/{id}/fs/list_files", tag = "filesystem", params(PathQuery),
+    responses((status = 200, body = Vec<FileInfoResponse>)))]
 pub async fn list_files(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -198,10 +194,8 @@ pub async fn list_files(
 }
 
 /// The contents of a file (`application/octet-stream`, streamed).
-#[utoipa::path(get, path = "/browsers/{id}/fs/read_file", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session ID"), PathQuery), security(("bearer" = [])),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browsers/{id}/fs/read_file", tag = "filesystem", params(PathQuery),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>)))]
 pub async fn read_file(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -229,11 +223,10 @@ pub struct WriteQuery {
 }
 
 /// Write the request body to a file. The file appears whole or not at all.
-#[utoipa::path(put, path = "/browsers/{id}/fs/write_file", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session ID"), WriteQuery), security(("bearer" = [])),
+#[utoipa::path(put, path = "/browsers/{id}/fs/write_file", tag = "filesystem", params(WriteQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 200, description = "Written"), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 200, description = "Written"), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody)))]
 pub async fn write_file(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -349,9 +342,8 @@ pub struct UploadZipForm {
 /// `zip_file` (the archive) and `dest_path`. The archive is checked whole before anything
 /// is placed: a failure leaves the destination as it was.
 #[utoipa::path(post, path = "/browsers/{id}/fs/upload_zip", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
     request_body(content = UploadZipForm, content_type = "multipart/form-data"),
-    responses((status = 200, description = "Uploaded and extracted"), (status = 400, body = ErrorBody),
+    responses((status = 200, description = "Uploaded and extracted"),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload_zip(
     org: Org,
@@ -441,9 +433,8 @@ pub async fn upload_zip(
 
 /// A ZIP archive of a directory (streamed).
 #[utoipa::path(get, path = "/browsers/{id}/fs/download_dir_zip", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session ID"), PathQuery), security(("bearer" = [])),
-    responses((status = 200, content_type = "application/zip", body = Vec<u8>),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    params(PathQuery),
+    responses((status = 200, content_type = "application/zip", body = Vec<u8>)))]
 pub async fn download_dir_zip(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -485,8 +476,7 @@ pub struct CreateDirectoryRequest {
 /// Create a directory (and its parents).
 #[utoipa::path(put, path = "/browsers/{id}/fs/create_directory", tag = "filesystem",
     request_body = CreateDirectoryRequest,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Created"), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, description = "Created"), (status = 409, body = ErrorBody)))]
 pub async fn create_directory(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -511,9 +501,9 @@ pub struct DeleteRequest {
 }
 
 /// Delete a file (or symlink).
-#[utoipa::path(put, path = "/browsers/{id}/fs/delete_file", tag = "filesystem", request_body = DeleteRequest,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Deleted"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(put, path = "/browsers/{id}/fs/delete_file", tag = "filesystem",
+    request_body = DeleteRequest,
+    responses((status = 200, description = "Deleted")))]
 pub async fn delete_file(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -525,9 +515,9 @@ pub async fn delete_file(
 }
 
 /// Delete a directory and everything in it.
-#[utoipa::path(put, path = "/browsers/{id}/fs/delete_directory", tag = "filesystem", request_body = DeleteRequest,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Deleted"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(put, path = "/browsers/{id}/fs/delete_directory", tag = "filesystem",
+    request_body = DeleteRequest,
+    responses((status = 200, description = "Deleted")))]
 pub async fn delete_directory(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -555,8 +545,7 @@ pub struct SetPermissionsBody {
 /// Change the mode (and optionally owner and group) of a file or directory.
 #[utoipa::path(put, path = "/browsers/{id}/fs/set_file_permissions", tag = "filesystem",
     request_body = SetPermissionsBody,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Changed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "Changed")))]
 pub async fn set_file_permissions(
     org: Org,
     PathParam(id): PathParam<String>,

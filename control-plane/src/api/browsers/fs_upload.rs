@@ -87,11 +87,9 @@ pub struct UploadForm {
 /// like `write_file`. Files are written in order, each whole or not at all; an error
 /// names the failing file, and the files before it stay written.
 #[utoipa::path(post, path = "/browsers/{id}/fs/upload", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    request_body(content = UploadForm, content_type = "multipart/form-data",
-        description = "parts `files[][dest_path]` and `files[][file]`, paired by position (or `files[N][…]` by index)"),
-    responses((status = 200, description = "Every file was written"), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    request_body(content = UploadForm, content_type = "multipart/form-data", description = "parts `files[][dest_path]` and `files[][file]`, paired by position (or `files[N][…]` by index)"),
+    responses((status = 200, description = "Every file was written"),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload(
     org: Org,
     PathParam(id): PathParam<String>,

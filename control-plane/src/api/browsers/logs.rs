@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::IntoParams;
 
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::extract::{PathParam, QueryParams};
 use crate::api::org::Org;
 
@@ -38,10 +38,8 @@ pub struct LogStreamQuery {
 /// A file's lines as server-sent events `{event: "log", message, timestamp}`: its last
 /// MiB (from a line start), then, with `follow`, each line appended, until the client
 /// goes or the session ends. Lines over 64 KiB come in pieces.
-#[utoipa::path(get, path = "/browsers/{id}/logs/stream", tag = "logs", params(("id" = String, Path, description = "Browser session id or name"), LogStreamQuery),
-    security(("bearer" = [])),
-    responses((status = 200, content_type = "text/event-stream", description = "`{event: \"log\", message, timestamp}` per line"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browsers/{id}/logs/stream", tag = "logs", params(LogStreamQuery),
+    responses((status = 200, content_type = "text/event-stream", description = "`{event: \"log\", message, timestamp}` per line")))]
 pub async fn stream(
     org: Org,
     PathParam(id): PathParam<String>,

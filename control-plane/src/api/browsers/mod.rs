@@ -207,9 +207,11 @@ pub fn label_problems(name: Option<&str>, tags: Option<&BTreeMap<String, String>
 
 /// Create a browser session. Answers once Chromium's DevTools endpoint is ready.
 #[utoipa::path(post, path = "/browsers", tag = "browsers", request_body = CreateBrowserRequest,
-    security(("bearer" = [])),
-    responses((status = 200, body = BrowserSession), (status = 400, body = ErrorBody), (status = 429, description = "The organization has its most live browsers", body = ErrorBody), (status = 404, description = "A referenced profile, proxy or extension does not exist", body = ErrorBody), (status = 409, description = "A referenced proxy cannot be used now, or the name is taken", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses((status = 200, body = BrowserSession),
+        (status = 429, description = "The organization has its most live browsers", body = ErrorBody),
+        (status = 404, description = "A referenced profile, proxy or extension does not exist", body = ErrorBody),
+        (status = 409, description = "A referenced proxy cannot be used now, or the name is taken", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateBrowserRequest>,
@@ -278,9 +280,7 @@ const FILTER_SCAN_BATCH: u32 = 500;
 /// and answers `X-Has-More` and `X-Next-Offset` in the convention of the calling SDK's
 /// generation (`api::paging`).
 #[utoipa::path(get, path = "/browsers", tag = "browsers", params(ListQuery),
-    security(("bearer" = [])),
-    responses((status = 200, body = Vec<BrowserSession>), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = Vec<BrowserSession>)))]
 pub async fn list(
     org: Org,
     paging: super::paging::Paging,
@@ -434,10 +434,8 @@ pub struct RetrieveQuery {
 }
 
 /// Get a browser session by id or name.
-#[utoipa::path(get, path = "/browsers/{id}", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session id or name"), RetrieveQuery),
-    security(("bearer" = [])),
-    responses((status = 200, body = BrowserSession), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browsers/{id}", tag = "browsers", params(RetrieveQuery),
+    responses((status = 200, body = BrowserSession)))]
 pub async fn retrieve(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -706,10 +704,7 @@ fn update_references(update: &SessionUpdate) -> Vec<(&'static str, String, &'sta
 /// (new requests follow them at once; open connections they no longer allow, or that
 /// went another way, are closed), or open `start_url`.
 #[utoipa::path(patch, path = "/browsers/{id}", tag = "browsers", request_body = UpdateBrowserRequest,
-    params(("id" = String, Path, description = "Browser session id or name")),
-    security(("bearer" = [])),
-    responses((status = 200, body = BrowserSession), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = BrowserSession), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -724,10 +719,7 @@ pub async fn update(
 
 /// Delete a browser session: Chromium, its display and its agent are stopped and reaped
 /// before the answer.
-#[utoipa::path(delete, path = "/browsers/{id}", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session id or name")),
-    security(("bearer" = [])),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/browsers/{id}", tag = "browsers", responses((status = 204)))]
 pub async fn delete(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -756,8 +748,7 @@ pub struct DeletePersistentQuery {
 /// Deprecated (use `DELETE /browsers/{id}`): delete the live session that has this
 /// persistent id. Answers a `Deprecation` header.
 #[utoipa::path(delete, path = "/browsers", tag = "browsers", params(DeletePersistentQuery),
-    security(("bearer" = [])),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 204), (status = 404, body = ErrorBody)))]
 #[deprecated]
 pub async fn delete_by_persistent_id(
     org: Org,

@@ -87,9 +87,9 @@ fn name_problem(name: &str) -> Option<String> {
 }
 
 /// Run Playwright code next to the browser, in one of its executors.
-#[utoipa::path(post, path = "/browsers/{id}/playwright/execute", tag = "playwright", request_body = ExecuteRequest,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = ExecuteResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+#[utoipa::path(post, path = "/browsers/{id}/playwright/execute", tag = "playwright",
+    request_body = ExecuteRequest,
+    responses((status = 200, body = ExecuteResponse),
         (status = 409, description = "A new executor past the 8 named ones", body = ErrorBody),
         (status = 503, description = "No Node.js runtime, or the browser is restarting", body = ErrorBody)))]
 pub async fn execute(
@@ -167,8 +167,7 @@ fn time(unix_ms: i64) -> DateTime<Utc> {
 
 /// The browser's Playwright executors.
 #[utoipa::path(get, path = "/browsers/{id}/playwright/executors", tag = "playwright",
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = ExecutorList), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = ExecutorList)))]
 pub async fn list_executors(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -203,10 +202,8 @@ pub struct DeleteQuery {
 /// Delete a named executor (a call running on it fails; its tab closes unless
 /// `close_tab=false`), or restart the default one.
 #[utoipa::path(delete, path = "/browsers/{id}/playwright/executors/{name}", tag = "playwright",
-    params(("id" = String, Path, description = "Browser session id or name"),
-        ("name" = String, Path, description = "Executor name"), DeleteQuery),
-    security(("bearer" = [])),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    params(DeleteQuery),
+    responses((status = 204)))]
 pub async fn delete_executor(
     org: Org,
     PathParam((id, name)): PathParam<(String, String)>,
@@ -273,8 +270,7 @@ pub struct ReplResponse {
 /// Evaluate JavaScript in the browser's persistent REPL, with Playwright's `page`,
 /// `context` and `browser` bound to it.
 #[utoipa::path(post, path = "/browsers/{id}/repl", tag = "playwright", request_body = ReplBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = ReplResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, body = ReplResponse),
         (status = 503, description = "No Node.js runtime, or the browser is restarting", body = ErrorBody)))]
 pub async fn repl(
     org: Org,

@@ -122,9 +122,9 @@ impl ExecRequest {
 }
 
 /// Run a command in the browser's VM and wait for its end.
-#[utoipa::path(post, path = "/browsers/{id}/process/exec", tag = "processes", request_body = ExecRequest,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = ExecResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+#[utoipa::path(post, path = "/browsers/{id}/process/exec", tag = "processes",
+    request_body = ExecRequest,
+    responses((status = 200, body = ExecResponse),
         (status = 409, description = "The browser runs its most processes", body = ErrorBody)))]
 pub async fn exec(
     org: Org,
@@ -160,9 +160,9 @@ pub struct SpawnResponse {
 /// Start a command in the browser's VM and answer at once; follow it with the routes
 /// under `process/{process_id}`. At most 32 processes run per browser (409 beyond); they
 /// end with the session.
-#[utoipa::path(post, path = "/browsers/{id}/process/spawn", tag = "processes", request_body = SpawnBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = SpawnResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+#[utoipa::path(post, path = "/browsers/{id}/process/spawn", tag = "processes",
+    request_body = SpawnBody,
+    responses((status = 200, body = SpawnResponse),
         (status = 409, description = "The browser runs its most processes", body = ErrorBody)))]
 pub async fn spawn(
     org: Org,
@@ -224,9 +224,7 @@ pub struct ProcessStatusResponse {
 
 /// A spawned process's state.
 #[utoipa::path(get, path = "/browsers/{id}/process/{process_id}/status", tag = "processes",
-    params(("id" = String, Path, description = "Browser session id or name"), ("process_id" = String, Path, description = "Process id")),
-    security(("bearer" = [])),
-    responses((status = 200, body = ProcessStatusResponse), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = ProcessStatusResponse)))]
 pub async fn status(
     org: Org,
     PathParam((id, process_id)): PathParam<(String, String)>,
@@ -253,10 +251,9 @@ pub struct StdinResponse {
 }
 
 /// Write to a spawned process's standard input (its terminal, with `allocate_tty`).
-#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/stdin", tag = "processes", request_body = StdinBody,
-    params(("id" = String, Path, description = "Browser session id or name"), ("process_id" = String, Path, description = "Process id")),
-    security(("bearer" = [])),
-    responses((status = 200, body = StdinResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/stdin", tag = "processes",
+    request_body = StdinBody,
+    responses((status = 200, body = StdinResponse)))]
 pub async fn stdin(
     org: Org,
     PathParam((id, process_id)): PathParam<(String, String)>,
@@ -290,9 +287,7 @@ pub struct OutputEventView {
 /// A spawned process's output as server-sent events: what it wrote so far (its last
 /// MiB), then what it writes, then its exit. Any number of readers.
 #[utoipa::path(get, path = "/browsers/{id}/process/{process_id}/stdout/stream", tag = "processes",
-    params(("id" = String, Path, description = "Browser session id or name"), ("process_id" = String, Path, description = "Process id")),
-    security(("bearer" = [])),
-    responses((status = 200, content_type = "text/event-stream", body = OutputEventView), (status = 404, body = ErrorBody)))]
+    responses((status = 200, content_type = "text/event-stream", body = OutputEventView)))]
 pub async fn stream(
     org: Org,
     PathParam((id, process_id)): PathParam<(String, String)>,
@@ -341,10 +336,9 @@ pub struct OkResponse {
 }
 
 /// Send a signal to a spawned process and its process group.
-#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/kill", tag = "processes", request_body = KillBody,
-    params(("id" = String, Path, description = "Browser session id or name"), ("process_id" = String, Path, description = "Process id")),
-    security(("bearer" = [])),
-    responses((status = 200, body = OkResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/kill", tag = "processes",
+    request_body = KillBody,
+    responses((status = 200, body = OkResponse)))]
 pub async fn kill(
     org: Org,
     PathParam((id, process_id)): PathParam<(String, String)>,
@@ -373,10 +367,9 @@ pub struct ResizeBody {
 }
 
 /// Resize a spawned process's terminal (`allocate_tty`); it gets SIGWINCH.
-#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/resize", tag = "processes", request_body = ResizeBody,
-    params(("id" = String, Path, description = "Browser session id or name"), ("process_id" = String, Path, description = "Process id")),
-    security(("bearer" = [])),
-    responses((status = 200, body = OkResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/resize", tag = "processes",
+    request_body = ResizeBody,
+    responses((status = 200, body = OkResponse)))]
 pub async fn resize(
     org: Org,
     PathParam((id, process_id)): PathParam<(String, String)>,

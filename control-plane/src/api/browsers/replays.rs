@@ -114,11 +114,9 @@ async fn replay_in(
 /// Start recording the browser's display (seed 4.2). Answers once the first frame is
 /// captured. Headless browsers have no display (400); at most 4 recordings of one
 /// browser run at once (409 beyond).
-#[utoipa::path(post, path = "/browsers/{id}/replays", tag = "replays", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Browser session ID")),
+#[utoipa::path(post, path = "/browsers/{id}/replays", tag = "replays",
     request_body = StartReplayRequest,
-    responses((status = 200, body = Replay), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Replay), (status = 409, body = ErrorBody)))]
 pub async fn start(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -141,9 +139,8 @@ pub async fn start(
 }
 
 /// The session's replays, oldest first; also after the browser has ended.
-#[utoipa::path(get, path = "/browsers/{id}/replays", tag = "replays", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Browser session ID")),
-    responses((status = 200, body = Vec<Replay>), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browsers/{id}/replays", tag = "replays",
+    responses((status = 200, body = Vec<Replay>)))]
 pub async fn list(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -155,9 +152,8 @@ pub async fn list(
 
 /// Stop a recording; answers once the video is final and stored. A replay that is no
 /// longer recording (stopped, or ended by its maximum duration) is a 409.
-#[utoipa::path(post, path = "/browsers/{id}/replays/{replay_id}/stop", tag = "replays", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Browser session ID"), ("replay_id" = String, Path, description = "Replay ID")),
-    responses((status = 200, body = Replay), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/replays/{replay_id}/stop", tag = "replays",
+    responses((status = 200, body = Replay), (status = 409, body = ErrorBody)))]
 pub async fn stop(
     org: Org,
     PathParam((id, replay_id)): PathParam<(String, String)>,
@@ -179,11 +175,10 @@ pub async fn stop(
 
 /// Download the video (`video/mp4`). Finished replays support Range requests (206); a
 /// replay still recording answers the fragmented MP4 recorded so far.
-#[utoipa::path(get, path = "/browsers/{id}/replays/{replay_id}", tag = "replays", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Browser session ID"), ("replay_id" = String, Path, description = "Replay ID")),
+#[utoipa::path(get, path = "/browsers/{id}/replays/{replay_id}", tag = "replays",
     responses((status = 200, content_type = "video/mp4", body = Vec<u8>),
         (status = 206, content_type = "video/mp4", body = Vec<u8>),
-        (status = 404, body = ErrorBody), (status = 416, body = ErrorBody)))]
+        (status = 416, body = ErrorBody)))]
 pub async fn download(
     org: Org,
     PathParam((id, replay_id)): PathParam<(String, String)>,
@@ -337,7 +332,7 @@ fn denied() -> Response {
 
 /// The page behind `replay_view_url`: the video in an HTML5 player. Needs no API key;
 /// the `jwt` grants this one replay until it expires (401 page otherwise).
-#[utoipa::path(get, path = "/replays/view", tag = "replays", params(ViewQuery),
+#[utoipa::path(get, path = "/replays/view", tag = "replays", params(ViewQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
         (status = 401, content_type = "text/html", body = String)))]
 pub async fn view_page(
@@ -381,7 +376,7 @@ main{{max-width:1280px;margin:0 auto;padding:16px}}video{{width:100%;background:
 }
 
 /// The video of the view page, authorized by the same `jwt` (401 otherwise).
-#[utoipa::path(get, path = "/replays/view/video", tag = "replays", params(ViewQuery),
+#[utoipa::path(get, path = "/replays/view/video", tag = "replays", params(ViewQuery), security(()),
     responses((status = 200, content_type = "video/mp4", body = Vec<u8>),
         (status = 206, content_type = "video/mp4", body = Vec<u8>),
         (status = 401, body = ErrorBody)))]

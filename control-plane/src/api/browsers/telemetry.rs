@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use utoipa::IntoParams;
 
 use crate::api::apps::events::parse_since;
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::extract::PathParam;
 use crate::api::org::Org;
 use crate::store::{SessionStatus, TelemetryQuery, TelemetryRow};
@@ -111,11 +111,8 @@ pub struct EventsQuery {
 }
 
 /// Read a page of the session's telemetry events.
-#[utoipa::path(get, path = "/browsers/{id}/telemetry/events", tag = "telemetry",
-    params(("id" = String, Path, description = "Browser session id or name"), EventsQuery),
-    security(("bearer" = [])),
-    responses((status = 200, description = "`[{seq, event}]`, with X-Has-More and X-Next-Offset"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browsers/{id}/telemetry/events", tag = "telemetry", params(EventsQuery),
+    responses((status = 200, description = "`[{seq, event}]`, with X-Has-More and X-Next-Offset")))]
 pub async fn events(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -205,13 +202,8 @@ pub async fn events(
 
 /// Stream the session's telemetry events as server-sent events.
 #[utoipa::path(get, path = "/browsers/{id}/telemetry/stream", tag = "telemetry",
-    params(("id" = String, Path, description = "Browser session id or name"),
-        ("replay" = Option<String>, Query, description = "`all`: start from the oldest retained event"),
-        ("type" = Option<Vec<String>>, Query, description = "Only these event types (repeat or comma-separated)"),
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq")),
-    security(("bearer" = [])),
-    responses((status = 200, content_type = "text/event-stream", description = "`{seq, event}` per frame, `id: seq`"),
-        (status = 404, body = ErrorBody)))]
+    params(("replay" = Option<String>, Query, description = "`all`: start from the oldest retained event"), ("type" = Option<Vec<String>>, Query, description = "Only these event types (repeat or comma-separated)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq")),
+    responses((status = 200, content_type = "text/event-stream", description = "`{seq, event}` per frame, `id: seq`")))]
 pub async fn stream(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -317,9 +309,7 @@ pub async fn stream(
 
 /// The session's network events as an HTTP Archive (HAR 1.2).
 #[utoipa::path(get, path = "/browsers/{id}/telemetry/har", tag = "telemetry",
-    params(("id" = String, Path, description = "Browser session id or name")),
-    security(("bearer" = [])),
-    responses((status = 200, description = "HAR 1.2 (`application/json`)"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "HAR 1.2 (`application/json`)")))]
 pub async fn har(
     org: Org,
     PathParam(id): PathParam<String>,

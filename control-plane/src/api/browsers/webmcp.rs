@@ -104,10 +104,8 @@ pub struct InvocationResult {
 }
 
 /// List the WebMCP tools registered by the pages of every tab and embedded frame.
-#[utoipa::path(get, path = "/browsers/{id}/webmcp/tools", tag = "webmcp", params(
-        ("id" = String, Path, description = "Browser session id or name"), ToolsQuery),
-    security(("bearer" = [])),
-    responses((status = 200, body = ToolsResponse), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browsers/{id}/webmcp/tools", tag = "webmcp", params(ToolsQuery),
+    responses((status = 200, body = ToolsResponse)))]
 pub async fn list_tools(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -148,10 +146,9 @@ pub async fn list_tools(
 /// tool without autosubmit answers `awaiting_submission` once filled in; a stale ref is
 /// a 404; no answer within `timeout_sec` is a 504 (the outcome is then unknown: the tool
 /// is never retried).
-#[utoipa::path(post, path = "/browsers/{id}/webmcp/invoke", tag = "webmcp", request_body = InvokeBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = InvocationResult), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 504, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/webmcp/invoke", tag = "webmcp",
+    request_body = InvokeBody,
+    responses((status = 200, body = InvocationResult), (status = 504, body = ErrorBody)))]
 pub async fn invoke_tool(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -259,9 +256,7 @@ fn definitions(tools: browser_agent_proto::v1::CustomTools) -> CustomToolsRespon
 /// `force_overwrite_namespace` replaces the namespace.
 #[utoipa::path(post, path = "/browsers/{id}/webmcp/custom-tools", tag = "webmcp",
     request_body = AddCustomToolsBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = CustomToolsResponse), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = CustomToolsResponse), (status = 409, body = ErrorBody)))]
 pub async fn add_custom_tools(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -293,8 +288,7 @@ pub async fn add_custom_tools(
 
 /// List the browser's custom tools.
 #[utoipa::path(get, path = "/browsers/{id}/webmcp/custom-tools", tag = "webmcp",
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = CustomToolsResponse), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = CustomToolsResponse)))]
 pub async fn list_custom_tools(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -306,9 +300,7 @@ pub async fn list_custom_tools(
 
 /// Remove a custom tool; invocations already running go on.
 #[utoipa::path(delete, path = "/browsers/{id}/webmcp/custom-tools/{tool_id}", tag = "webmcp",
-    params(("id" = String, Path, description = "Browser session id or name"),
-        ("tool_id" = String, Path, description = "The custom tool's id")), security(("bearer" = [])),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+    responses((status = 204)))]
 pub async fn remove_custom_tool(
     org: Org,
     PathParam((id, tool_id)): PathParam<(String, String)>,

@@ -222,10 +222,9 @@ fn days(field: &str, days: i64, min: i64) -> Result<TimeDelta, ApiError> {
 }
 
 /// Create an API key; its secret is in the answer only.
-#[utoipa::path(post, path = "/org/api_keys", tag = "api_keys", security(("bearer" = [])),
-    request_body = CreateApiKey,
-    responses((status = 200, description = "CreatedAPIKey"), (status = 400, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/org/api_keys", tag = "api_keys", request_body = CreateApiKey,
+    responses((status = 200, description = "CreatedAPIKey"), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateApiKey>,
@@ -284,9 +283,8 @@ pub async fn create(
 }
 
 /// The organization's API keys (masked), newest first unless sorted otherwise.
-#[utoipa::path(get, path = "/org/api_keys", tag = "api_keys", security(("bearer" = [])),
-    params(ListApiKeys),
-    responses((status = 200, description = "[APIKey]"), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/org/api_keys", tag = "api_keys", params(ListApiKeys),
+    responses((status = 200, description = "[APIKey]")))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -354,9 +352,8 @@ pub async fn list(
 }
 
 /// One of the organization's API keys (masked).
-#[utoipa::path(get, path = "/org/api_keys/{id}", tag = "api_keys", security(("bearer" = [])),
-    params(("id" = String, Path, description = "API key id"), RetrieveApiKey),
-    responses((status = 200, description = "APIKey"), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/org/api_keys/{id}", tag = "api_keys", params(RetrieveApiKey),
+    responses((status = 200, description = "APIKey")))]
 pub async fn retrieve(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -380,10 +377,8 @@ async fn visible_key(org: &Org, id: &str, include_deleted: bool) -> Result<ApiKe
 }
 
 /// Rename an API key.
-#[utoipa::path(patch, path = "/org/api_keys/{id}", tag = "api_keys", security(("bearer" = [])),
-    params(("id" = String, Path, description = "API key id")),
-    request_body = UpdateApiKey,
-    responses((status = 200, description = "APIKey"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(patch, path = "/org/api_keys/{id}", tag = "api_keys", request_body = UpdateApiKey,
+    responses((status = 200, description = "APIKey")))]
 pub async fn update(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -403,10 +398,8 @@ pub async fn update(
 }
 
 /// Delete an API key (it stays listed with `status=deleted`); a key cannot delete itself.
-#[utoipa::path(delete, path = "/org/api_keys/{id}", tag = "api_keys", security(("bearer" = [])),
-    params(("id" = String, Path, description = "API key id")),
-    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/org/api_keys/{id}", tag = "api_keys",
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     if org.caller.key().is_some_and(|key| key.id == id) {
         return Err(ApiError::Conflict(
@@ -426,11 +419,9 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 
 /// Issue a new key with the name, project and policy of this one, which keeps working
 /// for a grace period (`expire_in_days`, default 7; 0 ends it at once).
-#[utoipa::path(post, path = "/org/api_keys/{id}/rotate", tag = "api_keys", security(("bearer" = [])),
-    params(("id" = String, Path, description = "API key id")),
+#[utoipa::path(post, path = "/org/api_keys/{id}/rotate", tag = "api_keys",
     request_body = RotateApiKey,
-    responses((status = 200, description = "CreatedAPIKey"), (status = 400, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "CreatedAPIKey"), (status = 403, body = ErrorBody)))]
 pub async fn rotate(
     org: Org,
     PathParam(id): PathParam<String>,

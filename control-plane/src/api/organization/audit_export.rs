@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::extract::{JsonBody, PathParam, QueryParams};
 use crate::api::org::Org;
 use crate::api::paging::{Paging, page_of};
@@ -142,9 +142,8 @@ fn starting_now() -> (i64, String) {
 
 /// Create an export destination; delivery starts now.
 #[utoipa::path(post, path = "/audit-logs/export/destinations", tag = "audit_logs",
-    security(("bearer" = [])), request_body = CreateDestination,
-    responses((status = 200, description = "AuditLogExportDestination"),
-        (status = 400, body = ErrorBody)))]
+    request_body = CreateDestination,
+    responses((status = 200, description = "AuditLogExportDestination")))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateDestination>,
@@ -186,9 +185,8 @@ pub async fn create(
 
 /// The organization's export destinations, oldest first.
 #[utoipa::path(get, path = "/audit-logs/export/destinations", tag = "audit_logs",
-    security(("bearer" = [])), params(ListDestinations),
-    responses((status = 200, description = "[AuditLogExportDestination]"),
-        (status = 400, body = ErrorBody)))]
+    params(ListDestinations),
+    responses((status = 200, description = "[AuditLogExportDestination]")))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -202,21 +200,15 @@ pub async fn list(
 
 /// One export destination.
 #[utoipa::path(get, path = "/audit-logs/export/destinations/{id}", tag = "audit_logs",
-    security(("bearer" = [])),
-    params(("id" = String, Path, description = "Destination id")),
-    responses((status = 200, description = "AuditLogExportDestination"),
-        (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "AuditLogExportDestination")))]
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
     Ok(Json(view(&org, &find(&org, &id).await?)))
 }
 
 /// Change a destination; pausing stops delivery, resuming delivers from now on.
 #[utoipa::path(patch, path = "/audit-logs/export/destinations/{id}", tag = "audit_logs",
-    security(("bearer" = [])),
-    params(("id" = String, Path, description = "Destination id")),
     request_body = UpdateDestination,
-    responses((status = 200, description = "AuditLogExportDestination"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "AuditLogExportDestination")))]
 pub async fn update(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -268,9 +260,7 @@ pub async fn update(
 
 /// Delete a destination; nothing more is delivered to it.
 #[utoipa::path(delete, path = "/audit-logs/export/destinations/{id}", tag = "audit_logs",
-    security(("bearer" = [])),
-    params(("id" = String, Path, description = "Destination id")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+    responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     if !org.store.delete_export_destination(&org.id, &id).await? {
         return Err(ApiError::not_found("audit log export destination", &id));
@@ -280,10 +270,7 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 
 /// Check a destination: assume its role, write a test object.
 #[utoipa::path(post, path = "/audit-logs/export/destinations/{id}/test", tag = "audit_logs",
-    security(("bearer" = [])),
-    params(("id" = String, Path, description = "Destination id")),
-    responses((status = 200, description = "AuditLogExportDestinationTestResult"),
-        (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "AuditLogExportDestinationTestResult")))]
 pub async fn test(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
     let destination = find(&org, &id).await?;
     let result = org.audit_export.test(&destination).await;

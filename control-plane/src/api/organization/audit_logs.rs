@@ -14,7 +14,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::extract::QueryParams;
 use crate::api::org::Org;
 use crate::audit::{self, view};
@@ -162,9 +162,8 @@ fn header_value(text: &str) -> HeaderValue {
 
 /// The organization's audit records in a time range (at most 30 days), newest first;
 /// `X-Next-Page-Token` pages to older ones.
-#[utoipa::path(get, path = "/audit-logs", tag = "audit_logs", security(("bearer" = [])),
-    params(ListAuditLogs),
-    responses((status = 200, description = "[AuditLogEntry]"), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/audit-logs", tag = "audit_logs", params(ListAuditLogs),
+    responses((status = 200, description = "[AuditLogEntry]")))]
 pub async fn list(
     org: Org,
     QueryParams(params): QueryParams<ListAuditLogs>,
@@ -211,11 +210,8 @@ pub async fn list(
 /// One chunk of the organization's audit records in a time range, newest first, as JSON
 /// Lines (gzip-compressed unless `format=jsonl`), with `X-Row-Count`, `X-Has-More`,
 /// `X-Next-Cursor` and `X-Content-Sha256` (of the body as sent).
-#[utoipa::path(get, path = "/audit-logs/export/chunk", tag = "audit_logs", security(("bearer" = [])),
-    params(ExportChunk),
-    responses((status = 200, description = "JSON Lines, gzip-compressed unless format=jsonl",
-        content((Vec<u8> = "application/gzip"), (String = "application/x-ndjson"))),
-        (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/audit-logs/export/chunk", tag = "audit_logs", params(ExportChunk),
+    responses((status = 200, description = "JSON Lines, gzip-compressed unless format=jsonl", content((Vec<u8> = "application/gzip"), (String = "application/x-ndjson")))))]
 pub async fn export_chunk(
     org: Org,
     QueryParams(params): QueryParams<ExportChunk>,

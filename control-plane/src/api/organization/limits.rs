@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::extract::JsonBody;
 use crate::api::org::Org;
 use crate::managed_auth::{DEFAULT_HEALTH_CHECK_INTERVAL, MAX_HEALTH_CHECK_INTERVAL};
@@ -58,16 +58,15 @@ async fn limits_view(org: &Org) -> Result<Value, ApiError> {
 }
 
 /// The organization's concurrency limits and what it uses of them now.
-#[utoipa::path(get, path = "/org/limits", tag = "organization", security(("bearer" = [])),
+#[utoipa::path(get, path = "/org/limits", tag = "organization",
     responses((status = 200, description = "OrgLimits")))]
 pub async fn limits(org: Org) -> Result<Json<Value>, ApiError> {
     Ok(Json(scope::organization_wide(limits_view(&org)).await?))
 }
 
 /// Set the organization's own cap on concurrent browsers (below the server's).
-#[utoipa::path(patch, path = "/org/limits", tag = "organization", security(("bearer" = [])),
-    request_body = UpdateOrgLimits,
-    responses((status = 200, description = "OrgLimits"), (status = 400, body = ErrorBody)))]
+#[utoipa::path(patch, path = "/org/limits", tag = "organization", request_body = UpdateOrgLimits,
+    responses((status = 200, description = "OrgLimits")))]
 pub async fn update_limits(
     org: Org,
     JsonBody(request): JsonBody<UpdateOrgLimits>,
@@ -88,7 +87,7 @@ pub async fn update_limits(
 
 /// What this server offers the organization: every feature it serves, on or off as
 /// configured, and its limits.
-#[utoipa::path(get, path = "/org/entitlements", tag = "organization", security(("bearer" = [])),
+#[utoipa::path(get, path = "/org/entitlements", tag = "organization",
     responses((status = 200, description = "OrgEntitlements")))]
 pub async fn entitlements(org: Org) -> Result<Json<Value>, ApiError> {
     let offer = &org.settings.offer;

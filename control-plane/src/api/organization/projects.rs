@@ -148,10 +148,9 @@ fn organization_wide(org: &Org, what: &str) -> Result<(), ApiError> {
 }
 
 /// Create a project.
-#[utoipa::path(post, path = "/org/projects", tag = "projects", security(("bearer" = [])),
-    request_body = CreateProject,
-    responses((status = 200, description = "Project"), (status = 400, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(post, path = "/org/projects", tag = "projects", request_body = CreateProject,
+    responses((status = 200, description = "Project"), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateProject>,
@@ -178,9 +177,8 @@ pub async fn create(
 }
 
 /// The organization's projects, oldest first.
-#[utoipa::path(get, path = "/org/projects", tag = "projects", security(("bearer" = [])),
-    params(ListProjects),
-    responses((status = 200, description = "[Project]"), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/org/projects", tag = "projects", params(ListProjects),
+    responses((status = 200, description = "[Project]")))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -203,9 +201,7 @@ pub async fn list(
 
 /// One project, by id or name.
 #[utoipa::path(get, path = "/org/projects/{id_or_name}", tag = "projects",
-    security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Project id or name")),
-    responses((status = 200, description = "Project"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "Project")))]
 pub async fn retrieve(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -215,11 +211,8 @@ pub async fn retrieve(
 
 /// Rename a project, or archive it (or make it active again).
 #[utoipa::path(patch, path = "/org/projects/{id_or_name}", tag = "projects",
-    security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Project id or name")),
     request_body = UpdateProject,
-    responses((status = 200, description = "Project"), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, description = "Project"), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -247,10 +240,7 @@ pub async fn update(
 
 /// Delete an empty project (not the default one). Keys bound to it are deleted too.
 #[utoipa::path(delete, path = "/org/projects/{id_or_name}", tag = "projects",
-    security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Project id or name")),
-    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -280,9 +270,7 @@ pub async fn delete(
 
 /// A project's limits.
 #[utoipa::path(get, path = "/org/projects/{id_or_name}/limits", tag = "projects",
-    security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Project id or name")),
-    responses((status = 200, description = "ProjectLimits"), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "ProjectLimits")))]
 pub async fn limits(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -294,11 +282,8 @@ pub async fn limits(
 
 /// Set a project's limits: 0 removes a cap, an omitted field stays as it is.
 #[utoipa::path(patch, path = "/org/projects/{id_or_name}/limits", tag = "projects",
-    security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Project id or name")),
     request_body = UpdateProjectLimits,
-    responses((status = 200, description = "ProjectLimits"), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "ProjectLimits")))]
 pub async fn update_limits(
     org: Org,
     PathParam(id_or_name): PathParam<String>,

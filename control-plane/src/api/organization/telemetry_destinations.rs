@@ -13,9 +13,9 @@ use crate::api::paging::{NamedListQuery, Paging};
 use crate::telemetry::destinations::{self, CreateDestination, UpdateDestination};
 
 /// Create an OTLP destination sessions can export their telemetry to.
-#[utoipa::path(post, path = "/telemetry/destinations", tag = "telemetry", security(("bearer" = [])),
+#[utoipa::path(post, path = "/telemetry/destinations", tag = "telemetry",
     request_body = CreateDestination,
-    responses((status = 200, description = "OtlpDestination"), (status = 400, body = ErrorBody),
+    responses((status = 200, description = "OtlpDestination"),
         (status = 403, description = "The operator's egress policy forbids the endpoint's host", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
@@ -28,9 +28,8 @@ pub async fn create(
 }
 
 /// The organization's OTLP destinations, oldest first.
-#[utoipa::path(get, path = "/telemetry/destinations", tag = "telemetry", security(("bearer" = [])),
-    params(NamedListQuery),
-    responses((status = 200, description = "[OtlpDestination]"), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/telemetry/destinations", tag = "telemetry", params(NamedListQuery),
+    responses((status = 200, description = "[OtlpDestination]")))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -43,9 +42,8 @@ pub async fn list(
 }
 
 /// An OTLP destination by id or name.
-#[utoipa::path(get, path = "/telemetry/destinations/{id_or_name}", tag = "telemetry", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Destination id or name")),
-    responses((status = 200, description = "OtlpDestination"), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/telemetry/destinations/{id_or_name}", tag = "telemetry",
+    responses((status = 200, description = "OtlpDestination")))]
 pub async fn retrieve(
     org: Org,
     PathParam(key): PathParam<String>,
@@ -56,12 +54,11 @@ pub async fn retrieve(
 
 /// Change a destination; `headers` are edited key by key (`null` deletes one). Sessions
 /// exporting to it use the new values from their next delivery.
-#[utoipa::path(patch, path = "/telemetry/destinations/{id_or_name}", tag = "telemetry", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Destination id or name")),
+#[utoipa::path(patch, path = "/telemetry/destinations/{id_or_name}", tag = "telemetry",
     request_body = UpdateDestination,
-    responses((status = 200, description = "OtlpDestination"), (status = 400, body = ErrorBody),
+    responses((status = 200, description = "OtlpDestination"),
         (status = 403, description = "The operator's egress policy forbids the endpoint's host", body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+        (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(key): PathParam<String>,
@@ -75,9 +72,8 @@ pub async fn update(
 }
 
 /// Delete a destination; sessions exporting to it stop exporting.
-#[utoipa::path(delete, path = "/telemetry/destinations/{id_or_name}", tag = "telemetry", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Destination id or name")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/telemetry/destinations/{id_or_name}", tag = "telemetry",
+    responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(key): PathParam<String>) -> Result<StatusCode, ApiError> {
     org.telemetry_destinations.delete(&org.id, &key).await?;
     Ok(StatusCode::NO_CONTENT)

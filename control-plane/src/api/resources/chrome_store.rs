@@ -34,11 +34,12 @@ pub struct FromChromeStoreQuery {
 /// Download an extension from the Chrome Web Store (through `--chrome-web-store-url`):
 /// its CRX3 package's header is checked and stripped, and the ZIP inside is answered and
 /// kept in the library under the extension's id.
-#[utoipa::path(get, path = "/extensions/from_chrome_store", tag = "extensions", security(("bearer" = [])),
+#[utoipa::path(get, path = "/extensions/from_chrome_store", tag = "extensions",
     params(FromChromeStoreQuery),
     responses((status = 200, description = "The unpacked extension as a ZIP", content_type = "application/zip", body = Vec<u8>),
-        (status = 400, body = ErrorBody), (status = 404, description = "The store has no such extension", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 502, description = "The store could not be reached, or answered no package", body = ErrorBody)))]
+        (status = 404, description = "The store has no such extension", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 502, description = "The store could not be reached, or answered no package", body = ErrorBody)))]
 pub async fn from_chrome_store(
     org: Org,
     QueryParams(query): QueryParams<FromChromeStoreQuery>,

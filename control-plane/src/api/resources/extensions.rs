@@ -114,10 +114,10 @@ pub struct LoadExtensionsForm {
 
 /// Upload an extension (multipart parts `file`, a ZIP of an unpacked extension, and an
 /// optional `name`).
-#[utoipa::path(post, path = "/extensions", tag = "extensions", security(("bearer" = [])),
+#[utoipa::path(post, path = "/extensions", tag = "extensions",
     request_body(content = ExtensionUploadForm, content_type = "multipart/form-data"),
-    responses((status = 200, body = Extension), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 200, body = Extension), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody)))]
 pub async fn upload(
     org: Org,
     MultipartBody(mut multipart): MultipartBody,
@@ -224,10 +224,8 @@ pub(in crate::api) async fn store_archive(
 }
 
 /// The organization's extensions, oldest first (seed 4.12), paged with `limit`/`offset`.
-#[utoipa::path(get, path = "/extensions", tag = "extensions", security(("bearer" = [])),
-    params(NamedListQuery),
-    responses((status = 200, body = Vec<Extension>), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody)))]
+#[utoipa::path(get, path = "/extensions", tag = "extensions", params(NamedListQuery),
+    responses((status = 200, body = Vec<Extension>)))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -245,9 +243,8 @@ async fn find(org: &Org, id_or_name: &str) -> Result<ExtensionRecord, ApiError> 
 }
 
 /// Download the archive exactly as uploaded (seed 4.11).
-#[utoipa::path(get, path = "/extensions/{id_or_name}", tag = "extensions", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),
-    responses((status = 200, content_type = "application/zip", body = Vec<u8>), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/extensions/{id_or_name}", tag = "extensions",
+    responses((status = 200, content_type = "application/zip", body = Vec<u8>)))]
 pub async fn download(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -287,9 +284,8 @@ pub struct ExtensionMetadata {
 }
 
 /// An extension's metadata, with the checksum of its archive.
-#[utoipa::path(get, path = "/extensions/{id_or_name}/metadata", tag = "extensions", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),
-    responses((status = 200, body = ExtensionMetadata), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/extensions/{id_or_name}/metadata", tag = "extensions",
+    responses((status = 200, body = ExtensionMetadata)))]
 pub async fn metadata(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -318,9 +314,8 @@ pub async fn metadata(
 }
 
 /// Delete an extension from the library. Browsers that loaded it keep it.
-#[utoipa::path(delete, path = "/extensions/{id_or_name}", tag = "extensions", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Extension id or name (the id is tried first)")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/extensions/{id_or_name}", tag = "extensions",
+    responses((status = 204)))]
 pub async fn delete(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -374,12 +369,10 @@ fn slot_of(index: Option<String>, positional_count: &mut usize) -> String {
 /// Upload unpacked extensions into a running browser (seed 4.7). Chromium restarts with
 /// every extension loaded so far; the answer comes once its new DevTools endpoint
 /// answers. Open CDP connections are closed by the restart.
-#[utoipa::path(post, path = "/browsers/{id}/extensions", tag = "browsers", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Browser session ID")),
-    request_body(content = LoadExtensionsForm, content_type = "multipart/form-data",
-        description = "`extensions[][name]` + `extensions[][zip_file]` (by position) or `extensions[N][name]` + `extensions[N][zip_file]` (by index)"),
-    responses((status = 200, description = "Loaded; the browser has restarted"), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/extensions", tag = "browsers",
+    request_body(content = LoadExtensionsForm, content_type = "multipart/form-data", description = "`extensions[][name]` + `extensions[][zip_file]` (by position) or `extensions[N][name]` + `extensions[N][zip_file]` (by index)"),
+    responses((status = 200, description = "Loaded; the browser has restarted"),
+        (status = 413, body = ErrorBody)))]
 pub async fn load_into_browser(
     org: Org,
     PathParam(id): PathParam<String>,

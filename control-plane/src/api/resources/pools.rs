@@ -220,9 +220,10 @@ impl PoolRequest {
 }
 
 /// Create a pool; the reconciler starts filling it at once.
-#[utoipa::path(post, path = "/browser_pools", tag = "browser_pools", security(("bearer" = [])),
-    request_body = PoolRequest,
-    responses((status = 200, body = BrowserPool), (status = 400, body = ErrorBody), (status = 404, description = "A referenced profile, proxy or extension does not exist", body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browser_pools", tag = "browser_pools", request_body = PoolRequest,
+    responses((status = 200, body = BrowserPool),
+        (status = 404, description = "A referenced profile, proxy or extension does not exist", body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<PoolRequest>,
@@ -258,9 +259,8 @@ pub struct PoolListQuery {
 }
 
 /// The organization's pools, oldest first, paged with `limit`/`offset`.
-#[utoipa::path(get, path = "/browser_pools", tag = "browser_pools", security(("bearer" = [])),
-    params(PoolListQuery),
-    responses((status = 200, body = Vec<BrowserPool>), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browser_pools", tag = "browser_pools", params(PoolListQuery),
+    responses((status = 200, body = Vec<BrowserPool>)))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -289,9 +289,8 @@ pub async fn list(
     Ok((headers, Json(body)))
 }
 
-#[utoipa::path(get, path = "/browser_pools/{id_or_name}", tag = "browser_pools", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Pool id or name")),
-    responses((status = 200, body = BrowserPool), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/browser_pools/{id_or_name}", tag = "browser_pools",
+    responses((status = 200, body = BrowserPool)))]
 pub async fn retrieve(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -302,11 +301,9 @@ pub async fn retrieve(
 
 /// Change a pool's size and browser configuration. Idle browsers keep the old
 /// configuration unless `discard_all_idle` replaces them now.
-#[utoipa::path(patch, path = "/browser_pools/{id_or_name}", tag = "browser_pools", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Pool id or name")),
+#[utoipa::path(patch, path = "/browser_pools/{id_or_name}", tag = "browser_pools",
     request_body = PoolRequest,
-    responses((status = 200, body = BrowserPool), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = BrowserPool), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -337,10 +334,10 @@ pub struct DeletePoolParams {
 
 /// Delete a pool and its browsers. Refused (409) while browsers are leased, unless
 /// `force` (in the JSON body, as the SDKs send it, or the query) ends them too.
-#[utoipa::path(delete, path = "/browser_pools/{id_or_name}", tag = "browser_pools", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Pool id or name"), DeletePoolParams),
+#[utoipa::path(delete, path = "/browser_pools/{id_or_name}", tag = "browser_pools",
+    params(DeletePoolParams),
     request_body(content = Option<DeletePoolParams>, description = "`force`, as the SDKs send it"),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 409, body = ErrorBody)))]
 pub async fn delete(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -384,11 +381,10 @@ pub struct AcquireRequest {
 /// Lease an idle browser of the pool, waiting for one up to `acquire_timeout_seconds`.
 /// When none became available: 204 No Content, as both SDK generations document it
 /// (today's returns `None`).
-#[utoipa::path(post, path = "/browser_pools/{id_or_name}/acquire", tag = "browser_pools", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Pool id or name")),
+#[utoipa::path(post, path = "/browser_pools/{id_or_name}/acquire", tag = "browser_pools",
     request_body = AcquireRequest,
-    responses((status = 200, body = BrowserSession), (status = 204, description = "no browser became available in time"),
-        (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = BrowserSession),
+        (status = 204, description = "no browser became available in time")))]
 pub async fn acquire(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -476,10 +472,9 @@ pub struct ReleaseRequest {
 
 /// Give a leased browser back. With `reuse` (default) its Chromium restarts with a
 /// fresh profile (no tabs, cookies, storage or cache) before it is available again.
-#[utoipa::path(post, path = "/browser_pools/{id_or_name}/release", tag = "browser_pools", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Pool id or name")),
+#[utoipa::path(post, path = "/browser_pools/{id_or_name}/release", tag = "browser_pools",
     request_body = ReleaseRequest,
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 204)))]
 pub async fn release(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -498,9 +493,8 @@ pub async fn release(
 
 /// Destroy every idle browser of the pool (seed 4.10); leased browsers are not affected.
 /// The reconciler then refills the pool.
-#[utoipa::path(post, path = "/browser_pools/{id_or_name}/flush", tag = "browser_pools", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Pool id or name")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browser_pools/{id_or_name}/flush", tag = "browser_pools",
+    responses((status = 204)))]
 pub async fn flush(
     org: Org,
     PathParam(id_or_name): PathParam<String>,

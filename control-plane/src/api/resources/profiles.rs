@@ -52,9 +52,7 @@ pub struct CreateProfileRequest {
 
 /// Create a profile (empty until a session saves state into it).
 #[utoipa::path(post, path = "/profiles", tag = "profiles", request_body = CreateProfileRequest,
-    security(("bearer" = [])),
-    responses((status = 200, body = Profile), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Profile), (status = 409, body = ErrorBody)))]
 pub async fn create(
     org: Org,
     JsonBody(request): JsonBody<CreateProfileRequest>,
@@ -65,8 +63,7 @@ pub async fn create(
 
 /// List the organization's profiles, oldest first (paged with `limit`/`offset`).
 #[utoipa::path(get, path = "/profiles", tag = "profiles", params(NamedListQuery),
-    security(("bearer" = [])),
-    responses((status = 200, body = Vec<Profile>), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Vec<Profile>)))]
 pub async fn list(
     org: Org,
     paging: crate::api::paging::Paging,
@@ -84,9 +81,8 @@ async fn find(org: &Org, id_or_name: &str) -> Result<ProfileRecord, ApiError> {
 }
 
 /// Get a profile by id or name.
-#[utoipa::path(get, path = "/profiles/{id_or_name}", tag = "profiles", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)")),
-    responses((status = 200, body = Profile), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/profiles/{id_or_name}", tag = "profiles",
+    responses((status = 200, body = Profile)))]
 pub async fn retrieve(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -96,9 +92,8 @@ pub async fn retrieve(
 
 /// Delete a profile and its stored state. Refused (409) while an auth connection manages
 /// it. Sessions running with it go on; their save is discarded.
-#[utoipa::path(delete, path = "/profiles/{id_or_name}", tag = "profiles", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)")),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/profiles/{id_or_name}", tag = "profiles",
+    responses((status = 204), (status = 409, body = ErrorBody)))]
 pub async fn delete(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -125,11 +120,9 @@ pub struct UpdateProfileRequest {
 
 /// Rename a profile. Refused (409) while an auth connection manages it (the connection
 /// names its profile) or when another profile has the name.
-#[utoipa::path(patch, path = "/profiles/{id_or_name}", tag = "profiles", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)")),
+#[utoipa::path(patch, path = "/profiles/{id_or_name}", tag = "profiles",
     request_body = UpdateProfileRequest,
-    responses((status = 200, body = Profile), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Profile), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id_or_name): PathParam<String>,
@@ -215,11 +208,9 @@ pub enum DownloadFormat {
 /// Download the profile's stored state: Chromium user data as a ZIP (the stored format),
 /// or re-packed as it streams into `format=tar` or `format=tar.zst` (empty archives while
 /// the profile has none).
-#[utoipa::path(get, path = "/profiles/{id_or_name}/download", tag = "profiles", security(("bearer" = [])),
-    params(("id_or_name" = String, Path, description = "Profile id or name (the id is tried first)"), DownloadQuery),
-    responses((status = 200, description = "The archive in the format asked for",
-            content((Vec<u8> = "application/zip"), (Vec<u8> = "application/x-tar"), (Vec<u8> = "application/zstd"))),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/profiles/{id_or_name}/download", tag = "profiles",
+    params(DownloadQuery),
+    responses((status = 200, description = "The archive in the format asked for", content((Vec<u8> = "application/zip"), (Vec<u8> = "application/x-tar"), (Vec<u8> = "application/zstd")))))]
 pub async fn download(
     org: Org,
     PathParam(id_or_name): PathParam<String>,

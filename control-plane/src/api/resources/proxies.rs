@@ -171,9 +171,8 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
 }
 
 /// Create a proxy.
-#[utoipa::path(post, path = "/proxies", tag = "proxies", security(("bearer" = [])),
-    request_body = CreateProxyRequest,
-    responses((status = 200, body = Proxy), (status = 400, body = ErrorBody),
+#[utoipa::path(post, path = "/proxies", tag = "proxies", request_body = CreateProxyRequest,
+    responses((status = 200, body = Proxy),
         (status = 403, description = "The operator's egress policy forbids the proxy's host", body = ErrorBody)))]
 pub async fn create(
     org: Org,
@@ -212,9 +211,8 @@ pub async fn create(
 
 /// The organization's proxies, oldest first (deleted ones are gone), paged with
 /// `limit`/`offset`.
-#[utoipa::path(get, path = "/proxies", tag = "proxies", security(("bearer" = [])),
-    params(NamedListQuery),
-    responses((status = 200, body = Vec<Proxy>), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/proxies", tag = "proxies", params(NamedListQuery),
+    responses((status = 200, body = Vec<Proxy>)))]
 pub async fn list(
     org: Org,
     paging: Paging,
@@ -232,9 +230,8 @@ async fn find(org: &Org, id: &str) -> Result<ProxyRecord, ApiError> {
 }
 
 /// A proxy by id, or by a name exactly one proxy has (409 when several do).
-#[utoipa::path(get, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Proxy id or name")),
-    responses((status = 200, body = Proxy), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(get, path = "/proxies/{id}", tag = "proxies",
+    responses((status = 200, body = Proxy), (status = 409, body = ErrorBody)))]
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Proxy>, ApiError> {
     Ok(Json(find(&org, &id).await?.into()))
 }
@@ -248,10 +245,8 @@ pub struct UpdateProxyRequest {
 }
 
 /// Rename a proxy. Sessions using it keep using it.
-#[utoipa::path(patch, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Proxy id or name")), request_body = UpdateProxyRequest,
-    responses((status = 200, body = Proxy), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+#[utoipa::path(patch, path = "/proxies/{id}", tag = "proxies", request_body = UpdateProxyRequest,
+    responses((status = 200, body = Proxy), (status = 409, body = ErrorBody)))]
 pub async fn update(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -273,9 +268,7 @@ pub async fn update(
 
 /// Delete a proxy (seed 4.9). Soft: sessions that use it keep their `proxy_id` and their
 /// route until they end; new sessions and pools cannot reference it.
-#[utoipa::path(delete, path = "/proxies/{id}", tag = "proxies", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Proxy id or name")),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/proxies/{id}", tag = "proxies", responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     let proxy = find(&org, &id).await?;
     if org
@@ -291,9 +284,8 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 
 /// Fetch the server's check URL through the proxy; answers the proxy with its fresh
 /// `status` and `last_checked`, and `check_error` when the request failed.
-#[utoipa::path(post, path = "/proxies/{id}/check", tag = "proxies", security(("bearer" = [])),
-    params(("id" = String, Path, description = "Proxy ID")),
-    responses((status = 200, body = Proxy), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/proxies/{id}/check", tag = "proxies",
+    responses((status = 200, body = Proxy)))]
 pub async fn check(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Proxy>, ApiError> {
     let mut record = find(&org, &id).await?;
     let outcome = match proxies::connectable_route(&record, &org.proxy_upstreams, &org.egress).await

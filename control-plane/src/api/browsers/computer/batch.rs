@@ -14,7 +14,7 @@ use super::{
     Problems, ScrollBody, TypeBody, click_request, drag_request, motion_time, move_request,
     press_request, screen_of, scroll_request, type_request,
 };
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::extract::{JsonBody, PathParam};
 use crate::api::org::Org;
 
@@ -57,10 +57,9 @@ pub struct SleepBody {
 /// Run computer actions in order in one call. Every action is checked before the first
 /// runs (a 400 names each problem by index); while running, the first failure stops the
 /// batch and its error names the failing index.
-#[utoipa::path(post, path = "/browsers/{id}/computer/batch", tag = "computer", request_body = BatchBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, description = "Every action ran"), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/batch", tag = "computer",
+    request_body = BatchBody,
+    responses((status = 200, description = "Every action ran")))]
 pub async fn batch(
     org: Org,
     PathParam(id): PathParam<String>,

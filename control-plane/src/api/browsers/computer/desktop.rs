@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::screen_of;
-use crate::api::error::{ApiError, ErrorBody};
+use crate::api::error::ApiError;
 use crate::api::extract::{JsonBody, PathParam};
 use crate::api::org::Org;
 
@@ -20,8 +20,7 @@ pub struct ClipboardContent {
 /// The text on the browser's clipboard (the X clipboard of its display), such as what a
 /// page copied.
 #[utoipa::path(post, path = "/browsers/{id}/computer/clipboard/read", tag = "computer",
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = ClipboardContent), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = ClipboardContent)))]
 pub async fn read_clipboard(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -41,8 +40,7 @@ pub struct WriteClipboardBody {
 /// Put text on the browser's clipboard, for a page to paste (Ctrl+V).
 #[utoipa::path(post, path = "/browsers/{id}/computer/clipboard/write", tag = "computer",
     request_body = WriteClipboardBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, description = "Written"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "Written")))]
 pub async fn write_clipboard(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -66,9 +64,9 @@ pub struct OkResponse {
 }
 
 /// Hide or show the pointer on the browser's display, and in its recordings.
-#[utoipa::path(post, path = "/browsers/{id}/computer/cursor", tag = "computer", request_body = CursorBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = OkResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/cursor", tag = "computer",
+    request_body = CursorBody,
+    responses((status = 200, body = OkResponse)))]
 pub async fn set_cursor(
     org: Org,
     PathParam(id): PathParam<String>,

@@ -17,7 +17,7 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use crate::agent::AgentClient;
-use crate::api::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::api::error::{ApiError, ErrorDetail};
 use crate::api::extract::{JsonBody, PathParam};
 use crate::api::org::Org;
 use crate::store::SessionRecord;
@@ -136,10 +136,9 @@ pub struct ClickMouseBody {
 }
 
 /// Simulate a mouse click (seed 4.4).
-#[utoipa::path(post, path = "/browsers/{id}/computer/click_mouse", tag = "computer", request_body = ClickMouseBody,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Mouse action performed"), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/click_mouse", tag = "computer",
+    request_body = ClickMouseBody,
+    responses((status = 200, description = "Mouse action performed")))]
 pub async fn click_mouse(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -227,10 +226,9 @@ pub struct DragMouseBody {
 /// Drag the mouse along a path (seed 4.3): move to `path[0]`, press, wait `delay`, then
 /// per segment `steps_per_segment` relative moves that sum exactly to it, `step_delay_ms`
 /// apart, then release.
-#[utoipa::path(post, path = "/browsers/{id}/computer/drag_mouse", tag = "computer", request_body = DragMouseBody,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Drag performed"), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/drag_mouse", tag = "computer",
+    request_body = DragMouseBody,
+    responses((status = 200, description = "Drag performed")))]
 pub async fn drag_mouse(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -327,8 +325,7 @@ pub struct MousePosition {
 
 /// The current position of the mouse cursor (seed 4.5).
 #[utoipa::path(post, path = "/browsers/{id}/computer/get_mouse_position", tag = "computer",
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, body = MousePosition), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = MousePosition)))]
 pub async fn get_mouse_position(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -355,9 +352,9 @@ pub struct MoveMouseBody {
 }
 
 /// Move the mouse cursor.
-#[utoipa::path(post, path = "/browsers/{id}/computer/move_mouse", tag = "computer", request_body = MoveMouseBody,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Moved"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/move_mouse", tag = "computer",
+    request_body = MoveMouseBody,
+    responses((status = 200, description = "Moved")))]
 pub async fn move_mouse(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -424,9 +421,9 @@ pub struct TypeBody {
 }
 
 /// Type text with the keyboard.
-#[utoipa::path(post, path = "/browsers/{id}/computer/type", tag = "computer", request_body = TypeBody,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Typed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/type", tag = "computer",
+    request_body = TypeBody,
+    responses((status = 200, description = "Typed")))]
 pub async fn type_text(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -484,9 +481,9 @@ pub struct PressKeyBody {
 }
 
 /// Press keys or key combinations.
-#[utoipa::path(post, path = "/browsers/{id}/computer/press_key", tag = "computer", request_body = PressKeyBody,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Pressed"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/press_key", tag = "computer",
+    request_body = PressKeyBody,
+    responses((status = 200, description = "Pressed")))]
 pub async fn press_key(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -541,9 +538,9 @@ pub struct ScrollBody {
 }
 
 /// Scroll at a point.
-#[utoipa::path(post, path = "/browsers/{id}/computer/scroll", tag = "computer", request_body = ScrollBody,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, description = "Scrolled"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/scroll", tag = "computer",
+    request_body = ScrollBody,
+    responses((status = 200, description = "Scrolled")))]
 pub async fn scroll(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -591,10 +588,9 @@ pub struct ScreenshotBody {
 }
 
 /// A PNG screenshot of the browser's display.
-#[utoipa::path(post, path = "/browsers/{id}/computer/screenshot", tag = "computer", request_body = ScreenshotBody,
-    params(("id" = String, Path, description = "Browser session ID")), security(("bearer" = [])),
-    responses((status = 200, content_type = "image/png", body = Vec<u8>), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/computer/screenshot", tag = "computer",
+    request_body = ScreenshotBody,
+    responses((status = 200, content_type = "image/png", body = Vec<u8>)))]
 pub async fn screenshot(
     org: Org,
     PathParam(id): PathParam<String>,

@@ -50,10 +50,9 @@ pub struct WatchStarted {
 
 /// Watch a directory for changes; follow them at `…/fs/watch/{watch_id}/events`. At most
 /// 8 watches per browser (409 beyond); a watch ends with its session.
-#[utoipa::path(post, path = "/browsers/{id}/fs/watch", tag = "filesystem", request_body = WatchStartBody,
-    params(("id" = String, Path, description = "Browser session id or name")), security(("bearer" = [])),
-    responses((status = 200, body = WatchStarted), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody)))]
+#[utoipa::path(post, path = "/browsers/{id}/fs/watch", tag = "filesystem",
+    request_body = WatchStartBody,
+    responses((status = 200, body = WatchStarted), (status = 409, body = ErrorBody)))]
 pub async fn start(
     org: Org,
     PathParam(id): PathParam<String>,
@@ -115,10 +114,8 @@ fn view(event: WatchEvent) -> WatchEventView {
 /// the watch ends. One reader at a time (409 for a second); a reader that reconnects
 /// gets what happened meanwhile (up to 1024 events).
 #[utoipa::path(get, path = "/browsers/{id}/fs/watch/{watch_id}/events", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session id or name"), ("watch_id" = String, Path, description = "Watch id")),
-    security(("bearer" = [])),
     responses((status = 200, content_type = "text/event-stream", body = WatchEventView),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+        (status = 409, body = ErrorBody)))]
 pub async fn events(
     org: Org,
     PathParam((id, watch_id)): PathParam<(String, String)>,
@@ -141,9 +138,7 @@ pub async fn events(
 
 /// Stop a watch.
 #[utoipa::path(delete, path = "/browsers/{id}/fs/watch/{watch_id}", tag = "filesystem",
-    params(("id" = String, Path, description = "Browser session id or name"), ("watch_id" = String, Path, description = "Watch id")),
-    security(("bearer" = [])),
-    responses((status = 204), (status = 404, body = ErrorBody)))]
+    responses((status = 204)))]
 pub async fn stop(
     org: Org,
     PathParam((id, watch_id)): PathParam<(String, String)>,

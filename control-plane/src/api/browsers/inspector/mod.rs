@@ -86,8 +86,9 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// The inspector page (401 for a wrong or expired link).
-#[utoipa::path(get, path = "/inspector", tag = "telemetry", params(InspectorQuery),
-    responses((status = 200, content_type = "text/html", body = String), (status = 401, body = ErrorBody)))]
+#[utoipa::path(get, path = "/inspector", tag = "telemetry", params(InspectorQuery), security(()),
+    responses((status = 200, content_type = "text/html", body = String),
+        (status = 401, body = ErrorBody)))]
 pub async fn page(
     State(state): State<AppState>,
     QueryParams(query): QueryParams<InspectorQuery>,
@@ -107,13 +108,13 @@ pub async fn page(
         .into_response())
 }
 
-#[utoipa::path(get, path = "/inspector/inspector.js", tag = "telemetry",
+#[utoipa::path(get, path = "/inspector/inspector.js", tag = "telemetry", security(()),
     responses((status = 200, content_type = "text/javascript", body = String)))]
 pub async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
 }
 
-#[utoipa::path(get, path = "/inspector/inspector.css", tag = "telemetry",
+#[utoipa::path(get, path = "/inspector/inspector.css", tag = "telemetry", security(()),
     responses((status = 200, content_type = "text/css", body = String)))]
 pub async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
@@ -121,7 +122,9 @@ pub async fn style() -> Response {
 
 /// The session's events after `after`, oldest first, and whether the session ended.
 #[utoipa::path(get, path = "/inspector/events", tag = "telemetry", params(InspectorQuery),
-    responses((status = 200, description = "`{session, ended, events: [{seq, event}]}`"), (status = 401, body = ErrorBody)))]
+    security(()),
+    responses((status = 200, description = "`{session, ended, events: [{seq, event}]}`"),
+        (status = 401, body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
     QueryParams(query): QueryParams<InspectorQuery>,
@@ -145,7 +148,9 @@ pub async fn events(
 
 /// The session's replays, each with a video URL the page may play.
 #[utoipa::path(get, path = "/inspector/replays", tag = "telemetry", params(InspectorQuery),
-    responses((status = 200, description = "`[{replay_id, started_at, finished_at, video_url}]`"), (status = 401, body = ErrorBody)))]
+    security(()),
+    responses((status = 200, description = "`[{replay_id, started_at, finished_at, video_url}]`"),
+        (status = 401, body = ErrorBody)))]
 pub async fn replays(
     State(state): State<AppState>,
     QueryParams(query): QueryParams<InspectorQuery>,

@@ -108,9 +108,9 @@ async fn viewed_session(
 /// The live view page: the session's screen, and (unless the token is watch-only) the
 /// viewer's mouse, keyboard and clipboard paste sent to it.
 #[utoipa::path(get, path = "/browsers/{id}/live", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session ID"), LiveQuery),
+    params(("id" = String, Path, description = "Browser session ID"), LiveQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+        (status = 401, body = ErrorBody)))]
 pub async fn page(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
@@ -148,10 +148,9 @@ fn viewer_page(read_only: bool, embed: bool) -> Response {
 
 /// The live view's WebSocket (see the module's documentation for the messages).
 #[utoipa::path(get, path = "/browsers/{id}/live/ws", tag = "browsers",
-    params(("id" = String, Path, description = "Browser session ID"), LiveQuery),
+    params(("id" = String, Path, description = "Browser session ID"), LiveQuery), security(()),
     responses((status = 101, description = "Switching to the live view WebSocket"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn socket(
     State(state): State<AppState>,
@@ -236,9 +235,9 @@ async fn flow_session(
 /// the automation cannot (an unexpected challenge). Granted by its own token (not
 /// `hosted_url`'s), until the flow ends.
 #[utoipa::path(get, path = "/auth/connections/{id}/live", tag = "managed auth",
-    params(("id" = String, Path, description = "Auth connection id"), LiveQuery),
+    params(("id" = String, Path, description = "Auth connection id"), LiveQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+        (status = 401, body = ErrorBody)))]
 pub async fn flow_page(
     State(state): State<AppState>,
     PathParam(id): PathParam<String>,
@@ -250,10 +249,9 @@ pub async fn flow_page(
 
 /// The WebSocket of a login flow's live view.
 #[utoipa::path(get, path = "/auth/connections/{id}/live/ws", tag = "managed auth",
-    params(("id" = String, Path, description = "Auth connection id"), LiveQuery),
+    params(("id" = String, Path, description = "Auth connection id"), LiveQuery), security(()),
     responses((status = 101, description = "Switching to the live view WebSocket"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn flow_socket(
     State(state): State<AppState>,
