@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step says when it starts, for keeping the suite's time in check.
+step() { echo "== $* ($(date -u +%H:%M:%S), ${SECONDS} s in)"; }
+
+step "dependencies"
 deploy/install-deps.sh --tests
 
 # --- PostgreSQL: a local server and a role/database the tests own -----------------------
@@ -26,10 +30,14 @@ fi
 export TEST_DATABASE_URL="postgres://browser_test:browser_test@127.0.0.1:${pg_port}/browser_test"
 
 # --- Rust: build everything once, then unit, contract and integration tests -------------
-cargo build --workspace
+# One build of the binaries and every test target (their compiles run side by side).
+step "Rust build"
+cargo build --workspace --all-targets
+step "Rust tests"
 cargo test --workspace
 
 # --- Documentation: docs/ built into a site with mdBook; a broken link fails the build -----
+step "documentation"
 "${CARGO_HOME:-$HOME/.cargo}/bin/mdbook" build docs
 python3 tests/docs/check_book_links.py target/book
 
@@ -43,6 +51,7 @@ e2e_venv() {
   fi
   "$venv/bin/pip" install -q -r "tests/e2e/$requirements"
 }
+step "end-to-end environments"
 e2e_venv .venv requirements.txt
 e2e_venv .venv-sdk131 requirements-sdk131.txt
 # schemathesis, which tests/e2e/test_schema_fuzz.py runs against /openapi.json.
@@ -55,16 +64,17 @@ cd tests/e2e
 # --durations: the slowest tests, for keeping the suite's time in check.
 pytest_args=(-q --durations=15 -n "${E2E_WORKERS:-2}" --dist loadfile)
 for venv in .venv .venv-sdk131; do
-  echo "== end-to-end suite with $("../../$venv/bin/python" -c 'import kernel; print("kernel", kernel.__version__)')"
+  step "end-to-end suite with $("../../$venv/bin/python" -c 'import kernel; print("kernel", kernel.__version__)')"
   "../../$venv/bin/python" -m pytest "${pytest_args[@]}" --ignore=test_replicas.py "$@"
 done
 # A third of the suite again, through two control-plane replicas on PostgreSQL behind a
 # load balancer that alternates requests (E2E_REPLICAS=2), and the replicas' own tests:
 # kill -9 of one during a CDP connection, pool filling and a login flow.
 if [[ $# -eq 0 ]]; then
-  echo "== a third of the end-to-end suite through two replicas behind a load balancer"
+  step "a third of the end-to-end suite through two replicas behind a load balancer"
   E2E_REPLICAS=2 ../../.venv-sdk131/bin/python -m pytest "${pytest_args[@]}" test_replicas.py \
     test_browsers.py test_computer.py test_pools.py test_filesystem.py test_playwright.py \
     test_replays.py test_live_view.py test_managed_auth.py test_apps.py test_names_and_tags.py \
     test_paging.py test_webdriver.py test_viewport.py test_profiles.py test_telemetry.py
 fi
+step "done"

@@ -15,7 +15,10 @@ from kernel import BadRequestError, ConflictError, Kernel, PermissionDeniedError
 
 from conftest import TEST_PAGE_TITLE
 from harness import CONTROL_PLANE, ControlPlane, read_page, session_processes, wait_until
-from sdk import field
+from sdk import field, once
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 
 def _mode(path: Path) -> int:

@@ -13,13 +13,15 @@ from conftest import TEST_PAGE_TITLE
 from harness import ControlPlane, is_alive, read_page, session_processes, wait_until
 from sdk import once
 
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
+
 
 def _listed(client: Kernel) -> set[str]:
     # Listing does not count as using a session, so it can watch timeouts without resetting them.
     return {b.session_id for b in client.browsers.list()}
 
 
-@once
 def test_idle_session_times_out_but_one_with_open_cdp_does_not(control_plane, client):
     idle = client.browsers.create(timeout_seconds=10, headless=True)
     # Its timeout counts from here: the second create may take a moment.

@@ -14,7 +14,10 @@ from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
 from harness import first_tab, session_processes, wait_until
-from sdk import field, update_browser
+from sdk import field, once, update_browser
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 WIDTH, HEIGHT = 1280, 800
 
@@ -124,11 +127,17 @@ def test_the_viewer_sees_the_page_change_within_a_second_and_drives_it(watched, 
     # The page (below the browser's own toolbar) is red in the viewer.
     assert wait_until(lambda: near(canvas_colour(viewer, WIDTH // 2, HEIGHT - 50), (255, 0, 0)), 3)
 
-    changed_at = time.monotonic()
-    page.evaluate("document.body.style.background = 'rgb(0, 0, 255)'")
-    assert wait_until(lambda: near(canvas_colour(viewer, WIDTH // 2, HEIGHT - 50), (0, 0, 255)), 1.0, 0.01), \
-        "the viewer did not turn blue within 1 s"
-    assert time.monotonic() - changed_at < 1.0
+    # Timed in the two pages, by the wall clock they share on this host (Python's own
+    # calls into them take long on a busy machine): the viewer notes when its canvas turns
+    # blue, the session's page when it turned blue.
+    viewer.evaluate("""([x, y]) => { window.blueAt = null; const screen = document.getElementById('screen');
+        const look = () => { const [r, g, b] = screen.getContext('2d').getImageData(x, y, 1, 1).data;
+            if (b > 215 && r < 40 && g < 40) window.blueAt = Date.now(); else setTimeout(look, 5); };
+        look(); }""", [WIDTH // 2, HEIGHT - 50])
+    changed_at = page.evaluate("() => { document.body.style.background = 'rgb(0, 0, 255)'; return Date.now(); }")
+    assert wait_until(lambda: viewer.evaluate("window.blueAt") is not None, 10), "the viewer never turned blue"
+    assert viewer.evaluate("window.blueAt") - changed_at < 1000, "the viewer did not turn blue within 1 s"
+    assert near(canvas_colour(viewer, WIDTH // 2, HEIGHT - 50), (0, 0, 255))
 
     # A click in the viewer lands at the same screen point in the session's page.
     x, y = screen_to_viewer(viewer, 420, 500)

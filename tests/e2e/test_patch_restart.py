@@ -10,9 +10,12 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from harness import first_tab, read_page
-from sdk import field, update_browser
+from sdk import field, once, update_browser
 from test_names_and_tags import LOCATION_PROBE
 from test_profiles import READ_STATE, WRITE_STATE
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 
 def refused(call, status: int, *needles: str):

@@ -15,7 +15,10 @@ from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
 from harness import ControlPlane, control_plane_for_module, first_tab, session_processes, wait_until
-from sdk import field, fields
+from sdk import field, fields, once
+
+# What this module tests does not depend on the SDK's generation: run once, in today's phase.
+pytestmark = once
 
 METRICS_TOKEN = "standby-metrics-token"
 HEADFUL, HEADLESS = 2, 1

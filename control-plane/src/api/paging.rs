@@ -10,8 +10,6 @@ use std::convert::Infallible;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
-use serde::Deserialize;
-use utoipa::IntoParams;
 
 use super::error::ApiError;
 
@@ -92,6 +90,27 @@ pub fn list_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     Ok(limit)
 }
 
+/// Declares a list's query parameters: the struct's own filters, then `limit` (1 to 100,
+/// default 20) and `offset`. Unknown parameters are refused: a filter this server does not
+/// apply must not look applied.
+macro_rules! list_query {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$field_meta:meta])* pub $field:ident: $type:ty,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+        #[into_params(parameter_in = Query)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $type,)*
+            /// 1 to 100, default 20.
+            #[param(minimum = 1, maximum = 100)]
+            pub limit: Option<u32>,
+            #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
+            pub offset: Option<u32>,
+        }
+    };
+}
+pub(crate) use list_query;
+
 /// One page (`limit` items from `offset`) of `items`, with its paging headers; `limit`
 /// defaults to 20 and must be 1 to 100.
 pub fn page_of<T>(
@@ -112,22 +131,16 @@ pub fn page_of<T>(
     Ok((page_headers(paging, offset, page.len(), has_more), page))
 }
 
-/// `query`, `name`, `limit` and `offset` of the lists of named resources (profiles,
-/// extensions, proxies, pools). Unknown parameters are refused: a filter this server does
-/// not apply must not look applied.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct NamedListQuery {
-    /// Only those whose name or id contains this text (case-insensitive).
-    pub query: Option<String>,
-    /// Only the one with this name (case-insensitive).
-    pub name: Option<String>,
-    /// 1 to 100, default 20.
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    /// `query`, `name`, `limit` and `offset` of the lists of named resources (profiles,
+    /// extensions, proxies, pools). Unknown parameters are refused: a filter this server does
+    /// not apply must not look applied.
+    pub struct NamedListQuery {
+        /// Only those whose name or id contains this text (case-insensitive).
+        pub query: Option<String>,
+        /// Only the one with this name (case-insensitive).
+        pub name: Option<String>,
+    }
 }
 
 impl NamedListQuery {

@@ -8,9 +8,8 @@ use axum::Json;
 use axum::extract::multipart::Field;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use serde::Deserialize;
 use sha2::Digest;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use super::events::{self, Since};
 use crate::api::error::{ApiError, ErrorBody};
@@ -18,6 +17,7 @@ use crate::api::extract::{
     MultipartBody, PathParam, QueryParams, capped_text, declared_length, too_large, unreadable_part,
 };
 use crate::api::org::Org;
+use crate::api::paging::list_query;
 use crate::api::paging::{Paging, page_of};
 use crate::apps::views::{self, AppVersion, Deployment};
 use crate::apps::{DeploymentDocument, GitSource, NewDeployment, NewSource};
@@ -276,21 +276,16 @@ fn into_deployment(form: &mut Form) -> Result<NewDeployment, ApiError> {
     }
 }
 
-/// `app_name`, `app_version`, `query`, `limit` and `offset`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct DeploymentListQuery {
-    /// Only deployments that published this app.
-    pub app_name: Option<String>,
-    /// Only deployments of this version (with `app_name`).
-    pub app_version: Option<String>,
-    /// Only deployments whose id is this, or whose apps' names contain this text.
-    pub query: Option<String>,
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    /// `app_name`, `app_version`, `query`, `limit` and `offset`.
+    pub struct DeploymentListQuery {
+        /// Only deployments that published this app.
+        pub app_name: Option<String>,
+        /// Only deployments of this version (with `app_name`).
+        pub app_version: Option<String>,
+        /// Only deployments whose id is this, or whose apps' names contain this text.
+        pub query: Option<String>,
+    }
 }
 
 /// List the organization's deployments, newest first (paged).
@@ -364,19 +359,14 @@ pub async fn events(
     Ok(events::stream(&org.apps.events, &record.id, since, current))
 }
 
-/// `app_name`, `version`, `query`, `limit` and `offset`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct AppListQuery {
-    pub app_name: Option<String>,
-    pub version: Option<String>,
-    /// Only apps whose name contains this text (case-insensitive).
-    pub query: Option<String>,
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    /// `app_name`, `version`, `query`, `limit` and `offset`.
+    pub struct AppListQuery {
+        pub app_name: Option<String>,
+        pub version: Option<String>,
+        /// Only apps whose name contains this text (case-insensitive).
+        pub query: Option<String>,
+    }
 }
 
 /// List the organization's apps, one entry per app and version, with their actions

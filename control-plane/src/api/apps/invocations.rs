@@ -5,13 +5,14 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use super::events::{self, Since};
 use crate::api::browsers::view::{BrowserSession, browser_view};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{JsonBody, PathParam, QueryParams};
 use crate::api::org::Org;
+use crate::api::paging::list_query;
 use crate::api::paging::{Paging, page_of};
 use crate::apps::views::{self, Invocation};
 use crate::apps::{InvocationStatus, NewInvocation};
@@ -123,26 +124,21 @@ pub async fn update(
     Ok(Json(views::invocation(&record)))
 }
 
-/// The list's filters, `limit` and `offset`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct InvocationListQuery {
-    pub app_name: Option<String>,
-    pub action_name: Option<String>,
-    pub deployment_id: Option<String>,
-    pub version: Option<String>,
-    #[param(pattern = "^(queued|running|succeeded|failed)$")]
-    pub status: Option<String>,
-    /// Only invocations started since: an RFC 3339 time, or a duration such as `5m`.
-    #[param(schema_with = crate::api::openapi::since)]
-    pub since: Option<String>,
-    /// Only invocations whose id is this, or whose app or action name contains it.
-    pub query: Option<String>,
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    /// The list's filters, `limit` and `offset`.
+    pub struct InvocationListQuery {
+        pub app_name: Option<String>,
+        pub action_name: Option<String>,
+        pub deployment_id: Option<String>,
+        pub version: Option<String>,
+        #[param(pattern = "^(queued|running|succeeded|failed)$")]
+        pub status: Option<String>,
+        /// Only invocations started since: an RFC 3339 time, or a duration such as `5m`.
+        #[param(schema_with = crate::api::openapi::since)]
+        pub since: Option<String>,
+        /// Only invocations whose id is this, or whose app or action name contains it.
+        pub query: Option<String>,
+    }
 }
 
 /// List the organization's invocations, newest first (paged).

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use super::connection_settings::{
     ConnectionBrowserRequest, Target, UpdateAuthConnectionRequest, allowed_domains_problems,
@@ -23,6 +23,7 @@ use super::connection_settings::{
 use crate::api::error::{ApiError, ErrorBody, OrNotFound};
 use crate::api::extract::{JsonBody, PathParam, QueryParams};
 use crate::api::org::Org;
+use crate::api::paging::list_query;
 use crate::api::state::AppState;
 use crate::error::ServiceError;
 use crate::ids;
@@ -333,22 +334,16 @@ pub async fn create(
     Ok(Json(view_for(&org, &record).await?))
 }
 
-/// Unknown parameters are refused: a filter this server does not apply must not look
-/// applied.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    pub domain: Option<String>,
-    pub profile_name: Option<String>,
-    /// Only connections whose id, domain or profile name contains this text
-    /// (case-insensitive).
-    pub query: Option<String>,
-    /// Default 20, maximum 100.
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    /// Unknown parameters are refused: a filter this server does not apply must not look
+    /// applied.
+    pub struct ListQuery {
+        pub domain: Option<String>,
+        pub profile_name: Option<String>,
+        /// Only connections whose id, domain or profile name contains this text
+        /// (case-insensitive).
+        pub query: Option<String>,
+    }
 }
 
 /// List the organization's auth connections, oldest first (paged with `limit`/`offset`).

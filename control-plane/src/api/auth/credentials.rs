@@ -8,12 +8,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use super::connection_settings::domain_problem;
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{JsonBody, PathParam, QueryParams};
 use crate::api::org::Org;
+use crate::api::paging::list_query;
 use crate::api::paging::{Paging, page_of};
 use crate::credentials::totp::{GivenSettings, TotpAlgorithm};
 use crate::credentials::{Credential as Stored, CredentialChange, NewCredential, TotpCode};
@@ -141,20 +142,15 @@ pub async fn create(
     Ok(Json(view(credential, code, true)))
 }
 
-/// `domain`, `query`, `limit` and `offset`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct CredentialListQuery {
-    /// Only those for this domain (case-insensitive).
-    pub domain: Option<String>,
-    /// Only those whose name or domain contains this text (case-insensitive), or whose id
-    /// is this.
-    pub query: Option<String>,
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    /// `domain`, `query`, `limit` and `offset`.
+    pub struct CredentialListQuery {
+        /// Only those for this domain (case-insensitive).
+        pub domain: Option<String>,
+        /// Only those whose name or domain contains this text (case-insensitive), or whose id
+        /// is this.
+        pub query: Option<String>,
+    }
 }
 
 /// List the organization's credentials, oldest first (paged).

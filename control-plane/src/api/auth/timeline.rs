@@ -4,12 +4,13 @@
 use axum::Json;
 use axum::response::IntoResponse;
 use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use super::connections::find;
 use crate::api::error::ApiError;
 use crate::api::extract::{PathParam, QueryParams};
 use crate::api::org::Org;
+use crate::api::paging::list_query;
 use crate::api::paging::{Paging, page_of};
 use crate::managed_auth::Document;
 
@@ -32,18 +33,13 @@ impl TimelineKind {
     }
 }
 
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct TimelineQuery {
-    /// Only events of this type.
-    #[serde(rename = "type")]
-    #[param(rename = "type", inline)]
-    pub kind: Option<TimelineKind>,
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    pub struct TimelineQuery {
+        /// Only events of this type.
+        #[serde(rename = "type")]
+        #[param(rename = "type", inline)]
+        pub kind: Option<TimelineKind>,
+    }
 }
 
 /// The connection's latest 200 flows and health checks, newest first (paged).

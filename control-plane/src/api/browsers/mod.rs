@@ -32,6 +32,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{JsonBody, PathParam, QueryParams, TaggedQuery};
 use super::org::Org;
 use super::state::AppState;
+use crate::api::paging::list_query;
 use crate::egress::HostAllowlist;
 use crate::sessions::labels::{self, LocationRequest};
 use crate::sessions::update::LocationChange;
@@ -250,27 +251,21 @@ pub async fn create(
     Ok(Json(browser_view(&org, &session).await?))
 }
 
-/// Unknown parameters are refused: a filter this server does not apply must not look
-/// applied. `tags[key]=value` pairs (deepObject style) filter too, all of them at once.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// Case-insensitive search in the session's id and name, its profile's id and name,
-    /// its proxy's id and its pool's name.
-    pub query: Option<String>,
-    /// `active` (default), `deleted` or `all`.
-    #[param(pattern = "^(active|deleted|all)$")]
-    pub status: Option<String>,
-    /// Deprecated: same as `status=all`.
-    pub include_deleted: Option<bool>,
-    /// Only sessions of this region (every session is in the server's `--region`).
-    pub region: Option<String>,
-    /// 1 to 100, default 20.
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    /// Unknown parameters are refused: a filter this server does not apply must not look
+    /// applied. `tags[key]=value` pairs (deepObject style) filter too, all of them at once.
+    pub struct ListQuery {
+        /// Case-insensitive search in the session's id and name, its profile's id and name,
+        /// its proxy's id and its pool's name.
+        pub query: Option<String>,
+        /// `active` (default), `deleted` or `all`.
+        #[param(pattern = "^(active|deleted|all)$")]
+        pub status: Option<String>,
+        /// Deprecated: same as `status=all`.
+        pub include_deleted: Option<bool>,
+        /// Only sessions of this region (every session is in the server's `--region`).
+        pub region: Option<String>,
+    }
 }
 
 /// Sessions read from the store at a time while filtering.

@@ -18,6 +18,7 @@ use crate::api::browsers::{BrowserSession, PoolRef, browser_view, label_problems
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::extract::{JsonBody, PathParam, QueryParams, parse};
 use crate::api::org::Org;
+use crate::api::paging::list_query;
 use crate::api::paging::{NamedListQuery, Paging};
 use crate::egress::HostAllowlist;
 use crate::pools::{PoolChanges, PoolView};
@@ -240,22 +241,16 @@ pub async fn create(
     Ok(Json(pool_answer(&org, pool).await?))
 }
 
-/// `GET /browser_pools`' parameters: those of every named list, and `region`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct PoolListQuery {
-    /// Only pools whose name or id contains this text (case-insensitive).
-    pub query: Option<String>,
-    /// Only the pool with this name (case-insensitive).
-    pub name: Option<String>,
-    /// Only pools of this region (every pool is in the server's `--region`).
-    pub region: Option<String>,
-    /// 1 to 100, default 20.
-    #[param(minimum = 1, maximum = 100)]
-    pub limit: Option<u32>,
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295.0)]
-    pub offset: Option<u32>,
+list_query! {
+    /// `GET /browser_pools`' parameters: those of every named list, and `region`.
+    pub struct PoolListQuery {
+        /// Only pools whose name or id contains this text (case-insensitive).
+        pub query: Option<String>,
+        /// Only the pool with this name (case-insensitive).
+        pub name: Option<String>,
+        /// Only pools of this region (every pool is in the server's `--region`).
+        pub region: Option<String>,
+    }
 }
 
 /// The organization's pools, oldest first, paged with `limit`/`offset`.
