@@ -35,10 +35,7 @@ fn collect(root: &Path, dir: &Path, pages: &mut Vec<(String, String)>) {
             let relative = path.strip_prefix(root).unwrap_or(&path);
             pages.push((
                 relative.to_string_lossy().into_owned(),
-                path.canonicalize()
-                    .unwrap_or(path.clone())
-                    .to_string_lossy()
-                    .into_owned(),
+                path.canonicalize().unwrap_or(path.clone()).to_string_lossy().into_owned(),
             ));
         }
     }

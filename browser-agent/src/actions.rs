@@ -23,9 +23,7 @@ fn button(button: i32) -> enigo::Button {
 }
 
 fn point(position: Option<Point>) -> Result<(i32, i32), Status> {
-    position
-        .map(|p| (p.x, p.y))
-        .ok_or_else(|| Status::invalid_argument("a position is required"))
+    position.map(|p| (p.x, p.y)).ok_or_else(|| Status::invalid_argument("a position is required"))
 }
 
 pub fn click(r: ClickMouseRequest) -> Result<Action, Status> {
@@ -47,12 +45,7 @@ pub fn click(r: ClickMouseRequest) -> Result<Action, Status> {
 
 pub fn move_to(r: MoveMouseRequest) -> Result<Action, Status> {
     let (x, y) = point(r.position)?;
-    Ok(Action::Move {
-        x,
-        y,
-        smooth: r.smooth.then_some(r.duration_ms),
-        hold: r.hold_keys,
-    })
+    Ok(Action::Move { x, y, smooth: r.smooth.then_some(r.duration_ms), hold: r.hold_keys })
 }
 
 pub fn drag(r: DragMouseRequest) -> Result<Action, Status> {
@@ -71,32 +64,19 @@ pub fn drag(r: DragMouseRequest) -> Result<Action, Status> {
 }
 
 pub fn type_text(r: TypeTextRequest) -> Action {
-    Action::Type {
-        text: r.text,
-        delay_ms: r.delay_ms,
-    }
+    Action::Type { text: r.text, delay_ms: r.delay_ms }
 }
 
 pub fn press_keys(r: PressKeysRequest) -> Result<Action, Status> {
     if r.keys.is_empty() {
         return Err(Status::invalid_argument("keys must name at least one key"));
     }
-    Ok(Action::PressKeys {
-        keys: r.keys,
-        duration_ms: r.duration_ms,
-        hold: r.hold_keys,
-    })
+    Ok(Action::PressKeys { keys: r.keys, duration_ms: r.duration_ms, hold: r.hold_keys })
 }
 
 pub fn scroll(r: ScrollRequest) -> Result<Action, Status> {
     let (x, y) = point(r.position)?;
-    Ok(Action::Scroll {
-        x,
-        y,
-        delta_x: r.delta_x,
-        delta_y: r.delta_y,
-        hold: r.hold_keys,
-    })
+    Ok(Action::Scroll { x, y, delta_x: r.delta_x, delta_y: r.delta_y, hold: r.hold_keys })
 }
 
 /// One step of a batch: an input action, or the pointer's visibility.
@@ -126,9 +106,7 @@ fn batch_step(action: Option<input_action::Action>) -> Result<Step, Status> {
 /// Each action is its own message to the input thread: measured (bench computer_batch),
 /// handing the input thread the whole batch at once made 20 clicks 2x slower, not faster.
 pub async fn run_batch(
-    input: &Input,
-    desktop: &Arc<Desktop>,
-    batch: ActionBatch,
+    input: &Input, desktop: &Arc<Desktop>, batch: ActionBatch,
 ) -> Result<(), Status> {
     let steps = batch
         .actions
@@ -139,10 +117,7 @@ pub async fn run_batch(
     for (index, step) in steps.into_iter().enumerate() {
         match step {
             Step::Input(action) => {
-                input
-                    .run(action)
-                    .await
-                    .map_err(|error| at(index, error.into()))?;
+                input.run(action).await.map_err(|error| at(index, error.into()))?;
             }
             Step::Cursor { hidden } => {
                 let desktop = desktop.clone();
@@ -158,8 +133,5 @@ pub async fn run_batch(
 
 /// The status of the batch's action at `index`.
 fn at(index: usize, status: Status) -> Status {
-    Status::new(
-        status.code(),
-        format!("actions[{index}]: {}", status.message()),
-    )
+    Status::new(status.code(), format!("actions[{index}]: {}", status.message()))
 }

@@ -84,22 +84,14 @@ async fn run(args: AppSandboxArgs) -> anyhow::Result<i32> {
     let proxy_url = format!("http://{proxy}");
     let (program, program_args) = args.command.split_first().context("no command to run")?;
     let mut command = tokio::process::Command::new(program);
-    command
-        .args(program_args)
-        .env_clear()
-        .envs(environment)
-        .kill_on_drop(true);
+    command.args(program_args).env_clear().envs(environment).kill_on_drop(true);
     for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
         command.env(name, &proxy_url);
     }
     // npm reads its own settings before the variables above. What goes direct (the
     // sandbox's own loopback, where the API is) is the caller's `NO_PROXY`.
-    command
-        .env("npm_config_proxy", &proxy_url)
-        .env("npm_config_https_proxy", &proxy_url);
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("starting {program}"))?;
+    command.env("npm_config_proxy", &proxy_url).env("npm_config_https_proxy", &proxy_url);
+    let mut child = command.spawn().with_context(|| format!("starting {program}"))?;
     if args.memory_limit_bytes > 0 {
         tokio::spawn(crate::memory::enforce_limit(
             args.memory_limit_bytes,

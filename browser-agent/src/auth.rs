@@ -77,26 +77,18 @@ mod tests {
 
     fn presenting(credential: &str) -> Request<()> {
         let mut request = Request::new(());
-        request
-            .metadata_mut()
-            .insert(AUTHORIZATION_METADATA, credential.parse().unwrap());
+        request.metadata_mut().insert(AUTHORIZATION_METADATA, credential.parse().unwrap());
         request
     }
 
     #[test]
     fn the_secret_or_its_digest_admits_exactly_the_secret() {
         let digest = hex::encode(Sha256::digest(b"s3cret"));
-        for authenticator in [
-            Authenticator::new("s3cret"),
-            Authenticator::from_sha256(&digest).unwrap(),
-        ] {
+        for authenticator in
+            [Authenticator::new("s3cret"), Authenticator::from_sha256(&digest).unwrap()]
+        {
             assert!(authenticator.check(presenting("Bearer s3cret")).is_ok());
-            for wrong in [
-                "Bearer s3cre",
-                "s3cret",
-                "Bearer ",
-                &format!("Bearer {digest}"),
-            ] {
+            for wrong in ["Bearer s3cre", "s3cret", "Bearer ", &format!("Bearer {digest}")] {
                 assert!(authenticator.check(presenting(wrong)).is_err(), "{wrong}");
             }
             assert!(authenticator.check(Request::new(())).is_err());

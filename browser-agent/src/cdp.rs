@@ -35,9 +35,7 @@ pub type Rewrite = Box<dyn Fn(String) -> Option<String> + Send + Sync>;
 /// until either side closes. Frames from Chromium go to `outbound`; the client's text
 /// messages pass through `rewrite`, if any, and its binary ones only without one.
 pub async fn connect(
-    url: &str,
-    mut inbound: Streaming<CdpFrame>,
-    outbound: mpsc::Sender<Result<CdpFrame, Status>>,
+    url: &str, mut inbound: Streaming<CdpFrame>, outbound: mpsc::Sender<Result<CdpFrame, Status>>,
     rewrite: Option<Rewrite>,
 ) -> Result<(), Status> {
     let mut config = WebSocketConfig::default();
@@ -103,11 +101,7 @@ pub async fn connect(
                         break;
                     }
                 };
-                if outbound
-                    .send(Ok(CdpFrame { kind: Some(kind) }))
-                    .await
-                    .is_err()
-                {
+                if outbound.send(Ok(CdpFrame { kind: Some(kind) })).await.is_err() {
                     break;
                 }
             }

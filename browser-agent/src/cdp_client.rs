@@ -24,10 +24,7 @@ pub struct Event {
 /// What arrived: an answer to a command, or an event.
 #[derive(Debug)]
 pub enum Incoming {
-    Answer {
-        id: u64,
-        result: Result<Value, String>,
-    },
+    Answer { id: u64, result: Result<Value, String> },
     Event(Event),
 }
 
@@ -51,12 +48,7 @@ impl CdpClient {
             tokio_tungstenite::connect_async_with_config(browser_ws_url, Some(config), true)
                 .await
                 .map_err(|error| format!("connecting to DevTools failed: {error}"))?;
-        Ok(Self {
-            socket,
-            wanted: None,
-            next_id: 1,
-            queued: VecDeque::new(),
-        })
+        Ok(Self { socket, wanted: None, next_id: 1, queued: VecDeque::new() })
     }
 
     /// Only events whose method `wanted` accepts are read from now on.
@@ -67,10 +59,7 @@ impl CdpClient {
     /// Sends a command (to a target's `session`, or the browser's with an empty one)
     /// without waiting for its answer; answers its id.
     pub async fn send(
-        &mut self,
-        session: &str,
-        method: &str,
-        params: Value,
+        &mut self, session: &str, method: &str, params: Value,
     ) -> Result<u64, String> {
         let id = self.next_id;
         self.next_id += 1;
@@ -87,19 +76,13 @@ impl CdpClient {
 
     /// Sends a command and waits for its answer; events meanwhile are kept for `next`.
     pub async fn call(
-        &mut self,
-        session: &str,
-        method: &str,
-        params: Value,
+        &mut self, session: &str, method: &str, params: Value,
     ) -> Result<Value, String> {
         let id = self.send(session, method, params).await?;
         let mut arrived = Vec::new();
         let answer = loop {
             match self.read().await? {
-                Incoming::Answer {
-                    id: answered,
-                    result,
-                } if answered == id => break result,
+                Incoming::Answer { id: answered, result } if answered == id => break result,
                 other => arrived.push(other),
             }
         };
@@ -155,10 +138,7 @@ impl CdpClient {
                 continue;
             }
             return Ok(Incoming::Event(Event {
-                session: envelope
-                    .session_id
-                    .map(|s| s.into_owned())
-                    .unwrap_or_default(),
+                session: envelope.session_id.map(|s| s.into_owned()).unwrap_or_default(),
                 method: method.into_owned(),
                 params: parse(envelope.params)?,
             }));

@@ -64,10 +64,7 @@ impl BrowserState {
     }
 
     fn starting(
-        restarts: u32,
-        last_exit: String,
-        extensions_version: u64,
-        reset_generation: u64,
+        restarts: u32, last_exit: String, extensions_version: u64, reset_generation: u64,
         relaunch_generation: u64,
     ) -> Self {
         Self {
@@ -200,12 +197,9 @@ async fn fit_windows(config: &LaunchConfig) {
 /// there is one). Once `stop` turns true, Chromium exits cleanly (its profile complete
 /// on disk) and is not started again.
 pub async fn supervise(
-    config: LaunchConfig,
-    mut extensions: watch::Receiver<crate::extensions::ExtensionSet>,
-    mut resets: watch::Receiver<u64>,
-    mut relaunches: watch::Receiver<Relaunch>,
-    mut stop: watch::Receiver<bool>,
-    state: watch::Sender<BrowserState>,
+    config: LaunchConfig, mut extensions: watch::Receiver<crate::extensions::ExtensionSet>,
+    mut resets: watch::Receiver<u64>, mut relaunches: watch::Receiver<Relaunch>,
+    mut stop: watch::Receiver<bool>, state: watch::Sender<BrowserState>,
     shutdown: CancellationToken,
 ) {
     let mut config = config;
@@ -258,16 +252,9 @@ pub async fn supervise(
             };
             if let Err(error) = wiped {
                 // The next user must never see the previous one's data: give up.
-                tracing::error!(
-                    error = format!("{error:#}"),
-                    "could not prepare the profile"
-                );
-                failed(
-                    &state,
-                    &shutdown,
-                    format!("could not prepare the profile: {error:#}"),
-                )
-                .await;
+                tracing::error!(error = format!("{error:#}"), "could not prepare the profile");
+                failed(&state, &shutdown, format!("could not prepare the profile: {error:#}"))
+                    .await;
                 return;
             }
             wiped_generation = Some(generation);
@@ -406,9 +393,7 @@ async fn close_cleanly(chromium: &mut GroupLeader, browser_ws_url: &str) {
     use futures::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
     let asked = async {
-        let (mut socket, _) = tokio_tungstenite::connect_async(browser_ws_url)
-            .await
-            .ok()?;
+        let (mut socket, _) = tokio_tungstenite::connect_async(browser_ws_url).await.ok()?;
         let close = r#"{"id":1,"method":"Browser.close"}"#;
         socket.send(Message::text(close)).await.ok()?;
         // Chromium answers, then drops the connection as it exits.
@@ -491,10 +476,7 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
         args.push(format!("--accept-lang={locale}"));
     }
     if !extensions.is_empty() {
-        let list: Vec<String> = extensions
-            .iter()
-            .map(|dir| dir.display().to_string())
-            .collect();
+        let list: Vec<String> = extensions.iter().map(|dir| dir.display().to_string()).collect();
         args.push(format!("--load-extension={}", list.join(",")));
         // Debian's Chromium honours --load-extension as is; builds that disable the switch
         // by default need this, and it is harmless elsewhere.
@@ -536,9 +518,7 @@ fn confined(vm_root: &Path, extensions: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 fn spawn(
-    config: &LaunchConfig,
-    extensions: &[PathBuf],
-    restore_last_session: bool,
+    config: &LaunchConfig, extensions: &[PathBuf], restore_last_session: bool,
 ) -> anyhow::Result<GroupLeader> {
     let extensions = confined(&config.vm_root, extensions);
     let extensions = extensions.as_slice();
@@ -572,11 +552,7 @@ fn spawn(
 /// `/json/version` until it answers. Keeps draining stderr into our log afterwards so
 /// Chromium never blocks on a full pipe.
 async fn wait_until_ready(chromium: &mut GroupLeader) -> anyhow::Result<(u16, String)> {
-    let stderr = chromium
-        .child
-        .stderr
-        .take()
-        .context("Chromium stderr is not piped")?;
+    let stderr = chromium.child.stderr.take().context("Chromium stderr is not piped")?;
     let mut stderr = BufReader::new(stderr);
     // Raw bytes, decoded lossily: Chromium's log is not guaranteed to be UTF-8, and a
     // decoding error must not stop the draining (a full pipe would block Chromium).
@@ -595,11 +571,7 @@ async fn wait_until_ready(chromium: &mut GroupLeader) -> anyhow::Result<(u16, St
     };
     tokio::spawn(async move {
         let mut line = Vec::new();
-        while stderr
-            .read_until(b'\n', &mut line)
-            .await
-            .is_ok_and(|read| read > 0)
-        {
+        while stderr.read_until(b'\n', &mut line).await.is_ok_and(|read| read > 0) {
             crate::service_logs::append("chromium", &line);
             tracing::debug!(target: "chromium", "{}", String::from_utf8_lossy(&line).trim_end());
             line.clear();
@@ -673,12 +645,7 @@ mod tests {
         while let Some(dir) = pending.pop() {
             for entry in std::fs::read_dir(&dir).expect("read dir") {
                 let path = entry.expect("entry").path();
-                found.push(
-                    path.strip_prefix(root)
-                        .expect("inside")
-                        .display()
-                        .to_string(),
-                );
+                found.push(path.strip_prefix(root).expect("inside").display().to_string());
                 if path.is_dir() && !path.is_symlink() {
                     pending.push(path);
                 }
@@ -696,21 +663,12 @@ mod tests {
             std::fs::write(dir.join("manifest.json"), "{}").expect("manifest");
         }
         // A symlink planted inside the root that points outside it.
-        std::os::unix::fs::symlink(
-            outside.path().join("elsewhere"),
-            root.path().join("planted"),
-        )
-        .expect("link");
-        let dirs = [
-            root.path().join("inside"),
-            root.path().join("planted"),
-            root.path().join("missing"),
-        ];
+        std::os::unix::fs::symlink(outside.path().join("elsewhere"), root.path().join("planted"))
+            .expect("link");
+        let dirs =
+            [root.path().join("inside"), root.path().join("planted"), root.path().join("missing")];
         let loaded = confined(root.path(), &dirs);
-        assert_eq!(
-            loaded,
-            vec![root.path().join("inside").canonicalize().expect("real")]
-        );
+        assert_eq!(loaded, vec![root.path().join("inside").canonicalize().expect("real")]);
     }
 
     #[test]
@@ -721,10 +679,7 @@ mod tests {
             ),
             Some(36789)
         );
-        assert_eq!(
-            devtools_port_from_log_line("[123:456:ERROR] something"),
-            None
-        );
+        assert_eq!(devtools_port_from_log_line("[123:456:ERROR] something"), None);
     }
 
     #[test]

@@ -54,8 +54,7 @@ const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OP
 /// Makes the request from a new background tab of the browser at `browser_ws_url`, and
 /// closes the tab again.
 pub async fn request(
-    browser_ws_url: &str,
-    request: CurlRequest,
+    browser_ws_url: &str, request: CurlRequest,
 ) -> Result<CurlResponse, CurlError> {
     let parsed = url::Url::parse(&request.url)
         .map_err(|error| CurlError::Invalid(format!("url: {error}")))?;
@@ -63,38 +62,24 @@ pub async fn request(
         return Err(CurlError::Invalid("url must be http or https".into()));
     }
     if !METHODS.contains(&request.method.as_str()) {
-        return Err(CurlError::Invalid(format!(
-            "method must be one of {}",
-            METHODS.join(", ")
-        )));
+        return Err(CurlError::Invalid(format!("method must be one of {}", METHODS.join(", "))));
     }
     if browser_ws_url.is_empty() {
         return Err(CurlError::NotRunning);
     }
     let started = Instant::now();
-    let mut cdp = CdpClient::connect(browser_ws_url)
-        .await
-        .map_err(CurlError::Failed)?;
+    let mut cdp = CdpClient::connect(browser_ws_url).await.map_err(CurlError::Failed)?;
     let target = cdp
-        .call(
-            "",
-            "Target.createTarget",
-            json!({ "url": "about:blank", "background": true }),
-        )
+        .call("", "Target.createTarget", json!({ "url": "about:blank", "background": true }))
         .await
         .map_err(CurlError::Failed)?;
     let target_id = target["targetId"].as_str().unwrap_or_default().to_owned();
     let timeout = request.timeout;
     let outcome = match tokio::time::timeout(timeout, load(&mut cdp, &target_id, request)).await {
         Ok(outcome) => outcome,
-        Err(_) => Err(CurlError::Failed(format!(
-            "no response within {} ms",
-            timeout.as_millis()
-        ))),
+        Err(_) => Err(CurlError::Failed(format!("no response within {} ms", timeout.as_millis()))),
     };
-    let _ = cdp
-        .call("", "Target.closeTarget", json!({ "targetId": target_id }))
-        .await;
+    let _ = cdp.call("", "Target.closeTarget", json!({ "targetId": target_id })).await;
     outcome.map(|(status, headers, body)| CurlResponse {
         status,
         headers,
@@ -106,37 +91,22 @@ pub async fn request(
 type Loaded = (u32, Vec<(String, String)>, Vec<u8>);
 
 async fn load(
-    cdp: &mut CdpClient,
-    target_id: &str,
-    request: CurlRequest,
+    cdp: &mut CdpClient, target_id: &str, request: CurlRequest,
 ) -> Result<Loaded, CurlError> {
     let failed = CurlError::Failed;
     let attached = cdp
-        .call(
-            "",
-            "Target.attachToTarget",
-            json!({ "targetId": target_id, "flatten": true }),
-        )
+        .call("", "Target.attachToTarget", json!({ "targetId": target_id, "flatten": true }))
         .await
         .map_err(failed)?;
-    let session = attached["sessionId"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let session = attached["sessionId"].as_str().unwrap_or_default().to_owned();
     let stages = json!({ "patterns": [
         { "urlPattern": "*", "requestStage": "Request" },
         { "urlPattern": "*", "requestStage": "Response" },
     ]});
-    cdp.call(&session, "Fetch.enable", stages)
-        .await
-        .map_err(failed)?;
-    cdp.call(&session, "Network.enable", json!({}))
-        .await
-        .map_err(failed)?;
-    let navigation = cdp
-        .send(&session, "Page.navigate", json!({ "url": request.url }))
-        .await
-        .map_err(failed)?;
+    cdp.call(&session, "Fetch.enable", stages).await.map_err(failed)?;
+    cdp.call(&session, "Network.enable", json!({})).await.map_err(failed)?;
+    let navigation =
+        cdp.send(&session, "Page.navigate", json!({ "url": request.url })).await.map_err(failed)?;
     // The id of our request across its two pauses.
     let mut ours: Option<String> = None;
     // `Set-Cookie` values by network request id, from the raw headers.
@@ -146,9 +116,7 @@ async fn load(
             Incoming::Answer { id, result } if id == navigation => match result {
                 Ok(answer) => match answer["errorText"].as_str() {
                     Some(error) if !error.is_empty() => {
-                        return Err(failed(format!(
-                            "the browser could not load the URL: {error}"
-                        )));
+                        return Err(failed(format!("the browser could not load the URL: {error}")));
                     }
                     _ => continue,
                 },
@@ -167,9 +135,7 @@ async fn load(
                     for (id, values) in queued.chain(cookies.drain()) {
                         if id == network_id {
                             loaded.1.extend(
-                                values
-                                    .into_iter()
-                                    .map(|value| ("Set-Cookie".to_owned(), value)),
+                                values.into_iter().map(|value| ("Set-Cookie".to_owned(), value)),
                             );
                         }
                     }
@@ -182,12 +148,8 @@ async fn load(
                 }
             }
             "Network.loadingFailed" if event.params["type"] == "Document" => {
-                let reason = event.params["errorText"]
-                    .as_str()
-                    .unwrap_or("the request failed");
-                return Err(failed(format!(
-                    "the browser could not load the URL: {reason}"
-                )));
+                let reason = event.params["errorText"].as_str().unwrap_or("the request failed");
+                return Err(failed(format!("the browser could not load the URL: {reason}")));
             }
             _ => {}
         }
@@ -197,10 +159,7 @@ async fn load(
 /// Handles one pause: our request on its way out (method, headers and body set), our
 /// response on its way in (read, then replaced), anything else let through.
 async fn paused(
-    cdp: &mut CdpClient,
-    session: &str,
-    event: &Event,
-    request: &CurlRequest,
+    cdp: &mut CdpClient, session: &str, event: &Event, request: &CurlRequest,
     ours: &mut Option<String>,
 ) -> Result<Option<Loaded>, CurlError> {
     let failed = CurlError::Failed;
@@ -220,39 +179,23 @@ async fn paused(
             if !request.body.is_empty() {
                 continued["postData"] = Value::String(STANDARD.encode(&request.body));
             }
-            cdp.call(session, "Fetch.continueRequest", continued)
-                .await
-                .map_err(failed)?;
+            cdp.call(session, "Fetch.continueRequest", continued).await.map_err(failed)?;
         } else {
             let _ = cdp
-                .call(
-                    session,
-                    "Fetch.continueRequest",
-                    json!({ "requestId": request_id }),
-                )
+                .call(session, "Fetch.continueRequest", json!({ "requestId": request_id }))
                 .await;
         }
         return Ok(None);
     }
     if ours.as_deref() != Some(request_id) {
-        let _ = cdp
-            .call(
-                session,
-                "Fetch.continueRequest",
-                json!({ "requestId": request_id }),
-            )
-            .await;
+        let _ =
+            cdp.call(session, "Fetch.continueRequest", json!({ "requestId": request_id })).await;
         return Ok(None);
     }
     if params.get("responseErrorReason").is_some() {
         // Let it fail: the network error's own name (net::ERR_…) follows.
-        let _ = cdp
-            .call(
-                session,
-                "Fetch.continueRequest",
-                json!({ "requestId": request_id }),
-            )
-            .await;
+        let _ =
+            cdp.call(session, "Fetch.continueRequest", json!({ "requestId": request_id })).await;
         return Ok(None);
     }
     let status = params["responseStatusCode"].as_u64().unwrap_or(0) as u32;
@@ -267,11 +210,7 @@ async fn paused(
         .collect();
     // A redirect or a HEAD has no body to read (Chromium refuses); that is an empty one.
     let body = match cdp
-        .call(
-            session,
-            "Fetch.getResponseBody",
-            json!({ "requestId": request_id }),
-        )
+        .call(session, "Fetch.getResponseBody", json!({ "requestId": request_id }))
         .await
     {
         Ok(answer) => {
@@ -293,9 +232,7 @@ async fn paused(
         )));
     }
     let replaced = json!({ "requestId": request_id, "responseCode": 204, "responseHeaders": [] });
-    cdp.call(session, "Fetch.fulfillRequest", replaced)
-        .await
-        .map_err(failed)?;
+    cdp.call(session, "Fetch.fulfillRequest", replaced).await.map_err(failed)?;
     Ok(Some((status, headers, body)))
 }
 
@@ -325,13 +262,6 @@ fn merged_headers(browser: &Value, custom: &BTreeMap<String, String>) -> Vec<Val
         .filter(|(name, _)| !custom.keys().any(|key| key.eq_ignore_ascii_case(name)))
         .map(|(name, value)| (name.clone(), value.as_str().unwrap_or_default().to_owned()))
         .collect();
-    headers.extend(
-        custom
-            .iter()
-            .map(|(name, value)| (name.clone(), value.clone())),
-    );
-    headers
-        .into_iter()
-        .map(|(name, value)| json!({ "name": name, "value": value }))
-        .collect()
+    headers.extend(custom.iter().map(|(name, value)| (name.clone(), value.clone())));
+    headers.into_iter().map(|(name, value)| json!({ "name": name, "value": value })).collect()
 }

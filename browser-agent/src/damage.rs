@@ -25,12 +25,7 @@ pub struct Rect {
 
 impl Rect {
     pub fn whole(size: (u16, u16)) -> Self {
-        Self {
-            x: 0,
-            y: 0,
-            width: size.0,
-            height: size.1,
-        }
+        Self { x: 0, y: 0, width: size.0, height: size.1 }
     }
 }
 
@@ -63,24 +58,15 @@ impl DamageMonitor {
             .map_err(|e| failed("DAMAGE")(&e))?
             .reply()
             .map_err(|e| failed("DAMAGE")(&e))?;
-        let damage = connection
-            .generate_id()
-            .map_err(|e| failed("X resource id")(&e))?;
+        let damage = connection.generate_id().map_err(|e| failed("X resource id")(&e))?;
         connection
             .damage_create(damage, root, ReportLevel::NON_EMPTY)
             .map_err(|e| failed("creating the damage monitor")(&e))?;
-        let region = connection
-            .generate_id()
-            .map_err(|e| failed("X resource id")(&e))?;
+        let region = connection.generate_id().map_err(|e| failed("X resource id")(&e))?;
         connection
             .xfixes_create_region(region, &[])
             .map_err(|e| failed("creating a region")(&e))?;
-        Ok(Self {
-            damage,
-            region,
-            pending: true,
-            fresh: true,
-        })
+        Ok(Self { damage, region, pending: true, fresh: true })
     }
 
     /// Whether damage arrived that has not been taken yet (as of the last `poll`).
@@ -91,9 +77,8 @@ impl DamageMonitor {
     /// Reads the events that have arrived (also those read along with earlier replies);
     /// answers whether anything was drawn since the damage was last taken.
     pub fn poll(&mut self, connection: &RustConnection) -> GrabResult<bool> {
-        while let Some(event) = connection
-            .poll_for_event()
-            .map_err(|e| failed("reading X events")(&e))?
+        while let Some(event) =
+            connection.poll_for_event().map_err(|e| failed("reading X events")(&e))?
         {
             if let Event::DamageNotify(_) = event {
                 self.pending = true;
@@ -106,9 +91,7 @@ impl DamageMonitor {
     /// time), within a screen of `size`, and re-arms the monitor (the next drawing sends a
     /// new event).
     pub fn take(
-        &mut self,
-        connection: &RustConnection,
-        size: (u16, u16),
+        &mut self, connection: &RustConnection, size: (u16, u16),
     ) -> GrabResult<Option<Rect>> {
         self.pending = false;
         connection
@@ -159,12 +142,7 @@ mod tests {
         let screen = (100, 50);
         assert_eq!(
             clip((-10, 40, 30, 30), screen),
-            Some(Rect {
-                x: 0,
-                y: 40,
-                width: 20,
-                height: 10
-            })
+            Some(Rect { x: 0, y: 40, width: 20, height: 10 })
         );
         assert_eq!(clip((100, 0, 10, 10), screen), None);
         assert_eq!(clip((5, 5, 0, 10), screen), None);

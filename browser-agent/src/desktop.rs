@@ -45,15 +45,12 @@ impl Desktop {
 
     pub fn write_clipboard(&self, text: &str) -> Result<(), DesktopError> {
         self.with_clipboard(|clipboard| {
-            clipboard
-                .set_text(text)
-                .map_err(|error| failed("writing the clipboard")(&error))
+            clipboard.set_text(text).map_err(|error| failed("writing the clipboard")(&error))
         })
     }
 
     fn with_clipboard<T>(
-        &self,
-        work: impl FnOnce(&mut arboard::Clipboard) -> Result<T, DesktopError>,
+        &self, work: impl FnOnce(&mut arboard::Clipboard) -> Result<T, DesktopError>,
     ) -> Result<T, DesktopError> {
         let mut held = self
             .clipboard
@@ -73,10 +70,8 @@ impl Desktop {
 
     /// Hides or shows the pointer on the display (and in recordings).
     pub fn set_cursor_hidden(&self, hidden: bool) -> Result<(), DesktopError> {
-        let mut held = self
-            .cursor
-            .lock()
-            .map_err(|_| DesktopError("the cursor lock is poisoned".into()))?;
+        let mut held =
+            self.cursor.lock().map_err(|_| DesktopError("the cursor lock is poisoned".into()))?;
         if held.is_none() {
             let (connection, screen) =
                 x11rb::connect(None).map_err(|e| failed("connecting to the display")(&e))?;

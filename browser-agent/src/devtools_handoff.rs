@@ -48,11 +48,8 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 
 /// Serves hand-offs on `listener` until `shutdown`.
 pub fn serve(
-    listener: UnixListener,
-    auth: Authenticator,
-    freezer: std::sync::Arc<Freezer>,
-    browser: watch::Receiver<BrowserState>,
-    shutdown: CancellationToken,
+    listener: UnixListener, auth: Authenticator, freezer: std::sync::Arc<Freezer>,
+    browser: watch::Receiver<BrowserState>, shutdown: CancellationToken,
 ) {
     tokio::spawn(async move {
         loop {
@@ -76,9 +73,7 @@ pub fn serve(
 }
 
 async fn hand_off(
-    mut connection: UnixStream,
-    auth: &Authenticator,
-    freezer: &std::sync::Arc<Freezer>,
+    mut connection: UnixStream, auth: &Authenticator, freezer: &std::sync::Arc<Freezer>,
     browser: &watch::Receiver<BrowserState>,
 ) -> io::Result<()> {
     let request = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut connection))
@@ -86,9 +81,7 @@ async fn hand_off(
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no request in time"))??;
     let Some((_, path)) = request.filter(|(secret, _)| auth.admits(secret.as_bytes())) else {
         connection.write_all(&[0]).await?;
-        return connection
-            .write_all(b"missing or wrong agent credential")
-            .await;
+        return connection.write_all(b"missing or wrong agent credential").await;
     };
     // Awake (Chromium must answer the handshake) until the control plane is done.
     let _awake = freezer.begin_call();
@@ -180,14 +173,8 @@ async fn send_socket(connection: &UnixStream, devtools: &TcpStream) -> io::Resul
     loop {
         connection.writable().await?;
         let sent = connection.try_io(Interest::WRITABLE, || {
-            sendmsg::<()>(
-                connection.as_raw_fd(),
-                &iov,
-                &messages,
-                MsgFlags::empty(),
-                None,
-            )
-            .map_err(io::Error::from)
+            sendmsg::<()>(connection.as_raw_fd(), &iov, &messages, MsgFlags::empty(), None)
+                .map_err(io::Error::from)
         });
         match sent {
             Ok(_) => return Ok(()),

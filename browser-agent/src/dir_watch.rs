@@ -25,10 +25,7 @@ pub fn start(vm_root: &Path, api_path: &str, recursive: bool) -> Result<Watch, F
     let resolved = |path: PathBuf| {
         path.canonicalize().map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => FsError::NotFound(api_path.to_owned()),
-            _ => FsError::Io {
-                context: format!("resolving {api_path}"),
-                source,
-            },
+            _ => FsError::Io { context: format!("resolving {api_path}"), source },
         })
     };
     let root = resolved(vm_root.to_path_buf())?;
@@ -61,11 +58,7 @@ pub fn start(vm_root: &Path, api_path: &str, recursive: bool) -> Result<Watch, F
     })
     .map_err(|error| FsError::Invalid(format!("cannot watch {api_path}: {error}")))?;
     let watcher = Arc::new(Mutex::new(watcher));
-    let mode = if recursive {
-        RecursiveMode::Recursive
-    } else {
-        RecursiveMode::NonRecursive
-    };
+    let mode = if recursive { RecursiveMode::Recursive } else { RecursiveMode::NonRecursive };
     watcher
         .lock()
         .map_err(|_| FsError::Invalid(format!("cannot watch {api_path}")))?
@@ -76,10 +69,7 @@ pub fn start(vm_root: &Path, api_path: &str, recursive: bool) -> Result<Watch, F
         std::thread::Builder::new()
             .name("dir-watch".into())
             .spawn(move || report_contents_of_new_directories(weak, &root, created, sender))
-            .map_err(|source| FsError::Io {
-                context: "starting a watch".into(),
-                source,
-            })?;
+            .map_err(|source| FsError::Io { context: "starting a watch".into(), source })?;
     }
     Ok(Watch { watcher, events })
 }
@@ -123,10 +113,8 @@ fn translate(root: &Path, event: &notify::Event) -> Vec<WatchEvent> {
 /// An entry the watch also saw is reported twice rather than not at all. Ends with the
 /// watcher (its event handler holds the other end of `created`).
 fn report_contents_of_new_directories(
-    watcher: Weak<Mutex<notify::RecommendedWatcher>>,
-    root: &Path,
-    created: std::sync::mpsc::Receiver<Vec<PathBuf>>,
-    sender: mpsc::Sender<WatchEvent>,
+    watcher: Weak<Mutex<notify::RecommendedWatcher>>, root: &Path,
+    created: std::sync::mpsc::Receiver<Vec<PathBuf>>, sender: mpsc::Sender<WatchEvent>,
 ) {
     for directories in created {
         let Some(watcher) = watcher.upgrade() else {

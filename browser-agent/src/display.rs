@@ -57,10 +57,7 @@ impl Display {
             StdGroupLeader::spawn(&mut command).with_context(|| format!("starting {xvfb_path}"))?;
         drop(write_end);
         match read_display(std::fs::File::from(read_end)) {
-            Ok(number) => Ok(Self {
-                name: format!(":{number}"),
-                xvfb,
-            }),
+            Ok(number) => Ok(Self { name: format!(":{number}"), xvfb }),
             Err(error) => {
                 xvfb.kill_now();
                 Err(error)
@@ -88,7 +85,5 @@ fn read_display(mut pipe: std::fs::File) -> anyhow::Result<u32> {
         }
         text.push_str(&String::from_utf8_lossy(&buffer[..read]));
     }
-    text.trim()
-        .parse()
-        .context("Xvfb reported a malformed display number")
+    text.trim().parse().context("Xvfb reported a malformed display number")
 }

@@ -39,18 +39,11 @@ struct Staged {
 impl Extensions {
     /// Also answers the channel the Chromium supervisor watches.
     pub fn new(
-        fs: Arc<VmFs>,
-        vm_root: &Path,
-        limits: ZipLimits,
+        fs: Arc<VmFs>, vm_root: &Path, limits: ZipLimits,
     ) -> (Self, watch::Receiver<ExtensionSet>) {
         let (set, watched) = watch::channel((0, Vec::new()));
-        let extensions = Self {
-            fs,
-            vm_root: vm_root.to_owned(),
-            limits,
-            loaded: Mutex::default(),
-            set,
-        };
+        let extensions =
+            Self { fs, vm_root: vm_root.to_owned(), limits, loaded: Mutex::default(), set };
         (extensions, watched)
     }
 
@@ -60,18 +53,14 @@ impl Extensions {
     /// archive changes nothing. Answers the names now loaded and the set's version: the
     /// restart is done once Chromium runs with that version or a later one.
     pub fn install(
-        &self,
-        batch: Vec<(String, std::fs::File)>,
+        &self, batch: Vec<(String, std::fs::File)>,
     ) -> Result<(Vec<String>, u64), FsError> {
         let mut loaded = self
             .loaded
             .lock()
             .map_err(|_| FsError::Invalid("the extension set is unavailable".into()))?;
         let (version, extensions) = &mut *loaded;
-        let new_names = batch
-            .iter()
-            .filter(|(name, _)| !extensions.contains_key(name))
-            .count();
+        let new_names = batch.iter().filter(|(name, _)| !extensions.contains_key(name)).count();
         if extensions.len() + new_names > MAX_LOADED {
             return Err(FsError::Invalid(format!(
                 "a browser loads at most {MAX_LOADED} extensions"
@@ -89,23 +78,17 @@ impl Extensions {
             remove_if_present(&self.fs, &dest)?;
             self.fs.move_path(&entry.incoming, &dest)?;
             let manifest_dir = format!("{dest}{}", entry.manifest_subdirectory);
-            extensions.insert(
-                entry.name,
-                self.vm_root.join(manifest_dir.trim_start_matches('/')),
-            );
+            extensions.insert(entry.name, self.vm_root.join(manifest_dir.trim_start_matches('/')));
         }
         *version += 1;
-        self.set
-            .send_replace((*version, extensions.values().cloned().collect()));
+        self.set.send_replace((*version, extensions.values().cloned().collect()));
         Ok((extensions.keys().cloned().collect(), *version))
     }
 
     /// Unpacks each archive into its incoming directory, recording it in `staged` before
     /// extracting so the caller can clean up whatever a failure leaves.
     fn stage_all(
-        &self,
-        batch: Vec<(String, std::fs::File)>,
-        staged: &mut Vec<Staged>,
+        &self, batch: Vec<(String, std::fs::File)>, staged: &mut Vec<Staged>,
     ) -> Result<(), FsError> {
         for (name, archive) in batch {
             check_name(&name)?;
@@ -116,8 +99,7 @@ impl Extensions {
                 incoming: incoming.clone(),
                 manifest_subdirectory: String::new(),
             });
-            self.fs
-                .extract_zip(std::io::BufReader::new(archive), &incoming, self.limits)?;
+            self.fs.extract_zip(std::io::BufReader::new(archive), &incoming, self.limits)?;
             let inner = self.manifest_subdirectory(&incoming).ok_or_else(|| {
                 FsError::Invalid(format!(
                     "extension {name}: no manifest.json at the archive's root or in a single top-level folder"
@@ -133,9 +115,7 @@ impl Extensions {
     /// "" if `dir` holds manifest.json, "/<folder>" if its single subdirectory does.
     fn manifest_subdirectory(&self, dir: &str) -> Option<String> {
         let has_manifest = |dir: &str| {
-            self.fs
-                .stat(&format!("{dir}/manifest.json"))
-                .is_ok_and(|info| !info.is_dir)
+            self.fs.stat(&format!("{dir}/manifest.json")).is_ok_and(|info| !info.is_dir)
         };
         if has_manifest(dir) {
             return Some(String::new());
@@ -151,9 +131,7 @@ impl Extensions {
 
 fn check_name(name: &str) -> Result<(), FsError> {
     let valid = (1..=MAX_NAME_BYTES).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
         && name != "."
         && name != "..";
     if valid {

@@ -50,19 +50,13 @@ impl Freezer {
         Arc::new(Self {
             idle_after,
             processes,
-            state: Mutex::new(State {
-                in_flight: 0,
-                last_call: Instant::now(),
-                stopped: None,
-            }),
+            state: Mutex::new(State { in_flight: 0, last_call: Instant::now(), stopped: None }),
             busy,
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     #[cfg(test)]
@@ -86,9 +80,7 @@ impl Freezer {
                 "thawed the VM for a call"
             );
         }
-        CallGuard {
-            freezer: self.clone(),
-        }
+        CallGuard { freezer: self.clone() }
     }
 
     /// Thaws for good (shutting down: processes must be able to end).
@@ -165,10 +157,7 @@ impl<S> tower::Layer<S> for FreezerLayer {
     type Service = FreezerService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FreezerService {
-            inner,
-            freezer: self.0.clone(),
-        }
+        FreezerService { inner, freezer: self.0.clone() }
     }
 }
 
@@ -213,8 +202,7 @@ impl<B: http_body::Body + Unpin> http_body::Body for GuardedBody<B> {
     type Error = B::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
         if let Poll::Ready(None) = polled {
@@ -238,28 +226,19 @@ mod tests {
 
     #[test]
     fn outside_a_sandbox_only_the_agents_own_descendants() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let found = vm_processes(VmProcesses::Descendants);
         let _ = child.kill();
         let _ = child.wait();
         assert!(found.contains(&(child.id() as i32)), "{found:?}");
         assert!(!found.contains(&1));
         assert!(!found.contains(&(std::process::id() as i32)));
-        assert!(
-            !found.contains(&nix::unistd::getppid().as_raw()),
-            "{found:?}"
-        );
+        assert!(!found.contains(&nix::unistd::getppid().as_raw()), "{found:?}");
     }
 
     #[tokio::test]
     async fn an_idle_vm_is_stopped_and_a_call_continues_it_first() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id();
         let state = || {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -270,10 +249,7 @@ mod tests {
         let freezer = Freezer::new(
             Some(Duration::from_millis(100)),
             Box::new(move || vec![pid as i32]),
-            Box::new(move || {
-                flag.load(std::sync::atomic::Ordering::Relaxed)
-                    .then_some("x")
-            }),
+            Box::new(move || flag.load(std::sync::atomic::Ordering::Relaxed).then_some("x")),
         );
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(freezer.clone().run(shutdown.clone()));

@@ -51,11 +51,7 @@ pub fn become_agent(tenant_uid: Option<u32>, max_tasks: u64) -> anyhow::Result<(
     caps::clear(None, CapSet::Ambient).context("clearing ambient capabilities")?;
     let max_tasks = max_tasks.saturating_sub(AGENT_RESERVED_TASKS);
     TENANT
-        .set(Tenant {
-            uid,
-            gid: uid,
-            max_tasks,
-        })
+        .set(Tenant { uid, gid: uid, max_tasks })
         .map_err(|_| anyhow::anyhow!("the agent's identity was set twice"))
 }
 
@@ -76,10 +72,7 @@ pub fn as_tenant(command: &mut std::process::Command) {
         // SAFETY: setrlimit is async-signal-safe; lowering a limit needs no privilege.
         unsafe {
             command.pre_exec(move || {
-                let limit = libc::rlimit {
-                    rlim_cur: tenant.max_tasks,
-                    rlim_max: tenant.max_tasks,
-                };
+                let limit = libc::rlimit { rlim_cur: tenant.max_tasks, rlim_max: tenant.max_tasks };
                 if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }

@@ -114,9 +114,7 @@ pub struct Input {
 
 impl Input {
     pub fn start(
-        display: &str,
-        layout: Layout,
-        screen: std::sync::Arc<crate::screen::Screen>,
+        display: &str, layout: Layout, screen: std::sync::Arc<crate::screen::Screen>,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = std::sync::mpsc::channel::<Request>();
         let display = display.to_owned();
@@ -152,9 +150,7 @@ impl Input {
         self.sender
             .send((action, reply))
             .map_err(|_| InputError::Failed("the input thread has stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| InputError::Failed("the input thread has stopped".into()))?
+        answer.await.map_err(|_| InputError::Failed("the input thread has stopped".into()))?
     }
 
     fn check_bounds(&self, action: &Action) -> Result<(), InputError> {
@@ -186,9 +182,7 @@ fn failed(error: enigo::InputError) -> InputError {
 }
 
 fn perform(
-    enigo: &mut Enigo,
-    typist: &mut Typist,
-    action: Action,
+    enigo: &mut Enigo, typist: &mut Typist, action: Action,
 ) -> Result<(i32, i32), InputError> {
     let is_position = matches!(action, Action::Position);
     let hold = match &action {
@@ -196,20 +190,18 @@ fn perform(
         | Action::Move { hold, .. }
         | Action::Drag { hold, .. }
         | Action::PressKeys { hold, .. }
-        | Action::Scroll { hold, .. } => hold
-            .iter()
-            .map(|name| key_named(name))
-            .collect::<Result<Vec<_>, _>>()?,
+        | Action::Scroll { hold, .. } => {
+            hold.iter().map(|name| key_named(name)).collect::<Result<Vec<_>, _>>()?
+        }
         Action::Type { .. } | Action::Key { .. } | Action::Position | Action::Sleep { .. } => {
             Vec::new()
         }
     };
     // Parse everything before touching the display, so a bad key changes nothing.
     let combos = match &action {
-        Action::PressKeys { keys, .. } => keys
-            .iter()
-            .map(|combo| combo_keys(combo))
-            .collect::<Result<Vec<_>, _>>()?,
+        Action::PressKeys { keys, .. } => {
+            keys.iter().map(|combo| combo_keys(combo)).collect::<Result<Vec<_>, _>>()?
+        }
         _ => Vec::new(),
     };
     let mut pressed = Vec::new();
@@ -231,28 +223,14 @@ fn perform(
     outcome?;
     // enigo syncs with the X server after every event, so the action is complete here;
     // only a position query needs another round trip.
-    if is_position {
-        enigo.location().map_err(failed)
-    } else {
-        Ok((0, 0))
-    }
+    if is_position { enigo.location().map_err(failed) } else { Ok((0, 0)) }
 }
 
 fn act(
-    enigo: &mut Enigo,
-    typist: &mut Typist,
-    action: Action,
-    combos: &[Vec<Key>],
+    enigo: &mut Enigo, typist: &mut Typist, action: Action, combos: &[Vec<Key>],
 ) -> Result<(), InputError> {
     match action {
-        Action::Click {
-            x,
-            y,
-            button,
-            kind,
-            count,
-            ..
-        } => {
+        Action::Click { x, y, button, kind, count, .. } => {
             enigo.move_mouse(x, y, Coordinate::Abs).map_err(failed)?;
             match kind {
                 ClickKind::Down => enigo.button(button, Direction::Press).map_err(failed),
@@ -268,32 +246,17 @@ fn act(
                 }
             }
         }
-        Action::Move {
-            x,
-            y,
-            smooth: Some(duration_ms),
-            ..
-        } => {
+        Action::Move { x, y, smooth: Some(duration_ms), .. } => {
             let from = enigo.location().map_err(failed)?;
             let duration = chosen_duration(duration_ms, motion::distance(from, (x, y)));
             follow(enigo, motion::curve(from, (x, y), duration))
         }
         Action::Move { x, y, .. } => enigo.move_mouse(x, y, Coordinate::Abs).map_err(failed),
-        Action::Drag {
-            path,
-            button,
-            delay_ms,
-            steps,
-            step_delay_ms,
-            smooth,
-            ..
-        } => {
+        Action::Drag { path, button, delay_ms, steps, step_delay_ms, smooth, .. } => {
             let Some(&(start_x, start_y)) = path.first() else {
                 return Err(InputError::Invalid("path needs at least 2 points".into()));
             };
-            enigo
-                .move_mouse(start_x, start_y, Coordinate::Abs)
-                .map_err(failed)?;
+            enigo.move_mouse(start_x, start_y, Coordinate::Abs).map_err(failed)?;
             enigo.button(button, Direction::Press).map_err(failed)?;
             let moved = (|| {
                 sleep_ms(delay_ms);
@@ -308,9 +271,7 @@ fn act(
                             sleep_ms(step_delay_ms);
                         }
                         first = false;
-                        enigo
-                            .move_mouse(step_x, step_y, Coordinate::Rel)
-                            .map_err(failed)?;
+                        enigo.move_mouse(step_x, step_y, Coordinate::Rel).map_err(failed)?;
                     }
                 }
                 Ok(())
@@ -353,13 +314,7 @@ fn act(
             }
             Ok(())
         }
-        Action::Scroll {
-            x,
-            y,
-            delta_x,
-            delta_y,
-            ..
-        } => {
+        Action::Scroll { x, y, delta_x, delta_y, .. } => {
             enigo.move_mouse(x, y, Coordinate::Abs).map_err(failed)?;
             if delta_y != 0 {
                 enigo.scroll(delta_y, Axis::Vertical).map_err(failed)?;
@@ -374,11 +329,7 @@ fn act(
             Ok(())
         }
         Action::Key { name, down } => {
-            let direction = if down {
-                Direction::Press
-            } else {
-                Direction::Release
-            };
+            let direction = if down { Direction::Press } else { Direction::Release };
             enigo.key(key_named(&name)?, direction).map_err(failed)
         }
         Action::Position => Ok(()),
@@ -396,10 +347,8 @@ fn chosen_duration(duration_ms: u32, distance: f64) -> Duration {
 
 /// A smooth drag's motion: a curve per segment, the duration shared by their lengths.
 fn smooth_drag(path: &[(i32, i32)], duration_ms: u32) -> Vec<((i32, i32), Duration)> {
-    let lengths: Vec<f64> = path
-        .windows(2)
-        .map(|pair| motion::distance(pair[0], pair[1]))
-        .collect();
+    let lengths: Vec<f64> =
+        path.windows(2).map(|pair| motion::distance(pair[0], pair[1])).collect();
     let total_length: f64 = lengths.iter().sum();
     let total = chosen_duration(duration_ms, total_length);
     let mut points = Vec::new();
@@ -443,9 +392,7 @@ fn sleep_ms(ms: u32) {
 pub fn drag_steps(dx: i32, dy: i32, steps: u32) -> Vec<(i32, i32)> {
     let steps = steps.max(1) as i64;
     let at = |delta: i32, i: i64| ((i * delta as i64) as f64 / steps as f64).round() as i32;
-    (1..=steps)
-        .map(|i| (at(dx, i) - at(dx, i - 1), at(dy, i) - at(dy, i - 1)))
-        .collect()
+    (1..=steps).map(|i| (at(dx, i) - at(dx, i - 1), at(dy, i) - at(dy, i - 1))).collect()
 }
 
 /// "Ctrl+Shift+Tab" → its keys, pressed in order.
@@ -533,18 +480,10 @@ mod tests {
 
     #[test]
     fn drag_steps_sum_exactly_to_the_segment() {
-        for (dx, dy, steps) in [
-            (100, -37, 10),
-            (7, 3, 10),
-            (-1, 0, 3),
-            (0, 0, 1),
-            (999, 1, 7),
-        ] {
+        for (dx, dy, steps) in [(100, -37, 10), (7, 3, 10), (-1, 0, 3), (0, 0, 1), (999, 1, 7)] {
             let moves = drag_steps(dx, dy, steps);
             assert_eq!(moves.len(), steps as usize);
-            let sum = moves
-                .iter()
-                .fold((0, 0), |acc, m| (acc.0 + m.0, acc.1 + m.1));
+            let sum = moves.iter().fold((0, 0), |acc, m| (acc.0 + m.0, acc.1 + m.1));
             assert_eq!(sum, (dx, dy));
         }
         assert_eq!(drag_steps(10, 0, 4), vec![(3, 0), (2, 0), (3, 0), (2, 0)]);
@@ -561,10 +500,7 @@ mod tests {
         assert!(
             matches!(key_named("NoSuchKey"), Err(InputError::Invalid(message)) if message.contains("NoSuchKey"))
         );
-        assert_eq!(
-            combo_keys("Ctrl+t").ok(),
-            Some(vec![Key::Other(0xffe3), Key::Other(0x74)])
-        );
+        assert_eq!(combo_keys("Ctrl+t").ok(), Some(vec![Key::Other(0xffe3), Key::Other(0x74)]));
         assert_eq!(combo_keys("+").ok(), Some(vec![Key::Other(0x2b)]));
     }
 }

@@ -261,15 +261,9 @@ pub fn prepare(display: &str) -> anyhow::Result<Layout> {
                     || (VENDOR_KEYSYMS.contains(keysym) && !KEPT_VENDOR_KEYSYMS.contains(keysym))
             })
     });
-    let mut lendable = free
-        .iter()
-        .copied()
-        .skip(LEFT_FOR_ENIGO)
-        .chain(vendor)
-        .collect::<VecDeque<u8>>();
-    let typing_pool: Vec<u8> = (0..TYPING_POOL)
-        .filter_map(|_| lendable.pop_front())
-        .collect();
+    let mut lendable =
+        free.iter().copied().skip(LEFT_FOR_ENIGO).chain(vendor).collect::<VecDeque<u8>>();
+    let typing_pool: Vec<u8> = (0..TYPING_POOL).filter_map(|_| lendable.pop_front()).collect();
     for &keycode in &typing_pool {
         keymap.bind(keycode, PLACEHOLDER, PLACEHOLDER);
     }
@@ -289,10 +283,8 @@ pub fn prepare(display: &str) -> anyhow::Result<Layout> {
     }
     // One change from the first keycode touched to the last: rows between them are
     // written back as they were.
-    let touched: Vec<u8> = keymap
-        .keycodes()
-        .filter(|&keycode| keymap.row(keycode) != original.row(keycode))
-        .collect();
+    let touched: Vec<u8> =
+        keymap.keycodes().filter(|&keycode| keymap.row(keycode) != original.row(keycode)).collect();
     if let (Some(&first), Some(&last)) = (touched.first(), touched.last()) {
         keymap.write(&connection, first, last)?;
     }
@@ -319,18 +311,9 @@ impl Typist {
             .find(Keysym::Shift_L.raw())
             .map(|(keycode, _)| keycode)
             .context("the keyboard has no Shift key")?;
-        let pool = layout
-            .typing_pool
-            .iter()
-            .map(|&keycode| (keycode, keymap.row(keycode)[0]))
-            .collect();
-        Ok(Self {
-            connection,
-            root,
-            keymap,
-            shift,
-            pool,
-        })
+        let pool =
+            layout.typing_pool.iter().map(|&keycode| (keycode, keymap.row(keycode)[0])).collect();
+        Ok(Self { connection, root, keymap, shift, pool })
     }
 
     /// Presses and releases the key of one character (Return for a line break), with Shift
@@ -363,11 +346,7 @@ impl Typist {
             let letter = is_case_pair(plain, shifted);
             let level_now = usize::from(shift_down ^ (letter && mask.contains(KeyButMask::LOCK)));
             if level_now != level {
-                toggled_shift = if shift_down {
-                    self.held_shift_keys()?
-                } else {
-                    vec![self.shift]
-                };
+                toggled_shift = if shift_down { self.held_shift_keys()? } else { vec![self.shift] };
             }
         }
         let (toggle, restore) = if shift_down {
@@ -388,8 +367,7 @@ impl Typist {
     }
 
     fn fake(&self, kind: u8, keycode: u8) -> anyhow::Result<()> {
-        self.connection
-            .xtest_fake_input(kind, keycode, 0, self.root, 0, 0, 0)?;
+        self.connection.xtest_fake_input(kind, keycode, 0, self.root, 0, 0, 0)?;
         Ok(())
     }
 
@@ -409,10 +387,8 @@ impl Typist {
 
     /// Binds `keysym` to the pool keycode bound longest ago, and waits for Chromium.
     fn bind_in_pool(&mut self, keysym: u32) -> anyhow::Result<u8> {
-        let (keycode, _) = self
-            .pool
-            .pop_front()
-            .context("no keycode is free for typing this character")?;
+        let (keycode, _) =
+            self.pool.pop_front().context("no keycode is free for typing this character")?;
         self.keymap.bind(keycode, keysym, keysym);
         let written = self.keymap.write(&self.connection, keycode, keycode);
         self.pool.push_back((keycode, keysym));
@@ -444,21 +420,9 @@ mod tests {
                 assert_ne!(Keysym::from_char(character).raw(), 0, "{character}");
             }
         }
-        assert!(is_case_pair(
-            Keysym::from_char('é').raw(),
-            Keysym::from_char('É').raw()
-        ));
-        assert!(is_case_pair(
-            Keysym::from_char('ł').raw(),
-            Keysym::from_char('Ł').raw()
-        ));
-        assert!(!is_case_pair(
-            Keysym::from_char('¡').raw(),
-            Keysym::from_char('¿').raw()
-        ));
-        assert!(!is_case_pair(
-            Keysym::from_char('1').raw(),
-            Keysym::from_char('!').raw()
-        ));
+        assert!(is_case_pair(Keysym::from_char('é').raw(), Keysym::from_char('É').raw()));
+        assert!(is_case_pair(Keysym::from_char('ł').raw(), Keysym::from_char('Ł').raw()));
+        assert!(!is_case_pair(Keysym::from_char('¡').raw(), Keysym::from_char('¿').raw()));
+        assert!(!is_case_pair(Keysym::from_char('1').raw(), Keysym::from_char('!').raw()));
     }
 }

@@ -19,18 +19,14 @@ const POLL: Duration = Duration::from_millis(100);
 pub type Line = (String, i64);
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64)
 }
 
 /// Sends the file's lines (its last `MAX_BACKLOG` bytes first) to the returned receiver,
 /// then, with `follow`, what is appended, until the receiver is dropped or `shutdown`.
 /// Reads on a blocking thread of its own.
 pub fn follow_file(
-    mut file: std::fs::File,
-    follow: bool,
-    shutdown: CancellationToken,
+    mut file: std::fs::File, follow: bool, shutdown: CancellationToken,
 ) -> mpsc::Receiver<Line> {
     let (sender, receiver) = mpsc::channel(256);
     tokio::task::spawn_blocking(move || {
@@ -118,11 +114,7 @@ mod tests {
     async fn lines_then_appends_then_a_truncated_file_from_its_start() {
         let mut file = tempfile::NamedTempFile::new().expect("file");
         file.write_all(b"one\ntwo\npartial").expect("write");
-        let mut lines = follow_file(
-            file.reopen().expect("reopen"),
-            true,
-            CancellationToken::new(),
-        );
+        let mut lines = follow_file(file.reopen().expect("reopen"), true, CancellationToken::new());
         assert_eq!(next(&mut lines).await.as_deref(), Some("one"));
         assert_eq!(next(&mut lines).await.as_deref(), Some("two"));
         file.write_all(b" line\nthree\n").expect("append");
@@ -139,11 +131,8 @@ mod tests {
     async fn without_follow_the_stream_ends_with_the_file() {
         let mut file = tempfile::NamedTempFile::new().expect("file");
         file.write_all(b"a\nb").expect("write");
-        let mut lines = follow_file(
-            file.reopen().expect("reopen"),
-            false,
-            CancellationToken::new(),
-        );
+        let mut lines =
+            follow_file(file.reopen().expect("reopen"), false, CancellationToken::new());
         assert_eq!(next(&mut lines).await.as_deref(), Some("a"));
         assert_eq!(next(&mut lines).await.as_deref(), Some("b"));
         assert_eq!(lines.recv().await, None);

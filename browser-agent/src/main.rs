@@ -307,9 +307,7 @@ fn main() -> anyhow::Result<()> {
                 screen::Screen::new(Some(display.name.clone()), screen_limit, screen_limit);
             if screen_limit != (args.width, args.height) {
                 // Down to the size asked for, within the larger framebuffer.
-                screen
-                    .resize(args.width, args.height)
-                    .context("sizing the screen")?;
+                screen.resize(args.width, args.height).context("sizing the screen")?;
             }
             screen
         }
@@ -318,16 +316,13 @@ fn main() -> anyhow::Result<()> {
             screen::Screen::new(None, size, size)
         }
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(serve(
-            args,
-            display,
-            keyboard_layout,
-            sound,
-            std::sync::Arc::new(screen),
-        ))
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(
+        args,
+        display,
+        keyboard_layout,
+        sound,
+        std::sync::Arc::new(screen),
+    ))
 }
 
 /// The secret, from an inherited descriptor that is closed once read.
@@ -336,9 +331,7 @@ fn read_secret(fd: i32) -> anyhow::Result<String> {
     // SAFETY: the starter handed this descriptor to us for this use alone.
     let pipe = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     let mut secret = String::new();
-    pipe.take(4096)
-        .read_to_string(&mut secret)
-        .context("reading the secret from --secret-fd")?;
+    pipe.take(4096).read_to_string(&mut secret).context("reading the secret from --secret-fd")?;
     let secret = secret.trim().to_owned();
     anyhow::ensure!(!secret.is_empty(), "--secret-fd gave no secret");
     Ok(secret)
@@ -389,10 +382,9 @@ impl Listener {
     /// What the control plane connects to.
     fn address(&self) -> String {
         match self {
-            Self::Tcp(listener) => listener
-                .local_addr()
-                .map(|address| address.to_string())
-                .unwrap_or_default(),
+            Self::Tcp(listener) => {
+                listener.local_addr().map(|address| address.to_string()).unwrap_or_default()
+            }
             Self::Unix(_, Some(path)) => format!("unix:{}", path.display()),
             Self::Unix(_, None) => "unix:(inherited socket)".to_owned(),
         }
@@ -400,11 +392,8 @@ impl Listener {
 }
 
 async fn serve(
-    args: Args,
-    display: Option<display::Display>,
-    keyboard_layout: keyboard::Layout,
-    sound: Option<sound::SoundServer>,
-    screen: std::sync::Arc<screen::Screen>,
+    args: Args, display: Option<display::Display>, keyboard_layout: keyboard::Layout,
+    sound: Option<sound::SoundServer>, screen: std::sync::Arc<screen::Screen>,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let authenticator = match (&args.secret, &args.secret_sha256) {
@@ -452,9 +441,7 @@ async fn serve(
                     std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
                 batch.push((name.to_owned(), archive));
             }
-            extensions
-                .install(batch)
-                .map_err(|error| anyhow::anyhow!("{error}"))?;
+            extensions.install(batch).map_err(|error| anyhow::anyhow!("{error}"))?;
             Ok(())
         })
         .await??;
@@ -544,9 +531,7 @@ async fn serve(
     let recordings = std::sync::Arc::new(recording::Recordings::new(
         display_name.clone(),
         screen.clone(),
-        args.recordings_dir
-            .clone()
-            .unwrap_or_else(|| scratch_dir.join("recordings")),
+        args.recordings_dir.clone().unwrap_or_else(|| scratch_dir.join("recordings")),
         args.ffmpeg_path.clone(),
         sound.is_some(),
     ));
@@ -569,22 +554,13 @@ async fn serve(
     };
     tokio::spawn(freezer.clone().run(shutdown.clone()));
     let telemetry = std::sync::Arc::new(telemetry::Telemetry::default());
-    tokio::spawn(telemetry::monitor::run(
-        telemetry.clone(),
-        state_rx.clone(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(telemetry::watch_crashes(
-        telemetry.clone(),
-        state_rx.clone(),
-    ));
+    tokio::spawn(telemetry::monitor::run(telemetry.clone(), state_rx.clone(), shutdown.clone()));
+    tokio::spawn(telemetry::watch_crashes(telemetry.clone(), state_rx.clone()));
     let service = service::AgentService {
         telemetry,
         webmcp_numbering: webmcp::Numbering::default(),
         webmcp_custom: webmcp::CustomTools::default(),
-        desktop: input
-            .as_ref()
-            .map(|_| std::sync::Arc::new(desktop::Desktop::default())),
+        desktop: input.as_ref().map(|_| std::sync::Arc::new(desktop::Desktop::default())),
         recordings,
         resets,
         relaunches,
@@ -593,15 +569,11 @@ async fn serve(
         repl: repl.clone(),
         webdriver: webdriver.clone(),
         stop_chromium,
-        live: display_name
-            .clone()
-            .filter(|_| input.is_some())
-            .map(|display| {
-                let audio = sound
-                    .is_some()
-                    .then(|| live::audio::LiveAudio::new(args.ffmpeg_path.clone()));
-                std::sync::Arc::new(live::LiveView::new(display, screen.clone(), audio))
-            }),
+        live: display_name.clone().filter(|_| input.is_some()).map(|display| {
+            let audio =
+                sound.is_some().then(|| live::audio::LiveAudio::new(args.ffmpeg_path.clone()));
+            std::sync::Arc::new(live::LiveView::new(display, screen.clone(), audio))
+        }),
         input,
         fs: api_fs,
         zip_limits,
@@ -628,12 +600,11 @@ async fn serve(
             .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
             .context("the TLS certificate or key is unusable")?;
     }
-    let served = builder
-        .layer(freezer::FreezerLayer(freezer.clone()))
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            server,
-            move |request| check.check(request),
-        ));
+    let served = builder.layer(freezer::FreezerLayer(freezer.clone())).add_service(
+        tonic::service::interceptor::InterceptedService::new(server, move |request| {
+            check.check(request)
+        }),
+    );
     let served = match listener {
         Listener::Tcp(listener) => {
             served
@@ -716,10 +687,9 @@ async fn watchdog(auth: auth::Authenticator, grace: Duration, shutdown: Cancella
 
 async fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
         return;
     };
     tokio::select! {

@@ -32,9 +32,7 @@ pub enum VmProcesses {
 /// Watches the VM's memory until `shutdown`; past `limit_bytes` writes the reason to
 /// `reason_file` (when given) and shuts the VM down.
 pub async fn enforce_limit(
-    limit_bytes: u64,
-    processes: VmProcesses,
-    reason_file: Option<PathBuf>,
+    limit_bytes: u64, processes: VmProcesses, reason_file: Option<PathBuf>,
     shutdown: CancellationToken,
 ) {
     // The first look once the VM has started: measuring competes with its start.
@@ -125,9 +123,7 @@ pub fn vm_pids(processes: VmProcesses) -> Vec<u32> {
         VmProcesses::Descendants => {
             let own = std::process::id();
             let parents = parent_table(&pids);
-            pids.into_iter()
-                .filter(|&pid| descends_from(pid, own, &parents))
-                .collect()
+            pids.into_iter().filter(|&pid| descends_from(pid, own, &parents)).collect()
         }
         // Every process in sight is the VM's: no need to know whose child it is.
         VmProcesses::PidNamespace => pids,
@@ -139,13 +135,7 @@ fn parent_table(pids: &[u32]) -> HashMap<u32, u32> {
     pids.iter()
         .filter_map(|&pid| {
             let stat = read_proc_line(&format!("/proc/{pid}/stat"))?;
-            let ppid = stat
-                .rsplit_once(") ")?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
+            let ppid = stat.rsplit_once(") ")?.1.split_whitespace().nth(1)?.parse().ok()?;
             Some((pid, ppid))
         })
         .collect()
@@ -190,13 +180,7 @@ fn pss_bytes(pid: u32) -> u64 {
     rollup
         .lines()
         .find_map(|line| line.strip_prefix("Pss:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kib| kib * 1024)
 }
 

@@ -21,9 +21,7 @@ pub fn distance(from: (i32, i32), to: (i32, i32)) -> f64 {
 /// included (the pointer is already there).
 pub fn curve(from: (i32, i32), to: (i32, i32), duration: Duration) -> Vec<((i32, i32), Duration)> {
     let length = distance(from, to);
-    let samples = (duration.as_secs_f64() / SAMPLE_INTERVAL.as_secs_f64())
-        .ceil()
-        .max(1.0) as u32;
+    let samples = (duration.as_secs_f64() / SAMPLE_INTERVAL.as_secs_f64()).ceil().max(1.0) as u32;
     if length < 1.0 {
         return vec![(to, duration)];
     }
@@ -37,10 +35,7 @@ pub fn curve(from: (i32, i32), to: (i32, i32), duration: Duration) -> Vec<((i32,
     let bend = (0.08 + (seed as f64 / 97.0) * 0.17) * if seed % 2 == 0 { 1.0 } else { -1.0 };
     let (nx, ny) = (-uy * length * bend, ux * length * bend);
     let (x1, y1) = (x0 + (x3 - x0) * 0.3 + nx, y0 + (y3 - y0) * 0.3 + ny);
-    let (x2, y2) = (
-        x0 + (x3 - x0) * 0.7 + nx * 0.6,
-        y0 + (y3 - y0) * 0.7 + ny * 0.6,
-    );
+    let (x2, y2) = (x0 + (x3 - x0) * 0.7 + nx * 0.6, y0 + (y3 - y0) * 0.7 + ny * 0.6);
     let mut points = Vec::with_capacity(samples as usize);
     for index in 1..=samples {
         let progress = f64::from(index) / f64::from(samples);
@@ -50,11 +45,7 @@ pub fn curve(from: (i32, i32), to: (i32, i32), duration: Duration) -> Vec<((i32,
         let x = u * u * u * x0 + 3.0 * u * u * t * x1 + 3.0 * u * t * t * x2 + t * t * t * x3;
         let y = u * u * u * y0 + 3.0 * u * u * t * y1 + 3.0 * u * t * t * y2 + t * t * t * y3;
         let at = duration.mul_f64(progress);
-        let point = if index == samples {
-            to
-        } else {
-            (x.round() as i32, y.round() as i32)
-        };
+        let point = if index == samples { to } else { (x.round() as i32, y.round() as i32) };
         if points.last().map(|(last, _)| *last) != Some(point) || index == samples {
             points.push((point, at));
         }

@@ -58,13 +58,8 @@ impl GroupLeader {
         let mut command = tokio::process::Command::from(command);
         command.kill_on_drop(true);
         let child = command.spawn()?;
-        let pid = child
-            .id()
-            .ok_or_else(|| std::io::Error::other("child exited at once"))?;
-        Ok(Self {
-            child,
-            group: Pid::from_raw(pid as i32),
-        })
+        let pid = child.id().ok_or_else(|| std::io::Error::other("child exited at once"))?;
+        Ok(Self { child, group: Pid::from_raw(pid as i32) })
     }
 
     /// Like `spawn`, for a child whose stdin is a terminal's slave side: it leads a new
@@ -98,10 +93,7 @@ impl GroupLeader {
 
     pub async fn terminate(&mut self, grace: Duration) {
         let child = &mut self.child;
-        terminate_group(self.group, grace, || {
-            child.try_wait().ok().flatten().is_some()
-        })
-        .await;
+        terminate_group(self.group, grace, || child.try_wait().ok().flatten().is_some()).await;
         let _ = self.child.wait().await;
     }
 
@@ -110,10 +102,7 @@ impl GroupLeader {
     /// such as the network service holding the cookies, before it could shut them down
     /// in order), then reaps the group.
     pub async fn exit_cleanly(&mut self, grace: Duration) {
-        if tokio::time::timeout(grace / 2, self.child.wait())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(grace / 2, self.child.wait()).await.is_err() {
             let _ = nix::sys::signal::kill(self.group, Signal::SIGTERM);
             let _ = tokio::time::timeout(grace / 2, self.child.wait()).await;
         }
@@ -143,10 +132,7 @@ impl StdGroupLeader {
 
     pub async fn terminate(&mut self, grace: Duration) {
         let child = &mut self.child;
-        terminate_group(self.group, grace, || {
-            child.try_wait().ok().flatten().is_some()
-        })
-        .await;
+        terminate_group(self.group, grace, || child.try_wait().ok().flatten().is_some()).await;
         let _ = self.child.wait();
     }
 }

@@ -54,10 +54,7 @@ pub fn seed(archive: &Path, dir: &Path) -> anyhow::Result<()> {
     for index in 0..zip.len() {
         let mut entry = zip.by_index(index)?;
         let Some(relative) = entry.enclosed_name() else {
-            anyhow::bail!(
-                "profile archive entry {:?} leaves its directory",
-                entry.name()
-            );
+            anyhow::bail!("profile archive entry {:?} leaves its directory", entry.name());
         };
         let path = dir.join(relative);
         if entry.is_dir() {
@@ -81,9 +78,7 @@ pub fn export<W: Write + Seek>(dir: &Path, out: W) -> anyhow::Result<W> {
 }
 
 fn add<W: Write + Seek>(
-    dir: &Path,
-    prefix: &str,
-    zip: &mut zip::ZipWriter<W>,
+    dir: &Path, prefix: &str, zip: &mut zip::ZipWriter<W>,
 ) -> anyhow::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|entry| entry.file_name());
@@ -118,17 +113,9 @@ mod tests {
         let source = tempfile::tempdir()?;
         std::fs::create_dir_all(source.path().join("Default/Local Storage/leveldb"))?;
         std::fs::write(source.path().join("Default/Cookies"), b"cookie jar")?;
-        std::fs::write(
-            source
-                .path()
-                .join("Default/Local Storage/leveldb/000003.log"),
-            b"ls",
-        )?;
+        std::fs::write(source.path().join("Default/Local Storage/leveldb/000003.log"), b"ls")?;
         std::fs::create_dir_all(source.path().join("Default/Cache/Cache_Data"))?;
-        std::fs::write(
-            source.path().join("Default/Cache/Cache_Data/data_0"),
-            b"cached",
-        )?;
+        std::fs::write(source.path().join("Default/Cache/Cache_Data/data_0"), b"cached")?;
         std::os::unix::fs::symlink("/etc/passwd", source.path().join("Default/link"))?;
 
         let archive = tempfile::NamedTempFile::new()?;
@@ -136,16 +123,9 @@ mod tests {
         let target = tempfile::tempdir()?;
         seed(archive.path(), target.path())?;
 
+        assert_eq!(std::fs::read(target.path().join("Default/Cookies"))?, b"cookie jar");
         assert_eq!(
-            std::fs::read(target.path().join("Default/Cookies"))?,
-            b"cookie jar"
-        );
-        assert_eq!(
-            std::fs::read(
-                target
-                    .path()
-                    .join("Default/Local Storage/leveldb/000003.log")
-            )?,
+            std::fs::read(target.path().join("Default/Local Storage/leveldb/000003.log"))?,
             b"ls"
         );
         assert!(!target.path().join("Default/Cache").exists());

@@ -12,31 +12,23 @@ use tokio_util::sync::CancellationToken;
 
 /// Starts the forwarder on an ephemeral loopback port; runs until `shutdown`.
 pub async fn start(
-    egress_socket: PathBuf,
-    shutdown: CancellationToken,
+    egress_socket: PathBuf, shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
-    forward_loopback(
-        "127.0.0.1:0".parse().map_err(std::io::Error::other)?,
-        egress_socket,
-        shutdown,
-    )
-    .await
+    forward_loopback("127.0.0.1:0".parse().map_err(std::io::Error::other)?, egress_socket, shutdown)
+        .await
 }
 
 /// Passes every connection to `listen` (port 0: any free one) on to the Unix socket
 /// `socket`, until `shutdown`; answers the bound address.
 pub async fn forward_loopback(
-    listen: SocketAddr,
-    egress_socket: PathBuf,
-    shutdown: CancellationToken,
+    listen: SocketAddr, egress_socket: PathBuf, shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(listen).await?;
     let address = listener.local_addr()?;
     // A socket address holds 108 bytes; deeper paths are reached through a descriptor
     // of their directory, kept open while the forwarder runs.
-    let egress_socket = std::sync::Arc::new(browser_agent_proto::unix_socket::short_path(
-        &egress_socket,
-    )?);
+    let egress_socket =
+        std::sync::Arc::new(browser_agent_proto::unix_socket::short_path(&egress_socket)?);
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {

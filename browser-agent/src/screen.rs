@@ -43,12 +43,7 @@ pub struct Screen {
 
 impl Screen {
     pub fn new(display: Option<String>, size: (u32, u32), limit: (u32, u32)) -> Self {
-        Self {
-            size: AtomicU64::new(pack(size)),
-            limit,
-            display,
-            resizing: Mutex::new(()),
-        }
+        Self { size: AtomicU64::new(pack(size)), limit, display, resizing: Mutex::new(()) }
     }
 
     /// Width and height now.
@@ -71,10 +66,7 @@ impl Screen {
                 self.limit.0, self.limit.1
             )));
         }
-        let _one_at_a_time = self
-            .resizing
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _one_at_a_time = self.resizing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let (connection, screen) =
             x11rb::connect(Some(display)).map_err(|e| failed("connecting to the display")(&e))?;
         let root = connection.setup().roots[screen].root;
@@ -99,10 +91,8 @@ impl Screen {
         let deadline = std::time::Instant::now() + patience;
         while std::time::Instant::now() < deadline {
             let sized = {
-                let _serialized = self
-                    .resizing
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let _serialized =
+                    self.resizing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 let (width, height) = self.size();
                 fill_screen_with_windows(&connection, root, width, height)?
             };
@@ -123,15 +113,10 @@ fn pack((width, height): (u32, u32)) -> u64 {
 /// of the new size on the screen's one output, the CRTC switched off while the screen
 /// changes size (a CRTC may never be larger than its screen), then on with that mode.
 fn set_screen_size(
-    connection: &RustConnection,
-    root: Window,
-    width: u32,
-    height: u32,
+    connection: &RustConnection, root: Window, width: u32, height: u32,
 ) -> Result<(), ScreenError> {
     let (Ok(width16), Ok(height16)) = (u16::try_from(width), u16::try_from(height)) else {
-        return Err(ScreenError::Invalid(format!(
-            "{width}x{height} is too large"
-        )));
+        return Err(ScreenError::Invalid(format!("{width}x{height} is too large")));
     };
     let x_error = failed("RandR");
     connection
@@ -238,10 +223,7 @@ fn set_screen_size(
 /// is placed at the origin with the screen's size. Chromium keeps kiosk mode through it.
 /// Answers how many windows it sized.
 fn fill_screen_with_windows(
-    connection: &RustConnection,
-    root: Window,
-    width: u32,
-    height: u32,
+    connection: &RustConnection, root: Window, width: u32, height: u32,
 ) -> Result<usize, ScreenError> {
     let x_error = failed("sizing Chromium's windows");
     let children = connection
@@ -250,25 +232,17 @@ fn fill_screen_with_windows(
         .reply()
         .map_err(|e| x_error(&e))?
         .children;
-    let size = ConfigureWindowAux::new()
-        .x(0)
-        .y(0)
-        .width(width)
-        .height(height);
+    let size = ConfigureWindowAux::new().x(0).y(0).width(width).height(height);
     let mut sized = 0;
     for window in children {
         // A window may be gone by now: skip it.
-        let Ok(attributes) = connection
-            .get_window_attributes(window)
-            .map_err(|e| x_error(&e))?
-            .reply()
+        let Ok(attributes) =
+            connection.get_window_attributes(window).map_err(|e| x_error(&e))?.reply()
         else {
             continue;
         };
         if attributes.map_state == MapState::VIEWABLE && !attributes.override_redirect {
-            connection
-                .configure_window(window, &size)
-                .map_err(|e| x_error(&e))?;
+            connection.configure_window(window, &size).map_err(|e| x_error(&e))?;
             sized += 1;
         }
     }

@@ -9,14 +9,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// The services whose logs can be streamed.
-pub const SERVICES: [&str; 6] = [
-    "agent",
-    "chromium",
-    "xvfb",
-    "playwright",
-    "webdriver",
-    "pulseaudio",
-];
+pub const SERVICES: [&str; 6] =
+    ["agent", "chromium", "xvfb", "playwright", "webdriver", "pulseaudio"];
 const MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 static DIR: OnceLock<PathBuf> = OnceLock::new();

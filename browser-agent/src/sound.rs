@@ -28,21 +28,13 @@ const CAPTURE_FRAGMENT_BYTES: u32 = SINK_RATE / 100 * 2 * 2;
 /// 16-bit PCM at `rate` Hz with `channels`, on its stdout; its messages go to `stderr`.
 /// The caller kills and reaps it.
 pub fn capture_pcm(
-    ffmpeg: &str,
-    rate: u32,
-    channels: u32,
-    stderr: std::process::Stdio,
+    ffmpeg: &str, rate: u32, channels: u32, stderr: std::process::Stdio,
 ) -> std::io::Result<std::process::Child> {
     let mut command = std::process::Command::new(ffmpeg);
     crate::identity::as_agent(&mut command);
     crate::identity::without_agent_secrets(&mut command)
         .args(["-hide_banner", "-loglevel", "error", "-nostdin"])
-        .args([
-            "-f",
-            "pulse",
-            "-fragment_size",
-            &CAPTURE_FRAGMENT_BYTES.to_string(),
-        ])
+        .args(["-f", "pulse", "-fragment_size", &CAPTURE_FRAGMENT_BYTES.to_string()])
         .args(["-i", MONITOR_SOURCE])
         .args(["-ac", &channels.to_string(), "-ar", &rate.to_string()])
         .args(["-f", "s16le", "-flush_packets", "1", "pipe:1"])

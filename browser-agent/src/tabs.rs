@@ -83,10 +83,7 @@ pub async fn page_urls(devtools_port: u16) -> std::collections::HashMap<String, 
         .iter()
         .filter(|target| target["type"] == "page")
         .filter_map(|target| {
-            Some((
-                target["id"].as_str()?.to_owned(),
-                target["url"].as_str()?.to_owned(),
-            ))
+            Some((target["id"].as_str()?.to_owned(), target["url"].as_str()?.to_owned()))
         })
         .collect()
 }
@@ -98,9 +95,7 @@ pub async fn close(devtools_port: u16, target_id: &str) {
     }
     let escaped: String = url::form_urlencoded::byte_serialize(target_id.as_bytes()).collect();
     let _ = reqwest::Client::new()
-        .get(format!(
-            "http://127.0.0.1:{devtools_port}/json/close/{escaped}"
-        ))
+        .get(format!("http://127.0.0.1:{devtools_port}/json/close/{escaped}"))
         .timeout(Duration::from_secs(2))
         .send()
         .await;

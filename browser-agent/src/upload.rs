@@ -31,9 +31,7 @@ impl SpoolError {
     /// The client's own errors as they are; an early end as an invalid argument saying
     /// `ended`; a failed write as `write` words it.
     pub fn into_status(
-        self,
-        ended: &'static str,
-        write: impl FnOnce(std::io::Error) -> Status,
+        self, ended: &'static str, write: impl FnOnce(std::io::Error) -> Status,
     ) -> Status {
         match self {
             SpoolError::Refused(status) => status,
@@ -48,8 +46,7 @@ impl SpoolError {
 /// word a failed flush differently from a failed write.
 pub async fn spool<M, T>(
     chunks: &mut (impl Stream<Item = Result<M, Status>> + Unpin),
-    out: &mut (impl AsyncWrite + Unpin),
-    mut part: impl FnMut(M) -> Result<Part<T>, Status>,
+    out: &mut (impl AsyncWrite + Unpin), mut part: impl FnMut(M) -> Result<Part<T>, Status>,
 ) -> Result<T, SpoolError> {
     while let Some(message) = chunks.next().await {
         match part(message.map_err(SpoolError::Refused)?).map_err(SpoolError::Refused)? {

@@ -27,10 +27,7 @@ pub struct WebDriver {
 
 impl WebDriver {
     pub fn new(processes: Arc<Processes>) -> Self {
-        Self {
-            processes,
-            running: tokio::sync::Mutex::new(None),
-        }
+        Self { processes, running: tokio::sync::Mutex::new(None) }
     }
 
     /// The BiDi endpoint of a running chromedriver, started (or started again after it
@@ -123,10 +120,7 @@ pub fn attach_sessions_to(devtools_port: u16, message: String) -> Option<String>
         *capabilities = serde_json::json!({});
     }
     // (`get_mut`: indexing a missing key mutably would insert a null.)
-    if let Some(first_match) = capabilities
-        .get_mut("firstMatch")
-        .and_then(Value::as_array_mut)
-    {
+    if let Some(first_match) = capabilities.get_mut("firstMatch").and_then(Value::as_array_mut) {
         for alternative in first_match.iter_mut().filter_map(Value::as_object_mut) {
             alternative.remove("goog:chromeOptions");
         }
@@ -160,11 +154,8 @@ mod tests {
         assert!(bare_capabilities_stay_bare());
         // An escaped method name is the same method once parsed.
         let bare: Value = serde_json::from_str(
-            &attach_sessions_to(
-                1,
-                r#"{"id":2,"method":"session\u002enew","params":{}}"#.into(),
-            )
-            .expect("kept"),
+            &attach_sessions_to(1, r#"{"id":2,"method":"session\u002enew","params":{}}"#.into())
+                .expect("kept"),
         )
         .expect("json");
         assert_eq!(

@@ -93,9 +93,7 @@ pub struct Services {
 
 impl Services {
     pub fn new(
-        store: Arc<dyn Store>,
-        blobs: Arc<dyn BlobStore>,
-        runtime: Arc<dyn Runtime>,
+        store: Arc<dyn Store>, blobs: Arc<dyn BlobStore>, runtime: Arc<dyn Runtime>,
         settings: ServiceSettings,
     ) -> Self {
         let agents = Arc::new(AgentClients::default());
@@ -117,11 +115,8 @@ impl Services {
             exporter,
             runtime.proxy_failures(),
         );
-        let telemetry_destinations = Arc::new(Destinations::new(
-            store.clone(),
-            vault.clone(),
-            settings.egress.clone(),
-        ));
+        let telemetry_destinations =
+            Arc::new(Destinations::new(store.clone(), vault.clone(), settings.egress.clone()));
         let sessions = Arc::new(Sessions::new(SessionsDeps {
             store: store.clone(),
             runtime: runtime.clone(),
@@ -145,11 +140,7 @@ impl Services {
         let credentials = Arc::new(CredentialService::new(
             store.clone(),
             vault.clone(),
-            OnePassword::new(
-                store.clone(),
-                vault.clone(),
-                settings.onepassword_connect_url,
-            ),
+            OnePassword::new(store.clone(), vault.clone(), settings.onepassword_connect_url),
         ));
         let apps = Arc::new(Apps::new(
             store.clone(),
@@ -198,18 +189,12 @@ impl Services {
     /// Picks up what a previous process left (sessions, recordings, workflows) and starts
     /// the background loops. `heartbeat` is how often agents are called.
     pub async fn start(&self, heartbeat: Duration) -> anyhow::Result<()> {
-        self.replica
-            .join()
-            .await
-            .context("joining the control-plane replicas")?;
+        self.replica.join().await.context("joining the control-plane replicas")?;
         self.pools.listen_for_resets();
         self.telemetry.start();
         self.audit.start();
         self.audit_export.start(&self.replica);
-        self.sessions
-            .start_background(heartbeat)
-            .await
-            .context("adopting browser sessions")?;
+        self.sessions.start_background(heartbeat).await.context("adopting browser sessions")?;
         self.pools.start_reconciler();
         crate::memory::start_trimming();
         self.replays.resume().await.context("resuming replays")?;
@@ -247,13 +232,7 @@ impl Services {
 
     async fn resume_workflows(&self) -> anyhow::Result<()> {
         tracing::info!("running managed-auth workflows and apps on this replica");
-        self.managed_auth
-            .resume_all()
-            .await
-            .context("resuming auth connection workflows")?;
-        self.apps
-            .resume()
-            .await
-            .context("resuming deployments and invocations")
+        self.managed_auth.resume_all().await.context("resuming auth connection workflows")?;
+        self.apps.resume().await.context("resuming deployments and invocations")
     }
 }

@@ -37,9 +37,7 @@ fn write_entries<R: Read + Seek, W: Write>(zip: &mut zip::ZipArchive<R>, out: W)
     for index in 0..zip.len() {
         let mut entry = zip.by_index(index).map_err(io::Error::other)?;
         let name = entry.name().map_err(io::Error::other)?.into_owned();
-        let mode = entry
-            .unix_mode()
-            .unwrap_or(if entry.is_dir() { 0o755 } else { 0o644 });
+        let mode = entry.unix_mode().unwrap_or(if entry.is_dir() { 0o755 } else { 0o644 });
         let mut header = tar::Header::new_gnu();
         header.set_mode(mode & 0o7777);
         if let Some(time) = entry.last_modified().and_then(|t| time_of(&t)) {
@@ -71,11 +69,8 @@ fn time_of(time: &zip::DateTime) -> Option<u64> {
         time.month().into(),
         time.day().into(),
     )?;
-    let moment = date.and_hms_opt(
-        time.hour().into(),
-        time.minute().into(),
-        time.second().into(),
-    )?;
+    let moment =
+        date.and_hms_opt(time.hour().into(), time.minute().into(), time.second().into())?;
     u64::try_from(moment.and_utc().timestamp()).ok()
 }
 

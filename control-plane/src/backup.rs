@@ -56,9 +56,7 @@ pub struct BackupSummary {
 /// Writes the archive of the deployment whose state is in `data_dir` (and, for SQLite at
 /// another place, `database_url`) to `output`.
 pub async fn backup(
-    data_dir: &Path,
-    database_url: Option<&str>,
-    output: &Path,
+    data_dir: &Path, database_url: Option<&str>, output: &Path,
 ) -> anyhow::Result<BackupSummary> {
     let database = sqlite_path(data_dir, database_url)?;
     if !database.is_file() {
@@ -105,10 +103,7 @@ fn sqlite_path(data_dir: &Path, database_url: Option<&str>) -> anyhow::Result<Pa
 
 fn write_archive(data_dir: &Path, database: &Path, output: &Path) -> anyhow::Result<BackupSummary> {
     if output.is_dir() {
-        bail!(
-            "{} is a directory: name the archive's file",
-            output.display()
-        );
+        bail!("{} is a directory: name the archive's file", output.display());
     }
     let folder = match output.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
@@ -134,10 +129,7 @@ fn write_archive(data_dir: &Path, database: &Path, output: &Path) -> anyhow::Res
 }
 
 fn write_archive_to(
-    data_dir: &Path,
-    database: &Path,
-    file: File,
-    scratch: &Path,
+    data_dir: &Path, database: &Path, file: File, scratch: &Path,
 ) -> anyhow::Result<BackupSummary> {
     let mut archive = tar::Builder::new(BufWriter::new(file));
     archive.follow_symlinks(false);
@@ -158,11 +150,8 @@ fn write_archive_to(
     for relative in regular_files(&data_dir.join(BLOBS))? {
         let path = data_dir.join(BLOBS).join(&relative);
         // A blob gone since the listing went with the resource that named it.
-        blobs += usize::from(append_if_present(
-            &mut archive,
-            &path,
-            &Path::new(BLOBS).join(&relative),
-        )?);
+        blobs +=
+            usize::from(append_if_present(&mut archive, &path, &Path::new(BLOBS).join(&relative))?);
     }
     // The manifest last: an archive cut short anywhere has none, and is refused.
     let manifest = Manifest {
@@ -172,28 +161,18 @@ fn write_archive_to(
         blobs,
         credential_key,
     };
-    append_bytes(
-        &mut archive,
-        MANIFEST,
-        &serde_json::to_vec_pretty(&manifest)?,
-    )?;
+    append_bytes(&mut archive, MANIFEST, &serde_json::to_vec_pretty(&manifest)?)?;
     let mut writer = archive.into_inner()?;
     writer.flush()?;
     let file = writer.into_inner().map_err(|error| error.into_error())?;
     file.sync_all()?;
-    Ok(BackupSummary {
-        blobs,
-        credential_key,
-        bytes: file.metadata()?.len(),
-    })
+    Ok(BackupSummary { blobs, credential_key, bytes: file.metadata()?.len() })
 }
 
 /// Adds the file at `path` (read through any link) as a regular file of mode 0600 under
 /// `name`; false when there is no such file.
 fn append_if_present(
-    archive: &mut tar::Builder<BufWriter<File>>,
-    path: &Path,
-    name: &Path,
+    archive: &mut tar::Builder<BufWriter<File>>, path: &Path, name: &Path,
 ) -> anyhow::Result<bool> {
     let mut file = match File::open(path) {
         Ok(file) => file,
@@ -216,12 +195,8 @@ fn snapshot_database(database: &Path, snapshot: &Path) -> anyhow::Result<()> {
     )
     .with_context(|| format!("opening {}", database.display()))?;
     connection.busy_timeout(std::time::Duration::from_secs(30))?;
-    let target = snapshot
-        .to_str()
-        .context("the scratch directory's path is not UTF-8")?;
-    connection
-        .execute("VACUUM INTO ?1", [target])
-        .context("taking the database's snapshot")?;
+    let target = snapshot.to_str().context("the scratch directory's path is not UTF-8")?;
+    connection.execute("VACUUM INTO ?1", [target]).context("taking the database's snapshot")?;
     std::fs::set_permissions(snapshot, std::fs::Permissions::from_mode(0o600))?;
     Ok(())
 }
@@ -256,9 +231,7 @@ fn regular_files(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 fn append_bytes(
-    archive: &mut tar::Builder<BufWriter<File>>,
-    name: &str,
-    bytes: &[u8],
+    archive: &mut tar::Builder<BufWriter<File>>, name: &str, bytes: &[u8],
 ) -> anyhow::Result<()> {
     let mut header = tar::Header::new_gnu();
     header.set_size(bytes.len() as u64);
@@ -286,9 +259,7 @@ fn unpack_archive(input: &Path, data_dir: &Path) -> anyhow::Result<tempfile::Tem
         }
     }
     private_dir(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-    let staging = tempfile::Builder::new()
-        .prefix(".restore-")
-        .tempdir_in(data_dir)?;
+    let staging = tempfile::Builder::new().prefix(".restore-").tempdir_in(data_dir)?;
     let manifest = unpack_into(input, staging.path())?;
     if manifest.credential_key && !staging.path().join(KEY_FILES[0]).is_file() {
         bail!("the archive says it holds credential.key, but it does not");
@@ -300,10 +271,8 @@ fn unpack_archive(input: &Path, data_dir: &Path) -> anyhow::Result<tempfile::Tem
 /// journal SQLite left beside it) last, so that a directory without one may be restored
 /// into again.
 fn move_into_place(staging: tempfile::TempDir, data_dir: &Path) -> anyhow::Result<()> {
-    let mut names: Vec<String> = [BLOBS, KEY_FILES[0], KEY_FILES[1]]
-        .iter()
-        .map(|name| name.to_string())
-        .collect();
+    let mut names: Vec<String> =
+        [BLOBS, KEY_FILES[0], KEY_FILES[1]].iter().map(|name| name.to_string()).collect();
     for entry in std::fs::read_dir(staging.path())? {
         let name = entry?.file_name().to_string_lossy().into_owned();
         if name.starts_with(DATABASE) && name != DATABASE {
@@ -342,10 +311,7 @@ fn unpack_into(input: &Path, dir: &Path) -> anyhow::Result<Manifest> {
         let path = entry.path()?.into_owned();
         let kind = entry.header().entry_type();
         if !allowed(&path) {
-            bail!(
-                "the archive holds {}, which no backup writes",
-                path.display()
-            );
+            bail!("the archive holds {}, which no backup writes", path.display());
         }
         let target = dir.join(&path);
         if kind.is_dir() {
@@ -364,10 +330,7 @@ fn unpack_into(input: &Path, dir: &Path) -> anyhow::Result<Manifest> {
             let read: Manifest =
                 serde_json::from_slice(&text).context("the archive's backup.json")?;
             if read.format != FORMAT {
-                bail!(
-                    "the archive is of format {}; this version reads {FORMAT}",
-                    read.format
-                );
+                bail!("the archive is of format {}; this version reads {FORMAT}", read.format);
             }
             manifest = Some(read);
             continue;
@@ -385,10 +348,7 @@ fn unpack_into(input: &Path, dir: &Path) -> anyhow::Result<Manifest> {
     let manifest: Manifest =
         manifest.context("the archive has no backup.json: it is not a backup")?;
     if blobs != manifest.blobs {
-        bail!(
-            "the archive holds {blobs} blobs where its backup.json counts {}",
-            manifest.blobs
-        );
+        bail!("the archive holds {blobs} blobs where its backup.json counts {}", manifest.blobs);
     }
     if !dir.join(DATABASE).is_file() {
         bail!("the archive holds no database");
@@ -398,10 +358,7 @@ fn unpack_into(input: &Path, dir: &Path) -> anyhow::Result<Manifest> {
 
 /// A directory (and its missing parents) only this service's user may enter.
 fn private_dir(path: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
 
 /// The names a backup writes: its manifest, the database, the key files, and paths under
@@ -416,10 +373,7 @@ fn allowed(path: &Path) -> bool {
         return rest_is_plain;
     }
     let single = path.components().count() == 1;
-    single
-        && [MANIFEST, DATABASE, KEY_FILES[0], KEY_FILES[1]]
-            .iter()
-            .any(|name| first == *name)
+    single && [MANIFEST, DATABASE, KEY_FILES[0], KEY_FILES[1]].iter().any(|name| first == *name)
 }
 
 #[cfg(test)]
@@ -428,13 +382,8 @@ mod tests {
 
     #[test]
     fn only_what_a_backup_writes_is_restored() {
-        for good in [
-            "backup.json",
-            "control-plane.db",
-            "credential.key",
-            "blobs/a/b.zip",
-            "blobs",
-        ] {
+        for good in ["backup.json", "control-plane.db", "credential.key", "blobs/a/b.zip", "blobs"]
+        {
             assert!(allowed(Path::new(good)), "{good}");
         }
         for bad in [

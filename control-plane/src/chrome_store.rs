@@ -39,11 +39,7 @@ impl ChromeWebStore {
             .timeout(FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()?;
-        Ok(Self {
-            client,
-            base,
-            max_bytes,
-        })
+        Ok(Self { client, base, max_bytes })
     }
 
     /// The ZIP of the extension `id` (32 letters a–p) for `os` (`linux`, `mac`, `win`).
@@ -96,10 +92,7 @@ impl ChromeWebStore {
 /// Where the ZIP starts in a CRX3 package, after its header is checked.
 pub fn crx3_zip_offset(package: &[u8]) -> Result<usize, String> {
     let word = |at: usize| {
-        package
-            .get(at..at + 4)
-            .and_then(|bytes| bytes.try_into().ok())
-            .map(u32::from_le_bytes)
+        package.get(at..at + 4).and_then(|bytes| bytes.try_into().ok()).map(u32::from_le_bytes)
     };
     if package.get(..4) != Some(b"Cr24".as_slice()) {
         return Err("it does not start with the CRX magic Cr24".into());
@@ -152,11 +145,7 @@ mod tests {
 
         let mut version2 = package.clone();
         version2[4] = 2;
-        assert!(
-            crx3_zip_offset(&version2)
-                .unwrap_err()
-                .contains("version 2")
-        );
+        assert!(crx3_zip_offset(&version2).unwrap_err().contains("version 2"));
         assert!(crx3_zip_offset(b"PK\x03\x04").is_err());
         assert!(crx3_zip_offset(&package[..15]).is_err());
         let mut huge = package.clone();

@@ -6,11 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "control-plane",
-    version,
-    about = "Kernel-compatible browser service"
-)]
+#[command(name = "control-plane", version, about = "Kernel-compatible browser service")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -113,20 +109,12 @@ pub struct ServeConfig {
     pub ffmpeg: String,
     /// Agents shut themselves down after this many seconds without hearing from a
     /// control plane (so a control plane that never comes back orphans nothing for long).
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_AGENT_IDLE_GRACE_SECONDS",
-        default_value_t = 300
-    )]
+    #[arg(long, env = "CONTROL_PLANE_AGENT_IDLE_GRACE_SECONDS", default_value_t = 300)]
     pub agent_idle_grace_seconds: u64,
     /// Stop an idle browser's processes (no CPU) after this many seconds without a CDP,
     /// live-view or WebDriver client, an API call, a command or a recording; the next
     /// connection or call continues them before it is served. 0: never.
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_FREEZE_IDLE_AFTER_SECONDS",
-        default_value_t = 30
-    )]
+    #[arg(long, env = "CONTROL_PLANE_FREEZE_IDLE_AFTER_SECONDS", default_value_t = 30)]
     pub freeze_idle_after_seconds: u64,
     /// Largest request body of `fs/write_file` and `fs/upload_zip` (413 beyond).
     #[arg(long, env = "CONTROL_PLANE_MAX_UPLOAD_BYTES", default_value_t = 1024 * 1024 * 1024)]
@@ -145,11 +133,7 @@ pub struct ServeConfig {
     /// `/browsers/{id}` (a browser created larger can always return to its own size).
     /// Each headful browser's X server keeps a framebuffer of this size for its life:
     /// about 8 MiB at 1920x1080.
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_MAX_RESIZED_VIEWPORT",
-        default_value = "1920x1080"
-    )]
+    #[arg(long, env = "CONTROL_PLANE_MAX_RESIZED_VIEWPORT", default_value = "1920x1080")]
     pub max_resized_viewport: ScreenSize,
     /// JSON file mapping proxy types (datacenter, isp, residential, mobile) and optionally
     /// countries to upstream proxy URLs: `{"datacenter": {"default": "http://u:p@host:port"}}`.
@@ -157,11 +141,7 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_PROXY_UPSTREAMS")]
     pub proxy_upstreams: Option<PathBuf>,
     /// What `POST /proxies/{id}/check` fetches through the proxy (http://).
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_PROXY_CHECK_URL",
-        default_value = "http://example.com/"
-    )]
+    #[arg(long, env = "CONTROL_PLANE_PROXY_CHECK_URL", default_value = "http://example.com/")]
     pub proxy_check_url: String,
     /// The region this server reports in every browser and pool (`region`), and the only
     /// one `POST /browsers` accepts. Set it to where the server runs.
@@ -203,11 +183,7 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_KUBERNETES_NAMESPACE")]
     pub kubernetes_namespace: Option<String>,
     /// The port browser agents listen on in their pods.
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_KUBERNETES_AGENT_PORT",
-        default_value_t = 50051
-    )]
+    #[arg(long, env = "CONTROL_PLANE_KUBERNETES_AGENT_PORT", default_value_t = 50051)]
     pub kubernetes_agent_port: u16,
     /// How long a browser pod may take to be scheduled and run (image pulls included).
     #[arg(long, env = "CONTROL_PLANE_KUBERNETES_START_TIMEOUT_SECONDS", default_value_t = 120,
@@ -220,22 +196,14 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_AGENT_TLS_CA")]
     pub agent_tls_ca: Option<std::path::PathBuf>,
     /// The name agents' certificates carry (a DNS subject alternative name).
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_AGENT_TLS_SERVER_NAME",
-        default_value = "browser-agent"
-    )]
+    #[arg(long, env = "CONTROL_PLANE_AGENT_TLS_SERVER_NAME", default_value = "browser-agent")]
     pub agent_tls_server_name: String,
     /// The host user browser sandboxes run as when this service runs as root.
     #[arg(long, env = "CONTROL_PLANE_VM_USER", default_value = "browser-vm")]
     pub vm_user: String,
     /// The host user code a tenant runs in a browser VM (Chromium, processes, Playwright)
     /// runs as, apart from the VM's agent, when this service runs as root.
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_VM_TENANT_USER",
-        default_value = "browser-tenant"
-    )]
+    #[arg(long, env = "CONTROL_PLANE_VM_TENANT_USER", default_value = "browser-tenant")]
     pub vm_tenant_user: String,
     /// Size of each sandboxed VM's home (GiB): a sparse, loop-mounted file system of its
     /// own, so that a VM cannot fill the host's disk; 0 leaves homes on the host's disk.
@@ -304,11 +272,7 @@ pub struct ServeConfig {
     pub audit_export_s3_endpoint: Option<String>,
     /// The ARN of this server's AWS identity, which customers' roles trust
     /// (`kernel_role_arn` of export destinations).
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_AUDIT_EXPORT_PRINCIPAL_ARN",
-        default_value = ""
-    )]
+    #[arg(long, env = "CONTROL_PLANE_AUDIT_EXPORT_PRINCIPAL_ARN", default_value = "")]
     pub audit_export_principal_arn: String,
     /// How old (seconds) an audit record must be before it is exported: longer than
     /// any call takes, so that a slow call's record lands before delivery passes its time.
@@ -327,11 +291,7 @@ pub struct ServeConfig {
     #[arg(long, env = "CONTROL_PLANE_OIDC_CLIENT_SECRET", hide_env_values = true)]
     pub oidc_client_secret: Option<String>,
     /// The ID token claim whose value names the person's organization (created if new).
-    #[arg(
-        long,
-        env = "CONTROL_PLANE_OIDC_ORGANIZATION_CLAIM",
-        default_value = "org"
-    )]
+    #[arg(long, env = "CONTROL_PLANE_OIDC_ORGANIZATION_CLAIM", default_value = "org")]
     pub oidc_organization_claim: String,
     /// The ID token claim whose value is the person's role: `admin`, `member` or
     /// `viewer` (a string, or a list whose first known role counts). Without one, no
@@ -419,9 +379,7 @@ impl std::str::FromStr for ScreenSize {
         let mut sides = text.split(['x', 'X']);
         match (side(sides.next()), side(sides.next()), sides.next()) {
             (Some(width), Some(height), None) => Ok(Self { width, height }),
-            _ => Err(format!(
-                "{text:?} is not WIDTHxHEIGHT with sides between 1 and 7680"
-            )),
+            _ => Err(format!("{text:?} is not WIDTHxHEIGHT with sides between 1 and 7680")),
         }
     }
 }
@@ -432,16 +390,8 @@ mod tests {
 
     #[test]
     fn screen_sizes_read_as_width_x_height() {
-        assert_eq!(
-            "1920x1080".parse(),
-            Ok(ScreenSize {
-                width: 1920,
-                height: 1080
-            })
-        );
-        for wrong in [
-            "1920", "1920x", "x1080", "0x10", "10x10x10", "8000x100", "axb",
-        ] {
+        assert_eq!("1920x1080".parse(), Ok(ScreenSize { width: 1920, height: 1080 }));
+        for wrong in ["1920", "1920x", "x1080", "0x10", "10x10x10", "8000x100", "axb"] {
             assert!(wrong.parse::<ScreenSize>().is_err(), "{wrong}");
         }
     }

@@ -68,11 +68,8 @@ fn row(arg: &Arg) -> String {
     } else {
         defaults.join(", ").replace("``", "empty")
     };
-    let help = arg
-        .get_long_help()
-        .or(arg.get_help())
-        .map(|help| help.to_string())
-        .unwrap_or_default();
+    let help =
+        arg.get_long_help().or(arg.get_help()).map(|help| help.to_string()).unwrap_or_default();
     // A table cell is one line: paragraphs are joined, and a literal `|` is escaped.
     let meaning = help.split_whitespace().collect::<Vec<_>>().join(" ");
     let meaning = meaning.replace('|', "\\|");

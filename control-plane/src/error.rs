@@ -24,10 +24,7 @@ pub enum ServiceError {
     Timeout(String),
     /// The organization is at one of its limits; it may try again after `retry_after`.
     #[error("{message}")]
-    LimitReached {
-        message: String,
-        retry_after: std::time::Duration,
-    },
+    LimitReached { message: String, retry_after: std::time::Duration },
     /// A bug or a broken dependency; the details go to the log, never to the caller.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),

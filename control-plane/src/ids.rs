@@ -9,9 +9,7 @@ const ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 /// prefix (as the SDKs expect); other resources use `<prefix>_<random>`.
 pub fn random_lowercase(length: usize) -> String {
     let mut rng = rand::rng();
-    (0..length)
-        .map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char)
-        .collect()
+    (0..length).map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char).collect()
 }
 
 pub fn new_id(prefix: &str) -> String {
@@ -24,11 +22,7 @@ pub fn new_session_id() -> String {
 
 /// A 256-bit-strength secret of letters and digits.
 pub fn new_secret(length: usize) -> String {
-    rand::rng()
-        .sample_iter(&Alphanumeric)
-        .take(length)
-        .map(char::from)
-        .collect()
+    rand::rng().sample_iter(&Alphanumeric).take(length).map(char::from).collect()
 }
 
 /// Longest name of an extension or pool (extension names become directory names).
@@ -40,9 +34,7 @@ pub fn valid_name(name: &str) -> bool {
     name != "."
         && name != ".."
         && (1..=MAX_NAME_BYTES).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 pub fn name_problem(field: &str, name: &str) -> Option<String> {
@@ -59,15 +51,7 @@ mod tests {
         for good in ["adblock", "My.Ext_1-2", &"a".repeat(255)] {
             assert!(valid_name(good), "{good}");
         }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "with space",
-            "slash/name",
-            "ünï",
-            &"a".repeat(256),
-        ] {
+        for bad in ["", ".", "..", "with space", "slash/name", "ünï", &"a".repeat(256)] {
             assert!(!valid_name(bad), "{bad}");
         }
     }

@@ -11,10 +11,7 @@ pub struct InProgress(Mutex<HashSet<String>>);
 impl InProgress {
     /// True for exactly one caller until the id is released.
     pub fn claim(&self, id: &str) -> bool {
-        self.0
-            .lock()
-            .map(|mut ids| ids.insert(id.to_owned()))
-            .unwrap_or(false)
+        self.0.lock().map(|mut ids| ids.insert(id.to_owned())).unwrap_or(false)
     }
 
     pub fn release(&self, id: &str) {

@@ -23,12 +23,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(config) => server::serve(*config).await,
-        Command::ApiKeys(ApiKeysCommand::Create {
-            org,
-            policy,
-            project,
-            storage,
-        }) => {
+        Command::ApiKeys(ApiKeysCommand::Create { org, policy, project, storage }) => {
             let policy = policy
                 .map(|json| serde_json::from_str(&json))
                 .transpose()

@@ -38,10 +38,7 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn anonymous_kib() -> u64 {
         let status = std::fs::read_to_string("/proc/self/status").expect("status");
-        let line = status
-            .lines()
-            .find(|line| line.starts_with("RssAnon:"))
-            .expect("RssAnon");
+        let line = status.lines().find(|line| line.starts_with("RssAnon:")).expect("RssAnon");
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
 

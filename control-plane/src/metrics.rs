@@ -164,18 +164,11 @@ impl Metrics {
     /// it took (also when the caller went away).
     pub fn acquire_started(&'static self) -> PendingAcquire {
         self.pending_acquires.inc();
-        PendingAcquire {
-            metrics: self,
-            started: Instant::now(),
-        }
+        PendingAcquire { metrics: self, started: Instant::now() }
     }
 
     pub fn agent_rpc_error(&self, code: tonic::Code) {
-        self.agent_rpc_errors
-            .get_or_create(&RpcErrorLabels {
-                code: format!("{code:?}"),
-            })
-            .inc();
+        self.agent_rpc_errors.get_or_create(&RpcErrorLabels { code: format!("{code:?}") }).inc();
     }
 }
 
@@ -187,9 +180,7 @@ pub struct PendingAcquire {
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
         self.metrics.pending_acquires.dec();
-        self.metrics
-            .pool_acquire
-            .observe(self.started.elapsed().as_secs_f64());
+        self.metrics.pool_acquire.observe(self.started.elapsed().as_secs_f64());
     }
 }
 
@@ -315,17 +306,10 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
     let pool_targets = Family::<PoolLabels, Gauge>::default();
     for pool in &pools {
         pool_targets
-            .get_or_create(&PoolLabels {
-                organization: pool.org_id.clone(),
-                pool: pool.id.clone(),
-            })
+            .get_or_create(&PoolLabels { organization: pool.org_id.clone(), pool: pool.id.clone() })
             .set(pool.size);
     }
-    registry.register(
-        "pool_target_size",
-        "How many browsers each pool is to hold",
-        pool_targets,
-    );
+    registry.register("pool_target_size", "How many browsers each pool is to hold", pool_targets);
     let active_recordings = Gauge::<i64>::default();
     active_recordings.set(recordings.len() as i64);
     registry.register(
@@ -345,11 +329,7 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
     );
     let vms = Gauge::<i64>::default();
     vms.set(used as i64);
-    registry.register(
-        "browser_vms",
-        "Live browser VMs, pools' included: what takes capacity",
-        vms,
-    );
+    registry.register("browser_vms", "Live browser VMs, pools' included: what takes capacity", vms);
     let utilization = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     utilization.set(used as f64 / capacity.browsers.max(1) as f64);
     registry.register(

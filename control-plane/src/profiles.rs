@@ -50,11 +50,7 @@ pub struct Profiles {
 
 impl Profiles {
     pub fn new(store: Arc<dyn Store>, blobs: Arc<dyn BlobStore>) -> Self {
-        Self {
-            store,
-            blobs,
-            saving: Mutex::default(),
-        }
+        Self { store, blobs, saving: Mutex::default() }
     }
 
     /// Creates a profile of the organization (empty until a session saves into it);
@@ -84,19 +80,15 @@ impl Profiles {
 
     /// The archive a browser starts from; `None` while the profile has no saved state.
     pub fn launch_archive(&self, profile: &ProfileRecord) -> Option<PathBuf> {
-        profile
-            .size_bytes
-            .and_then(|_| self.blobs.local_path(&profile.blob_key()))
+        profile.size_bytes.and_then(|_| self.blobs.local_path(&profile.blob_key()))
     }
 
     /// Stops the browser's Chromium, exports its user data and makes it the profile's
     /// stored state. On any failure the previous state stays as it was.
     pub async fn save_from(&self, profile_id: &str, agent: &AgentClient) -> anyhow::Result<()> {
         let lock = {
-            let mut saving = self
-                .saving
-                .lock()
-                .map_err(|_| anyhow::anyhow!("profile save locks poisoned"))?;
+            let mut saving =
+                self.saving.lock().map_err(|_| anyhow::anyhow!("profile save locks poisoned"))?;
             saving.entry(profile_id.to_owned()).or_default().clone()
         };
         let result = {
@@ -137,11 +129,7 @@ impl Profiles {
             .context("the exported profile is not a complete archive")?;
         let key = profile_blob_key(profile_id);
         self.blobs.put(&key, incoming).await?;
-        if !self
-            .store
-            .profile_saved(profile_id, Utc::now(), size)
-            .await?
-        {
+        if !self.store.profile_saved(profile_id, Utc::now(), size).await? {
             // The profile was deleted meanwhile.
             self.blobs.delete(&key).await?;
             anyhow::bail!("the profile was deleted while it was being saved");

@@ -61,11 +61,7 @@ impl ProxyUpstreams {
 
     /// Whether proxies of this type can be served (`custom` always can).
     pub fn serves(&self, kind: &str) -> bool {
-        kind == "custom"
-            || self
-                .0
-                .get(kind)
-                .is_some_and(|by_country| !by_country.is_empty())
+        kind == "custom" || self.0.get(kind).is_some_and(|by_country| !by_country.is_empty())
     }
 
     fn url_for(&self, kind: &str, country: Option<&str>) -> Option<&String> {
@@ -100,26 +96,14 @@ fn percent_decode(text: &str) -> String {
 
 /// Where a proxy record sends traffic, or why it cannot be served.
 pub fn route_of(proxy: &ProxyRecord, upstreams: &ProxyUpstreams) -> Result<ProxyRoute, String> {
-    let text = |key: &str| {
-        proxy
-            .config
-            .get(key)
-            .and_then(|v| v.as_str())
-            .map(str::to_owned)
-    };
+    let text = |key: &str| proxy.config.get(key).and_then(|v| v.as_str()).map(str::to_owned);
     let (address, username, password) = if proxy.kind == "custom" {
         let host = text("host").ok_or("custom proxy without host")?;
-        let port = proxy
-            .config
-            .get("port")
-            .and_then(|v| v.as_u64())
-            .ok_or("custom proxy without port")?;
+        let port =
+            proxy.config.get("port").and_then(|v| v.as_u64()).ok_or("custom proxy without port")?;
         // IPv6 literals need brackets in host:port.
-        let host = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]")
-        } else {
-            host
-        };
+        let host =
+            if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host };
         (format!("{host}:{port}"), text("username"), text("password"))
     } else {
         let url = upstreams
@@ -127,20 +111,13 @@ pub fn route_of(proxy: &ProxyRecord, upstreams: &ProxyUpstreams) -> Result<Proxy
             .ok_or_else(|| not_configured(&proxy.kind))?;
         parse_proxy_url(url)?
     };
-    Ok(ProxyRoute {
-        address,
-        username,
-        password,
-        bypass_hosts: proxy.bypass_hosts.clone(),
-    })
+    Ok(ProxyRoute { address, username, password, bypass_hosts: proxy.bypass_hosts.clone() })
 }
 
 /// `route_of`, with a custom proxy's host resolved to an address the egress policy lets
 /// tenants reach; the agent connects to that address. Operators' upstreams are trusted.
 pub async fn connectable_route(
-    proxy: &ProxyRecord,
-    upstreams: &ProxyUpstreams,
-    egress: &EgressPolicy,
+    proxy: &ProxyRecord, upstreams: &ProxyUpstreams, egress: &EgressPolicy,
 ) -> Result<ProxyRoute, String> {
     let mut route = route_of(proxy, upstreams)?;
     if proxy.kind == "custom" {
@@ -200,11 +177,7 @@ async fn check_inner(route: &ProxyRoute, url: &str) -> Result<(), String> {
         }
         head.extend_from_slice(&buffer[..read]);
     }
-    let status_line = String::from_utf8_lossy(&head)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    let status_line = String::from_utf8_lossy(&head).lines().next().unwrap_or_default().to_owned();
     let code: u16 = status_line
         .split_whitespace()
         .nth(1)
@@ -213,14 +186,8 @@ async fn check_inner(route: &ProxyRoute, url: &str) -> Result<(), String> {
     if (200..400).contains(&code) {
         Ok(())
     } else {
-        let printable: String = status_line
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(200)
-            .collect();
-        Err(format!(
-            "the request through the proxy answered {printable}"
-        ))
+        let printable: String = status_line.chars().filter(|c| !c.is_control()).take(200).collect();
+        Err(format!("the request through the proxy answered {printable}"))
     }
 }
 
@@ -232,16 +199,9 @@ mod tests {
     fn upstream_urls_parse_with_and_without_credentials() {
         assert_eq!(
             parse_proxy_url("http://us%40r:p%3Ass@proxy.test:3128"),
-            Ok((
-                "proxy.test:3128".into(),
-                Some("us@r".into()),
-                Some("p:ss".into())
-            ))
+            Ok(("proxy.test:3128".into(), Some("us@r".into()), Some("p:ss".into())))
         );
-        assert_eq!(
-            parse_proxy_url("http://proxy.test"),
-            Ok(("proxy.test:80".into(), None, None))
-        );
+        assert_eq!(parse_proxy_url("http://proxy.test"), Ok(("proxy.test:80".into(), None, None)));
         assert!(parse_proxy_url("socks5://proxy.test:1080").is_err());
         assert!(parse_proxy_url("not a url").is_err());
     }

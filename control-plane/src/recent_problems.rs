@@ -44,10 +44,7 @@ where
 
 /// The problems kept, newest first.
 pub fn recent() -> Vec<Problem> {
-    RECENT
-        .lock()
-        .map(|kept| kept.iter().rev().cloned().collect())
-        .unwrap_or_default()
+    RECENT.lock().map(|kept| kept.iter().rev().cloned().collect()).unwrap_or_default()
 }
 
 struct Keeper;
@@ -69,11 +66,7 @@ impl<S: Subscriber> Layer<S> for Keeper {
         let metadata = event.metadata();
         let problem = Problem {
             at: Utc::now(),
-            level: if *metadata.level() == Level::ERROR {
-                "error"
-            } else {
-                "warn"
-            },
+            level: if *metadata.level() == Level::ERROR { "error" } else { "warn" },
             target: metadata.target().to_owned(),
             message,
         };
@@ -125,10 +118,8 @@ mod tests {
             tracing::error!(code = 3, "the agent is gone");
         });
         let kept = recent();
-        let ours: Vec<_> = kept
-            .iter()
-            .filter(|p| p.target.ends_with("recent_problems::tests"))
-            .collect();
+        let ours: Vec<_> =
+            kept.iter().filter(|p| p.target.ends_with("recent_problems::tests")).collect();
         assert_eq!(ours.len(), 2, "{kept:?}");
         assert_eq!(ours[0].level, "error");
         assert_eq!(ours[0].message, "the agent is gone code=3");

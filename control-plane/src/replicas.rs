@@ -52,12 +52,7 @@ pub enum Signal {
     /// The session's record changed (its viewport, name, profile): cached copies go.
     SessionChanged { session_id: String },
     /// The session's allowlist or proxy changed in the store: its owner applies it.
-    EgressChanged {
-        org_id: String,
-        session_id: String,
-        allowlist: bool,
-        proxy: bool,
-    },
+    EgressChanged { org_id: String, session_id: String, allowlist: bool, proxy: bool },
     /// The pool browser was released for reuse: its owner resets it.
     ResetRequested { org_id: String, session_id: String },
     /// This replica adopted the session from a replica that is gone (never sent to
@@ -128,21 +123,16 @@ impl Replica {
     /// (this replica's previous life, killed less than a lease ago; or another process
     /// given the same id, which must not run twice).
     pub async fn join(self: &Arc<Self>) -> StoreResult<()> {
-        self.store
-            .register_replica(&self.id, &self.address, Utc::now())
-            .await?;
+        self.store.register_replica(&self.id, &self.address, Utc::now()).await?;
         let notices = self.store.listen(SIGNALS_CHANNEL);
-        self.shared
-            .store(notices.is_some(), std::sync::atomic::Ordering::SeqCst);
+        self.shared.store(notices.is_some(), std::sync::atomic::Ordering::SeqCst);
         // This process's previous life (alone on its store, as with SQLite; or on this
         // host, its process gone) gives its membership up at once: its browsers are
         // taken back before their agents, waiting for a control plane, give up.
         if let Some((holder, _)) = self.store.lease(&self.membership()).await?
             && (notices.is_none() || is_dead_process_here(&holder))
         {
-            self.store
-                .release_lease(&self.membership(), &holder)
-                .await?;
+            self.store.release_lease(&self.membership(), &holder).await?;
         }
         let mut warned = false;
         while !self.renew_membership().await? {
@@ -200,10 +190,7 @@ impl Replica {
         for lease in duties {
             let _ = self.store.release_lease(&lease, &self.id).await;
         }
-        let _ = self
-            .store
-            .release_lease(&self.membership(), &self.membership_holder())
-            .await;
+        let _ = self.store.release_lease(&self.membership(), &self.membership_holder()).await;
     }
 
     /// Whether other replicas may share the store (and so its work).
@@ -232,14 +219,8 @@ impl Replica {
 
     async fn renew_membership(&self) -> StoreResult<bool> {
         let until = self.membership_until.lock().ok().and_then(|until| *until);
-        let renewed = self
-            .hold(
-                &self.membership(),
-                &self.membership_holder(),
-                until,
-                MEMBERSHIP_TTL,
-            )
-            .await;
+        let renewed =
+            self.hold(&self.membership(), &self.membership_holder(), until, MEMBERSHIP_TTL).await;
         if let Ok(mut slot) = self.membership_until.lock() {
             // Kept after an error while it lasts (`is_current` compares it with the time).
             if let Ok(until) = &renewed {
@@ -258,29 +239,22 @@ impl Replica {
     /// held (or held no longer) is tried for as long as a renewal would make it last.
     /// The answer is `None` unless the lease lasts past now.
     async fn hold(
-        &self,
-        lease: &str,
-        holder: &str,
-        held_until: Option<Instant>,
-        ttl: Duration,
+        &self, lease: &str, holder: &str, held_until: Option<Instant>, ttl: Duration,
     ) -> StoreResult<Option<Instant>> {
         let started = Instant::now();
-        let deadline = held_until
-            .filter(|until| *until > started)
-            .unwrap_or(started + ttl - LOSS_MARGIN);
+        let deadline =
+            held_until.filter(|until| *until > started).unwrap_or(started + ttl - LOSS_MARGIN);
         let attempt = async {
             let now = self.store.clock().await?;
             let ttl = chrono::Duration::from_std(ttl).unwrap_or_default();
             self.store.hold_lease(lease, holder, now, now + ttl).await
         };
-        let held = tokio::time::timeout_at(deadline, attempt)
-            .await
-            .unwrap_or_else(|_| {
-                Err(crate::store::StoreError::Backend(format!(
-                    "renewing {lease} took over {:?}",
-                    deadline - started
-                )))
-            })?;
+        let held = tokio::time::timeout_at(deadline, attempt).await.unwrap_or_else(|_| {
+            Err(crate::store::StoreError::Backend(format!(
+                "renewing {lease} took over {:?}",
+                deadline - started
+            )))
+        })?;
         if started.elapsed() > RENEW_INTERVAL {
             tracing::debug!(lease, took = ?started.elapsed(), "a slow lease renewal");
         }
@@ -339,10 +313,7 @@ impl Replica {
 
     /// Sends the signal to the other replicas (this one acts on its own change itself).
     pub async fn publish(&self, signal: Signal) {
-        let envelope = Envelope {
-            from: self.id.clone(),
-            signal,
-        };
+        let envelope = Envelope { from: self.id.clone(), signal };
         let Ok(payload) = serde_json::to_string(&envelope) else {
             return;
         };
@@ -434,9 +405,8 @@ fn host_name() -> String {
 /// Whether a membership holder (`<id> <host>/<pid>`) names a process of this host that
 /// no longer runs a control plane.
 fn is_dead_process_here(holder: &str) -> bool {
-    let Some((host, pid)) = holder
-        .split_once(' ')
-        .and_then(|(_, instance)| instance.rsplit_once('/'))
+    let Some((host, pid)) =
+        holder.split_once(' ').and_then(|(_, instance)| instance.rsplit_once('/'))
     else {
         return false;
     };
@@ -469,12 +439,7 @@ impl Duty {
 
     /// Resolves once this replica no longer holds the duty (never after it left).
     pub async fn lost(&mut self) {
-        if self
-            .held
-            .wait_for(|held| *held == Some(false))
-            .await
-            .is_err()
-        {
+        if self.held.wait_for(|held| *held == Some(false)).await.is_err() {
             std::future::pending::<()>().await;
         }
     }

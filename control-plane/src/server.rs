@@ -224,9 +224,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     // Enforced as configured; unset, from this host's memory where the VMs run on this
     // host, and not at all on Kubernetes (its scheduler places pods on the cluster's
     // nodes, whose room this process cannot see).
-    let capacity_browsers = config
-        .capacity_browsers
-        .unwrap_or_else(browsers_host_memory_fits);
+    let capacity_browsers = config.capacity_browsers.unwrap_or_else(browsers_host_memory_fits);
     let host_limits = HostLimits {
         browsers: match (config.capacity_browsers, config.runtime) {
             (None, RuntimeKind::Kubernetes) => u64::MAX,
@@ -276,12 +274,10 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         StandbySizes {
             headful: headful_standby,
             // Said for headful browsers only, it holds for both kinds.
-            headless: config
-                .standby_headless_browsers
-                .unwrap_or(match config.standby_browsers {
-                    Some(headful) => headful,
-                    None => default_sizes.headless,
-                }),
+            headless: config.standby_headless_browsers.unwrap_or(match config.standby_browsers {
+                Some(headful) => headful,
+                None => default_sizes.headless,
+            }),
         },
     )
     .await
@@ -307,9 +303,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             )?),
             metrics: MetricsSettings {
                 token: config.metrics_token.clone(),
-                capacity: Capacity {
-                    browsers: capacity_browsers,
-                },
+                capacity: Capacity { browsers: capacity_browsers },
             },
             offer,
             oidc: oidc_provider(&config)?,
@@ -331,9 +325,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     serve_app_sandboxes(&app_api_socket, router.clone())?;
     // The peer's address is what the audit log records as the caller's.
     let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await?;
     // The other replicas adopt this one's browsers at once.
     replica.leave().await;
     // Browsers keep running: a restarted control plane re-adopts them.
@@ -349,11 +341,7 @@ fn kernel_limits(sandboxed: bool, config: &ServeConfig) -> KernelLimits {
         0 => Err("turned off (--vm-disk-gib 0)".to_owned()),
         gib => VmDisks::detect(gib << 30),
     };
-    KernelLimits {
-        cgroups: VmCgroups::detect(),
-        disks,
-        cpu_weight: config.vm_cpu_weight,
-    }
+    KernelLimits { cgroups: VmCgroups::detect(), disks, cpu_weight: config.vm_cpu_weight }
 }
 
 /// The loopback port apps reach the API at inside their sandbox: the public URL's, when
@@ -458,9 +446,7 @@ fn node_runtime(configured: Option<std::path::PathBuf>) -> Option<std::path::Pat
     let dir = configured
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../browser-agent/node"));
     let installed = dir.join("executor.mjs").is_file()
-        && dir
-            .join("node_modules/playwright-core/package.json")
-            .is_file();
+        && dir.join("node_modules/playwright-core/package.json").is_file();
     if !installed {
         tracing::warn!(
             dir = %dir.display(),
@@ -501,10 +487,9 @@ fn write_private_file(path: &Path, contents: &str) -> std::io::Result<()> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
         return std::future::pending().await;
     };
     tokio::select! {
@@ -517,11 +502,9 @@ async fn shutdown_signal() {
 fn oidc_provider(
     config: &ServeConfig,
 ) -> anyhow::Result<Option<Arc<crate::people::oidc::OidcProvider>>> {
-    let (Some(issuer), Some(client_id), Some(client_secret)) = (
-        &config.oidc_issuer,
-        &config.oidc_client_id,
-        &config.oidc_client_secret,
-    ) else {
+    let (Some(issuer), Some(client_id), Some(client_secret)) =
+        (&config.oidc_issuer, &config.oidc_client_id, &config.oidc_client_secret)
+    else {
         return Ok(None);
     };
     let provider = crate::people::oidc::OidcProvider::new(crate::people::oidc::OidcSettings {

@@ -54,8 +54,7 @@ impl FakeAgent {
 #[tonic::async_trait]
 impl BrowserAgent for FakeAgent {
     async fn status(
-        &self,
-        _request: Request<StatusRequest>,
+        &self, _request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
         Ok(Response::new(StatusResponse {
             devtools_state: DevtoolsState::Ready.into(),
@@ -64,8 +63,7 @@ impl BrowserAgent for FakeAgent {
     }
 
     async fn shutdown(
-        &self,
-        _request: Request<ShutdownRequest>,
+        &self, _request: Request<ShutdownRequest>,
     ) -> Result<Response<ShutdownResponse>, Status> {
         Ok(Response::new(ShutdownResponse::default()))
     }
@@ -76,8 +74,7 @@ impl BrowserAgent for FakeAgent {
     }
 
     async fn start_recording(
-        &self,
-        request: Request<StartRecordingRequest>,
+        &self, request: Request<StartRecordingRequest>,
     ) -> Result<Response<RecordingInfo>, Status> {
         self.reachable()?;
         Ok(Response::new(RecordingInfo {
@@ -89,8 +86,7 @@ impl BrowserAgent for FakeAgent {
     }
 
     async fn stop_recording(
-        &self,
-        request: Request<RecordingRequest>,
+        &self, request: Request<RecordingRequest>,
     ) -> Result<Response<RecordingInfo>, Status> {
         self.reachable()?;
         self.recording_stops.fetch_add(1, Ordering::SeqCst);
@@ -104,20 +100,16 @@ impl BrowserAgent for FakeAgent {
     }
 
     async fn read_recording(
-        &self,
-        _request: Request<RecordingRequest>,
+        &self, _request: Request<RecordingRequest>,
     ) -> Result<Response<BoxStream<DataChunk>>, Status> {
         self.reachable()?;
         self.recording_reads.fetch_add(1, Ordering::SeqCst);
-        let chunk = DataChunk {
-            data: FAKE_VIDEO.to_vec(),
-        };
+        let chunk = DataChunk { data: FAKE_VIDEO.to_vec() };
         Ok(Response::new(Box::pin(tokio_stream::iter([Ok(chunk)]))))
     }
 
     async fn delete_recording(
-        &self,
-        _request: Request<RecordingRequest>,
+        &self, _request: Request<RecordingRequest>,
     ) -> Result<Response<Empty>, Status> {
         Ok(Response::new(Empty {}))
     }
@@ -125,9 +117,7 @@ impl BrowserAgent for FakeAgent {
 
 /// Serves `agent` on a loopback port for the rest of the test; answers its endpoint.
 pub async fn serve_fake_agent(agent: FakeAgent) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("loopback port");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("loopback port");
     let address = listener.local_addr().expect("bound address");
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -192,19 +182,12 @@ impl FakeRuntime {
 
     /// The session's agent dies.
     pub fn kill(&self, session_id: &str) {
-        self.exited
-            .lock()
-            .expect("lock")
-            .insert(session_id.to_owned());
+        self.exited.lock().expect("lock").insert(session_id.to_owned());
         self.exit.notify_waiters();
     }
 
     pub fn was_destroyed(&self, session_id: &str) -> bool {
-        self.destroyed
-            .lock()
-            .expect("lock")
-            .iter()
-            .any(|id| id == session_id)
+        self.destroyed.lock().expect("lock").iter().any(|id| id == session_id)
     }
 
     fn is_gone(&self, session_id: &str) -> bool {
@@ -216,10 +199,7 @@ impl FakeRuntime {
 impl Runtime for FakeRuntime {
     async fn launch(&self, spec: &LaunchSpec) -> Result<AgentLocation, RuntimeError> {
         self.launches.fetch_add(1, Ordering::SeqCst);
-        self.launched
-            .lock()
-            .expect("lock")
-            .push(spec.session_id.clone());
+        self.launched.lock().expect("lock").push(spec.session_id.clone());
         let gate = self.held_launches.lock().expect("lock").clone();
         if let Some(gate) = gate {
             gate.acquire().await.expect("gate open").forget();
@@ -231,10 +211,7 @@ impl Runtime for FakeRuntime {
     }
 
     async fn destroy(&self, session_id: &str, _location: Option<&AgentLocation>) {
-        self.destroyed
-            .lock()
-            .expect("lock")
-            .push(session_id.to_owned());
+        self.destroyed.lock().expect("lock").push(session_id.to_owned());
         self.kill(session_id);
     }
 
@@ -278,8 +255,7 @@ pub async fn services(dir: &Path) -> (Services, Arc<FakeRuntime>, FakeAgent) {
 
 /// Services over `store` (e.g. the store of a "previous process", to test restarts).
 pub async fn services_over(
-    store: Arc<dyn crate::store::Store>,
-    dir: &Path,
+    store: Arc<dyn crate::store::Store>, dir: &Path,
 ) -> (Services, Arc<FakeRuntime>, FakeAgent) {
     let agent = FakeAgent::default();
     let runtime = Arc::new(FakeRuntime::new(serve_fake_agent(agent.clone()).await));
@@ -293,10 +269,7 @@ pub async fn services_over(
             media: crate::replays::VmMedia::new("ffmpeg", None),
             proxy_upstreams: Default::default(),
             max_pooled_browsers: 10,
-            live_limits: crate::sessions::LiveLimits {
-                browsers: 5,
-                memory_gib: 1024,
-            },
+            live_limits: crate::sessions::LiveLimits { browsers: 5, memory_gib: 1024 },
             host_limits: crate::sessions::HostLimits {
                 browsers: 100,
                 min_available_memory: None,
@@ -322,52 +295,29 @@ pub async fn services_over(
 pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
 /// The id of a test organization.
 pub async fn organization(services: &Services) -> String {
-    services
-        .store
-        .ensure_organization("acme")
-        .await
-        .expect("org")
-        .id
+    services.store.ensure_organization("acme").await.expect("org").id
 }
 
 /// A session as the store has it now.
 pub async fn stored_session(
-    store: &dyn crate::store::Store,
-    org_id: &str,
-    id: &str,
+    store: &dyn crate::store::Store, org_id: &str, id: &str,
 ) -> crate::store::SessionRecord {
-    store
-        .session(org_id, id)
-        .await
-        .expect("store")
-        .expect("the session is on record")
+    store.session(org_id, id).await.expect("store").expect("the session is on record")
 }
 
 /// A running browser of the organization, with the default configuration.
 pub async fn running_session(services: &Services, org_id: &str) -> crate::store::SessionRecord {
     let spec = services
         .sessions
-        .spec(
-            org_id,
-            &crate::sessions::BrowserConfig::default(),
-            None,
-            Vec::new(),
-        )
+        .spec(org_id, &crate::sessions::BrowserConfig::default(), None, Vec::new())
         .await
         .expect("the default configuration is valid");
-    services
-        .sessions
-        .create(org_id, spec)
-        .await
-        .expect("created")
+    services.sessions.create(org_id, spec).await.expect("created")
 }

@@ -111,9 +111,7 @@ impl Tokens {
     /// Loads the signing key shared by all replicas, creating it on first start.
     pub async fn load(store: &dyn Store) -> StoreResult<Self> {
         let candidate = crate::ids::new_secret(64);
-        let key = store
-            .setting_or_insert(SIGNING_KEY_SETTING, &candidate)
-            .await?;
+        let key = store.setting_or_insert(SIGNING_KEY_SETTING, &candidate).await?;
         Ok(Self::from_secret(key.as_bytes()))
     }
 
@@ -175,9 +173,7 @@ impl Tokens {
 
     /// Verifies a token of another module's kind: `audience`, unexpired (`exp`).
     pub fn verify_claims<T: serde::de::DeserializeOwned>(
-        &self,
-        token: &str,
-        audience: &str,
+        &self, token: &str, audience: &str,
     ) -> Option<T> {
         let mut validation = self.replay_view.clone();
         validation.set_audience(&[audience]);
@@ -188,13 +184,9 @@ impl Tokens {
     /// The claims of a genuine token that `validation` accepts (its audience, unexpired),
     /// or `None`.
     fn decode<T: serde::de::DeserializeOwned>(
-        &self,
-        validation: &Validation,
-        token: &str,
+        &self, validation: &Validation, token: &str,
     ) -> Option<T> {
-        jsonwebtoken::decode::<T>(token, &self.decoding, validation)
-            .ok()
-            .map(|data| data.claims)
+        jsonwebtoken::decode::<T>(token, &self.decoding, validation).ok().map(|data| data.claims)
     }
 
     fn sign(&self, claims: &impl Serialize) -> String {
@@ -220,11 +212,7 @@ impl Tokens {
     }
 
     pub fn issue_live_view(
-        &self,
-        session_id: &str,
-        org_id: &str,
-        lease: Option<&str>,
-        read_only: bool,
+        &self, session_id: &str, org_id: &str, lease: Option<&str>, read_only: bool,
     ) -> String {
         self.sign(&SessionClaims {
             sub: session_id.to_owned(),
@@ -242,11 +230,7 @@ impl Tokens {
     }
 
     pub fn issue_replay_view(
-        &self,
-        replay_id: &str,
-        session_id: &str,
-        org_id: &str,
-        expires_at: DateTime<Utc>,
+        &self, replay_id: &str, session_id: &str, org_id: &str, expires_at: DateTime<Utc>,
     ) -> String {
         self.sign(&ReplayViewClaims {
             sub: replay_id.to_owned(),
@@ -259,10 +243,7 @@ impl Tokens {
     }
 
     pub fn issue_hosted_login(
-        &self,
-        connection_id: &str,
-        org_id: &str,
-        expires_at: DateTime<Utc>,
+        &self, connection_id: &str, org_id: &str, expires_at: DateTime<Utc>,
     ) -> String {
         self.issue_scoped(HOSTED_LOGIN_AUDIENCE, connection_id, org_id, expires_at)
     }
@@ -271,21 +252,14 @@ impl Tokens {
     /// organization, until the flow expires. Apart from `hosted_url`'s token: a link to
     /// the form does not give control of the browser.
     pub fn issue_flow_live_view(
-        &self,
-        connection_id: &str,
-        org_id: &str,
-        expires_at: DateTime<Utc>,
+        &self, connection_id: &str, org_id: &str, expires_at: DateTime<Utc>,
     ) -> String {
         self.issue_scoped(FLOW_LIVE_VIEW_AUDIENCE, connection_id, org_id, expires_at)
     }
 
     /// A token of `audience` for `subject` of one organization, until `expires_at`.
     fn issue_scoped(
-        &self,
-        audience: &str,
-        subject: &str,
-        org_id: &str,
-        expires_at: DateTime<Utc>,
+        &self, audience: &str, subject: &str, org_id: &str, expires_at: DateTime<Utc>,
     ) -> String {
         self.sign(&ScopedClaims {
             sub: subject.to_owned(),
@@ -307,11 +281,7 @@ impl Tokens {
 
     /// An API key for the action of one invocation, valid until `expires`.
     pub fn issue_invocation_key(
-        &self,
-        invocation_id: &str,
-        org_id: &str,
-        key_id: Option<&str>,
-        expires: DateTime<Utc>,
+        &self, invocation_id: &str, org_id: &str, key_id: Option<&str>, expires: DateTime<Utc>,
     ) -> String {
         let token = self.sign(&InvocationClaims {
             sub: invocation_id.to_owned(),
@@ -331,10 +301,7 @@ impl Tokens {
     }
 
     pub fn issue_inspector(
-        &self,
-        session_id: &str,
-        org_id: &str,
-        expires_at: DateTime<Utc>,
+        &self, session_id: &str, org_id: &str, expires_at: DateTime<Utc>,
     ) -> String {
         self.issue_scoped(INSPECTOR_AUDIENCE, session_id, org_id, expires_at)
     }
@@ -359,15 +326,8 @@ mod tests {
         let tokens = Tokens::from_secret(b"one key");
         let token = tokens.issue_cdp("session1", "org_a", None);
         let claims = tokens.verify_cdp(&token);
-        assert_eq!(
-            claims.map(|c| (c.sub, c.org)),
-            Some(("session1".into(), "org_a".into()))
-        );
-        assert!(
-            Tokens::from_secret(b"another key")
-                .verify_cdp(&token)
-                .is_none()
-        );
+        assert_eq!(claims.map(|c| (c.sub, c.org)), Some(("session1".into(), "org_a".into())));
+        assert!(Tokens::from_secret(b"another key").verify_cdp(&token).is_none());
         let mut tampered = token.clone();
         tampered.insert(token.len() / 2, 'x');
         assert!(tokens.verify_cdp(&tampered).is_none());
@@ -402,19 +362,12 @@ mod tests {
         let view = tokens.issue_live_view("session1", "org_a", Some("lease1"), true);
         let claims = tokens.verify_live_view(&view).expect("valid");
         assert_eq!(
-            (
-                claims.sub.as_str(),
-                claims.org.as_str(),
-                claims.lease.as_deref()
-            ),
+            (claims.sub.as_str(), claims.org.as_str(), claims.lease.as_deref()),
             ("session1", "org_a", Some("lease1"))
         );
         assert!(claims.read_only);
         assert!(tokens.verify_cdp(&view).is_none(), "not a CDP token");
         let cdp = tokens.issue_cdp("session1", "org_a", None);
-        assert!(
-            tokens.verify_live_view(&cdp).is_none(),
-            "CDP tokens do not open it"
-        );
+        assert!(tokens.verify_live_view(&cdp).is_none(), "CDP tokens do not open it");
     }
 }

@@ -1,12 +1,7 @@
 //! Generated gRPC code for the browser agent contract (`browser_agent.v1`).
 
 pub mod v1 {
-    #![allow(
-        clippy::all,
-        clippy::pedantic,
-        clippy::unwrap_used,
-        clippy::expect_used
-    )]
+    #![allow(clippy::all, clippy::pedantic, clippy::unwrap_used, clippy::expect_used)]
     tonic::include_proto!("browser_agent.v1");
 }
 
@@ -53,17 +48,9 @@ pub mod unix_socket {
                 format!("{} is not a socket path", socket.display()),
             ));
         };
-        let directory = File::open(if directory.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            directory
-        })?;
-        let path = Path::new("/proc/self/fd")
-            .join(directory.as_raw_fd().to_string())
-            .join(name);
-        Ok(ShortPath {
-            _directory: directory,
-            path,
-        })
+        let directory =
+            File::open(if directory.as_os_str().is_empty() { Path::new(".") } else { directory })?;
+        let path = Path::new("/proc/self/fd").join(directory.as_raw_fd().to_string()).join(name);
+        Ok(ShortPath { _directory: directory, path })
     }
 }

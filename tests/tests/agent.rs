@@ -18,16 +18,9 @@ use tonic::transport::Channel;
 fn agent_binary() -> PathBuf {
     // target/<profile>/deps/agent-<hash> → target/<profile>/browser-agent
     let exe = std::env::current_exe().expect("test binary path");
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .join("browser-agent");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace` first",
-        path.display()
-    );
+    let path =
+        exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("browser-agent");
+    assert!(path.exists(), "{} is missing: run `cargo build --workspace` first", path.display());
     path
 }
 
@@ -65,45 +58,32 @@ fn start_agent(secret: &str, args: &[&str]) -> Agent {
         assert!(Instant::now() < deadline, "agent did not write its address");
         std::thread::sleep(Duration::from_millis(10));
     };
-    Agent {
-        child,
-        address: format!("http://{}", address.trim()),
-        _dir: dir,
-    }
+    Agent { child, address: format!("http://{}", address.trim()), _dir: dir }
 }
 
 async fn client(agent: &Agent) -> BrowserAgentClient<Channel> {
-    BrowserAgentClient::connect(agent.address.clone())
-        .await
-        .expect("connect")
+    BrowserAgentClient::connect(agent.address.clone()).await.expect("connect")
 }
 
 fn with_secret<T>(message: T, secret: &str) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {secret}").parse().expect("ascii"),
-    );
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {secret}").parse().expect("ascii"));
     request
 }
 
 fn is_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
-            !matches!(
-                stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()),
-                Some('Z' | 'X')
-            )
+            !matches!(stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()), Some('Z' | 'X'))
         })
         .unwrap_or(false)
 }
 
 #[tokio::test]
 async fn agent_demands_its_credential_supervises_chromium_and_shuts_down() {
-    let mut agent = start_agent(
-        "right-secret",
-        &["--headless", "--width=800", "--height=600"],
-    );
+    let mut agent = start_agent("right-secret", &["--headless", "--width=800", "--height=600"]);
     let mut client = client(&agent).await;
 
     for request in [
@@ -113,23 +93,12 @@ async fn agent_demands_its_credential_supervises_chromium_and_shuts_down() {
         let status = client.status(request).await.expect_err("must be refused");
         assert_eq!(status.code(), Code::Unauthenticated);
     }
-    let refused = client
-        .shutdown(with_secret(ShutdownRequest {}, "wrong-secret"))
-        .await;
-    assert_eq!(
-        refused.expect_err("must be refused").code(),
-        Code::Unauthenticated
-    );
+    let refused = client.shutdown(with_secret(ShutdownRequest {}, "wrong-secret")).await;
+    assert_eq!(refused.expect_err("must be refused").code(), Code::Unauthenticated);
 
-    let ready = |wait| StatusRequest {
-        wait_until_ready: wait,
-        wait_timeout_ms: 30_000,
-    };
-    let status = client
-        .status(with_secret(ready(true), "right-secret"))
-        .await
-        .expect("status")
-        .into_inner();
+    let ready = |wait| StatusRequest { wait_until_ready: wait, wait_timeout_ms: 30_000 };
+    let status =
+        client.status(with_secret(ready(true), "right-secret")).await.expect("status").into_inner();
     assert_eq!(status.devtools_state(), DevtoolsState::Ready);
     assert!(status.headless && status.display.is_empty());
     assert_eq!((status.screen_width, status.screen_height), (800, 600));
@@ -153,36 +122,20 @@ async fn agent_demands_its_credential_supervises_chromium_and_shuts_down() {
         if status.chromium_restarts == 1 && status.devtools_state() == DevtoolsState::Ready {
             break status;
         }
-        assert!(
-            Instant::now() < deadline,
-            "Chromium was not restarted: {status:?}"
-        );
+        assert!(Instant::now() < deadline, "Chromium was not restarted: {status:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_ne!(restarted.chromium_pid, first_pid);
-    assert!(
-        restarted.last_chromium_exit.contains("signal"),
-        "{}",
-        restarted.last_chromium_exit
-    );
+    assert!(restarted.last_chromium_exit.contains("signal"), "{}", restarted.last_chromium_exit);
 
     // Shutdown reaps Chromium and ends the agent.
-    client
-        .shutdown(with_secret(ShutdownRequest {}, "right-secret"))
-        .await
-        .expect("shutdown");
+    client.shutdown(with_secret(ShutdownRequest {}, "right-secret")).await.expect("shutdown");
     let deadline = Instant::now() + Duration::from_secs(10);
     while agent.child.try_wait().expect("wait").is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "agent did not exit after Shutdown"
-        );
+        assert!(Instant::now() < deadline, "agent did not exit after Shutdown");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(
-        !is_running(restarted.chromium_pid),
-        "Chromium outlived its agent"
-    );
+    assert!(!is_running(restarted.chromium_pid), "Chromium outlived its agent");
 }
 
 #[tokio::test]
@@ -224,11 +177,7 @@ fn probe(path: &std::path::Path) -> (String, Vec<f64>, f64) {
             .arg(path)
             .output()
             .expect("run ffprobe");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     let text = run(&["-show_entries", "stream=codec_name:format=duration"]);
@@ -243,20 +192,13 @@ fn probe(path: &std::path::Path) -> (String, Vec<f64>, f64) {
         .filter_map(|line| line.strip_prefix("pts_time=")?.parse().ok())
         .collect();
     times.sort_by(f64::total_cmp);
-    (
-        field("codec_name"),
-        times,
-        field("duration").parse().expect("duration"),
-    )
+    (field("codec_name"), times, field("duration").parse().expect("duration"))
 }
 
 /// Whether every frame begins at a slot of `rate` frames a second, at most one per slot.
 fn on_the_grid(times: &[f64], rate: f64) -> bool {
     let slots: Vec<i64> = times.iter().map(|t| (t * rate).round() as i64).collect();
-    times
-        .iter()
-        .zip(&slots)
-        .all(|(t, slot)| (t * rate - *slot as f64).abs() < 0.01)
+    times.iter().zip(&slots).all(|(t, slot)| (t * rate - *slot as f64).abs() < 0.01)
         && slots.windows(2).all(|pair| pair[0] < pair[1])
 }
 
@@ -293,22 +235,13 @@ async fn agent_records_the_display_into_a_faststart_mp4() {
     let bad_id = client.start_recording(start("../x", 10, 5)).await;
     assert_eq!(bad_id.expect_err("bad id").code(), Code::InvalidArgument);
     let bad_rate = client.start_recording(start("r0", 0, 5)).await;
-    assert_eq!(
-        bad_rate.expect_err("bad rate").code(),
-        Code::InvalidArgument
-    );
+    assert_eq!(bad_rate.expect_err("bad rate").code(), Code::InvalidArgument);
 
     // One recording ends by itself at its maximum duration, exactly 2 s of 10 fps.
     let before = std::time::SystemTime::now();
-    let started = client
-        .start_recording(start("r1", 10, 2))
-        .await
-        .expect("start")
-        .into_inner();
-    let started_ms = before
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
+    let started = client.start_recording(start("r1", 10, 2)).await.expect("start").into_inner();
+    let started_ms =
+        before.duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
     assert!((started.started_at_unix_ms - started_ms).abs() < 5_000);
     assert_eq!(started.state(), RecordingState::Recording);
     let again = client.start_recording(start("r1", 10, 2)).await;
@@ -317,33 +250,20 @@ async fn agent_records_the_display_into_a_faststart_mp4() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let finished = loop {
         let info = client
-            .get_recording(with_secret(
-                RecordingRequest {
-                    recording_id: "r1".into(),
-                },
-                secret,
-            ))
+            .get_recording(with_secret(RecordingRequest { recording_id: "r1".into() }, secret))
             .await
             .expect("get")
             .into_inner();
         if info.state() == RecordingState::Finished {
             break info;
         }
-        assert!(
-            Instant::now() < deadline,
-            "did not finish by itself: {info:?}"
-        );
+        assert!(Instant::now() < deadline, "did not finish by itself: {info:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(finished.frames, 20);
     // Stop is idempotent on a finished recording.
     let stopped = client
-        .stop_recording(with_secret(
-            RecordingRequest {
-                recording_id: "r1".into(),
-            },
-            secret,
-        ))
+        .stop_recording(with_secret(RecordingRequest { recording_id: "r1".into() }, secret))
         .await
         .expect("stop")
         .into_inner();
@@ -368,35 +288,20 @@ async fn agent_records_the_display_into_a_faststart_mp4() {
     assert!((duration - 2.0).abs() < 0.2, "duration {duration}");
 
     // Delete forgets it; a second delete is NOT_FOUND.
-    let delete = || {
-        with_secret(
-            RecordingRequest {
-                recording_id: "r1".into(),
-            },
-            secret,
-        )
-    };
+    let delete = || with_secret(RecordingRequest { recording_id: "r1".into() }, secret);
     client.delete_recording(delete()).await.expect("delete");
     let gone = client.delete_recording(delete()).await;
     assert_eq!(gone.expect_err("deleted").code(), Code::NotFound);
 
     // At most four at once.
     for id in ["a", "b", "c", "d"] {
-        client
-            .start_recording(start(id, 5, 60))
-            .await
-            .expect("start");
+        client.start_recording(start(id, 5, 60)).await.expect("start");
     }
     let fifth = client.start_recording(start("e", 5, 60)).await;
     assert_eq!(fifth.expect_err("fifth").code(), Code::ResourceExhausted);
     for id in ["a", "b", "c", "d"] {
         let info = client
-            .stop_recording(with_secret(
-                RecordingRequest {
-                    recording_id: id.into(),
-                },
-                secret,
-            ))
+            .stop_recording(with_secret(RecordingRequest { recording_id: id.into() }, secret))
             .await
             .expect("stop")
             .into_inner();
@@ -408,12 +313,7 @@ async fn agent_records_the_display_into_a_faststart_mp4() {
 /// Reads a whole recording over gRPC.
 async fn read_video(client: &mut BrowserAgentClient<Channel>, secret: &str, id: &str) -> Vec<u8> {
     let mut stream = client
-        .read_recording(with_secret(
-            RecordingRequest {
-                recording_id: id.into(),
-            },
-            secret,
-        ))
+        .read_recording(with_secret(RecordingRequest { recording_id: id.into() }, secret))
         .await
         .expect("read")
         .into_inner();
@@ -436,9 +336,7 @@ async fn a_recording_fed_to_a_slow_encoder_still_ends_at_its_stop() {
          sys.stdout.buffer.write(chunk); sys.stdout.buffer.flush(); time.sleep(0.05)\n' | ffmpeg \"$@\"\n",
     )
     .expect("write the slow encoder");
-    let mut permissions = std::fs::metadata(&slow_ffmpeg)
-        .expect("metadata")
-        .permissions();
+    let mut permissions = std::fs::metadata(&slow_ffmpeg).expect("metadata").permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
     std::fs::set_permissions(&slow_ffmpeg, permissions).expect("chmod");
     let secret = "s";
@@ -466,22 +364,13 @@ async fn a_recording_fed_to_a_slow_encoder_still_ends_at_its_stop() {
         .as_millis() as i64;
     let asked = Instant::now();
     let stopped = client
-        .stop_recording(with_secret(
-            RecordingRequest {
-                recording_id: "slow".into(),
-            },
-            secret,
-        ))
+        .stop_recording(with_secret(RecordingRequest { recording_id: "slow".into() }, secret))
         .await
         .expect("stop")
         .into_inner();
     assert_eq!(stopped.state(), RecordingState::Finished, "{stopped:?}");
     // Only the frames queued at the stop are left to encode, not seconds of repeats.
-    assert!(
-        asked.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        asked.elapsed()
-    );
+    assert!(asked.elapsed() < Duration::from_secs(10), "{:?}", asked.elapsed());
 
     let wall = (stop_asked - started.started_at_unix_ms) as f64 / 1000.0;
     let video = read_video(&mut client, secret, "slow").await;
@@ -493,9 +382,6 @@ async fn a_recording_fed_to_a_slow_encoder_still_ends_at_its_stop() {
     assert!(on_the_grid(&times, 10.0), "{times:?}");
     // Every slot from the first frame to the stop is covered, however few frames the
     // encoder took.
-    assert!(
-        (duration - wall).abs() <= 0.1 * wall,
-        "duration {duration} for {wall} s"
-    );
+    assert!((duration - wall).abs() <= 0.1 * wall, "duration {duration} for {wall} s");
     assert_eq!(frames_played(&path, 10), stopped.frames, "{stopped:?}");
 }

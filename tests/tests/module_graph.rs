@@ -46,10 +46,7 @@ fn no_rust_file_is_over_800_lines() {
     for krate in ["control-plane", "browser-agent", "proto", "tests"] {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(krate);
         for file in rust_files(&dir) {
-            let lines = std::fs::read_to_string(&file)
-                .unwrap_or_default()
-                .lines()
-                .count();
+            let lines = std::fs::read_to_string(&file).unwrap_or_default().lines().count();
             if lines > MAX_LINES {
                 long.push(format!("{} ({lines} lines)", file.display()));
             }
@@ -67,28 +64,13 @@ fn the_check_finds_a_planted_circle() {
         std::fs::write(path, text).unwrap_or_else(|error| panic!("write {name}: {error}"));
     };
     write("lib.rs", "mod a; mod b; mod c; mod d;");
-    write(
-        "a/mod.rs",
-        "mod inner; use crate::b::Thing; // crate::d::X is a comment\n",
-    );
-    write(
-        "a/inner.rs",
-        "pub fn f() -> &'static str { \"see crate::d::Y\" }",
-    );
-    write(
-        "b.rs",
-        "use crate::{c::{self, Other}, d};\nmod tests { use super::*; }",
-    );
-    write(
-        "c.rs",
-        "pub(super) fn g() { super::a::inner::f(); }\npub(in crate::b) fn i() {}",
-    );
+    write("a/mod.rs", "mod inner; use crate::b::Thing; // crate::d::X is a comment\n");
+    write("a/inner.rs", "pub fn f() -> &'static str { \"see crate::d::Y\" }");
+    write("b.rs", "use crate::{c::{self, Other}, d};\nmod tests { use super::*; }");
+    write("c.rs", "pub(super) fn g() { super::a::inner::f(); }\npub(in crate::b) fn i() {}");
     write("d.rs", "pub struct X; fn h() { crate::a::inner::f(); }");
     let named = |graph| -> Vec<Vec<String>> {
-        circles(&graph)
-            .into_iter()
-            .map(|circle| circle.iter().map(display).collect())
-            .collect()
+        circles(&graph).into_iter().map(|circle| circle.iter().map(display).collect()).collect()
     };
     let found = named(dependency_graph(dir.path(), "lib.rs"));
     // a → b → c → a::inner is no circle (a's child is not a); d → a::inner neither. A
@@ -116,14 +98,8 @@ fn the_check_sees_through_reexports_and_paths_in_attributes() {
     };
     write("lib.rs", "mod e; mod f; mod g;");
     // `crate::e::Thing` is `e/inner.rs`'s, re-exported by `e`.
-    write(
-        "e/mod.rs",
-        "mod inner;\npub use inner::{Thing, Other as Renamed};",
-    );
-    write(
-        "e/inner.rs",
-        "pub struct Thing; pub struct Other; fn k() { crate::f::h() }",
-    );
+    write("e/mod.rs", "mod inner;\npub use inner::{Thing, Other as Renamed};");
+    write("e/inner.rs", "pub struct Thing; pub struct Other; fn k() { crate::f::h() }");
     write("f.rs", "pub fn h() {} fn uses(_: crate::e::Thing) {}");
     assert_eq!(found(), vec![vec!["e::inner", "f"]]);
     write("f.rs", "pub fn h() {} fn uses(_: crate::e::Renamed) {}");
@@ -137,27 +113,17 @@ fn the_check_sees_through_reexports_and_paths_in_attributes() {
         "const B: &[u8] = br#\"a\"b\"#;\n#[serde(deserialize_with = \"crate::e::inner::k\")]\nstruct S;\nfn m() { crate::f::h() }",
     );
     write("f.rs", "pub fn h() { crate::g::n() }");
-    write(
-        "e/inner.rs",
-        "pub struct Thing; pub struct Other; pub fn k() { crate::g::n() }",
-    );
+    write("e/inner.rs", "pub struct Thing; pub struct Other; pub fn k() { crate::g::n() }");
     // g names e::inner only in the attribute, and f only after the byte string.
     assert_eq!(found(), vec![vec!["e::inner", "f", "g"]]);
 }
 
 fn source_dir(krate: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(krate)
-        .join("src")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(krate).join("src")
 }
 
 fn display(module: &Module) -> String {
-    if module.is_empty() {
-        "crate".to_owned()
-    } else {
-        module.join("::")
-    }
+    if module.is_empty() { "crate".to_owned() } else { module.join("::") }
 }
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -168,10 +134,7 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            if path
-                .file_name()
-                .is_some_and(|name| name != "target" && name != "node_modules")
-            {
+            if path.file_name().is_some_and(|name| name != "target" && name != "node_modules") {
                 files.extend(rust_files(&path));
             }
         } else if path.extension().is_some_and(|extension| extension == "rs") {
@@ -185,10 +148,8 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 /// The module a file is: `a/b.rs` and `a/b/mod.rs` are `a::b`, the root is `crate`.
 fn file_module(src: &Path, file: &Path, root: &str) -> Option<Module> {
     let relative = file.strip_prefix(src).ok()?;
-    let mut parts: Module = relative
-        .iter()
-        .map(|part| part.to_string_lossy().into_owned())
-        .collect();
+    let mut parts: Module =
+        relative.iter().map(|part| part.to_string_lossy().into_owned()).collect();
     let last = parts.pop()?;
     if parts.is_empty() && last == root {
         return Some(parts);
@@ -212,10 +173,8 @@ fn dependency_graph(src: &Path, root: &str) -> BTreeMap<Module, BTreeSet<Module>
         }
     }
     // Modules declared inline (`mod tests { … }`) belong to their file.
-    let mut file_of: BTreeMap<Module, Module> = texts
-        .keys()
-        .map(|module| (module.clone(), module.clone()))
-        .collect();
+    let mut file_of: BTreeMap<Module, Module> =
+        texts.keys().map(|module| (module.clone(), module.clone())).collect();
     let mut references = BTreeMap::new();
     let mut written_reexports = Vec::new();
     for (module, code) in &texts {
@@ -251,14 +210,11 @@ fn dependency_graph(src: &Path, root: &str) -> BTreeMap<Module, BTreeSet<Module>
     let resolve = |path: &Module| -> Option<Module> {
         let mut path = path.clone();
         for _ in 0..8 {
-            let length = (0..=path.len())
-                .rev()
-                .find(|length| file_of.contains_key(&path[..*length]))?;
-            let redirected = path.get(length).and_then(|name| {
-                reexports
-                    .get(&path[..length])
-                    .and_then(|names| names.get(name))
-            });
+            let length =
+                (0..=path.len()).rev().find(|length| file_of.contains_key(&path[..*length]))?;
+            let redirected = path
+                .get(length)
+                .and_then(|name| reexports.get(&path[..length]).and_then(|names| names.get(name)));
             match redirected {
                 Some(target) if *target != path[..=length] => {
                     let mut next = target.clone();
@@ -430,9 +386,7 @@ fn scan(code: &str, module: &Module) -> Scanned {
                 scopes.push((name, depth));
             }
             "use" => {
-                let end = (i..tokens.len())
-                    .find(|&j| tokens[j] == ";")
-                    .unwrap_or(tokens.len());
+                let end = (i..tokens.len()).find(|&j| tokens[j] == ";").unwrap_or(tokens.len());
                 let mut expanded = Vec::new();
                 use_tree(&tokens[i + 1..end], Vec::new(), &mut expanded);
                 // `pub use` (or `pub(crate) use`): the names it makes this module answer for.
@@ -451,9 +405,7 @@ fn scan(code: &str, module: &Module) -> Scanned {
             "crate" | "super" | "self" | "in"
                 if i >= 2 && tokens[i - 1] == "(" && tokens[i - 2] == "pub" =>
             {
-                i = (i..tokens.len())
-                    .find(|&j| tokens[j] == ")")
-                    .unwrap_or(tokens.len());
+                i = (i..tokens.len()).find(|&j| tokens[j] == ")").unwrap_or(tokens.len());
                 continue;
             }
             "crate" | "super" | "self" => {
@@ -473,11 +425,7 @@ fn scan(code: &str, module: &Module) -> Scanned {
         }
         i += 1;
     }
-    Scanned {
-        inline,
-        paths,
-        reexports,
-    }
+    Scanned { inline, paths, reexports }
 }
 
 /// What a file declares and names.
@@ -491,10 +439,7 @@ struct Scanned {
 }
 
 fn is_ident(token: &str) -> bool {
-    token
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_alphabetic() || c == '_')
+    token.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
 }
 
 /// Identifiers, `::` and single punctuation characters.

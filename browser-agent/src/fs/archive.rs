@@ -30,18 +30,13 @@ impl VmFs {
     /// staging directory beneath the root first; only a fully valid archive is then moved
     /// into place, merging into an existing directory (files of the same name replaced).
     pub fn extract_zip<R: Read + Seek>(
-        &self,
-        archive: R,
-        api_dest: &str,
-        limits: ZipLimits,
+        &self, archive: R, api_dest: &str, limits: ZipLimits,
     ) -> Result<(u64, u64), FsError> {
         let dest = relative(api_dest)?;
         self.keep_clear(&dest, true, Clear::Inside, api_dest)?;
         match self.root.metadata(&dest) {
             Ok(metadata) if !metadata.is_dir() => {
-                return Err(FsError::Conflict(format!(
-                    "{api_dest} exists and is not a directory"
-                )));
+                return Err(FsError::Conflict(format!("{api_dest} exists and is not a directory")));
             }
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
                 return Err(classify(error, api_dest));
@@ -49,14 +44,10 @@ impl VmFs {
             _ => {}
         }
         let staging_name = PathBuf::from(format!("{STAGING_PREFIX}{}", random_suffix()));
-        self.root
-            .create_dir(&staging_name)
-            .map_err(|e| classify(e, "staging directory"))?;
+        self.root.create_dir(&staging_name).map_err(|e| classify(e, "staging directory"))?;
         let outcome = (|| {
-            let staging = self
-                .root
-                .open_dir(&staging_name)
-                .map_err(|e| classify(e, "staging directory"))?;
+            let staging =
+                self.root.open_dir(&staging_name).map_err(|e| classify(e, "staging directory"))?;
             let counts = extract_into(&staging, archive, limits)?;
             self.place(&staging_name, &dest, api_dest)?;
             Ok(counts)
@@ -79,20 +70,12 @@ impl VmFs {
     /// The names in a staged directory, each with whether it is a directory; read as the
     /// caller goes, since moving entries out changes the directory.
     fn staged_entries<'a>(
-        &self,
-        staged: &Path,
-        api_dest: &'a str,
+        &self, staged: &Path, api_dest: &'a str,
     ) -> Result<impl Iterator<Item = Result<(OsString, bool), FsError>> + 'a, FsError> {
-        let entries = self
-            .root
-            .read_dir(staged)
-            .map_err(|e| classify(e, api_dest))?;
+        let entries = self.root.read_dir(staged).map_err(|e| classify(e, api_dest))?;
         Ok(entries.map(move |entry| {
             let entry = entry.map_err(|e| classify(e, api_dest))?;
-            let is_dir = entry
-                .file_type()
-                .map_err(|e| classify(e, api_dest))?
-                .is_dir();
+            let is_dir = entry.file_type().map_err(|e| classify(e, api_dest))?.is_dir();
             Ok((entry.file_name(), is_dir))
         }))
     }
@@ -111,11 +94,7 @@ impl VmFs {
                         return Err(FsError::Conflict(format!(
                             "the archive has a {} where {at} is a {}",
                             if staged_is_dir { "directory" } else { "file" },
-                            if existing.is_dir() {
-                                "directory"
-                            } else {
-                                "file"
-                            },
+                            if existing.is_dir() { "directory" } else { "file" },
                         )));
                     }
                 }
@@ -132,25 +111,17 @@ impl VmFs {
             if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
                 self.ensure_directory(parent, api_dest)?;
             }
-            return self
-                .root
-                .rename(staged, &self.root, dest)
-                .map_err(|e| classify(e, api_dest));
+            return self.root.rename(staged, &self.root, dest).map_err(|e| classify(e, api_dest));
         }
         for entry in self.staged_entries(staged, api_dest)? {
             let (name, is_dir) = entry?;
             let (from, to) = (staged.join(&name), dest.join(&name));
-            let both_dirs = is_dir
-                && self
-                    .root
-                    .symlink_metadata(&to)
-                    .is_ok_and(|existing| existing.is_dir());
+            let both_dirs =
+                is_dir && self.root.symlink_metadata(&to).is_ok_and(|existing| existing.is_dir());
             if both_dirs {
                 self.move_staged(&from, &to, api_dest)?;
             } else {
-                self.root
-                    .rename(&from, &self.root, &to)
-                    .map_err(|e| classify(e, api_dest))?;
+                self.root.rename(&from, &self.root, &to).map_err(|e| classify(e, api_dest))?;
             }
         }
         Ok(())
@@ -159,16 +130,10 @@ impl VmFs {
     /// Writes a ZIP archive of the directory `api_path` to `out`.
     pub fn zip_directory<W: Write + Seek>(&self, api_path: &str, out: W) -> Result<W, FsError> {
         let path = relative(api_path)?;
-        let dir = self
-            .root
-            .open_dir(&path)
-            .map_err(|e| classify(e, api_path))?;
+        let dir = self.root.open_dir(&path).map_err(|e| classify(e, api_path))?;
         let mut writer = zip::ZipWriter::new(out);
         add_to_zip(&dir, Path::new(""), &mut writer).map_err(|e| classify(e, api_path))?;
-        writer.finish().map_err(|e| FsError::Io {
-            context: api_path.to_owned(),
-            source: e.into(),
-        })
+        writer.finish().map_err(|e| FsError::Io { context: api_path.to_owned(), source: e.into() })
     }
 }
 
@@ -179,10 +144,7 @@ pub(super) fn symlink_stays_inside(link: &Path, target: &str) -> bool {
     if target.starts_with('/') || target.is_empty() {
         return false;
     }
-    let mut depth: i64 = link
-        .parent()
-        .map(|p| p.components().count() as i64)
-        .unwrap_or(0);
+    let mut depth: i64 = link.parent().map(|p| p.components().count() as i64).unwrap_or(0);
     let mut descended = false;
     for component in Path::new(target).components() {
         match component {
@@ -221,9 +183,7 @@ fn lexically_normal(path: &Path) -> PathBuf {
 /// Whether `name` lies beneath one of the symlinks the archive created: such an entry
 /// would be written wherever the link points, not where its name says.
 fn beneath_a_symlink(name: &Path, symlinks: &std::collections::HashSet<PathBuf>) -> bool {
-    name.ancestors()
-        .skip(1)
-        .any(|ancestor| symlinks.contains(ancestor))
+    name.ancestors().skip(1).any(|ancestor| symlinks.contains(ancestor))
 }
 
 fn corrupt(error: impl std::fmt::Display) -> FsError {
@@ -231,9 +191,7 @@ fn corrupt(error: impl std::fmt::Display) -> FsError {
 }
 
 fn extract_into<R: Read + Seek>(
-    staging: &Dir,
-    archive: R,
-    limits: ZipLimits,
+    staging: &Dir, archive: R, limits: ZipLimits,
 ) -> Result<(u64, u64), FsError> {
     let mut archive = archive;
     // The zip crate reads the whole central directory up front; a hostile archive can
@@ -260,14 +218,11 @@ fn extract_into<R: Read + Seek>(
                 "archive entry {raw_name:?} has an absolute path"
             )));
         }
-        let name = entry
-            .enclosed_name()
-            .map(|name| lexically_normal(&name))
-            .ok_or_else(|| {
-                FsError::InvalidPath(format!(
-                    "archive entry {raw_name:?} would land outside the destination"
-                ))
-            })?;
+        let name = entry.enclosed_name().map(|name| lexically_normal(&name)).ok_or_else(|| {
+            FsError::InvalidPath(format!(
+                "archive entry {raw_name:?} would land outside the destination"
+            ))
+        })?;
         if name.as_os_str().is_empty() {
             continue;
         }
@@ -283,17 +238,13 @@ fn extract_into<R: Read + Seek>(
         if entry.is_dir() {
             let mut builder = DirBuilder::new();
             builder.recursive(true).mode(0o755);
-            staging
-                .create_dir_with(&name, &builder)
-                .map_err(|e| classify(e, &raw_name))?;
+            staging.create_dir_with(&name, &builder).map_err(|e| classify(e, &raw_name))?;
             continue;
         }
         if let Some(parent) = name.parent().filter(|p| !p.as_os_str().is_empty()) {
             let mut builder = DirBuilder::new();
             builder.recursive(true).mode(0o755);
-            staging
-                .create_dir_with(parent, &builder)
-                .map_err(|e| classify(e, &raw_name))?;
+            staging.create_dir_with(parent, &builder).map_err(|e| classify(e, &raw_name))?;
         }
         if entry.is_symlink() {
             let mut target = String::new();
@@ -307,9 +258,7 @@ fn extract_into<R: Read + Seek>(
                     "archive entry {raw_name:?} is a symlink to {target:?}, outside the destination"
                 )));
             }
-            staging
-                .symlink(&target, &name)
-                .map_err(|e| classify(e, &raw_name))?;
+            staging.symlink(&target, &name).map_err(|e| classify(e, &raw_name))?;
             symlinks.insert(name);
             continue;
         }
@@ -321,9 +270,7 @@ fn extract_into<R: Read + Seek>(
         let mode = entry.unix_mode().map(|m| m & 0o777).unwrap_or(0o644) | 0o600;
         let mut options = OpenOptions::new();
         options.write(true).create(true).truncate(true).mode(mode);
-        let file = staging
-            .open_with(&name, &options)
-            .map_err(|e| classify(e, &raw_name))?;
+        let file = staging.open_with(&name, &options).map_err(|e| classify(e, &raw_name))?;
         let mut file = std::io::BufWriter::with_capacity(256 * 1024, file.into_std());
         // Declared sizes can lie: count what really comes out, one byte past the limit.
         let allowance = limits.max_expanded_bytes - total;
@@ -335,9 +282,7 @@ fn extract_into<R: Read + Seek>(
         if written >= RATIO_CHECK_MIN_BYTES && written / compressed > limits.max_ratio {
             return Err(ratio_limit(&raw_name, limits));
         }
-        let file = file
-            .into_inner()
-            .map_err(|e| classify(e.into_error(), &raw_name))?;
+        let file = file.into_inner().map_err(|e| classify(e.into_error(), &raw_name))?;
         file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
             .map_err(|e| classify(e, &raw_name))?;
         total += written;
@@ -363,9 +308,7 @@ fn declared_entry_count<R: Read + Seek>(archive: &mut R) -> Option<u64> {
     let length = archive.seek(std::io::SeekFrom::End(0)).ok()?;
     // The record is 22 bytes plus a comment of at most 65535, plus room for the locator.
     let tail_length = length.min(22 + 65_535 + 20);
-    archive
-        .seek(std::io::SeekFrom::Start(length - tail_length))
-        .ok()?;
+    archive.seek(std::io::SeekFrom::Start(length - tail_length)).ok()?;
     let mut tail = vec![0; tail_length as usize];
     archive.read_exact(&mut tail).ok()?;
     let at = tail.windows(4).rposition(|window| window == EOCD)?;
@@ -402,9 +345,7 @@ fn ratio_limit(name: &str, limits: ZipLimits) -> FsError {
 }
 
 fn add_to_zip<W: Write + Seek>(
-    dir: &Dir,
-    prefix: &Path,
-    writer: &mut zip::ZipWriter<W>,
+    dir: &Dir, prefix: &Path, writer: &mut zip::ZipWriter<W>,
 ) -> std::io::Result<()> {
     let mut entries: Vec<_> = dir.entries()?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
@@ -429,9 +370,7 @@ fn add_to_zip<W: Write + Seek>(
                 .map_err(std::io::Error::other)?;
             add_to_zip(&dir.open_dir(&name)?, &archived, writer)?;
         } else {
-            writer
-                .start_file(archived_name, options)
-                .map_err(std::io::Error::other)?;
+            writer.start_file(archived_name, options).map_err(std::io::Error::other)?;
             std::io::copy(&mut dir.open(&name)?, writer)?;
         }
     }
@@ -460,16 +399,11 @@ mod tests {
     fn the_declared_entry_count_is_read_without_parsing_the_directory() {
         let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
         for name in ["a", "b", "c"] {
-            writer
-                .start_file(name, zip::write::SimpleFileOptions::default())
-                .expect("entry");
+            writer.start_file(name, zip::write::SimpleFileOptions::default()).expect("entry");
             writer.write_all(b"x").expect("data");
         }
         let mut archive = writer.finish().expect("finish");
         assert_eq!(declared_entry_count(&mut archive), Some(3));
-        assert_eq!(
-            declared_entry_count(&mut std::io::Cursor::new(b"not a zip".to_vec())),
-            None
-        );
+        assert_eq!(declared_entry_count(&mut std::io::Cursor::new(b"not a zip".to_vec())), None);
     }
 }

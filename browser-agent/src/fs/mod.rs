@@ -38,10 +38,7 @@ pub enum FsError {
     #[error("{0}")]
     PermissionDenied(String),
     #[error("{context}: {source}")]
-    Io {
-        context: String,
-        source: std::io::Error,
-    },
+    Io { context: String, source: std::io::Error },
 }
 
 impl From<FsError> for Status {
@@ -85,10 +82,7 @@ fn classify(error: std::io::Error, path: &str) -> FsError {
         _ if error.raw_os_error() == Some(libc::ELOOP) => {
             FsError::InvalidPath(format!("{path}: too many levels of symbolic links"))
         }
-        _ => FsError::Io {
-            context: path.to_owned(),
-            source: error,
-        },
+        _ => FsError::Io { context: path.to_owned(), source: error },
     }
 }
 
@@ -96,14 +90,10 @@ fn classify(error: std::io::Error, path: &str) -> FsError {
 /// `..` is resolved lexically and may not climb above the root.
 pub fn relative(api_path: &str) -> Result<PathBuf, FsError> {
     if api_path.len() > MAX_PATH_BYTES {
-        return Err(FsError::InvalidPath(format!(
-            "paths are limited to {MAX_PATH_BYTES} bytes"
-        )));
+        return Err(FsError::InvalidPath(format!("paths are limited to {MAX_PATH_BYTES} bytes")));
     }
     if api_path.contains('\0') {
-        return Err(FsError::InvalidPath(
-            "paths cannot contain NUL bytes".into(),
-        ));
+        return Err(FsError::InvalidPath("paths cannot contain NUL bytes".into()));
     }
     let Some(rest) = api_path.strip_prefix('/') else {
         return Err(FsError::InvalidPath(format!(
@@ -194,25 +184,16 @@ impl VmFs {
                 Err(error) => return Err(error),
             }
         }
-        Ok(rest
-            .iter()
-            .rev()
-            .fold(PathBuf::new(), |real, name| real.join(name)))
+        Ok(rest.iter().rev().fold(PathBuf::new(), |real, name| real.join(name)))
     }
 
     fn keep_clear(
-        &self,
-        path: &Path,
-        follow_last: bool,
-        clear: Clear,
-        api_path: &str,
+        &self, path: &Path, follow_last: bool, clear: Clear, api_path: &str,
     ) -> Result<(), FsError> {
         if self.protected.is_none() {
             return Ok(());
         }
-        let real = self
-            .real_location(path, follow_last)
-            .map_err(|e| classify(e, api_path))?;
+        let real = self.real_location(path, follow_last).map_err(|e| classify(e, api_path))?;
         self.keep_clear_of(&real, clear, api_path)
     }
 
@@ -237,32 +218,25 @@ impl VmFs {
     fn ensure_directory(&self, path: &Path, api_path: &str) -> Result<(), FsError> {
         match self.root.metadata(path) {
             Ok(metadata) if metadata.is_dir() => Ok(()),
-            Ok(_) => Err(FsError::Conflict(format!(
-                "a component of {api_path} is not a directory"
-            ))),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => self
-                .root
-                .create_dir_all(path)
-                .map_err(|e| classify(e, api_path)),
+            Ok(_) => {
+                Err(FsError::Conflict(format!("a component of {api_path} is not a directory")))
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                self.root.create_dir_all(path).map_err(|e| classify(e, api_path))
+            }
             Err(error) => Err(classify(error, api_path)),
         }
     }
 
     pub fn stat(&self, api_path: &str) -> Result<FileInfo, FsError> {
         let path = relative(api_path)?;
-        let metadata = self
-            .root
-            .metadata(&path)
-            .map_err(|e| classify(e, api_path))?;
+        let metadata = self.root.metadata(&path).map_err(|e| classify(e, api_path))?;
         Ok(file_info(&path, &metadata))
     }
 
     pub fn list(&self, api_path: &str) -> Result<Vec<FileInfo>, FsError> {
         let path = relative(api_path)?;
-        let entries = self
-            .root
-            .read_dir(&path)
-            .map_err(|e| classify(e, api_path))?;
+        let entries = self.root.read_dir(&path).map_err(|e| classify(e, api_path))?;
         let mut files = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| classify(e, api_path))?;
@@ -270,11 +244,7 @@ impl VmFs {
             if name.starts_with(STAGING_PREFIX) {
                 continue;
             }
-            let child = if is_root(&path) {
-                PathBuf::from(&name)
-            } else {
-                path.join(&name)
-            };
+            let child = if is_root(&path) { PathBuf::from(&name) } else { path.join(&name) };
             // Follows symlinks (beneath the root); a dangling one is listed as itself.
             let metadata = match self.root.metadata(&child) {
                 Ok(metadata) => metadata,
@@ -288,19 +258,10 @@ impl VmFs {
 
     pub fn open_for_reading(&self, api_path: &str) -> Result<std::fs::File, FsError> {
         let path = relative(api_path)?;
-        if self
-            .root
-            .metadata(&path)
-            .map_err(|e| classify(e, api_path))?
-            .is_dir()
-        {
+        if self.root.metadata(&path).map_err(|e| classify(e, api_path))?.is_dir() {
             return Err(FsError::Invalid(format!("{api_path} is a directory")));
         }
-        Ok(self
-            .root
-            .open(&path)
-            .map_err(|e| classify(e, api_path))?
-            .into_std())
+        Ok(self.root.open(&path).map_err(|e| classify(e, api_path))?.into_std())
     }
 
     /// Opens a hidden temporary file next to `api_path` (creating parent directories);
@@ -316,21 +277,12 @@ impl VmFs {
         {
             return Err(FsError::Conflict(format!("{api_path} is a directory")));
         }
-        let parent = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         self.ensure_directory(parent, api_path)?;
         let temporary = parent.join(format!("{STAGING_PREFIX}{}", random_suffix()));
         let mut options = OpenOptions::new();
-        options
-            .write(true)
-            .create_new(true)
-            .mode(mode & ALLOWED_MODE_BITS);
-        let file = self
-            .root
-            .open_with(&temporary, &options)
-            .map_err(|e| classify(e, api_path))?;
+        options.write(true).create_new(true).mode(mode & ALLOWED_MODE_BITS);
+        let file = self.root.open_with(&temporary, &options).map_err(|e| classify(e, api_path))?;
         // The umask must not weaken the requested mode.
         file.set_permissions(Permissions::from_mode(mode & ALLOWED_MODE_BITS))
             .map_err(|e| classify(e, api_path))?;
@@ -346,10 +298,7 @@ impl VmFs {
 
     pub fn commit_write(&self, mut pending: PendingWrite) -> Result<(), FsError> {
         let api_path = pending.api_path.clone();
-        pending
-            .file
-            .sync_all()
-            .map_err(|e| classify(e, &api_path))?;
+        pending.file.sync_all().map_err(|e| classify(e, &api_path))?;
         self.root
             .rename(&pending.temporary, &self.root, &pending.target)
             .map_err(|e| classify(e, &api_path))?;
@@ -363,16 +312,12 @@ impl VmFs {
         match self.root.metadata(&path) {
             Ok(metadata) if metadata.is_dir() => {}
             Ok(_) => {
-                return Err(FsError::Conflict(format!(
-                    "{api_path} exists and is not a directory"
-                )));
+                return Err(FsError::Conflict(format!("{api_path} exists and is not a directory")));
             }
             Err(_) => {
                 let mut builder = DirBuilder::new();
                 builder.recursive(true).mode(mode & ALLOWED_MODE_BITS);
-                self.root
-                    .create_dir_with(&path, &builder)
-                    .map_err(|e| classify(e, api_path))?;
+                self.root.create_dir_with(&path, &builder).map_err(|e| classify(e, api_path))?;
             }
         }
         self.root
@@ -386,10 +331,7 @@ impl VmFs {
             return Err(FsError::Invalid("cannot delete /".into()));
         }
         self.keep_clear(&path, false, Clear::Overlap, api_path)?;
-        let metadata = self
-            .root
-            .symlink_metadata(&path)
-            .map_err(|e| classify(e, api_path))?;
+        let metadata = self.root.symlink_metadata(&path).map_err(|e| classify(e, api_path))?;
         match (directory, metadata.is_dir()) {
             (true, true) => self.root.remove_dir_all(&path),
             (false, false) => self.root.remove_file(&path),
@@ -408,11 +350,7 @@ impl VmFs {
     }
 
     pub fn set_permissions(
-        &self,
-        api_path: &str,
-        mode: u32,
-        owner: &str,
-        group: &str,
+        &self, api_path: &str, mode: u32, owner: &str, group: &str,
     ) -> Result<(), FsError> {
         let path = relative(api_path)?;
         self.keep_clear(&path, true, Clear::Inside, api_path)?;
@@ -426,16 +364,8 @@ impl VmFs {
             return Ok(());
         }
         // chown through a descriptor opened beneath the root, never by path.
-        let result = if self
-            .root
-            .metadata(&path)
-            .map_err(|e| classify(e, api_path))?
-            .is_dir()
-        {
-            let dir = self
-                .root
-                .open_dir(&path)
-                .map_err(|e| classify(e, api_path))?;
+        let result = if self.root.metadata(&path).map_err(|e| classify(e, api_path))?.is_dir() {
+            let dir = self.root.open_dir(&path).map_err(|e| classify(e, api_path))?;
             std::os::unix::fs::fchown(&dir, uid, gid)
         } else {
             let file = self.root.open(&path).map_err(|e| classify(e, api_path))?;
@@ -454,16 +384,11 @@ impl VmFs {
         if is_root(&src) || is_root(&dest) {
             return Err(FsError::Invalid("cannot move / or move onto /".into()));
         }
-        let metadata = self
-            .root
-            .symlink_metadata(&src)
-            .map_err(|e| classify(e, api_src))?;
+        let metadata = self.root.symlink_metadata(&src).map_err(|e| classify(e, api_src))?;
         self.keep_clear(&src, false, Clear::Overlap, api_src)?;
         // Judged where it really lands: the destination's directories may be links
         // themselves (inside the root) that put it elsewhere than its path says.
-        let landing = self
-            .real_location(&dest, false)
-            .map_err(|e| classify(e, api_dest))?;
+        let landing = self.real_location(&dest, false).map_err(|e| classify(e, api_dest))?;
         self.keep_clear_of(&landing, Clear::Inside, api_dest)?;
         if let Some(link) = self
             .link_escaping_after_move(&src, &landing, metadata.is_dir())
@@ -490,9 +415,9 @@ impl VmFs {
                 }
                 .map_err(|e| classify(e, api_src))
             }
-            Err(error) if error.raw_os_error() == Some(libc::EINVAL) => Err(FsError::Invalid(
-                format!("cannot move {api_src} into itself"),
-            )),
+            Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+                Err(FsError::Invalid(format!("cannot move {api_src} into itself")))
+            }
             Err(error) => Err(match classify(error, api_dest) {
                 FsError::Invalid(_) => FsError::Conflict(format!(
                     "{api_dest} exists and cannot be replaced by {api_src}"
@@ -526,9 +451,7 @@ fn file_info(path: &Path, metadata: &cap_std::fs::Metadata) -> FileInfo {
     let name = if is_root(path) {
         "/".to_owned()
     } else {
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     };
     let mod_time_unix_nanos = metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec();
     FileInfo {
@@ -542,19 +465,12 @@ fn file_info(path: &Path, metadata: &cap_std::fs::Metadata) -> FileInfo {
 }
 
 fn normalized_api_path(relative: &Path) -> String {
-    if is_root(relative) {
-        "/".to_owned()
-    } else {
-        format!("/{}", relative.display())
-    }
+    if is_root(relative) { "/".to_owned() } else { format!("/{}", relative.display()) }
 }
 
 fn random_suffix() -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!("{}-{nanos}", std::process::id())
 }
 
@@ -572,10 +488,7 @@ fn group_id(group: &str) -> Result<u32, FsError> {
 
 /// A numeric id as given, or the id of the user or group of that name.
 fn numeric_or_named(
-    value: &str,
-    field: &str,
-    kind: &str,
-    by_name: impl FnOnce(&str) -> Option<u32>,
+    value: &str, field: &str, kind: &str, by_name: impl FnOnce(&str) -> Option<u32>,
 ) -> Result<u32, FsError> {
     if let Ok(id) = value.parse() {
         return Ok(id);
@@ -588,10 +501,7 @@ impl VmFs {
     /// the VM root (where it ends up). A relative link that stays inside at its depth can
     /// point out from a shallower one, so links are judged again wherever they move.
     fn link_escaping_after_move(
-        &self,
-        from: &Path,
-        to: &Path,
-        is_dir: bool,
+        &self, from: &Path, to: &Path, is_dir: bool,
     ) -> std::io::Result<Option<PathBuf>> {
         if !is_dir {
             if !self.root.symlink_metadata(from)?.is_symlink() {
@@ -625,12 +535,7 @@ fn copy_recursively(root: &Dir, from: &Path, to: &Path, is_dir: bool) -> std::io
     for entry in root.read_dir(from)? {
         let entry = entry?;
         let name = entry.file_name();
-        copy_recursively(
-            root,
-            &from.join(&name),
-            &to.join(&name),
-            entry.file_type()?.is_dir(),
-        )?;
+        copy_recursively(root, &from.join(&name), &to.join(&name), entry.file_type()?.is_dir())?;
     }
     Ok(())
 }
@@ -642,15 +547,9 @@ mod tests {
     #[test]
     fn api_paths_map_beneath_the_root() {
         assert_eq!(relative("/").expect("root"), PathBuf::from("."));
-        assert_eq!(
-            relative("/a/./b/../c").expect("normal"),
-            PathBuf::from("a/c")
-        );
+        assert_eq!(relative("/a/./b/../c").expect("normal"), PathBuf::from("a/c"));
         assert!(matches!(relative("a/b"), Err(FsError::InvalidPath(_))));
-        assert!(matches!(
-            relative("/a/../../etc"),
-            Err(FsError::InvalidPath(_))
-        ));
+        assert!(matches!(relative("/a/../../etc"), Err(FsError::InvalidPath(_))));
         assert!(matches!(relative("/a\0b"), Err(FsError::InvalidPath(_))));
     }
 
@@ -668,10 +567,7 @@ mod tests {
                 "{from} → {to}"
             );
         }
-        assert!(
-            root.path().join("a/b/c/l").is_symlink(),
-            "refused moves change nothing"
-        );
+        assert!(root.path().join("a/b/c/l").is_symlink(), "refused moves change nothing");
         // The same depth (or deeper) keeps it inside.
         fs.move_path("/a", "/y").expect("same depth");
         fs.move_path("/y/b/c/l", "/z/z/z/l").expect("same depth");
@@ -694,8 +590,7 @@ mod tests {
             Err(FsError::Invalid(ref why)) if why.contains("outside")
         ));
         assert!(root.path().join("c/d/e/l").is_symlink());
-        fs.move_path("/c/d/e/l", "/a/b/up/f/g/h/l")
-            .expect("really at depth 3");
+        fs.move_path("/c/d/e/l", "/a/b/up/f/g/h/l").expect("really at depth 3");
     }
 
     #[test]
@@ -707,14 +602,8 @@ mod tests {
             .expect("symlink");
         let fs = VmFs::open_protecting(root.path(), "/home/kernel/extensions").expect("open");
         let refused = |outcome: Result<(), FsError>| matches!(outcome, Err(FsError::Invalid(ref why)) if why.contains("extensions API"));
-        assert!(
-            fs.begin_write("/home/kernel/extensions/ext/bg.js", 0o644)
-                .is_err()
-        );
-        assert!(
-            fs.begin_write("/x/ext/evil.js", 0o644).is_err(),
-            "through a link too"
-        );
+        assert!(fs.begin_write("/home/kernel/extensions/ext/bg.js", 0o644).is_err());
+        assert!(fs.begin_write("/x/ext/evil.js", 0o644).is_err(), "through a link too");
         assert!(refused(fs.create_directory("/x/new", 0o755)));
         assert!(refused(fs.delete("/home/kernel/extensions/ext", true)));
         assert!(refused(fs.delete("/home", true)), "nor what contains them");
@@ -727,16 +616,12 @@ mod tests {
             "ok"
         );
         // Beside them, everything works as usual.
-        fs.create_directory("/home/kernel/downloads", 0o755)
-            .expect("beside");
-        let pending = fs
-            .begin_write("/home/kernel/notes.txt", 0o644)
-            .expect("beside");
+        fs.create_directory("/home/kernel/downloads", 0o755).expect("beside");
+        let pending = fs.begin_write("/home/kernel/notes.txt", 0o644).expect("beside");
         fs.commit_write(pending).expect("commit");
         // The extensions API's own handle is not protected.
         let own = VmFs::open(root.path()).expect("open");
-        own.delete("/home/kernel/extensions/ext", true)
-            .expect("own handle");
+        own.delete("/home/kernel/extensions/ext", true).expect("own handle");
     }
 
     #[test]
@@ -746,15 +631,9 @@ mod tests {
         let root = tempfile::tempdir().expect("temp dir");
         std::os::unix::fs::symlink(outside.path(), root.path().join("escape")).expect("symlink");
         let fs = VmFs::open(root.path()).expect("open root");
-        assert!(matches!(
-            fs.stat("/escape/secret"),
-            Err(FsError::InvalidPath(_))
-        ));
+        assert!(matches!(fs.stat("/escape/secret"), Err(FsError::InvalidPath(_))));
         assert!(matches!(fs.list("/escape"), Err(FsError::InvalidPath(_))));
-        assert!(matches!(
-            fs.open_for_reading("/escape/secret"),
-            Err(FsError::InvalidPath(_))
-        ));
+        assert!(matches!(fs.open_for_reading("/escape/secret"), Err(FsError::InvalidPath(_))));
         assert!(fs.begin_write("/escape/new", 0o644).is_err());
         assert!(fs.move_path("/escape/secret", "/stolen").is_err());
         assert!(outside.path().join("secret").exists());

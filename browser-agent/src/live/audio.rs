@@ -32,34 +32,23 @@ struct Running {
 
 impl LiveAudio {
     pub fn new(ffmpeg: String) -> Self {
-        Self {
-            ffmpeg,
-            running: Mutex::new(None),
-        }
+        Self { ffmpeg, running: Mutex::new(None) }
     }
 
     /// Joins the running capture, or starts it. Blocking (it starts a process).
     pub fn subscribe(self: &Arc<Self>) -> Result<broadcast::Receiver<Chunk>, String> {
-        let mut running = self
-            .running
-            .lock()
-            .map_err(|_| "the live audio's lock is poisoned".to_owned())?;
+        let mut running =
+            self.running.lock().map_err(|_| "the live audio's lock is poisoned".to_owned())?;
         if let Some(running) = running.as_ref() {
             return Ok(running.chunks.subscribe());
         }
         let mut child = crate::sound::capture_pcm(&self.ffmpeg, RATE, CHANNELS, Stdio::null())
             .map_err(|error| format!("starting the sound capture: {error}"))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| "the sound capture has no output".to_owned())?;
+        let stdout =
+            child.stdout.take().ok_or_else(|| "the sound capture has no output".to_owned())?;
         let (chunks, receiver) = broadcast::channel(BACKLOG);
         let pid = child.id();
-        let capture = Capture {
-            hub: self.clone(),
-            child,
-            chunks: chunks.clone(),
-        };
+        let capture = Capture { hub: self.clone(), child, chunks: chunks.clone() };
         std::thread::Builder::new()
             .name("live-audio".into())
             .spawn(move || capture.run(stdout))
@@ -101,10 +90,7 @@ impl Capture {
             if let Ok(mut running) = self.hub.running.lock()
                 && self.chunks.receiver_count() == 0
             {
-                if running
-                    .as_ref()
-                    .is_some_and(|r| r.chunks.same_channel(&self.chunks))
-                {
+                if running.as_ref().is_some_and(|r| r.chunks.same_channel(&self.chunks)) {
                     *running = None;
                 }
                 return;
@@ -120,9 +106,7 @@ impl Drop for Capture {
     /// have been reaped and reused yet).
     fn drop(&mut self) {
         if let Ok(mut running) = self.hub.running.lock()
-            && running
-                .as_ref()
-                .is_some_and(|running| running.chunks.same_channel(&self.chunks))
+            && running.as_ref().is_some_and(|running| running.chunks.same_channel(&self.chunks))
         {
             *running = None;
         }

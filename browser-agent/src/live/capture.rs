@@ -107,10 +107,7 @@ impl DamageCapture {
             return Ok(());
         }
         let descriptor = self.connection.stream().as_fd();
-        let mut wanted = [nix::poll::PollFd::new(
-            descriptor,
-            nix::poll::PollFlags::POLLIN,
-        )];
+        let mut wanted = [nix::poll::PollFd::new(descriptor, nix::poll::PollFlags::POLLIN)];
         let millis = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
         let _ = nix::poll::poll(&mut wanted, nix::poll::PollTimeout::from(millis));
         Ok(())
@@ -166,9 +163,7 @@ impl DamageCapture {
                 .iter()
                 .zip(workers)
                 .map(|(band, worker)| {
-                    let jpeg = worker
-                        .join()
-                        .map_err(|_| "a tile encoder failed".to_owned())??;
+                    let jpeg = worker.join().map_err(|_| "a tile encoder failed".to_owned())??;
                     Ok((*band, jpeg))
                 })
                 .collect()
@@ -189,10 +184,7 @@ impl DamageCapture {
 
 /// `pixels` (rows of `pitch` bytes, BGRX) of `band` as a JPEG.
 fn compress(
-    compressor: &mut turbojpeg::Compressor,
-    pixels: &[u8],
-    band: Rect,
-    pitch: usize,
+    compressor: &mut turbojpeg::Compressor, pixels: &[u8], band: Rect, pitch: usize,
 ) -> GrabResult<Vec<u8>> {
     let image = turbojpeg::Image {
         pixels,
@@ -201,9 +193,7 @@ fn compress(
         height: usize::from(band.height),
         format: turbojpeg::PixelFormat::BGRX,
     };
-    compressor
-        .compress_to_vec(image)
-        .map_err(|e| failed("encoding a tile")(&e))
+    compressor.compress_to_vec(image).map_err(|e| failed("encoding a tile")(&e))
 }
 
 /// `rect` cut into up to [`MAX_BANDS`] horizontal bands of at least [`BAND_ROWS`] rows
@@ -214,11 +204,7 @@ fn bands(rect: Rect) -> Vec<Rect> {
     (0..count)
         .map(|index| Rect {
             y: rect.y + index * rows,
-            height: if index + 1 == count {
-                rect.height - index * rows
-            } else {
-                rows
-            },
+            height: if index + 1 == count { rect.height - index * rows } else { rows },
             ..rect
         })
         .collect()
@@ -230,12 +216,7 @@ mod tests {
 
     #[test]
     fn tall_areas_are_cut_into_bands_that_cover_them_exactly() {
-        let rect = Rect {
-            x: 10,
-            y: 20,
-            width: 1920,
-            height: 1080,
-        };
+        let rect = Rect { x: 10, y: 20, width: 1920, height: 1080 };
         let cut = bands(rect);
         assert_eq!(cut.len(), 4);
         assert_eq!(cut[0].y, 20);
@@ -243,10 +224,7 @@ mod tests {
         for pair in cut.windows(2) {
             assert_eq!(pair[0].y + pair[0].height, pair[1].y, "no gap, no overlap");
         }
-        let small = Rect {
-            height: 300,
-            ..rect
-        };
+        let small = Rect { height: 300, ..rect };
         assert_eq!(bands(small), vec![small]);
     }
 }

@@ -57,28 +57,18 @@ pub struct LiveView {
 
 impl LiveView {
     pub fn new(display: String, screen: Arc<Screen>, audio: Option<audio::LiveAudio>) -> Self {
-        Self {
-            display,
-            screen,
-            running: Mutex::new(None),
-            audio: audio.map(Arc::new),
-        }
+        Self { display, screen, running: Mutex::new(None), audio: audio.map(Arc::new) }
     }
 
     /// Joins the running encoder, or starts it. Blocking (it may connect to the display).
     pub fn subscribe(self: &Arc<Self>) -> Result<Subscription, String> {
-        let mut running = self
-            .running
-            .lock()
-            .map_err(|_| "the live view's lock is poisoned".to_owned())?;
+        let mut running =
+            self.running.lock().map_err(|_| "the live view's lock is poisoned".to_owned())?;
         if let Some(running) = running.as_ref() {
             // Subscribed first: the whole screen it asks for must not go out before.
             let updates = running.updates.subscribe();
             running.refresh.store(true, Ordering::Relaxed);
-            return Ok(Subscription {
-                updates,
-                refresh: running.refresh.clone(),
-            });
+            return Ok(Subscription { updates, refresh: running.refresh.clone() });
         }
         let capture = DamageCapture::connect(&self.display, self.screen.size())?;
         let (updates, receiver) = broadcast::channel(BACKLOG);
@@ -95,15 +85,8 @@ impl LiveView {
             .name("live-view".into())
             .spawn(move || encoder.run())
             .map_err(|error| format!("starting the live view's encoder: {error}"))?;
-        *running = Some(Running {
-            updates,
-            refresh: refresh.clone(),
-            stop,
-        });
-        Ok(Subscription {
-            updates: receiver,
-            refresh,
-        })
+        *running = Some(Running { updates, refresh: refresh.clone(), stop });
+        Ok(Subscription { updates: receiver, refresh })
     }
 
     /// Ends every viewer's stream (and their sound): a pool browser's next lessee must
@@ -186,17 +169,11 @@ impl Encoder {
     }
 
     fn step(
-        &mut self,
-        last_frame: &mut Option<Instant>,
-        last_pointer_read: &mut Instant,
+        &mut self, last_frame: &mut Option<Instant>, last_pointer_read: &mut Instant,
         pointer: &mut (i32, i32),
     ) -> Result<(), String> {
         let size = self.hub.screen.size();
-        if (
-            u32::from(self.capture.size().0),
-            u32::from(self.capture.size().1),
-        ) != size
-        {
+        if (u32::from(self.capture.size().0), u32::from(self.capture.size().1)) != size {
             self.capture.resize(size)?;
             self.refresh.store(true, Ordering::Relaxed);
         }
@@ -207,11 +184,7 @@ impl Encoder {
         if (damaged || whole) && due {
             // Taken also when the whole screen goes out, to re-arm the monitor.
             let damage = self.capture.take_damage()?;
-            let rect = if whole {
-                Some(self.capture.whole_screen())
-            } else {
-                damage
-            };
+            let rect = if whole { Some(self.capture.whole_screen()) } else { damage };
             *last_frame = Some(Instant::now());
             if let Some(rect) = rect {
                 let captured_at_us = now_us();
@@ -239,10 +212,7 @@ impl Encoder {
             let now = self.capture.pointer()?;
             if now != *pointer {
                 *pointer = now;
-                self.send(LiveViewUpdate {
-                    captured_at_us: now_us(),
-                    ..self.header(now)
-                });
+                self.send(LiveViewUpdate { captured_at_us: now_us(), ..self.header(now) });
             }
         }
         Ok(())
@@ -271,9 +241,7 @@ impl Drop for Encoder {
     /// viewers' streams end (the last sender is gone) and the next viewer starts anew.
     fn drop(&mut self) {
         if let Ok(mut running) = self.hub.running.lock()
-            && running
-                .as_ref()
-                .is_some_and(|running| running.updates.same_channel(&self.updates))
+            && running.as_ref().is_some_and(|running| running.updates.same_channel(&self.updates))
         {
             *running = None;
         }
@@ -281,7 +249,5 @@ impl Drop for Encoder {
 }
 
 fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_micros() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_micros() as u64)
 }

@@ -103,9 +103,7 @@ impl Executor {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, ExecutorState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn owns_tab(&self) -> bool {
@@ -159,9 +157,7 @@ impl Executors {
     }
 
     fn named(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Executor>>> {
-        self.named
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.named.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The executor of `name`, created if it is new.
@@ -174,10 +170,7 @@ impl Executors {
             return Ok(executor.clone());
         }
         if named.len() >= MAX_NAMED {
-            let names: Vec<&str> = named
-                .iter()
-                .map(|executor| executor.name.as_str())
-                .collect();
+            let names: Vec<&str> = named.iter().map(|executor| executor.name.as_str()).collect();
             return Err(PlaywrightError::Conflict(format!(
                 "a browser has at most {MAX_NAMED} named executors; it has {}: delete one first",
                 names.join(", ")
@@ -189,11 +182,8 @@ impl Executors {
     }
 
     fn start_runner(&self, executor: &Executor) -> Result<NodeRunner, PlaywrightError> {
-        let env: &[(&str, &str)] = if executor.owns_tab() {
-            &[("EXECUTOR_OWNS_TAB", "1")]
-        } else {
-            &[]
-        };
+        let env: &[(&str, &str)] =
+            if executor.owns_tab() { &[("EXECUTOR_OWNS_TAB", "1")] } else { &[] };
         self.runtime.start("executor.mjs", env)
     }
 
@@ -202,10 +192,7 @@ impl Executors {
     /// caller goes away: a request dropped between writing to the executor and reading
     /// its answer would leave that answer for the next call.
     pub async fn execute(
-        self: Arc<Self>,
-        name: &str,
-        code: String,
-        timeout: Duration,
+        self: Arc<Self>, name: &str, code: String, timeout: Duration,
     ) -> Result<Outcome, PlaywrightError> {
         let executor = self.executor(name)?;
         let resets = self.resets.load(Ordering::Acquire);
@@ -215,11 +202,7 @@ impl Executors {
     }
 
     async fn run(
-        &self,
-        executor: Arc<Executor>,
-        code: String,
-        timeout: Duration,
-        resets: u64,
+        &self, executor: Arc<Executor>, code: String, timeout: Duration, resets: u64,
     ) -> Result<Outcome, PlaywrightError> {
         let name = &executor.name;
         let mut runner = executor.runner.lock().await;
@@ -231,9 +214,7 @@ impl Executors {
         // Checked after the state is read: a deletion marks the executor before it
         // bumps the generation, so a call that read the new one sees the mark.
         if executor.deleted.load(Ordering::Acquire) {
-            return Err(PlaywrightError::NotFound(format!(
-                "the executor {name:?} was deleted"
-            )));
+            return Err(PlaywrightError::NotFound(format!("the executor {name:?} was deleted")));
         }
         if self.resets.load(Ordering::Acquire) != resets {
             return Err(PlaywrightError::Unavailable(
@@ -274,9 +255,7 @@ impl Executors {
                 if let Some((_, process)) = runner.take() {
                     process.stop().await;
                 }
-                Outcome::failed(format!(
-                    "{error}; the next call on this executor starts a new one"
-                ))
+                Outcome::failed(format!("{error}; the next call on this executor starts a new one"))
             }
             Err(_) => {
                 if let Some((_, process)) = runner.take() {
@@ -299,26 +278,20 @@ impl Executors {
 
     /// The default executor, then the named ones, with their tabs' current URLs.
     pub async fn list(&self) -> Vec<ExecutorInfo> {
-        let executors: Vec<Arc<Executor>> = std::iter::once(self.default.clone())
-            .chain(self.named().iter().cloned())
-            .collect();
+        let executors: Vec<Arc<Executor>> =
+            std::iter::once(self.default.clone()).chain(self.named().iter().cloned()).collect();
         let pages = crate::tabs::page_urls(self.runtime.devtools_port()).await;
         executors
             .iter()
             .map(|executor| {
                 let state = executor.state();
-                let target_id = state
-                    .target_id
-                    .clone()
-                    .filter(|target| pages.contains_key(target));
+                let target_id = state.target_id.clone().filter(|target| pages.contains_key(target));
                 ExecutorInfo {
                     name: executor.name.clone(),
                     busy: executor.busy.load(Ordering::Acquire),
                     created_at: executor.created_at,
                     last_used_at: state.last_used_at,
-                    url: target_id
-                        .as_ref()
-                        .and_then(|target| pages.get(target).cloned()),
+                    url: target_id.as_ref().and_then(|target| pages.get(target).cloned()),
                     target_id,
                 }
             })
@@ -364,10 +337,7 @@ impl Executors {
 
 impl Outcome {
     fn failed(error: String) -> Self {
-        Self {
-            error: Some(error),
-            ..Self::default()
-        }
+        Self { error: Some(error), ..Self::default() }
     }
 
     /// An executor's answer (see `executor.mjs`).
@@ -383,10 +353,7 @@ impl Outcome {
             stdout: text("stdout").unwrap_or_default(),
             stderr: text("stderr").unwrap_or_default(),
             tab: answer["tab"]["target_id"].as_str().map(|target| {
-                (
-                    target.to_owned(),
-                    answer["tab"]["created"].as_bool().unwrap_or(false),
-                )
+                (target.to_owned(), answer["tab"]["created"].as_bool().unwrap_or(false))
             }),
         }
     }

@@ -53,19 +53,14 @@ impl Repl {
     }
 
     fn stop_token(&self) -> std::sync::MutexGuard<'_, CancellationToken> {
-        self.stop
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.stop.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Evaluates `code` (after a fresh start with `reset`), waiting for calls before it.
     /// The call runs to its end in a task of its own, even if the caller goes away (an
     /// answer left unread would be the next call's).
     pub async fn eval(
-        self: Arc<Self>,
-        code: String,
-        reset: bool,
-        timeout: Duration,
+        self: Arc<Self>, code: String, reset: bool, timeout: Duration,
     ) -> Result<ReplOutcome, PlaywrightError> {
         let resets = self.resets.load(Ordering::Acquire);
         tokio::spawn(async move { self.run(code, reset, timeout, resets).await })
@@ -74,11 +69,7 @@ impl Repl {
     }
 
     async fn run(
-        &self,
-        code: String,
-        reset: bool,
-        timeout: Duration,
-        resets: u64,
+        &self, code: String, reset: bool, timeout: Duration, resets: u64,
     ) -> Result<ReplOutcome, PlaywrightError> {
         let mut current = self.current.lock().await;
         let stop = self.stop_token().clone();
@@ -151,10 +142,9 @@ fn outcome_of(repl_id: String, answer: &serde_json::Value) -> ReplOutcome {
         .into_iter()
         .flatten()
         .filter_map(|item| match item["type"].as_str()? {
-            "text" => Some(ReplContent::Text {
-                channel: text(item, "channel"),
-                text: text(item, "text"),
-            }),
+            "text" => {
+                Some(ReplContent::Text { channel: text(item, "channel"), text: text(item, "text") })
+            }
             "image" => Some(ReplContent::Image {
                 data_b64: text(item, "data_b64"),
                 mime_type: text(item, "mime_type"),

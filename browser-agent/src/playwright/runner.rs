@@ -28,15 +28,9 @@ pub struct NodeRuntime {
 
 impl NodeRuntime {
     pub fn new(
-        dir: Option<PathBuf>,
-        processes: Arc<Processes>,
-        browser: watch::Receiver<BrowserState>,
+        dir: Option<PathBuf>, processes: Arc<Processes>, browser: watch::Receiver<BrowserState>,
     ) -> Self {
-        Self {
-            dir,
-            processes,
-            browser,
-        }
+        Self { dir, processes, browser }
     }
 
     pub fn devtools_port(&self) -> u16 {
@@ -65,9 +59,7 @@ impl NodeRuntime {
         let mut command = self.processes.in_vm_environment("node", false);
         // playwright-core honours HTTP(S)_PROXY for its own DevTools requests too; the
         // VM's Chromium is on its loopback, not behind the way out.
-        command
-            .env("NO_PROXY", "127.0.0.1")
-            .env("no_proxy", "127.0.0.1");
+        command.env("NO_PROXY", "127.0.0.1").env("no_proxy", "127.0.0.1");
         command.envs(env.iter().copied());
         NodeRunner::start(command, &dir.join(script))
             .map_err(|error| PlaywrightError::Unavailable(error.to_string()))
@@ -97,27 +89,18 @@ impl NodeRunner {
     /// Starts `script` of the runtime directory with `command` (the VM's environment,
     /// `node` as its program).
     pub fn start(mut command: std::process::Command, script: &Path) -> Result<Self, RunnerError> {
-        command
-            .arg(script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(match crate::service_logs::file("playwright") {
+        command.arg(script).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(
+            match crate::service_logs::file("playwright") {
                 Some(log) => Stdio::from(log),
                 None => Stdio::null(),
-            });
+            },
+        );
         let mut process = GroupLeader::spawn(command).map_err(RunnerError::Start)?;
         let (Some(stdin), Some(stdout)) = (process.child.stdin.take(), process.child.stdout.take())
         else {
-            return Err(RunnerError::Start(std::io::Error::other(
-                "its pipes are missing",
-            )));
+            return Err(RunnerError::Start(std::io::Error::other("its pipes are missing")));
         };
-        Ok(Self {
-            process,
-            stdin,
-            stdout: BufReader::new(stdout),
-            last_id: 0,
-        })
+        Ok(Self { process, stdin, stdout: BufReader::new(stdout), last_id: 0 })
     }
 
     /// Sends one request and waits for its answer (no deadline: the caller sets one).
@@ -125,8 +108,7 @@ impl NodeRunner {
     /// code writing to the descriptor itself, say) is skipped, so a stray line cannot
     /// pass for the answer of this call or the next.
     pub async fn call(
-        &mut self,
-        request: &serde_json::Value,
+        &mut self, request: &serde_json::Value,
     ) -> Result<serde_json::Value, RunnerError> {
         self.last_id += 1;
         let mut request = request.clone();

@@ -108,9 +108,7 @@ impl Processes {
     fn lock_spawned(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Arc<Spawned>>> {
-        self.spawned
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.spawned.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Unique in this VM; ids are looked up within their browser only.
@@ -119,11 +117,9 @@ impl Processes {
     }
 
     fn slot(&self) -> Result<Slot, ProcessError> {
-        let taken = self
-            .running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
-                (running < MAX_RUNNING).then_some(running + 1)
-            });
+        let taken = self.running.fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+            (running < MAX_RUNNING).then_some(running + 1)
+        });
         match taken {
             Ok(_) => Ok(Slot(self.running.clone())),
             Err(_) => Err(ProcessError::TooMany),
@@ -146,11 +142,7 @@ impl Processes {
                 ));
             }
         }
-        let cwd = if spec.cwd.is_empty() {
-            self.home.clone()
-        } else {
-            PathBuf::from(&spec.cwd)
-        };
+        let cwd = if spec.cwd.is_empty() { self.home.clone() } else { PathBuf::from(&spec.cwd) };
         if !cwd.is_absolute() || !cwd.is_dir() {
             return invalid(format!(
                 "cwd: {} is not an existing absolute directory",
@@ -202,19 +194,14 @@ impl Processes {
     pub async fn exec(&self, spec: ProcessSpec) -> Result<ExecResult, ProcessError> {
         let timeout = timeout_of(spec.timeout_sec)?;
         let mut command = self.command(&spec)?;
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let _slot = self.slot()?;
         let started = Instant::now();
         let mut child = GroupLeader::spawn(command).map_err(|error| spawn_failed(&spec, &error))?;
         let (Some(stdout), Some(stderr)) = (child.child.stdout.take(), child.child.stderr.take())
         else {
             child.terminate(Duration::ZERO).await;
-            return Err(ProcessError::Failed(
-                "the command's output pipes are missing".into(),
-            ));
+            return Err(ProcessError::Failed("the command's output pipes are missing".into()));
         };
         let run = async {
             let (stdout, stderr, status) =
@@ -251,9 +238,7 @@ impl Processes {
 
 /// Whether a command is a shell command line rather than a program's name or path.
 fn is_shell_line(command: &str) -> bool {
-    command
-        .chars()
-        .any(|c| c.is_whitespace() || ";&|<>()$`\\\"'*?[]#~={}!".contains(c))
+    command.chars().any(|c| c.is_whitespace() || ";&|<>()$`\\\"'*?[]#~={}!".contains(c))
 }
 
 fn timeout_of(seconds: u32) -> Result<Duration, ProcessError> {
@@ -282,10 +267,7 @@ fn spawn_failed(spec: &ProcessSpec, error: &std::io::Error) -> ProcessError {
 /// The exit code, or 128 + the signal that ended it, as shells report it.
 fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .or_else(|| status.signal().map(|signal| 128 + signal))
-        .unwrap_or(-1)
+    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(-1)
 }
 
 /// Everything the stream carries, of which the first `MAX_EXEC_OUTPUT` bytes are kept.
@@ -308,18 +290,11 @@ mod tests {
     use super::*;
 
     fn processes() -> Processes {
-        Processes::new(
-            std::env::temp_dir(),
-            None,
-            Some("http://127.0.0.1:9".into()),
-        )
+        Processes::new(std::env::temp_dir(), None, Some("http://127.0.0.1:9".into()))
     }
 
     fn run(command: &str) -> ProcessSpec {
-        ProcessSpec {
-            command: command.into(),
-            ..ProcessSpec::default()
-        }
+        ProcessSpec { command: command.into(), ..ProcessSpec::default() }
     }
 
     #[tokio::test]
@@ -335,14 +310,8 @@ mod tests {
         assert_eq!(result.exit_code, 3);
         let stdout = String::from_utf8_lossy(&result.stdout);
         assert!(stdout.starts_with("hi\n"), "{stdout}");
-        assert!(
-            stdout.contains("HTTPS_PROXY=http://127.0.0.1:9"),
-            "{stdout}"
-        );
-        assert!(
-            !stdout.contains("CARGO"),
-            "the agent's environment stays out: {stdout}"
-        );
+        assert!(stdout.contains("HTTPS_PROXY=http://127.0.0.1:9"), "{stdout}");
+        assert!(!stdout.contains("CARGO"), "the agent's environment stays out: {stdout}");
         assert_eq!(result.stderr, b"oops\n");
     }
 
@@ -361,11 +330,7 @@ mod tests {
         assert!(result.timed_out && result.exit_code == TIMED_OUT_EXIT_CODE);
         assert!(result.duration < Duration::from_secs(3));
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        assert_eq!(
-            std::fs::read(marker.path()).expect("read"),
-            b"",
-            "the grandchild died too"
-        );
+        assert_eq!(std::fs::read(marker.path()).expect("read"), b"", "the grandchild died too");
     }
 
     #[test]
@@ -383,40 +348,20 @@ mod tests {
         let processes = processes();
         for spec in [
             run(""),
-            ProcessSpec {
-                cwd: "relative".into(),
-                ..run("true")
-            },
-            ProcessSpec {
-                cwd: "/no/such/dir".into(),
-                ..run("true")
-            },
-            ProcessSpec {
-                env: [("A=B".to_owned(), "x".to_owned())].into(),
-                ..run("true")
-            },
-            ProcessSpec {
-                timeout_sec: 3601,
-                ..run("true")
-            },
-            ProcessSpec {
-                args: vec!["x".into()],
-                ..run("/no/such/program")
-            },
+            ProcessSpec { cwd: "relative".into(), ..run("true") },
+            ProcessSpec { cwd: "/no/such/dir".into(), ..run("true") },
+            ProcessSpec { env: [("A=B".to_owned(), "x".to_owned())].into(), ..run("true") },
+            ProcessSpec { timeout_sec: 3601, ..run("true") },
+            ProcessSpec { args: vec!["x".into()], ..run("/no/such/program") },
         ] {
-            assert!(matches!(
-                processes.exec(spec).await,
-                Err(ProcessError::Invalid(_))
-            ));
+            assert!(matches!(processes.exec(spec).await, Err(ProcessError::Invalid(_))));
         }
     }
 
     #[tokio::test]
     async fn output_past_the_bound_is_dropped_without_blocking_the_command() {
-        let result = processes()
-            .exec(run("head -c 3000000 /dev/zero; echo done >&2"))
-            .await
-            .expect("exec");
+        let result =
+            processes().exec(run("head -c 3000000 /dev/zero; echo done >&2")).await.expect("exec");
         assert_eq!(result.exit_code, 0);
         assert_eq!(result.stdout.len(), MAX_EXEC_OUTPUT);
         assert_eq!(result.stderr, b"done\n");

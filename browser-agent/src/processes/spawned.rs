@@ -69,9 +69,7 @@ pub struct ProcessStatus {
 
 impl Spawned {
     fn lock(&self) -> std::sync::MutexGuard<'_, History> {
-        self.history
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.history.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn record(&self, stderr: bool, data: Vec<u8>) {
@@ -92,30 +90,20 @@ impl Spawned {
     /// The output kept so far, and a receiver of everything after it.
     pub fn follow(
         &self,
-    ) -> (
-        Vec<OutputEvent>,
-        broadcast::Receiver<OutputEvent>,
-        watch::Receiver<Option<i32>>,
-    ) {
+    ) -> (Vec<OutputEvent>, broadcast::Receiver<OutputEvent>, watch::Receiver<Option<i32>>) {
         let history = self.lock();
         let kept = history
             .chunks
             .iter()
-            .map(|(stderr, data)| OutputEvent::Chunk {
-                stderr: *stderr,
-                data: data.clone(),
-            })
+            .map(|(stderr, data)| OutputEvent::Chunk { stderr: *stderr, data: data.clone() })
             .collect();
         (kept, self.events.subscribe(), self.exit.clone())
     }
 
     pub fn status(&self) -> ProcessStatus {
         let exit_code = *self.exit.borrow();
-        let (cpu_seconds, mem_bytes) = if exit_code.is_none() {
-            usage(self.pid).unwrap_or_default()
-        } else {
-            (0.0, 0)
-        };
+        let (cpu_seconds, mem_bytes) =
+            if exit_code.is_none() { usage(self.pid).unwrap_or_default() } else { (0.0, 0) };
         let wall = self.started.elapsed().as_secs_f64().max(0.001);
         ProcessStatus {
             exit_code,
@@ -131,10 +119,7 @@ impl Spawned {
             )));
         }
         if self.exit.borrow().is_some() {
-            return Err(ProcessError::Conflict(format!(
-                "process {} has exited",
-                self.id
-            )));
+            return Err(ProcessError::Conflict(format!("process {} has exited", self.id)));
         }
         let mut stdin = self.stdin.lock().await;
         let Some(writer) = stdin.as_mut() else {
@@ -163,10 +148,7 @@ impl Spawned {
     /// Sends the signal to the process's whole group (a shell's children too).
     pub fn signal(&self, signal: Signal) -> Result<(), ProcessError> {
         if self.exit.borrow().is_some() {
-            return Err(ProcessError::Conflict(format!(
-                "process {} has exited",
-                self.id
-            )));
+            return Err(ProcessError::Conflict(format!("process {} has exited", self.id)));
         }
         killpg(self.group, signal).map_err(|error| {
             ProcessError::Failed(format!("signalling process {}: {error}", self.id))
@@ -190,26 +172,18 @@ fn usage(pid: u32) -> Option<(f64, u64)> {
     // Fields after the command name (which may hold spaces), from its closing ')'.
     let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
+    let per_second =
+        nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
     let pages: u64 = fields.get(21)?.parse().ok()?;
-    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .unwrap_or(4096) as u64;
+    let page_size =
+        nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096)
+            as u64;
     Some((ticks / per_second, pages * page_size))
 }
 
 /// Sizes checked by the caller (`service::processes::terminal_side`).
 fn set_size(terminal: &OwnedFd, cols: u16, rows: u16) -> Result<(), ProcessError> {
-    let size = libc::winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
+    let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCSWINSZ reads a winsize the call borrows; the descriptor is ours.
     let done = unsafe { libc::ioctl(terminal.as_raw_fd(), libc::TIOCSWINSZ, &size) };
     if done != 0 {
@@ -225,13 +199,9 @@ impl Processes {
     /// Starts the command and answers at once; it runs until it exits, is killed, or
     /// reaches its timeout (if it has one), and in any case ends with the VM.
     pub async fn spawn(
-        &self,
-        spec: ProcessSpec,
-        options: SpawnOptions,
+        &self, spec: ProcessSpec, options: SpawnOptions,
     ) -> Result<Arc<Spawned>, ProcessError> {
-        let timeout = (spec.timeout_sec > 0)
-            .then(|| timeout_of(spec.timeout_sec))
-            .transpose()?;
+        let timeout = (spec.timeout_sec > 0).then(|| timeout_of(spec.timeout_sec)).transpose()?;
         let mut command = self.command(&spec)?;
         let terminal = if options.allocate_tty {
             let size = libc::winsize {
@@ -254,10 +224,7 @@ impl Processes {
                 .env("TERM", "xterm-256color");
             Some(pty.master)
         } else {
-            command
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+            command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
             None
         };
         let slot = self.slot()?;
@@ -276,10 +243,7 @@ impl Processes {
                         .map(|fd| tokio::fs::File::from_std(std::fs::File::from(fd)))
                         .map_err(|error| ProcessError::Failed(error.to_string()))
                 };
-                (
-                    Box::new(file(master)?),
-                    vec![(false, Box::new(file(master)?))],
-                )
+                (Box::new(file(master)?), vec![(false, Box::new(file(master)?))])
             }
             None => {
                 let (Some(stdin), Some(stdout), Some(stderr)) = (
@@ -288,14 +252,9 @@ impl Processes {
                     child.child.stderr.take(),
                 ) else {
                     child.terminate(Duration::ZERO).await;
-                    return Err(ProcessError::Failed(
-                        "the process's pipes are missing".into(),
-                    ));
+                    return Err(ProcessError::Failed("the process's pipes are missing".into()));
                 };
-                (
-                    Box::new(stdin),
-                    vec![(false, Box::new(stdout)), (true, Box::new(stderr))],
-                )
+                (Box::new(stdin), vec![(false, Box::new(stdout)), (true, Box::new(stderr))])
             }
         };
         let (exit_tx, exit) = watch::channel(None);
@@ -312,14 +271,7 @@ impl Processes {
             events,
             exit,
         });
-        tokio::spawn(supervise(
-            process.clone(),
-            child,
-            outputs,
-            exit_tx,
-            timeout,
-            slot,
-        ));
+        tokio::spawn(supervise(process.clone(), child, outputs, exit_tx, timeout, slot));
         self.remember(process.clone());
         Ok(process)
     }
@@ -352,12 +304,8 @@ impl Processes {
 /// Pumps the output into the history until both ends close, reaps the process (killing
 /// its group at the timeout), and announces the exit.
 async fn supervise(
-    process: Arc<Spawned>,
-    mut child: GroupLeader,
-    outputs: Vec<Output>,
-    exit: watch::Sender<Option<i32>>,
-    timeout: Option<Duration>,
-    _slot: Slot,
+    process: Arc<Spawned>, mut child: GroupLeader, outputs: Vec<Output>,
+    exit: watch::Sender<Option<i32>>, timeout: Option<Duration>, _slot: Slot,
 ) {
     // Tasks of their own: they read while the process runs.
     let pumps = futures::future::join_all(outputs.into_iter().map(|(stderr, mut reader)| {

@@ -24,12 +24,7 @@ impl Canvas {
         let luma = usize::from(width) * usize::from(height);
         let mut image = vec![16u8; luma * 3 / 2];
         image[luma..].fill(128);
-        Self {
-            width,
-            height,
-            image,
-            patch: Vec::new(),
-        }
+        Self { width, height, image, patch: Vec::new() }
     }
 
     pub fn width(&self) -> u16 {
@@ -129,12 +124,7 @@ mod tests {
     use super::*;
 
     fn rect(x: u16, y: u16, width: u16, height: u16) -> Rect {
-        Rect {
-            x,
-            y,
-            width,
-            height,
-        }
+        Rect { x, y, width, height }
     }
 
     #[test]
@@ -143,10 +133,7 @@ mod tests {
         assert_eq!((canvas.width(), canvas.height()), (100, 50));
         assert_eq!(canvas.aligned(rect(3, 5, 4, 1)), Some(rect(2, 4, 6, 2)));
         assert_eq!(canvas.aligned(rect(99, 49, 2, 2)), Some(rect(98, 48, 2, 2)));
-        assert_eq!(
-            canvas.aligned(rect(0, 0, 101, 51)),
-            Some(rect(0, 0, 100, 50))
-        );
+        assert_eq!(canvas.aligned(rect(0, 0, 101, 51)), Some(rect(0, 0, 100, 50)));
         // Only the odd last column, which the picture leaves out.
         assert_eq!(canvas.aligned(rect(100, 0, 1, 10)), None);
     }
@@ -156,9 +143,7 @@ mod tests {
         let mut canvas = Canvas::new(8, 6);
         // A red 4x2 area at (2, 2): BT.709 limited range Y 63, U 102, V 240.
         let area = rect(2, 2, 4, 2);
-        canvas
-            .paint(area, &[0, 0, 255, 0].repeat(4 * 2))
-            .expect("painted");
+        canvas.paint(area, &[0, 0, 255, 0].repeat(4 * 2)).expect("painted");
         let image = canvas.image();
         let (luma, chroma) = image.split_at(8 * 6);
         let (u, v) = chroma.split_at(4 * 3);

@@ -69,9 +69,7 @@ impl SoundSender {
             return Ok(());
         }
         self.pending.fetch_add(pcm.len(), Ordering::Relaxed);
-        self.items
-            .send(Item::Sound { micros, pcm })
-            .map_err(|_| WriterGone)
+        self.items.send(Item::Sound { micros, pcm }).map_err(|_| WriterGone)
     }
 }
 
@@ -140,10 +138,7 @@ impl FrameWriter {
             })
             .map_err(|error| format!("starting the encoder's writer thread: {error}"))?;
         let idle = (0..POOL)
-            .map(|_| Frame {
-                slot: 0,
-                bytes: vec![0; matroska::BLOCK_PREFIX + image_bytes],
-            })
+            .map(|_| Frame { slot: 0, bytes: vec![0; matroska::BLOCK_PREFIX + image_bytes] })
             .collect();
         Ok(Self {
             items: Some(items_tx),
@@ -195,19 +190,12 @@ impl FrameWriter {
         let mut frame = self.idle.pop().ok_or(WriterGone)?;
         frame.image_mut().copy_from_slice(image);
         frame.slot = slot;
-        self.items
-            .as_ref()
-            .ok_or(WriterGone)?
-            .send(Item::Frame(frame))
-            .map_err(|_| WriterGone)
+        self.items.as_ref().ok_or(WriterGone)?.send(Item::Frame(frame)).map_err(|_| WriterGone)
     }
 
     /// Where the sound's PCM goes into the stream (with `Format::sound`).
     pub fn sound_sender(&self) -> Option<SoundSender> {
-        self.items.clone().map(|items| SoundSender {
-            items,
-            pending: self.sound_pending.clone(),
-        })
+        self.items.clone().map(|items| SoundSender { items, pending: self.sound_pending.clone() })
     }
 
     /// Lets the writer write what is queued, close the encoder's stdin and end; answers
@@ -228,17 +216,10 @@ impl FrameWriter {
 /// becomes an AAC track.
 pub fn encoder_args(format: &Format, output: &std::path::Path) -> Vec<String> {
     let framerate = format.framerate.to_string();
-    let mut args: Vec<String> = [
-        "-hide_banner",
-        "-loglevel",
-        "error",
-        "-f",
-        "matroska",
-        "-i",
-        "pipe:0",
-    ]
-    .map(str::to_owned)
-    .into();
+    let mut args: Vec<String> =
+        ["-hide_banner", "-loglevel", "error", "-f", "matroska", "-i", "pipe:0"]
+            .map(str::to_owned)
+            .into();
     if format.sound {
         args.extend(
             [
@@ -421,11 +402,7 @@ mod matroska {
                 unsigned(track, &[0x9C], 0); // FlagLacing
                 // DefaultDuration: the nominal frame rate, so ffmpeg need not measure it
                 // from the first frames before it starts encoding.
-                unsigned(
-                    track,
-                    &[0x23, 0xE3, 0x83],
-                    1_000_000_000 / u64::from(format.framerate),
-                );
+                unsigned(track, &[0x23, 0xE3, 0x83], 1_000_000_000 / u64::from(format.framerate));
                 element(track, &[0x86], b"V_UNCOMPRESSED"); // CodecID
                 master(track, &[0xE0], |video| {
                     unsigned(video, &[0xB0], u64::from(format.width)); // PixelWidth
@@ -482,12 +459,7 @@ mod matroska {
 mod tests {
     use super::*;
 
-    const FORMAT: Format = Format {
-        width: 64,
-        height: 48,
-        framerate: 10,
-        sound: false,
-    };
+    const FORMAT: Format = Format { width: 64, height: 48, framerate: 10, sound: false };
 
     fn image_bytes() -> usize {
         FORMAT.width as usize * FORMAT.height as usize * 3 / 2
@@ -510,15 +482,7 @@ mod tests {
         let stdin = ffmpeg.0.stdin.take().expect("stdin");
         let mut writer = FrameWriter::spawn(stdin, &FORMAT, "test").expect("writer");
         // Gaps of several slots, as when the encoder was behind, then the final slot.
-        let frames = [
-            (0, 20),
-            (1, 50),
-            (2, 80),
-            (5, 110),
-            (6, 140),
-            (20, 170),
-            (29, 200),
-        ];
+        let frames = [(0, 20), (1, 50), (2, 80), (5, 110), (6, 140), (20, 170), (29, 200)];
         for (slot, y) in frames {
             writer.send_copy(slot, &grey(y)).expect("send");
         }
@@ -546,9 +510,7 @@ mod tests {
         let decoded = Command::new("ffmpeg")
             .args(["-v", "error", "-i"])
             .arg(&output)
-            .args([
-                "-vf", "fps=10", "-f", "rawvideo", "-pix_fmt", "yuv420p", "-",
-            ])
+            .args(["-vf", "fps=10", "-f", "rawvideo", "-pix_fmt", "yuv420p", "-"])
             .output()
             .expect("decode");
         assert!(decoded.status.success());
@@ -558,39 +520,20 @@ mod tests {
             .map(|frame| frame[FORMAT.width as usize * 24 + 32])
             .collect();
         let expected: Vec<u8> = (0..30)
-            .map(|slot| {
-                frames
-                    .iter()
-                    .rev()
-                    .find(|(at, _)| *at <= slot)
-                    .map_or(0, |(_, y)| *y)
-            })
+            .map(|slot| frames.iter().rev().find(|(at, _)| *at <= slot).map_or(0, |(_, y)| *y))
             .collect();
         assert_eq!(shown.len(), expected.len(), "one frame per slot: {shown:?}");
         for (slot, (shown, expected)) in shown.iter().zip(&expected).enumerate() {
-            assert!(
-                shown.abs_diff(*expected) <= 3,
-                "slot {slot}: {shown:?} != {expected:?}"
-            );
+            assert!(shown.abs_diff(*expected) <= 3, "slot {slot}: {shown:?} != {expected:?}");
         }
     }
 
     #[test]
     fn a_busy_encoder_gets_no_more_frames_than_the_pool_and_its_failure_is_reported() {
         // An "encoder" that never reads: the pipe fills and the writer blocks.
-        let mut child = Encoder(
-            Command::new("sleep")
-                .arg("30")
-                .stdin(Stdio::piped())
-                .spawn()
-                .expect("sleep"),
-        );
-        let big = Format {
-            width: 640,
-            height: 480,
-            framerate: 10,
-            sound: false,
-        };
+        let mut child =
+            Encoder(Command::new("sleep").arg("30").stdin(Stdio::piped()).spawn().expect("sleep"));
+        let big = Format { width: 640, height: 480, framerate: 10, sound: false };
         let stdin = child.0.stdin.take().expect("stdin");
         let mut writer = FrameWriter::spawn(stdin, &big, "test").expect("writer");
         let image = vec![0; big.width as usize * big.height as usize * 3 / 2];

@@ -57,15 +57,7 @@ impl CursorPlace {
     }
 
     fn area(&self, size: (u16, u16)) -> Option<Rect> {
-        clip(
-            (
-                self.left,
-                self.top,
-                i32::from(self.width),
-                i32::from(self.height),
-            ),
-            size,
-        )
+        clip((self.left, self.top, i32::from(self.width), i32::from(self.height)), size)
     }
 }
 
@@ -168,9 +160,8 @@ impl Grabber {
                 (area.x as i16, area.y as i16, area.width, area.height),
             )?;
             let bytes = usize::from(area.width) * usize::from(area.height) * BYTES_PER_PIXEL;
-            let pixels = pixels
-                .get_mut(..bytes)
-                .ok_or_else(|| "the captured area is short".to_owned())?;
+            let pixels =
+                pixels.get_mut(..bytes).ok_or_else(|| "the captured area is short".to_owned())?;
             if let Some(cursor) = &cursor {
                 draw_cursor(pixels, area, cursor);
             }
@@ -196,11 +187,8 @@ impl Grabber {
 /// when there is one, else it comes over the socket into `copied`. Valid until the next
 /// read.
 pub(crate) fn read_area<'a>(
-    connection: &RustConnection,
-    root: Window,
-    shared: &'a mut Option<(u32, SharedSegment)>,
-    copied: &'a mut Vec<u8>,
-    (x, y, width, height): (i16, i16, u16, u16),
+    connection: &RustConnection, root: Window, shared: &'a mut Option<(u32, SharedSegment)>,
+    copied: &'a mut Vec<u8>, (x, y, width, height): (i16, i16, u16, u16),
 ) -> GrabResult<&'a mut [u8]> {
     match shared {
         Some((segment_id, segment)) => {
@@ -268,8 +256,7 @@ fn draw_cursor(pixels: &mut [u8], area: Rect, cursor: &GetCursorImageReply) {
 /// Creates a System V shared memory segment, has the X server attach it, and marks it for
 /// removal at once: the kernel frees it when both sides have detached, also if we crash.
 pub(crate) fn attach_shared_segment(
-    connection: &RustConnection,
-    bytes: usize,
+    connection: &RustConnection, bytes: usize,
 ) -> GrabResult<(u32, SharedSegment)> {
     connection
         .shm_query_version()
@@ -277,9 +264,7 @@ pub(crate) fn attach_shared_segment(
         .reply()
         .map_err(|e| failed("MIT-SHM")(&e))?;
     let segment = SharedSegment::create(bytes).map_err(|e| failed("shared memory")(&e))?;
-    let segment_id = connection
-        .generate_id()
-        .map_err(|e| failed("X resource id")(&e))?;
+    let segment_id = connection.generate_id().map_err(|e| failed("X resource id")(&e))?;
     connection
         .shm_attach(segment_id, segment.id as u32, false)
         .map_err(|e| failed("MIT-SHM attach")(&e))?
@@ -367,10 +352,7 @@ mod tests {
         };
         draw_cursor(&mut frame, screen, &cursor);
         assert_eq!(&frame[0..4], &[0, 0, 255, 100], "B, G, R of the red pixel");
-        assert!(
-            frame[4..].iter().all(|&b| b == 100),
-            "the rest is untouched"
-        );
+        assert!(frame[4..].iter().all(|&b| b == 100), "the rest is untouched");
 
         // Half-transparent white (premultiplied 0x80) over 100 gives 128 + 100·127/255.
         let mut frame = vec![100u8; width * height * BYTES_PER_PIXEL];
@@ -389,12 +371,7 @@ mod tests {
         assert_eq!(&frame[last..last + 3], &[177, 177, 177]);
 
         // Over an area of the screen: the cursor at (3, 2) is the area's pixel (1, 0).
-        let area = Rect {
-            x: 2,
-            y: 2,
-            width: 2,
-            height: 1,
-        };
+        let area = Rect { x: 2, y: 2, width: 2, height: 1 };
         let mut pixels = vec![100u8; 2 * BYTES_PER_PIXEL];
         draw_cursor(&mut pixels, area, &cursor);
         assert_eq!(&pixels[..4], &[100; 4], "left of the cursor");

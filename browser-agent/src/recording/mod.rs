@@ -100,11 +100,7 @@ impl Recording {
     fn info(&self, id: &str) -> RecordingInfo {
         RecordingInfo {
             id: id.to_owned(),
-            started_at: self
-                .started_at
-                .get()
-                .copied()
-                .unwrap_or(SystemTime::UNIX_EPOCH),
+            started_at: self.started_at.get().copied().unwrap_or(SystemTime::UNIX_EPOCH),
             progress: self.progress.borrow().clone(),
         }
     }
@@ -140,43 +136,24 @@ struct Job {
 
 impl Recordings {
     pub fn new(
-        display: Option<String>,
-        screen: Arc<crate::screen::Screen>,
-        dir: PathBuf,
-        ffmpeg: String,
+        display: Option<String>, screen: Arc<crate::screen::Screen>, dir: PathBuf, ffmpeg: String,
         sound: bool,
     ) -> Self {
-        Self {
-            display,
-            screen,
-            dir,
-            ffmpeg,
-            sound,
-            recordings: Mutex::default(),
-        }
+        Self { display, screen, dir, ffmpeg, sound, recordings: Mutex::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Recording>>> {
         // A panic while holding this lock cannot leave the map inconsistent.
-        self.recordings
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.recordings.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn get(&self, id: &str) -> Result<Arc<Recording>, RecordingError> {
-        self.lock()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| RecordingError::NotFound(id.to_owned()))
+        self.lock().get(id).cloned().ok_or_else(|| RecordingError::NotFound(id.to_owned()))
     }
 
     /// Starts recording; answers once the first frame is in the encoder.
     pub async fn start(
-        &self,
-        id: &str,
-        framerate: u32,
-        max_duration: Duration,
-        record_audio: bool,
+        &self, id: &str, framerate: u32, max_duration: Duration, record_audio: bool,
     ) -> Result<RecordingInfo, RecordingError> {
         valid_id(id)?;
         if !FRAMERATES.contains(&framerate) {
@@ -240,9 +217,7 @@ impl Recordings {
             .name(format!("recorder-{id}"))
             .spawn(move || run(job, started_tx, progress_tx));
         let started = match spawned {
-            Ok(_) => started_rx
-                .await
-                .unwrap_or_else(|_| Err("the recorder stopped".into())),
+            Ok(_) => started_rx.await.unwrap_or_else(|_| Err("the recorder stopped".into())),
             Err(error) => Err(format!("starting the recorder thread: {error}")),
         };
         match started {
@@ -266,9 +241,8 @@ impl Recordings {
     /// sees the screen change size under it; a capturing one is `StillRunning`.
     pub fn while_none_capture<T>(&self, change: impl FnOnce() -> T) -> Result<T, RecordingError> {
         let recordings = self.lock();
-        let capturing = recordings
-            .iter()
-            .find(|(_, r)| matches!(*r.progress.borrow(), Progress::Recording));
+        let capturing =
+            recordings.iter().find(|(_, r)| matches!(*r.progress.borrow(), Progress::Recording));
         if let Some((id, _)) = capturing {
             return Err(RecordingError::StillRunning(id.clone()));
         }
@@ -279,11 +253,8 @@ impl Recordings {
     /// Stopping a finished recording answers its final state.
     pub async fn stop(&self, id: &str) -> Result<RecordingInfo, RecordingError> {
         let recording = self.get(id)?;
-        if let Some(stop) = recording
-            .stop
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take()
+        if let Some(stop) =
+            recording.stop.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
         {
             let _ = stop.send(Instant::now());
         }
@@ -291,9 +262,7 @@ impl Recordings {
         match tokio::time::timeout(FINALIZE_TIMEOUT, progress.wait_for(Progress::is_over)).await {
             Ok(Ok(_)) => Ok(recording.info(id)),
             Ok(Err(_)) => Err(RecordingError::Failed("the recorder vanished".into())),
-            Err(_) => Err(RecordingError::Failed(
-                "finalizing the recording timed out".into(),
-            )),
+            Err(_) => Err(RecordingError::Failed("finalizing the recording timed out".into())),
         }
     }
 
@@ -320,9 +289,8 @@ impl Recordings {
     /// copied it).
     pub fn delete(&self, id: &str) -> Result<(), RecordingError> {
         let mut recordings = self.lock();
-        let recording = recordings
-            .get(id)
-            .ok_or_else(|| RecordingError::NotFound(id.to_owned()))?;
+        let recording =
+            recordings.get(id).ok_or_else(|| RecordingError::NotFound(id.to_owned()))?;
         if !recording.progress.borrow().is_over() {
             return Err(RecordingError::StillRunning(id.to_owned()));
         }
@@ -343,13 +311,9 @@ impl Recordings {
 fn valid_id(id: &str) -> Result<(), RecordingError> {
     if id.is_empty()
         || id.len() > 128
-        || !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     {
-        return Err(RecordingError::Invalid(format!(
-            "invalid recording id {id:?}"
-        )));
+        return Err(RecordingError::Invalid(format!("invalid recording id {id:?}")));
     }
     Ok(())
 }
@@ -373,8 +337,7 @@ fn encoder_log_path(dir: &Path, id: &str) -> PathBuf {
 /// The recording thread: capture, then finalize, reporting progress throughout. Even a
 /// panic ends in a final state, so the recording does not hold a slot forever.
 fn run(
-    job: Job,
-    started: oneshot::Sender<Result<SystemTime, String>>,
+    job: Job, started: oneshot::Sender<Result<SystemTime, String>>,
     progress: watch::Sender<Progress>,
 ) {
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -389,8 +352,7 @@ fn run(
 }
 
 fn record_and_finalize(
-    job: &Job,
-    started: oneshot::Sender<Result<SystemTime, String>>,
+    job: &Job, started: oneshot::Sender<Result<SystemTime, String>>,
     progress: &watch::Sender<Progress>,
 ) {
     let mut started = Some(started);
@@ -402,10 +364,7 @@ fn record_and_finalize(
             Ok(_) => "no frame was captured".into(),
         };
         let _ = std::fs::remove_file(recording_path(&job.dir, &job.id));
-        let _ = progress.send(Progress::Failed {
-            at: SystemTime::now(),
-            message: message.clone(),
-        });
+        let _ = progress.send(Progress::Failed { at: SystemTime::now(), message: message.clone() });
         let _ = started.send(Err(message));
         return;
     }
@@ -418,15 +377,8 @@ fn record_and_finalize(
     };
     let _ = progress.send(Progress::Finalizing);
     let outcome = match finalize(job) {
-        Ok(bytes) => Progress::Finished {
-            at: SystemTime::now(),
-            bytes,
-            frames,
-        },
-        Err(message) => Progress::Failed {
-            at: SystemTime::now(),
-            message,
-        },
+        Ok(bytes) => Progress::Finished { at: SystemTime::now(), bytes, frames },
+        Err(message) => Progress::Failed { at: SystemTime::now(), message },
     };
     tracing::info!(id = %job.id, ?outcome, "recording over");
     let _ = progress.send(outcome);
@@ -443,8 +395,7 @@ fn record_and_finalize(
 /// at the stop instant (or the maximum duration): it covers the slots begun by then.
 /// Returns the video's slots, or with an error the slots handed to the encoder before it.
 fn capture(
-    job: &Job,
-    started: &mut Option<oneshot::Sender<Result<SystemTime, String>>>,
+    job: &Job, started: &mut Option<oneshot::Sender<Result<SystemTime, String>>>,
 ) -> Result<u64, (u64, String)> {
     let mut grabber =
         Grabber::connect(&job.display, job.width, job.height).map_err(|error| (0, error))?;
@@ -461,11 +412,7 @@ fn capture(
     };
     let args = encoder::encoder_args(&format, &recording_path(&job.dir, &job.id));
     let mut ffmpeg = encoder::spawn(&job.ffmpeg, &args, log).map_err(|error| (0, error))?;
-    let stdin = ffmpeg
-        .0
-        .stdin
-        .take()
-        .ok_or_else(|| (0, "the encoder has no stdin".to_owned()))?;
+    let stdin = ffmpeg.0.stdin.take().ok_or_else(|| (0, "the encoder has no stdin".to_owned()))?;
     let mut writer =
         encoder::FrameWriter::spawn(stdin, &format, &job.id).map_err(|error| (0, error))?;
     // Slot 0's instant: the schedule's start, and the sound's clock's.
@@ -482,10 +429,7 @@ fn capture(
         None => None,
     };
 
-    let schedule = Schedule {
-        start,
-        period: Duration::from_secs(1) / job.framerate,
-    };
+    let schedule = Schedule { start, period: Duration::from_secs(1) / job.framerate };
     // An unchanged screen still gets a frame in every second of the video (slots per
     // second), so the file in progress keeps up with the time.
     let second = u64::from(job.framerate);
@@ -532,10 +476,7 @@ fn capture(
             break Ok(job.max_frames);
         }
         let next = schedule.slot_start(slot + 1);
-        match job
-            .stop
-            .recv_timeout(next.saturating_duration_since(Instant::now()))
-        {
+        match job.stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
             Err(RecvTimeoutError::Timeout) => continue,
             Ok(asked) => break Ok(schedule.slot_at(asked) + 1),
             Err(RecvTimeoutError::Disconnected) => {
@@ -546,15 +487,11 @@ fn capture(
     // The video's last slot needs a frame of its own if it was skipped, or the video
     // would end at the last frame handed over. Grabbed now: the display at the end.
     let ended = ended.and_then(|slots| {
-        let slots = slots
-            .min(job.max_frames)
-            .max(last.map_or(0, |slot| slot + 1));
+        let slots = slots.min(job.max_frames).max(last.map_or(0, |slot| slot + 1));
         let final_slot = slots.saturating_sub(1);
         if last.is_some_and(|slot| slot < final_slot) {
             grabber.update(&mut canvas).map_err(Some)?;
-            writer
-                .send_copy(final_slot, canvas.image())
-                .map_err(|_| None)?;
+            writer.send_copy(final_slot, canvas.image()).map_err(|_| None)?;
             last = Some(final_slot);
         }
         Ok(slots)
@@ -584,9 +521,7 @@ fn capture(
         Err(Some(error)) => Err(error),
         Err(None) => written.and(Err("the encoder's writer ended early".to_owned())),
     };
-    captured
-        .and_then(|slots| encoded.map(|()| slots))
-        .map_err(|error| (handed, error))
+    captured.and_then(|slots| encoded.map(|()| slots)).map_err(|error| (handed, error))
 }
 
 /// The recording's fixed schedule: slot `n` begins `n` periods after the start.
@@ -610,10 +545,7 @@ impl Schedule {
 /// (`+faststart`). If the remux fails, the fragmented file, itself a playable MP4,
 /// becomes the result. Returns the final size.
 fn finalize(job: &Job) -> Result<u64, String> {
-    let (recorded, finished) = (
-        recording_path(&job.dir, &job.id),
-        final_path(&job.dir, &job.id),
-    );
+    let (recorded, finished) = (recording_path(&job.dir, &job.id), final_path(&job.dir, &job.id));
     let remuxing = remuxing_path(&job.dir, &job.id);
     let mut command = Command::new(&job.ffmpeg);
     crate::identity::as_agent(&mut command);

@@ -38,10 +38,7 @@ impl SoundCapture {
     /// Starts capturing; `start` is slot 0's instant. The capture process is the
     /// agent's (it reads the VM's sound server, like the live view's sound).
     pub fn start(
-        ffmpeg: &str,
-        start: Instant,
-        sink: SoundSender,
-        log: std::fs::File,
+        ffmpeg: &str, start: Instant, sink: SoundSender, log: std::fs::File,
     ) -> Result<Self, String> {
         let mut capture = crate::sound::capture_pcm(ffmpeg, RATE, CHANNELS.into(), log.into())
             .map_err(|error| format!("starting the sound capture: {error}"))?;
@@ -58,11 +55,7 @@ impl SoundCapture {
                 .spawn(move || stamp(stdout, start, &sink, &end))
         };
         match thread {
-            Ok(thread) => Ok(Self {
-                capture,
-                thread: Some(thread),
-                end,
-            }),
+            Ok(thread) => Ok(Self { capture, thread: Some(thread), end }),
             Err(error) => {
                 let _ = capture.kill();
                 let _ = capture.wait();
@@ -110,10 +103,7 @@ impl Clock {
         let begins = self.frames;
         self.frames += frames;
         let candidate = micros - frames_to_micros(self.frames) as i64;
-        self.offset = Some(
-            self.offset
-                .map_or(candidate, |offset| offset.min(candidate)),
-        );
+        self.offset = Some(self.offset.map_or(candidate, |offset| offset.min(candidate)));
         begins
     }
 
@@ -131,10 +121,7 @@ fn frames_to_micros(frames: u64) -> u64 {
 /// Reads the capture's PCM until it ends, stamping each piece and handing it to the
 /// stream once held long enough (all of it at the end, up to the video's end).
 fn stamp(
-    mut pcm: impl Read,
-    start: Instant,
-    sink: &SoundSender,
-    end: &AtomicU64,
+    mut pcm: impl Read, start: Instant, sink: &SoundSender, end: &AtomicU64,
 ) -> Result<(), String> {
     let mut clock = Clock::default();
     let mut held: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
@@ -142,8 +129,7 @@ fn stamp(
     // file) without waiting for a sound server that may hand over nothing for long.
     let silence = vec![0; PIECE_BYTES];
     let piece_micros = frames_to_micros((PIECE_BYTES / FRAME_BYTES) as u64);
-    sink.send(0, silence.clone())
-        .map_err(|_| "the encoder stopped taking sound".to_owned())?;
+    sink.send(0, silence.clone()).map_err(|_| "the encoder stopped taking sound".to_owned())?;
     // Where the sound handed over so far ends: no piece goes before it (should the clock's
     // offset still fall after a piece was sent, the overlap is dropped, never played twice
     // or out of order).
@@ -158,8 +144,7 @@ fn stamp(
         }
         let micros = micros.max(sent_until);
         sent_until = micros + length;
-        sink.send(micros, piece)
-            .map_err(|_| "the encoder stopped taking sound".to_owned())
+        sink.send(micros, piece).map_err(|_| "the encoder stopped taking sound".to_owned())
     };
     loop {
         let mut piece = vec![0; PIECE_BYTES];
@@ -194,8 +179,7 @@ fn stamp(
     let end = end.load(Ordering::Relaxed);
     let last = end.saturating_sub(piece_micros);
     if end != u64::MAX && sent_until < last {
-        sink.send(last, silence)
-            .map_err(|_| "the encoder stopped taking sound".to_owned())?;
+        sink.send(last, silence).map_err(|_| "the encoder stopped taking sound".to_owned())?;
     }
     Ok(())
 }

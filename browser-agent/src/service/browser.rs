@@ -14,8 +14,7 @@ use crate::upload::{Part, spool};
 
 /// Waits until Chromium is ready again in a state `caught_up` accepts, or has failed.
 pub(super) async fn restarted(
-    mut browser: watch::Receiver<BrowserState>,
-    caught_up: impl Fn(&BrowserState) -> bool,
+    mut browser: watch::Receiver<BrowserState>, caught_up: impl Fn(&BrowserState) -> bool,
     failure: &'static str,
 ) -> Result<(), Status> {
     let restarted = browser.wait_for(|s| {
@@ -59,9 +58,7 @@ impl AgentService {
         for (name, value) in [("timezone", &timezone), ("locale", &locale)] {
             // Checked by the control plane; here only what could harm a launch.
             if value.len() > 64 || value.chars().any(|c| c.is_control() || c.is_whitespace()) {
-                return Err(Status::invalid_argument(format!(
-                    "{name} {value:?} is malformed"
-                )));
+                return Err(Status::invalid_argument(format!("{name} {value:?} is malformed")));
             }
         }
         let present = |value: String| (!value.is_empty()).then_some(value);
@@ -75,13 +72,10 @@ impl AgentService {
     /// Stores the profile archive the stream carries, checks it, and restarts Chromium
     /// with it.
     pub(super) async fn load_profile_from(
-        &self,
-        mut chunks: Streaming<ProfileChunk>,
+        &self, mut chunks: Streaming<ProfileChunk>,
     ) -> Result<(), Status> {
         if self.relaunches.borrow().profile_seed.is_some() {
-            return Err(Status::failed_precondition(
-                "this browser already has a profile",
-            ));
+            return Err(Status::failed_precondition("this browser already has a profile"));
         }
         let internal =
             |error: std::io::Error| Status::internal(format!("storing the profile: {error}"));
@@ -109,8 +103,7 @@ impl AgentService {
             })?;
         // Kept for the browser's life: resets start from it again.
         let (_, archive) = pending.keep().map_err(|error| internal(error.error))?;
-        self.relaunch_with(|settings| settings.profile_seed = Some(archive))
-            .await
+        self.relaunch_with(|settings| settings.profile_seed = Some(archive)).await
     }
 
     /// Changes Chromium's launch settings and waits until it runs with them.

@@ -17,8 +17,7 @@ impl AgentService {
     /// Installs the extensions of an upload (slots of ZIP data, each named) and waits
     /// until Chromium runs with them.
     pub(super) async fn load_extensions_from(
-        &self,
-        mut chunks: Streaming<ExtensionUploadChunk>,
+        &self, mut chunks: Streaming<ExtensionUploadChunk>,
     ) -> Result<LoadExtensionsResponse, Status> {
         use extension_upload_chunk::Kind;
         let scratch = |error: std::io::Error| Status::internal(format!("scratch file: {error}"));
@@ -53,9 +52,7 @@ impl AgentService {
             }
             let Some(slot) = next else { break };
             let file = tempfile::tempfile_in(&self.scratch_dir).map_err(scratch)?;
-            current = Some(tokio::fs::File::from_std(
-                file.try_clone().map_err(scratch)?,
-            ));
+            current = Some(tokio::fs::File::from_std(file.try_clone().map_err(scratch)?));
             archives.push((slot, file));
         }
         if archives.is_empty() {
@@ -69,9 +66,7 @@ impl AgentService {
             batch.push((name, archive));
         }
         if let Some(name) = names.into_values().next() {
-            return Err(Status::invalid_argument(format!(
-                "extension {name} has no zip_file"
-            )));
+            return Err(Status::invalid_argument(format!("extension {name} has no zip_file")));
         }
 
         if batch.len() > crate::extensions::MAX_LOADED {

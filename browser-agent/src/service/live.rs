@@ -29,10 +29,7 @@ type Outbound = mpsc::Sender<Result<LiveViewUpdate, Status>>;
 
 /// Joins the display's encoder and plays the viewer's input until the viewer leaves.
 pub async fn open(
-    live: Arc<LiveView>,
-    input: Input,
-    desktop: Arc<Desktop>,
-    inbound: Streaming<LiveViewInput>,
+    live: Arc<LiveView>, input: Input, desktop: Arc<Desktop>, inbound: Streaming<LiveViewInput>,
 ) -> Result<LiveStream, Status> {
     let joined = live.clone();
     let Subscription { updates, refresh } = tokio::task::spawn_blocking(move || joined.subscribe())
@@ -43,33 +40,17 @@ pub async fn open(
     // The stream ends with the encoder's (a reset, a failed display), even while the
     // viewer's input and sound tasks still hold senders.
     let ended = CancellationToken::new();
-    tokio::spawn(forward_screen(
-        updates,
-        refresh.clone(),
-        outbound.clone(),
-        ended.clone(),
-    ));
-    let viewer = Viewer {
-        input,
-        desktop,
-        live,
-        refresh,
-        outbound,
-        sound: None,
-    };
+    tokio::spawn(forward_screen(updates, refresh.clone(), outbound.clone(), ended.clone()));
+    let viewer = Viewer { input, desktop, live, refresh, outbound, sound: None };
     tokio::spawn(viewer.play_input(inbound, ended.clone()));
-    Ok(Box::pin(
-        ReceiverStream::new(receiver).take_until(ended.cancelled_owned()),
-    ))
+    Ok(Box::pin(ReceiverStream::new(receiver).take_until(ended.cancelled_owned())))
 }
 
 /// Sends the encoder's updates until the viewer has gone (also while nothing changes, so
 /// that its share of the encoder ends with it).
 async fn forward_screen(
-    mut updates: broadcast::Receiver<crate::live::Update>,
-    refresh: Arc<AtomicBool>,
-    outbound: Outbound,
-    ended: CancellationToken,
+    mut updates: broadcast::Receiver<crate::live::Update>, refresh: Arc<AtomicBool>,
+    outbound: Outbound, ended: CancellationToken,
 ) {
     let _end_stream = ended.drop_guard();
     loop {
@@ -180,10 +161,7 @@ impl Viewer {
                     } else {
                         continue;
                     }
-                    Action::Key {
-                        name: key.key,
-                        down: key.down,
-                    }
+                    Action::Key { name: key.key, down: key.down }
                 }
                 Some(Kind::Wheel(wheel)) => Action::Scroll {
                     x: wheel.x,
@@ -219,10 +197,7 @@ impl Viewer {
         }
         for held in buttons_down {
             let (x, y) = self.input.run(Action::Position).await.unwrap_or((0, 0));
-            let _ = self
-                .input
-                .run(click(x, y, button(held), ClickKind::Up))
-                .await;
+            let _ = self.input.run(click(x, y, button(held), ClickKind::Up)).await;
         }
     }
 
@@ -253,12 +228,5 @@ fn button(number: u32) -> Button {
 }
 
 fn click(x: i32, y: i32, button: Button, kind: ClickKind) -> Action {
-    Action::Click {
-        x,
-        y,
-        button,
-        kind,
-        count: 1,
-        hold: Vec::new(),
-    }
+    Action::Click { x, y, button, kind, count: 1, hold: Vec::new() }
 }

@@ -104,8 +104,7 @@ type CdpStream = Pin<Box<dyn Stream<Item = Result<CdpFrame, Status>> + Send>>;
 #[tonic::async_trait]
 impl BrowserAgent for AgentService {
     async fn status(
-        &self,
-        request: Request<StatusRequest>,
+        &self, request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
         let request = request.into_inner();
         let mut browser = self.browser.clone();
@@ -125,34 +124,23 @@ impl BrowserAgent for AgentService {
     type CdpTunnelStream = CdpStream;
 
     async fn cdp_tunnel(
-        &self,
-        request: Request<Streaming<CdpFrame>>,
+        &self, request: Request<Streaming<CdpFrame>>,
     ) -> Result<Response<Self::CdpTunnelStream>, Status> {
         let mut inbound = request.into_inner();
         let path = match inbound.next().await {
-            Some(Ok(CdpFrame {
-                kind: Some(Kind::Open(open)),
-            })) => open.path,
+            Some(Ok(CdpFrame { kind: Some(Kind::Open(open)) })) => open.path,
             Some(Err(status)) => return Err(status),
             _ => {
-                return Err(Status::invalid_argument(
-                    "the first CDP frame must be `open`",
-                ));
+                return Err(Status::invalid_argument("the first CDP frame must be `open`"));
             }
         };
         let state = self.browser.borrow().clone();
         if state.devtools != DevtoolsState::Ready {
-            return Err(Status::unavailable(
-                "Chromium's DevTools endpoint is not ready",
-            ));
+            return Err(Status::unavailable("Chromium's DevTools endpoint is not ready"));
         }
         let (outbound, receiver) = mpsc::channel(64);
         if path == webdriver::TUNNEL_PATH {
-            let url = self
-                .webdriver
-                .endpoint()
-                .await
-                .map_err(Status::unavailable)?;
+            let url = self.webdriver.endpoint().await.map_err(Status::unavailable)?;
             let port = state.devtools_port;
             let attach = move |message| webdriver::attach_sessions_to(port, message);
             cdp::connect(&url, inbound, outbound, Some(Box::new(attach))).await?;
@@ -164,12 +152,10 @@ impl BrowserAgent for AgentService {
     }
 
     async fn move_path(
-        &self,
-        request: Request<MovePathRequest>,
+        &self, request: Request<MovePathRequest>,
     ) -> Result<Response<Empty>, Status> {
         let request = request.into_inner();
-        self.on_fs(move |fs| fs.move_path(&request.src_path, &request.dest_path))
-            .await?;
+        self.on_fs(move |fs| fs.move_path(&request.src_path, &request.dest_path)).await?;
         Ok(Response::new(Empty {}))
     }
 
@@ -179,8 +165,7 @@ impl BrowserAgent for AgentService {
     }
 
     async fn list_directory(
-        &self,
-        request: Request<PathRequest>,
+        &self, request: Request<PathRequest>,
     ) -> Result<Response<FileList>, Status> {
         let path = request.into_inner().path;
         let files = self.on_fs(move |fs| fs.list(&path)).await?;
@@ -190,8 +175,7 @@ impl BrowserAgent for AgentService {
     type ReadFileStream = DataStream;
 
     async fn read_file(
-        &self,
-        request: Request<PathRequest>,
+        &self, request: Request<PathRequest>,
     ) -> Result<Response<DataStream>, Status> {
         let path = request.into_inner().path;
         let file = self.on_fs(move |fs| fs.open_for_reading(&path)).await?;
@@ -199,19 +183,16 @@ impl BrowserAgent for AgentService {
     }
 
     async fn write_file(
-        &self,
-        request: Request<Streaming<WriteFileChunk>>,
+        &self, request: Request<Streaming<WriteFileChunk>>,
     ) -> Result<Response<Empty>, Status> {
         let mut chunks = request.into_inner();
         let target = match chunks.next().await {
-            Some(Ok(WriteFileChunk {
-                kind: Some(write_file_chunk::Kind::Target(target)),
-            })) => target,
+            Some(Ok(WriteFileChunk { kind: Some(write_file_chunk::Kind::Target(target)) })) => {
+                target
+            }
             Some(Err(status)) => return Err(status),
             _ => {
-                return Err(Status::invalid_argument(
-                    "the first message must name the target",
-                ));
+                return Err(Status::invalid_argument("the first message must name the target"));
             }
         };
         let mode = if target.mode == 0 { 0o644 } else { target.mode };
@@ -223,9 +204,7 @@ impl BrowserAgent for AgentService {
             spool(&mut chunks, &mut out, |chunk| match chunk.kind {
                 Some(write_file_chunk::Kind::Data(data)) => Ok(Part::Data(data)),
                 Some(write_file_chunk::Kind::Commit(_)) => Ok(Part::Done(())),
-                _ => Err(Status::invalid_argument(
-                    "unexpected message after the target",
-                )),
+                _ => Err(Status::invalid_argument("unexpected message after the target")),
             })
             .await
             .map_err(|error| error.into_status("the stream ended without commit", internal))?;
@@ -248,43 +227,32 @@ impl BrowserAgent for AgentService {
     }
 
     async fn create_directory(
-        &self,
-        request: Request<CreateDirectoryRequest>,
+        &self, request: Request<CreateDirectoryRequest>,
     ) -> Result<Response<Empty>, Status> {
         let request = request.into_inner();
-        let mode = if request.mode == 0 {
-            0o755
-        } else {
-            request.mode
-        };
-        self.on_fs(move |fs| fs.create_directory(&request.path, mode))
-            .await?;
+        let mode = if request.mode == 0 { 0o755 } else { request.mode };
+        self.on_fs(move |fs| fs.create_directory(&request.path, mode)).await?;
         Ok(Response::new(Empty {}))
     }
 
     async fn delete_path(
-        &self,
-        request: Request<DeletePathRequest>,
+        &self, request: Request<DeletePathRequest>,
     ) -> Result<Response<Empty>, Status> {
         let request = request.into_inner();
-        self.on_fs(move |fs| fs.delete(&request.path, request.directory))
-            .await?;
+        self.on_fs(move |fs| fs.delete(&request.path, request.directory)).await?;
         Ok(Response::new(Empty {}))
     }
 
     async fn set_permissions(
-        &self,
-        request: Request<SetPermissionsRequest>,
+        &self, request: Request<SetPermissionsRequest>,
     ) -> Result<Response<Empty>, Status> {
         let r = request.into_inner();
-        self.on_fs(move |fs| fs.set_permissions(&r.path, r.mode, &r.owner, &r.group))
-            .await?;
+        self.on_fs(move |fs| fs.set_permissions(&r.path, r.mode, &r.owner, &r.group)).await?;
         Ok(Response::new(Empty {}))
     }
 
     async fn extract_zip(
-        &self,
-        request: Request<Streaming<ExtractZipChunk>>,
+        &self, request: Request<Streaming<ExtractZipChunk>>,
     ) -> Result<Response<ExtractZipResponse>, Status> {
         let mut chunks = request.into_inner();
         // The archive waits in a scratch file outside the VM root, never whole in memory.
@@ -292,9 +260,7 @@ impl BrowserAgent for AgentService {
             Status::internal(format!("creating a scratch file failed: {error}"))
         })?;
         let mut out = tokio::fs::File::from_std(
-            scratch
-                .try_clone()
-                .map_err(|error| Status::internal(error.to_string()))?,
+            scratch.try_clone().map_err(|error| Status::internal(error.to_string()))?,
         );
         let dest_path = spool(&mut chunks, &mut out, |chunk| {
             Ok(match chunk.kind {
@@ -309,9 +275,7 @@ impl BrowserAgent for AgentService {
                 Status::internal(format!("buffering the upload failed: {error}"))
             })
         })?;
-        out.flush()
-            .await
-            .map_err(|error| Status::internal(error.to_string()))?;
+        out.flush().await.map_err(|error| Status::internal(error.to_string()))?;
         drop(out);
         let limits = self.zip_limits;
         let (files, bytes) = self
@@ -327,8 +291,7 @@ impl BrowserAgent for AgentService {
     type ZipDirectoryStream = DataStream;
 
     async fn zip_directory(
-        &self,
-        request: Request<PathRequest>,
+        &self, request: Request<PathRequest>,
     ) -> Result<Response<DataStream>, Status> {
         let (path, scratch_dir) = (request.into_inner().path, self.scratch_dir.clone());
         let archive = self
@@ -345,19 +308,14 @@ impl BrowserAgent for AgentService {
     type WatchDirectoryStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
 
     async fn watch_directory(
-        &self,
-        request: Request<WatchRequest>,
+        &self, request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchDirectoryStream>, Status> {
         let WatchRequest { path, recursive } = request.into_inner();
         let root = self.vm_root.clone();
         let watched = path.clone();
         let dir_watch::Watch { watcher, events } =
             blocking(move || dir_watch::start(&root, &watched, recursive)).await?;
-        let started = WatchEvent {
-            kind: "STARTED".into(),
-            path,
-            ..Default::default()
-        };
+        let started = WatchEvent { kind: "STARTED".into(), path, ..Default::default() };
         // The watcher lives as long as the stream: dropping the stream ends the watch.
         let changes =
             futures::stream::unfold((watcher, events), |(watcher, mut events)| async move {
@@ -369,44 +327,38 @@ impl BrowserAgent for AgentService {
     }
 
     async fn click_mouse(
-        &self,
-        request: Request<ClickMouseRequest>,
+        &self, request: Request<ClickMouseRequest>,
     ) -> Result<Response<Empty>, Status> {
         self.act(actions::click(request.into_inner())?).await
     }
 
     async fn move_mouse(
-        &self,
-        request: Request<MoveMouseRequest>,
+        &self, request: Request<MoveMouseRequest>,
     ) -> Result<Response<Empty>, Status> {
         self.act(actions::move_to(request.into_inner())?).await
     }
 
     async fn drag_mouse(
-        &self,
-        request: Request<DragMouseRequest>,
+        &self, request: Request<DragMouseRequest>,
     ) -> Result<Response<Empty>, Status> {
         self.act(actions::drag(request.into_inner())?).await
     }
 
     async fn get_mouse_position(
-        &self,
-        _request: Request<Empty>,
+        &self, _request: Request<Empty>,
     ) -> Result<Response<Point>, Status> {
         let (x, y) = self.input()?.run(Action::Position).await?;
         Ok(Response::new(Point { x, y }))
     }
 
     async fn type_text(
-        &self,
-        request: Request<TypeTextRequest>,
+        &self, request: Request<TypeTextRequest>,
     ) -> Result<Response<Empty>, Status> {
         self.act(actions::type_text(request.into_inner())).await
     }
 
     async fn press_keys(
-        &self,
-        request: Request<PressKeysRequest>,
+        &self, request: Request<PressKeysRequest>,
     ) -> Result<Response<Empty>, Status> {
         self.act(actions::press_keys(request.into_inner())?).await
     }
@@ -416,30 +368,25 @@ impl BrowserAgent for AgentService {
     }
 
     async fn read_clipboard(
-        &self,
-        _request: Request<Empty>,
+        &self, _request: Request<Empty>,
     ) -> Result<Response<ClipboardText>, Status> {
         let text = self.on_desktop(|desktop| desktop.read_clipboard()).await?;
         Ok(Response::new(ClipboardText { text }))
     }
 
     async fn write_clipboard(
-        &self,
-        request: Request<ClipboardText>,
+        &self, request: Request<ClipboardText>,
     ) -> Result<Response<Empty>, Status> {
         let text = request.into_inner().text;
-        self.on_desktop(move |desktop| desktop.write_clipboard(&text))
-            .await?;
+        self.on_desktop(move |desktop| desktop.write_clipboard(&text)).await?;
         Ok(Response::new(Empty {}))
     }
 
     async fn set_cursor_visibility(
-        &self,
-        request: Request<CursorVisibility>,
+        &self, request: Request<CursorVisibility>,
     ) -> Result<Response<Empty>, Status> {
         let hidden = request.into_inner().hidden;
-        self.on_desktop(move |desktop| desktop.set_cursor_hidden(hidden))
-            .await?;
+        self.on_desktop(move |desktop| desktop.set_cursor_hidden(hidden)).await?;
         Ok(Response::new(Empty {}))
     }
 
@@ -464,14 +411,10 @@ impl BrowserAgent for AgentService {
     }
 
     async fn screenshot(
-        &self,
-        request: Request<ScreenshotRequest>,
+        &self, request: Request<ScreenshotRequest>,
     ) -> Result<Response<ScreenshotResponse>, Status> {
         self.input()?;
-        let region = request
-            .into_inner()
-            .region
-            .map(|r| (r.x, r.y, r.width, r.height));
+        let region = request.into_inner().region.map(|r| (r.x, r.y, r.width, r.height));
         let screen = self.screen.size();
         let png = tokio::task::spawn_blocking(move || capture::screenshot(region, screen))
             .await
@@ -480,8 +423,7 @@ impl BrowserAgent for AgentService {
     }
 
     async fn start_recording(
-        &self,
-        request: Request<StartRecordingRequest>,
+        &self, request: Request<StartRecordingRequest>,
     ) -> Result<Response<browser_agent_proto::v1::RecordingInfo>, Status> {
         let request = request.into_inner();
         let info = self
@@ -497,19 +439,14 @@ impl BrowserAgent for AgentService {
     }
 
     async fn stop_recording(
-        &self,
-        request: Request<RecordingRequest>,
+        &self, request: Request<RecordingRequest>,
     ) -> Result<Response<browser_agent_proto::v1::RecordingInfo>, Status> {
-        let info = self
-            .recordings
-            .stop(&request.into_inner().recording_id)
-            .await?;
+        let info = self.recordings.stop(&request.into_inner().recording_id).await?;
         Ok(Response::new(recording_info(info)))
     }
 
     async fn get_recording(
-        &self,
-        request: Request<RecordingRequest>,
+        &self, request: Request<RecordingRequest>,
     ) -> Result<Response<browser_agent_proto::v1::RecordingInfo>, Status> {
         let info = self.recordings.info(&request.into_inner().recording_id)?;
         Ok(Response::new(recording_info(info)))
@@ -518,16 +455,14 @@ impl BrowserAgent for AgentService {
     type ReadRecordingStream = DataStream;
 
     async fn read_recording(
-        &self,
-        request: Request<RecordingRequest>,
+        &self, request: Request<RecordingRequest>,
     ) -> Result<Response<Self::ReadRecordingStream>, Status> {
         let file = self.recordings.open(&request.into_inner().recording_id)?;
         Ok(Response::new(stream_file(file)))
     }
 
     async fn delete_recording(
-        &self,
-        request: Request<RecordingRequest>,
+        &self, request: Request<RecordingRequest>,
     ) -> Result<Response<Empty>, Status> {
         self.recordings.delete(&request.into_inner().recording_id)?;
         Ok(Response::new(Empty {}))
@@ -544,39 +479,32 @@ impl BrowserAgent for AgentService {
     }
 
     async fn load_profile(
-        &self,
-        request: Request<Streaming<ProfileChunk>>,
+        &self, request: Request<Streaming<ProfileChunk>>,
     ) -> Result<Response<Empty>, Status> {
         self.load_profile_from(request.into_inner()).await?;
         Ok(Response::new(Empty {}))
     }
 
     async fn exec_process(
-        &self,
-        request: Request<ProcessRequest>,
+        &self, request: Request<ProcessRequest>,
     ) -> Result<Response<ExecResult>, Status> {
         Ok(Response::new(self.exec_in_vm(request.into_inner()).await?))
     }
 
     async fn spawn_process(
-        &self,
-        request: Request<SpawnRequest>,
+        &self, request: Request<SpawnRequest>,
     ) -> Result<Response<SpawnResult>, Status> {
         Ok(Response::new(self.spawn_in_vm(request.into_inner()).await?))
     }
 
     async fn get_process(
-        &self,
-        request: Request<ProcessRef>,
+        &self, request: Request<ProcessRef>,
     ) -> Result<Response<ProcessState>, Status> {
-        Ok(Response::new(
-            self.process_state(&request.into_inner().process_id)?,
-        ))
+        Ok(Response::new(self.process_state(&request.into_inner().process_id)?))
     }
 
     async fn write_stdin(
-        &self,
-        request: Request<StdinRequest>,
+        &self, request: Request<StdinRequest>,
     ) -> Result<Response<StdinResult>, Status> {
         Ok(Response::new(self.stdin_of(request.into_inner()).await?))
     }
@@ -584,17 +512,13 @@ impl BrowserAgent for AgentService {
     type StreamOutputStream = OutputStream;
 
     async fn stream_output(
-        &self,
-        request: Request<ProcessRef>,
+        &self, request: Request<ProcessRef>,
     ) -> Result<Response<OutputStream>, Status> {
-        Ok(Response::new(
-            self.output_of(&request.into_inner().process_id)?,
-        ))
+        Ok(Response::new(self.output_of(&request.into_inner().process_id)?))
     }
 
     async fn signal_process(
-        &self,
-        request: Request<SignalRequest>,
+        &self, request: Request<SignalRequest>,
     ) -> Result<Response<Empty>, Status> {
         self.signal_in_vm(request.into_inner())?;
         Ok(Response::new(Empty {}))
@@ -603,14 +527,9 @@ impl BrowserAgent for AgentService {
     type FollowFileStream = Pin<Box<dyn Stream<Item = Result<LogLine, Status>> + Send>>;
 
     async fn follow_file(
-        &self,
-        request: Request<FollowFileRequest>,
+        &self, request: Request<FollowFileRequest>,
     ) -> Result<Response<Self::FollowFileStream>, Status> {
-        let FollowFileRequest {
-            path,
-            follow,
-            service,
-        } = request.into_inner();
+        let FollowFileRequest { path, follow, service } = request.into_inner();
         let file = if service.is_empty() {
             self.on_fs(move |fs| fs.open_for_reading(&path)).await?
         } else {
@@ -635,14 +554,11 @@ impl BrowserAgent for AgentService {
     }
 
     async fn resize_terminal(
-        &self,
-        request: Request<ResizeTerminalRequest>,
+        &self, request: Request<ResizeTerminalRequest>,
     ) -> Result<Response<Empty>, Status> {
         let request = request.into_inner();
         let (cols, rows) = (terminal_side(request.cols)?, terminal_side(request.rows)?);
-        self.processes
-            .spawned(&request.process_id)?
-            .resize(cols, rows)?;
+        self.processes.spawned(&request.process_id)?.resize(cols, rows)?;
         Ok(Response::new(Empty {}))
     }
 
@@ -653,21 +569,15 @@ impl BrowserAgent for AgentService {
     }
 
     async fn load_extensions(
-        &self,
-        request: Request<Streaming<ExtensionUploadChunk>>,
+        &self, request: Request<Streaming<ExtensionUploadChunk>>,
     ) -> Result<Response<LoadExtensionsResponse>, Status> {
-        Ok(Response::new(
-            self.load_extensions_from(request.into_inner()).await?,
-        ))
+        Ok(Response::new(self.load_extensions_from(request.into_inner()).await?))
     }
 
     async fn playwright_execute(
-        &self,
-        request: Request<PlaywrightRequest>,
+        &self, request: Request<PlaywrightRequest>,
     ) -> Result<Response<PlaywrightResult>, Status> {
-        Ok(Response::new(
-            self.execute_playwright(request.into_inner()).await?,
-        ))
+        Ok(Response::new(self.execute_playwright(request.into_inner()).await?))
     }
 
     async fn list_executors(&self, _: Request<Empty>) -> Result<Response<ExecutorList>, Status> {
@@ -679,94 +589,70 @@ impl BrowserAgent for AgentService {
     }
 
     async fn list_webmcp_tools(
-        &self,
-        request: Request<browser_agent_proto::v1::WebmcpToolsRequest>,
+        &self, request: Request<browser_agent_proto::v1::WebmcpToolsRequest>,
     ) -> Result<Response<browser_agent_proto::v1::WebmcpTools>, Status> {
-        Ok(Response::new(
-            self.webmcp_tools(request.into_inner()).await?,
-        ))
+        Ok(Response::new(self.webmcp_tools(request.into_inner()).await?))
     }
 
     async fn add_webmcp_custom_tools(
-        &self,
-        request: Request<browser_agent_proto::v1::AddCustomToolsRequest>,
+        &self, request: Request<browser_agent_proto::v1::AddCustomToolsRequest>,
     ) -> Result<Response<browser_agent_proto::v1::CustomTools>, Status> {
-        Ok(Response::new(
-            self.webmcp_add_custom(request.into_inner()).await?,
-        ))
+        Ok(Response::new(self.webmcp_add_custom(request.into_inner()).await?))
     }
 
     async fn list_webmcp_custom_tools(
-        &self,
-        _: Request<Empty>,
+        &self, _: Request<Empty>,
     ) -> Result<Response<browser_agent_proto::v1::CustomTools>, Status> {
         Ok(Response::new(self.webmcp_custom_tools()))
     }
 
     async fn remove_webmcp_custom_tool(
-        &self,
-        request: Request<browser_agent_proto::v1::CustomToolRef>,
+        &self, request: Request<browser_agent_proto::v1::CustomToolRef>,
     ) -> Result<Response<Empty>, Status> {
         self.webmcp_remove_custom(&request.into_inner().id)?;
         Ok(Response::new(Empty {}))
     }
 
     async fn invoke_webmcp_tool(
-        &self,
-        request: Request<browser_agent_proto::v1::WebmcpInvocation>,
+        &self, request: Request<browser_agent_proto::v1::WebmcpInvocation>,
     ) -> Result<Response<browser_agent_proto::v1::WebmcpResult>, Status> {
-        Ok(Response::new(
-            self.webmcp_invoke(request.into_inner()).await?,
-        ))
+        Ok(Response::new(self.webmcp_invoke(request.into_inner()).await?))
     }
 
     async fn curl(&self, request: Request<CurlRequest>) -> Result<Response<CurlResult>, Status> {
-        Ok(Response::new(
-            self.browser_curl(request.into_inner()).await?,
-        ))
+        Ok(Response::new(self.browser_curl(request.into_inner()).await?))
     }
 
     async fn delete_executor(
-        &self,
-        request: Request<DeleteExecutorRequest>,
+        &self, request: Request<DeleteExecutorRequest>,
     ) -> Result<Response<Empty>, Status> {
         let request = request.into_inner();
-        self.executors
-            .delete(&request.name, request.close_tab)
-            .await?;
+        self.executors.delete(&request.name, request.close_tab).await?;
         Ok(Response::new(Empty {}))
     }
 
     type LiveViewStream = live::LiveStream;
 
     async fn live_view(
-        &self,
-        request: Request<Streaming<browser_agent_proto::v1::LiveViewInput>>,
+        &self, request: Request<Streaming<browser_agent_proto::v1::LiveViewInput>>,
     ) -> Result<Response<Self::LiveViewStream>, Status> {
         let (Some(view), Some(desktop)) = (&self.live, &self.desktop) else {
             return Err(Status::failed_precondition(
                 "this browser is headless: it has no display to view",
             ));
         };
-        let stream = live::open(
-            view.clone(),
-            self.input()?.clone(),
-            desktop.clone(),
-            request.into_inner(),
-        )
-        .await?;
+        let stream =
+            live::open(view.clone(), self.input()?.clone(), desktop.clone(), request.into_inner())
+                .await?;
         Ok(Response::new(stream))
     }
 
     async fn set_telemetry(
-        &self,
-        request: Request<TelemetryCapture>,
+        &self, request: Request<TelemetryCapture>,
     ) -> Result<Response<Empty>, Status> {
         let capture = request.into_inner();
         self.telemetry.set_capture(capture);
-        self.telemetry
-            .until_applied(&capture, Duration::from_secs(3))
-            .await;
+        self.telemetry.until_applied(&capture, Duration::from_secs(3)).await;
         Ok(Response::new(Empty {}))
     }
 
@@ -774,19 +660,15 @@ impl BrowserAgent for AgentService {
         Pin<Box<dyn Stream<Item = Result<TelemetryRecord, Status>> + Send>>;
 
     async fn telemetry_events(
-        &self,
-        _request: Request<Empty>,
+        &self, _request: Request<Empty>,
     ) -> Result<Response<Self::TelemetryEventsStream>, Status> {
         let (sender, receiver) = mpsc::channel(256);
         tokio::spawn(crate::telemetry::forward(self.telemetry.clone(), sender));
-        Ok(Response::new(Box::pin(
-            ReceiverStream::new(receiver).map(Ok),
-        )))
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver).map(Ok))))
     }
 
     async fn shutdown(
-        &self,
-        _request: Request<ShutdownRequest>,
+        &self, _request: Request<ShutdownRequest>,
     ) -> Result<Response<ShutdownResponse>, Status> {
         tracing::info!("shutdown requested by the control plane");
         let shutdown = self.shutdown.clone();

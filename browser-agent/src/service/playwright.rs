@@ -24,14 +24,12 @@ impl From<PlaywrightError> for Status {
 }
 
 fn unix_ms(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as i64)
+    time.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64)
 }
 
 impl AgentService {
     pub(super) async fn execute_playwright(
-        &self,
-        request: PlaywrightRequest,
+        &self, request: PlaywrightRequest,
     ) -> Result<PlaywrightResult, Status> {
         if request.timeout_ms == 0 {
             return Err(Status::invalid_argument("timeout_ms must be positive"));
@@ -43,11 +41,7 @@ impl AgentService {
         let outcome = self
             .executors
             .clone()
-            .execute(
-                executor,
-                request.code,
-                Duration::from_millis(request.timeout_ms.into()),
-            )
+            .execute(executor, request.code, Duration::from_millis(request.timeout_ms.into()))
             .await?;
         Ok(PlaywrightResult {
             success: outcome.success,
@@ -55,9 +49,7 @@ impl AgentService {
             result_json: outcome.result_json,
             stdout: outcome.stdout,
             stderr: outcome.stderr,
-            tab: outcome
-                .tab
-                .map(|(target_id, created)| PlaywrightTab { target_id, created }),
+            tab: outcome.tab.map(|(target_id, created)| PlaywrightTab { target_id, created }),
         })
     }
 
@@ -107,10 +99,9 @@ impl AgentService {
                 duration_ms: response.duration.as_millis() as u64,
                 failure: None,
             }),
-            Err(CurlError::Failed(failure)) => Ok(CurlResult {
-                failure: Some(failure),
-                ..CurlResult::default()
-            }),
+            Err(CurlError::Failed(failure)) => {
+                Ok(CurlResult { failure: Some(failure), ..CurlResult::default() })
+            }
             Err(CurlError::Invalid(message)) => Err(Status::invalid_argument(message)),
             Err(CurlError::NotRunning) => Err(Status::unavailable(
                 "the browser is not running (it is starting or restarting)",
@@ -125,11 +116,7 @@ impl AgentService {
         let outcome = self
             .repl
             .clone()
-            .eval(
-                request.code,
-                request.reset,
-                Duration::from_millis(request.timeout_ms.into()),
-            )
+            .eval(request.code, request.reset, Duration::from_millis(request.timeout_ms.into()))
             .await?;
         let content = outcome
             .content
@@ -139,13 +126,9 @@ impl AgentService {
                     ReplContent::Text { channel, text } => {
                         repl_content::Kind::Text(ReplText { channel, text })
                     }
-                    ReplContent::Image {
-                        data_b64,
-                        mime_type,
-                    } => repl_content::Kind::Image(ReplImage {
-                        data_b64,
-                        mime_type,
-                    }),
+                    ReplContent::Image { data_b64, mime_type } => {
+                        repl_content::Kind::Image(ReplImage { data_b64, mime_type })
+                    }
                 }),
             })
             .collect();

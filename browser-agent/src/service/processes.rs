@@ -30,22 +30,14 @@ fn spec_of(request: ProcessRequest) -> ProcessSpec {
 
 /// A terminal's columns or rows.
 pub fn terminal_side(side: u32) -> Result<u16, Status> {
-    u16::try_from(side)
-        .ok()
-        .filter(|side| (1..=1000).contains(side))
-        .ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "cols and rows must be between 1 and 1000, got {side}"
-            ))
-        })
+    u16::try_from(side).ok().filter(|side| (1..=1000).contains(side)).ok_or_else(|| {
+        Status::invalid_argument(format!("cols and rows must be between 1 and 1000, got {side}"))
+    })
 }
 
 fn chunk(event: OutputEvent) -> OutputChunk {
     let kind = match event {
-        OutputEvent::Chunk {
-            stderr: false,
-            data,
-        } => output_chunk::Kind::Stdout(data.to_vec()),
+        OutputEvent::Chunk { stderr: false, data } => output_chunk::Kind::Stdout(data.to_vec()),
         OutputEvent::Chunk { stderr: true, data } => output_chunk::Kind::Stderr(data.to_vec()),
         OutputEvent::Exit(code) => output_chunk::Kind::ExitCode(code),
     };
@@ -65,21 +57,12 @@ impl AgentService {
     }
 
     pub(super) async fn spawn_in_vm(&self, request: SpawnRequest) -> Result<SpawnResult, Status> {
-        let process = request
-            .process
-            .ok_or_else(|| Status::invalid_argument("process is required"))?;
+        let process =
+            request.process.ok_or_else(|| Status::invalid_argument("process is required"))?;
         let options = SpawnOptions {
             allocate_tty: request.allocate_tty,
-            cols: if request.allocate_tty {
-                terminal_side(request.cols.max(1))?
-            } else {
-                80
-            },
-            rows: if request.allocate_tty {
-                terminal_side(request.rows.max(1))?
-            } else {
-                24
-            },
+            cols: if request.allocate_tty { terminal_side(request.cols.max(1))? } else { 80 },
+            rows: if request.allocate_tty { terminal_side(request.rows.max(1))? } else { 24 },
         };
         let spawned = self.processes.spawn(spec_of(process), options).await?;
         Ok(SpawnResult {
@@ -105,9 +88,7 @@ impl AgentService {
     pub(super) async fn stdin_of(&self, request: StdinRequest) -> Result<StdinResult, Status> {
         let process = self.processes.spawned(&request.process_id)?;
         let written = process.write_stdin(&request.data).await?;
-        Ok(StdinResult {
-            written: written as u64,
-        })
+        Ok(StdinResult { written: written as u64 })
     }
 
     /// The kept output, then live output, then the exit code. A reader too slow for the
@@ -167,9 +148,7 @@ impl AgentService {
                 )));
             }
         };
-        self.processes
-            .spawned(&request.process_id)?
-            .signal(signal)?;
+        self.processes.spawned(&request.process_id)?.signal(signal)?;
         Ok(())
     }
 }

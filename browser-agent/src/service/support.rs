@@ -31,10 +31,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 
 /// A failure of the agent's own scratch file, outside the VM root.
 pub(super) fn scratch_failed(error: std::io::Error) -> FsError {
-    FsError::Io {
-        context: "scratch file".into(),
-        source: error,
-    }
+    FsError::Io { context: "scratch file".into(), source: error }
 }
 
 pub(super) type DataStream = Pin<Box<dyn Stream<Item = Result<DataChunk, Status>> + Send>>;
@@ -47,9 +44,7 @@ pub(super) fn stream_file(mut file: std::fs::File) -> DataStream {
         loop {
             let message = match file.read(&mut buffer) {
                 Ok(0) => return,
-                Ok(read) => Ok(DataChunk {
-                    data: buffer[..read].to_vec(),
-                }),
+                Ok(read) => Ok(DataChunk { data: buffer[..read].to_vec() }),
                 Err(error) => Err(Status::internal(format!("reading failed: {error}"))),
             };
             let failed = message.is_err();
@@ -72,8 +67,7 @@ impl AgentService {
 
     /// Runs blocking work on the VM's filesystem off the async executor.
     pub(super) async fn on_fs<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&VmFs) -> Result<T, FsError> + Send + 'static,
+        &self, work: impl FnOnce(&VmFs) -> Result<T, FsError> + Send + 'static,
     ) -> Result<T, Status> {
         let fs = self.fs.clone();
         blocking(move || work(&fs)).await
@@ -81,8 +75,7 @@ impl AgentService {
 
     /// Runs blocking work on the display's clipboard or pointer off the async executor.
     pub(super) async fn on_desktop<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&Desktop) -> Result<T, DesktopError> + Send + 'static,
+        &self, work: impl FnOnce(&Desktop) -> Result<T, DesktopError> + Send + 'static,
     ) -> Result<T, Status> {
         self.input()?;
         let desktop = self

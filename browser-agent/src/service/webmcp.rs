@@ -17,15 +17,10 @@ const DEFAULT_TIMEOUT_SEC: u32 = 60;
 
 impl AgentService {
     pub(super) async fn webmcp_tools(
-        &self,
-        request: WebmcpToolsRequest,
+        &self, request: WebmcpToolsRequest,
     ) -> Result<WebmcpTools, Status> {
         let browser_ws_url = self.browser.borrow().browser_ws_url.clone();
-        let custom = if request.exclude_custom {
-            Vec::new()
-        } else {
-            self.webmcp_custom.all()
-        };
+        let custom = if request.exclude_custom { Vec::new() } else { self.webmcp_custom.all() };
         let found = crate::webmcp::list(&browser_ws_url, &self.webmcp_numbering, &custom).await?;
         let tools = found
             .into_iter()
@@ -39,10 +34,7 @@ impl AgentService {
                 frame_id: found.frame.as_ref().map(|(id, _)| *id),
                 frame_url: found.frame.map(|(_, url)| url),
                 custom_id: found.custom.as_ref().map(|(id, _, _)| id.clone()),
-                custom_namespace: found
-                    .custom
-                    .as_ref()
-                    .map(|(_, namespace, _)| namespace.clone()),
+                custom_namespace: found.custom.as_ref().map(|(_, namespace, _)| namespace.clone()),
                 target_id: found.custom.map(|(_, _, target)| target),
             })
             .collect();
@@ -50,8 +42,7 @@ impl AgentService {
     }
 
     pub(super) async fn webmcp_invoke(
-        &self,
-        request: WebmcpInvocation,
+        &self, request: WebmcpInvocation,
     ) -> Result<WebmcpResult, Status> {
         let input: serde_json::Value = serde_json::from_str(&request.input_json)
             .map_err(|error| Status::invalid_argument(format!("input is not JSON: {error}")))?;
@@ -80,13 +71,10 @@ impl AgentService {
     }
 
     pub(super) async fn webmcp_add_custom(
-        &self,
-        request: AddCustomToolsRequest,
+        &self, request: AddCustomToolsRequest,
     ) -> Result<CustomTools, Status> {
         if request.namespace.is_empty() || request.namespace.len() > 128 {
-            return Err(Status::invalid_argument(
-                "namespace must be 1 to 128 characters",
-            ));
+            return Err(Status::invalid_argument("namespace must be 1 to 128 characters"));
         }
         if request.source.len() > crate::webmcp::custom::MAX_SOURCE_BYTES {
             return Err(Status::invalid_argument(format!(

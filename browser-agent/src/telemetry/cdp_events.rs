@@ -11,13 +11,8 @@ use serde_json::{Map, Value, json};
 use super::{Captured, bounded};
 
 /// Headers whose values never leave the VM.
-const SECRET_HEADERS: [&str; 5] = [
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "set-cookie",
-    "x-api-key",
-];
+const SECRET_HEADERS: [&str; 5] =
+    ["authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"];
 pub const REDACTED: &str = "[REDACTED]";
 /// Requests remembered for their response's method and URL; the oldest are forgotten.
 const MAX_PENDING_REQUESTS: usize = 2048;
@@ -53,17 +48,11 @@ pub fn target_type(cdp_type: &str) -> &'static str {
 
 /// The context stamped on an event of `target` (reached through CDP `session`).
 fn context(
-    target: &Target,
-    session: &str,
-    frame_id: Option<&str>,
-    url: Option<&str>,
+    target: &Target, session: &str, frame_id: Option<&str>, url: Option<&str>,
 ) -> Map<String, Value> {
     let mut data = Map::new();
     data.insert("target_id".into(), json!(target.target_id));
-    data.insert(
-        "target_type".into(),
-        json!(target_type(&target.target_type)),
-    );
+    data.insert("target_type".into(), json!(target_type(&target.target_type)));
     data.insert("session_id".into(), json!(session));
     data.insert("nav_seq".into(), json!(target.nav_seq));
     if !target.loader_id.is_empty() {
@@ -80,10 +69,7 @@ fn context(
 /// A settle event (`network_idle`, `page_layout_settled`, `page_navigation_settled`) of
 /// `target`, if its category is on.
 pub fn settled_event(
-    capture: &TelemetryCapture,
-    kind: &'static str,
-    session: &str,
-    target: &Target,
+    capture: &TelemetryCapture, kind: &'static str, session: &str, target: &Target,
 ) -> Option<Captured> {
     let category = match kind {
         "network_idle" if capture.network => "network",
@@ -126,11 +112,7 @@ pub fn is_wanted(method: &str) -> bool {
 /// Turns one CDP event of an attached target into telemetry, if its category is on.
 /// Updates `target` (navigations) and `requests` as it goes.
 pub fn from_target_event(
-    capture: &TelemetryCapture,
-    method: &str,
-    params: &Value,
-    session: &str,
-    target: &mut Target,
+    capture: &TelemetryCapture, method: &str, params: &Value, session: &str, target: &mut Target,
     requests: &mut Requests,
 ) -> Option<Captured> {
     let (category, kind, data, truncated): (&str, &str, Map<String, Value>, bool) = match method {
@@ -145,10 +127,7 @@ pub fn from_target_event(
             let mut data = context(target, session, None, None);
             data.insert("text".into(), json!(text));
             data.insert("args".into(), json!(args));
-            data.insert(
-                "level".into(),
-                json!(if level == "warning" { "warn" } else { level }),
-            );
+            data.insert("level".into(), json!(if level == "warning" { "warn" } else { level }));
             if let Some(frame) = params["stackTrace"]["callFrames"].get(0) {
                 data.insert(
                     "source_url".into(),
@@ -157,11 +136,8 @@ pub fn from_target_event(
                 data.insert("line".into(), frame["lineNumber"].clone());
                 data.insert("column".into(), frame["columnNumber"].clone());
             }
-            let kind = if matches!(level, "error" | "assert") {
-                "console_error"
-            } else {
-                "console_log"
-            };
+            let kind =
+                if matches!(level, "error" | "assert") { "console_error" } else { "console_log" };
             ("console", kind, data, cut)
         }
         "Runtime.exceptionThrown" if capture.console => {
@@ -197,22 +173,15 @@ pub fn from_target_event(
                 json!(bounded(params["documentURL"].as_str().unwrap_or_default()).0),
             );
             data.insert("initiator_type".into(), params["initiator"]["type"].clone());
-            data.insert(
-                "is_redirect".into(),
-                json!(params.get("redirectResponse").is_some()),
-            );
+            data.insert("is_redirect".into(), json!(params.get("redirectResponse").is_some()));
             ("network", "network_request", data, false)
         }
         "Network.responseReceived" if capture.network => {
             let response = &params["response"];
             let request_id = params["requestId"].as_str().unwrap_or_default();
             let method = requests.method(request_id);
-            let mut data = context(
-                target,
-                session,
-                params["frameId"].as_str(),
-                response["url"].as_str(),
-            );
+            let mut data =
+                context(target, session, params["frameId"].as_str(), response["url"].as_str());
             data.insert("request_id".into(), json!(request_id));
             data.insert("method".into(), json!(method));
             data.insert("status".into(), response["status"].clone());
@@ -235,10 +204,7 @@ pub fn from_target_event(
             let mut data = context(target, session, None, url.as_deref());
             data.insert("request_id".into(), json!(request_id));
             data.insert("error_text".into(), params["errorText"].clone());
-            data.insert(
-                "canceled".into(),
-                json!(params["canceled"].as_bool().unwrap_or(false)),
-            );
+            data.insert("canceled".into(), json!(params["canceled"].as_bool().unwrap_or(false)));
             data.insert("resource_type".into(), params["type"].clone());
             ("network", "network_loading_failed", data, false)
         }
@@ -316,10 +282,7 @@ pub fn from_target_event(
 
 /// A browser-level event (target discovery): a tab opened, a target crashed.
 pub fn from_browser_event(
-    capture: &TelemetryCapture,
-    method: &str,
-    params: &Value,
-    known: Option<&Target>,
+    capture: &TelemetryCapture, method: &str, params: &Value, known: Option<&Target>,
 ) -> Option<Captured> {
     if !capture.page {
         return None;
@@ -363,15 +326,11 @@ impl Requests {
         if self.pending.len() >= MAX_PENDING_REQUESTS {
             self.pending.clear();
         }
-        self.pending
-            .insert(request_id.to_owned(), (method.to_owned(), bounded(url).0));
+        self.pending.insert(request_id.to_owned(), (method.to_owned(), bounded(url).0));
     }
 
     fn method(&self, request_id: &str) -> String {
-        self.pending
-            .get(request_id)
-            .map(|(method, _)| method.clone())
-            .unwrap_or_default()
+        self.pending.get(request_id).map(|(method, _)| method.clone()).unwrap_or_default()
     }
 
     fn forget(&mut self, request_id: &str) -> Option<(String, String)> {
@@ -491,9 +450,6 @@ mod tests {
             )
             .is_none()
         );
-        assert_eq!(
-            (target.nav_seq, target.url.as_str()),
-            (1, "https://a.test/")
-        );
+        assert_eq!((target.nav_seq, target.url.as_str()), (1, "https://a.test/"));
     }
 }

@@ -53,10 +53,7 @@ impl Default for Telemetry {
         Self {
             capture: watch::channel(TelemetryCapture::default()).0,
             applied: watch::channel(None).0,
-            ring: Mutex::new(Ring {
-                next_seq: 1,
-                events: VecDeque::new(),
-            }),
+            ring: Mutex::new(Ring { next_seq: 1, events: VecDeque::new() }),
             live: broadcast::channel(FOLLOWER_BACKLOG).0,
         }
     }
@@ -117,18 +114,12 @@ impl Telemetry {
 
     /// The events kept after `after_seq`, and a subscription to the later ones.
     pub fn follow(
-        &self,
-        after_seq: u64,
+        &self, after_seq: u64,
     ) -> (Vec<TelemetryRecord>, broadcast::Receiver<TelemetryRecord>) {
         let Ok(ring) = self.ring.lock() else {
             return (Vec::new(), self.live.subscribe());
         };
-        let kept = ring
-            .events
-            .iter()
-            .filter(|record| record.seq > after_seq)
-            .cloned()
-            .collect();
+        let kept = ring.events.iter().filter(|record| record.seq > after_seq).cloned().collect();
         (kept, self.live.subscribe())
     }
 }
@@ -140,8 +131,7 @@ impl Telemetry {
 /// plane in a few writes (and wake both sides a few times) rather than one each: the
 /// CPU this saves is the page's, on a host whose cores the browsers share.
 pub async fn forward(
-    telemetry: std::sync::Arc<Telemetry>,
-    sender: tokio::sync::mpsc::Sender<TelemetryRecord>,
+    telemetry: std::sync::Arc<Telemetry>, sender: tokio::sync::mpsc::Sender<TelemetryRecord>,
 ) {
     let mut last_seq = 0;
     'follow: loop {

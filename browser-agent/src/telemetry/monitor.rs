@@ -66,8 +66,7 @@ enum Ended {
 }
 
 pub async fn run(
-    telemetry: Arc<Telemetry>,
-    mut browser: watch::Receiver<BrowserState>,
+    telemetry: Arc<Telemetry>, mut browser: watch::Receiver<BrowserState>,
     shutdown: CancellationToken,
 ) {
     let mut capture = telemetry.capture();
@@ -91,10 +90,8 @@ pub async fn run(
                 tracing::debug!(%error, "the telemetry monitor could not reach DevTools");
                 if !init_failure_reported && lost_at.is_none() {
                     init_failure_reported = true;
-                    telemetry.record(monitor_event(
-                        "monitor_init_failed",
-                        json!({ "step": "connect" }),
-                    ));
+                    telemetry
+                        .record(monitor_event("monitor_init_failed", json!({ "step": "connect" })));
                 }
                 tokio::time::sleep(RETRY).await;
                 continue;
@@ -119,9 +116,7 @@ pub async fn run(
             screenshot_pending: None,
             settling: Settling::default(),
         };
-        let ended = monitor
-            .watch(&mut capture, &mut browser, &url, &shutdown)
-            .await;
+        let ended = monitor.watch(&mut capture, &mut browser, &url, &shutdown).await;
         telemetry.applied(None);
         match ended {
             Ended::Shutdown => return,
@@ -146,13 +141,7 @@ async fn until(deadline: Option<tokio::time::Instant>) {
 }
 
 fn monitor_event(kind: &'static str, data: Value) -> Captured {
-    Captured {
-        category: "monitor",
-        kind,
-        data,
-        source_event: String::new(),
-        truncated: false,
-    }
+    Captured { category: "monitor", kind, data, source_event: String::new(), truncated: false }
 }
 
 struct Monitor<'a> {
@@ -207,11 +196,7 @@ impl Monitor<'_> {
         if let Some(session) = page {
             let id = self
                 .client
-                .send(
-                    &session,
-                    "Page.captureScreenshot",
-                    json!({ "format": "png" }),
-                )
+                .send(&session, "Page.captureScreenshot", json!({ "format": "png" }))
                 .await?;
             self.screenshot_pending = Some(id);
         }
@@ -244,11 +229,8 @@ impl Monitor<'_> {
     }
 
     async fn watch(
-        &mut self,
-        capture: &mut watch::Receiver<TelemetryCapture>,
-        browser: &mut watch::Receiver<BrowserState>,
-        url: &str,
-        shutdown: &CancellationToken,
+        &mut self, capture: &mut watch::Receiver<TelemetryCapture>,
+        browser: &mut watch::Receiver<BrowserState>, url: &str, shutdown: &CancellationToken,
     ) -> Ended {
         let mut current = *capture.borrow_and_update();
         // Waited for: Chromium reports the pages already open before it answers, and
@@ -344,11 +326,7 @@ impl Monitor<'_> {
     }
 
     async fn handle(
-        &mut self,
-        capture: &TelemetryCapture,
-        session: &str,
-        method: &str,
-        params: &Value,
+        &mut self, capture: &TelemetryCapture, session: &str, method: &str, params: &Value,
     ) -> Result<(), String> {
         if session.is_empty() {
             return self.handle_browser_event(capture, method, params).await;
@@ -366,13 +344,7 @@ impl Monitor<'_> {
         ) {
             self.telemetry.record(captured);
         }
-        self.settling.observe(
-            session,
-            method,
-            params,
-            target.nav_seq,
-            tokio::time::Instant::now(),
-        );
+        self.settling.observe(session, method, params, target.nav_seq, tokio::time::Instant::now());
         Ok(())
     }
 
@@ -391,10 +363,7 @@ impl Monitor<'_> {
     }
 
     async fn handle_browser_event(
-        &mut self,
-        capture: &TelemetryCapture,
-        method: &str,
-        params: &Value,
+        &mut self, capture: &TelemetryCapture, method: &str, params: &Value,
     ) -> Result<(), String> {
         match method {
             "Target.attachedToTarget" if is_browser_ui(&params["targetInfo"]) => {}
@@ -443,8 +412,7 @@ impl Monitor<'_> {
                 }
             }
             "Target.targetDestroyed" => {
-                self.opening
-                    .remove(params["targetId"].as_str().unwrap_or_default());
+                self.opening.remove(params["targetId"].as_str().unwrap_or_default());
             }
             _ => {
                 let target_id = params["targetId"].as_str();

@@ -47,12 +47,7 @@ impl Settling {
     /// Notes a CDP event of the target reached through `session`, whose navigation is
     /// now `nav_seq`, received at `now`.
     pub fn observe(
-        &mut self,
-        session: &str,
-        method: &str,
-        params: &Value,
-        nav_seq: u64,
-        now: Instant,
+        &mut self, session: &str, method: &str, params: &Value, nav_seq: u64, now: Instant,
     ) {
         let rest = self.targets.entry(session.to_owned()).or_default();
         if rest.nav_seq != nav_seq {
@@ -109,12 +104,7 @@ impl Settling {
     pub fn due(&mut self, now: Instant) -> Vec<Settled> {
         let mut settled = Vec::new();
         for (session, rest) in &mut self.targets {
-            let mut report = |kind| {
-                settled.push(Settled {
-                    session: session.clone(),
-                    kind,
-                })
-            };
+            let mut report = |kind| settled.push(Settled { session: session.clone(), kind });
             if rest.idle_at.is_some_and(|at| at <= now) {
                 rest.idle_at = None;
                 report("network_idle");
@@ -156,20 +146,8 @@ mod tests {
         settling.observe("s", "Network.loadingFailed", &request("2"), 1, t0);
         assert!(kinds(settling.due(t0 + ms(400))).is_empty());
         // A new request within the quiet period starts it again.
-        settling.observe(
-            "s",
-            "Network.requestWillBeSent",
-            &request("3"),
-            1,
-            t0 + ms(400),
-        );
-        settling.observe(
-            "s",
-            "Network.loadingFinished",
-            &request("3"),
-            1,
-            t0 + ms(400),
-        );
+        settling.observe("s", "Network.requestWillBeSent", &request("3"), 1, t0 + ms(400));
+        settling.observe("s", "Network.loadingFinished", &request("3"), 1, t0 + ms(400));
         assert!(kinds(settling.due(t0 + ms(800))).is_empty());
         assert_eq!(kinds(settling.due(t0 + ms(900))), ["network_idle"]);
         assert!(kinds(settling.due(t0 + ms(900))).is_empty());
@@ -183,13 +161,7 @@ mod tests {
         settling.observe("s", "Page.domContentEventFired", &json!({}), 1, t0);
         settling.observe("s", "Page.loadEventFired", &json!({}), 1, t0);
         let shifted = t0 + ms(800);
-        settling.observe(
-            "s",
-            "PerformanceTimeline.timelineEventAdded",
-            &shift,
-            1,
-            shifted,
-        );
+        settling.observe("s", "PerformanceTimeline.timelineEventAdded", &shift, 1, shifted);
         assert!(kinds(settling.due(shifted + ms(800))).is_empty());
         assert_eq!(
             kinds(settling.due(shifted + ms(1000))),
@@ -198,10 +170,7 @@ mod tests {
         // A new navigation forgets the old one's DOMContentLoaded.
         let loaded = shifted + ms(1000);
         settling.observe("s", "Page.loadEventFired", &json!({}), 2, loaded);
-        assert_eq!(
-            kinds(settling.due(loaded + LAYOUT_QUIET)),
-            ["page_layout_settled"]
-        );
+        assert_eq!(kinds(settling.due(loaded + LAYOUT_QUIET)), ["page_layout_settled"]);
         settling.forget("s");
         assert_eq!(settling.next_deadline(), None);
     }

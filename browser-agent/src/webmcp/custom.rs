@@ -61,23 +61,16 @@ const RESOLVE: &str = r#"(text) => { try { return (0, eval)("(" + text + ")"); }
 
 impl CustomTools {
     pub fn all(&self) -> Vec<Definition> {
-        self.definitions
-            .lock()
-            .map(|definitions| definitions.clone())
-            .unwrap_or_default()
+        self.definitions.lock().map(|definitions| definitions.clone()).unwrap_or_default()
     }
 
     pub fn get(&self, id: &str) -> Option<Definition> {
-        self.all()
-            .into_iter()
-            .find(|definition| definition.id == id)
+        self.all().into_iter().find(|definition| definition.id == id)
     }
 
     pub fn remove(&self, id: &str) -> Result<(), Status> {
-        let mut definitions = self
-            .definitions
-            .lock()
-            .map_err(|_| Status::internal("custom tools unavailable"))?;
+        let mut definitions =
+            self.definitions.lock().map_err(|_| Status::internal("custom tools unavailable"))?;
         let before = definitions.len();
         definitions.retain(|definition| definition.id != id);
         if definitions.len() == before {
@@ -89,21 +82,15 @@ impl CustomTools {
     /// Evaluates a batch's source in the browser and adds its tools at once (replacing
     /// the namespace's with `overwrite`).
     pub async fn add(
-        &self,
-        browser_ws_url: &str,
-        namespace: &str,
-        source: &str,
-        overwrite: bool,
+        &self, browser_ws_url: &str, namespace: &str, source: &str, overwrite: bool,
     ) -> Result<Vec<Definition>, Status> {
         let described = describe(browser_ws_url, source).await?;
         let mut batch = Vec::new();
         for (index, described) in described.iter().enumerate() {
             batch.push(checked(index, namespace, described)?);
         }
-        let mut definitions = self
-            .definitions
-            .lock()
-            .map_err(|_| Status::internal("custom tools unavailable"))?;
+        let mut definitions =
+            self.definitions.lock().map_err(|_| Status::internal("custom tools unavailable"))?;
         let kept: Vec<&Definition> = definitions
             .iter()
             .filter(|definition| !(overwrite && definition.namespace == namespace))
@@ -157,18 +144,13 @@ fn checked(index: usize, namespace: &str, described: &Value) -> Result<Definitio
     let url_patterns: Vec<String> = described["match"]["url_patterns"]
         .as_array()
         .map(|patterns| {
-            patterns
-                .iter()
-                .filter_map(|pattern| pattern.as_str().map(str::to_owned))
-                .collect()
+            patterns.iter().filter_map(|pattern| pattern.as_str().map(str::to_owned)).collect()
         })
         .unwrap_or_default();
     if url_patterns.is_empty()
         || described["match"]["url_patterns"].as_array().map(Vec::len) != Some(url_patterns.len())
     {
-        return Err(invalid(
-            "match.url_patterns must be a non-empty array of strings",
-        ));
+        return Err(invalid("match.url_patterns must be a non-empty array of strings"));
     }
     let tool = &described["tool"];
     let name = tool["name"].as_str().unwrap_or_default();
@@ -194,31 +176,18 @@ fn checked(index: usize, namespace: &str, described: &Value) -> Result<Definitio
 
 /// Evaluates the source in a blank background tab and answers the definitions as data.
 async fn describe(browser_ws_url: &str, source: &str) -> Result<Vec<Value>, Status> {
-    let mut client = CdpClient::connect(browser_ws_url)
-        .await
-        .map_err(Status::unavailable)?;
+    let mut client = CdpClient::connect(browser_ws_url).await.map_err(Status::unavailable)?;
     let created = client
-        .call(
-            "",
-            "Target.createTarget",
-            json!({ "url": "about:blank", "background": true }),
-        )
+        .call("", "Target.createTarget", json!({ "url": "about:blank", "background": true }))
         .await
         .map_err(Status::unavailable)?;
     let target = created["targetId"].as_str().unwrap_or_default().to_owned();
     let described = async {
         let attached = client
-            .call(
-                "",
-                "Target.attachToTarget",
-                json!({ "targetId": target, "flatten": true }),
-            )
+            .call("", "Target.attachToTarget", json!({ "targetId": target, "flatten": true }))
             .await
             .map_err(Status::unavailable)?;
-        let session = attached["sessionId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let session = attached["sessionId"].as_str().unwrap_or_default().to_owned();
         let expression = format!("({DESCRIBE})(\n{source}\n)");
         let answer = evaluate(&mut client, &session, &expression, 10_000).await?;
         answer
@@ -230,19 +199,14 @@ async fn describe(browser_ws_url: &str, source: &str) -> Result<Vec<Value>, Stat
             .ok_or_else(|| Status::invalid_argument("the source did not evaluate to an array"))
     }
     .await;
-    let _ = client
-        .call("", "Target.closeTarget", json!({ "targetId": target }))
-        .await;
+    let _ = client.call("", "Target.closeTarget", json!({ "targetId": target })).await;
     described
 }
 
 /// Evaluates `expression` in a session's page (awaiting a promise), answering its value
 /// or the text of what it threw.
 pub async fn evaluate(
-    client: &mut CdpClient,
-    session: &str,
-    expression: &str,
-    timeout_ms: u64,
+    client: &mut CdpClient, session: &str, expression: &str, timeout_ms: u64,
 ) -> Result<Result<Value, String>, Status> {
     let answer = client
         .call(
@@ -299,27 +263,12 @@ mod tests {
 
     #[test]
     fn patterns_match_with_stars_only() {
-        assert!(matches(
-            "https://example.com/*",
-            "https://example.com/a/b?c#d"
-        ));
-        assert!(matches(
-            "*://*.example.com/*",
-            "https://shop.example.com/cart"
-        ));
+        assert!(matches("https://example.com/*", "https://example.com/a/b?c#d"));
+        assert!(matches("*://*.example.com/*", "https://shop.example.com/cart"));
         assert!(!matches("https://example.com/*", "https://example.org/"));
-        assert!(matches(
-            "http://127.0.0.1:*/tools.html",
-            "http://127.0.0.1:8080/tools.html"
-        ));
-        assert!(!matches(
-            "http://127.0.0.1:*/tools.html",
-            "http://127.0.0.1:8080/other.html"
-        ));
-        assert!(matches(
-            "https://exact.test/",
-            "https://exact.test/#fragment"
-        ));
+        assert!(matches("http://127.0.0.1:*/tools.html", "http://127.0.0.1:8080/tools.html"));
+        assert!(!matches("http://127.0.0.1:*/tools.html", "http://127.0.0.1:8080/other.html"));
+        assert!(matches("https://exact.test/", "https://exact.test/#fragment"));
         assert!(!matches("https://exact.test/", "https://exact.test/more"));
     }
 

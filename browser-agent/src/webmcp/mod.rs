@@ -77,9 +77,7 @@ impl ToolRef {
     }
 
     fn decode(text: &str) -> Option<Self> {
-        let bytes = URL_SAFE_NO_PAD
-            .decode(text.strip_prefix(REF_PREFIX)?)
-            .ok()?;
+        let bytes = URL_SAFE_NO_PAD.decode(text.strip_prefix(REF_PREFIX)?).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }
@@ -105,10 +103,7 @@ impl Numbering {
             return 0;
         };
         if state.browser != browser {
-            *state = NumberingState {
-                browser: browser.to_owned(),
-                ..NumberingState::default()
-            };
+            *state = NumberingState { browser: browser.to_owned(), ..NumberingState::default() };
         }
         if let Some(number) = state.numbers.get(id) {
             return *number;
@@ -140,9 +135,7 @@ async fn connect(browser_ws_url: &str) -> Result<CdpClient, Status> {
     if browser_ws_url.is_empty() {
         return Err(Status::unavailable("Chromium is not running"));
     }
-    let mut client = CdpClient::connect(browser_ws_url)
-        .await
-        .map_err(Status::unavailable)?;
+    let mut client = CdpClient::connect(browser_ws_url).await.map_err(Status::unavailable)?;
     client.only_events(is_wanted);
     Ok(client)
 }
@@ -175,35 +168,20 @@ fn frames(tree: &Value, top: bool, into: &mut HashMap<String, Frame>) {
 /// Attaches to `target`, enables WebMCP there and reads its frames; answers the session,
 /// its frames and the tools WebMCP reported as registered.
 async fn open(
-    client: &mut CdpClient,
-    target: &str,
+    client: &mut CdpClient, target: &str,
 ) -> Result<(String, HashMap<String, Frame>, Vec<Value>), String> {
     let attached = client
-        .call(
-            "",
-            "Target.attachToTarget",
-            json!({ "targetId": target, "flatten": true }),
-        )
+        .call("", "Target.attachToTarget", json!({ "targetId": target, "flatten": true }))
         .await?;
-    let session = attached["sessionId"]
-        .as_str()
-        .ok_or("no session")?
-        .to_owned();
+    let session = attached["sessionId"].as_str().ok_or("no session")?.to_owned();
     client.call(&session, "WebMCP.enable", json!({})).await?;
     // Asked after the enable, so the tools it reported are already in.
-    let tree = client
-        .call(&session, "Page.getFrameTree", json!({}))
-        .await?;
+    let tree = client.call(&session, "Page.getFrameTree", json!({})).await?;
     let mut found = HashMap::new();
     frames(&tree["frameTree"], true, &mut found);
     let mut tools: Vec<Value> = Vec::new();
     for incoming in client.take_queued() {
-        let Incoming::Event(Event {
-            session: from,
-            method,
-            params,
-        }) = incoming
-        else {
+        let Incoming::Event(Event { session: from, method, params }) = incoming else {
             continue;
         };
         if from != session {
@@ -263,9 +241,7 @@ fn tab_of<'a>(by_id: &HashMap<&'a str, &'a Value>, mut id: &'a str) -> Option<&'
 
 /// Every tool registered in the browser's tabs and their frames.
 pub async fn list(
-    browser_ws_url: &str,
-    numbering: &Numbering,
-    custom: &[custom::Definition],
+    browser_ws_url: &str, numbering: &Numbering, custom: &[custom::Definition],
 ) -> Result<Vec<Found>, Status> {
     let listed =
         tokio::time::timeout(LIST_PATIENCE, list_now(browser_ws_url, numbering, custom)).await;
@@ -273,23 +249,14 @@ pub async fn list(
 }
 
 async fn list_now(
-    browser_ws_url: &str,
-    numbering: &Numbering,
-    custom: &[custom::Definition],
+    browser_ws_url: &str, numbering: &Numbering, custom: &[custom::Definition],
 ) -> Result<Vec<Found>, Status> {
     let mut client = connect(browser_ws_url).await?;
-    let targets = client
-        .call("", "Target.getTargets", json!({}))
-        .await
-        .map_err(Status::unavailable)?;
-    let infos: Vec<Value> = targets["targetInfos"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let by_id: HashMap<&str, &Value> = infos
-        .iter()
-        .filter_map(|info| Some((info["targetId"].as_str()?, info)))
-        .collect();
+    let targets =
+        client.call("", "Target.getTargets", json!({})).await.map_err(Status::unavailable)?;
+    let infos: Vec<Value> = targets["targetInfos"].as_array().cloned().unwrap_or_default();
+    let by_id: HashMap<&str, &Value> =
+        infos.iter().filter_map(|info| Some((info["targetId"].as_str()?, info))).collect();
     // The addresses of each tab's out-of-process frames, which custom tools match too.
     let mut frame_urls: HashMap<&str, Vec<&str>> = HashMap::new();
     for info in &infos {
@@ -356,10 +323,7 @@ async fn list_now(
                         target: target.to_owned(),
                         frame: top_id.clone(),
                         loader: top.loader.clone(),
-                        name: definition.tool["name"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned(),
+                        name: definition.tool["name"].as_str().unwrap_or_default().to_owned(),
                         custom: Some(definition.id.clone()),
                     }
                     .encode(),
@@ -401,10 +365,7 @@ async fn list_now(
                 page_url: without_fragment(page_url),
                 page_title: tab_info["title"].as_str().unwrap_or_default().to_owned(),
                 frame: embedded.then(|| {
-                    (
-                        numbering.number(browser_ws_url, frame_id),
-                        without_fragment(&frame.url),
-                    )
+                    (numbering.number(browser_ws_url, frame_id), without_fragment(&frame.url))
                 }),
                 custom: None,
             });
@@ -416,10 +377,7 @@ async fn list_now(
 /// Calls the registration `tool_ref` names with `input`, waiting up to `patience` for
 /// its answer.
 pub async fn invoke(
-    browser_ws_url: &str,
-    tool_ref: &str,
-    input: Value,
-    patience: Duration,
+    browser_ws_url: &str, tool_ref: &str, input: Value, patience: Duration,
     custom_tools: &CustomTools,
 ) -> Result<Outcome, Status> {
     let reference = ToolRef::decode(tool_ref).ok_or_else(|| {
@@ -432,21 +390,14 @@ pub async fn invoke(
         ))
     };
     let mut client = connect(browser_ws_url).await?;
-    let (session, frames, tools) = open(&mut client, &reference.target)
-        .await
-        .map_err(|_| stale())?;
-    if frames
-        .get(&reference.frame)
-        .map(|frame| frame.loader.as_str())
-        != Some(&reference.loader)
-    {
+    let (session, frames, tools) =
+        open(&mut client, &reference.target).await.map_err(|_| stale())?;
+    if frames.get(&reference.frame).map(|frame| frame.loader.as_str()) != Some(&reference.loader) {
         return Err(stale());
     }
     if let Some(id) = &reference.custom {
         let definition = custom_tools.get(id).ok_or_else(|| {
-            Status::not_found(format!(
-                "custom tool {id} was removed; list the tools again"
-            ))
+            Status::not_found(format!("custom tool {id} was removed; list the tools again"))
         })?;
         return invoke_custom(&mut client, &session, &definition, &input, patience).await;
     }
@@ -472,10 +423,7 @@ pub async fn invoke(
         )
         .await
         .map_err(|error| Status::invalid_argument(format!("the tool refused the call: {error}")))?;
-    let invocation_id = invoked["invocationId"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let invocation_id = invoked["invocationId"].as_str().unwrap_or_default().to_owned();
     if awaits_submission {
         return Ok(Outcome {
             invocation_id,
@@ -535,10 +483,7 @@ pub async fn invoke(
 
 /// Runs a custom tool's `execute` with `input` in the tab's page.
 async fn invoke_custom(
-    client: &mut CdpClient,
-    session: &str,
-    definition: &custom::Definition,
-    input: &Value,
+    client: &mut CdpClient, session: &str, definition: &custom::Definition, input: &Value,
     patience: Duration,
 ) -> Result<Outcome, Status> {
     let invocation_id = custom::new_id("inv");
@@ -557,21 +502,13 @@ async fn invoke_custom(
     let (status, error_text, output) = match evaluated {
         Ok(output) if output.to_string().len() > custom::MAX_OUTPUT_BYTES => (
             "error",
-            Some(format!(
-                "the output is larger than {} KiB",
-                custom::MAX_OUTPUT_BYTES / 1024
-            )),
+            Some(format!("the output is larger than {} KiB", custom::MAX_OUTPUT_BYTES / 1024)),
             None,
         ),
         Ok(output) => ("completed", None, Some(output)),
         Err(thrown) => ("error", Some(thrown), None),
     };
-    Ok(Outcome {
-        invocation_id,
-        status,
-        error_text,
-        output,
-    })
+    Ok(Outcome { invocation_id, status, error_text, output })
 }
 
 #[cfg(test)]
@@ -589,10 +526,7 @@ mod tests {
         };
         let decoded =
             ToolRef::decode(&reference.encode()).map(|r| (r.target, r.frame, r.loader, r.name));
-        assert_eq!(
-            decoded,
-            Some(("T".into(), "F".into(), "L".into(), "add".into()))
-        );
+        assert_eq!(decoded, Some(("T".into(), "F".into(), "L".into(), "add".into())));
         assert!(ToolRef::decode("add").is_none());
         assert!(ToolRef::decode("wmcp_!!!").is_none());
     }

@@ -72,22 +72,12 @@ pub fn required(method: &Method, template: &str, path: &str, project_id: &str) -
     if OPEN_TO_ANY_KEY.contains(&template) {
         return None;
     }
-    let Some((prefix, kind)) = KIND_PREFIXES
-        .iter()
-        .find(|(prefix, _)| is_under(template, prefix))
+    let Some((prefix, kind)) = KIND_PREFIXES.iter().find(|(prefix, _)| is_under(template, prefix))
     else {
-        return Some(Required {
-            kind: "*",
-            verb: "write",
-            resource: "*".into(),
-        });
+        return Some(Required { kind: "*", verb: "write", resource: "*".into() });
     };
     let verb = if *kind == "browsers" {
-        if browser_route_only_reads(method, template) {
-            "read"
-        } else {
-            "use"
-        }
+        if browser_route_only_reads(method, template) { "read" } else { "use" }
     } else if USE_ROUTES
         .iter()
         .any(|(use_method, route)| *use_method == method.as_str() && *route == template)
@@ -99,17 +89,11 @@ pub fn required(method: &Method, template: &str, path: &str, project_id: &str) -
         "write"
     };
     let id = resource_id(template, path, prefix).unwrap_or_else(|| "*".to_owned());
-    Some(Required {
-        kind,
-        verb,
-        resource: format!("projects/{project_id}/{kind}/{id}"),
-    })
+    Some(Required { kind, verb, resource: format!("projects/{project_id}/{kind}/{id}") })
 }
 
 fn is_under(template: &str, prefix: &str) -> bool {
-    template
-        .strip_prefix(prefix)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    template.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// The id the request names right after its kind's prefix (`/browsers/{id}/…` → the
@@ -148,15 +132,8 @@ mod tests {
             Some(("browsers:use".into(), "projects/proj_1/browsers/abc".into()))
         );
         assert_eq!(
-            needs(
-                Method::GET,
-                "/browsers/{id}/telemetry/events",
-                "/browsers/abc/telemetry/events"
-            ),
-            Some((
-                "browsers:read".into(),
-                "projects/proj_1/browsers/abc".into()
-            ))
+            needs(Method::GET, "/browsers/{id}/telemetry/events", "/browsers/abc/telemetry/events"),
+            Some(("browsers:read".into(), "projects/proj_1/browsers/abc".into()))
         );
     }
 
@@ -168,32 +145,18 @@ mod tests {
                 "/browser_pools/{id_or_name}/acquire",
                 "/browser_pools/p%201/acquire"
             ),
-            Some((
-                "browser_pools:use".into(),
-                "projects/proj_1/browser_pools/p 1".into()
-            ))
+            Some(("browser_pools:use".into(), "projects/proj_1/browser_pools/p 1".into()))
         );
         assert_eq!(
-            needs(
-                Method::PATCH,
-                "/browser_pools/{id_or_name}",
-                "/browser_pools/x"
-            ),
-            Some((
-                "browser_pools:write".into(),
-                "projects/proj_1/browser_pools/x".into()
-            ))
+            needs(Method::PATCH, "/browser_pools/{id_or_name}", "/browser_pools/x"),
+            Some(("browser_pools:write".into(), "projects/proj_1/browser_pools/x".into()))
         );
         assert_eq!(
             needs(Method::GET, "/org/api_keys", "/org/api_keys"),
             Some(("api_keys:read".into(), "projects/proj_1/api_keys/*".into()))
         );
         assert_eq!(
-            needs(
-                Method::POST,
-                "/org/api_keys/{id}/rotate",
-                "/org/api_keys/k/rotate"
-            ),
+            needs(Method::POST, "/org/api_keys/{id}/rotate", "/org/api_keys/k/rotate"),
             Some(("api_keys:write".into(), "projects/proj_1/api_keys/k".into()))
         );
         assert_eq!(needs(Method::GET, "/auth/context", "/auth/context"), None);

@@ -48,10 +48,7 @@ pub fn command_line_maker() -> CreatedBy {
 /// Creates the organization if needed and an unrestricted key for it (the command
 /// line's bootstrap); returns the full key, which is shown once and never stored.
 pub async fn create_bootstrap_key(
-    store: &dyn Store,
-    org_name: &str,
-    policy: Option<Policy>,
-    project: Option<&str>,
+    store: &dyn Store, org_name: &str, policy: Option<Policy>, project: Option<&str>,
 ) -> StoreResult<String> {
     // Internal organizations (the standby browsers') are named in parentheses.
     if org_name.trim().is_empty() || org_name.starts_with('(') {
@@ -59,10 +56,7 @@ pub async fn create_bootstrap_key(
             "{org_name:?} cannot name an organization (empty, or reserved: in parentheses)"
         )));
     }
-    if let Some(problem) = policy
-        .as_ref()
-        .and_then(|p| p.problems().into_iter().next())
-    {
+    if let Some(problem) = policy.as_ref().and_then(|p| p.problems().into_iter().next()) {
         return Err(StoreError::Conflict(problem));
     }
     let organization = store.ensure_organization(org_name).await?;
@@ -183,17 +177,12 @@ pub struct ApiKeys {
 
 impl ApiKeys {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self {
-            store,
-            cache: Mutex::default(),
-            default_projects: Mutex::default(),
-        }
+        Self { store, cache: Mutex::default(), default_projects: Mutex::default() }
     }
 
     /// The live key `presented` is, or why it is refused.
     pub async fn authenticate(
-        &self,
-        presented: &str,
+        &self, presented: &str,
     ) -> Result<Result<ApiKeyRecord, Refused>, StoreError> {
         let mut parts = presented.splitn(3, '_');
         let (Some(KEY_PREFIX), Some(key_id), Some(secret)) =
@@ -238,21 +227,14 @@ impl ApiKeys {
         if let Some(found) = self.cached(key_id) {
             return Ok(Some(found));
         }
-        Ok(self
-            .store
-            .api_key(key_id)
-            .await?
-            .map(|record| (record.clone(), self.remember(record))))
+        Ok(self.store.api_key(key_id).await?.map(|record| (record.clone(), self.remember(record))))
     }
 
     /// The organization's default project (made on first use); it never changes, so it
     /// is looked up once.
     pub async fn default_project(&self, org_id: &str) -> StoreResult<String> {
-        if let Some(id) = self
-            .default_projects
-            .lock()
-            .ok()
-            .and_then(|projects| projects.get(org_id).cloned())
+        if let Some(id) =
+            self.default_projects.lock().ok().and_then(|projects| projects.get(org_id).cloned())
         {
             return Ok(id);
         }
@@ -285,11 +267,7 @@ impl ApiKeys {
                 return record.last_used_at.is_none();
             }
         }
-        let mut entry = Cached {
-            record,
-            fetched: Instant::now(),
-            touched,
-        };
+        let mut entry = Cached { record, fetched: Instant::now(), touched };
         let touch = due_for_touch(&mut entry);
         cache.insert(entry.record.id.clone(), entry);
         touch
@@ -328,18 +306,14 @@ impl ApiKeys {
 
     /// Deletes every live key bound to `project_id`, which is being deleted.
     pub async fn delete_bound_to_project(
-        &self,
-        org_id: &str,
-        project_id: &str,
+        &self, org_id: &str, project_id: &str,
     ) -> Result<(), ServiceError> {
         let keys = self.list(org_id).await?;
         let bound = keys.iter().filter(|key| {
             key.deleted_at.is_none() && key.project_id.as_deref() == Some(project_id)
         });
         for key in bound {
-            self.store
-                .delete_api_key(org_id, &key.id, Utc::now())
-                .await?;
+            self.store.delete_api_key(org_id, &key.id, Utc::now()).await?;
             self.forget(&key.id);
         }
         Ok(())
@@ -348,10 +322,7 @@ impl ApiKeys {
     /// A new key with `old`'s name, project and policy; `old` ends `grace` from now (or
     /// earlier, if it was to end earlier anyway).
     pub async fn rotate(
-        &self,
-        old: &ApiKeyRecord,
-        lifetime: Option<TimeDelta>,
-        grace: TimeDelta,
+        &self, old: &ApiKeyRecord, lifetime: Option<TimeDelta>, grace: TimeDelta,
         created_by: CreatedBy,
     ) -> Result<(ApiKeyRecord, String), ServiceError> {
         let now = Utc::now();
@@ -367,11 +338,7 @@ impl ApiKeys {
             Some(expires_at) if expires_at < now + grace => expires_at,
             _ => now + grace,
         };
-        if !self
-            .store
-            .rotate_api_key(&old.id, old_ends, &record)
-            .await?
-        {
+        if !self.store.rotate_api_key(&old.id, old_ends, &record).await? {
             return Err(api_key_not_found(&old.id));
         }
         self.forget(&old.id);
@@ -380,10 +347,7 @@ impl ApiKeys {
 
     /// One of the organization's keys; deleted ones only if asked for.
     pub async fn get(
-        &self,
-        org_id: &str,
-        id: &str,
-        include_deleted: bool,
+        &self, org_id: &str, id: &str, include_deleted: bool,
     ) -> Result<ApiKeyRecord, ServiceError> {
         match self.store.api_key(id).await? {
             Some(record)

@@ -98,9 +98,7 @@ impl Policy {
             problems.push("policy.statements: give at least one statement".to_owned());
         }
         if self.statements.len() > MAX_STATEMENTS {
-            problems.push(format!(
-                "policy.statements: at most {MAX_STATEMENTS} statements"
-            ));
+            problems.push(format!("policy.statements: at most {MAX_STATEMENTS} statements"));
         }
         for (index, statement) in self.statements.iter().enumerate() {
             if let Err(problem) = check_action(&statement.action) {
@@ -131,9 +129,7 @@ fn action_covers(ours: &str, theirs: &str) -> bool {
     if !VERBS.contains(&verb) {
         return false;
     }
-    VERBS[verb_rank(verb)..]
-        .iter()
-        .any(|greater| glob_matches(ours, &format!("{kind}:{greater}")))
+    VERBS[verb_rank(verb)..].iter().any(|greater| glob_matches(ours, &format!("{kind}:{greater}")))
 }
 
 fn check_action(action: &str) -> Result<(), String> {
@@ -150,16 +146,10 @@ fn check_action(action: &str) -> Result<(), String> {
     };
     let kind_known = KINDS.iter().any(|known| glob_matches(kind, known));
     if !kind_known || kind.is_empty() {
-        return Err(format!(
-            "{action:?} names no known kind; the kinds are {}",
-            KINDS.join(", ")
-        ));
+        return Err(format!("{action:?} names no known kind; the kinds are {}", KINDS.join(", ")));
     }
     if verb.is_empty() || !VERBS.iter().any(|known| glob_matches(verb, known)) {
-        return Err(format!(
-            "{action:?} names no known verb; the verbs are {}",
-            VERBS.join(", ")
-        ));
+        return Err(format!("{action:?} names no known verb; the verbs are {}", VERBS.join(", ")));
     }
     Ok(())
 }
@@ -219,25 +209,15 @@ mod tests {
     }
 
     fn required(kind: &'static str, verb: &'static str, resource: &str) -> Required {
-        Required {
-            kind,
-            verb,
-            resource: resource.into(),
-        }
+        Required { kind, verb, resource: resource.into() }
     }
 
     #[test]
     fn globs_match_runs_of_any_characters() {
         assert!(glob_matches("*", ""));
         assert!(glob_matches("*", "projects/p/browsers/b"));
-        assert!(glob_matches(
-            "projects/*/browsers/*",
-            "projects/p1/browsers/abc"
-        ));
-        assert!(!glob_matches(
-            "projects/*/browsers/*",
-            "projects/p1/proxies/abc"
-        ));
+        assert!(glob_matches("projects/*/browsers/*", "projects/p1/browsers/abc"));
+        assert!(!glob_matches("projects/*/browsers/*", "projects/p1/proxies/abc"));
         assert!(glob_matches("browsers:*", "browsers:use"));
         assert!(!glob_matches("browsers:*", "browser_pools:use"));
         assert!(glob_matches("a*b*c", "aXXbYYc"));
@@ -285,11 +265,7 @@ mod tests {
 
     #[test]
     fn problems_name_the_bad_statement() {
-        assert!(
-            policy(&[("browsers:use", "projects/p/browsers/*")])
-                .problems()
-                .is_empty()
-        );
+        assert!(policy(&[("browsers:use", "projects/p/browsers/*")]).problems().is_empty());
         assert!(policy(&[("*", "*")]).problems().is_empty());
         assert!(policy(&[("brow*:*", "*")]).problems().is_empty());
         let problems = policy(&[("browser:use", "*"), ("browsers:drive", "x")]).problems();

@@ -15,9 +15,7 @@ pub struct AgentClients {
 impl AgentClients {
     /// The client of the session's agent; `location` is `None` while it is starting.
     pub fn get(
-        &self,
-        session_id: &str,
-        location: Option<&AgentLocation>,
+        &self, session_id: &str, location: Option<&AgentLocation>,
     ) -> Result<AgentClient, AgentError> {
         let location = location
             .ok_or_else(|| AgentError::Unavailable("the browser is still starting".into()))?;

@@ -46,9 +46,7 @@ async fn receive(socket: &Path, secret: &str, path: &str) -> io::Result<HandedOv
     }
     let short = browser_agent_proto::unix_socket::short_path(socket)?;
     let mut connection = UnixStream::connect(&short.path).await?;
-    connection
-        .write_all(format!("{secret}\n{path}\n").as_bytes())
-        .await?;
+    connection.write_all(format!("{secret}\n{path}\n").as_bytes()).await?;
     let (answer, fd) = loop {
         connection.readable().await?;
         match connection.try_io(Interest::READABLE, || receive_fd(connection.as_raw_fd())) {
@@ -61,17 +59,12 @@ async fn receive(socket: &Path, secret: &str, path: &str) -> io::Result<HandedOv
         (Some(1), Some(fd)) => {
             let stream = std::net::TcpStream::from(fd);
             stream.set_nonblocking(true)?;
-            Ok(HandedOver {
-                devtools: TcpStream::from_std(stream)?,
-                keep_awake: connection,
-            })
+            Ok(HandedOver { devtools: TcpStream::from_std(stream)?, keep_awake: connection })
         }
         _ => {
             let mut why = String::new();
             let _ = (&mut connection).take(1024).read_to_string(&mut why).await;
-            Err(io::Error::other(format!(
-                "the agent did not hand DevTools over: {why}"
-            )))
+            Err(io::Error::other(format!("the agent did not hand DevTools over: {why}")))
         }
     }
 }
@@ -81,13 +74,8 @@ fn receive_fd(socket: RawFd) -> io::Result<(Option<u8>, Option<OwnedFd>)> {
     let mut byte = [0u8; 1];
     let mut iov = [io::IoSliceMut::new(&mut byte)];
     let mut space = nix::cmsg_space!([RawFd; 1]);
-    let message = recvmsg::<()>(
-        socket,
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
+    let message = recvmsg::<()>(socket, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(io::Error::from)?;
     let mut fd = None;
     for control in message.cmsgs().map_err(io::Error::from)? {
         if let ControlMessageOwned::ScmRights(fds) = control {

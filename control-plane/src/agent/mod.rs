@@ -107,9 +107,7 @@ pub struct BearerCredential(MetadataValue<tonic::metadata::Ascii>);
 
 impl tonic::service::Interceptor for BearerCredential {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        request
-            .metadata_mut()
-            .insert(AUTHORIZATION_METADATA, self.0.clone());
+        request.metadata_mut().insert(AUTHORIZATION_METADATA, self.0.clone());
         Ok(request)
     }
 }
@@ -121,16 +119,14 @@ pub const UNIX_ENDPOINT_PREFIX: &str = "unix:";
 /// every connection goes to the socket.
 fn unix_channel(socket: PathBuf) -> Result<Channel, AgentError> {
     let endpoint = Endpoint::from_static("http://browser-agent").connect_timeout(CONNECT_TIMEOUT);
-    Ok(
-        endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
-            let socket = socket.clone();
-            async move {
-                let short = browser_agent_proto::unix_socket::short_path(&socket)?;
-                let stream = tokio::net::UnixStream::connect(&short.path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        })),
-    )
+    Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+        let socket = socket.clone();
+        async move {
+            let short = browser_agent_proto::unix_socket::short_path(&socket)?;
+            let stream = tokio::net::UnixStream::connect(&short.path).await?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }
+    })))
 }
 
 /// How agents reached over `https://` endpoints prove who they are: the CA that signed
@@ -159,9 +155,7 @@ fn network_channel(endpoint: &str) -> Result<Channel, AgentError> {
         let tls = AGENT_TLS.get().ok_or_else(|| {
             AgentError::Unavailable("the agent speaks TLS but no agent CA is configured".into())
         })?;
-        channel = channel
-            .tls_config(tls.clone())
-            .map_err(|error| bad(&error))?;
+        channel = channel.tls_config(tls.clone()).map_err(|error| bad(&error))?;
     }
     Ok(channel.connect_lazy())
 }
@@ -213,23 +207,14 @@ impl AgentClient {
     /// Opens a tunnel to the DevTools WebSocket at `path` (empty: the browser endpoint).
     /// Returns the sender for frames towards Chromium and the stream of frames from it.
     pub async fn open_cdp_tunnel(
-        &self,
-        path: &str,
+        &self, path: &str,
     ) -> Result<(mpsc::Sender<CdpFrame>, Streaming<CdpFrame>), AgentError> {
         let (to_agent, outbound) = mpsc::channel(64);
         to_agent
-            .send(CdpFrame {
-                kind: Some(Kind::Open(CdpOpen {
-                    path: path.to_owned(),
-                })),
-            })
+            .send(CdpFrame { kind: Some(Kind::Open(CdpOpen { path: path.to_owned() })) })
             .await
             .map_err(|_| AgentError::Internal("tunnel channel closed".into()))?;
-        let response = self
-            .inner
-            .clone()
-            .cdp_tunnel(ReceiverStream::new(outbound))
-            .await?;
+        let response = self.inner.clone().cdp_tunnel(ReceiverStream::new(outbound)).await?;
         Ok((to_agent, response.into_inner()))
     }
 
@@ -239,11 +224,7 @@ impl AgentClient {
         &self,
     ) -> Result<(mpsc::Sender<LiveViewInput>, Streaming<LiveViewUpdate>), AgentError> {
         let (to_agent, outbound) = mpsc::channel(256);
-        let response = self
-            .inner
-            .clone()
-            .live_view(ReceiverStream::new(outbound))
-            .await?;
+        let response = self.inner.clone().live_view(ReceiverStream::new(outbound)).await?;
         Ok((to_agent, response.into_inner()))
     }
 
@@ -254,10 +235,7 @@ impl AgentClient {
     }
 
     pub async fn move_path(&self, src_path: String, dest_path: String) -> Result<(), AgentError> {
-        let request = Self::fs_request(MovePathRequest {
-            src_path,
-            dest_path,
-        });
+        let request = Self::fs_request(MovePathRequest { src_path, dest_path });
         self.inner.clone().move_path(request).await?;
         Ok(())
     }
@@ -269,33 +247,18 @@ impl AgentClient {
 
     pub async fn list(&self, path: String) -> Result<Vec<FileInfo>, AgentError> {
         let request = Self::fs_request(PathRequest { path });
-        Ok(self
-            .inner
-            .clone()
-            .list_directory(request)
-            .await?
-            .into_inner()
-            .files)
+        Ok(self.inner.clone().list_directory(request).await?.into_inner().files)
     }
 
     pub async fn read_file(&self, path: String) -> Result<Streaming<DataChunk>, AgentError> {
-        Ok(self
-            .inner
-            .clone()
-            .read_file(PathRequest { path })
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().read_file(PathRequest { path }).await?.into_inner())
     }
 
     /// `chunks` starts with the target; the agent commits the file when it ends.
     pub async fn write_file(
-        &self,
-        chunks: mpsc::Receiver<WriteFileChunk>,
+        &self, chunks: mpsc::Receiver<WriteFileChunk>,
     ) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .write_file(ReceiverStream::new(chunks))
-            .await?;
+        self.inner.clone().write_file(ReceiverStream::new(chunks)).await?;
         Ok(())
     }
 
@@ -312,49 +275,28 @@ impl AgentClient {
     }
 
     pub async fn set_permissions(&self, request: SetPermissionsRequest) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .set_permissions(Self::fs_request(request))
-            .await?;
+        self.inner.clone().set_permissions(Self::fs_request(request)).await?;
         Ok(())
     }
 
     /// `chunks` carries the archive and ends with `finish`; dropping the sender before
     /// `finish` abandons the upload without changing anything.
     pub async fn extract_zip(
-        &self,
-        chunks: mpsc::Receiver<ExtractZipChunk>,
+        &self, chunks: mpsc::Receiver<ExtractZipChunk>,
     ) -> Result<ExtractZipResponse, AgentError> {
-        Ok(self
-            .inner
-            .clone()
-            .extract_zip(ReceiverStream::new(chunks))
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().extract_zip(ReceiverStream::new(chunks)).await?.into_inner())
     }
 
     pub async fn zip_directory(&self, path: String) -> Result<Streaming<DataChunk>, AgentError> {
-        Ok(self
-            .inner
-            .clone()
-            .zip_directory(PathRequest { path })
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().zip_directory(PathRequest { path }).await?.into_inner())
     }
 
     /// Watches a directory: the stream's first event is STARTED, then one per change,
     /// until the stream is dropped.
     pub async fn watch_directory(
-        &self,
-        path: String,
-        recursive: bool,
+        &self, path: String, recursive: bool,
     ) -> Result<Streaming<WatchEvent>, AgentError> {
-        Ok(self
-            .inner
-            .clone()
-            .watch_directory(WatchRequest { path, recursive })
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().watch_directory(WatchRequest { path, recursive }).await?.into_inner())
     }
 
     /// Input calls may legitimately take long (drags with delays, slow typing).
@@ -365,94 +307,55 @@ impl AgentClient {
     }
 
     pub async fn click_mouse(&self, request: ClickMouseRequest) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .click_mouse(Self::input_request(request, Duration::ZERO))
-            .await?;
+        self.inner.clone().click_mouse(Self::input_request(request, Duration::ZERO)).await?;
         Ok(())
     }
 
     pub async fn move_mouse(
-        &self,
-        request: MoveMouseRequest,
-        expected: Duration,
+        &self, request: MoveMouseRequest, expected: Duration,
     ) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .move_mouse(Self::input_request(request, expected))
-            .await?;
+        self.inner.clone().move_mouse(Self::input_request(request, expected)).await?;
         Ok(())
     }
 
     pub async fn drag_mouse(
-        &self,
-        request: DragMouseRequest,
-        expected: Duration,
+        &self, request: DragMouseRequest, expected: Duration,
     ) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .drag_mouse(Self::input_request(request, expected))
-            .await?;
+        self.inner.clone().drag_mouse(Self::input_request(request, expected)).await?;
         Ok(())
     }
 
     pub async fn mouse_position(&self) -> Result<Point, AgentError> {
         let request = Self::input_request(Empty {}, Duration::ZERO);
-        Ok(self
-            .inner
-            .clone()
-            .get_mouse_position(request)
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().get_mouse_position(request).await?.into_inner())
     }
 
     pub async fn type_text(
-        &self,
-        request: TypeTextRequest,
-        expected: Duration,
+        &self, request: TypeTextRequest, expected: Duration,
     ) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .type_text(Self::input_request(request, expected))
-            .await?;
+        self.inner.clone().type_text(Self::input_request(request, expected)).await?;
         Ok(())
     }
 
     pub async fn press_keys(
-        &self,
-        request: PressKeysRequest,
-        expected: Duration,
+        &self, request: PressKeysRequest, expected: Duration,
     ) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .press_keys(Self::input_request(request, expected))
-            .await?;
+        self.inner.clone().press_keys(Self::input_request(request, expected)).await?;
         Ok(())
     }
 
     /// Runs the actions in order in one call; the first failure stops them (its message
     /// names the index).
     pub async fn run_actions(
-        &self,
-        batch: ActionBatch,
-        expected: Duration,
+        &self, batch: ActionBatch, expected: Duration,
     ) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .run_actions(Self::input_request(batch, expected))
-            .await?;
+        self.inner.clone().run_actions(Self::input_request(batch, expected)).await?;
         Ok(())
     }
 
     pub async fn read_clipboard(&self) -> Result<String, AgentError> {
         let request = Self::input_request(Empty {}, Duration::ZERO);
-        Ok(self
-            .inner
-            .clone()
-            .read_clipboard(request)
-            .await?
-            .into_inner()
-            .text)
+        Ok(self.inner.clone().read_clipboard(request).await?.into_inner().text)
     }
 
     pub async fn write_clipboard(&self, text: String) -> Result<(), AgentError> {
@@ -475,55 +378,33 @@ impl AgentClient {
     }
 
     pub async fn scroll(&self, request: ScrollRequest) -> Result<(), AgentError> {
-        self.inner
-            .clone()
-            .scroll(Self::input_request(request, Duration::ZERO))
-            .await?;
+        self.inner.clone().scroll(Self::input_request(request, Duration::ZERO)).await?;
         Ok(())
     }
 
     pub async fn screenshot(&self, request: ScreenshotRequest) -> Result<Vec<u8>, AgentError> {
         let request = Self::input_request(request, Duration::ZERO);
-        Ok(self
-            .inner
-            .clone()
-            .screenshot(request)
-            .await?
-            .into_inner()
-            .png)
+        Ok(self.inner.clone().screenshot(request).await?.into_inner().png)
     }
 
     /// Chromium restarts during this call; it answers when the new DevTools answers.
     pub async fn load_extensions(
-        &self,
-        chunks: mpsc::Receiver<ExtensionUploadChunk>,
+        &self, chunks: mpsc::Receiver<ExtensionUploadChunk>,
     ) -> Result<LoadExtensionsResponse, AgentError> {
-        Ok(self
-            .inner
-            .clone()
-            .load_extensions(ReceiverStream::new(chunks))
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().load_extensions(ReceiverStream::new(chunks)).await?.into_inner())
     }
 
     /// Stops Chromium for good (a clean exit) and streams its profile as a ZIP.
     pub async fn export_profile(&self) -> Result<Streaming<DataChunk>, AgentError> {
         let mut request = tonic::Request::new(Empty {});
         request.set_timeout(Duration::from_secs(120));
-        Ok(self
-            .inner
-            .clone()
-            .export_profile(request)
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().export_profile(request).await?.into_inner())
     }
 
     /// Restarts Chromium cleanly with another timezone and locale (`None`: the VM's
     /// default), reopening its pages; answers once it is ready again.
     pub async fn relaunch(
-        &self,
-        timezone: Option<&str>,
-        locale: Option<&str>,
+        &self, timezone: Option<&str>, locale: Option<&str>,
     ) -> Result<(), AgentError> {
         let mut request = tonic::Request::new(RelaunchRequest {
             timezone: timezone.unwrap_or_default().to_owned(),
@@ -544,9 +425,9 @@ impl AgentClient {
         let read_failed = failed.clone();
         let chunks = tokio_util::io::ReaderStream::with_capacity(archive, 256 * 1024)
             .map_while(move |chunk| match chunk {
-                Ok(data) => Some(ProfileChunk {
-                    kind: Some(profile_chunk::Kind::Data(data.to_vec())),
-                }),
+                Ok(data) => {
+                    Some(ProfileChunk { kind: Some(profile_chunk::Kind::Data(data.to_vec())) })
+                }
                 Err(error) => {
                     tracing::warn!(%error, "reading a profile archive failed");
                     read_failed.store(true, Ordering::Relaxed);
@@ -579,12 +460,7 @@ impl AgentClient {
 
     pub async fn spawn_process(&self, request: SpawnRequest) -> Result<SpawnResult, AgentError> {
         let request = Self::input_request(request, Duration::ZERO);
-        Ok(self
-            .inner
-            .clone()
-            .spawn_process(request)
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().spawn_process(request).await?.into_inner())
     }
 
     pub async fn get_process(&self, process_id: String) -> Result<ProcessState, AgentError> {
@@ -596,51 +472,30 @@ impl AgentClient {
         // A process that reads slowly may hold the write back a while.
         let request =
             Self::input_request(StdinRequest { process_id, data }, Duration::from_secs(30));
-        Ok(self
-            .inner
-            .clone()
-            .write_stdin(request)
-            .await?
-            .into_inner()
-            .written)
+        Ok(self.inner.clone().write_stdin(request).await?.into_inner().written)
     }
 
     /// A file of the VM root (`path`), or a service's log (`service`), line by line.
     pub async fn follow_file(
-        &self,
-        path: String,
-        service: String,
-        follow: bool,
+        &self, path: String, service: String, follow: bool,
     ) -> Result<Streaming<LogLine>, AgentError> {
         Ok(self
             .inner
             .clone()
-            .follow_file(FollowFileRequest {
-                path,
-                follow,
-                service,
-            })
+            .follow_file(FollowFileRequest { path, follow, service })
             .await?
             .into_inner())
     }
 
     /// The process's kept output, then live output, then its exit code.
     pub async fn stream_output(
-        &self,
-        process_id: String,
+        &self, process_id: String,
     ) -> Result<Streaming<OutputChunk>, AgentError> {
-        Ok(self
-            .inner
-            .clone()
-            .stream_output(ProcessRef { process_id })
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().stream_output(ProcessRef { process_id }).await?.into_inner())
     }
 
     pub async fn signal_process(
-        &self,
-        process_id: String,
-        signal: String,
+        &self, process_id: String, signal: String,
     ) -> Result<(), AgentError> {
         let request = Self::input_request(SignalRequest { process_id, signal }, Duration::ZERO);
         self.inner.clone().signal_process(request).await?;
@@ -656,18 +511,12 @@ impl AgentClient {
     /// Runs Playwright code in one of the VM's executors. The agent enforces the
     /// timeout; the call also allows for calls queued before it on that executor.
     pub async fn playwright_execute(
-        &self,
-        request: PlaywrightRequest,
+        &self, request: PlaywrightRequest,
     ) -> Result<PlaywrightResult, AgentError> {
         let expected =
             Duration::from_millis(request.timeout_ms.into()) + PLAYWRIGHT_QUEUE_ALLOWANCE;
         let request = Self::input_request(request, expected);
-        Ok(self
-            .inner
-            .clone()
-            .playwright_execute(request)
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().playwright_execute(request).await?.into_inner())
     }
 
     /// An HTTP request made by the browser itself; the agent enforces the timeout.
@@ -688,12 +537,7 @@ impl AgentClient {
 
     pub async fn list_executors(&self) -> Result<ExecutorList, AgentError> {
         let request = Self::input_request(Empty {}, Duration::ZERO);
-        Ok(self
-            .inner
-            .clone()
-            .list_executors(request)
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().list_executors(request).await?.into_inner())
     }
 
     pub async fn delete_executor(&self, name: String, close_tab: bool) -> Result<(), AgentError> {
@@ -711,12 +555,7 @@ impl AgentClient {
 
     /// The VM's buffered telemetry, then its live events.
     pub async fn telemetry_events(&self) -> Result<Streaming<TelemetryRecord>, AgentError> {
-        Ok(self
-            .inner
-            .clone()
-            .telemetry_events(Empty {})
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().telemetry_events(Empty {}).await?.into_inner())
     }
 
     /// Restarts Chromium with a fresh profile; answers once it is ready again.
@@ -729,11 +568,7 @@ impl AgentClient {
 
     /// Answers once the first frame is captured.
     pub async fn start_recording(
-        &self,
-        recording_id: &str,
-        framerate: u32,
-        max_duration_seconds: u32,
-        record_audio: bool,
+        &self, recording_id: &str, framerate: u32, max_duration_seconds: u32, record_audio: bool,
     ) -> Result<RecordingInfo, AgentError> {
         let mut request = tonic::Request::new(StartRecordingRequest {
             recording_id: recording_id.to_owned(),
@@ -742,21 +577,14 @@ impl AgentClient {
             record_audio,
         });
         request.set_timeout(CALL_TIMEOUT);
-        Ok(self
-            .inner
-            .clone()
-            .start_recording(request)
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().start_recording(request).await?.into_inner())
     }
 
     fn recording_request(
-        recording_id: &str,
-        timeout: Duration,
+        recording_id: &str, timeout: Duration,
     ) -> tonic::Request<RecordingRequest> {
-        let mut request = tonic::Request::new(RecordingRequest {
-            recording_id: recording_id.to_owned(),
-        });
+        let mut request =
+            tonic::Request::new(RecordingRequest { recording_id: recording_id.to_owned() });
         request.set_timeout(timeout);
         request
     }
@@ -764,27 +592,15 @@ impl AgentClient {
     /// Ends the recording and waits until its file is final.
     pub async fn stop_recording(&self, recording_id: &str) -> Result<RecordingInfo, AgentError> {
         let request = Self::recording_request(recording_id, FINALIZE_TIMEOUT);
-        Ok(self
-            .inner
-            .clone()
-            .stop_recording(request)
-            .await?
-            .into_inner())
+        Ok(self.inner.clone().stop_recording(request).await?.into_inner())
     }
 
     pub async fn read_recording(
-        &self,
-        recording_id: &str,
+        &self, recording_id: &str,
     ) -> Result<Streaming<DataChunk>, AgentError> {
-        let request = tonic::Request::new(RecordingRequest {
-            recording_id: recording_id.to_owned(),
-        });
-        Ok(self
-            .inner
-            .clone()
-            .read_recording(request)
-            .await?
-            .into_inner())
+        let request =
+            tonic::Request::new(RecordingRequest { recording_id: recording_id.to_owned() });
+        Ok(self.inner.clone().read_recording(request).await?.into_inner())
     }
 
     pub async fn delete_recording(&self, recording_id: &str) -> Result<(), AgentError> {

@@ -54,12 +54,8 @@ impl Page {
                 waiting.clear();
             }
         });
-        let mut page = Self {
-            to_browser,
-            pending,
-            next_id: AtomicU64::new(1),
-            session_id: String::new(),
-        };
+        let mut page =
+            Self { to_browser, pending, next_id: AtomicU64::new(1), session_id: String::new() };
         let targets = page.call("Target.getTargets", json!({})).await?;
         let existing = targets["targetInfos"]
             .as_array()
@@ -69,18 +65,15 @@ impl Page {
             .and_then(|t| t["targetId"].as_str().map(str::to_owned));
         let target_id = match existing {
             Some(id) => id,
-            None => page
-                .call("Target.createTarget", json!({"url": "about:blank"}))
-                .await?["targetId"]
-                .as_str()
-                .ok_or_else(|| anyhow!("Target.createTarget answered no targetId"))?
-                .to_owned(),
+            None => {
+                page.call("Target.createTarget", json!({"url": "about:blank"})).await?["targetId"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("Target.createTarget answered no targetId"))?
+                    .to_owned()
+            }
         };
         let attached = page
-            .call(
-                "Target.attachToTarget",
-                json!({"targetId": target_id, "flatten": true}),
-            )
+            .call("Target.attachToTarget", json!({"targetId": target_id, "flatten": true}))
             .await?;
         page.session_id = attached["sessionId"]
             .as_str()
@@ -97,14 +90,9 @@ impl Page {
             message["sessionId"] = json!(self.session_id);
         }
         let (reply, answer) = oneshot::channel();
-        self.pending
-            .lock()
-            .map_err(|_| anyhow!("CDP reply table poisoned"))?
-            .insert(id, reply);
+        self.pending.lock().map_err(|_| anyhow!("CDP reply table poisoned"))?.insert(id, reply);
         self.to_browser
-            .send(CdpFrame {
-                kind: Some(Kind::Text(message.to_string())),
-            })
+            .send(CdpFrame { kind: Some(Kind::Text(message.to_string())) })
             .await
             .map_err(|_| anyhow!("the DevTools connection is closed"))?;
         let answer = tokio::time::timeout(CALL_TIMEOUT, answer)
@@ -112,10 +100,7 @@ impl Page {
             .with_context(|| format!("{method} did not answer within {CALL_TIMEOUT:?}"))?
             .map_err(|_| anyhow!("the DevTools connection closed during {method}"))?;
         if let Some(error) = answer.get("error") {
-            bail!(
-                "{method} failed: {}",
-                error["message"].as_str().unwrap_or("unknown error")
-            );
+            bail!("{method} failed: {}", error["message"].as_str().unwrap_or("unknown error"));
         }
         Ok(answer["result"].clone())
     }

@@ -20,9 +20,8 @@ fn documented_actions_table() -> String {
                 let Ok(method) = method.to_uppercase().parse::<Method>() else {
                     continue;
                 };
-                let needs_key = operation["security"]
-                    .as_array()
-                    .is_some_and(|schemes| !schemes.is_empty());
+                let needs_key =
+                    operation["security"].as_array().is_some_and(|schemes| !schemes.is_empty());
                 let action = if !needs_key {
                     "none: a signed token in the URL, handed out by the API".to_owned()
                 } else {
@@ -57,10 +56,7 @@ fn documented_actions_table() -> String {
 
 #[test]
 fn documented_actions_match_the_routes() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/reference/api-key-actions.md"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/api-key-actions.md");
     let table = documented_actions_table();
     assert!(
         !table.contains("`*:write`"),

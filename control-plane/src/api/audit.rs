@@ -72,9 +72,7 @@ fn header_text(headers: &HeaderMap, name: header::HeaderName) -> String {
 }
 
 pub async fn record_calls(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
+    State(state): State<AppState>, mut request: Request, next: Next,
 ) -> Response {
     let slot = AuditSlot::default();
     request.extensions_mut().insert(slot.clone());

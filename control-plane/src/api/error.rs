@@ -30,20 +30,14 @@ pub struct ErrorDetail {
 impl ErrorDetail {
     /// A validation problem; the message names the field.
     pub fn invalid_input(message: impl Into<String>) -> Self {
-        Self {
-            code: "invalid_input".into(),
-            message: message.into(),
-        }
+        Self { code: "invalid_input".into(), message: message.into() }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{message}")]
-    BadRequest {
-        message: String,
-        details: Vec<ErrorDetail>,
-    },
+    BadRequest { message: String, details: Vec<ErrorDetail> },
     #[error("{0}")]
     Unauthorized(String),
     #[error("{0}")]
@@ -64,10 +58,7 @@ pub enum ApiError {
     PreconditionFailed(String),
     /// A limit of the organization; `Retry-After` says when to try again (the SDKs do).
     #[error("{message}")]
-    TooManyRequests {
-        message: String,
-        retry_after: std::time::Duration,
-    },
+    TooManyRequests { message: String, retry_after: std::time::Duration },
     #[error("{0}")]
     AgentUnavailable(String),
     /// A service this server relies on (the Chrome Web Store) failed.
@@ -102,10 +93,7 @@ impl ApiError {
                 message: with(message),
                 details: details
                     .into_iter()
-                    .map(|detail| ErrorDetail {
-                        message: with(detail.message),
-                        ..detail
-                    })
+                    .map(|detail| ErrorDetail { message: with(detail.message), ..detail })
                     .collect(),
             },
             Self::Unauthorized(m) => Self::Unauthorized(with(m)),
@@ -117,13 +105,9 @@ impl ApiError {
             Self::UnsupportedMediaType(m) => Self::UnsupportedMediaType(with(m)),
             Self::RangeNotSatisfiable(m) => Self::RangeNotSatisfiable(with(m)),
             Self::PreconditionFailed(m) => Self::PreconditionFailed(with(m)),
-            Self::TooManyRequests {
-                message,
-                retry_after,
-            } => Self::TooManyRequests {
-                message: with(message),
-                retry_after,
-            },
+            Self::TooManyRequests { message, retry_after } => {
+                Self::TooManyRequests { message: with(message), retry_after }
+            }
             Self::AgentUnavailable(m) => Self::AgentUnavailable(with(m)),
             Self::BadGateway(m) => Self::BadGateway(with(m)),
             Self::Timeout(m) => Self::Timeout(with(m)),
@@ -133,12 +117,7 @@ impl ApiError {
 
     /// A 400 naming every problem.
     pub fn invalid_fields(problems: Vec<String>) -> Self {
-        Self::invalid(
-            problems
-                .into_iter()
-                .map(ErrorDetail::invalid_input)
-                .collect(),
-        )
+        Self::invalid(problems.into_iter().map(ErrorDetail::invalid_input).collect())
     }
 
     /// A 404 for a `kind` (`"proxy"`, `"browser session"`, …) the caller has none of by
@@ -203,19 +182,10 @@ impl IntoResponse for ApiError {
                 (other.to_string(), Vec::new())
             }
         };
-        let mut response = (
-            status,
-            Json(ErrorBody {
-                code: code.into(),
-                message,
-                details,
-            }),
-        )
-            .into_response();
+        let mut response =
+            (status, Json(ErrorBody { code: code.into(), message, details })).into_response();
         if let Some(seconds) = retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
         }
         response
     }
@@ -224,24 +194,17 @@ impl IntoResponse for ApiError {
 impl From<ServiceError> for ApiError {
     fn from(error: ServiceError) -> Self {
         match error {
-            ServiceError::Invalid(problems) => Self::invalid(
-                problems
-                    .into_iter()
-                    .map(ErrorDetail::invalid_input)
-                    .collect(),
-            ),
+            ServiceError::Invalid(problems) => {
+                Self::invalid(problems.into_iter().map(ErrorDetail::invalid_input).collect())
+            }
             ServiceError::NotFound(message) => Self::NotFound(message),
             ServiceError::Conflict(message) => Self::Conflict(message),
             ServiceError::Forbidden(message) => Self::Forbidden(message),
             ServiceError::Unavailable(message) => Self::AgentUnavailable(message),
             ServiceError::Timeout(message) => Self::Timeout(message),
-            ServiceError::LimitReached {
-                message,
-                retry_after,
-            } => Self::TooManyRequests {
-                message,
-                retry_after,
-            },
+            ServiceError::LimitReached { message, retry_after } => {
+                Self::TooManyRequests { message, retry_after }
+            }
             ServiceError::Internal(error) => Self::Internal(error),
         }
     }

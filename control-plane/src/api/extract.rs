@@ -25,32 +25,21 @@ where
             .get(CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .map(|value| {
-                let mime = value
-                    .split(';')
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_ascii_lowercase();
+                let mime = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
                 mime == "application/json" || mime.ends_with("+json")
             });
-        let body = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge(format!(
-                        "the request body is larger than {} bytes",
-                        super::MAX_JSON_BODY_BYTES
-                    ))
-                } else {
-                    ApiError::invalid_field(format!("could not read the request body: {rejection}"))
-                }
-            })?;
+        let body = Bytes::from_request(request, state).await.map_err(|rejection| {
+            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(format!(
+                    "the request body is larger than {} bytes",
+                    super::MAX_JSON_BODY_BYTES
+                ))
+            } else {
+                ApiError::invalid_field(format!("could not read the request body: {rejection}"))
+            }
+        })?;
         // An empty body means "all defaults", whatever the content type says.
-        let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-            b"{}"
-        } else {
-            &body
-        };
+        let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &body };
         if is_json == Some(false) {
             return Err(ApiError::UnsupportedMediaType(
                 "the request body must be JSON (content-type: application/json)".into(),
@@ -73,11 +62,7 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
-        let message = if path == "." {
-            inner.to_string()
-        } else {
-            format!("{path}: {inner}")
-        };
+        let message = if path == "." { inner.to_string() } else { format!("{path}: {inner}") };
         ApiError::invalid(vec![ErrorDetail::invalid_input(message)])
     })
 }
@@ -115,8 +100,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
+        parts: &mut axum::http::request::Parts, _state: &S,
     ) -> Result<Self, ApiError> {
         parse_query(parts.uri.query().unwrap_or_default()).map(QueryParams)
     }
@@ -143,8 +127,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
+        parts: &mut axum::http::request::Parts, state: &S,
     ) -> Result<Self, ApiError> {
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
@@ -162,15 +145,12 @@ impl<S: Send + Sync> FromRequest<S> for MultipartBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        Multipart::from_request(request, state)
-            .await
-            .map(MultipartBody)
-            .map_err(|rejection| {
-                ApiError::UnsupportedMediaType(format!(
-                    "expected multipart/form-data: {}",
-                    rejection.body_text()
-                ))
-            })
+        Multipart::from_request(request, state).await.map(MultipartBody).map_err(|rejection| {
+            ApiError::UnsupportedMediaType(format!(
+                "expected multipart/form-data: {}",
+                rejection.body_text()
+            ))
+        })
     }
 }
 
@@ -197,18 +177,13 @@ pub fn too_large(limit: u64) -> ApiError {
 
 /// A multipart part that could not be read.
 pub fn unreadable_part(error: MultipartError) -> ApiError {
-    ApiError::invalid_field(format!(
-        "the multipart body could not be read: {}",
-        error.body_text()
-    ))
+    ApiError::invalid_field(format!("the multipart body could not be read: {}", error.body_text()))
 }
 
 /// Reads a text part of at most `max_bytes`. Upload routes have no body limit, so an
 /// unbounded text part could otherwise fill memory.
 pub async fn capped_text(
-    field: &mut Field<'_>,
-    label: &str,
-    max_bytes: usize,
+    field: &mut Field<'_>, label: &str, max_bytes: usize,
 ) -> Result<String, ApiError> {
     let mut text = Vec::new();
     while let Some(chunk) = field.chunk().await.map_err(unreadable_part)? {
@@ -237,30 +212,21 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
+        parts: &mut axum::http::request::Parts, _state: &S,
     ) -> Result<Self, ApiError> {
         let query = parts.uri.query().unwrap_or_default();
         let mut tags = std::collections::BTreeMap::new();
         let mut rest = Vec::new();
         for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-            match name
-                .strip_prefix("tags[")
-                .and_then(|key| key.strip_suffix(']'))
-            {
+            match name.strip_prefix("tags[").and_then(|key| key.strip_suffix(']')) {
                 Some(key) => {
                     tags.insert(key.to_owned(), value.into_owned());
                 }
                 None => rest.push((name, value)),
             }
         }
-        let rest = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(rest)
-            .finish();
-        Ok(Self {
-            params: parse_query(&rest)?,
-            tags,
-        })
+        let rest = form_urlencoded::Serializer::new(String::new()).extend_pairs(rest).finish();
+        Ok(Self { params: parse_query(&rest)?, tags })
     }
 }
 

@@ -45,13 +45,7 @@ fn home(path: &str) -> Home<'_> {
         return Home::Workflows;
     }
     let mut parts = path.split('/');
-    match (
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-    ) {
+    match (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(""), Some("browsers"), Some(id), Some("fs"), Some("watch")) => Home::Browser(id),
         _ => Home::Anywhere,
     }
@@ -65,9 +59,7 @@ pub struct ForwardedElsewhere;
 /// routes to the holder of the workflows lease, a browser's `fs/watch` routes to its
 /// owner.
 pub async fn to_home_replica(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
+    State(state): State<AppState>, mut request: Request, next: Next,
 ) -> Response {
     if let Some(presented) = request.headers_mut().remove(FORWARDED)
         && state.tokens.is_forwarded(presented.as_bytes())
@@ -78,10 +70,9 @@ pub async fn to_home_replica(
     let place = match home(request.uri().path()) {
         Home::Anywhere => return next.run(request).await,
         Home::Workflows => replica.duty_holder(WORKFLOWS).await,
-        Home::Browser(id) => replica
-            .owner_elsewhere(id)
-            .await
-            .map(|found| found.map_or(Place::Here, Place::At)),
+        Home::Browser(id) => {
+            replica.owner_elsewhere(id).await.map(|found| found.map_or(Place::Here, Place::At))
+        }
     };
     match place {
         Ok(Place::Here) => next.run(request).await,
@@ -119,35 +110,23 @@ fn end_to_end(
         TRANSFER_ENCODING,
         UPGRADE,
     ];
-    headers
-        .iter()
-        .filter(|(name, _)| !HOP.contains(name) && name.as_str() != "keep-alive")
+    headers.iter().filter(|(name, _)| !HOP.contains(name) && name.as_str() != "keep-alive")
 }
 
 async fn forward(
-    client: &reqwest::Client,
-    address: &str,
-    proof: &str,
-    mut request: Request,
+    client: &reqwest::Client, address: &str, proof: &str, mut request: Request,
 ) -> Response {
-    let path = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |path| path.as_str())
-        .to_owned();
+    let path = request.uri().path_and_query().map_or("/", |path| path.as_str()).to_owned();
     let upgrade = request.headers().get(UPGRADE).cloned();
     let incoming = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
     let (parts, body) = request.into_parts();
-    let mut outgoing = client
-        .request(parts.method, format!("{address}{path}"))
-        .header(FORWARDED, proof);
+    let mut outgoing =
+        client.request(parts.method, format!("{address}{path}")).header(FORWARDED, proof);
     for (name, value) in end_to_end(&parts.headers) {
         outgoing = outgoing.header(name, value);
     }
     outgoing = match &upgrade {
-        Some(protocol) => outgoing
-            .header(CONNECTION, "upgrade")
-            .header(UPGRADE, protocol),
+        Some(protocol) => outgoing.header(CONNECTION, "upgrade").header(UPGRADE, protocol),
         None => outgoing.body(reqwest::Body::wrap_stream(body.into_data_stream())),
     };
     let answer = match outgoing.send().await {

@@ -15,8 +15,7 @@ pub struct Health {
 }
 
 /// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
-    responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
@@ -41,7 +40,7 @@ pub struct Admission {
 }
 
 /// Readiness: the store answers. Also reports the browsers' isolation.
-#[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
+#[utoipa::path(get, path = "/readyz", security(()),
     responses((status = 200, body = Readiness), (status = 500, body = ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Readiness>, ApiError> {
     state.store.api_key_count().await?;

@@ -36,21 +36,11 @@ pub async fn count_requests(request: Request, next: Next) -> Response {
         .map_or("unmatched", MatchedPath::as_str)
         .to_owned();
     let response = next.run(request).await;
-    if response
-        .extensions()
-        .get::<super::forward::ForwardedElsewhere>()
-        .is_some()
-    {
+    if response.extensions().get::<super::forward::ForwardedElsewhere>().is_some() {
         return response;
     }
-    METRICS.http_request(
-        RequestLabels {
-            method,
-            route,
-            status: response.status().as_u16(),
-        },
-        started,
-    );
+    METRICS
+        .http_request(RequestLabels { method, route, status: response.status().as_u16() }, started);
     response
 }
 
@@ -80,20 +70,12 @@ pub async fn with_token(State(state): State<AppState>, headers: HeaderMap) -> Re
 /// The router of `--metrics-listen`: metrics without a token, nothing else.
 pub fn operator_router(state: AppState) -> Router {
     Router::new()
-        .route(
-            PATH,
-            get(|State(state): State<AppState>| async move { exposition(&state).await }),
-        )
+        .route(PATH, get(|State(state): State<AppState>| async move { exposition(&state).await }))
         .with_state(state)
 }
 
 async fn exposition(state: &AppState) -> Response {
-    match metrics::render(
-        state.services.store.as_ref(),
-        state.settings.metrics.capacity,
-    )
-    .await
-    {
+    match metrics::render(state.services.store.as_ref(), state.settings.metrics.capacity).await {
         Ok(text) => ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(error) => ApiError::from(error).into_response(),
     }

@@ -45,16 +45,8 @@ pub const MAX_JSON_BODY_BYTES: usize = 1024 * 1024;
 #[allow(deprecated)] // the deprecated DELETE /browsers is still served
 fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(
-            browsers::create,
-            browsers::list,
-            browsers::delete_by_persistent_id
-        ))
-        .routes(routes!(
-            browsers::retrieve,
-            browsers::update,
-            browsers::delete
-        ))
+        .routes(routes!(browsers::create, browsers::list, browsers::delete_by_persistent_id))
+        .routes(routes!(browsers::retrieve, browsers::update, browsers::delete))
         .routes(routes!(browsers::cdp::connect))
         .routes(routes!(browsers::cdp::webdriver))
         .routes(routes!(browsers::live_view::page))
@@ -62,10 +54,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(browsers::live_view::flow_page))
         .routes(routes!(browsers::live_view::flow_socket))
         .routes(routes!(resources::extensions::list))
-        .routes(routes!(
-            resources::extensions::download,
-            resources::extensions::delete
-        ))
+        .routes(routes!(resources::extensions::download, resources::extensions::delete))
         .routes(routes!(resources::extensions::metadata))
         .routes(routes!(resources::chrome_store::from_chrome_store))
         .routes(routes!(browsers::replays::start, browsers::replays::list))
@@ -73,10 +62,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(browsers::replays::download))
         .routes(routes!(browsers::replays::view_page))
         .routes(routes!(browsers::replays::view_video))
-        .routes(routes!(
-            resources::proxies::create,
-            resources::proxies::list
-        ))
+        .routes(routes!(resources::proxies::create, resources::proxies::list))
         .routes(routes!(
             resources::proxies::retrieve,
             resources::proxies::update,
@@ -92,10 +78,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(resources::pools::acquire))
         .routes(routes!(resources::pools::release))
         .routes(routes!(resources::pools::flush))
-        .routes(routes!(
-            resources::profiles::create,
-            resources::profiles::list
-        ))
+        .routes(routes!(resources::profiles::create, resources::profiles::list))
         .routes(routes!(
             resources::profiles::retrieve,
             resources::profiles::update,
@@ -111,16 +94,10 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(auth::connections::login))
         .routes(routes!(auth::connections::submit))
         .routes(routes!(auth::connections::events))
-        .routes(routes!(
-            auth::hosted_login::hosted_page,
-            auth::hosted_login::hosted_submit
-        ))
+        .routes(routes!(auth::hosted_login::hosted_page, auth::hosted_login::hosted_submit))
         .routes(routes!(auth::timeline::timeline))
         .routes(routes!(auth::context::context))
-        .routes(routes!(
-            organization::api_keys::create,
-            organization::api_keys::list
-        ))
+        .routes(routes!(organization::api_keys::create, organization::api_keys::list))
         .routes(routes!(
             organization::api_keys::retrieve,
             organization::api_keys::update,
@@ -128,29 +105,17 @@ fn api_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(organization::api_keys::rotate))
         .routes(routes!(organization::audit_logs::list))
-        .routes(routes!(
-            organization::limits::limits,
-            organization::limits::update_limits
-        ))
+        .routes(routes!(organization::limits::limits, organization::limits::update_limits))
         .routes(routes!(organization::limits::entitlements))
-        .routes(routes!(
-            organization::projects::create,
-            organization::projects::list
-        ))
+        .routes(routes!(organization::projects::create, organization::projects::list))
         .routes(routes!(
             organization::projects::retrieve,
             organization::projects::update,
             organization::projects::delete
         ))
-        .routes(routes!(
-            organization::projects::limits,
-            organization::projects::update_limits
-        ))
+        .routes(routes!(organization::projects::limits, organization::projects::update_limits))
         .routes(routes!(organization::audit_logs::export_chunk))
-        .routes(routes!(
-            organization::audit_export::create,
-            organization::audit_export::list
-        ))
+        .routes(routes!(organization::audit_export::create, organization::audit_export::list))
         .routes(routes!(
             organization::audit_export::retrieve,
             organization::audit_export::update,
@@ -164,32 +129,20 @@ fn api_routes() -> OpenApiRouter<AppState> {
             auth::credentials::delete
         ))
         .routes(routes!(auth::credentials::totp_code))
-        .routes(routes!(
-            auth::credential_providers::create,
-            auth::credential_providers::list
-        ))
+        .routes(routes!(auth::credential_providers::create, auth::credential_providers::list))
         .routes(routes!(
             auth::credential_providers::retrieve,
             auth::credential_providers::update,
             auth::credential_providers::delete
         ))
         .routes(routes!(apps::deployments::list))
-        .routes(routes!(
-            apps::deployments::retrieve,
-            apps::deployments::delete
-        ))
+        .routes(routes!(apps::deployments::retrieve, apps::deployments::delete))
         .routes(routes!(apps::deployments::events))
         .routes(routes!(apps::deployments::list_apps))
         .routes(routes!(apps::invocations::create, apps::invocations::list))
-        .routes(routes!(
-            apps::invocations::retrieve,
-            apps::invocations::update
-        ))
+        .routes(routes!(apps::invocations::retrieve, apps::invocations::update))
         .routes(routes!(apps::invocations::events))
-        .routes(routes!(
-            apps::invocations::list_browsers,
-            apps::invocations::delete_browsers
-        ))
+        .routes(routes!(apps::invocations::list_browsers, apps::invocations::delete_browsers))
         .routes(routes!(auth::credential_providers::items))
         .routes(routes!(auth::credential_providers::test))
         .routes(routes!(browsers::logs::stream))
@@ -213,10 +166,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(browsers::curl::curl))
         .routes(routes!(browsers::webmcp::list_tools))
         .routes(routes!(browsers::webmcp::invoke_tool))
-        .routes(routes!(
-            browsers::webmcp::add_custom_tools,
-            browsers::webmcp::list_custom_tools
-        ))
+        .routes(routes!(browsers::webmcp::add_custom_tools, browsers::webmcp::list_custom_tools))
         .routes(routes!(browsers::webmcp::remove_custom_tool))
         .routes(routes!(browsers::curl::raw))
         .routes(routes!(browsers::playwright::execute))
@@ -275,10 +225,7 @@ pub fn zip_attachment(filename: &str, length: Option<i64>, body: Body) -> Respon
     let mut response = (
         [
             (CONTENT_TYPE, "application/zip".to_owned()),
-            (
-                CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{filename}\""),
-            ),
+            (CONTENT_DISPOSITION, format!("attachment; filename=\"{filename}\"")),
         ],
         body,
     )
@@ -293,18 +240,9 @@ pub fn router(state: AppState) -> Router {
     let (routes, _) = api_routes().split_for_parts();
     routes
         .route(metrics::PATH, axum::routing::get(metrics::with_token))
-        .route(
-            auth::sign_in::LOGIN_PATH,
-            axum::routing::get(auth::sign_in::login),
-        )
-        .route(
-            auth::sign_in::CALLBACK_PATH,
-            axum::routing::get(auth::sign_in::callback),
-        )
-        .route(
-            auth::sign_in::LOGOUT_PATH,
-            axum::routing::post(auth::sign_in::logout),
-        )
+        .route(auth::sign_in::LOGIN_PATH, axum::routing::get(auth::sign_in::login))
+        .route(auth::sign_in::CALLBACK_PATH, axum::routing::get(auth::sign_in::callback))
+        .route(auth::sign_in::LOGOUT_PATH, axum::routing::post(auth::sign_in::logout))
         .merge(console::routes())
         .merge(docs::routes())
         .fallback(route_not_found)
@@ -321,23 +259,15 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             telemetry_calls::record_browser_calls,
         ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            audit::record_calls,
-        ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), audit::record_calls))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             session_token::accept_session_tokens,
         ))
         // Outside the session-token layer, which takes the token out of the URL: a
         // forwarded request keeps it.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            forward::to_home_replica,
-        ))
-        .layer(axum::middleware::from_fn(
-            browsers::keep_alive::keep_connections_usable,
-        ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), forward::to_home_replica))
+        .layer(axum::middleware::from_fn(browsers::keep_alive::keep_connections_usable))
         .layer(axum::middleware::from_fn(metrics::count_requests))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -346,8 +276,7 @@ pub fn router(state: AppState) -> Router {
 /// Answers how many statements the request sent to the store (`Server-Timing`; see
 /// `crate::store::statements`).
 async fn count_store_statements(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
+    request: axum::extract::Request, next: axum::middleware::Next,
 ) -> Response {
     let (mut response, statements) = crate::store::statements::counting(next.run(request)).await;
     if let Ok(value) = format!("store;desc=\"{statements} statements\"").parse() {
@@ -503,11 +432,8 @@ mod tests {
 
     /// Whether the router serves `method path` (anything but our "no route" answers).
     async fn is_served(router: &Router, method: &str, path: &str) -> bool {
-        let request = Request::builder()
-            .method(method)
-            .uri(path)
-            .body(Body::empty())
-            .expect("request");
+        let request =
+            Request::builder().method(method).uri(path).body(Body::empty()).expect("request");
         let response = router.clone().oneshot(request).await.expect("response");
         if response.status() == StatusCode::METHOD_NOT_ALLOWED {
             return false;
@@ -515,9 +441,7 @@ mod tests {
         if response.status() != StatusCode::NOT_FOUND {
             return true;
         }
-        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .expect("body");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
         !String::from_utf8_lossy(&body).contains("no route for")
     }
 
@@ -555,10 +479,7 @@ mod tests {
                 "{method} {path} is documented but not served"
             );
         }
-        assert!(
-            documented.len() >= 9,
-            "the document lists too few routes: {documented:?}"
-        );
+        assert!(documented.len() >= 9, "the document lists too few routes: {documented:?}");
     }
 
     #[tokio::test]
@@ -566,21 +487,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let router = test_router(dir.path()).await;
         for (method, path, status) in [("GET", "/nope", 404), ("PUT", "/browsers", 405)] {
-            let request = Request::builder()
-                .method(method)
-                .uri(path)
-                .body(Body::empty())
-                .expect("request");
+            let request =
+                Request::builder().method(method).uri(path).body(Body::empty()).expect("request");
             let response = router.clone().oneshot(request).await.expect("response");
             assert_eq!(response.status().as_u16(), status);
-            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
-                .await
-                .expect("body");
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
             let error: serde_json::Value = serde_json::from_slice(&body).expect("JSON error body");
-            assert!(
-                error["code"].is_string() && error["message"].is_string(),
-                "{error}"
-            );
+            assert!(error["code"].is_string() && error["message"].is_string(), "{error}");
         }
     }
 
@@ -592,9 +505,7 @@ mod tests {
         let request = request.body(Body::empty()).expect("request");
         let response = router.clone().oneshot(request).await.expect("response");
         let status = response.status().as_u16();
-        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .expect("body");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
         (status, String::from_utf8_lossy(&body).into_owned())
     }
 
@@ -619,17 +530,11 @@ mod tests {
                     && line.contains(r#"status="401""#)
             })
             .unwrap_or_else(|| panic!("no request counter for the route template:\n{text}"));
-        let count: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|value| value.parse().ok())
-            .expect("a value");
+        let count: f64 =
+            line.rsplit(' ').next().and_then(|value| value.parse().ok()).expect("a value");
         // Other tests of this process may count too (the metrics are process-wide).
         assert!(count >= 2.0, "{line}");
-        assert!(
-            !text.contains("some-id-1"),
-            "raw paths must not become labels"
-        );
+        assert!(!text.contains("some-id-1"), "raw paths must not become labels");
         for name in [
             "browser_service_capacity_browsers 4",
             "browser_service_browser_vms 0",

@@ -53,18 +53,12 @@ pub enum Caller {
     /// An API key, or an action's invocation key acting with the rights of the key that
     /// started it (`key` is that key; `None` for invocations started before keys had
     /// policies, or by a session token).
-    Key {
-        key: Option<ApiKeyRecord>,
-        invocation: bool,
-    },
+    Key { key: Option<ApiKeyRecord>, invocation: bool },
     /// A browser's own token, on that browser's routes only (`session_token`).
     SessionToken,
     /// A person signed in with OpenID Connect (`crate::people`), with their role's
     /// policy (`None`: an admin, who may do anything in the organization).
-    Person {
-        person: Box<SessionClaims>,
-        policy: Option<Policy>,
-    },
+    Person { person: Box<SessionClaims>, policy: Option<Policy> },
 }
 
 impl Caller {
@@ -94,12 +88,8 @@ impl Caller {
     /// How the caller authenticated, as the audit log records it.
     fn strategy(&self) -> &'static str {
         match self {
-            Self::Key {
-                invocation: false, ..
-            } => "api_key",
-            Self::Key {
-                invocation: true, ..
-            } => "invocation_key",
+            Self::Key { invocation: false, .. } => "api_key",
+            Self::Key { invocation: true, .. } => "invocation_key",
             Self::SessionToken => "session_token",
             Self::Person { .. } => "oidc",
         }
@@ -142,8 +132,7 @@ impl FromRequestParts<AppState> for Org {
             audit.fill(org.actor(required.clone()));
         }
         org.authorize(required.as_ref())?;
-        org.refuse_organization_wide_to_bound(required.as_ref())
-            .await?;
+        org.refuse_organization_wide_to_bound(required.as_ref()).await?;
         org.refuse_changes_to_archived(parts)?;
         if let Some(slot) = parts.extensions.get::<super::telemetry_calls::CallerOrg>() {
             slot.set(&org.id);
@@ -168,17 +157,14 @@ fn required(parts: &Parts, project_id: &str) -> Option<Required> {
 /// own pages (same origin): a cookie is sent by the browser whoever made the page that
 /// asks (cross-site request forgery).
 async fn signed_in(
-    parts: &Parts,
-    state: &AppState,
+    parts: &Parts, state: &AppState,
 ) -> Result<Option<(String, sessions::Principal)>, ApiError> {
     let Some(secret) = people::cookie(&parts.headers, people::SESSION_COOKIE) else {
         return Ok(None);
     };
-    let session = sessions::resolve(&*state.store, secret)
-        .await?
-        .ok_or_else(|| {
-            ApiError::Unauthorized("your session ended or expired: sign in again (/console)".into())
-        })?;
+    let session = sessions::resolve(&*state.store, secret).await?.ok_or_else(|| {
+        ApiError::Unauthorized("your session ended or expired: sign in again (/console)".into())
+    })?;
     let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
     if !safe && !same_origin(&parts.headers) {
         return Err(ApiError::Forbidden(
@@ -197,22 +183,19 @@ pub(super) fn same_origin(headers: &axum::http::HeaderMap) -> bool {
         return site == "same-origin";
     }
     match (header("origin"), header("host")) {
-        (Some(origin), Some(host)) => origin
-            .split_once("://")
-            .is_some_and(|(_, origin_host)| origin_host == host),
+        (Some(origin), Some(host)) => {
+            origin.split_once("://").is_some_and(|(_, origin_host)| origin_host == host)
+        }
         _ => false,
     }
 }
 
 fn actor(
-    org_id: &str,
-    auth_strategy: &'static str,
-    key: Option<&ApiKeyRecord>,
+    org_id: &str, auth_strategy: &'static str, key: Option<&ApiKeyRecord>,
     required: Option<Required>,
 ) -> Actor {
-    let (action, resource) = required
-        .map(|required| (required.action(), required.resource))
-        .unwrap_or_default();
+    let (action, resource) =
+        required.map(|required| (required.action(), required.resource)).unwrap_or_default();
     Actor {
         org_id: org_id.to_owned(),
         auth_strategy,
@@ -227,8 +210,7 @@ fn actor(
 impl Org {
     /// The caller, or why not (with the refused key, when it is one of ours).
     async fn authenticate(
-        parts: &mut Parts,
-        state: &AppState,
+        parts: &mut Parts, state: &AppState,
     ) -> Result<Self, (ApiError, Option<ApiKeyRecord>)> {
         let unknown = |error: ApiError| (error, None);
         let org = |id: String, invocation_id: Option<String>, caller: Caller| Self {
@@ -241,9 +223,7 @@ impl Org {
         if let Some(caller) = parts.extensions.get::<SessionCaller>() {
             return Ok(org(caller.org.clone(), None, Caller::SessionToken));
         }
-        if !parts
-            .headers
-            .contains_key(axum::http::header::AUTHORIZATION)
+        if !parts.headers.contains_key(axum::http::header::AUTHORIZATION)
             && let Some((org_id, principal)) = signed_in(parts, state).await.map_err(unknown)?
         {
             return match principal {
@@ -259,14 +239,9 @@ impl Org {
                         .await
                         .map_err(|error| unknown(error.into()))?;
                     match live {
-                        Ok(key) if key.org_id == org_id => Ok(org(
-                            org_id,
-                            None,
-                            Caller::Key {
-                                key: Some(key),
-                                invocation: false,
-                            },
-                        )),
+                        Ok(key) if key.org_id == org_id => {
+                            Ok(org(org_id, None, Caller::Key { key: Some(key), invocation: false }))
+                        }
                         _ => Err(unknown(ApiError::Unauthorized(
                             "the API key you signed in with is no longer valid: sign in again"
                                 .into(),
@@ -307,11 +282,8 @@ impl Org {
             }
             let starter = match &claims.key {
                 Some(key_id) => {
-                    let live = state
-                        .api_keys
-                        .live(key_id)
-                        .await
-                        .map_err(|error| unknown(error.into()))?;
+                    let live =
+                        state.api_keys.live(key_id).await.map_err(|error| unknown(error.into()))?;
                     Some(live.map_err(|_| {
                         unknown(ApiError::Unauthorized(
                             "the API key that started this invocation is no longer valid".into(),
@@ -323,31 +295,21 @@ impl Org {
             return Ok(org(
                 claims.org,
                 Some(claims.sub),
-                Caller::Key {
-                    key: starter,
-                    invocation: true,
-                },
+                Caller::Key { key: starter, invocation: true },
             ));
         }
-        let checked = state
-            .api_keys
-            .authenticate(key)
-            .await
-            .map_err(|error| unknown(error.into()))?;
+        let checked =
+            state.api_keys.authenticate(key).await.map_err(|error| unknown(error.into()))?;
         match checked {
             Ok(record) => Ok(org(
                 record.org_id.clone(),
                 None,
-                Caller::Key {
-                    key: Some(record),
-                    invocation: false,
-                },
+                Caller::Key { key: Some(record), invocation: false },
             )),
             Err(Refused::Invalid) => Err(unknown(ApiError::Unauthorized("invalid API key".into()))),
-            Err(Refused::Deleted(record)) => Err((
-                ApiError::Unauthorized("invalid API key".into()),
-                Some(*record),
-            )),
+            Err(Refused::Deleted(record)) => {
+                Err((ApiError::Unauthorized("invalid API key".into()), Some(*record)))
+            }
             Err(Refused::Expired(record)) => {
                 let at = record.expires_at.unwrap_or_default();
                 Err((
@@ -435,12 +397,7 @@ impl Org {
 
     /// Who calls, for the audit log.
     fn actor(&self, required: Option<Required>) -> Actor {
-        let mut actor = actor(
-            &self.id,
-            self.caller.strategy(),
-            self.caller.key(),
-            required,
-        );
+        let mut actor = actor(&self.id, self.caller.strategy(), self.caller.key(), required);
         if let Some(person) = self.caller.person() {
             actor.user_id = person.sub.clone();
             actor.email = person.email.clone();
@@ -463,16 +420,13 @@ impl Org {
     /// The project a policy's statements are checked against: the request's, else every
     /// project (so that only a wildcard covers a request not confined to one).
     fn policy_project(&self) -> &str {
-        self.project
-            .as_ref()
-            .map_or(EVERY_PROJECT, |project| project.id.as_str())
+        self.project.as_ref().map_or(EVERY_PROJECT, |project| project.id.as_str())
     }
 
     /// What spans every project (the audit log and its delivery, the organization's
     /// limits) is not for a caller bound to one project: 403.
     async fn refuse_organization_wide_to_bound(
-        &self,
-        required: Option<&Required>,
+        &self, required: Option<&Required>,
     ) -> Result<(), ApiError> {
         let Some(required) = required else {
             return Ok(());
@@ -501,10 +455,8 @@ impl Org {
         let Some(project) = self.project.as_ref().filter(|p| p.status == "archived") else {
             return Ok(());
         };
-        let reads_or_deletes = matches!(
-            parts.method,
-            Method::GET | Method::HEAD | Method::OPTIONS | Method::DELETE
-        );
+        let reads_or_deletes =
+            matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::DELETE);
         if reads_or_deletes || parts.uri.path().starts_with("/org/") {
             return Ok(());
         }
@@ -517,10 +469,7 @@ impl Org {
     /// Whether the caller's policy allows `verb` on the organization's `kind` `id`
     /// (always, for a caller without a policy).
     pub async fn allows(
-        &self,
-        kind: &'static str,
-        verb: &'static str,
-        id: &str,
+        &self, kind: &'static str, verb: &'static str, id: &str,
     ) -> Result<bool, ApiError> {
         let Some(policy) = self.caller.policy() else {
             return Ok(true);
@@ -536,8 +485,7 @@ impl Org {
     /// Refuses (403, naming the first one missing) unless the caller's policy allows
     /// each of `needed` (kind, id or name, verb): what a request refers to in its body.
     pub async fn require(
-        &self,
-        needed: &[(&'static str, String, &'static str)],
+        &self, needed: &[(&'static str, String, &'static str)],
     ) -> Result<(), ApiError> {
         for (kind, id, verb) in needed {
             if !self.allows(kind, verb, id).await? {
@@ -557,8 +505,16 @@ impl Org {
 
     /// The agent of one of the organization's live sessions.
     pub async fn agent(&self, session_id: &str) -> Result<AgentClient, ApiError> {
-        let session = self.sessions.live(&self.id, session_id).await?;
-        Ok(self.sessions.agent(&session)?)
+        Ok(self.session_and_agent(session_id).await?.1)
+    }
+
+    /// The live session `id_or_name` of this organization, and its agent.
+    pub async fn session_and_agent(
+        &self, id_or_name: &str,
+    ) -> Result<(SessionRecord, AgentClient), ApiError> {
+        let session = self.sessions.live(&self.id, id_or_name).await?;
+        let agent = self.sessions.agent(&session)?;
+        Ok((session, agent))
     }
 }
 

@@ -33,10 +33,7 @@ impl Paging {
         let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
         let is_python = header("x-stainless-lang") == Some("python");
         let version = header("x-stainless-package-version").and_then(|version| {
-            let mut parts = version
-                .trim()
-                .split('.')
-                .map(|part| part.parse::<u64>().ok());
+            let mut parts = version.trim().split('.').map(|part| part.parse::<u64>().ok());
             Some((parts.next()??, parts.next()??))
         });
         match version {
@@ -58,10 +55,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
 /// client's SDK generation: with them its auto-paging returns each item exactly once.
 pub fn page_headers(paging: Paging, offset: u32, returned: usize, has_more: bool) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        "x-has-more",
-        HeaderValue::from_static(if has_more { "true" } else { "false" }),
-    );
+    headers.insert("x-has-more", HeaderValue::from_static(if has_more { "true" } else { "false" }));
     let next_offset = match (paging, has_more) {
         // The offset of the page just answered: the client adds what it received.
         (Paging::Legacy, true) => Some(u64::from(offset)),
@@ -114,19 +108,12 @@ pub(crate) use list_query;
 /// One page (`limit` items from `offset`) of `items`, with its paging headers; `limit`
 /// defaults to 20 and must be 1 to 100.
 pub fn page_of<T>(
-    paging: Paging,
-    items: Vec<T>,
-    limit: Option<u32>,
-    offset: Option<u32>,
+    paging: Paging, items: Vec<T>, limit: Option<u32>, offset: Option<u32>,
 ) -> Result<(HeaderMap, Vec<T>), ApiError> {
     let limit = list_limit(limit)?;
     let offset = offset.unwrap_or(0);
     let total = items.len();
-    let page: Vec<T> = items
-        .into_iter()
-        .skip(offset as usize)
-        .take(limit as usize)
-        .collect();
+    let page: Vec<T> = items.into_iter().skip(offset as usize).take(limit as usize).collect();
     let has_more = (offset as usize).saturating_add(page.len()) < total;
     Ok((page_headers(paging, offset, page.len(), has_more), page))
 }
@@ -147,10 +134,7 @@ impl NamedListQuery {
     /// The page of `items` (in their order) that pass the filters; `key` gives an item's
     /// id and name.
     pub fn page<T>(
-        &self,
-        paging: Paging,
-        items: Vec<T>,
-        key: impl Fn(&T) -> (&str, Option<&str>),
+        &self, paging: Paging, items: Vec<T>, key: impl Fn(&T) -> (&str, Option<&str>),
     ) -> Result<(HeaderMap, Vec<T>), ApiError> {
         page_of(paging, self.filter(items, key), self.limit, self.offset)
     }
@@ -158,10 +142,7 @@ impl NamedListQuery {
     /// `page`, for lists the seed-era SDK reads as one plain array (extensions, proxies,
     /// pools): a seed-era client that asks for no page gets every item.
     pub fn page_or_all<T>(
-        &self,
-        paging: Paging,
-        items: Vec<T>,
-        key: impl Fn(&T) -> (&str, Option<&str>),
+        &self, paging: Paging, items: Vec<T>, key: impl Fn(&T) -> (&str, Option<&str>),
     ) -> Result<(HeaderMap, Vec<T>), ApiError> {
         if paging == Paging::Legacy && self.limit.is_none() && self.offset.is_none() {
             let items = self.filter(items, key);
@@ -181,11 +162,7 @@ impl NamedListQuery {
         }
         if let Some(wanted) = &self.name {
             let wanted = wanted.to_lowercase();
-            items.retain(|item| {
-                key(item)
-                    .1
-                    .is_some_and(|name| name.to_lowercase() == wanted)
-            });
+            items.retain(|item| key(item).1.is_some_and(|name| name.to_lowercase() == wanted));
         }
         items
     }
@@ -206,10 +183,7 @@ mod tests {
     #[test]
     fn each_sdk_generation_gets_its_convention() {
         let python = |version| {
-            paging(&[
-                ("x-stainless-lang", "python"),
-                ("x-stainless-package-version", version),
-            ])
+            paging(&[("x-stainless-lang", "python"), ("x-stainless-package-version", version)])
         };
         assert_eq!(python("0.40.0"), Paging::Legacy);
         assert_eq!(python("0.67.3"), Paging::Legacy);
@@ -218,10 +192,7 @@ mod tests {
         assert_eq!(python("1.0.0"), Paging::Current);
         assert_eq!(python("garbage"), Paging::Current);
         assert_eq!(
-            paging(&[
-                ("x-stainless-lang", "js"),
-                ("x-stainless-package-version", "0.84.0")
-            ]),
+            paging(&[("x-stainless-lang", "js"), ("x-stainless-package-version", "0.84.0")]),
             Paging::Current
         );
         assert_eq!(paging(&[]), Paging::Current);

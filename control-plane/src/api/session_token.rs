@@ -16,15 +16,8 @@ use super::error::ApiError;
 use super::state::AppState;
 
 /// The routes under `/browsers/{id}/` a session token opens, as the SDKs route them.
-const SUBRESOURCES: [&str; 7] = [
-    "curl",
-    "computer",
-    "fs",
-    "process",
-    "playwright",
-    "logs/stream",
-    "telemetry/stream",
-];
+const SUBRESOURCES: [&str; 7] =
+    ["curl", "computer", "fs", "process", "playwright", "logs/stream", "telemetry/stream"];
 
 /// The organization a valid session token speaks for; `Org` takes it instead of an API
 /// key.
@@ -57,21 +50,15 @@ fn take_jwt(uri: &Uri) -> Option<(String, String)> {
             }
         })
         .collect();
-    let rest = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(rest)
-        .finish();
+    let rest = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(rest).finish();
     Some((token?, rest))
 }
 
 /// Turns `?jwt=` on a session's own routes, without an API key, into a `SessionCaller`.
 pub async fn accept_session_tokens(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
+    State(state): State<AppState>, mut request: Request, next: Next,
 ) -> Response {
-    let has_key = request
-        .headers()
-        .contains_key(axum::http::header::AUTHORIZATION);
+    let has_key = request.headers().contains_key(axum::http::header::AUTHORIZATION);
     let Some(session_id) = session_route(request.uri().path()).map(str::to_owned) else {
         return next.run(request).await;
     };
@@ -79,11 +66,7 @@ pub async fn accept_session_tokens(
         return next.run(request).await;
     };
     let path = request.uri().path().to_owned();
-    let without_token = if rest.is_empty() {
-        path
-    } else {
-        format!("{path}?{rest}")
-    };
+    let without_token = if rest.is_empty() { path } else { format!("{path}?{rest}") };
     match without_token.parse::<Uri>() {
         Ok(uri) => *request.uri_mut() = uri,
         Err(_) => return ApiError::invalid_field("a malformed query".to_owned()).into_response(),
@@ -92,10 +75,7 @@ pub async fn accept_session_tokens(
     if has_key {
         return next.run(request).await;
     }
-    let Some(claims) = state
-        .tokens
-        .verify_cdp(&token)
-        .filter(|claims| claims.sub == session_id)
+    let Some(claims) = state.tokens.verify_cdp(&token).filter(|claims| claims.sub == session_id)
     else {
         return ApiError::Unauthorized("invalid session token (jwt) for this browser".into())
             .into_response();
@@ -109,9 +89,7 @@ pub async fn accept_session_tokens(
     if pooled && let Err(error) = lease_holds(&state, &claims).await {
         return error.into_response();
     }
-    request
-        .extensions_mut()
-        .insert(SessionCaller { org: claims.org });
+    request.extensions_mut().insert(SessionCaller { org: claims.org });
     next.run(request).await
 }
 
@@ -122,10 +100,7 @@ mod tests {
     #[test]
     fn only_a_sessions_own_vm_routes_are_opened() {
         assert_eq!(session_route("/browsers/abc/curl/raw"), Some("abc"));
-        assert_eq!(
-            session_route("/browsers/abc/computer/click_mouse"),
-            Some("abc")
-        );
+        assert_eq!(session_route("/browsers/abc/computer/click_mouse"), Some("abc"));
         assert_eq!(session_route("/browsers/abc/logs/stream"), Some("abc"));
         for closed in [
             "/browsers/abc",

@@ -53,11 +53,7 @@ fn browser_call(method: &str, path: &str) -> Option<(String, String)> {
         let named: Vec<&str> = more
             .iter()
             .copied()
-            .filter(|segment| {
-                segment
-                    .bytes()
-                    .all(|b| b.is_ascii_alphabetic() || b == b'_')
-            })
+            .filter(|segment| segment.bytes().all(|b| b.is_ascii_alphabetic() || b == b'_'))
             .collect();
         format!("browsers.{}", named.join("."))
     };
@@ -65,9 +61,7 @@ fn browser_call(method: &str, path: &str) -> Option<(String, String)> {
 }
 
 pub async fn record_browser_calls(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
+    State(state): State<AppState>, mut request: Request, next: Next,
 ) -> Response {
     let Some((browser, operation)) = browser_call(request.method().as_str(), request.uri().path())
     else {
@@ -86,10 +80,9 @@ pub async fn record_browser_calls(
         // Not `live`: recording a call must not count as the session's activity.
         if let Some(session) = state.sessions.peek(&org_id, &browser).await {
             let request_id = crate::ids::random_lowercase(16);
-            state.telemetry.record(
-                &session,
-                event::api_call(&operation, &request_id, status, duration_ms),
-            );
+            state
+                .telemetry
+                .record(&session, event::api_call(&operation, &request_id, status, duration_ms));
         }
     });
     response

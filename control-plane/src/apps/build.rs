@@ -32,11 +32,7 @@ const GIT_FETCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 impl Apps {
     /// Unpacks an upload, records the deployment and starts its build.
     pub(super) async fn start_build(
-        self: Arc<Self>,
-        runner: Arc<AppRunner>,
-        org_id: &str,
-        new: NewDeployment,
-        id: &str,
+        self: Arc<Self>, runner: Arc<AppRunner>, org_id: &str, new: NewDeployment, id: &str,
         cancel: CancellationToken,
     ) -> ServiceResult<DeploymentRecord> {
         let now = Utc::now();
@@ -79,11 +75,7 @@ impl Apps {
                     sealed: Some(sealed),
                     project_id: None,
                 };
-                self.store
-                    .insert_deployment(&record)
-                    .await
-                    .map(|()| record)
-                    .map_err(Into::into)
+                self.store.insert_deployment(&record).await.map(|()| record).map_err(Into::into)
             }
             Err(error) => Err(ServiceError::Internal(error)),
         };
@@ -94,35 +86,24 @@ impl Apps {
                 return Err(error);
             }
         };
-        self.events
-            .push(id, views::deployment_state_event(&record), false);
+        self.events.push(id, views::deployment_state_event(&record), false);
         let git = match new.source {
             NewSource::Git(source) => Some(source),
             NewSource::Upload { .. } => None,
         };
-        tokio::spawn(
-            self.clone()
-                .build(runner, record.clone(), document, git, cancel),
-        );
+        tokio::spawn(self.clone().build(runner, record.clone(), document, git, cancel));
         Ok(record)
     }
 
     /// Builds a deployment to its end: `running` with its apps published, or `failed`
     /// with a reason (the installer's or loader's own words are in its events).
     async fn build(
-        self: Arc<Self>,
-        runner: Arc<AppRunner>,
-        mut record: DeploymentRecord,
-        mut document: DeploymentDocument,
-        git: Option<GitSource>,
-        cancel: CancellationToken,
+        self: Arc<Self>, runner: Arc<AppRunner>, mut record: DeploymentRecord,
+        mut document: DeploymentDocument, git: Option<GitSource>, cancel: CancellationToken,
     ) {
         let id = record.id.clone();
-        self.set_deployment_status(&mut record, &document, DeploymentStatus::InProgress)
-            .await;
-        let outcome = self
-            .build_steps(&runner, &record, &mut document, git, cancel)
-            .await;
+        self.set_deployment_status(&mut record, &document, DeploymentStatus::InProgress).await;
+        let outcome = self.build_steps(&runner, &record, &mut document, git, cancel).await;
         let published = match outcome {
             Ok(()) => self.publish(&record, &document).await,
             Err(reason) => Err(reason),
@@ -133,11 +114,7 @@ impl Apps {
         let status = match published {
             Ok(published) => {
                 for (app, definition) in published.iter().zip(&document.apps) {
-                    self.events.push(
-                        &id,
-                        views::app_version_summary_event(app, definition),
-                        false,
-                    );
+                    self.events.push(&id, views::app_version_summary_event(app, definition), false);
                 }
                 DeploymentStatus::Running
             }
@@ -146,14 +123,11 @@ impl Apps {
                 DeploymentStatus::Failed
             }
         };
-        self.set_deployment_status(&mut record, &document, status)
-            .await;
+        self.set_deployment_status(&mut record, &document, status).await;
     }
 
     pub(super) async fn set_deployment_status(
-        &self,
-        record: &mut DeploymentRecord,
-        document: &DeploymentDocument,
+        &self, record: &mut DeploymentRecord, document: &DeploymentDocument,
         status: DeploymentStatus,
     ) {
         record.status = status.as_str().into();
@@ -164,10 +138,7 @@ impl Apps {
             // Deleted while it was built: what it may have published goes too, and
             // nothing more is told.
             Ok(false) => {
-                let _ = self
-                    .store
-                    .delete_app_versions(&record.org_id, &record.id)
-                    .await;
+                let _ = self.store.delete_app_versions(&record.org_id, &record.id).await;
                 self.events.forget(&record.id);
                 return;
             }
@@ -175,20 +146,12 @@ impl Apps {
                 tracing::error!(deployment_id = %record.id, %error, "recording a deployment's status failed");
             }
         }
-        self.events.push(
-            &record.id,
-            views::deployment_state_event(record),
-            status.is_final(),
-        );
+        self.events.push(&record.id, views::deployment_state_event(record), status.is_final());
     }
 
     async fn build_steps(
-        &self,
-        runner: &AppRunner,
-        record: &DeploymentRecord,
-        document: &mut DeploymentDocument,
-        git: Option<GitSource>,
-        cancel: CancellationToken,
+        &self, runner: &AppRunner, record: &DeploymentRecord, document: &mut DeploymentDocument,
+        git: Option<GitSource>, cancel: CancellationToken,
     ) -> Result<(), String> {
         let dir = Self::deployment_dir(runner, &record.id);
         let app_dir = dir.join("app");
@@ -206,9 +169,8 @@ impl Apps {
                 .map_err(|error| format!("internal error: {error}"))?;
         }
         if let Some(source) = git {
-            let (commit, checksum) = self
-                .fetch_git(runner, record, &app_dir, &source, &cancel)
-                .await?;
+            let (commit, checksum) =
+                self.fetch_git(runner, record, &app_dir, &source, &cancel).await?;
             document.source_checksum = Some(checksum);
             tracing::info!(deployment_id = %record.id, commit, "fetched a git source");
             if !is_plain_file(&app_dir, &document.entrypoint_rel_path) {
@@ -323,21 +285,14 @@ impl Apps {
     /// Fetches a git source into the (empty) app directory, in a sandbox whose only way
     /// out is the egress proxy; answers the commit and a checksum of its files.
     async fn fetch_git(
-        &self,
-        runner: &AppRunner,
-        record: &DeploymentRecord,
-        app_dir: &Path,
-        source: &GitSource,
+        &self, runner: &AppRunner, record: &DeploymentRecord, app_dir: &Path, source: &GitSource,
         cancel: &CancellationToken,
     ) -> Result<(String, String), String> {
         let mut env = base_env();
         env.extend(package_manager_env());
         env.push(("SOURCE_URL".into(), source.url.clone()));
         env.push(("SOURCE_REF".into(), source.git_ref.clone()));
-        env.push((
-            "SOURCE_PATH".into(),
-            source.path.clone().unwrap_or_default(),
-        ));
+        env.push(("SOURCE_PATH".into(), source.path.clone().unwrap_or_default()));
         env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
         if let Some(token) = &source.token {
             // In git's configuration from the environment: never on a command line.
@@ -345,10 +300,7 @@ impl Apps {
                 base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
             env.push(("GIT_CONFIG_COUNT".into(), "1".into()));
             env.push(("GIT_CONFIG_KEY_0".into(), "http.extraHeader".into()));
-            env.push((
-                "GIT_CONFIG_VALUE_0".into(),
-                format!("Authorization: Basic {basic}"),
-            ));
+            env.push(("GIT_CONFIG_VALUE_0".into(), format!("Authorization: Basic {basic}")));
         }
         let outcome = self
             .run_logged(
@@ -389,9 +341,7 @@ impl Apps {
     /// Publishes the deployment's apps at its version. Another deployment's app at the
     /// same version is replaced (and that deployment stopped) only with `force`.
     async fn publish(
-        &self,
-        record: &DeploymentRecord,
-        document: &DeploymentDocument,
+        &self, record: &DeploymentRecord, document: &DeploymentDocument,
     ) -> Result<Vec<AppVersionRecord>, String> {
         let internal = |error: crate::store::StoreError| {
             tracing::error!(deployment_id = %record.id, %error, "publishing apps failed");
@@ -410,8 +360,7 @@ impl Apps {
                         app.name, document.version, existing.deployment_id
                     ));
                 }
-                self.stop_deployment(&record.org_id, &existing.deployment_id)
-                    .await;
+                self.stop_deployment(&record.org_id, &existing.deployment_id).await;
             }
         }
         let now = Utc::now();
@@ -428,10 +377,7 @@ impl Apps {
                 project_id: record.project_id.clone(),
             };
             if let Err(error) = self.store.insert_app_version(&version).await {
-                let _ = self
-                    .store
-                    .delete_app_versions(&record.org_id, &record.id)
-                    .await;
+                let _ = self.store.delete_app_versions(&record.org_id, &record.id).await;
                 return match error {
                     crate::store::StoreError::Conflict(_) => Err(format!(
                         "app {} version {} was deployed by another deployment meanwhile",
@@ -449,14 +395,12 @@ impl Apps {
     /// running invocations end.
     async fn stop_deployment(&self, org_id: &str, deployment_id: &str) {
         let _ = self.store.delete_app_versions(org_id, deployment_id).await;
-        self.invocations
-            .cancel_of_deployment(deployment_id, "its deployment was replaced");
+        self.invocations.cancel_of_deployment(deployment_id, "its deployment was replaced");
         if let Ok(Some(mut record)) = self.store.deployment(org_id, deployment_id).await {
             let mut document = DeploymentDocument::of(&record);
             document.status_reason =
                 Some("replaced by a newer deployment of the same app version".into());
-            self.set_deployment_status(&mut record, &document, DeploymentStatus::Stopped)
-                .await;
+            self.set_deployment_status(&mut record, &document, DeploymentStatus::Stopped).await;
         }
     }
 }
@@ -522,9 +466,9 @@ fn unpack_upload(archive: &Path, dir: &Path, entrypoint: &str) -> ServiceResult<
     let _ = std::fs::remove_file(archive);
     let problem = match unpacked {
         Err(problem) => Some(format!("file: {problem}")),
-        Ok(()) if !is_plain_file(&app, entrypoint) => Some(format!(
-            "entrypoint_rel_path: the archive has no file {entrypoint}"
-        )),
+        Ok(()) if !is_plain_file(&app, entrypoint) => {
+            Some(format!("entrypoint_rel_path: the archive has no file {entrypoint}"))
+        }
         Ok(()) => None,
     };
     match problem {
@@ -556,9 +500,5 @@ fn is_plain_file(base: &Path, relative: &str) -> bool {
 
 /// The last non-empty line of a traceback: the exception itself.
 fn last_line(text: &str) -> &str {
-    text.lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())
-        .unwrap_or(text)
-        .trim()
+    text.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or(text).trim()
 }

@@ -50,11 +50,7 @@ pub struct Following {
 impl EventLogs {
     /// Appends an event; `last` ends the log (nothing is appended after).
     pub fn push(&self, id: &str, body: Value, last: bool) {
-        let event = Event {
-            at: Utc::now(),
-            body,
-            last,
-        };
+        let event = Event { at: Utc::now(), body, last };
         let Ok(mut logs) = self.logs.lock() else {
             return;
         };
@@ -107,10 +103,7 @@ impl EventLogs {
             .filter(|event| since.is_none_or(|since| event.at >= since))
             .cloned()
             .collect();
-        Some(Following {
-            past,
-            live: (!log.ended).then(|| log.live.subscribe()),
-        })
+        Some(Following { past, live: (!log.ended).then(|| log.live.subscribe()) })
     }
 
     /// Forgets a log (its deployment or invocation was deleted): an empty, ended log
@@ -123,12 +116,7 @@ impl EventLogs {
         let was_ended = logs.get(id).is_some_and(|log| log.ended);
         logs.insert(
             id.to_owned(),
-            Log {
-                events: VecDeque::new(),
-                bytes: 0,
-                live: broadcast::channel(1).0,
-                ended: true,
-            },
+            Log { events: VecDeque::new(), bytes: 0, live: broadcast::channel(1).0, ended: true },
         );
         drop(logs);
         if !was_ended {

@@ -101,18 +101,12 @@ struct Entry {
 
 impl Running {
     pub(super) fn new(max_per_organization: usize) -> Self {
-        Self {
-            max_per_organization,
-            entries: Mutex::default(),
-        }
+        Self { max_per_organization, entries: Mutex::default() }
     }
 
     pub(super) fn cancel_of_deployment(&self, deployment_id: &str, reason: &str) {
         if let Ok(entries) = self.entries.lock() {
-            for entry in entries
-                .values()
-                .filter(|e| e.deployment_id == deployment_id)
-            {
+            for entry in entries.values().filter(|e| e.deployment_id == deployment_id) {
                 if let Ok(mut why) = entry.cancel_reason.lock() {
                     why.get_or_insert_with(|| reason.to_owned());
                 }
@@ -138,19 +132,14 @@ impl Apps {
     /// asynchronous one at once, `queued`. `issue_key` makes the action's API key for
     /// (invocation id, expiry).
     pub async fn invoke(
-        self: &Arc<Self>,
-        org_id: &str,
-        new: NewInvocation,
+        self: &Arc<Self>, org_id: &str, new: NewInvocation,
         issue_key: impl Fn(&str, DateTime<Utc>) -> String,
     ) -> ServiceResult<InvocationRecord> {
         let runner = self.runner()?.clone();
         let mut problems = Vec::new();
         if let Some(payload) = &new.payload {
             if payload.len() > MAX_PAYLOAD_BYTES {
-                problems.push(format!(
-                    "payload is at most {} KiB",
-                    MAX_PAYLOAD_BYTES / 1024
-                ));
+                problems.push(format!("payload is at most {} KiB", MAX_PAYLOAD_BYTES / 1024));
             } else if !payload.is_empty()
                 && serde_json::from_str::<serde_json::Value>(payload).is_err()
             {
@@ -161,23 +150,19 @@ impl Apps {
         if let Some(seconds) = new.async_timeout_seconds
             && !(low..=high).contains(&seconds)
         {
-            problems.push(format!(
-                "async_timeout_seconds must be between {low} and {high}"
-            ));
+            problems.push(format!("async_timeout_seconds must be between {low} and {high}"));
         }
         if !problems.is_empty() {
             return Err(ServiceError::Invalid(problems));
         }
-        let app = self
-            .store
-            .app_version(org_id, &new.app_name, &new.version)
-            .await?
-            .ok_or_else(|| {
+        let app = self.store.app_version(org_id, &new.app_name, &new.version).await?.ok_or_else(
+            || {
                 ServiceError::NotFound(format!(
                     "app {} version {} not found",
                     new.app_name, new.version
                 ))
-            })?;
+            },
+        )?;
         let actions: Vec<String> = serde_json::from_str(&app.actions).unwrap_or_default();
         if !actions.contains(&new.action_name) {
             return Err(ServiceError::NotFound(format!(
@@ -249,10 +234,8 @@ impl Apps {
                 });
             }
             if let Some((project_id, cap)) = &project_cap {
-                let in_project = entries
-                    .values()
-                    .filter(|e| e.project_id.as_ref() == Some(project_id))
-                    .count();
+                let in_project =
+                    entries.values().filter(|e| e.project_id.as_ref() == Some(project_id)).count();
                 if in_project as i64 >= *cap {
                     return Err(ServiceError::LimitReached {
                         message: format!(
@@ -285,17 +268,9 @@ impl Apps {
             match this.store.insert_invocation(&record).await {
                 Ok(()) => {
                     let _ = recorded_tx.send(Ok(()));
-                    this.events
-                        .push(&record.id, views::invocation_state_event(&record), false);
-                    let action = ActionRun {
-                        env_vars,
-                        key,
-                        timeout,
-                        cancel,
-                        cancel_reason,
-                    };
-                    this.run_action(&runner, &mut record, &document, action)
-                        .await;
+                    this.events.push(&record.id, views::invocation_state_event(&record), false);
+                    let action = ActionRun { env_vars, key, timeout, cancel, cancel_reason };
+                    this.run_action(&runner, &mut record, &document, action).await;
                 }
                 Err(error) => {
                     let _ = recorded_tx.send(Err(error));
@@ -320,25 +295,14 @@ impl Apps {
     }
 
     async fn run_action(
-        &self,
-        runner: &super::runner::AppRunner,
-        record: &mut InvocationRecord,
-        deployment: &super::DeploymentDocument,
-        action: ActionRun,
+        &self, runner: &super::runner::AppRunner, record: &mut InvocationRecord,
+        deployment: &super::DeploymentDocument, action: ActionRun,
     ) {
-        let ActionRun {
-            env_vars,
-            key,
-            timeout,
-            cancel,
-            cancel_reason,
-        } = action;
+        let ActionRun { env_vars, key, timeout, cancel, cancel_reason } = action;
         // Its deployment may have been deleted since it was looked up (its running
         // invocations were cancelled then, but not this one, not yet registered).
         if !matches!(
-            self.store
-                .deployment(&record.org_id, &record.deployment_id)
-                .await,
+            self.store.deployment(&record.org_id, &record.deployment_id).await,
             Ok(Some(_))
         ) {
             self.finish(
@@ -352,9 +316,7 @@ impl Apps {
         }
         record.status = InvocationStatus::Running.as_str().into();
         match self.store.update_unfinished_invocation(record).await {
-            Ok(true) => self
-                .events
-                .push(&record.id, views::invocation_state_event(record), false),
+            Ok(true) => self.events.push(&record.id, views::invocation_state_event(record), false),
             // Already ended (cancelled before it started).
             Ok(false) => return,
             Err(error) => {
@@ -365,10 +327,7 @@ impl Apps {
         let mut env = base_env();
         env.extend(env_vars);
         env.push(("KERNEL_API_KEY".into(), key));
-        env.push((
-            "KERNEL_BASE_URL".into(),
-            format!("http://127.0.0.1:{}", runner.api_port),
-        ));
+        env.push(("KERNEL_BASE_URL".into(), format!("http://127.0.0.1:{}", runner.api_port)));
         env.push(("KERNEL_INVOCATION_ID".into(), record.id.clone()));
         // The API is on the sandbox's own loopback; everything else goes through the
         // egress proxy.
@@ -377,10 +336,7 @@ impl Apps {
         env.push(("PYTHONDONTWRITEBYTECODE".into(), "1".into()));
         let language = Language::of(&deployment.entrypoint_rel_path).unwrap_or(Language::Python);
         let (program, mut files) = super::loader(language);
-        files.push((
-            "payload.json",
-            document.payload.clone().unwrap_or_default().into_bytes(),
-        ));
+        files.push(("payload.json", document.payload.clone().unwrap_or_default().into_bytes()));
         let boot = match language {
             Language::Python => "/run/app/boot.py",
             Language::Node => "/run/app/boot.mjs",
@@ -416,10 +372,7 @@ impl Apps {
             (Ended::TimedOut, _) => (
                 InvocationStatus::Failed,
                 None,
-                format!(
-                    "The invocation timed out after {} seconds",
-                    timeout.as_secs()
-                ),
+                format!("The invocation timed out after {} seconds", timeout.as_secs()),
             ),
             (Ended::Cancelled, _) => (
                 InvocationStatus::Failed,
@@ -441,11 +394,7 @@ impl Apps {
             ),
             (Ended::NotStarted(why), _) => {
                 tracing::error!(invocation_id = %record.id, why, "an action's sandbox could not start");
-                (
-                    InvocationStatus::Failed,
-                    None,
-                    "The action could not be started".into(),
-                )
+                (InvocationStatus::Failed, None, "The action could not be started".into())
             }
             (Ended::Exited(_), Some(Ok(bytes))) => action_result(&bytes),
             (Ended::Exited(code), Some(Err(problem))) => (
@@ -459,22 +408,14 @@ impl Apps {
                 format!("The action ended without a result (exit code {code})"),
             ),
         };
-        self.finish(
-            record,
-            status,
-            output,
-            (status == InvocationStatus::Failed).then_some(reason),
-        )
-        .await;
+        self.finish(record, status, output, (status == InvocationStatus::Failed).then_some(reason))
+            .await;
     }
 
     /// Records an invocation's end (unless it already ended: the first end wins), ends
     /// its browsers and closes its events.
     async fn finish(
-        &self,
-        record: &mut InvocationRecord,
-        status: InvocationStatus,
-        output: Option<String>,
+        &self, record: &mut InvocationRecord, status: InvocationStatus, output: Option<String>,
         status_reason: Option<String>,
     ) -> bool {
         let mut document = InvocationDocument::of(record);
@@ -490,11 +431,9 @@ impl Apps {
                 false
             }
         };
-        self.end_browsers(&record.org_id, &record.id, "its invocation ended")
-            .await;
+        self.end_browsers(&record.org_id, &record.id, "its invocation ended").await;
         if ended {
-            self.events
-                .push(&record.id, views::invocation_state_event(record), true);
+            self.events.push(&record.id, views::invocation_state_event(record), true);
         }
         ended
     }
@@ -518,11 +457,7 @@ impl Apps {
     /// `PATCH /invocations/{id}`: ends an invocation that has not finished, with the
     /// status (and output) given; its action is stopped and its browsers end.
     pub async fn set_invocation_status(
-        &self,
-        org_id: &str,
-        id: &str,
-        status: InvocationStatus,
-        output: Option<String>,
+        &self, org_id: &str, id: &str, status: InvocationStatus, output: Option<String>,
     ) -> ServiceResult<InvocationRecord> {
         let mut record = self.invocation(org_id, id).await?;
         if InvocationStatus::parse(&record.status).is_final() {
@@ -542,9 +477,7 @@ impl Apps {
         let reason = (status == InvocationStatus::Failed)
             .then(|| "The invocation was marked failed".to_string());
         if !self.finish(&mut record, status, output, reason).await {
-            return Err(ServiceError::Conflict(format!(
-                "invocation {id} has already finished"
-            )));
+            return Err(ServiceError::Conflict(format!("invocation {id} has already finished")));
         }
         self.invocations.cancel(id, "its status was set");
         Ok(record)
@@ -554,10 +487,7 @@ impl Apps {
     pub async fn browsers_of(&self, org_id: &str, id: &str) -> ServiceResult<Vec<SessionRecord>> {
         self.invocation(org_id, id).await?;
         // An organization has at most a few hundred live browsers (its limits).
-        let live = self
-            .store
-            .list_sessions(org_id, SessionFilter::Live, 10_000, 0)
-            .await?;
+        let live = self.store.list_sessions(org_id, SessionFilter::Live, 10_000, 0).await?;
         Ok(live
             .into_iter()
             .filter(|session| session.vm_settings.invocation_id.as_deref() == Some(id))
@@ -579,18 +509,13 @@ impl Apps {
     /// A browser an action just created: if its invocation has ended meanwhile, the
     /// browser ends too, and the action is told so.
     pub async fn keep_only_while_running(
-        &self,
-        org_id: &str,
-        invocation_id: &str,
-        session: &SessionRecord,
+        &self, org_id: &str, invocation_id: &str, session: &SessionRecord,
     ) -> ServiceResult<()> {
         if self.is_unfinished(org_id, invocation_id).await? {
             return Ok(());
         }
         self.sessions.end(session, "its invocation ended").await?;
-        Err(ServiceError::Conflict(format!(
-            "invocation {invocation_id} has ended"
-        )))
+        Err(ServiceError::Conflict(format!("invocation {invocation_id} has ended")))
     }
 
     /// After a restart, invocations that were under way have lost their action.
@@ -611,11 +536,7 @@ impl Apps {
 /// The status, output and reason from the loader's result file.
 fn action_result(bytes: &[u8]) -> (InvocationStatus, Option<String>, String) {
     let Ok(result) = serde_json::from_slice::<serde_json::Value>(bytes) else {
-        return (
-            InvocationStatus::Failed,
-            None,
-            "The action's result could not be read".into(),
-        );
+        return (InvocationStatus::Failed, None, "The action's result could not be read".into());
     };
     if result["ok"] == true {
         let output = result["output"].as_str().unwrap_or("null").to_owned();
@@ -623,10 +544,7 @@ fn action_result(bytes: &[u8]) -> (InvocationStatus, Option<String>, String) {
             return (
                 InvocationStatus::Failed,
                 None,
-                format!(
-                    "The action's output is larger than {} MiB",
-                    MAX_OUTPUT_BYTES >> 20
-                ),
+                format!("The action's output is larger than {} MiB", MAX_OUTPUT_BYTES >> 20),
             );
         }
         return (InvocationStatus::Succeeded, Some(output), String::new());

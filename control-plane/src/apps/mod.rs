@@ -51,10 +51,9 @@ const NODE_HOOKS: &str = include_str!("boot/hooks.mjs");
 /// What runs an app's loader, and the files it needs in the run directory.
 fn loader(language: Language) -> (&'static str, Vec<(&'static str, Vec<u8>)>) {
     match language {
-        Language::Python => (
-            "/app/.venv/bin/python",
-            vec![("boot.py", PYTHON_BOOT.as_bytes().to_vec())],
-        ),
+        Language::Python => {
+            ("/app/.venv/bin/python", vec![("boot.py", PYTHON_BOOT.as_bytes().to_vec())])
+        }
         Language::Node => (
             "node",
             vec![
@@ -274,9 +273,7 @@ fn check_git_source(source: &GitSource) -> Vec<String> {
 pub fn is_label(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 64
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// The service.
@@ -293,11 +290,8 @@ pub struct Apps {
 
 impl Apps {
     pub fn new(
-        store: Arc<dyn Store>,
-        vault: Arc<Vault>,
-        sessions: Arc<Sessions>,
-        runner: Option<AppRunner>,
-        max_running_invocations: usize,
+        store: Arc<dyn Store>, vault: Arc<Vault>, sessions: Arc<Sessions>,
+        runner: Option<AppRunner>, max_running_invocations: usize,
     ) -> Self {
         Self {
             store,
@@ -331,9 +325,7 @@ impl Apps {
 
     /// Records a deployment and starts its build; answers it `queued`.
     pub async fn deploy(
-        self: &Arc<Self>,
-        org_id: &str,
-        new: NewDeployment,
+        self: &Arc<Self>, org_id: &str, new: NewDeployment,
     ) -> ServiceResult<DeploymentRecord> {
         let runner = self.runner()?.clone();
         let mut problems = check_settings(&new.version, &new.env_vars);
@@ -378,10 +370,7 @@ impl Apps {
         let this = self.clone();
         let org_id = org_id.to_owned();
         crate::error::run_to_completion(async move {
-            let outcome = this
-                .clone()
-                .start_build(runner, &org_id, new, &id, cancel)
-                .await;
+            let outcome = this.clone().start_build(runner, &org_id, new, &id, cancel).await;
             if outcome.is_err()
                 && let Ok(mut builds) = this.builds.lock()
             {
@@ -416,16 +405,12 @@ impl Apps {
     /// apps are unpublished and its files removed.
     pub async fn delete_deployment(&self, org_id: &str, id: &str) -> ServiceResult<()> {
         let record = self.deployment(org_id, id).await?;
-        if let Some((_, cancel)) = self
-            .builds
-            .lock()
-            .ok()
-            .and_then(|mut builds| builds.remove(&record.id))
+        if let Some((_, cancel)) =
+            self.builds.lock().ok().and_then(|mut builds| builds.remove(&record.id))
         {
             cancel.cancel();
         }
-        self.invocations
-            .cancel_of_deployment(&record.id, "its deployment was deleted");
+        self.invocations.cancel_of_deployment(&record.id, "its deployment was deleted");
         self.store.delete_deployment(org_id, &record.id).await?;
         self.events.forget(&record.id);
         if let Some(runner) = &self.runner {
@@ -442,10 +427,9 @@ impl Apps {
     /// A deployment's environment variables, values included (for its actions only).
     fn env_vars(&self, record: &DeploymentRecord) -> ServiceResult<BTreeMap<String, String>> {
         match &record.sealed {
-            Some(sealed) => self
-                .vault
-                .open_sealed(sealed, &record.id)
-                .map_err(ServiceError::Internal),
+            Some(sealed) => {
+                self.vault.open_sealed(sealed, &record.id).map_err(ServiceError::Internal)
+            }
             None => Ok(BTreeMap::new()),
         }
     }
@@ -459,16 +443,11 @@ impl Apps {
                 let _ = tokio::fs::remove_dir_all(runner.apps_dir.join(leftover)).await;
             }
         }
-        for mut record in self
-            .store
-            .deployments_in(&["queued", "in_progress"])
-            .await?
-        {
+        for mut record in self.store.deployments_in(&["queued", "in_progress"]).await? {
             let mut document = DeploymentDocument::of(&record);
             document.status_reason =
                 Some("the service restarted during the build: deploy again".into());
-            self.set_deployment_status(&mut record, &document, DeploymentStatus::Failed)
-                .await;
+            self.set_deployment_status(&mut record, &document, DeploymentStatus::Failed).await;
         }
         self.fail_unfinished_invocations().await
     }

@@ -35,11 +35,8 @@ pub const MAX_RESULT_BYTES: u64 = 2 * 1024 * 1024;
 const MAX_LINE_BYTES: usize = 16 * 1024;
 /// What one run may use: its memory-backed `/tmp` and `/dev/shm` (each), its memory in
 /// all (those included), and its processes and threads.
-const RUN_LIMITS: AppLimits = AppLimits {
-    tmpfs_bytes: 512 << 20,
-    memory_bytes: MEMORY_LIMIT_MIB << 20,
-    max_tasks: 1024,
-};
+const RUN_LIMITS: AppLimits =
+    AppLimits { tmpfs_bytes: 512 << 20, memory_bytes: MEMORY_LIMIT_MIB << 20, max_tasks: 1024 };
 /// The memory limit of one run, in MiB.
 pub const MEMORY_LIMIT_MIB: u64 = 2048;
 
@@ -118,10 +115,7 @@ impl AppRunner {
             Ok(egress) => {
                 let ended = self.start_and_wait(&dir, &run, output).await;
                 drop(egress);
-                Outcome {
-                    ended,
-                    result: read_result(&dir.join(RESULT_FILE)),
-                }
+                Outcome { ended, result: read_result(&dir.join(RESULT_FILE)) }
             }
             Err(error) => Outcome {
                 ended: Ended::NotStarted(format!("preparing the run: {error}")),
@@ -155,19 +149,13 @@ impl AppRunner {
             &dir.join(APP_EGRESS_SOCKET),
             owner,
             self.egress.clone(),
-            VmEgress {
-                upstream: None,
-                allowed_hosts: run.allowed_hosts.clone(),
-            },
+            VmEgress { upstream: None, allowed_hosts: run.allowed_hosts.clone() },
             None,
         )
     }
 
     async fn start_and_wait(
-        &self,
-        dir: &Path,
-        run: &Run<'_>,
-        output: mpsc::Sender<(Stream, String)>,
+        &self, dir: &Path, run: &Run<'_>, output: mpsc::Sender<(Stream, String)>,
     ) -> Ended {
         // Ended before it started: nothing is started that would have to be killed.
         if run.cancel.is_cancelled() {
@@ -215,20 +203,12 @@ impl AppRunner {
         };
         drop(info_write);
         let readers = [
-            child
-                .stdout
-                .take()
-                .map(|out| pass_lines(out, Stream::Stdout, output.clone())),
-            child
-                .stderr
-                .take()
-                .map(|err| pass_lines(err, Stream::Stderr, output)),
+            child.stdout.take().map(|out| pass_lines(out, Stream::Stdout, output.clone())),
+            child.stderr.take().map(|err| pass_lines(err, Stream::Stderr, output)),
         ];
         let sandbox_pid = tokio::task::spawn_blocking(move || {
             let mut info = String::new();
-            std::fs::File::from(info_read)
-                .read_to_string(&mut info)
-                .ok()?;
+            std::fs::File::from(info_read).read_to_string(&mut info).ok()?;
             crate::runtime::sandbox::child_pid(&info)
         });
         let ended = tokio::select! {
@@ -261,10 +241,7 @@ impl AppRunner {
         // still waiting then is given up.
         for reader in readers.into_iter().flatten() {
             let abort = reader.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(5), reader)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout(Duration::from_secs(5), reader).await.is_err() {
                 abort.abort();
             }
         }
@@ -285,17 +262,12 @@ impl AppRunner {
     /// The run's control group (`None` where the host has none), which `command`'s
     /// process enters before it starts anything.
     fn enter_group(
-        &self,
-        dir: &Path,
-        command: &mut tokio::process::Command,
+        &self, dir: &Path, command: &mut tokio::process::Command,
     ) -> std::io::Result<Option<VmCgroup>> {
         let Some(cgroups) = &self.cgroups else {
             return Ok(None);
         };
-        let name = format!(
-            "app-{}",
-            dir.file_name().unwrap_or_default().to_string_lossy()
-        );
+        let name = format!("app-{}", dir.file_name().unwrap_or_default().to_string_lossy());
         let limits = VmLimits {
             memory_bytes: RUN_LIMITS.memory_bytes,
             max_tasks: RUN_LIMITS.max_tasks,
@@ -334,8 +306,7 @@ pub fn traversable_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Passes `source`'s lines on (lossily decoded, cut at `MAX_LINE_BYTES`).
 fn pass_lines(
-    source: impl AsyncRead + Unpin + Send + 'static,
-    stream: Stream,
+    source: impl AsyncRead + Unpin + Send + 'static, stream: Stream,
     output: mpsc::Sender<(Stream, String)>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -360,8 +331,7 @@ fn pass_lines(
 
 /// Reads up to and including the next newline, keeping at most `MAX_LINE_BYTES`.
 async fn read_line_capped(
-    reader: &mut BufReader<impl AsyncRead + Unpin>,
-    line: &mut Vec<u8>,
+    reader: &mut BufReader<impl AsyncRead + Unpin>, line: &mut Vec<u8>,
 ) -> std::io::Result<usize> {
     let mut total = 0;
     loop {
@@ -400,18 +370,11 @@ fn read_result(path: &Path) -> Option<Result<Vec<u8>, String>> {
         _ => return Some(Err("the result is not a plain file".into())),
     }
     let mut contents = Vec::new();
-    if file
-        .take(MAX_RESULT_BYTES + 1)
-        .read_to_end(&mut contents)
-        .is_err()
-    {
+    if file.take(MAX_RESULT_BYTES + 1).read_to_end(&mut contents).is_err() {
         return Some(Err("the result could not be read".into()));
     }
     if contents.len() as u64 > MAX_RESULT_BYTES {
-        return Some(Err(format!(
-            "the result is larger than {} MiB",
-            MAX_RESULT_BYTES >> 20
-        )));
+        return Some(Err(format!("the result is larger than {} MiB", MAX_RESULT_BYTES >> 20)));
     }
     Some(Ok(contents))
 }

@@ -56,30 +56,19 @@ pub fn unpack_zip(archive: impl Read + Seek, into: &Path) -> Result<(), String> 
     if zip.len() > MAX_ENTRIES {
         return Err(format!("the archive has more than {MAX_ENTRIES} entries"));
     }
-    let names: Vec<String> = zip
-        .file_names()
-        .filter_map(Result::ok)
-        .map(|name| name.into_owned())
-        .collect();
+    let names: Vec<String> =
+        zip.file_names().filter_map(Result::ok).map(|name| name.into_owned()).collect();
     let root = common_folder(&names);
     let mut expanded = 0u64;
     for index in 0..zip.len() {
-        let mut entry = zip
-            .by_index(index)
-            .map_err(|error| format!("reading the archive: {error}"))?;
-        let raw_name = entry
-            .name()
-            .map(|name| name.into_owned())
-            .unwrap_or_default();
+        let mut entry =
+            zip.by_index(index).map_err(|error| format!("reading the archive: {error}"))?;
+        let raw_name = entry.name().map(|name| name.into_owned()).unwrap_or_default();
         if entry.is_symlink() {
-            return Err(format!(
-                "the archive holds a link ({raw_name}): links are not accepted"
-            ));
+            return Err(format!("the archive holds a link ({raw_name}): links are not accepted"));
         }
         let Some(name) = entry.enclosed_name() else {
-            return Err(format!(
-                "the archive entry {raw_name:?} would land outside the app"
-            ));
+            return Err(format!("the archive entry {raw_name:?} would land outside the app"));
         };
         let name = match &root {
             Some(root) => match name.strip_prefix(root) {
@@ -165,9 +154,7 @@ mod tests {
     fn zip_of(entries: &[(&str, &str)]) -> std::io::Cursor<Vec<u8>> {
         let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
         for (name, contents) in entries {
-            writer
-                .start_file(*name, zip::write::SimpleFileOptions::default())
-                .expect("entry");
+            writer.start_file(*name, zip::write::SimpleFileOptions::default()).expect("entry");
             writer.write_all(contents.as_bytes()).expect("write");
         }
         let mut cursor = writer.finish().expect("zip");
@@ -184,11 +171,8 @@ mod tests {
         assert!(flat.join("main.py").is_file() && flat.join("lib/a.py").is_file());
         let folder = dir.path().join("folder");
         std::fs::create_dir(&folder).expect("dir");
-        unpack_zip(
-            zip_of(&[("app/main.py", "x"), ("app/req.txt", "y")]),
-            &folder,
-        )
-        .expect("unpacks");
+        unpack_zip(zip_of(&[("app/main.py", "x"), ("app/req.txt", "y")]), &folder)
+            .expect("unpacks");
         assert!(folder.join("main.py").is_file());
         let escape = dir.path().join("escape");
         std::fs::create_dir(&escape).expect("dir");

@@ -15,10 +15,7 @@ use super::{AppDefinition, DeploymentDocument, InvocationDocument, REGION};
 use crate::store::{AppVersionRecord, DeploymentRecord, InvocationRecord};
 
 fn redacted(names: &[String]) -> BTreeMap<String, String> {
-    names
-        .iter()
-        .map(|name| (name.clone(), String::new()))
-        .collect()
+    names.iter().map(|name| (name.clone(), String::new())).collect()
 }
 
 /// An action of an app.
@@ -28,10 +25,7 @@ pub struct Action {
 }
 
 fn actions(names: &[String]) -> Vec<Action> {
-    names
-        .iter()
-        .map(|name| Action { name: name.clone() })
-        .collect()
+    names.iter().map(|name| Action { name: name.clone() }).collect()
 }
 
 /// A deployment.

@@ -43,11 +43,7 @@ pub struct TestResult {
 
 impl AuditExport {
     pub fn new(store: Arc<dyn Store>, writer: S3Writer, delay: Duration) -> Self {
-        Self {
-            store,
-            writer,
-            delay,
-        }
+        Self { store, writer, delay }
     }
 
     pub fn principal_arn(&self) -> &str {
@@ -120,10 +116,8 @@ impl AuditExport {
                 let now = Utc::now();
                 tracing::info!(destination = %destination.id, error = error.message(), "audit export failed; retrying later");
                 let next = now + chrono::Duration::from_std(backoff).unwrap_or_default();
-                if let Err(error) = self
-                    .store
-                    .export_failed(&destination.id, error.message(), now, next)
-                    .await
+                if let Err(error) =
+                    self.store.export_failed(&destination.id, error.message(), now, next).await
                 {
                     tracing::warn!(%error, "audit export could not record a failure");
                 }
@@ -134,24 +128,16 @@ impl AuditExport {
     /// Writes `records` (oldest first) as one object per UTC hour; answers the cursor of
     /// the last record written, or how far it got and why it stopped.
     async fn write(
-        &self,
-        destination: &ExportDestinationRecord,
-        records: &[AuditRecord],
+        &self, destination: &ExportDestinationRecord, records: &[AuditRecord],
     ) -> Result<(i64, String), (Option<(i64, String)>, DeliveryError)> {
-        let credentials = self
-            .assume(destination)
-            .await
-            .map_err(|error| (None, error))?;
+        let credentials = self.assume(destination).await.map_err(|error| (None, error))?;
         let mut delivered: Option<(i64, String)> = None;
         for group in records.chunk_by(|a, b| hour_of(a.ts_us) == hour_of(b.ts_us)) {
             let (Some(first), Some(last)) = (group.first(), group.last()) else {
                 continue;
             };
             let body = gzipped_lines(group).map_err(|error| {
-                (
-                    delivered.clone(),
-                    DeliveryError::PutObject(error.to_string()),
-                )
+                (delivered.clone(), DeliveryError::PutObject(error.to_string()))
             })?;
             let key = object_key(destination, first, last);
             self.put(destination, &credentials, &key, body)
@@ -164,25 +150,17 @@ impl AuditExport {
 
     /// The destination's role, assumed with its external id.
     async fn assume(
-        &self,
-        destination: &ExportDestinationRecord,
+        &self, destination: &ExportDestinationRecord,
     ) -> Result<aws_credential_types::Credentials, DeliveryError> {
         self.writer
-            .assume_role(
-                &destination.region,
-                &destination.role_arn,
-                &destination.external_id,
-            )
+            .assume_role(&destination.region, &destination.role_arn, &destination.external_id)
             .await
     }
 
     /// Writes `body` as `key` into the destination's bucket, with its KMS key if any.
     async fn put(
-        &self,
-        destination: &ExportDestinationRecord,
-        credentials: &aws_credential_types::Credentials,
-        key: &str,
-        body: Vec<u8>,
+        &self, destination: &ExportDestinationRecord,
+        credentials: &aws_credential_types::Credentials, key: &str, body: Vec<u8>,
     ) -> Result<(), DeliveryError> {
         self.writer
             .put_object(
@@ -215,10 +193,7 @@ impl AuditExport {
         );
         let body = b"a test object of this server's audit-log export\n".to_vec();
         match self.put(destination, &credentials, &key, body).await {
-            Ok(()) => TestResult {
-                stage: "complete",
-                error: None,
-            },
+            Ok(()) => TestResult { stage: "complete", error: None },
             Err(error) => TestResult {
                 stage: "put_object",
                 error: Some(("put_object_failed", error.message().to_owned())),
@@ -233,25 +208,16 @@ fn hour_of(ts_us: i64) -> i64 {
 
 fn prefix_of(destination: &ExportDestinationRecord) -> String {
     let prefix = destination.prefix.trim_matches('/');
-    if prefix.is_empty() {
-        String::new()
-    } else {
-        format!("{prefix}/")
-    }
+    if prefix.is_empty() { String::new() } else { format!("{prefix}/") }
 }
 
 /// `<prefix>/destination_id=<id>/org_id=<org>/date=<YYYY-MM-DD>/hour=<HH>/<window>-<chunk>.jsonl.gz`:
 /// the window is the first record's time, the chunk the last record's id, so the name is
 /// the rows'.
 fn object_key(
-    destination: &ExportDestinationRecord,
-    first: &AuditRecord,
-    last: &AuditRecord,
+    destination: &ExportDestinationRecord, first: &AuditRecord, last: &AuditRecord,
 ) -> String {
-    let hour: DateTime<Utc> = Utc
-        .timestamp_micros(first.ts_us)
-        .single()
-        .unwrap_or_default();
+    let hour: DateTime<Utc> = Utc.timestamp_micros(first.ts_us).single().unwrap_or_default();
     format!(
         "{}destination_id={}/org_id={}/date={}/hour={}/{}-{}.jsonl.gz",
         prefix_of(destination),

@@ -36,12 +36,7 @@ pub struct AuditLog {
 impl AuditLog {
     pub fn new(store: Arc<dyn Store>, retention: Duration) -> Self {
         let (backlog, pending) = mpsc::channel(BACKLOG);
-        Self {
-            store,
-            retention,
-            backlog,
-            pending: Mutex::new(Some(pending)),
-        }
+        Self { store, retention, backlog, pending: Mutex::new(Some(pending)) }
     }
 
     /// Queues `record` for the writer; never waits (the call it records has been
@@ -94,9 +89,7 @@ pub fn cursor_after(record: &AuditRecord) -> String {
 
 /// The `(ts_us, id)` a page token names, or `None` if it is not one of ours.
 pub fn parse_cursor(token: &str) -> Option<(i64, String)> {
-    let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .ok()?;
+    let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
     let text = String::from_utf8(decoded).ok()?;
     let rest = text.strip_prefix("v1:")?;
     let (ts, id) = rest.split_once(':')?;
@@ -109,11 +102,8 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_strangers_are_refused() {
-        let record = AuditRecord {
-            id: "aud_1".into(),
-            ts_us: 1_800_000_000_000_000,
-            ..Default::default()
-        };
+        let record =
+            AuditRecord { id: "aud_1".into(), ts_us: 1_800_000_000_000_000, ..Default::default() };
         assert_eq!(
             parse_cursor(&cursor_after(&record)),
             Some((1_800_000_000_000_000, "aud_1".into()))

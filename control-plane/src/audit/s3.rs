@@ -32,15 +32,10 @@ pub struct AwsSettings {
 impl AwsSettings {
     /// The settings of `--audit-export-*` with credentials from the environment.
     pub fn from_environment(
-        sts_endpoint: Option<String>,
-        s3_endpoint: Option<String>,
-        principal_arn: String,
+        sts_endpoint: Option<String>, s3_endpoint: Option<String>, principal_arn: String,
     ) -> Self {
         let variable = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
-        let credentials = match (
-            variable("AWS_ACCESS_KEY_ID"),
-            variable("AWS_SECRET_ACCESS_KEY"),
-        ) {
+        let credentials = match (variable("AWS_ACCESS_KEY_ID"), variable("AWS_SECRET_ACCESS_KEY")) {
             (Some(key), Some(secret)) => Some(Credentials::new(
                 key,
                 secret,
@@ -50,12 +45,7 @@ impl AwsSettings {
             )),
             _ => None,
         };
-        Self {
-            sts_endpoint,
-            s3_endpoint,
-            credentials,
-            principal_arn,
-        }
+        Self { sts_endpoint, s3_endpoint, credentials, principal_arn }
     }
 }
 
@@ -131,18 +121,9 @@ impl S3Writer {
 
     /// `request`, signed by `credentials` (its headers too), sent.
     async fn send_signed(
-        &self,
-        credentials: &Credentials,
-        request: AwsRequest<'_>,
+        &self, credentials: &Credentials, request: AwsRequest<'_>,
     ) -> Result<(reqwest::StatusCode, String), String> {
-        let AwsRequest {
-            service,
-            region,
-            method,
-            url,
-            headers,
-            body,
-        } = request;
+        let AwsRequest { service, region, method, url, headers, body } = request;
         let identity = credentials.clone().into();
         let mut settings = SigningSettings::default();
         if service == "s3" {
@@ -162,15 +143,12 @@ impl S3Writer {
         let signable = SignableRequest::new(
             method,
             url,
-            headers
-                .iter()
-                .map(|(name, value)| (name.as_str(), value.as_str())),
+            headers.iter().map(|(name, value)| (name.as_str(), value.as_str())),
             SignableBody::Bytes(&body),
         )
         .map_err(|error| format!("signing: {error}"))?;
-        let (instructions, _) = sign(signable, &params)
-            .map_err(|error| format!("signing: {error}"))?
-            .into_parts();
+        let (instructions, _) =
+            sign(signable, &params).map_err(|error| format!("signing: {error}"))?.into_parts();
         let method = reqwest::Method::from_bytes(method.as_bytes())
             .map_err(|error| format!("method: {error}"))?;
         let mut request = self.http.request(method, url).body(body);
@@ -180,10 +158,8 @@ impl S3Writer {
         for (name, value) in instructions.headers() {
             request = request.header(name, value);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|error| format!("{url}: {}", without_url(&error)))?;
+        let response =
+            request.send().await.map_err(|error| format!("{url}: {}", without_url(&error)))?;
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
         Ok((status, text))
@@ -191,10 +167,7 @@ impl S3Writer {
 
     /// Short-lived credentials of `role_arn`, assumed with `external_id`.
     pub async fn assume_role(
-        &self,
-        region: &str,
-        role_arn: &str,
-        external_id: &str,
+        &self, region: &str, role_arn: &str, external_id: &str,
     ) -> Result<Credentials, DeliveryError> {
         let fail = DeliveryError::AssumeRole;
         let own = self.settings.credentials.as_ref().ok_or_else(|| {
@@ -251,12 +224,7 @@ impl S3Writer {
 
     /// Writes `body` to `key` in `bucket` (SSE-KMS with `kms_key_id` when given).
     pub async fn put_object(
-        &self,
-        credentials: &Credentials,
-        region: &str,
-        bucket: &str,
-        key: &str,
-        body: Vec<u8>,
+        &self, credentials: &Credentials, region: &str, bucket: &str, key: &str, body: Vec<u8>,
         kms_key_id: Option<&str>,
     ) -> Result<(), DeliveryError> {
         let fail = DeliveryError::PutObject;
@@ -277,18 +245,12 @@ impl S3Writer {
             None => format!("https://{bucket}.s3.{region}.amazonaws.com/{path}"),
         };
         let mut headers = vec![
-            (
-                "x-amz-content-sha256".to_owned(),
-                hex::encode(sha2::Sha256::digest(&body)),
-            ),
+            ("x-amz-content-sha256".to_owned(), hex::encode(sha2::Sha256::digest(&body))),
             ("content-type".to_owned(), "application/x-ndjson".to_owned()),
             ("content-encoding".to_owned(), "gzip".to_owned()),
         ];
         if let Some(kms_key_id) = kms_key_id {
-            headers.push((
-                "x-amz-server-side-encryption".to_owned(),
-                "aws:kms".to_owned(),
-            ));
+            headers.push(("x-amz-server-side-encryption".to_owned(), "aws:kms".to_owned()));
             headers.push((
                 "x-amz-server-side-encryption-aws-kms-key-id".to_owned(),
                 kms_key_id.to_owned(),
@@ -297,14 +259,7 @@ impl S3Writer {
         let (status, answer) = self
             .send_signed(
                 credentials,
-                AwsRequest {
-                    service: "s3",
-                    region,
-                    method: "PUT",
-                    url: &url,
-                    headers,
-                    body,
-                },
+                AwsRequest { service: "s3", region, method: "PUT", url: &url, headers, body },
             )
             .await
             .map_err(fail)?;

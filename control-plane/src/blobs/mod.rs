@@ -35,9 +35,7 @@ impl LocalBlobStore {
         for entry in std::fs::read_dir(&incoming)?.flatten() {
             let _ = std::fs::remove_file(entry.path());
         }
-        Ok(Self {
-            root: root.to_owned(),
-        })
+        Ok(Self { root: root.to_owned() })
     }
 
     fn path(&self, key: &str) -> PathBuf {

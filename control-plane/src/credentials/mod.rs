@@ -102,17 +102,11 @@ pub struct CredentialService {
 
 impl CredentialService {
     pub fn new(store: Arc<dyn Store>, vault: Arc<Vault>, onepassword: OnePassword) -> Self {
-        Self {
-            records: Secrets::new(store, SecretKind::Credential),
-            vault,
-            onepassword,
-        }
+        Self { records: Secrets::new(store, SecretKind::Credential), vault, onepassword }
     }
 
     pub async fn create(
-        &self,
-        org_id: &str,
-        new: NewCredential,
+        &self, org_id: &str, new: NewCredential,
     ) -> ServiceResult<(Credential, Option<TotpCode>)> {
         let mut problems = Vec::new();
         problems.extend(name_problem(&new.name));
@@ -144,15 +138,10 @@ impl CredentialService {
             value_keys: new.values.keys().cloned().collect(),
             totp: seed.as_ref().map(|(_, settings)| *settings),
         };
-        let secrets = CredentialSecrets {
-            values: new.values,
-            totp_seed: seed.map(|(seed, _)| seed),
-        };
+        let secrets =
+            CredentialSecrets { values: new.values, totp_seed: seed.map(|(seed, _)| seed) };
         let record = SecretRecord {
-            sealed: Some(
-                self.vault
-                    .seal(&secrets, &self.records.owner(org_id, &id))?,
-            ),
+            sealed: Some(self.vault.seal(&secrets, &self.records.owner(org_id, &id))?),
             id,
             org_id: org_id.to_owned(),
             kind: SecretKind::Credential,
@@ -167,10 +156,7 @@ impl CredentialService {
     }
 
     pub async fn update(
-        &self,
-        org_id: &str,
-        id_or_name: &str,
-        change: CredentialChange,
+        &self, org_id: &str, id_or_name: &str, change: CredentialChange,
     ) -> ServiceResult<(Credential, Option<TotpCode>)> {
         let mut record = self.records.record(org_id, id_or_name).await?;
         let mut settings: CredentialSettings = settings_of(&record)?;
@@ -240,16 +226,9 @@ impl CredentialService {
         let read_at = record.updated_at;
         record.updated_at = now;
         record.document = document_of(&settings)?;
-        record.sealed = Some(
-            self.vault
-                .seal(&secrets, &self.records.owner(org_id, &record.id))?,
-        );
+        record.sealed = Some(self.vault.seal(&secrets, &self.records.owner(org_id, &record.id))?);
         self.records.write_changed(&record, read_at).await?;
-        let code = if new_seed {
-            current_code(&secrets, &settings, now)?
-        } else {
-            None
-        };
+        let code = if new_seed { current_code(&secrets, &settings, now)? } else { None };
         Ok((credential(&record, settings), code))
     }
 
@@ -261,11 +240,7 @@ impl CredentialService {
 
     /// Oldest first.
     pub async fn list(&self, org_id: &str) -> ServiceResult<Vec<Credential>> {
-        self.records
-            .list(org_id, |record| {
-                Ok(credential(record, settings_of(record)?))
-            })
-            .await
+        self.records.list(org_id, |record| Ok(credential(record, settings_of(record)?))).await
     }
 
     pub async fn delete(&self, org_id: &str, id: &str) -> ServiceResult<()> {
@@ -313,9 +288,7 @@ fn credential(record: &SecretRecord, settings: CredentialSettings) -> Credential
 }
 
 fn current_code(
-    secrets: &CredentialSecrets,
-    settings: &CredentialSettings,
-    at: DateTime<Utc>,
+    secrets: &CredentialSecrets, settings: &CredentialSettings, at: DateTime<Utc>,
 ) -> ServiceResult<Option<TotpCode>> {
     let (Some(seed), Some(totp)) = (&secrets.totp_seed, &settings.totp) else {
         return Ok(None);

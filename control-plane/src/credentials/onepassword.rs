@@ -105,10 +105,7 @@ impl OnePassword {
             records: Secrets::new(store, SecretKind::CredentialProvider),
             vault,
             connect_url: connect_url.map(|url| url.trim_end_matches('/').to_owned()),
-            http: reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
-                .build()
-                .unwrap_or_default(),
+            http: reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().unwrap_or_default(),
             cache: Mutex::default(),
         }
     }
@@ -145,10 +142,7 @@ impl OnePassword {
             cache_ttl_seconds: ttl,
         };
         let record = SecretRecord {
-            sealed: Some(
-                self.vault
-                    .seal(&new.token, &self.records.owner(org_id, &id))?,
-            ),
+            sealed: Some(self.vault.seal(&new.token, &self.records.owner(org_id, &id))?),
             id,
             org_id: org_id.to_owned(),
             kind: SecretKind::CredentialProvider,
@@ -162,10 +156,7 @@ impl OnePassword {
     }
 
     pub async fn update(
-        &self,
-        org_id: &str,
-        id: &str,
-        change: ProviderChange,
+        &self, org_id: &str, id: &str, change: ProviderChange,
     ) -> ServiceResult<Provider> {
         let mut record = self.records.record(org_id, id).await?;
         let mut settings: ProviderSettings = settings_of(&record)?;
@@ -187,14 +178,9 @@ impl OnePassword {
             record.name = name;
         }
         if let Some(token) = &change.token {
-            record.sealed = Some(
-                self.vault
-                    .seal(token, &self.records.owner(org_id, &record.id))?,
-            );
+            record.sealed = Some(self.vault.seal(token, &self.records.owner(org_id, &record.id))?);
         }
-        settings.cache_ttl_seconds = change
-            .cache_ttl_seconds
-            .unwrap_or(settings.cache_ttl_seconds);
+        settings.cache_ttl_seconds = change.cache_ttl_seconds.unwrap_or(settings.cache_ttl_seconds);
         settings.enabled = change.enabled.unwrap_or(settings.enabled);
         settings.priority = change.priority.unwrap_or(settings.priority);
         let read_at = record.updated_at;
@@ -212,9 +198,7 @@ impl OnePassword {
 
     /// Oldest first.
     pub async fn list(&self, org_id: &str) -> ServiceResult<Vec<Provider>> {
-        self.records
-            .list(org_id, |record| Ok(provider(record, settings_of(record)?)))
-            .await
+        self.records.list(org_id, |record| Ok(provider(record, settings_of(record)?))).await
     }
 
     pub async fn delete(&self, org_id: &str, id: &str) -> ServiceResult<()> {
@@ -238,26 +222,15 @@ impl OnePassword {
         let record = self.records.record(org_id, id).await?;
         let token = self.token(&record)?;
         Ok(match self.vaults(&token).await {
-            Ok(vaults) => TestResult {
-                success: true,
-                vaults,
-                error: None,
-            },
-            Err(error) => TestResult {
-                success: false,
-                vaults: Vec::new(),
-                error: Some(error),
-            },
+            Ok(vaults) => TestResult { success: true, vaults, error: None },
+            Err(error) => TestResult { success: false, vaults: Vec::new(), error: Some(error) },
         })
     }
 
     /// The values of a provider's login item: the one at `Vault/Title`, or (`by_domain`)
     /// the first whose URLs are on that host. `None` when it has no such item.
     pub async fn login_values(
-        &self,
-        org_id: &str,
-        provider_id_or_name: &str,
-        item: ItemLookup<'_>,
+        &self, org_id: &str, provider_id_or_name: &str, item: ItemLookup<'_>,
     ) -> ServiceResult<Option<LoginValues>> {
         let record = self.records.record(org_id, provider_id_or_name).await?;
         let settings: ProviderSettings = settings_of(&record)?;
@@ -268,10 +241,7 @@ impl OnePassword {
             )));
         }
         let unavailable = |error: String| ServiceError::Unavailable(format!("1Password: {error}"));
-        let items = self
-            .cached_items(&record, &settings)
-            .await
-            .map_err(unavailable)?;
+        let items = self.cached_items(&record, &settings).await.map_err(unavailable)?;
         let found = items.iter().find(|candidate| match item {
             ItemLookup::Path(path) => candidate.path.eq_ignore_ascii_case(path),
             ItemLookup::Domain(domain) => candidate.urls.iter().any(|url| on_host(url, domain)),
@@ -281,19 +251,14 @@ impl OnePassword {
         };
         let token = self.token(&record)?;
         let full: FullItem = self
-            .get_json(
-                &token,
-                &format!("/v1/vaults/{}/items/{}", found.vault_id, found.id),
-            )
+            .get_json(&token, &format!("/v1/vaults/{}/items/{}", found.vault_id, found.id))
             .await
             .map_err(unavailable)?;
         Ok(Some(login_values_of(full)))
     }
 
     async fn cached_items(
-        &self,
-        record: &SecretRecord,
-        settings: &ProviderSettings,
+        &self, record: &SecretRecord, settings: &ProviderSettings,
     ) -> Result<Vec<ProviderItem>, String> {
         let ttl = Duration::from_secs(u64::from(settings.cache_ttl_seconds));
         if let Ok(cache) = self.cache.lock()
@@ -305,9 +270,8 @@ impl OnePassword {
         let token = self.token(record).map_err(|error| error.to_string())?;
         let mut items = Vec::new();
         for vault in self.vaults(&token).await? {
-            let summaries: Vec<ItemSummary> = self
-                .get_json(&token, &format!("/v1/vaults/{}/items", vault.id))
-                .await?;
+            let summaries: Vec<ItemSummary> =
+                self.get_json(&token, &format!("/v1/vaults/{}/items", vault.id)).await?;
             items.extend(
                 summaries
                     .into_iter()
@@ -334,26 +298,16 @@ impl OnePassword {
 
     /// A GET of the Connect API; the error is the server's message (never the token).
     async fn get_json<T: serde::de::DeserializeOwned>(
-        &self,
-        token: &str,
-        path: &str,
+        &self, token: &str, path: &str,
     ) -> Result<T, String> {
         let base = self
             .connect_url
             .as_deref()
             .ok_or("no 1Password Connect server is configured (--onepassword-connect-url)")?;
-        let response = self
-            .http
-            .get(format!("{base}{path}"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|error| {
-                format!(
-                    "the Connect server cannot be reached: {}",
-                    error.without_url()
-                )
-            })?;
+        let response =
+            self.http.get(format!("{base}{path}")).bearer_auth(token).send().await.map_err(
+                |error| format!("the Connect server cannot be reached: {}", error.without_url()),
+            )?;
         let status = response.status();
         if !status.is_success() {
             let message = response
@@ -364,10 +318,7 @@ impl OnePassword {
             return Err(format!("the Connect server answered {status}: {message}"));
         }
         response.json().await.map_err(|error| {
-            format!(
-                "unreadable answer from the Connect server: {}",
-                error.without_url()
-            )
+            format!("unreadable answer from the Connect server: {}", error.without_url())
         })
     }
 
@@ -376,9 +327,7 @@ impl OnePassword {
             .sealed
             .as_deref()
             .ok_or_else(|| anyhow::anyhow!("credential provider {} has no token", record.id))?;
-        Ok(self
-            .vault
-            .open_sealed(sealed, &self.records.owner(&record.org_id, &record.id))?)
+        Ok(self.vault.open_sealed(sealed, &self.records.owner(&record.org_id, &record.id))?)
     }
 
     fn forget(&self, id: &str) {
@@ -484,11 +433,7 @@ fn login_values_of(item: FullItem) -> LoginValues {
             }
         }
     }
-    LoginValues {
-        values,
-        totp: totp_code,
-        sso_provider: None,
-    }
+    LoginValues { values, totp: totp_code, sso_provider: None }
 }
 
 fn provider(record: &SecretRecord, settings: ProviderSettings) -> Provider {

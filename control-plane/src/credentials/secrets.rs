@@ -32,9 +32,7 @@ impl Secrets {
 
     /// Every record, oldest first, each as `view` shows it.
     pub async fn list<T>(
-        &self,
-        org_id: &str,
-        view: impl Fn(&SecretRecord) -> ServiceResult<T>,
+        &self, org_id: &str, view: impl Fn(&SecretRecord) -> ServiceResult<T>,
     ) -> ServiceResult<Vec<T>> {
         let records = self.store.list_secrets(org_id, self.kind).await?;
         records.iter().map(view).collect()
@@ -42,19 +40,14 @@ impl Secrets {
 
     /// A new record; 409 when its name is taken.
     pub async fn insert(&self, record: &SecretRecord) -> ServiceResult<()> {
-        self.store
-            .insert_secret(record)
-            .await
-            .map_err(|error| self.name_taken(error, &record.name))
+        self.store.insert_secret(record).await.map_err(|error| self.name_taken(error, &record.name))
     }
 
     /// Writes a record changed since it was read at `read_at`: a 404 if it is gone, a 409
     /// if another change landed in between (the SDKs retry a 409, which reads it again)
     /// or its new name is taken.
     pub async fn write_changed(
-        &self,
-        record: &SecretRecord,
-        read_at: DateTime<Utc>,
+        &self, record: &SecretRecord, read_at: DateTime<Utc>,
     ) -> ServiceResult<()> {
         if self
             .store
@@ -64,11 +57,7 @@ impl Secrets {
         {
             return Ok(());
         }
-        match self
-            .store
-            .secret(&record.org_id, self.kind, &record.id)
-            .await?
-        {
+        match self.store.secret(&record.org_id, self.kind, &record.id).await? {
             Some(_) => Err(ServiceError::Conflict(format!(
                 "{} {} was changed at the same time; retry",
                 self.noun(),

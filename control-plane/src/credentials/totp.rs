@@ -23,9 +23,7 @@ impl TotpAlgorithm {
             "SHA1" => Ok(Self::SHA1),
             "SHA256" => Ok(Self::SHA256),
             "SHA512" => Ok(Self::SHA512),
-            _ => Err(format!(
-                "totp_algorithm must be SHA1, SHA256 or SHA512, got {text:?}"
-            )),
+            _ => Err(format!("totp_algorithm must be SHA1, SHA256 or SHA512, got {text:?}")),
         }
     }
 
@@ -48,11 +46,7 @@ pub struct TotpSettings {
 
 impl Default for TotpSettings {
     fn default() -> Self {
-        Self {
-            algorithm: TotpAlgorithm::SHA1,
-            digits: 6,
-            period: 30,
-        }
+        Self { algorithm: TotpAlgorithm::SHA1, digits: 6, period: 30 }
     }
 }
 
@@ -69,22 +63,15 @@ pub struct GivenSettings {
 /// `otpauth://totp/…` URI whose parameters, where present, win over `given` (absent ones
 /// fall back to `given`, then to SHA1/6/30).
 pub fn parse_seed(
-    text: &str,
-    given: GivenSettings,
-    base: TotpSettings,
+    text: &str, given: GivenSettings, base: TotpSettings,
 ) -> Result<(String, TotpSettings), String> {
     let trimmed = text.trim();
-    let is_uri = trimmed
-        .get(..10)
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("otpauth://"));
+    let is_uri = trimmed.get(..10).is_some_and(|scheme| scheme.eq_ignore_ascii_case("otpauth://"));
     let (seed, settings) = if is_uri {
         let (seed, from_uri) = parse_uri(trimmed)?;
         let defaults = TotpSettings::default();
         let settings = TotpSettings {
-            algorithm: from_uri
-                .algorithm
-                .or(given.algorithm)
-                .unwrap_or(defaults.algorithm),
+            algorithm: from_uri.algorithm.or(given.algorithm).unwrap_or(defaults.algorithm),
             digits: from_uri.digits.or(given.digits).unwrap_or(defaults.digits),
             period: from_uri.period.or(given.period).unwrap_or(defaults.period),
         };
@@ -185,9 +172,7 @@ fn parse_uri(text: &str) -> Result<(String, GivenSettings), String> {
 
 /// The code for `at`, and when it stops being current.
 pub fn code_at(
-    seed: &str,
-    settings: &TotpSettings,
-    at: DateTime<Utc>,
+    seed: &str, settings: &TotpSettings, at: DateTime<Utc>,
 ) -> Result<(String, DateTime<Utc>), String> {
     let bytes = Secret::Encoded(seed.to_owned())
         .to_bytes()
@@ -208,10 +193,8 @@ pub fn code_at(
     let seconds = u64::try_from(at.timestamp()).unwrap_or(0);
     let period = u64::from(settings.period);
     let ends = (seconds / period + 1) * period;
-    let expires_at = Utc
-        .timestamp_opt(i64::try_from(ends).unwrap_or(i64::MAX), 0)
-        .single()
-        .unwrap_or(at);
+    let expires_at =
+        Utc.timestamp_opt(i64::try_from(ends).unwrap_or(i64::MAX), 0).single().unwrap_or(at);
     Ok((totp.generate(seconds), expires_at))
 }
 
@@ -236,11 +219,7 @@ mod tests {
             (TotpAlgorithm::SHA256, 32, "68084774"),
             (TotpAlgorithm::SHA512, 64, "25091201"),
         ] {
-            let settings = TotpSettings {
-                algorithm,
-                digits: 8,
-                period: 30,
-            };
+            let settings = TotpSettings { algorithm, digits: 8, period: 30 };
             let (code, expires_at) = code_at(&seed(length), &settings, at).expect("code");
             assert_eq!(code, expected, "{algorithm:?}");
             assert_eq!(expires_at.timestamp(), 1_111_111_110);
@@ -249,11 +228,8 @@ mod tests {
 
     #[test]
     fn uri_parameters_win_over_given_settings() {
-        let given = GivenSettings {
-            algorithm: Some(TotpAlgorithm::SHA512),
-            digits: Some(8),
-            period: None,
-        };
+        let given =
+            GivenSettings { algorithm: Some(TotpAlgorithm::SHA512), digits: Some(8), period: None };
         let (seed, settings) = parse_seed(
             "otpauth://totp/Site:me?secret=jbsw y3dp ehpk 3pxp&digits=6&period=60&issuer=Site",
             given,
@@ -263,18 +239,10 @@ mod tests {
         assert_eq!(seed, "JBSWY3DPEHPK3PXP");
         assert_eq!(
             settings,
-            TotpSettings {
-                algorithm: TotpAlgorithm::SHA512,
-                digits: 6,
-                period: 60
-            }
+            TotpSettings { algorithm: TotpAlgorithm::SHA512, digits: 6, period: 60 }
         );
         // A raw seed keeps the base's settings where none are given.
-        let base = TotpSettings {
-            algorithm: TotpAlgorithm::SHA256,
-            digits: 8,
-            period: 60,
-        };
+        let base = TotpSettings { algorithm: TotpAlgorithm::SHA256, digits: 8, period: 60 };
         let (_, kept) = parse_seed("JBSWY3DPEHPK3PXP", GivenSettings::default(), base).expect("ok");
         assert_eq!(kept, base);
     }
@@ -286,28 +254,16 @@ mod tests {
         };
         assert!(refused("JBSWY3DP", GivenSettings::default()));
         assert!(refused("JBSWY3DPEHPK3PX1", GivenSettings::default()));
-        assert!(refused(
-            "otpauth://hotp/x?secret=JBSWY3DPEHPK3PXP",
-            GivenSettings::default()
-        ));
-        assert!(refused(
-            "otpauth://totp/x?digits=6",
-            GivenSettings::default()
-        ));
+        assert!(refused("otpauth://hotp/x?secret=JBSWY3DPEHPK3PXP", GivenSettings::default()));
+        assert!(refused("otpauth://totp/x?digits=6", GivenSettings::default()));
         assert!(refused(
             "otpauth://totp/x?secret=JBSWY3DPEHPK3PXP&algorithm=MD5",
             GivenSettings::default()
         ));
-        let nine_digits = GivenSettings {
-            digits: Some(9),
-            ..GivenSettings::default()
-        };
+        let nine_digits = GivenSettings { digits: Some(9), ..GivenSettings::default() };
         assert!(refused("JBSWY3DPEHPK3PXP", nine_digits));
         assert!(TotpAlgorithm::parse("sha256").is_ok() && TotpAlgorithm::parse("SHA3").is_err());
         // Multi-byte characters where a scheme would end are just a bad seed.
-        assert!(refused(
-            "otpauth:/é/totp?secret=JBSWY3DPEHPK3PXP",
-            GivenSettings::default()
-        ));
+        assert!(refused("otpauth:/é/totp?secret=JBSWY3DPEHPK3PXP", GivenSettings::default()));
     }
 }

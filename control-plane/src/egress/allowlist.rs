@@ -36,9 +36,7 @@ impl HostAllowlist {
             return Err("allowed_hosts may not be empty (omit it for unfiltered egress)".into());
         }
         if hosts.len() > MAX_ALLOWED_HOSTS {
-            return Err(format!(
-                "allowed_hosts: at most {MAX_ALLOWED_HOSTS} entries"
-            ));
+            return Err(format!("allowed_hosts: at most {MAX_ALLOWED_HOSTS} entries"));
         }
         let entries = hosts
             .iter()
@@ -50,10 +48,7 @@ impl HostAllowlist {
             .collect::<Result<_, _>>()?;
         Ok(Self {
             entries,
-            source: hosts
-                .iter()
-                .map(|host| host.trim().to_ascii_lowercase())
-                .collect(),
+            source: hosts.iter().map(|host| host.trim().to_ascii_lowercase()).collect(),
         })
     }
 
@@ -65,11 +60,7 @@ impl HostAllowlist {
     /// brackets, as the request wrote it) may be reached.
     pub fn allows(&self, host: &str) -> bool {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
-        let literal = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<IpAddr>()
-            .ok();
+        let literal = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
         self.entries.iter().any(|entry| match (entry, literal) {
             (Entry::Network { address, prefix }, Some(ip)) => {
                 super::policy::contains(*address, *prefix, super::policy::canonical(ip))
@@ -100,15 +91,13 @@ fn parse_entry(text: &str) -> Result<Entry, String> {
         }
         if super::policy::overlaps_internal(address, prefix) {
             return Err(
-                "the range holds private or reserved addresses, which cannot be allowed".into(),
+                "the range holds private or reserved addresses, which cannot be allowed".into()
             );
         }
         return public(address).map(|address| Entry::Network { address, prefix });
     }
     if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
-        let address: IpAddr = inner
-            .parse()
-            .map_err(|_| "not an IPv6 address".to_owned())?;
+        let address: IpAddr = inner.parse().map_err(|_| "not an IPv6 address".to_owned())?;
         let address = public(address)?;
         let prefix = if address.is_ipv4() { 32 } else { 128 };
         return Ok(Entry::Network { address, prefix });
@@ -117,10 +106,7 @@ fn parse_entry(text: &str) -> Result<Entry, String> {
         if address.is_ipv6() {
             return Err("IPv6 addresses are written in brackets".into());
         }
-        return public(address).map(|address| Entry::Network {
-            address,
-            prefix: 32,
-        });
+        return public(address).map(|address| Entry::Network { address, prefix: 32 });
     }
     if text.contains(':') {
         return Err("entries cannot include ports".into());
@@ -132,9 +118,7 @@ fn parse_entry(text: &str) -> Result<Entry, String> {
     let valid_label = |label: &str| {
         !label.is_empty()
             && label.len() <= 63
-            && label
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     };
     if name.is_empty() || name.len() > 253 || !name.split('.').all(valid_label) {
         return Err("not a hostname".into());
@@ -193,12 +177,8 @@ mod tests {
 
     #[test]
     fn addresses_match_only_literals() {
-        let allowed = list(&[
-            "8.8.8.8",
-            "203.0.113.0/24",
-            "[2001:4860:4860::8888]",
-            "[::ffff:1.1.1.1]",
-        ]);
+        let allowed =
+            list(&["8.8.8.8", "203.0.113.0/24", "[2001:4860:4860::8888]", "[::ffff:1.1.1.1]"]);
         assert!(allowed.allows("1.1.1.1"));
         assert!(allowed.allows("8.8.8.8"));
         assert!(allowed.allows("203.0.113.10"));

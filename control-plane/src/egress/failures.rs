@@ -52,10 +52,7 @@ impl ProxyFailures {
     /// port, taken (it is reported once).
     pub fn take(&self, session_id: &str, url: &str) -> Option<ProxyFailure> {
         let url = url::Url::parse(url).ok()?;
-        let host = url
-            .host_str()?
-            .trim_start_matches('[')
-            .trim_end_matches(']');
+        let host = url.host_str()?.trim_start_matches('[').trim_end_matches(']');
         let port = url.port_or_known_default()?;
         let mut by_session = self.by_session.lock().ok()?;
         let noted = by_session.get_mut(session_id)?;

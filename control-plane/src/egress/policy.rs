@@ -57,10 +57,7 @@ impl FromStr for Allowance {
         if host.is_empty() {
             return Err(bad());
         }
-        Ok(Self::Endpoint {
-            host: host.to_ascii_lowercase(),
-            port,
-        })
+        Ok(Self::Endpoint { host: host.to_ascii_lowercase(), port })
     }
 }
 
@@ -108,10 +105,9 @@ impl EgressPolicy {
         let internal = is_internal(address) || self.own.contains(&canonical(address));
         !internal
             || self.allowed.iter().any(|allowance| match allowance {
-                Allowance::Network {
-                    address: network,
-                    prefix,
-                } => contains(*network, *prefix, canonical(address)),
+                Allowance::Network { address: network, prefix } => {
+                    contains(*network, *prefix, canonical(address))
+                }
                 Allowance::Endpoint { .. } => false,
             })
     }
@@ -137,9 +133,8 @@ impl EgressPolicy {
             matches!(allowance, Allowance::Endpoint { host: allowed, port: allowed_port }
                 if allowed.eq_ignore_ascii_case(host) && *allowed_port == port)
         });
-        if let Some(address) = addresses
-            .iter()
-            .find(|address| endpoint_allowed || self.allows(address.ip()))
+        if let Some(address) =
+            addresses.iter().find(|address| endpoint_allowed || self.allows(address.ip()))
         {
             return Ok(*address);
         }
@@ -157,10 +152,7 @@ impl EgressPolicy {
 /// `host:port` or `[v6]:port` → (host without brackets, port).
 pub(super) fn split_host_port(text: &str) -> Option<(&str, u16)> {
     let (host, port) = text.rsplit_once(':')?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     Some((host, port.parse().ok()?))
 }
 
@@ -318,13 +310,7 @@ mod tests {
         ] {
             assert!(!policy.allows(ip(internal)), "{internal}");
         }
-        for public in [
-            "203.0.113.10",
-            "8.8.8.8",
-            "1.1.1.1",
-            "2606:4700::1111",
-            "172.32.0.1",
-        ] {
+        for public in ["203.0.113.10", "8.8.8.8", "1.1.1.1", "2606:4700::1111", "172.32.0.1"] {
             assert!(policy.allows(ip(public)), "{public}");
         }
     }
@@ -342,23 +328,13 @@ mod tests {
         assert!(!policy.allows(ip("10.2.0.1")));
         assert_eq!(
             "Proxy.Internal:3128".parse::<Allowance>(),
-            Ok(Allowance::Endpoint {
-                host: "proxy.internal".into(),
-                port: 3128
-            })
+            Ok(Allowance::Endpoint { host: "proxy.internal".into(), port: 3128 })
         );
         // An IPv4-mapped allowance is the IPv4 network it stands for, nothing more.
         let mapped = EgressPolicy::new(vec!["::ffff:10.0.0.5".parse().expect("mapped")]);
         assert!(mapped.allows(ip("10.0.0.5")) && mapped.allows(ip("::ffff:10.0.0.5")));
         assert!(!mapped.allows(ip("127.0.0.1")) && !mapped.allows(ip("10.0.0.6")));
-        for bad in [
-            "10.0.0.0/33",
-            "nonsense",
-            "host:",
-            ":80",
-            "1.2.3.4/x",
-            "::ffff:10.0.0.0/95",
-        ] {
+        for bad in ["10.0.0.0/33", "nonsense", "host:", ":80", "1.2.3.4/x", "::ffff:10.0.0.0/95"] {
             assert!(bad.parse::<Allowance>().is_err(), "{bad}");
         }
     }
@@ -366,10 +342,7 @@ mod tests {
     #[tokio::test]
     async fn names_are_judged_by_what_they_resolve_to() {
         let policy = EgressPolicy::default();
-        let refused = policy
-            .resolve("localhost:8080")
-            .await
-            .expect_err("loopback");
+        let refused = policy.resolve("localhost:8080").await.expect_err("loopback");
         assert!(
             matches!(&refused, EgressError::Refused(why) if why.contains("--egress-allow")),
             "{refused}"

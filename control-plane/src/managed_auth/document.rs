@@ -120,11 +120,9 @@ impl CredentialRef {
     /// As the SDK reads it (without the resolved ids).
     pub fn view(&self) -> serde_json::Value {
         let mut view = serde_json::json!({});
-        for (key, value) in [
-            ("name", &self.name),
-            ("provider", &self.provider),
-            ("path", &self.path),
-        ] {
+        for (key, value) in
+            [("name", &self.name), ("provider", &self.provider), ("path", &self.path)]
+        {
             if let Some(value) = value {
                 view[key] = serde_json::json!(value);
             }
@@ -275,17 +273,11 @@ pub fn state_event(document: &Document, hosted_url: Option<String>) -> Option<Va
         "flow_step": flow.step,
     });
     let optional = [
-        (
-            "discovered_fields",
-            serde_json::to_value(&flow.discovered_fields).ok(),
-        ),
+        ("discovered_fields", serde_json::to_value(&flow.discovered_fields).ok()),
         ("website_error", flow.website_error.clone().map(Value::from)),
         ("error_code", flow.error_code.clone().map(Value::from)),
         ("error_message", flow.error_message.clone().map(Value::from)),
-        (
-            "hosted_url",
-            hosted_url.filter(|_| flow.in_progress()).map(Value::from),
-        ),
+        ("hosted_url", hosted_url.filter(|_| flow.in_progress()).map(Value::from)),
         (
             "post_login_url",
             (flow.status == FlowStatus::Success)
@@ -311,20 +303,18 @@ pub fn in_domains(url: &str, domain: &str, allowed: &[String]) -> bool {
     let (Some(host), port) = (url.host_str(), url.port_or_known_default()) else {
         return false;
     };
-    std::iter::once(domain)
-        .chain(allowed.iter().map(String::as_str))
-        .any(|candidate| {
-            let candidate = candidate.strip_prefix("*.").unwrap_or(candidate);
-            let Ok(parsed) = url::Url::parse(&format!("http://{candidate}/")) else {
-                return false;
-            };
-            let Some(expected) = parsed.host_str() else {
-                return false;
-            };
-            let host_matches = host == expected || host.ends_with(&format!(".{expected}"));
-            let port_matches = parsed.port().is_none() || parsed.port() == port;
-            host_matches && port_matches
-        })
+    std::iter::once(domain).chain(allowed.iter().map(String::as_str)).any(|candidate| {
+        let candidate = candidate.strip_prefix("*.").unwrap_or(candidate);
+        let Ok(parsed) = url::Url::parse(&format!("http://{candidate}/")) else {
+            return false;
+        };
+        let Some(expected) = parsed.host_str() else {
+            return false;
+        };
+        let host_matches = host == expected || host.ends_with(&format!(".{expected}"));
+        let port_matches = parsed.port().is_none() || parsed.port() == port;
+        host_matches && port_matches
+    })
 }
 
 /// One flow or health check, as the SDK reads it.
@@ -371,12 +361,9 @@ mod tests {
         ] {
             assert!(in_domains(inside, "example.com", &allowed), "{inside}");
         }
-        for outside in [
-            "https://example.org/",
-            "https://notexample.com/",
-            "about:blank",
-            "nonsense",
-        ] {
+        for outside in
+            ["https://example.org/", "https://notexample.com/", "about:blank", "nonsense"]
+        {
             assert!(!in_domains(outside, "example.com", &allowed), "{outside}");
         }
         assert!(in_domains("http://127.0.0.1:8080/", "127.0.0.1:8080", &[]));

@@ -95,12 +95,8 @@ pub struct ManagedAuth {
 
 impl ManagedAuth {
     pub fn new(
-        vault: Arc<Vault>,
-        min_health_check_interval: i64,
-        store: Arc<dyn Store>,
-        sessions: Arc<Sessions>,
-        profiles: Arc<Profiles>,
-        credentials: Arc<CredentialService>,
+        vault: Arc<Vault>, min_health_check_interval: i64, store: Arc<dyn Store>,
+        sessions: Arc<Sessions>, profiles: Arc<Profiles>, credentials: Arc<CredentialService>,
         replays: Arc<Replays>,
     ) -> Self {
         Self {
@@ -136,15 +132,7 @@ impl ManagedAuth {
         let id = record.id.clone();
         let workflow = Workflow::new(self, record, document, events.clone(), cancel.clone());
         if let Ok(mut workers) = self.workers.lock() {
-            workers.insert(
-                id,
-                Worker {
-                    commands,
-                    events,
-                    cancel,
-                    done,
-                },
-            );
+            workers.insert(id, Worker { commands, events, cancel, done });
         }
         tokio::spawn(async move {
             workflow.run(commands_rx).await;
@@ -161,9 +149,7 @@ impl ManagedAuth {
     }
 
     async fn command(
-        &self,
-        id: &str,
-        make: impl FnOnce(oneshot::Sender<ServiceResult<()>>) -> Command,
+        &self, id: &str, make: impl FnOnce(oneshot::Sender<ServiceResult<()>>) -> Command,
     ) -> ServiceResult<()> {
         let sender = self
             .worker(id, |worker| worker.commands.clone())
@@ -175,9 +161,7 @@ impl ManagedAuth {
             .map_err(|_| ServiceError::NotFound(format!("auth connection {id} not found")))?;
         match tokio::time::timeout(COMMAND_TIMEOUT, answer).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(ServiceError::NotFound(format!(
-                "auth connection {id} not found"
-            ))),
+            Ok(Err(_)) => Err(ServiceError::NotFound(format!("auth connection {id} not found"))),
             Err(_) => Err(ServiceError::Timeout(
                 "the auth connection is busy (a health check is running); retry".into(),
             )),
@@ -188,17 +172,11 @@ impl ManagedAuth {
     /// The first of the organization's connections that logs in with the stored
     /// credential `id` (named `name`).
     pub async fn connection_using_credential(
-        &self,
-        org_id: &str,
-        id: &str,
-        name: &str,
+        &self, org_id: &str, id: &str, name: &str,
     ) -> ServiceResult<Option<String>> {
         self.connection_with(org_id, |credential| match &credential.credential_id {
             Some(credential_id) => credential_id == id,
-            None => credential
-                .name
-                .as_deref()
-                .is_some_and(|named| named == id || named == name),
+            None => credential.name.as_deref().is_some_and(|named| named == id || named == name),
         })
         .await
     }
@@ -206,25 +184,19 @@ impl ManagedAuth {
     /// The first of the organization's connections that logs in with an item of the
     /// credential provider `id` (named `name`).
     pub async fn connection_using_provider(
-        &self,
-        org_id: &str,
-        id: &str,
-        name: &str,
+        &self, org_id: &str, id: &str, name: &str,
     ) -> ServiceResult<Option<String>> {
         self.connection_with(org_id, |credential| match &credential.provider_id {
             Some(provider_id) => provider_id == id,
-            None => credential
-                .provider
-                .as_deref()
-                .is_some_and(|named| named == id || named == name),
+            None => {
+                credential.provider.as_deref().is_some_and(|named| named == id || named == name)
+            }
         })
         .await
     }
 
     async fn connection_with(
-        &self,
-        org_id: &str,
-        uses: impl Fn(&CredentialRef) -> bool,
+        &self, org_id: &str, uses: impl Fn(&CredentialRef) -> bool,
     ) -> ServiceResult<Option<String>> {
         for record in self.store.list_auth_connections(Some(org_id)).await? {
             let found = Document::parse(&record)
@@ -237,25 +209,19 @@ impl ManagedAuth {
     }
 
     pub async fn login(&self, id: &str, record_session: Option<bool>) -> ServiceResult<()> {
-        self.command(id, |reply| Command::Login {
-            record_session,
-            reply,
-        })
-        .await
+        self.command(id, |reply| Command::Login { record_session, reply }).await
     }
 
     /// Hands values to the flow waiting for input; answers once they are accepted.
     pub async fn submit(&self, id: &str, fields: Credentials) -> ServiceResult<()> {
-        self.command(id, |reply| Command::Submit { fields, reply })
-            .await
+        self.command(id, |reply| Command::Submit { fields, reply }).await
     }
 
     /// Changes the connection's settings; answers once they are stored. A flow in
     /// progress goes on; what it has not used yet (its next page, its browser's next
     /// start), and every later flow and health check, follow the new settings.
     pub async fn update(&self, id: &str, change: SettingsChange) -> ServiceResult<()> {
-        self.command(id, |reply| Command::Update { change, reply })
-            .await
+        self.command(id, |reply| Command::Update { change, reply }).await
     }
 
     /// Terminates the workflow (the record is already deleted): a flow in progress is

@@ -41,9 +41,7 @@ impl Page {
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
             // Between documents the evaluation fails; a new one has no marker.
-            let marked = self
-                .evaluate("window.__managedAuthSubmitted === true")
-                .await;
+            let marked = self.evaluate("window.__managedAuthSubmitted === true").await;
             if let Ok(Value::Bool(false)) = marked {
                 return;
             }
@@ -52,8 +50,7 @@ impl Page {
 
     /// Fills the discovered fields and submits their form.
     pub async fn fill_and_submit(
-        &self,
-        values: &[(DiscoveredField, String)],
+        &self, values: &[(DiscoveredField, String)],
     ) -> anyhow::Result<()> {
         let fields: Vec<Value> = values
             .iter()
@@ -87,10 +84,7 @@ impl Page {
     /// Follows the page's sign-in button or link of an SSO provider (its name in the
     /// button's text or label, e.g. "Sign in with Google"); returns whether there was one.
     pub async fn follow_sso_button(&self, provider: &str) -> anyhow::Result<bool> {
-        let script = format!(
-            "({SSO_BUTTON_SCRIPT})({})",
-            Value::String(provider.to_owned())
-        );
+        let script = format!("({SSO_BUTTON_SCRIPT})({})", Value::String(provider.to_owned()));
         match self.evaluate(&script).await {
             Ok(Value::String(href)) if !href.is_empty() => {
                 self.navigate(&href).await?;

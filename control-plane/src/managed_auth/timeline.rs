@@ -69,10 +69,7 @@ impl Document {
 
     /// Adds a health check that saw `now` after `before`.
     pub fn record_health_check(
-        &mut self,
-        before: AuthStatus,
-        now: AuthStatus,
-        browser_session_id: Option<String>,
+        &mut self, before: AuthStatus, now: AuthStatus, browser_session_id: Option<String>,
     ) {
         self.timeline.push(TimelineEvent {
             id: ids::new_id("hc"),

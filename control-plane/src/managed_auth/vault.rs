@@ -34,14 +34,9 @@ impl Vault {
             Some(key) => key.trim().to_owned(),
             None => key_file(&data_dir.join(KEY_FILE))?,
         };
-        let key = STANDARD
-            .decode(&encoded)
-            .context("the credential key is not base64")?;
+        let key = STANDARD.decode(&encoded).context("the credential key is not base64")?;
         if key.len() != 32 {
-            bail!(
-                "the credential key must be 32 bytes (base64), got {}",
-                key.len()
-            );
+            bail!("the credential key must be 32 bytes (base64), got {}", key.len());
         }
         let cipher = Aes256Gcm::new_from_slice(&key).map_err(|_| anyhow!("bad key length"))?;
         Ok(Self { cipher })
@@ -55,21 +50,13 @@ impl Vault {
         rand::rng().fill(&mut nonce);
         let ciphertext = self
             .cipher
-            .encrypt(
-                &Nonce::from(nonce),
-                Payload {
-                    msg: &plaintext,
-                    aad: owner.as_bytes(),
-                },
-            )
+            .encrypt(&Nonce::from(nonce), Payload { msg: &plaintext, aad: owner.as_bytes() })
             .map_err(|_| anyhow!("encryption failed"))?;
         Ok([nonce.as_slice(), &ciphertext].concat())
     }
 
     pub fn open_sealed<T: serde::de::DeserializeOwned>(
-        &self,
-        sealed: &[u8],
-        owner: &str,
+        &self, sealed: &[u8], owner: &str,
     ) -> anyhow::Result<T> {
         if sealed.len() < NONCE_BYTES {
             bail!("sealed credentials are too short");
@@ -78,13 +65,7 @@ impl Vault {
         let nonce: [u8; NONCE_BYTES] = nonce.try_into()?;
         let plaintext = self
             .cipher
-            .decrypt(
-                &Nonce::from(nonce),
-                Payload {
-                    msg: ciphertext,
-                    aad: owner.as_bytes(),
-                },
-            )
+            .decrypt(&Nonce::from(nonce), Payload { msg: ciphertext, aad: owner.as_bytes() })
             .map_err(|_| anyhow!("the credentials do not decrypt with this server's key"))?;
         Ok(serde_json::from_slice(&plaintext)?)
     }
@@ -125,28 +106,13 @@ mod tests {
         assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
         // The key file is reused on the next start.
         let reopened = Vault::open(None, dir.path())?;
-        assert_eq!(
-            reopened.open_sealed::<Credentials>(&sealed, "org/auth_1")?,
-            credentials
-        );
-        assert!(
-            reopened
-                .open_sealed::<Credentials>(&sealed, "org/auth_2")
-                .is_err()
-        );
+        assert_eq!(reopened.open_sealed::<Credentials>(&sealed, "org/auth_1")?, credentials);
+        assert!(reopened.open_sealed::<Credentials>(&sealed, "org/auth_2").is_err());
         let other = Vault::open(Some(&STANDARD.encode([7u8; 32])), dir.path())?;
-        assert!(
-            other
-                .open_sealed::<Credentials>(&sealed, "org/auth_1")
-                .is_err()
-        );
+        assert!(other.open_sealed::<Credentials>(&sealed, "org/auth_1").is_err());
         let mut tampered = sealed.clone();
         tampered[NONCE_BYTES] ^= 1;
-        assert!(
-            vault
-                .open_sealed::<Credentials>(&tampered, "org/auth_1")
-                .is_err()
-        );
+        assert!(vault.open_sealed::<Credentials>(&tampered, "org/auth_1").is_err());
         Ok(())
     }
 }

@@ -62,9 +62,7 @@ fn parse(uri: &str) -> Option<Address<'_>> {
 /// Resources are the caller's own and change from one moment to the next: never cached
 /// for anyone else, nor for long.
 fn private_and_fresh(contents: Vec<ResourceContents>) -> ReadResourceResult {
-    ReadResourceResult::new(contents)
-        .with_ttl_ms(0)
-        .with_cache_scope(CacheScope::Private)
+    ReadResourceResult::new(contents).with_ttl_ms(0).with_cache_scope(CacheScope::Private)
 }
 
 fn json_contents(uri: &str, value: &Value) -> ResourceContents {
@@ -73,9 +71,7 @@ fn json_contents(uri: &str, value: &Value) -> ResourceContents {
 }
 
 fn resource(uri: String, name: String, description: &str, mime_type: &str) -> Resource {
-    Resource::new(uri, name)
-        .with_description(description)
-        .with_mime_type(mime_type)
+    Resource::new(uri, name).with_description(description).with_mime_type(mime_type)
 }
 
 /// A refused read, as MCP clients expect it: "not found" for what the caller cannot see
@@ -133,10 +129,8 @@ impl BrowserTools {
 
     /// The caller's browsers (the first 50), each with its screenshot and replays.
     pub(super) async fn resources(&self, caller: &Parts) -> Result<ListResourcesResult, ErrorData> {
-        let browsers = self
-            .get(caller, "/browsers")
-            .await
-            .map_err(|failure| read_failure(PREFIX, failure))?;
+        let browsers =
+            self.get(caller, "/browsers").await.map_err(|failure| read_failure(PREFIX, failure))?;
         let mut listed = vec![resource(
             PREFIX.into(),
             "browsers".into(),
@@ -176,9 +170,7 @@ impl BrowserTools {
     }
 
     pub(super) async fn read(
-        &self,
-        caller: &Parts,
-        uri: &str,
+        &self, caller: &Parts, uri: &str,
     ) -> Result<ReadResourceResult, ErrorData> {
         let Some(address) = parse(uri) else {
             return Err(ErrorData::resource_not_found(
@@ -208,18 +200,10 @@ impl BrowserTools {
                 let path = format!("/browsers/{}/replays/{}", segment(id), segment(replay));
                 let answer = self
                     .rest
-                    .call_within(
-                        caller,
-                        axum::http::Method::GET,
-                        &path,
-                        None,
-                        MAX_REPLAY_BYTES,
-                    )
+                    .call_within(caller, axum::http::Method::GET, &path, None, MAX_REPLAY_BYTES)
                     .await
                     .map_err(|Failure(text)| {
-                        failed(Failure(format!(
-                            "{text}; download it over REST: GET {path}"
-                        )))
+                        failed(Failure(format!("{text}; download it over REST: GET {path}")))
                     })?;
                 let mime_type = answer.content_type.unwrap_or_else(|| "video/mp4".into());
                 ResourceContents::blob(BASE64.encode(&answer.body), uri).with_mime_type(mime_type)
@@ -236,18 +220,9 @@ mod tests {
     #[test]
     fn addresses_parse_and_nothing_else_does() {
         assert_eq!(parse("kernel://browsers"), Some(Address::Browsers));
-        assert_eq!(
-            parse("kernel://browsers/ses_1"),
-            Some(Address::Browser("ses_1"))
-        );
-        assert_eq!(
-            parse("kernel://browsers/ses_1/screenshot"),
-            Some(Address::Screenshot("ses_1"))
-        );
-        assert_eq!(
-            parse("kernel://browsers/ses_1/replays"),
-            Some(Address::Replays("ses_1"))
-        );
+        assert_eq!(parse("kernel://browsers/ses_1"), Some(Address::Browser("ses_1")));
+        assert_eq!(parse("kernel://browsers/ses_1/screenshot"), Some(Address::Screenshot("ses_1")));
+        assert_eq!(parse("kernel://browsers/ses_1/replays"), Some(Address::Replays("ses_1")));
         assert_eq!(
             parse("kernel://browsers/ses_1/replays/r_2"),
             Some(Address::Replay("ses_1", "r_2"))

@@ -13,12 +13,8 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 /// The caller's headers a REST call carries along: who calls, and in which project.
-const FORWARDED_HEADERS: [&str; 4] = [
-    "authorization",
-    "x-kernel-project-id",
-    "x-kernel-project",
-    "user-agent",
-];
+const FORWARDED_HEADERS: [&str; 4] =
+    ["authorization", "x-kernel-project-id", "x-kernel-project", "user-agent"];
 
 /// The largest answer a tool reads (a screenshot of a large screen, a long listing).
 const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
@@ -45,23 +41,14 @@ impl Rest {
 
     /// Makes one REST call for the caller whose MCP request `caller` is.
     pub async fn call(
-        &self,
-        caller: &Parts,
-        method: Method,
-        path_and_query: &str,
-        body: Option<&Value>,
+        &self, caller: &Parts, method: Method, path_and_query: &str, body: Option<&Value>,
     ) -> Result<Answer, Failure> {
-        self.call_within(caller, method, path_and_query, body, MAX_ANSWER_BYTES)
-            .await
+        self.call_within(caller, method, path_and_query, body, MAX_ANSWER_BYTES).await
     }
 
     /// `call`, refusing an answer longer than `max_bytes` (without reading it all).
     pub async fn call_within(
-        &self,
-        caller: &Parts,
-        method: Method,
-        path_and_query: &str,
-        body: Option<&Value>,
+        &self, caller: &Parts, method: Method, path_and_query: &str, body: Option<&Value>,
         max_bytes: usize,
     ) -> Result<Answer, Failure> {
         let mut request = Request::builder().method(method).uri(path_and_query);
@@ -80,12 +67,8 @@ impl Rest {
             None => request.body(Body::empty()),
         }
         .map_err(|error| Failure(format!("invalid request: {error}")))?;
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .map_err(|never| match never {})?;
+        let response =
+            self.router.clone().oneshot(request).await.map_err(|never| match never {})?;
         let status = response.status();
         let content_type = response
             .headers()
@@ -112,11 +95,7 @@ impl Rest {
 
     /// A REST call whose answer is JSON (`null` for an empty answer, such as a 204).
     pub async fn json(
-        &self,
-        caller: &Parts,
-        method: Method,
-        path_and_query: &str,
-        body: Option<&Value>,
+        &self, caller: &Parts, method: Method, path_and_query: &str, body: Option<&Value>,
     ) -> Result<Value, Failure> {
         let answer = self.call(caller, method, path_and_query, body).await?;
         if answer.body.is_empty() {
@@ -168,9 +147,6 @@ mod tests {
             failure_text(StatusCode::NOT_FOUND, body),
             "404 Not Found: browser session x not found"
         );
-        assert_eq!(
-            failure_text(StatusCode::BAD_GATEWAY, b"upstream"),
-            "502 Bad Gateway: upstream"
-        );
+        assert_eq!(failure_text(StatusCode::BAD_GATEWAY, b"upstream"), "502 Bad Gateway: upstream");
     }
 }

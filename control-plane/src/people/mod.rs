@@ -51,9 +51,7 @@ impl Role {
 const ORGANIZATION_KINDS: [&str; 3] = ["projects", "organization", "audit_logs"];
 
 fn work_kinds() -> impl Iterator<Item = &'static str> {
-    KINDS
-        .into_iter()
-        .filter(|kind| !ORGANIZATION_KINDS.contains(kind))
+    KINDS.into_iter().filter(|kind| !ORGANIZATION_KINDS.contains(kind))
 }
 
 /// What a role may do, as a key's policy; `None`: anything in the organization.
@@ -137,11 +135,7 @@ mod tests {
 
     fn allows(role: Role, kind: &'static str, verb: &'static str) -> bool {
         role_policy(role).is_none_or(|policy| {
-            policy.allows(&Required {
-                kind,
-                verb,
-                resource: format!("projects/proj_1/{kind}/x"),
-            })
+            policy.allows(&Required { kind, verb, resource: format!("projects/proj_1/{kind}/x") })
         })
     }
 
@@ -174,16 +168,10 @@ mod tests {
     fn cookies_are_found_by_name() {
         let headers = |value: &'static str| {
             let mut headers = axum::http::HeaderMap::new();
-            headers.insert(
-                axum::http::header::COOKIE,
-                axum::http::HeaderValue::from_static(value),
-            );
+            headers.insert(axum::http::header::COOKIE, axum::http::HeaderValue::from_static(value));
             headers
         };
-        assert_eq!(
-            cookie(&headers("a=1; kernel_session=xyz"), SESSION_COOKIE),
-            Some("xyz")
-        );
+        assert_eq!(cookie(&headers("a=1; kernel_session=xyz"), SESSION_COOKIE), Some("xyz"));
         assert_eq!(cookie(&headers("kernel_sessionx=1"), SESSION_COOKIE), None);
     }
 }

@@ -75,11 +75,7 @@ impl OidcProvider {
             .timeout(Duration::from_secs(10))
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
-        Ok(Self {
-            settings,
-            http,
-            discovery: tokio::sync::OnceCell::new(),
-        })
+        Ok(Self { settings, http, discovery: tokio::sync::OnceCell::new() })
     }
 
     pub fn settings(&self) -> &OidcSettings {
@@ -116,24 +112,14 @@ impl OidcProvider {
             .await
             .map_err(|error| SignInError::Provider(format!("GET {url}: {error}")))?;
         if !response.status().is_success() {
-            return Err(SignInError::Provider(format!(
-                "GET {url}: {}",
-                response.status()
-            )));
+            return Err(SignInError::Provider(format!("GET {url}: {}", response.status())));
         }
-        response
-            .json()
-            .await
-            .map_err(|error| SignInError::Provider(format!("GET {url}: {error}")))
+        response.json().await.map_err(|error| SignInError::Provider(format!("GET {url}: {error}")))
     }
 
     /// Where to send the person's browser to sign in.
     pub async fn authorization_url(
-        &self,
-        redirect_uri: &str,
-        state: &str,
-        nonce: &str,
-        verifier: &str,
+        &self, redirect_uri: &str, state: &str, nonce: &str, verifier: &str,
     ) -> Result<String, SignInError> {
         let discovery = self.discovery().await?;
         let mut url = url::Url::parse(&discovery.authorization_endpoint)
@@ -152,11 +138,7 @@ impl OidcProvider {
 
     /// Exchanges the authorization code for the person's verified ID token claims.
     pub async fn sign_in(
-        &self,
-        code: &str,
-        redirect_uri: &str,
-        verifier: &str,
-        nonce: &str,
+        &self, code: &str, redirect_uri: &str, verifier: &str, nonce: &str,
     ) -> Result<Map<String, Value>, SignInError> {
         #[derive(Deserialize)]
         struct TokenResponse {
@@ -192,9 +174,7 @@ impl OidcProvider {
     /// The ID token's claims, once its signature (by a key of the provider's JWKS),
     /// issuer, audience, expiry and nonce are right.
     pub async fn verify_id_token(
-        &self,
-        token: &str,
-        nonce: &str,
+        &self, token: &str, nonce: &str,
     ) -> Result<Map<String, Value>, SignInError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|error| SignInError::Token(format!("unreadable: {error}")))?;
@@ -238,9 +218,7 @@ impl OidcProvider {
             None => None,
         }
         .ok_or_else(|| {
-            SignInError::Token(format!(
-                "it names key {kid:?}, which the provider does not publish"
-            ))
+            SignInError::Token(format!("it names key {kid:?}, which the provider does not publish"))
         })?;
         DecodingKey::from_jwk(jwk)
             .map_err(|error| SignInError::Provider(format!("its key {kid:?}: {error}")))

@@ -51,9 +51,7 @@ pub async fn resolve(store: &dyn Store, secret: &str) -> StoreResult<Option<(Str
         return Ok(None);
     };
     // A row this version cannot read is no session (never an error for the caller).
-    Ok(serde_json::from_str(&record.principal)
-        .ok()
-        .map(|principal| (record.org_id, principal)))
+    Ok(serde_json::from_str(&record.principal).ok().map(|principal| (record.org_id, principal)))
 }
 
 /// Ends the session whose cookie holds `secret`.

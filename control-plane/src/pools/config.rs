@@ -58,10 +58,7 @@ pub struct PoolChanges {
 impl PoolConfig {
     pub fn stored(record: &PoolRecord) -> ServiceResult<Self> {
         serde_json::from_value(record.config.clone()).map_err(|error| {
-            ServiceError::internal(format!(
-                "pool {}: unreadable configuration: {error}",
-                record.id
-            ))
+            ServiceError::internal(format!("pool {}: unreadable configuration: {error}", record.id))
         })
     }
 
@@ -71,12 +68,7 @@ impl PoolConfig {
 
     /// This configuration with `changes` applied (and the defaults where still unset).
     pub fn changed(self, changes: PoolChanges) -> Self {
-        let PoolChanges {
-            size,
-            name,
-            fill_rate_per_minute,
-            browser,
-        } = changes;
+        let PoolChanges { size, name, fill_rate_per_minute, browser } = changes;
         let base = self.browser;
         Self {
             size: size.unwrap_or(self.size),
@@ -110,9 +102,9 @@ impl PoolConfig {
         let mut problems = Vec::new();
         match self.size {
             0 => problems.push("size is required".into()),
-            size if !(1..=MAX_POOL_SIZE).contains(&size) => problems.push(format!(
-                "size must be between 1 and {MAX_POOL_SIZE}, got {size}"
-            )),
+            size if !(1..=MAX_POOL_SIZE).contains(&size) => {
+                problems.push(format!("size must be between 1 and {MAX_POOL_SIZE}, got {size}"))
+            }
             _ => {}
         }
         let fill = self.fill_rate_per_minute;
@@ -121,11 +113,7 @@ impl PoolConfig {
                 "fill_rate_per_minute must be between 1 and {MAX_FILL_RATE} (percent of size per minute), got {fill}"
             ));
         }
-        if let Some(problem) = self
-            .name
-            .as_deref()
-            .and_then(|name| name_problem("name", name))
-        {
+        if let Some(problem) = self.name.as_deref().and_then(|name| name_problem("name", name)) {
             problems.push(problem);
         }
         problems
@@ -134,9 +122,7 @@ impl PoolConfig {
     /// Launches per minute the pool may make: its fill rate (percent of its size per
     /// minute), at least one.
     pub fn launches_per_minute(&self) -> f64 {
-        ((self.size * self.fill_rate_per_minute) as f64 / 100.0)
-            .ceil()
-            .max(1.0)
+        ((self.size * self.fill_rate_per_minute) as f64 / 100.0).ceil().max(1.0)
     }
 }
 
@@ -146,22 +132,14 @@ mod tests {
 
     #[test]
     fn a_create_gets_the_defaults_and_an_update_keeps_what_it_does_not_set() {
-        let created = PoolConfig::default().changed(PoolChanges {
-            size: Some(3),
-            ..Default::default()
-        });
+        let created =
+            PoolConfig::default().changed(PoolChanges { size: Some(3), ..Default::default() });
         assert_eq!(created.fill_rate_per_minute, DEFAULT_FILL_RATE);
-        assert_eq!(
-            created.browser.timeout_seconds,
-            Some(DEFAULT_POOL_TIMEOUT_SECONDS)
-        );
+        assert_eq!(created.browser.timeout_seconds, Some(DEFAULT_POOL_TIMEOUT_SECONDS));
         assert!(created.problems().is_empty());
         let updated = created.clone().changed(PoolChanges {
             name: Some("warm".into()),
-            browser: BrowserConfig {
-                headless: Some(true),
-                ..Default::default()
-            },
+            browser: BrowserConfig { headless: Some(true), ..Default::default() },
             ..Default::default()
         });
         assert_eq!(updated.size, 3);
@@ -183,11 +161,7 @@ mod tests {
 
     #[test]
     fn size_and_fill_rate_are_bounded() {
-        let config = PoolConfig {
-            size: 101,
-            fill_rate_per_minute: 0,
-            ..Default::default()
-        };
+        let config = PoolConfig { size: 101, fill_rate_per_minute: 0, ..Default::default() };
         let problems = config.problems();
         assert_eq!(problems.len(), 2, "{problems:?}");
     }

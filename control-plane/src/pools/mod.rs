@@ -59,9 +59,7 @@ pub struct Pools {
 
 impl Pools {
     pub fn new(
-        store: Arc<dyn Store>,
-        sessions: Arc<Sessions>,
-        replays: Arc<Replays>,
+        store: Arc<dyn Store>, sessions: Arc<Sessions>, replays: Arc<Replays>,
         max_pooled_browsers: i64,
     ) -> Self {
         Self {
@@ -120,27 +118,16 @@ impl Pools {
     /// extensions, proxy and profile must be the organization's) and checks the
     /// organization's and its project's capacity, counting every pool but `own_id`.
     async fn check(
-        &self,
-        org_id: &str,
-        project_id: &str,
-        config: &PoolConfig,
-        own_id: Option<&str>,
+        &self, org_id: &str, project_id: &str, config: &PoolConfig, own_id: Option<&str>,
     ) -> ServiceResult<()> {
         let own_size = match own_id {
-            Some(id) => self
-                .store
-                .pool(org_id, id)
-                .await?
-                .map_or(0, |pool| pool.size),
+            Some(id) => self.store.pool(org_id, id).await?.map_or(0, |pool| pool.size),
             None => 0,
         };
         let problems = config.problems();
-        self.sessions
-            .spec(org_id, &config.browser, None, problems)
-            .await?;
+        self.sessions.spec(org_id, &config.browser, None, problems).await?;
         if config.size > own_size {
-            self.check_project_cap(project_id, config.size - own_size)
-                .await?;
+            self.check_project_cap(project_id, config.size - own_size).await?;
         }
         scope::organization_wide(self.check_organization(org_id, config, own_id)).await
     }
@@ -166,10 +153,7 @@ impl Pools {
     }
 
     async fn check_organization(
-        &self,
-        org_id: &str,
-        config: &PoolConfig,
-        own_id: Option<&str>,
+        &self, org_id: &str, config: &PoolConfig, own_id: Option<&str>,
     ) -> ServiceResult<()> {
         let others: i64 = self
             .store
@@ -217,11 +201,7 @@ impl Pools {
         let _turn = self.sessions.admission_turn().await;
         let lock = self.store.lock_admission(org_id).await?;
         let stored = match self.check(org_id, project_id, &config, None).await {
-            Ok(()) => self
-                .store
-                .insert_pool(&record)
-                .await
-                .map_err(conflict_on_name),
+            Ok(()) => self.store.insert_pool(&record).await.map_err(conflict_on_name),
             Err(error) => Err(error),
         };
         lock.release().await;
@@ -233,11 +213,7 @@ impl Pools {
     /// Changes a pool's size and browser configuration. Idle browsers keep the old
     /// configuration unless `discard_all_idle` ends them now (the pool refills).
     pub async fn update(
-        &self,
-        org_id: &str,
-        id_or_name: &str,
-        changes: PoolChanges,
-        discard_all_idle: bool,
+        &self, org_id: &str, id_or_name: &str, changes: PoolChanges, discard_all_idle: bool,
     ) -> ServiceResult<PoolView> {
         let mut record = self.find(org_id, id_or_name).await?;
         let config = PoolConfig::stored(&record)?.changed(changes);
@@ -247,15 +223,8 @@ impl Pools {
         let _turn = self.sessions.admission_turn().await;
         let lock = self.store.lock_admission(org_id).await?;
         let project_id = record.project_id.clone().unwrap_or_default();
-        let stored = match self
-            .check(org_id, &project_id, &config, Some(&record.id))
-            .await
-        {
-            Ok(()) => self
-                .store
-                .update_pool(&record)
-                .await
-                .map_err(conflict_on_name),
+        let stored = match self.check(org_id, &project_id, &config, Some(&record.id)).await {
+            Ok(()) => self.store.update_pool(&record).await.map_err(conflict_on_name),
             Err(error) => Err(error),
         };
         lock.release().await;
@@ -272,19 +241,14 @@ impl Pools {
     pub async fn delete(&self, org_id: &str, id_or_name: &str, force: bool) -> ServiceResult<()> {
         let record = self.find(org_id, id_or_name).await?;
         let members = self.store.pool_members(&record.id).await?;
-        let leased = members
-            .iter()
-            .filter(|m| m.pool_lease == Some(PoolLease::Leased))
-            .count();
+        let leased = members.iter().filter(|m| m.pool_lease == Some(PoolLease::Leased)).count();
         if leased > 0 && !force {
             return Err(ServiceError::Conflict(format!(
                 "{leased} browsers of the pool are leased; release them or delete with force=true"
             )));
         }
         if !self.store.delete_pool(&record.id, Utc::now()).await? {
-            return Err(ServiceError::NotFound(format!(
-                "browser pool {id_or_name} not found"
-            )));
+            return Err(ServiceError::NotFound(format!("browser pool {id_or_name} not found")));
         }
         self.sessions.end_all(members, "pool deleted").await;
         self.changed();
@@ -302,10 +266,7 @@ impl Pools {
     /// Leases an idle browser of the pool, waiting up to `timeout` (default: see
     /// `default_acquire_timeout`) for one; `None` when none became available in time.
     pub async fn acquire(
-        &self,
-        org_id: &str,
-        id_or_name: &str,
-        timeout: Option<Duration>,
+        &self, org_id: &str, id_or_name: &str, timeout: Option<Duration>,
     ) -> ServiceResult<(PoolRecord, Option<SessionRecord>)> {
         let _pending = crate::metrics::METRICS.acquire_started();
         let pool = self.find(org_id, id_or_name).await?;
@@ -317,10 +278,8 @@ impl Pools {
         loop {
             // Listen before looking, so an idle signal between the two is not missed.
             let became_idle = self.idle.notified();
-            if let Some(session) = self
-                .store
-                .lease_pool_browser(&pool.id, &ids::new_secret(22))
-                .await?
+            if let Some(session) =
+                self.store.lease_pool_browser(&pool.id, &ids::new_secret(22)).await?
             {
                 // A fresh inactivity period starts with the lease.
                 self.sessions.touch(&session.id);
@@ -341,11 +300,7 @@ impl Pools {
     /// Gives a leased browser back: with `reuse` it is reset and becomes idle again,
     /// otherwise it ends (and the reconciler replaces it).
     pub async fn release(
-        self: &Arc<Self>,
-        org_id: &str,
-        id_or_name: &str,
-        session_id: &str,
-        reuse: bool,
+        self: &Arc<Self>, org_id: &str, id_or_name: &str, session_id: &str, reuse: bool,
     ) -> ServiceResult<()> {
         let pool = self.find(org_id, id_or_name).await?;
         let session = self
@@ -369,23 +324,15 @@ impl Pools {
         let saves_profile = session.profile.as_ref().is_some_and(|p| p.save_changes);
         // A lessee that changed the browser's allowed_hosts gets a replacement for the next
         // lessee rather than a restored allowlist.
-        let pool_allowed_hosts = PoolConfig::stored(&pool)?
-            .browser
-            .network
-            .and_then(|network| network.allowed_hosts);
+        let pool_allowed_hosts =
+            PoolConfig::stored(&pool)?.browser.network.and_then(|network| network.allowed_hosts);
         let network_changed = session.vm_settings.allowed_hosts != pool_allowed_hosts;
         if !reuse || saves_profile || network_changed {
-            self.sessions
-                .end(&session, "released from its pool")
-                .await?;
+            self.sessions.end(&session, "released from its pool").await?;
             self.changed();
             return Ok(());
         }
-        if !self
-            .store
-            .set_pool_lease(&session.id, PoolLease::Leased, PoolLease::Resetting)
-            .await?
-        {
+        if !self.store.set_pool_lease(&session.id, PoolLease::Leased, PoolLease::Resetting).await? {
             return Err(ServiceError::Conflict(format!(
                 "browser session {session_id} is already being released"
             )));
@@ -395,9 +342,7 @@ impl Pools {
             Ok(session) => session,
             Err(error) => {
                 tracing::warn!(session_id = %session.id, %error, "could not clear the lessee's name and tags; ending the browser");
-                self.sessions
-                    .end(&session, "released from its pool")
-                    .await?;
+                self.sessions.end(&session, "released from its pool").await?;
                 self.changed();
                 return Ok(());
             }
@@ -471,9 +416,7 @@ impl Pools {
     async fn reset(&self, session: &SessionRecord) {
         let agent = self.sessions.agent(session);
         // Recordings the previous lessee started end with its lease.
-        self.replays
-            .finish_all(session, agent.as_ref().ok().cloned())
-            .await;
+        self.replays.finish_all(session, agent.as_ref().ok().cloned()).await;
         let reset = match agent {
             Ok(agent) => agent.reset_browser().await.map_err(ServiceError::from),
             Err(error) => Err(error),
@@ -513,10 +456,7 @@ impl Pools {
                 .await
                 .unwrap_or(false)
         {
-            let _ = self
-                .sessions
-                .end(session, "could not be reset for reuse")
-                .await;
+            let _ = self.sessions.end(session, "could not be reset for reuse").await;
         }
     }
 
@@ -535,9 +475,7 @@ impl Pools {
             .as_ref()
             .and_then(|config| config.browser.network.clone())
             .and_then(|network| network.allowed_hosts);
-        let pool_telemetry = self
-            .pool_telemetry(&session.org_id, pool_config.as_ref())
-            .await?;
+        let pool_telemetry = self.pool_telemetry(&session.org_id, pool_config.as_ref()).await?;
         let pool_start_url = pool_config.and_then(|config| config.browser.start_url);
         self.sessions
             .change_settings(session, |current| {
@@ -559,9 +497,7 @@ impl Pools {
 
     /// The telemetry a pool's browsers start with, its destination looked up.
     async fn pool_telemetry(
-        &self,
-        org_id: &str,
-        config: Option<&PoolConfig>,
+        &self, org_id: &str, config: Option<&PoolConfig>,
     ) -> ServiceResult<Option<crate::telemetry::TelemetrySettings>> {
         let request = config.and_then(|config| config.browser.telemetry.as_ref());
         let resolved =

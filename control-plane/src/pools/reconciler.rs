@@ -34,10 +34,7 @@ impl Pools {
     /// one, or by adopting one that was being reset), and those whose request was lost.
     /// Call before sessions are adopted: an adoption may ask.
     pub fn listen_for_resets(self: &Arc<Self>) {
-        tokio::spawn(
-            self.clone()
-                .run_reset_requests(self.sessions.replica().subscribe()),
-        );
+        tokio::spawn(self.clone().run_reset_requests(self.sessions.replica().subscribe()));
     }
 
     /// Keeps every pool at its size, on one replica at a time. Call once sessions were
@@ -47,10 +44,7 @@ impl Pools {
     }
 
     async fn run_reconciler(self: Arc<Self>) {
-        let mut duty = self
-            .sessions
-            .replica()
-            .duty(crate::replicas::POOL_RECONCILER);
+        let mut duty = self.sessions.replica().duty(crate::replicas::POOL_RECONCILER);
         let budgets: Budgets = Arc::default();
         for pass in 0.. {
             duty.held().await;
@@ -191,10 +185,8 @@ impl Pools {
     /// Smaller than it was: idle browsers beyond the size go, newest first.
     async fn retire_excess(&self, pool: &PoolRecord, members: &[SessionRecord]) {
         let excess = members.len().saturating_sub(pool.size.max(0) as usize);
-        let idle_newest_first = members
-            .iter()
-            .rev()
-            .filter(|m| m.pool_lease == Some(PoolLease::Idle));
+        let idle_newest_first =
+            members.iter().rev().filter(|m| m.pool_lease == Some(PoolLease::Idle));
         let mut retired = 0;
         for member in idle_newest_first {
             if retired == excess {
@@ -213,10 +205,7 @@ impl Pools {
     }
 
     fn launch_in_background(
-        self: &Arc<Self>,
-        budgets: Budgets,
-        pool: PoolRecord,
-        spec: BrowserSpec,
+        self: &Arc<Self>, budgets: Budgets, pool: PoolRecord, spec: BrowserSpec,
     ) {
         let this = self.clone();
         tokio::spawn(async move {
@@ -324,11 +313,7 @@ fn fair_shares(wants: &[Want], room: usize, pass: usize) -> Vec<usize> {
 /// concurrency limit and its `share` of the host's room); they count as launching until
 /// each is done.
 fn take_launches(
-    budgets: &Budgets,
-    pool: &PoolRecord,
-    config: &PoolConfig,
-    members: usize,
-    share: usize,
+    budgets: &Budgets, pool: &PoolRecord, config: &PoolConfig, members: usize, share: usize,
 ) -> usize {
     let Ok(mut budgets) = budgets.lock() else {
         return 0;

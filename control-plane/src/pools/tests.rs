@@ -14,20 +14,10 @@ use crate::testing::{FakeAgent, FakeRuntime, eventually, organization, services,
 /// with an organization and its full pool of `size` browsers.
 async fn full_pool(
     size: i64,
-) -> (
-    TempDir,
-    Services,
-    Arc<FakeRuntime>,
-    FakeAgent,
-    String,
-    PoolView,
-) {
+) -> (TempDir, Services, Arc<FakeRuntime>, FakeAgent, String, PoolView) {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, runtime, agent) = services(dir.path()).await;
-    services
-        .start(Duration::from_secs(3600))
-        .await
-        .expect("services start");
+    services.start(Duration::from_secs(3600)).await.expect("services start");
     let org_id = organization(&services).await;
     let pool = services
         .pools
@@ -42,24 +32,14 @@ async fn full_pool(
         .await
         .expect("pool created");
     let filled = async || {
-        services
-            .pools
-            .get(&org_id, &pool.record.id)
-            .await
-            .expect("pool")
-            .available_count
-            == size
+        services.pools.get(&org_id, &pool.record.id).await.expect("pool").available_count == size
     };
     eventually("the pool is full", filled).await;
     (dir, services, runtime, agent, org_id, pool)
 }
 
 async fn members(services: &Services, pool: &PoolView) -> Vec<SessionRecord> {
-    services
-        .store
-        .pool_members(&pool.record.id)
-        .await
-        .expect("members")
+    services.store.pool_members(&pool.record.id).await.expect("members")
 }
 
 async fn lease(services: &Services, org_id: &str, pool: &PoolView) -> SessionRecord {
@@ -84,9 +64,7 @@ async fn a_release_racing_the_lease_timeout_leaves_one_outcome_and_the_pool_refi
     let leased = lease(&services, &org_id, &pool).await;
 
     let (released, timed_out) = tokio::join!(
-        services
-            .pools
-            .release(&org_id, &pool.record.id, &leased.id, true),
+        services.pools.release(&org_id, &pool.record.id, &leased.id, true),
         services.sessions.end(&leased, "inactivity timeout"),
     );
     // Whichever came second finds the browser ended or being released: a 4xx, never 5xx.
@@ -117,22 +95,14 @@ async fn a_flush_racing_acquires_never_ends_a_leased_browser() {
     let (_dir, services, runtime, _, org_id, pool) = full_pool(3).await;
     let (flushed, first, second) = tokio::join!(
         services.pools.flush(&org_id, &pool.record.id),
-        services
-            .pools
-            .acquire(&org_id, &pool.record.id, Some(Duration::ZERO)),
-        services
-            .pools
-            .acquire(&org_id, &pool.record.id, Some(Duration::ZERO)),
+        services.pools.acquire(&org_id, &pool.record.id, Some(Duration::ZERO)),
+        services.pools.acquire(&org_id, &pool.record.id, Some(Duration::ZERO)),
     );
     flushed.expect("flush");
     for (_, leased) in [first.expect("acquire"), second.expect("acquire")] {
         let Some(leased) = leased else { continue };
         let now = stored_session(services.store.as_ref(), &org_id, &leased.id).await;
-        assert_eq!(
-            now.status,
-            SessionStatus::Running,
-            "a leased browser was ended"
-        );
+        assert_eq!(now.status, SessionStatus::Running, "a leased browser was ended");
         assert_eq!(now.pool_lease, Some(PoolLease::Leased));
         assert!(!runtime.was_destroyed(&leased.id));
     }
@@ -148,11 +118,7 @@ async fn a_flush_racing_acquires_never_ends_a_leased_browser() {
 async fn a_release_for_reuse_resets_the_browser_and_makes_it_idle_again() {
     let (_dir, services, _, agent, org_id, pool) = full_pool(1).await;
     let leased = lease(&services, &org_id, &pool).await;
-    services
-        .pools
-        .release(&org_id, &pool.record.id, &leased.id, true)
-        .await
-        .expect("released");
+    services.pools.release(&org_id, &pool.record.id, &leased.id, true).await.expect("released");
     let idle_again = async || is_idle_again(&services, &pool, &leased.id).await;
     eventually("the same browser is idle again", idle_again).await;
     assert_eq!(agent.resets.load(Ordering::SeqCst), 1);
@@ -174,15 +140,9 @@ async fn a_restart_resumes_the_resets_a_previous_process_left() {
     services.replica.leave().await;
     let (after, _, after_agent) =
         crate::testing::services_over(services.store.clone(), dir.path()).await;
-    after
-        .start(Duration::from_secs(3600))
-        .await
-        .expect("restarted");
+    after.start(Duration::from_secs(3600)).await.expect("restarted");
     let idle_again = async || is_idle_again(&after, &pool, &leased.id).await;
     eventually("the reset is resumed", idle_again).await;
     // The adopted browser still names the first fake agent, which did the reset.
-    assert_eq!(
-        agent.resets.load(Ordering::SeqCst) + after_agent.resets.load(Ordering::SeqCst),
-        1
-    );
+    assert_eq!(agent.resets.load(Ordering::SeqCst) + after_agent.resets.load(Ordering::SeqCst), 1);
 }

@@ -68,11 +68,8 @@ fn from_unix_ms(ms: i64) -> Option<DateTime<Utc>> {
 
 impl Replays {
     pub fn new(
-        store: Arc<dyn Store>,
-        blobs: Arc<dyn BlobStore>,
-        runtime: Arc<dyn Runtime>,
-        agents: Arc<AgentClients>,
-        media: VmMedia,
+        store: Arc<dyn Store>, blobs: Arc<dyn BlobStore>, runtime: Arc<dyn Runtime>,
+        agents: Arc<AgentClients>, media: VmMedia,
     ) -> Self {
         Self {
             store,
@@ -89,12 +86,8 @@ impl Replays {
     /// Runs in a task of its own, so a caller that goes away cannot leave a recording
     /// running on the agent without a record.
     pub async fn start(
-        self: &Arc<Self>,
-        session: &SessionRecord,
-        agent: AgentClient,
-        framerate: u32,
-        max_duration_seconds: u32,
-        record_audio: bool,
+        self: &Arc<Self>, session: &SessionRecord, agent: AgentClient, framerate: u32,
+        max_duration_seconds: u32, record_audio: bool,
     ) -> ServiceResult<ReplayRecord> {
         if session.headless {
             return Err(ServiceError::invalid(format!(
@@ -104,45 +97,32 @@ impl Replays {
         }
         let (this, session) = (self.clone(), session.clone());
         run_to_completion(async move {
-            this.start_inner(
-                session,
-                agent,
-                framerate,
-                max_duration_seconds,
-                record_audio,
-            )
-            .await
+            this.start_inner(session, agent, framerate, max_duration_seconds, record_audio).await
         })
         .await
     }
 
     async fn start_inner(
-        self: &Arc<Self>,
-        session: SessionRecord,
-        agent: AgentClient,
-        framerate: u32,
-        max_duration_seconds: u32,
-        record_audio: bool,
+        self: &Arc<Self>, session: SessionRecord, agent: AgentClient, framerate: u32,
+        max_duration_seconds: u32, record_audio: bool,
     ) -> ServiceResult<ReplayRecord> {
         let id = ids::new_id("rpl");
-        let info = match agent
-            .start_recording(&id, framerate, max_duration_seconds, record_audio)
-            .await
-        {
-            Ok(info) => info,
-            Err(error) => {
-                if matches!(error, AgentError::Timeout(_) | AgentError::Unavailable(_)) {
-                    // The agent may have started it after all: make sure it does not run on.
-                    let agent = agent.clone();
-                    let id = id.clone();
-                    tokio::spawn(async move {
-                        let _ = agent.stop_recording(&id).await;
-                        let _ = agent.delete_recording(&id).await;
-                    });
+        let info =
+            match agent.start_recording(&id, framerate, max_duration_seconds, record_audio).await {
+                Ok(info) => info,
+                Err(error) => {
+                    if matches!(error, AgentError::Timeout(_) | AgentError::Unavailable(_)) {
+                        // The agent may have started it after all: make sure it does not run on.
+                        let agent = agent.clone();
+                        let id = id.clone();
+                        tokio::spawn(async move {
+                            let _ = agent.stop_recording(&id).await;
+                            let _ = agent.delete_recording(&id).await;
+                        });
+                    }
+                    return Err(error.into());
                 }
-                return Err(error.into());
-            }
-        };
+            };
         let replay = ReplayRecord {
             id: id.clone(),
             org_id: session.org_id.clone(),
@@ -183,10 +163,7 @@ impl Replays {
     /// The agent ends a recording at its maximum duration by itself; this collects it
     /// then (unless something else finished it first).
     fn finish_at_deadline(
-        self: &Arc<Self>,
-        session: SessionRecord,
-        agent: AgentClient,
-        replay: ReplayRecord,
+        self: &Arc<Self>, session: SessionRecord, agent: AgentClient, replay: ReplayRecord,
     ) {
         let this = self.clone();
         tokio::spawn(async move {
@@ -210,10 +187,7 @@ impl Replays {
     /// Runs in a task of its own: a caller that goes away mid-finish must not leave the
     /// replay claimed and half-finished.
     pub async fn stop(
-        self: &Arc<Self>,
-        session: &SessionRecord,
-        agent: Option<AgentClient>,
-        replay: ReplayRecord,
+        self: &Arc<Self>, session: &SessionRecord, agent: Option<AgentClient>, replay: ReplayRecord,
     ) -> ServiceResult<ReplayRecord> {
         let (this, session) = (self.clone(), session.clone());
         run_to_completion(async move {
@@ -230,14 +204,8 @@ impl Replays {
 
     /// The session's replays that are recording now.
     pub async fn recording(&self, session: &SessionRecord) -> ServiceResult<Vec<ReplayRecord>> {
-        let replays = self
-            .store
-            .list_replays(&session.org_id, &session.id)
-            .await?;
-        Ok(replays
-            .into_iter()
-            .filter(|replay| replay.status == ReplayStatus::Recording)
-            .collect())
+        let replays = self.store.list_replays(&session.org_id, &session.id).await?;
+        Ok(replays.into_iter().filter(|replay| replay.status == ReplayStatus::Recording).collect())
     }
 
     /// Runs `change` (a new screen size) with the session's recordings stopped: each is
@@ -245,18 +213,13 @@ impl Replays {
     /// starts with the same frame rate for the rest of its maximum duration, as a
     /// separate segment. Answers the change's outcome.
     pub async fn split_around<T>(
-        self: &Arc<Self>,
-        session: &SessionRecord,
-        agent: &AgentClient,
+        self: &Arc<Self>, session: &SessionRecord, agent: &AgentClient,
         change: impl Future<Output = ServiceResult<T>>,
     ) -> ServiceResult<T> {
         let mut stopped = Vec::new();
         let mut failure = None;
         for replay in self.recording(session).await? {
-            match self
-                .stop(session, Some(agent.clone()), replay.clone())
-                .await
-            {
+            match self.stop(session, Some(agent.clone()), replay.clone()).await {
                 Ok(_) => stopped.push(replay),
                 // Stopped meanwhile by its owner: nothing to start again.
                 Err(ServiceError::Conflict(_)) => {}
@@ -300,13 +263,13 @@ impl Replays {
             ReplayStatus::Recording => self.store.begin_replay_stop(&replay.id).await,
             // Read again now that no task here can finish it: `replay` may be older than
             // a finish that has completed meanwhile.
-            ReplayStatus::Stopping => self
-                .store
-                .replay(&replay.org_id, &replay.session_id, &replay.id)
-                .await
-                .map(|current| {
-                    current.is_some_and(|current| current.status == ReplayStatus::Stopping)
-                }),
+            ReplayStatus::Stopping => {
+                self.store.replay(&replay.org_id, &replay.session_id, &replay.id).await.map(
+                    |current| {
+                        current.is_some_and(|current| current.status == ReplayStatus::Stopping)
+                    },
+                )
+            }
             ReplayStatus::Finished | ReplayStatus::Lost => Ok(false),
         };
         if !matches!(claimed, Ok(true)) {
@@ -323,10 +286,7 @@ impl Replays {
     /// Finishes a replay this caller claimed: collects the video from the agent or,
     /// with the agent gone, from what it left behind, and records the outcome.
     async fn finish(
-        &self,
-        session: &SessionRecord,
-        agent: Option<AgentClient>,
-        replay: ReplayRecord,
+        &self, session: &SessionRecord, agent: Option<AgentClient>, replay: ReplayRecord,
     ) -> ServiceResult<ReplayRecord> {
         let id = replay.id.clone();
         let finished = self.finish_inner(session, agent, replay).await;
@@ -335,10 +295,7 @@ impl Replays {
     }
 
     async fn finish_inner(
-        &self,
-        session: &SessionRecord,
-        agent: Option<AgentClient>,
-        replay: ReplayRecord,
+        &self, session: &SessionRecord, agent: Option<AgentClient>, replay: ReplayRecord,
     ) -> ServiceResult<ReplayRecord> {
         let collected = match &agent {
             Some(agent) => self.collect(agent, &replay).await,
@@ -351,11 +308,7 @@ impl Replays {
                 self.salvage(session, &replay, &error).await
             }
         };
-        if !self
-            .store
-            .finish_replay(&replay.id, finished_at, &outcome)
-            .await?
-        {
+        if !self.store.finish_replay(&replay.id, finished_at, &outcome).await? {
             // Another replica finished it first; what it stored stands.
             return self
                 .store
@@ -381,9 +334,7 @@ impl Replays {
     /// Stops the recording on the agent (waiting until its file is final) and streams
     /// the file into the blob store.
     async fn collect(
-        &self,
-        agent: &AgentClient,
-        replay: &ReplayRecord,
+        &self, agent: &AgentClient, replay: &ReplayRecord,
     ) -> Result<(DateTime<Utc>, ReplayOutcome), CollectError> {
         let info = agent.stop_recording(&replay.id).await?;
         let finished_at = from_unix_ms(info.finished_at_unix_ms).unwrap_or_else(Utc::now);
@@ -420,13 +371,7 @@ impl Replays {
         }
         let blob_key = blob_key(replay);
         self.blobs.put(&blob_key, temporary).await?;
-        Ok((
-            finished_at,
-            ReplayOutcome::Video {
-                size_bytes: size as i64,
-                blob_key,
-            },
-        ))
+        Ok((finished_at, ReplayOutcome::Video { size_bytes: size as i64, blob_key }))
     }
 
     /// Keeps what a crashed agent left on this host: remuxed into a regular MP4 (which
@@ -434,16 +379,10 @@ impl Replays {
     /// finished when its encoder last wrote to the file (the
     /// encoder completes the file as soon as the agent dies), not when this runs.
     async fn salvage(
-        &self,
-        session: &SessionRecord,
-        replay: &ReplayRecord,
-        why: &CollectError,
+        &self, session: &SessionRecord, replay: &ReplayRecord, why: &CollectError,
     ) -> (DateTime<Utc>, ReplayOutcome) {
         let Some(leftover) = self.runtime.leftover_recording(&session.id, &replay.id) else {
-            return (
-                Utc::now(),
-                ReplayOutcome::Lost(format!("the recording was lost: {why}")),
-            );
+            return (Utc::now(), ReplayOutcome::Lost(format!("the recording was lost: {why}")));
         };
         wait_until_settled(&leftover).await;
         let last_written = leftover
@@ -463,9 +402,7 @@ impl Replays {
     }
 
     async fn store_salvaged(
-        &self,
-        replay: &ReplayRecord,
-        leftover: std::fs::File,
+        &self, replay: &ReplayRecord, leftover: std::fs::File,
     ) -> std::io::Result<ReplayOutcome> {
         // The VM wrote the file: it is remuxed and checked in a sandbox (`salvage`), and
         // kept only if it is a recording.
@@ -481,17 +418,12 @@ impl Replays {
     }
 
     async fn keep_salvaged(
-        &self,
-        replay: &ReplayRecord,
-        video: tempfile::NamedTempFile,
+        &self, replay: &ReplayRecord, video: tempfile::NamedTempFile,
     ) -> std::io::Result<ReplayOutcome> {
         let size_bytes = video.as_file().metadata()?.len() as i64;
         let blob_key = blob_key(replay);
         self.blobs.put(&blob_key, video).await?;
-        Ok(ReplayOutcome::Video {
-            size_bytes,
-            blob_key,
-        })
+        Ok(ReplayOutcome::Video { size_bytes, blob_key })
     }
 
     /// Finishes every unfinished replay of a session that is ending; called before its
@@ -560,10 +492,7 @@ impl Replays {
     /// browsers that ended; those of live browsers are their owner's (`resume_for`).
     pub async fn resume(self: &Arc<Self>) -> anyhow::Result<()> {
         for replay in self.store.unfinished_replays().await? {
-            let Some(session) = self
-                .store
-                .session(&replay.org_id, &replay.session_id)
-                .await?
+            let Some(session) = self.store.session(&replay.org_id, &replay.session_id).await?
             else {
                 continue;
             };
@@ -597,9 +526,7 @@ impl Replays {
     }
 
     async fn resume_one(
-        self: &Arc<Self>,
-        session: SessionRecord,
-        replay: ReplayRecord,
+        self: &Arc<Self>, session: SessionRecord, replay: ReplayRecord,
     ) -> Result<(), StoreError> {
         let agent = match session.status {
             SessionStatus::Running => self.agents.get(&session.id, session.agent.as_ref()).ok(),

@@ -40,19 +40,13 @@ impl VmMedia {
             Some((dir, _)) => format!("{dir}/ffprobe"),
             None => "ffprobe".to_owned(),
         };
-        Self {
-            ffmpeg: ffmpeg.to_owned(),
-            ffprobe,
-            sandbox,
-        }
+        Self { ffmpeg: ffmpeg.to_owned(), ffprobe, sandbox }
     }
 
     /// Remuxes `input` (a fragmented or regular MP4, supposedly) into a regular MP4 with
     /// its index in front, written to `output`, and checks the result.
     pub async fn salvage(
-        &self,
-        input: std::fs::File,
-        output: &mut tokio::fs::File,
+        &self, input: std::fs::File, output: &mut tokio::fs::File,
     ) -> Result<(), String> {
         let input_size = input.metadata().map_err(|e| e.to_string())?.len();
         let limit = input_size + REMUX_GROWTH_BYTES;
@@ -67,9 +61,8 @@ impl VmMedia {
             None => "/tmp/out.mp4".to_owned(),
         };
         let script = "ffmpeg=$1; out=$2; shift 2; \"$ffmpeg\" \"$@\" \"$out\" && exec cat \"$out\"";
-        let mut args: Vec<String> = ["-c", script, "sh", &self.ffmpeg, &out]
-            .map(String::from)
-            .to_vec();
+        let mut args: Vec<String> =
+            ["-c", script, "sh", &self.ffmpeg, &out].map(String::from).to_vec();
         args.extend(
             [
                 "-y",
@@ -108,9 +101,7 @@ impl VmMedia {
     /// Whether `video` is an MP4 of one H.264 video stream and at most one audio stream.
     async fn check(&self, video: &tokio::fs::File) -> Result<(), String> {
         let mut copy = video.try_clone().await.map_err(|e| e.to_string())?;
-        tokio::io::AsyncSeekExt::rewind(&mut copy)
-            .await
-            .map_err(|e| e.to_string())?;
+        tokio::io::AsyncSeekExt::rewind(&mut copy).await.map_err(|e| e.to_string())?;
         let args = [
             "-v",
             "error",
@@ -127,13 +118,7 @@ impl VmMedia {
         .map(String::from);
         let mut command = self.command(&self.ffprobe, &args, 1 << 20, &self.ffprobe);
         let mut answer = Vec::new();
-        run(
-            &mut command,
-            copy.into_std().await,
-            &mut answer,
-            MAX_PROBE_OUTPUT,
-        )
-        .await?;
+        run(&mut command, copy.into_std().await, &mut answer, MAX_PROBE_OUTPUT).await?;
         let probed: serde_json::Value =
             serde_json::from_slice(&answer).map_err(|_| "ffprobe's answer is not JSON")?;
         let streams: Vec<(String, String)> = probed["streams"]
@@ -150,9 +135,7 @@ impl VmMedia {
             .unwrap_or_default();
         let videos = streams.iter().filter(|(kind, _)| kind == "video").count();
         let audios = streams.iter().filter(|(kind, _)| kind == "audio").count();
-        let h264 = streams
-            .iter()
-            .any(|(kind, codec)| kind == "video" && codec == "h264");
+        let h264 = streams.iter().any(|(kind, codec)| kind == "video" && codec == "h264");
         if videos == 1 && h264 && audios <= 1 && streams.len() == videos + audios {
             Ok(())
         } else {
@@ -163,11 +146,7 @@ impl VmMedia {
     /// `program` with `args`, sandboxed when this host sandboxes VMs; `tmp_bytes` bounds
     /// the sandbox's `/tmp`, and `tool` (a path or a name in `PATH`) is the tool it runs.
     fn command(
-        &self,
-        program: &str,
-        args: &[String],
-        tmp_bytes: u64,
-        tool: &str,
+        &self, program: &str, args: &[String], tmp_bytes: u64, tool: &str,
     ) -> tokio::process::Command {
         let mut command = match &self.sandbox {
             Some(sandbox) => {
@@ -188,10 +167,7 @@ impl VmMedia {
 /// `limit` bytes, after `MEDIA_TIMEOUT`, or if it does not exit successfully. Answers
 /// the bytes written.
 async fn run<W: tokio::io::AsyncWrite + Unpin>(
-    command: &mut tokio::process::Command,
-    input: std::fs::File,
-    output: &mut W,
-    limit: u64,
+    command: &mut tokio::process::Command, input: std::fs::File, output: &mut W, limit: u64,
 ) -> Result<u64, String> {
     let mut input = input;
     std::io::Seek::rewind(&mut input).map_err(|e| e.to_string())?;

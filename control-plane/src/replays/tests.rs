@@ -11,22 +11,12 @@ use crate::testing::{FAKE_VIDEO, FakeAgent, FakeRuntime, organization, running_s
 
 async fn recording_session(
     dir: &Path,
-) -> (
-    Services,
-    Arc<FakeRuntime>,
-    FakeAgent,
-    SessionRecord,
-    ReplayRecord,
-) {
+) -> (Services, Arc<FakeRuntime>, FakeAgent, SessionRecord, ReplayRecord) {
     let (services, runtime, agent) = services(dir).await;
     let org_id = organization(&services).await;
     let session = running_session(&services, &org_id).await;
     let client = services.sessions.agent(&session).expect("agent");
-    let replay = services
-        .replays
-        .start(&session, client, 10, 60, false)
-        .await
-        .expect("recording");
+    let replay = services.replays.start(&session, client, 10, 60, false).await.expect("recording");
     (services, runtime, agent, session, replay)
 }
 
@@ -65,11 +55,7 @@ async fn a_stop_racing_the_end_of_its_session_finishes_the_replay_once() {
     assert_eq!(finished.status, ReplayStatus::Finished);
     assert_eq!(finished.size_bytes, Some(FAKE_VIDEO.len() as i64));
     assert_eq!(stored_video(&services, &finished), FAKE_VIDEO);
-    assert_eq!(
-        agent.recording_reads.load(Ordering::SeqCst),
-        1,
-        "collected once"
-    );
+    assert_eq!(agent.recording_reads.load(Ordering::SeqCst), 1, "collected once");
 }
 
 /// A browser whose agent died 200 ms into its recording, leaving `leftover` (its
@@ -89,11 +75,7 @@ async fn salvaged(leftover: &[u8]) -> (ReplayRecord, SystemTime, (Services, temp
         .expect("mtime");
     *runtime.leftover.lock().expect("lock") = Some(path);
     agent.recordings_unreachable.store(true, Ordering::SeqCst);
-    services
-        .sessions
-        .end(&session, "browser agent exited")
-        .await
-        .expect("end");
+    services.sessions.end(&session, "browser agent exited").await.expect("end");
     (stored(&services, &replay).await, died_at, (services, dir))
 }
 
@@ -103,23 +85,12 @@ async fn a_replay_whose_agent_died_keeps_the_video_left_and_ends_when_it_was_wri
     let made = std::process::Command::new("ffmpeg")
         .args(["-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i"])
         .args(["testsrc=size=64x64:rate=10:duration=1", "-c:v", "libx264"])
-        .args([
-            "-movflags",
-            "frag_keyframe+empty_moov",
-            "-f",
-            "mp4",
-            "pipe:1",
-        ])
+        .args(["-movflags", "frag_keyframe+empty_moov", "-f", "mp4", "pipe:1"])
         .output()
         .expect("ffmpeg");
     assert!(made.status.success() && !made.stdout.is_empty());
     let (finished, died_at, (services, _dir)) = salvaged(&made.stdout).await;
-    assert_eq!(
-        finished.status,
-        ReplayStatus::Finished,
-        "{:?}",
-        finished.failure
-    );
+    assert_eq!(finished.status, ReplayStatus::Finished, "{:?}", finished.failure);
     let video = stored_video(&services, &finished);
     // Remuxed into a regular MP4 with its index in front.
     assert_eq!(&video[4..8], b"ftyp");
@@ -153,17 +124,8 @@ async fn a_replay_whose_agent_left_no_video_is_lost_with_a_reason() {
 async fn a_headless_browser_has_nothing_to_record() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (services, _, _, session, _) = recording_session(dir.path()).await;
-    let headless = SessionRecord {
-        headless: true,
-        ..session.clone()
-    };
+    let headless = SessionRecord { headless: true, ..session.clone() };
     let client = services.sessions.agent(&session).expect("agent");
-    let refused = services
-        .replays
-        .start(&headless, client, 10, 60, false)
-        .await;
-    assert!(
-        matches!(refused, Err(ServiceError::Invalid(_))),
-        "{refused:?}"
-    );
+    let refused = services.replays.start(&headless, client, 10, 60, false).await;
+    assert!(matches!(refused, Err(ServiceError::Invalid(_))), "{refused:?}");
 }

@@ -65,10 +65,9 @@ impl VmCgroups {
         }
         let (file, weight) = match &found.hierarchy {
             Hierarchy::V2(parent) => (parent.join("cpu.weight"), 100 * ALL_VMS_WEIGHT_IN_THREADS),
-            Hierarchy::V1(parents) => (
-                parents[2].join("cpu.shares"),
-                1024 * ALL_VMS_WEIGHT_IN_THREADS,
-            ),
+            Hierarchy::V1(parents) => {
+                (parents[2].join("cpu.shares"), 1024 * ALL_VMS_WEIGHT_IN_THREADS)
+            }
         };
         std::fs::write(&file, weight.to_string())
             .map_err(|error| format!("setting {}: {error}", file.display()))?;
@@ -86,37 +85,22 @@ impl VmCgroups {
     pub fn describe(&self) -> String {
         match &self.hierarchy {
             Hierarchy::V2(parent) => format!("cgroup v2 ({})", parent.display()),
-            Hierarchy::V1(parents) => format!(
-                "cgroup v1 controllers memory, pids and cpu ({})",
-                parents[0].display()
-            ),
+            Hierarchy::V1(parents) => {
+                format!("cgroup v1 controllers memory, pids and cpu ({})", parents[0].display())
+            }
         }
     }
 
     /// Makes group `name` with `limits`; with `note_in` (a directory of ours, a
     /// browser's), noted there so that `VmCgroup::noted` finds it again after a restart.
     pub fn create(
-        &self,
-        name: &str,
-        limits: VmLimits,
-        note_in: Option<&Path>,
+        &self, name: &str, limits: VmLimits, note_in: Option<&Path>,
     ) -> std::io::Result<VmCgroup> {
-        let dirs: Vec<PathBuf> = self
-            .parents()
-            .iter()
-            .map(|parent| parent.join(name))
-            .collect();
-        let group = VmCgroup {
-            v2: matches!(self.hierarchy, Hierarchy::V2(_)),
-            dirs,
-        };
+        let dirs: Vec<PathBuf> = self.parents().iter().map(|parent| parent.join(name)).collect();
+        let group = VmCgroup { v2: matches!(self.hierarchy, Hierarchy::V2(_)), dirs };
         // Noted first: whatever is made below is found and removed again.
         if let Some(dir) = note_in {
-            let note: String = group
-                .dirs
-                .iter()
-                .map(|d| format!("{}\n", d.display()))
-                .collect();
+            let note: String = group.dirs.iter().map(|d| format!("{}\n", d.display())).collect();
             std::fs::write(dir.join(NOTE_FILE), note)?;
         }
         for dir in &group.dirs {
@@ -153,10 +137,7 @@ impl VmCgroup {
         if self.v2 {
             return self.dirs[0].join(name);
         }
-        let index = V1_CONTROLLERS
-            .iter()
-            .position(|c| *c == controller)
-            .unwrap_or(0);
+        let index = V1_CONTROLLERS.iter().position(|c| *c == controller).unwrap_or(0);
         self.dirs[index].join(name)
     }
 
@@ -183,17 +164,9 @@ impl VmCgroup {
             let _ = write("memory", "memory.swap.max", "0".into());
             write("pids", "pids.max", limits.max_tasks.to_string())?;
         } else {
-            write(
-                "memory",
-                "memory.limit_in_bytes",
-                limits.memory_bytes.to_string(),
-            )?;
+            write("memory", "memory.limit_in_bytes", limits.memory_bytes.to_string())?;
             // Absent when the kernel does not account swap.
-            let _ = write(
-                "memory",
-                "memory.memsw.limit_in_bytes",
-                limits.memory_bytes.to_string(),
-            );
+            let _ = write("memory", "memory.memsw.limit_in_bytes", limits.memory_bytes.to_string());
             write("pids", "pids.max", limits.max_tasks.to_string())?;
         }
         self.set_cpu_weight(limits.cpu_weight).map_err(|error| {
@@ -226,23 +199,14 @@ impl VmCgroup {
             return false;
         };
         text.lines().any(|line| {
-            line.split_once(' ')
-                .is_some_and(|(name, count)| name == key && count.trim() != "0")
+            line.split_once(' ').is_some_and(|(name, count)| name == key && count.trim() != "0")
         })
     }
 
     /// The memory limit in force, in bytes.
     pub fn memory_limit(&self) -> Option<u64> {
-        let name = if self.v2 {
-            "memory.max"
-        } else {
-            "memory.limit_in_bytes"
-        };
-        std::fs::read_to_string(self.file("memory", name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        let name = if self.v2 { "memory.max" } else { "memory.limit_in_bytes" };
+        std::fs::read_to_string(self.file("memory", name)).ok()?.trim().parse().ok()
     }
 
     /// Removes the group, killing what is still in it: whatever of a VM outlived its
@@ -282,9 +246,7 @@ impl VmCgroup {
     /// Sends `signal` to the group's processes not in `signalled`, and adds them to it;
     /// answers whether there was any.
     fn signal_new(
-        &self,
-        signal: nix::sys::signal::Signal,
-        signalled: &mut std::collections::HashSet<i32>,
+        &self, signal: nix::sys::signal::Signal, signalled: &mut std::collections::HashSet<i32>,
     ) -> bool {
         let mut any = false;
         for pid in self.dirs.iter().flat_map(|dir| processes_in(dir)) {
@@ -327,12 +289,7 @@ impl VmCgroup {
 /// The processes (thread-group ids) in the group directory `dir` of one hierarchy.
 fn processes_in(dir: &Path) -> Vec<i32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))
-        .map(|procs| {
-            procs
-                .lines()
-                .filter_map(|line| line.trim().parse().ok())
-                .collect()
-        })
+        .map(|procs| procs.lines().filter_map(|line| line.trim().parse().ok()).collect())
         .unwrap_or_default()
 }
 
@@ -345,9 +302,8 @@ fn stopped_or_gone(pid: i32) -> bool {
         std::fs::read_to_string(thread.path().join("stat")).map_or(true, |stat| {
             // The state follows the command name, which is in parentheses and may
             // itself hold any character.
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next());
+            let state =
+                stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
             matches!(state, Some('T' | 't' | 'Z' | 'X') | None)
         })
     })
@@ -380,14 +336,10 @@ fn v2_parent(own: &str) -> Result<PathBuf, String> {
     let root = Path::new("/sys/fs/cgroup");
     let mine = root.join(relative.trim_start_matches('/'));
     let available = std::fs::read_to_string(mine.join("cgroup.controllers")).unwrap_or_default();
-    if let Some(missing) = V2_CONTROLLERS
-        .iter()
-        .find(|c| !available.split_whitespace().any(|a| a == **c))
+    if let Some(missing) =
+        V2_CONTROLLERS.iter().find(|c| !available.split_whitespace().any(|a| a == **c))
     {
-        return Err(format!(
-            "the {missing} controller is not delegated to {}",
-            mine.display()
-        ));
+        return Err(format!("the {missing} controller is not delegated to {}", mine.display()));
     }
     let parent = mine.join(VM_GROUPS);
     std::fs::create_dir_all(&parent).map_err(|error| format!("{}: {error}", parent.display()))?;
@@ -425,10 +377,7 @@ fn v1_group<'a>(own: &'a str, controller: &str) -> Option<&'a str> {
     own.lines().find_map(|line| {
         let mut fields = line.splitn(3, ':');
         let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        controllers
-            .split(',')
-            .any(|c| c == controller)
-            .then_some(path)
+        controllers.split(',').any(|c| c == controller).then_some(path)
     })
 }
 
@@ -456,11 +405,7 @@ mod tests {
             }
         };
         let name = format!("test-{purpose}-{}", std::process::id());
-        let limits = VmLimits {
-            memory_bytes: 256 << 20,
-            max_tasks: 512,
-            cpu_weight: 100,
-        };
+        let limits = VmLimits { memory_bytes: 256 << 20, max_tasks: 512, cpu_weight: 100 };
         Some(cgroups.create(&name, limits, None).unwrap())
     }
 
@@ -499,23 +444,14 @@ mod tests {
         let members = || -> Vec<i32> { group.dirs.iter().flat_map(|d| processes_in(d)).collect() };
         // Stopped when it answers, not some time after.
         let at_stop = members();
-        let running: Vec<i32> = at_stop
-            .iter()
-            .copied()
-            .filter(|pid| !stopped_or_gone(*pid))
-            .collect();
+        let running: Vec<i32> =
+            at_stop.iter().copied().filter(|pid| !stopped_or_gone(*pid)).collect();
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let later = members();
         group.remove().await;
         shell.wait().unwrap();
-        assert!(
-            stopped > 1,
-            "the shell and its children were stopped ({stopped})"
-        );
-        assert!(
-            running.is_empty(),
-            "still running after the stop: {running:?}"
-        );
+        assert!(stopped > 1, "the shell and its children were stopped ({stopped})");
+        assert!(running.is_empty(), "still running after the stop: {running:?}");
         assert!(
             later.iter().all(|pid| at_stop.contains(pid)),
             "forked after the stop: {later:?} vs {at_stop:?}"
@@ -528,20 +464,12 @@ mod tests {
             return;
         };
         // An orphan in the making: the shell exits, its background sleep stays.
-        let output = shell_in(&group, "sleep 300 >/dev/null 2>&1 & echo $!")
-            .output()
-            .unwrap();
-        let orphan: i32 = String::from_utf8_lossy(&output.stdout)
-            .trim()
-            .parse()
-            .unwrap();
+        let output = shell_in(&group, "sleep 300 >/dev/null 2>&1 & echo $!").output().unwrap();
+        let orphan: i32 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
         let proc_dir = PathBuf::from(format!("/proc/{orphan}"));
         assert!(proc_dir.exists(), "the orphan runs");
         group.remove().await;
-        assert!(
-            group.dirs.iter().all(|dir| !dir.exists()),
-            "the group is gone"
-        );
+        assert!(group.dirs.iter().all(|dir| !dir.exists()), "the group is gone");
         // Killed; reaped by init (whose zombie, if any, has no command line left).
         let cmdline = std::fs::read(proc_dir.join("cmdline")).unwrap_or_default();
         assert!(cmdline.is_empty(), "{}", String::from_utf8_lossy(&cmdline));

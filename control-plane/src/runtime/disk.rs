@@ -36,20 +36,13 @@ impl VmDisks {
         if !Path::new("/dev/loop-control").exists() {
             return Err("this host has no loop devices (/dev/loop-control)".into());
         }
-        Ok(Self {
-            mkfs: find("mkfs.ext4")?,
-            mount: find("mount")?,
-            size_bytes,
-        })
+        Ok(Self { mkfs: find("mkfs.ext4")?, mount: find("mount")?, size_bytes })
     }
 
     /// Makes the VM's file system and mounts it on `mount_point` (an empty directory).
     pub async fn create(&self, browser_dir: &Path, mount_point: &Path) -> std::io::Result<()> {
         let image = browser_dir.join(IMAGE_FILE);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&image)?;
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&image)?;
         std::fs::set_permissions(&image, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         file.set_len(self.size_bytes)?;
         drop(file);
@@ -65,12 +58,7 @@ impl VmDisks {
             // `noinit_itable`: the image is a new sparse file, its inode tables read as
             // zeros already; the kernel's background zeroing would only write gigabytes
             // of them while the browser starts.
-            .args([
-                "-t",
-                "ext4",
-                "-o",
-                "loop,nosuid,nodev,noatime,noinit_itable",
-            ])
+            .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime,noinit_itable"])
             .arg(&image)
             .arg(mount_point);
         run(mount, "mounting the VM's disk").await?;
@@ -82,12 +70,8 @@ impl VmDisks {
 
 /// Runs `command` to its end; its error output says why it failed.
 async fn run(mut command: tokio::process::Command, what: &str) -> std::io::Result<()> {
-    let done = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .await?;
+    let done =
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).output().await?;
     if done.status.success() {
         return Ok(());
     }
@@ -116,10 +100,9 @@ pub fn remove(browser_dir: &Path, mount_point: &Path) {
 /// Whether a file system is mounted on `path` (its device differs from its parent's).
 fn is_mount_point(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let (Ok(own), Some(Ok(parent))) = (
-        std::fs::symlink_metadata(path),
-        path.parent().map(std::fs::symlink_metadata),
-    ) else {
+    let (Ok(own), Some(Ok(parent))) =
+        (std::fs::symlink_metadata(path), path.parent().map(std::fs::symlink_metadata))
+    else {
         return false;
     };
     own.is_dir() && own.dev() != parent.dev()

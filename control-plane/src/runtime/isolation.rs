@@ -48,35 +48,22 @@ impl HostCapabilities {
         let cgroup_v2_memory =
             std::fs::read_to_string(Path::new("/sys/fs/cgroup/cgroup.controllers"))
                 .is_ok_and(|controllers| controllers.split_whitespace().any(|c| c == "memory"));
-        Self {
-            user_namespaces,
-            bubblewrap,
-            cgroup_v2_memory,
-        }
+        Self { user_namespaces, bubblewrap, cgroup_v2_memory }
     }
 }
 
 impl IsolationReport {
     pub fn new(
-        sandboxed: bool,
-        enforced: Vec<String>,
-        not_enforced: Vec<Unenforced>,
+        sandboxed: bool, enforced: Vec<String>, not_enforced: Vec<Unenforced>,
         host: HostCapabilities,
     ) -> Self {
-        Self {
-            sandboxed,
-            enforced,
-            not_enforced,
-            host,
-        }
+        Self { sandboxed, enforced, not_enforced, host }
     }
 
     /// The local runtime: every browser in a sandbox of its own, or (`--isolation none`,
     /// development only) on this host as this service's user.
     pub fn local(
-        host: HostCapabilities,
-        sandbox: Option<&super::Sandbox>,
-        limits: &KernelLimits,
+        host: HostCapabilities, sandbox: Option<&super::Sandbox>, limits: &KernelLimits,
     ) -> Self {
         let mut enforced: Vec<String> = Vec::new();
         let mut not_enforced = Vec::new();
@@ -187,12 +174,7 @@ impl IsolationReport {
             ]
             .map(str::to_owned),
         );
-        Self {
-            sandboxed: sandbox.is_some(),
-            enforced,
-            not_enforced,
-            host,
-        }
+        Self { sandboxed: sandbox.is_some(), enforced, not_enforced, host }
     }
 
     /// One log line per protection not in force.
@@ -229,10 +211,6 @@ pub struct KernelLimits {
 impl KernelLimits {
     /// None at all (VMs without a sandbox, tests).
     pub fn none(reason: &str) -> Self {
-        Self {
-            cgroups: Err(reason.to_owned()),
-            disks: Err(reason.to_owned()),
-            cpu_weight: 100,
-        }
+        Self { cgroups: Err(reason.to_owned()), disks: Err(reason.to_owned()), cpu_weight: 100 }
     }
 }

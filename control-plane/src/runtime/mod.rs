@@ -109,9 +109,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// those younger than `spare_younger_than` (another replica on this host may be
     /// starting them: its session was recorded after the list was read).
     async fn reap_strays(
-        &self,
-        live_session_ids: &HashSet<String>,
-        spare_younger_than: std::time::Duration,
+        &self, live_session_ids: &HashSet<String>, spare_younger_than: std::time::Duration,
     );
 
     /// The file of a recording that a session's agent left on this host (finished, or
@@ -128,11 +126,9 @@ pub trait Runtime: Send + Sync + 'static {
         RuntimeCapabilities {
             chrome_policy: match self.isolation().sandboxed {
                 true => Ok(()),
-                false => Err(
-                    "chrome_policy needs browsers in sandboxes of their own (this \
+                false => Err("chrome_policy needs browsers in sandboxes of their own (this \
                               server runs with --isolation none)"
-                        .to_owned(),
-                ),
+                    .to_owned()),
             },
             egress_rules: Ok(()),
         }

@@ -8,9 +8,7 @@ pub fn is_running(pid: i64) -> bool {
         return false;
     };
     // The state letter follows the parenthesised command name, which may contain spaces.
-    let state = stat
-        .rsplit_once(") ")
-        .and_then(|(_, rest)| rest.chars().next());
+    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
     !matches!(state, None | Some('Z') | Some('X'))
 }
 
@@ -32,12 +30,7 @@ pub fn is_agent_for(pid: i64, vm_root: &Path) -> bool {
 pub fn process_group(pid: i64) -> Option<i64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // After the command name: state, ppid, pgrp.
-    stat.rsplit_once(") ")?
-        .1
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()
+    stat.rsplit_once(") ")?.1.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Live members of process group `group` whose command line mentions `path`: what is

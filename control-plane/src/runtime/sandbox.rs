@@ -127,9 +127,7 @@ const AGENT_CAPABILITIES: &[&str] = &[
 /// Whether unprivileged users may create user namespaces here (what bubblewrap needs).
 pub fn user_namespaces_allowed() -> bool {
     let sysctl = |name: &str| {
-        std::fs::read_to_string(name)
-            .ok()
-            .and_then(|value| value.trim().parse::<u64>().ok())
+        std::fs::read_to_string(name).ok().and_then(|value| value.trim().parse::<u64>().ok())
     };
     // Debian kernels can also switch them off for unprivileged users.
     sysctl("/proc/sys/user/max_user_namespaces").is_some_and(|max| max > 0)
@@ -143,11 +141,9 @@ impl Sandbox {
             "bubblewrap (`bwrap`) is not installed: install Debian's `bubblewrap` package",
         )?;
         if !user_namespaces_allowed() {
-            return Err(
-                "this kernel does not let unprivileged users create user namespaces \
+            return Err("this kernel does not let unprivileged users create user namespaces \
                  (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone)"
-                    .into(),
-            );
+                .into());
         }
         let (user, tenant) = if nix::unistd::geteuid().is_root() {
             let user = host_user(user_name, "--vm-user")?;
@@ -161,11 +157,7 @@ impl Sandbox {
         } else {
             (None, None)
         };
-        Ok(Self {
-            bwrap,
-            user,
-            tenant,
-        })
+        Ok(Self { bwrap, user, tenant })
     }
 
     pub fn user(&self) -> Option<VmUser> {
@@ -197,10 +189,7 @@ impl Sandbox {
     /// hash>`. The directories it passes through are made traversable (0711): listing and
     /// reading stay ours.
     pub fn place(
-        &self,
-        data_dir: &Path,
-        agent_binary: &Path,
-        node_runtime: Option<&Path>,
+        &self, data_dir: &Path, agent_binary: &Path, node_runtime: Option<&Path>,
     ) -> Result<VmPlacement, String> {
         let Some(user) = self.user else {
             return Ok(VmPlacement {
@@ -213,9 +202,7 @@ impl Sandbox {
         let base = if traversable_parents(data_dir) {
             data_dir.to_owned()
         } else {
-            let hash = hex::encode(sha2::Sha256::digest(
-                data_dir.as_os_str().as_encoded_bytes(),
-            ));
+            let hash = hex::encode(sha2::Sha256::digest(data_dir.as_os_str().as_encoded_bytes()));
             let base = Path::new(FALLBACK_VM_BASE).join(&hash[..16]);
             tracing::info!(
                 data_dir = %data_dir.display(),
@@ -229,10 +216,7 @@ impl Sandbox {
         let browsers_dir = base.join("browsers");
         let apps_dir = base.join("apps");
         let fallback = (base != data_dir).then(|| PathBuf::from(FALLBACK_VM_BASE));
-        for dir in fallback
-            .iter()
-            .chain([&base, &browsers_dir, &apps_dir, &agent_dir])
-        {
+        for dir in fallback.iter().chain([&base, &browsers_dir, &apps_dir, &agent_dir]) {
             std::fs::create_dir_all(dir).map_err(|e| fail(&dir.display().to_string(), e))?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
                 .map_err(|e| fail(&dir.display().to_string(), e))?;
@@ -261,12 +245,7 @@ impl Sandbox {
             ),
             None => None,
         };
-        Ok(VmPlacement {
-            browsers_dir,
-            apps_dir,
-            agent_binary: staged,
-            node_runtime,
-        })
+        Ok(VmPlacement { browsers_dir, apps_dir, agent_binary: staged, node_runtime })
     }
 
     /// The command that starts `agent` (with `agent_args`, which name paths inside the
@@ -275,12 +254,8 @@ impl Sandbox {
     /// hold at most `memory_bytes` each (what they hold counts in its memory too).
     /// With a tenant user, the sandbox waits on `userns_block` until `map_users` is done.
     pub fn command(
-        &self,
-        (agent, node_runtime): (&Path, Option<&Path>),
-        agent_args: Vec<OsString>,
-        (root, run): (&Path, &Path),
-        memory_bytes: u64,
-        (info, userns_block): (&OwnedFd, &OwnedFd),
+        &self, (agent, node_runtime): (&Path, Option<&Path>), agent_args: Vec<OsString>,
+        (root, run): (&Path, &Path), memory_bytes: u64, (info, userns_block): (&OwnedFd, &OwnedFd),
     ) -> tokio::process::Command {
         let mut command = self.system(run, memory_bytes);
         let mut bind = |option: &str, source: &Path, target: &str| {
@@ -293,14 +268,10 @@ impl Sandbox {
             bind("--ro-bind", runtime, VM_NODE_RUNTIME);
         }
         bind("--ro-bind", &run.join("policies"), POLICY_DIR);
-        command
-            .args(["--dir", "/tmp/.X11-unix"])
-            .args(["--chdir", VM_HOME]);
+        command.args(["--dir", "/tmp/.X11-unix"]).args(["--chdir", VM_HOME]);
         // With two users the agent is the VM's uid 0; with one, everything is uid 1000.
         let uid = if self.tenant.is_some() {
-            command
-                .arg("--userns-block-fd")
-                .arg(userns_block.as_raw_fd().to_string());
+            command.arg("--userns-block-fd").arg(userns_block.as_raw_fd().to_string());
             keep_fd(&mut command, userns_block.as_raw_fd());
             for capability in AGENT_CAPABILITIES {
                 command.args(["--cap-add", capability]);
@@ -322,11 +293,7 @@ impl Sandbox {
     /// service's minimal one (an app's `LD_PRELOAD` must never reach it). The run ends
     /// past `limits`.
     pub fn app_command(
-        &self,
-        agent: &Path,
-        app: AppMounts<'_>,
-        limits: AppLimits,
-        info: &OwnedFd,
+        &self, agent: &Path, app: AppMounts<'_>, limits: AppLimits, info: &OwnedFd,
         program: (&str, Vec<OsString>),
     ) -> tokio::process::Command {
         let memory_bytes = limits.tmpfs_bytes;
@@ -334,11 +301,7 @@ impl Sandbox {
         let mut bind = |option: &str, source: &Path, target: &str| {
             command.arg(option).arg(source).arg(target);
         };
-        let app_bind = if app.app_writable {
-            "--bind"
-        } else {
-            "--ro-bind"
-        };
+        let app_bind = if app.app_writable { "--bind" } else { "--ro-bind" };
         bind(app_bind, app.app, APP_DIR);
         bind("--bind", app.run, APP_RUN);
         bind("--bind", app.api_socket, APP_API_SOCKET);
@@ -377,13 +340,7 @@ impl Sandbox {
             name.into(),
         ];
         sandbox_args.extend(args);
-        self.finish(
-            command,
-            Some(info),
-            VM_AGENT.as_ref(),
-            sandbox_args,
-            VM_TENANT_UID,
-        )
+        self.finish(command, Some(info), VM_AGENT.as_ref(), sandbox_args, VM_TENANT_UID)
     }
 
     /// The command that runs a media tool (`program` with `args`, on its stdin and
@@ -392,11 +349,7 @@ impl Sandbox {
     /// memory-backed `/tmp` of at most `tmp_bytes`; nothing of the data directory, no
     /// network.
     pub fn tool_command(
-        &self,
-        program: &str,
-        args: &[String],
-        tmp_bytes: u64,
-        tool: &Path,
+        &self, program: &str, args: &[String], tmp_bytes: u64, tool: &Path,
     ) -> tokio::process::Command {
         let mut command = self.base(tmp_bytes);
         if tool.is_absolute() && !SYSTEM_DIRS.iter().any(|dir| tool.starts_with(dir)) {
@@ -414,17 +367,9 @@ impl Sandbox {
         let mut bind = |option: &str, source: &Path, target: &str| {
             command.arg(option).arg(source).arg(target);
         };
-        bind(
-            "--ro-bind",
-            &run.join(IDENTITY_DIR).join("passwd"),
-            "/etc/passwd",
-        );
+        bind("--ro-bind", &run.join(IDENTITY_DIR).join("passwd"), "/etc/passwd");
         for file in ["group", "hostname"] {
-            bind(
-                "--ro-bind",
-                &run.join(IDENTITY_DIR).join(file),
-                &format!("/etc/{file}"),
-            );
+            bind("--ro-bind", &run.join(IDENTITY_DIR).join(file), &format!("/etc/{file}"));
         }
         command
     }
@@ -440,14 +385,7 @@ impl Sandbox {
         }
         command
             .args(["--proc", "/proc", "--dev", "/dev"])
-            .args([
-                "--perms",
-                "1777",
-                "--size",
-                &memory_bytes.to_string(),
-                "--tmpfs",
-                "/tmp",
-            ])
+            .args(["--perms", "1777", "--size", &memory_bytes.to_string(), "--tmpfs", "/tmp"])
             .args(["--perms", "1777", "--size", &memory_bytes.to_string()])
             .args(["--tmpfs", "/dev/shm"]);
         let mut bind = |option: &str, source: &Path, target: &str| {
@@ -477,21 +415,12 @@ impl Sandbox {
 
     /// Namespaces, the VM user (`uid` inside), and `program`.
     fn finish(
-        &self,
-        mut command: tokio::process::Command,
-        info: Option<&OwnedFd>,
-        program: &Path,
-        args: Vec<OsString>,
-        uid: u32,
+        &self, mut command: tokio::process::Command, info: Option<&OwnedFd>, program: &Path,
+        args: Vec<OsString>, uid: u32,
     ) -> tokio::process::Command {
         command
             // Each namespace named: `--unshare-all` only tries the cgroup one.
-            .args([
-                "--unshare-user",
-                "--unshare-pid",
-                "--unshare-ipc",
-                "--unshare-net",
-            ])
+            .args(["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net"])
             .args(["--unshare-uts", "--unshare-cgroup"])
             .args(["--uid", &uid.to_string(), "--gid", &uid.to_string()])
             .args(["--hostname", VM_HOSTNAME]);
@@ -545,10 +474,7 @@ fn host_user(name: &str, flag: &str) -> Result<VmUser, String> {
     if user.uid.is_root() {
         return Err(format!("the user {name:?} is root"));
     }
-    Ok(VmUser {
-        uid: user.uid.as_raw(),
-        gid: user.gid.as_raw(),
-    })
+    Ok(VmUser { uid: user.uid.as_raw(), gid: user.gid.as_raw() })
 }
 
 /// Where an app sandbox's directories come from on the host.
@@ -669,18 +595,12 @@ pub fn write_identity(run: &Path) -> std::io::Result<()> {
          nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
     )?;
     std::fs::write(dir.join("hostname"), format!("{VM_HOSTNAME}\n"))?;
-    std::fs::write(
-        dir.join("group"),
-        "root:x:0:\nkernel:x:1000:\nnogroup:x:65534:\n",
-    )
+    std::fs::write(dir.join("group"), "root:x:0:\nkernel:x:1000:\nnogroup:x:65534:\n")
 }
 
 /// The host pid of the sandbox's PID 1, from bubblewrap's `--info-fd` JSON.
 pub fn child_pid(info: &str) -> Option<i64> {
-    serde_json::from_str::<serde_json::Value>(info)
-        .ok()?
-        .get("child-pid")?
-        .as_i64()
+    serde_json::from_str::<serde_json::Value>(info).ok()?.get("child-pid")?.as_i64()
 }
 
 fn find_in_path(program: &str) -> Option<PathBuf> {

@@ -65,10 +65,7 @@ impl HostQueue {
             waiting.insert(ticket);
         }
         METRICS.admission_queued(1);
-        Place {
-            queue: self,
-            ticket,
-        }
+        Place { queue: self, ticket }
     }
 
     /// How many creates waiting here came before `ticket` (all of them for `None`).
@@ -128,8 +125,7 @@ impl Sessions {
     /// Admits the new session and records it (the store's answer to the insert), or
     /// says why not. Waits for room on the host as the module says.
     pub(super) async fn admit(
-        self: &Arc<Self>,
-        record: &SessionRecord,
+        self: &Arc<Self>, record: &SessionRecord,
     ) -> ServiceResult<StoreResult<()>> {
         let deadline = Instant::now() + self.host_limits.queue_wait;
         let mut place: Option<Place<'_>> = None;
@@ -190,9 +186,7 @@ impl Sessions {
     /// One attempt: the organization's limits (refused at once), then the host's room,
     /// leaving `ahead` places to creates that came first. `Err` says the host is full.
     async fn try_admit(
-        &self,
-        record: &SessionRecord,
-        ahead: u64,
+        &self, record: &SessionRecord, ahead: u64,
     ) -> ServiceResult<Result<StoreResult<()>, Full>> {
         // In this process, then across replicas: no two admissions count before the
         // other inserted its own.
@@ -290,10 +284,7 @@ impl Sessions {
                 {
                     continue;
                 }
-                if let Err(error) = self
-                    .end(&member, "made room on the host for a create")
-                    .await
-                {
+                if let Err(error) = self.end(&member, "made room on the host for a create").await {
                     tracing::warn!(session_id = %member.id, %error, "could not end a standby browser");
                 }
                 return true;
@@ -356,11 +347,7 @@ impl Sessions {
             )));
         }
         let memory_of = |session: &SessionRecord| {
-            session
-                .vm_settings
-                .memory
-                .as_deref()
-                .map_or(0, spec::memory_bytes)
+            session.vm_settings.memory.as_deref().map_or(0, spec::memory_bytes)
         };
         let in_use: u64 = self
             .store

@@ -28,37 +28,26 @@ impl Sessions {
             entry.last = Instant::now();
             entry.recorded = false;
         }
-        CdpConnectionGuard {
-            sessions: self.clone(),
-            id: id.to_owned(),
-            client: None,
-            held: None,
-        }
+        CdpConnectionGuard { sessions: self.clone(), id: id.to_owned(), client: None, held: None }
     }
 
     /// `cdp_connection_opened` for a client of the session's user (a CDP or WebDriver
     /// client, a live viewer): its coming and going are telemetry `connection` events.
     pub fn client_connected(
-        self: &Arc<Self>,
-        session: &SessionRecord,
-        kind: ClientKind,
+        self: &Arc<Self>, session: &SessionRecord, kind: ClientKind,
     ) -> CdpConnectionGuard {
         let mut guard = self.cdp_connection_opened(&session.id);
         let connection_id = crate::ids::random_lowercase(16);
         let (kind_name, data) = match kind {
-            ClientKind::Cdp => (
-                "cdp_connect",
-                serde_json::json!({ "connection_id": connection_id }),
-            ),
-            ClientKind::LiveView => (
-                "live_view_connect",
-                serde_json::json!({ "session_id": connection_id }),
-            ),
+            ClientKind::Cdp => {
+                ("cdp_connect", serde_json::json!({ "connection_id": connection_id }))
+            }
+            ClientKind::LiveView => {
+                ("live_view_connect", serde_json::json!({ "session_id": connection_id }))
+            }
         };
-        self.telemetry.record(
-            session,
-            crate::telemetry::Event::api(Category::Connection, kind_name, data),
-        );
+        self.telemetry
+            .record(session, crate::telemetry::Event::api(Category::Connection, kind_name, data));
         guard.client = Some(ConnectedClient {
             session: session.clone(),
             kind,

@@ -101,10 +101,7 @@ pub fn tag_problems(field: &str, tags: &BTreeMap<String, String>) -> Vec<String>
 /// allowlist when it has one.
 pub fn start_url_problem(url: &str, allowed: Option<&HostAllowlist>) -> Option<String> {
     if url.len() > MAX_START_URL_BYTES {
-        return Some(format!(
-            "start_url: at most {} KiB",
-            MAX_START_URL_BYTES / 1024
-        ));
+        return Some(format!("start_url: at most {} KiB", MAX_START_URL_BYTES / 1024));
     }
     let parsed = match url::Url::parse(url) {
         Ok(parsed) => parsed,
@@ -132,9 +129,7 @@ pub fn location(request: &LocationRequest) -> Result<SessionLocation, Vec<String
     let timezone = request.timezone.as_deref().and_then(|timezone| {
         let known = is_timezone_name(timezone) && Path::new(ZONEINFO).join(timezone).is_file();
         if !known {
-            problems.push(format!(
-                "location.timezone: {timezone:?} is not an IANA timezone name"
-            ));
+            problems.push(format!("location.timezone: {timezone:?} is not an IANA timezone name"));
         }
         known.then(|| timezone.to_owned())
     });
@@ -147,11 +142,7 @@ pub fn location(request: &LocationRequest) -> Result<SessionLocation, Vec<String
         }
         canonical
     });
-    if problems.is_empty() {
-        Ok(SessionLocation { timezone, locale })
-    } else {
-        Err(problems)
-    }
+    if problems.is_empty() { Ok(SessionLocation { timezone, locale }) } else { Err(problems) }
 }
 
 /// Every timezone name `location` accepts here (the files of this host's zoneinfo
@@ -191,9 +182,7 @@ fn is_timezone_name(name: &str) -> bool {
             !part.is_empty()
                 && part != "."
                 && part != ".."
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_+-".contains(c))
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || "_+-".contains(c))
         })
 }
 
@@ -232,10 +221,7 @@ mod tests {
     #[test]
     fn locales_are_canonicalized_or_refused() {
         assert_eq!(canonical_locale("de-de").as_deref(), Some("de-DE"));
-        assert_eq!(
-            canonical_locale("zh_hant_tw").as_deref(),
-            Some("zh-Hant-TW")
-        );
+        assert_eq!(canonical_locale("zh_hant_tw").as_deref(), Some("zh-Hant-TW"));
         assert_eq!(canonical_locale("es-419").as_deref(), Some("es-419"));
         assert_eq!(canonical_locale("fr").as_deref(), Some("fr"));
         for bad in ["", "d", "deutsch", "de-DE-DE", "de--DE", "de-D3", "../x"] {
@@ -245,22 +231,11 @@ mod tests {
 
     #[test]
     fn timezones_are_names_of_the_database() {
-        let ok = location(&LocationRequest {
-            timezone: Some("Europe/Berlin".into()),
-            locale: None,
-        });
+        let ok =
+            location(&LocationRequest { timezone: Some("Europe/Berlin".into()), locale: None });
         assert!(ok.is_ok(), "{ok:?}");
-        for bad in [
-            "../../etc/passwd",
-            "/etc/passwd",
-            "Mars/Olympus",
-            "",
-            "Europe//Berlin",
-        ] {
-            let refused = location(&LocationRequest {
-                timezone: Some(bad.into()),
-                locale: None,
-            });
+        for bad in ["../../etc/passwd", "/etc/passwd", "Mars/Olympus", "", "Europe//Berlin"] {
+            let refused = location(&LocationRequest { timezone: Some(bad.into()), locale: None });
             assert!(refused.is_err(), "{bad}");
         }
     }
@@ -271,10 +246,7 @@ mod tests {
         assert!(start_url_problem("file:///etc/passwd", None).is_some());
         assert!(start_url_problem("not a url", None).is_some());
         let allowed = HostAllowlist::parse(&["example.com".to_owned()]).expect("valid");
-        assert_eq!(
-            start_url_problem("http://example.com/", Some(&allowed)),
-            None
-        );
+        assert_eq!(start_url_problem("http://example.com/", Some(&allowed)), None);
         assert!(start_url_problem("http://other.org/", Some(&allowed)).is_some());
     }
 

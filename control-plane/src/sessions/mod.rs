@@ -160,9 +160,7 @@ impl Sessions {
 
     /// Whether the pool is one of the standby browsers'.
     pub fn is_standby_pool(&self, pool_id: &str) -> bool {
-        self.standby
-            .get()
-            .is_some_and(|standby| standby.has_pool(pool_id))
+        self.standby.get().is_some_and(|standby| standby.has_pool(pool_id))
     }
 
     /// Lets creates claim the standby pools' browsers (see `standby`); set once, at start.
@@ -174,9 +172,7 @@ impl Sessions {
 
     /// Starts a browser, or returns the live session that already has the persistent id.
     pub async fn create(
-        self: &Arc<Self>,
-        org_id: &str,
-        new: BrowserSpec,
+        self: &Arc<Self>, org_id: &str, new: BrowserSpec,
     ) -> ServiceResult<SessionRecord> {
         if let Some(persistent_id) = &new.persistent_id
             && let Some(existing) = self.running_persistent(org_id, persistent_id).await?
@@ -256,10 +252,7 @@ impl Sessions {
     /// or the one claimed could not take the session's settings (it ended: the caller
     /// starts a browser instead). Admitted as a create is.
     async fn claim_standby(
-        self: &Arc<Self>,
-        pool_id: &str,
-        record: &SessionRecord,
-        new: &BrowserSpec,
+        self: &Arc<Self>, pool_id: &str, record: &SessionRecord, new: &BrowserSpec,
     ) -> ServiceResult<Option<SessionRecord>> {
         // A VM's egress is served by the replica that owns it: one owned elsewhere would
         // get the caller's proxy or allowlist only once that replica heard of it.
@@ -289,15 +282,12 @@ impl Sessions {
     }
 
     async fn take_over_standby(
-        self: &Arc<Self>,
-        claimed: SessionRecord,
-        new: BrowserSpec,
+        self: &Arc<Self>, claimed: SessionRecord, new: BrowserSpec,
     ) -> ServiceResult<Option<SessionRecord>> {
         self.changed(&claimed.id).await;
         if let Err(error) = self.apply_to_claimed(&claimed, &new).await {
             tracing::warn!(session_id = %claimed.id, %error, "a standby browser could not take the session's settings; starting one instead");
-            self.end(&claimed, "could not take the session's settings")
-                .await?;
+            self.end(&claimed, "could not take the session's settings").await?;
             return Ok(None);
         }
         self.touch(&claimed.id);
@@ -309,36 +299,25 @@ impl Sessions {
 
     /// What a launch would have given the browser and a running one can still take.
     async fn apply_to_claimed(
-        &self,
-        session: &SessionRecord,
-        new: &BrowserSpec,
+        &self, session: &SessionRecord, new: &BrowserSpec,
     ) -> ServiceResult<()> {
         if self.replica.owns(session) {
+            self.runtime.set_allowed_hosts(&session.id, new.allowed_hosts.clone());
             self.runtime
-                .set_allowed_hosts(&session.id, new.allowed_hosts.clone());
-            self.runtime.set_upstream(
-                &session.id,
-                new.proxy.as_ref().map(|(_, route)| route.clone()),
-            );
+                .set_upstream(&session.id, new.proxy.as_ref().map(|(_, route)| route.clone()));
         }
         // Claimed in the moment its agent died (before the watcher ended it).
         if let Some(location) = &session.agent
             && self.runtime.agent_exists(location) == Some(false)
         {
-            return Err(ServiceError::Unavailable(
-                "the standby browser's agent is gone".into(),
-            ));
+            return Err(ServiceError::Unavailable("the standby browser's agent is gone".into()));
         }
         let agent = self.agent(session)?;
         if (new.viewport_width, new.viewport_height) != standby::standby_viewport() {
-            agent
-                .resize_screen(new.viewport_width as u32, new.viewport_height as u32)
-                .await?;
+            agent.resize_screen(new.viewport_width as u32, new.viewport_height as u32).await?;
         }
         if let Some(location) = &new.location {
-            agent
-                .relaunch(location.timezone.as_deref(), location.locale.as_deref())
-                .await?;
+            agent.relaunch(location.timezone.as_deref(), location.locale.as_deref()).await?;
         }
         Ok(())
     }
@@ -347,17 +326,12 @@ impl Sessions {
     /// browsers outside pools (pools have a limit of their own). Called under
     /// `admission`, up to the session's insert.
     async fn launch(
-        self: &Arc<Self>,
-        record: SessionRecord,
-        new: BrowserSpec,
+        self: &Arc<Self>, record: SessionRecord, new: BrowserSpec,
     ) -> ServiceResult<SessionRecord> {
         let (extensions, proxy) = (new.extensions, new.proxy.map(|(_, route)| route));
         let profile_archive = new.profile.and_then(|(_, archive)| archive);
         let spec = LaunchSpec {
-            egress: VmEgress {
-                upstream: proxy,
-                allowed_hosts: new.allowed_hosts,
-            },
+            egress: VmEgress { upstream: proxy, allowed_hosts: new.allowed_hosts },
             memory_limit_bytes: Some(new.memory.1),
             chrome_policy: new.chrome_policy.map(serde_json::Value::Object),
             timezone: new.location.as_ref().and_then(|l| l.timezone.clone()),
@@ -370,18 +344,13 @@ impl Sessions {
             kiosk: record.kiosk_mode,
             stealth: record.stealth,
             background: record.pool_id.is_some(),
-            extensions: extensions
-                .iter()
-                .map(|e| (e.name.clone(), e.archive.clone()))
-                .collect(),
+            extensions: extensions.iter().map(|e| (e.name.clone(), e.archive.clone())).collect(),
         };
         let location = match self.runtime.launch(&spec).await {
             Ok(location) => location,
             Err(error) => {
-                let ended_here = self
-                    .store
-                    .end_session(&record.id, Utc::now(), "launch failed")
-                    .await?;
+                let ended_here =
+                    self.store.end_session(&record.id, Utc::now(), "launch failed").await?;
                 if !ended_here {
                     // A delete ended it first (and stopped the agent, failing the launch):
                     // a 5xx here would make the SDKs retry and start another browser.
@@ -395,11 +364,7 @@ impl Sessions {
                 });
             }
         };
-        if !self
-            .store
-            .set_session_running(&record.id, &location)
-            .await?
-        {
+        if !self.store.set_session_running(&record.id, &location).await? {
             // Deleted while it was starting: the deleter could not reach the agent yet.
             self.runtime.destroy(&record.id, Some(&location)).await;
             return Err(ServiceError::NotFound(
@@ -411,16 +376,11 @@ impl Sessions {
             self.store.mark_extensions_used(&ids, Utc::now()).await?;
         }
         if let Some(profile) = &record.profile {
-            self.store
-                .mark_profile_used(&profile.id, Utc::now())
-                .await?;
+            self.store.mark_profile_used(&profile.id, Utc::now()).await?;
         }
         self.touch(&record.id);
-        let running = SessionRecord {
-            status: SessionStatus::Running,
-            agent: Some(location),
-            ..record
-        };
+        let running =
+            SessionRecord { status: SessionStatus::Running, agent: Some(location), ..record };
         self.watch_agent(running.clone());
         self.telemetry.prepare(&running, &self.agents).await;
         if let Some(url) = &running.vm_settings.start_url {
@@ -432,17 +392,11 @@ impl Sessions {
     /// The live session with this persistent id, waiting while a concurrent create of
     /// the same id is still starting it.
     async fn running_persistent(
-        &self,
-        org_id: &str,
-        persistent_id: &str,
+        &self, org_id: &str, persistent_id: &str,
     ) -> ServiceResult<Option<SessionRecord>> {
         let deadline = Instant::now() + STARTING_WAIT;
         loop {
-            match self
-                .store
-                .live_session_by_persistent_id(org_id, persistent_id)
-                .await?
-            {
+            match self.store.live_session_by_persistent_id(org_id, persistent_id).await? {
                 Some(session) if session.status == SessionStatus::Running => {
                     self.touch(&session.id);
                     return Ok(Some(session));
@@ -497,16 +451,12 @@ impl Sessions {
                     && let Ok(mut running) = self.running.lock()
                     && !running.recently_ended.contains_key(&session.id)
                 {
-                    running
-                        .sessions
-                        .insert(session.id.clone(), (Instant::now(), session.clone()));
+                    running.sessions.insert(session.id.clone(), (Instant::now(), session.clone()));
                 }
                 self.touch(&session.id);
                 Ok(session)
             }
-            _ => Err(ServiceError::NotFound(format!(
-                "browser session {id_or_name} not found"
-            ))),
+            _ => Err(ServiceError::NotFound(format!("browser session {id_or_name} not found"))),
         }
     }
 
@@ -527,11 +477,7 @@ impl Sessions {
     /// A session's record changed: every replica drops its cached copy.
     async fn changed(&self, id: &str) {
         self.uncache(id);
-        self.replica
-            .publish(Signal::SessionChanged {
-                session_id: id.to_owned(),
-            })
-            .await;
+        self.replica.publish(Signal::SessionChanged { session_id: id.to_owned() }).await;
     }
 
     /// Drops the cached copy of a session whose record changed.
@@ -545,9 +491,7 @@ impl Sessions {
     /// reaps; returns whether this call did. Runs to its end even if the caller goes away:
     /// a session marked ended with its browser still running would never be reaped.
     pub async fn end(
-        self: &Arc<Self>,
-        session: &SessionRecord,
-        reason: &str,
+        self: &Arc<Self>, session: &SessionRecord, reason: &str,
     ) -> ServiceResult<bool> {
         let (this, session, reason) = (self.clone(), session.clone(), reason.to_owned());
         run_to_completion(async move { this.end_now(&session, &reason).await }).await
@@ -564,24 +508,13 @@ impl Sessions {
     }
 
     async fn end_now(&self, session: &SessionRecord, reason: &str) -> ServiceResult<bool> {
-        if !self
-            .store
-            .end_session(&session.id, Utc::now(), reason)
-            .await?
-        {
+        if !self.store.end_session(&session.id, Utc::now(), reason).await? {
             return Ok(false);
         }
         tracing::info!(session_id = %session.id, reason, "ending browser session");
         self.forget(&session.id);
-        self.replica
-            .publish(Signal::SessionEnded {
-                session_id: session.id.clone(),
-            })
-            .await;
-        let agent = session
-            .agent
-            .as_ref()
-            .and_then(|location| AgentClient::new(location).ok());
+        self.replica.publish(Signal::SessionEnded { session_id: session.id.clone() }).await;
+        let agent = session.agent.as_ref().and_then(|location| AgentClient::new(location).ok());
         // A pool browser never leased (idle, or claimed while idle) holds only the state
         // it started from: saving it would put that back over newer saves.
         let used = matches!(session.pool_lease, None | Some(PoolLease::Leased));
@@ -591,20 +524,14 @@ impl Sessions {
             .filter(|profile| profile.save_changes && used && agent.is_some());
         if saved_profile.is_none()
             && !self.replays.has_unfinished(session).await
-            && self
-                .runtime
-                .cut_off(&session.id, session.agent.as_ref())
-                .await
+            && self.runtime.cut_off(&session.id, session.agent.as_ref()).await
         {
             // Nothing anyone can read back waits on the rest: the VM is cut off now (no
             // connection reaches it once this answers) and taken apart in the background.
             // Should this process die first, `reap_strays` takes apart what is left at
             // the next start.
-            let (runtime, id, location) = (
-                self.runtime.clone(),
-                session.id.clone(),
-                session.agent.clone(),
-            );
+            let (runtime, id, location) =
+                (self.runtime.clone(), session.id.clone(), session.agent.clone());
             // Its processes are stopped: a create waiting for room may start its own.
             self.host_queue.room_freed();
             tokio::spawn(async move {
@@ -621,9 +548,7 @@ impl Sessions {
         if let (Some(profile), Some(agent)) = (saved_profile, &agent) {
             self.save_profile(&session.id, &profile.id, agent).await;
         }
-        self.runtime
-            .destroy(&session.id, session.agent.as_ref())
-            .await;
+        self.runtime.destroy(&session.id, session.agent.as_ref()).await;
         Ok(true)
     }
 
@@ -644,9 +569,7 @@ impl Sessions {
         if let Ok(mut running) = self.running.lock() {
             running.sessions.remove(id);
             running.recently_ended.insert(id.to_owned(), Instant::now());
-            running
-                .recently_ended
-                .retain(|_, ended| ended.elapsed() < RUNNING_CACHE_TTL * 2);
+            running.recently_ended.retain(|_, ended| ended.elapsed() < RUNNING_CACHE_TTL * 2);
         }
         if let Ok(mut activity) = self.activity.lock() {
             activity.remove(id);
@@ -671,18 +594,16 @@ impl Sessions {
             this.runtime.wait_for_exit(&location).await;
             // A standby browser's record has moved to the organization that claimed it.
             let session = match this.store.live_sessions().await {
-                Ok(live) => live
-                    .into_iter()
-                    .find(|current| current.id == session.id)
-                    .unwrap_or(session),
+                Ok(live) => {
+                    live.into_iter().find(|current| current.id == session.id).unwrap_or(session)
+                }
                 Err(_) => session,
             };
             let reason = this
                 .runtime
                 .exit_reason(&session.id)
                 .unwrap_or_else(|| "browser agent exited".to_owned());
-            this.telemetry
-                .record(&session, vm_end_event(&session, &reason));
+            this.telemetry.record(&session, vm_end_event(&session, &reason));
             if let Err(error) = this.end(&session, &reason).await {
                 tracing::warn!(session_id = %session.id, %error, "could not end a session whose agent exited");
             }
@@ -694,11 +615,7 @@ impl Sessions {
 /// its agent's crash.
 fn vm_end_event(session: &SessionRecord, reason: &str) -> crate::telemetry::Event {
     use crate::telemetry::Event;
-    let pid = session
-        .agent
-        .as_ref()
-        .and_then(|agent| agent.pid)
-        .unwrap_or_default();
+    let pid = session.agent.as_ref().and_then(|agent| agent.pid).unwrap_or_default();
     if reason.contains("more memory than its limit") {
         let limit_kb = crate::sessions::spec::memory_bytes(
             session.vm_settings.memory.as_deref().unwrap_or("1GiB"),

@@ -46,19 +46,10 @@ impl Sessions {
     /// session owns are reaped.
     pub async fn start_background(self: &Arc<Self>, heartbeat: Duration) -> anyhow::Result<()> {
         self.adopt(Adopt::AtStart).await?;
-        let live: HashSet<String> = self
-            .store
-            .live_sessions()
-            .await?
-            .into_iter()
-            .map(|session| session.id)
-            .collect();
+        let live: HashSet<String> =
+            self.store.live_sessions().await?.into_iter().map(|session| session.id).collect();
         // With other replicas, a VM started since the list was read is spared.
-        let spare = if self.replica.is_shared() {
-            Duration::from_secs(60)
-        } else {
-            Duration::ZERO
-        };
+        let spare = if self.replica.is_shared() { Duration::from_secs(60) } else { Duration::ZERO };
         self.runtime.reap_strays(&live, spare).await;
         tokio::spawn(self.clone().run_inactivity_reaper());
         tokio::spawn(self.clone().run_heartbeats(heartbeat));
@@ -102,11 +93,7 @@ impl Sessions {
                 .map(|(id, entry)| {
                     entry.recorded = true;
                     let ago = chrono::Duration::from_std(entry.last.elapsed()).unwrap_or_default();
-                    let at = if entry.open_cdp_connections > 0 {
-                        now
-                    } else {
-                        now - ago
-                    };
+                    let at = if entry.open_cdp_connections > 0 { now } else { now - ago };
                     (id.clone(), at)
                 })
                 .collect(),
@@ -128,9 +115,7 @@ impl Sessions {
     /// How long the session has not been used through any replica; `None` while a CDP
     /// connection to it is open here.
     fn idle_for(
-        &self,
-        session: &SessionRecord,
-        recorded: Option<chrono::DateTime<Utc>>,
+        &self, session: &SessionRecord, recorded: Option<chrono::DateTime<Utc>>,
     ) -> Option<Duration> {
         let here = match self.activity.lock() {
             Ok(activity) => match activity.get(&session.id) {
@@ -141,9 +126,8 @@ impl Sessions {
             Err(_) => return None,
         };
         // Used elsewhere later, or (never used) since it was created.
-        let elsewhere = (Utc::now() - recorded.unwrap_or(session.created_at))
-            .to_std()
-            .unwrap_or_default();
+        let elsewhere =
+            (Utc::now() - recorded.unwrap_or(session.created_at)).to_std().unwrap_or_default();
         Some(here.map_or(elsewhere, |here| here.min(elsewhere)))
     }
 
@@ -161,16 +145,14 @@ impl Sessions {
                 last_sweep = tokio::time::Instant::now();
                 live_at_last_sweep = self.sweep_strays(live_at_last_sweep.take()).await;
             }
-            let (live, activity) = match (
-                self.store.live_sessions().await,
-                self.store.session_activity().await,
-            ) {
-                (Ok(live), Ok(activity)) => (live, activity),
-                (Err(error), _) | (_, Err(error)) => {
-                    tracing::warn!(%error, "inactivity reaper could not list sessions");
-                    continue;
-                }
-            };
+            let (live, activity) =
+                match (self.store.live_sessions().await, self.store.session_activity().await) {
+                    (Ok(live), Ok(activity)) => (live, activity),
+                    (Err(error), _) | (_, Err(error)) => {
+                        tracing::warn!(%error, "inactivity reaper could not list sessions");
+                        continue;
+                    }
+                };
             let activity: std::collections::HashMap<_, _> = activity.into_iter().collect();
             for session in live {
                 // Pool browsers waiting to be leased (or being reset) are not in use by
@@ -190,9 +172,7 @@ impl Sessions {
                         "inactivity timeout"
                     }
                     SessionStatus::Starting
-                        if (Utc::now() - session.created_at)
-                            .to_std()
-                            .unwrap_or_default()
+                        if (Utc::now() - session.created_at).to_std().unwrap_or_default()
                             > STALE_START =>
                     {
                         "launch never finished"
@@ -301,10 +281,7 @@ impl Sessions {
                 }
             },
         };
-        Some(VmEgress {
-            upstream,
-            allowed_hosts,
-        })
+        Some(VmEgress { upstream, allowed_hosts })
     }
 
     /// Serves an adopted VM's egress again; false if it cannot be.
@@ -341,17 +318,10 @@ impl Sessions {
                 continue;
             }
             let me = self.replica.id().to_owned();
-            if !self
-                .store
-                .claim_session(&session.id, session.owner.as_deref(), &me)
-                .await?
-            {
+            if !self.store.claim_session(&session.id, session.owner.as_deref(), &me).await? {
                 continue;
             }
-            let session = SessionRecord {
-                owner: Some(me),
-                ..session
-            };
+            let session = SessionRecord { owner: Some(me), ..session };
             let alive = match (&session.status, &session.agent) {
                 (SessionStatus::Running, Some(location)) => match AgentClient::new(location) {
                     Ok(client) => client.status().await.is_ok(),
@@ -374,8 +344,7 @@ impl Sessions {
                 });
             } else {
                 tracing::info!(session_id = %session.id, "browser of a session is gone; ending it");
-                self.end(&session, "lost with the control plane that served it")
-                    .await?;
+                self.end(&session, "lost with the control plane that served it").await?;
             }
         }
         Ok(())
@@ -399,14 +368,8 @@ impl Sessions {
                     self.forget(&session_id);
                     self.runtime.forget(&session_id);
                 }
-                Signal::EgressChanged {
-                    org_id,
-                    session_id,
-                    allowlist,
-                    proxy,
-                } => {
-                    self.apply_egress(&org_id, &session_id, allowlist, proxy)
-                        .await
+                Signal::EgressChanged { org_id, session_id, allowlist, proxy } => {
+                    self.apply_egress(&org_id, &session_id, allowlist, proxy).await
                 }
                 Signal::ResetRequested { .. } | Signal::Adopted { .. } => {}
             }
@@ -415,11 +378,7 @@ impl Sessions {
 
     /// Applies a session's stored allowlist or proxy, if this replica serves it.
     async fn apply_egress(
-        self: &Arc<Self>,
-        org_id: &str,
-        session_id: &str,
-        allowlist: bool,
-        proxy: bool,
+        self: &Arc<Self>, org_id: &str, session_id: &str, allowlist: bool, proxy: bool,
     ) {
         let Ok(Some(session)) = self.store.session(org_id, session_id).await else {
             return;
@@ -431,17 +390,14 @@ impl Sessions {
         match self.egress_of(&session).await {
             Some(egress) => {
                 if allowlist {
-                    self.runtime
-                        .set_allowed_hosts(session_id, egress.allowed_hosts);
+                    self.runtime.set_allowed_hosts(session_id, egress.allowed_hosts);
                 }
                 if proxy {
                     self.runtime.set_upstream(session_id, egress.upstream);
                 }
             }
             None => {
-                let _ = self
-                    .end(&session, "its egress settings can no longer be served")
-                    .await;
+                let _ = self.end(&session, "its egress settings can no longer be served").await;
             }
         }
     }

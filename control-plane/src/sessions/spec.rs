@@ -99,10 +99,7 @@ pub const MEMORY_SIZES: [(&str, u64); 7] = [
 ];
 /// The bytes of a `memory` size (0 for one this server does not know).
 pub fn memory_bytes(size: &str) -> u64 {
-    MEMORY_SIZES
-        .iter()
-        .find(|(name, _)| *name == size)
-        .map_or(0, |(_, bytes)| *bytes)
+    MEMORY_SIZES.iter().find(|(name, _)| *name == size).map_or(0, |(_, bytes)| *bytes)
 }
 
 /// As the SDK documents: headless browsers get 1GiB, headful ones 8GiB.
@@ -111,11 +108,7 @@ const DEFAULT_MEMORY: (&str, &str) = ("1GiB", "8GiB");
 /// The `memory` a browser of this kind gets when the caller does not say.
 pub fn default_memory(headless: bool) -> &'static str {
     let (headless_default, headful_default) = DEFAULT_MEMORY;
-    if headless {
-        headless_default
-    } else {
-        headful_default
-    }
+    if headless { headless_default } else { headful_default }
 }
 pub const HEADLESS_MEMORY: &[&str] = &["1GiB", "2GiB", "4GiB"];
 pub const HEADFUL_MEMORY: &[&str] = &["8GiB", "16GiB"];
@@ -123,13 +116,8 @@ pub const HEADFUL_MEMORY: &[&str] = &["8GiB", "16GiB"];
 const MAX_CHROME_POLICY_BYTES: usize = 64 * 1024;
 /// Policies this server manages itself (proxy, extensions, DevTools): a browser's
 /// `chrome_policy` may not set them, as the SDK documents.
-const MANAGED_POLICY_PREFIXES: [&str; 5] = [
-    "Proxy",
-    "Extension",
-    "RemoteDebugging",
-    "DeveloperTools",
-    "CommandLineFlag",
-];
+const MANAGED_POLICY_PREFIXES: [&str; 5] =
+    ["Proxy", "Extension", "RemoteDebugging", "DeveloperTools", "CommandLineFlag"];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -156,9 +144,7 @@ pub fn viewport_problems(width: i64, height: i64, refresh_rate: Option<i64>) -> 
     if let Some(rate) = refresh_rate
         && !(1..=240).contains(&rate)
     {
-        problems.push(format!(
-            "viewport.refresh_rate must be between 1 and 240, got {rate}"
-        ));
+        problems.push(format!("viewport.refresh_rate must be between 1 and 240, got {rate}"));
     }
     problems
 }
@@ -283,11 +269,7 @@ pub fn referenced(config: &BrowserConfig) -> Vec<(&'static str, String, &'static
     }
     // A profile saved into is changed; one only loaded is used.
     if let Some((profile, save_changes)) = references.profile {
-        referenced.push((
-            "profiles",
-            profile,
-            if save_changes { "write" } else { "use" },
-        ));
+        referenced.push(("profiles", profile, if save_changes { "write" } else { "use" }));
     }
     referenced
 }
@@ -305,8 +287,7 @@ struct References {
 /// Every problem of the configuration (each message names its field), or the spec with
 /// its references still to resolve.
 fn validate(
-    config: &BrowserConfig,
-    persistent_id: Option<&str>,
+    config: &BrowserConfig, persistent_id: Option<&str>,
 ) -> Result<(BrowserSpec, References), Vec<String>> {
     let mut problems = Vec::new();
     let timeout_seconds = config.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
@@ -323,9 +304,7 @@ fn validate(
     if let Some(id) = persistent_id
         && (id.is_empty() || id.len() > MAX_PERSISTENT_ID_LENGTH)
     {
-        problems.push(format!(
-            "persistence.id must be 1 to {MAX_PERSISTENT_ID_LENGTH} characters"
-        ));
+        problems.push(format!("persistence.id must be 1 to {MAX_PERSISTENT_ID_LENGTH} characters"));
     }
     let requested = config.extensions.as_deref().unwrap_or_default();
     if requested.len() > MAX_EXTENSIONS {
@@ -335,18 +314,15 @@ fn validate(
     for (index, reference) in requested.iter().enumerate() {
         match reference.key() {
             Some(key) => extensions.push(key.to_owned()),
-            None => problems.push(format!(
-                "extensions[{index}] must have exactly one of id or name"
-            )),
+            None => {
+                problems.push(format!("extensions[{index}] must have exactly one of id or name"))
+            }
         }
     }
     let profile = match &config.profile {
         None => None,
         Some(reference) => {
-            let by = ResourceReference {
-                id: reference.id.clone(),
-                name: reference.name.clone(),
-            };
+            let by = ResourceReference { id: reference.id.clone(), name: reference.name.clone() };
             match by.key() {
                 Some(key) => Some((key.to_owned(), reference.save_changes.unwrap_or(false))),
                 None => {
@@ -372,16 +348,10 @@ fn validate(
         None => None,
     };
     let headless = config.headless.unwrap_or(false);
-    let memory = config
-        .memory
-        .clone()
-        .unwrap_or_else(|| default_memory(headless).to_owned());
+    let memory = config.memory.clone().unwrap_or_else(|| default_memory(headless).to_owned());
     // The sizes the SDK offers each kind of browser.
-    let (offered, kind) = if headless {
-        (HEADLESS_MEMORY, "headless")
-    } else {
-        (HEADFUL_MEMORY, "headful")
-    };
+    let (offered, kind) =
+        if headless { (HEADLESS_MEMORY, "headless") } else { (HEADFUL_MEMORY, "headful") };
     let memory_bytes = if offered.contains(&memory.as_str()) {
         memory_bytes(&memory)
     } else {
@@ -457,18 +427,12 @@ fn validate(
 fn chrome_policy_problems(policy: &serde_json::Map<String, serde_json::Value>) -> Vec<String> {
     let mut problems = Vec::new();
     if serde_json::to_vec(policy).map_or(0, |bytes| bytes.len()) > MAX_CHROME_POLICY_BYTES {
-        problems.push(format!(
-            "chrome_policy: at most {} KiB",
-            MAX_CHROME_POLICY_BYTES / 1024
-        ));
+        problems.push(format!("chrome_policy: at most {} KiB", MAX_CHROME_POLICY_BYTES / 1024));
     }
     for name in policy.keys() {
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
             problems.push(format!("chrome_policy: {name:?} is not a policy name"));
-        } else if MANAGED_POLICY_PREFIXES
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
-        {
+        } else if MANAGED_POLICY_PREFIXES.iter().any(|prefix| name.starts_with(prefix)) {
             problems.push(format!(
                 "chrome_policy.{name}: managed by this server (proxy, extensions and DevTools \
                  policies cannot be set)"
@@ -483,10 +447,7 @@ impl Sessions {
     /// found in fields of its own) and resolved: extensions, proxy and profile must be
     /// the organization's (a 400 otherwise, as for any invalid field).
     pub async fn spec(
-        &self,
-        org_id: &str,
-        config: &BrowserConfig,
-        persistent_id: Option<&str>,
+        &self, org_id: &str, config: &BrowserConfig, persistent_id: Option<&str>,
         more_problems: Vec<String>,
     ) -> ServiceResult<BrowserSpec> {
         let mut more_problems = more_problems;
@@ -508,9 +469,7 @@ impl Sessions {
                 return Err(ServiceError::Invalid(problems));
             }
         };
-        spec.extensions = self
-            .resolve_extensions(org_id, &references.extensions)
-            .await?;
+        spec.extensions = self.resolve_extensions(org_id, &references.extensions).await?;
         if let (Some(key), Some(settings)) =
             (&references.telemetry_destination, &mut spec.telemetry)
         {
@@ -525,22 +484,14 @@ impl Sessions {
                 ServiceError::NotFound(format!("profile: no profile {key:?} in this organization"))
             })?;
             let archive = self.profiles.launch_archive(&profile);
-            spec.profile = Some((
-                SessionProfile {
-                    id: profile.id,
-                    save_changes,
-                },
-                archive,
-            ));
+            spec.profile = Some((SessionProfile { id: profile.id, save_changes }, archive));
         }
         Ok(spec)
     }
 
     /// The id of the organization's OTLP destination, by id or name.
     pub(super) async fn telemetry_destination(
-        &self,
-        org_id: &str,
-        key: &str,
+        &self, org_id: &str, key: &str,
     ) -> ServiceResult<String> {
         let destination = self.store.destination(org_id, key).await?.ok_or_else(|| {
             ServiceError::NotFound(format!(
@@ -553,9 +504,7 @@ impl Sessions {
     /// The id of the organization's (not deleted) proxy, by id or name, and where it
     /// sends traffic.
     pub(super) async fn resolve_proxy(
-        &self,
-        org_id: &str,
-        id_or_name: &str,
+        &self, org_id: &str, id_or_name: &str,
     ) -> ServiceResult<(String, ProxyRoute)> {
         let proxy = match self.store.proxy(org_id, id_or_name).await {
             Ok(Some(proxy)) => proxy,
@@ -579,9 +528,7 @@ impl Sessions {
 
     /// Finds the referenced library extensions of the organization.
     async fn resolve_extensions(
-        &self,
-        org_id: &str,
-        references: &[String],
+        &self, org_id: &str, references: &[String],
     ) -> ServiceResult<Vec<LibraryExtension>> {
         let mut resolved: Vec<LibraryExtension> = Vec::new();
         let mut problems = Vec::new();
@@ -619,10 +566,7 @@ mod tests {
     fn defaults_follow_the_sdk_documentation() {
         let (spec, _) = validate(&BrowserConfig::default(), None).expect("defaults are valid");
         assert_eq!(spec.memory, ("8GiB".to_owned(), 8 << 30));
-        let headless = BrowserConfig {
-            headless: Some(true),
-            ..Default::default()
-        };
+        let headless = BrowserConfig { headless: Some(true), ..Default::default() };
         let (spec_headless, _) = validate(&headless, None).expect("valid");
         assert_eq!(spec_headless.memory.0, "1GiB");
         assert_eq!(spec.timeout_seconds, 60);
@@ -634,11 +578,7 @@ mod tests {
     fn every_invalid_field_is_reported() {
         let config = BrowserConfig {
             timeout_seconds: Some(5),
-            viewport: Some(Viewport {
-                width: 0,
-                height: 99_999,
-                refresh_rate: None,
-            }),
+            viewport: Some(Viewport { width: 0, height: 99_999, refresh_rate: None }),
             ..Default::default()
         };
         let Err(problems) = validate(&config, None) else {

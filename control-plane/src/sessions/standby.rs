@@ -49,18 +49,14 @@ impl Standby {
     pub async fn configure(store: &dyn Store, sizes: StandbySizes) -> StoreResult<Self> {
         let organization = store.ensure_organization(STANDBY_ORGANIZATION).await?;
         let mut pool_ids = [None, None];
-        for (slot, (headless, size)) in pool_ids
-            .iter_mut()
-            .zip([(false, sizes.headful), (true, sizes.headless)])
+        for (slot, (headless, size)) in
+            pool_ids.iter_mut().zip([(false, sizes.headful), (true, sizes.headless)])
         {
             let pool = ensure_pool(store, &organization.id, headless, size).await?;
             *slot = pool.filter(|pool| pool.size > 0).map(|pool| pool.id);
         }
         let [headful_pool, headless_pool] = pool_ids;
-        Ok(Self {
-            headful_pool,
-            headless_pool,
-        })
+        Ok(Self { headful_pool, headless_pool })
     }
 
     pub fn has_pool(&self, pool_id: &str) -> bool {
@@ -69,9 +65,7 @@ impl Standby {
 
     /// The standby pools there are.
     pub fn pool_ids(&self) -> impl Iterator<Item = &str> {
-        [self.headful_pool.as_deref(), self.headless_pool.as_deref()]
-            .into_iter()
-            .flatten()
+        [self.headful_pool.as_deref(), self.headless_pool.as_deref()].into_iter().flatten()
     }
 
     /// The standby pool whose browsers can become this session without a new launch,
@@ -103,21 +97,14 @@ pub fn standby_viewport() -> (i64, i64) {
 }
 
 fn pool_name(headless: bool) -> &'static str {
-    if headless {
-        "standby-headless"
-    } else {
-        "standby-headful"
-    }
+    if headless { "standby-headless" } else { "standby-headful" }
 }
 
 /// The standby pool of this kind at `size`: created if missing (unless `size` is 0),
 /// its size changed if it differs. Concurrent replicas starting together may both
 /// create it: the one that loses reads the winner's.
 async fn ensure_pool(
-    store: &dyn Store,
-    org_id: &str,
-    headless: bool,
-    size: u32,
+    store: &dyn Store, org_id: &str, headless: bool, size: u32,
 ) -> StoreResult<Option<PoolRecord>> {
     let name = pool_name(headless);
     let config = PoolConfig {

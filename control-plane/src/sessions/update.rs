@@ -80,9 +80,7 @@ impl Sessions {
     /// serialized and start from the stored record, so none undoes another. A pool
     /// browser changes only while leased (its lessee's changes end with the lease).
     pub async fn update(
-        &self,
-        session: &SessionRecord,
-        update: SessionUpdate,
+        &self, session: &SessionRecord, update: SessionUpdate,
     ) -> ServiceResult<SessionRecord> {
         if session.pool_id.is_some() && update.proxy.is_some() {
             return Err(ServiceError::Conflict(
@@ -154,9 +152,8 @@ impl Sessions {
             updated.vm_settings.start_url = Some(url.clone());
         }
         if update.telemetry.is_some() {
-            updated.vm_settings.telemetry = self
-                .telemetry_update(session, update.telemetry.as_ref())
-                .await?;
+            updated.vm_settings.telemetry =
+                self.telemetry_update(session, update.telemetry.as_ref()).await?;
         }
         if let Some(proxy) = &proxy {
             updated.proxy_id = proxy.as_ref().map(|(id, _)| id.clone());
@@ -201,8 +198,7 @@ impl Sessions {
             self.runtime.set_allowed_hosts(&session.id, allowed_hosts);
         }
         if let Some(proxy) = proxy {
-            self.runtime
-                .set_upstream(&session.id, proxy.map(|(_, route)| route));
+            self.runtime.set_upstream(&session.id, proxy.map(|(_, route)| route));
         }
         if !self.replica.owns(session)
             && matches!(egress_changed, Signal::EgressChanged { allowlist, proxy, .. } if allowlist || proxy)
@@ -232,10 +228,7 @@ impl Sessions {
     /// The profile a browser without one is to load, and its stored state (`None` while
     /// it has none).
     async fn profile_to_load(
-        &self,
-        session: &SessionRecord,
-        key: &str,
-        save_changes: bool,
+        &self, session: &SessionRecord, key: &str, save_changes: bool,
     ) -> ServiceResult<(SessionProfile, Option<std::path::PathBuf>)> {
         if let Some(loaded) = &session.profile {
             return Err(ServiceError::Conflict(format!(
@@ -243,21 +236,11 @@ impl Sessions {
                 loaded.id
             )));
         }
-        let profile = self
-            .store
-            .profile(&session.org_id, key)
-            .await?
-            .ok_or_else(|| {
-                ServiceError::NotFound(format!("profile: no profile {key:?} in this organization"))
-            })?;
+        let profile = self.store.profile(&session.org_id, key).await?.ok_or_else(|| {
+            ServiceError::NotFound(format!("profile: no profile {key:?} in this organization"))
+        })?;
         let archive = self.profiles.launch_archive(&profile);
-        Ok((
-            SessionProfile {
-                id: profile.id,
-                save_changes,
-            },
-            archive,
-        ))
+        Ok((SessionProfile { id: profile.id, save_changes }, archive))
     }
 
     /// Loads the profile's state into the browser (Chromium restarts with it) and
@@ -265,9 +248,7 @@ impl Sessions {
     /// `save_changes`. A profile without state yet has nothing to load: the browser
     /// goes on as it is, and its state becomes the profile's.
     async fn load_profile(
-        &self,
-        session: &SessionRecord,
-        profile: &SessionProfile,
+        &self, session: &SessionRecord, profile: &SessionProfile,
         archive: Option<std::path::PathBuf>,
     ) -> ServiceResult<()> {
         if let Some(archive) = archive {
@@ -281,11 +262,7 @@ impl Sessions {
                 "profile: this browser ended or was given a profile meanwhile".into(),
             ));
         }
-        if let Err(error) = self
-            .store
-            .mark_profile_used(&profile.id, chrono::Utc::now())
-            .await
-        {
+        if let Err(error) = self.store.mark_profile_used(&profile.id, chrono::Utc::now()).await {
             tracing::warn!(%error, profile_id = %profile.id, "could not record the profile's use");
         }
         self.changed(&session.id).await;
@@ -295,21 +272,18 @@ impl Sessions {
     /// Resizes the browser's screen and window. While a recording runs this is refused,
     /// unless `force`: the recordings then end and go on as new replays at the new size.
     async fn resize(
-        &self,
-        session: &SessionRecord,
-        viewport: &ViewportChange,
+        &self, session: &SessionRecord, viewport: &ViewportChange,
     ) -> ServiceResult<()> {
         let agent = self.agent(session)?;
         let resize = async {
-            agent
-                .resize_screen(viewport.width, viewport.height)
-                .await
-                .map_err(|error| match error {
+            agent.resize_screen(viewport.width, viewport.height).await.map_err(
+                |error| match error {
                     AgentError::InvalidArgument(message) => {
                         ServiceError::invalid(format!("viewport: {message}"))
                     }
                     other => other.into(),
-                })
+                },
+            )
         };
         if viewport.force {
             return self.replays.split_around(session, &agent, resize).await;
@@ -328,9 +302,7 @@ impl Sessions {
     /// what it returns, serialized with every other update.
     /// A session's telemetry settings after `request`, its destination looked up.
     async fn telemetry_update(
-        &self,
-        session: &SessionRecord,
-        request: Option<&TelemetryRequest>,
+        &self, session: &SessionRecord, request: Option<&TelemetryRequest>,
     ) -> ServiceResult<Option<TelemetrySettings>> {
         let current = session.vm_settings.telemetry.as_ref();
         let resolved = telemetry::on_update(current, request).map_err(ServiceError::Invalid)?;
@@ -355,8 +327,7 @@ impl Sessions {
     }
 
     pub async fn change_settings(
-        &self,
-        session: &SessionRecord,
+        &self, session: &SessionRecord,
         change: impl FnOnce(&SessionRecord) -> ServiceResult<SessionRecord>,
     ) -> ServiceResult<SessionRecord> {
         let _serialized = self.settings_lock.lock().await;
@@ -372,10 +343,7 @@ impl Sessions {
     async fn current(&self, session: &SessionRecord) -> ServiceResult<SessionRecord> {
         match self.store.session(&session.org_id, &session.id).await? {
             Some(current) if current.status != SessionStatus::Ended => Ok(current),
-            _ => Err(ServiceError::NotFound(format!(
-                "browser session {} not found",
-                session.id
-            ))),
+            _ => Err(ServiceError::NotFound(format!("browser session {} not found", session.id))),
         }
     }
 
@@ -424,7 +392,5 @@ impl Sessions {
 
 /// The answer to a name another live session of the organization has.
 pub fn name_taken(name: &str) -> ServiceError {
-    ServiceError::Conflict(format!(
-        "name: another live browser session is named {name:?}"
-    ))
+    ServiceError::Conflict(format!("name: another live browser session is named {name:?}"))
 }

@@ -82,10 +82,7 @@ pub trait AccessStore {
     /// Stores `rotated` and moves `old_id`'s end to `old_expires_at`: false (and
     /// `rotated` not kept) if `old_id` is no longer a live key.
     async fn rotate_api_key(
-        &self,
-        old_id: &str,
-        old_expires_at: DateTime<Utc>,
-        rotated: &ApiKeyRecord,
+        &self, old_id: &str, old_expires_at: DateTime<Utc>, rotated: &ApiKeyRecord,
     ) -> StoreResult<bool>;
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
     /// The organization's default project's id, made on first use.
@@ -101,12 +98,13 @@ impl AccessStore for SqlStore {
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
         let policy = key.policy.as_ref().map(json_text);
         let created_by = key.created_by.as_ref().map(json_text);
+        let statement = sql!(
+            "INSERT INTO api_keys ({API_KEY_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        );
         self.database()
             .execute(
-                sql!(
-                    "INSERT INTO api_keys ({API_KEY_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-                ),
+                statement,
                 params![
                     key.id,
                     key.org_id,
@@ -127,131 +125,85 @@ impl AccessStore for SqlStore {
     }
 
     async fn api_key(&self, id: &str) -> StoreResult<Option<ApiKeyRecord>> {
-        self.database()
-            .query_opt(
-                sql!("SELECT {API_KEY_COLUMNS} FROM api_keys WHERE id = $1"),
-                params![id],
-                api_key_from_row,
-            )
-            .await
+        let statement = sql!("SELECT {API_KEY_COLUMNS} FROM api_keys WHERE id = $1");
+        self.database().query_opt(statement, params![id], api_key_from_row).await
     }
 
     async fn api_keys(&self, org_id: &str) -> StoreResult<Vec<ApiKeyRecord>> {
-        self.database()
-            .query(
-                sql!(
-                    "SELECT {API_KEY_COLUMNS} FROM api_keys WHERE org_id = $1 \
-                     ORDER BY created_at, id"
-                ),
-                params![org_id],
-                api_key_from_row,
-            )
-            .await
+        let statement = sql!(
+            "SELECT {API_KEY_COLUMNS} FROM api_keys WHERE org_id = $1 \
+             ORDER BY created_at, id"
+        );
+        self.database().query(statement, params![org_id], api_key_from_row).await
     }
 
     async fn api_key_count(&self) -> StoreResult<u64> {
-        let count = self
-            .database()
-            .query_one(sql!("SELECT COUNT(*) FROM api_keys"), params![], |row| {
-                row.get::<i64>(0)
-            })
-            .await?;
+        let statement = sql!("SELECT COUNT(*) FROM api_keys");
+        let count =
+            self.database().query_one(statement, params![], |row| row.get::<i64>(0)).await?;
         Ok(count as u64)
     }
 
     async fn rename_api_key(&self, org_id: &str, id: &str, name: &str) -> StoreResult<bool> {
-        let changed = self
-            .database()
-            .execute(
-                sql!(
-                    "UPDATE api_keys SET name = $3 \
-                     WHERE org_id = $1 AND id = $2 AND deleted_at IS NULL"
-                ),
-                params![org_id, id, name],
-            )
-            .await?;
+        let statement = sql!(
+            "UPDATE api_keys SET name = $3 \
+             WHERE org_id = $1 AND id = $2 AND deleted_at IS NULL"
+        );
+        let changed = self.database().execute(statement, params![org_id, id, name]).await?;
         Ok(changed == 1)
     }
 
     async fn delete_api_key(&self, org_id: &str, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
-        let changed = self
-            .database()
-            .execute(
-                sql!(
-                    "UPDATE api_keys SET deleted_at = $3 \
-                     WHERE org_id = $1 AND id = $2 AND deleted_at IS NULL"
-                ),
-                params![org_id, id, at],
-            )
-            .await?;
+        let statement = sql!(
+            "UPDATE api_keys SET deleted_at = $3 \
+             WHERE org_id = $1 AND id = $2 AND deleted_at IS NULL"
+        );
+        let changed = self.database().execute(statement, params![org_id, id, at]).await?;
         Ok(changed == 1)
     }
 
     async fn rotate_api_key(
-        &self,
-        old_id: &str,
-        old_expires_at: DateTime<Utc>,
-        rotated: &ApiKeyRecord,
+        &self, old_id: &str, old_expires_at: DateTime<Utc>, rotated: &ApiKeyRecord,
     ) -> StoreResult<bool> {
         // The new key first: if the old one cannot be moved (deleted meanwhile), the new
         // one goes again, its secret never shown; a crash in between leaves an unused key.
         self.insert_api_key(rotated).await?;
-        let changed = self
-            .database()
-            .execute(
-                sql!(
-                    "UPDATE api_keys SET expires_at = $2 \
-                     WHERE id = $1 AND deleted_at IS NULL"
-                ),
-                params![old_id, old_expires_at],
-            )
-            .await?;
+        let statement = sql!(
+            "UPDATE api_keys SET expires_at = $2 \
+             WHERE id = $1 AND deleted_at IS NULL"
+        );
+        let changed = self.database().execute(statement, params![old_id, old_expires_at]).await?;
         if changed != 1 {
-            self.database()
-                .execute(
-                    sql!("DELETE FROM api_keys WHERE id = $1"),
-                    params![rotated.id],
-                )
-                .await?;
+            let statement = sql!("DELETE FROM api_keys WHERE id = $1");
+            self.database().execute(statement, params![rotated.id]).await?;
             return Ok(false);
         }
         Ok(true)
     }
 
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
-        self.database()
-            .execute(
-                sql!("UPDATE api_keys SET last_used_at = $2 WHERE id = $1"),
-                params![id, at],
-            )
-            .await?;
+        let statement = sql!("UPDATE api_keys SET last_used_at = $2 WHERE id = $1");
+        self.database().execute(statement, params![id, at]).await?;
         Ok(())
     }
 
     async fn default_project_id(&self, org_id: &str) -> StoreResult<String> {
         let now = Utc::now();
         let find = || async {
-            self.database()
-                .query_opt(
-                    sql!("SELECT id FROM projects WHERE org_id = $1 AND is_default"),
-                    params![org_id],
-                    |row| row.get::<String>(0),
-                )
-                .await
+            let statement = sql!("SELECT id FROM projects WHERE org_id = $1 AND is_default");
+            self.database().query_opt(statement, params![org_id], |row| row.get::<String>(0)).await
         };
         if let Some(id) = find().await? {
             return Ok(id);
         }
         // Two replicas may both get here: the unique index keeps one default.
+        let statement = sql!(
+            "INSERT INTO projects (id, org_id, name, status, is_default, created_at, \
+             updated_at) VALUES ($1, $2, 'default', 'active', TRUE, $3, $3) \
+             ON CONFLICT DO NOTHING"
+        );
         self.database()
-            .execute(
-                sql!(
-                    "INSERT INTO projects (id, org_id, name, status, is_default, created_at, \
-                     updated_at) VALUES ($1, $2, 'default', 'active', TRUE, $3, $3) \
-                     ON CONFLICT DO NOTHING"
-                ),
-                params![crate::ids::new_id("proj"), org_id, now],
-            )
+            .execute(statement, params![crate::ids::new_id("proj"), org_id, now])
             .await?;
         find()
             .await?
@@ -259,30 +211,23 @@ impl AccessStore for SqlStore {
     }
 
     async fn concurrency_cap(&self, org_id: &str) -> StoreResult<Option<i64>> {
+        let statement = sql!(
+            "SELECT max_concurrent_sessions FROM projects \
+             WHERE org_id = $1 AND is_default"
+        );
         let cap = self
             .database()
-            .query_opt(
-                sql!(
-                    "SELECT max_concurrent_sessions FROM projects \
-                     WHERE org_id = $1 AND is_default"
-                ),
-                params![org_id],
-                |row| row.get::<Option<i64>>(0),
-            )
+            .query_opt(statement, params![org_id], |row| row.get::<Option<i64>>(0))
             .await?;
         Ok(cap.flatten())
     }
 
     async fn set_concurrency_cap(&self, org_id: &str, cap: Option<i64>) -> StoreResult<()> {
-        self.database()
-            .execute(
-                sql!(
-                    "UPDATE projects SET max_concurrent_sessions = $2 \
-                     WHERE org_id = $1 AND is_default"
-                ),
-                params![org_id, cap],
-            )
-            .await?;
+        let statement = sql!(
+            "UPDATE projects SET max_concurrent_sessions = $2 \
+             WHERE org_id = $1 AND is_default"
+        );
+        self.database().execute(statement, params![org_id, cap]).await?;
         Ok(())
     }
 }

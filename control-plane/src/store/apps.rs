@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::database::record_of_row;
 use super::database::{Row, params, sql};
 use super::sql_store::SqlStore;
 use super::{StoreResult, scope};
@@ -77,10 +78,7 @@ pub trait AppsStore {
     /// Fails with `Conflict` when the organization has that app at that version.
     async fn insert_app_version(&self, app: &AppVersionRecord) -> StoreResult<()>;
     async fn app_version(
-        &self,
-        org_id: &str,
-        app_name: &str,
-        version: &str,
+        &self, org_id: &str, app_name: &str, version: &str,
     ) -> StoreResult<Option<AppVersionRecord>>;
     /// Oldest first.
     async fn list_app_versions(&self, org_id: &str) -> StoreResult<Vec<AppVersionRecord>>;
@@ -96,8 +94,7 @@ pub trait AppsStore {
     /// Replaces status, `finished_at` and document if the stored invocation has not
     /// finished; false otherwise (it is gone, or finished already: the first end wins).
     async fn update_unfinished_invocation(
-        &self,
-        invocation: &InvocationRecord,
+        &self, invocation: &InvocationRecord,
     ) -> StoreResult<bool>;
 }
 
@@ -109,56 +106,66 @@ const INVOCATION_COLUMNS: &str = "id, org_id, deployment_id, app_name, action_na
      status, started_at, finished_at, document, project_id";
 
 fn deployment_from_row(row: &Row<'_>) -> StoreResult<DeploymentRecord> {
-    Ok(DeploymentRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        status: row.get(2)?,
-        created_at: row.get(3)?,
-        updated_at: row.get(4)?,
-        document: row.get(5)?,
-        sealed: row.get(6)?,
-        project_id: row.get(7)?,
-    })
+    record_of_row!(
+        row,
+        DeploymentRecord {
+            id,
+            org_id,
+            status,
+            created_at,
+            updated_at,
+            document,
+            sealed,
+            project_id,
+        }
+    )
 }
 
 fn app_version_from_row(row: &Row<'_>) -> StoreResult<AppVersionRecord> {
-    Ok(AppVersionRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        app_name: row.get(2)?,
-        version: row.get(3)?,
-        deployment_id: row.get(4)?,
-        actions: row.get(5)?,
-        created_at: row.get(6)?,
-        project_id: row.get(7)?,
-    })
+    record_of_row!(
+        row,
+        AppVersionRecord {
+            id,
+            org_id,
+            app_name,
+            version,
+            deployment_id,
+            actions,
+            created_at,
+            project_id,
+        }
+    )
 }
 
 fn invocation_from_row(row: &Row<'_>) -> StoreResult<InvocationRecord> {
-    Ok(InvocationRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        deployment_id: row.get(2)?,
-        app_name: row.get(3)?,
-        action_name: row.get(4)?,
-        version: row.get(5)?,
-        status: row.get(6)?,
-        started_at: row.get(7)?,
-        finished_at: row.get(8)?,
-        document: row.get(9)?,
-        project_id: row.get(10)?,
-    })
+    record_of_row!(
+        row,
+        InvocationRecord {
+            id,
+            org_id,
+            deployment_id,
+            app_name,
+            action_name,
+            version,
+            status,
+            started_at,
+            finished_at,
+            document,
+            project_id,
+        }
+    )
 }
 
 #[async_trait]
 impl AppsStore for SqlStore {
     async fn insert_deployment(&self, d: &DeploymentRecord) -> StoreResult<()> {
+        let statement = sql!(
+            "INSERT INTO deployments ({DEPLOYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
+             $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
+        );
         self.database()
             .execute(
-                sql!(
-                    "INSERT INTO deployments ({DEPLOYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
-                     $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
-                ),
+                statement,
                 params![
                     d.id,
                     d.org_id,
@@ -175,79 +182,59 @@ impl AppsStore for SqlStore {
     }
 
     async fn deployment(&self, org_id: &str, id: &str) -> StoreResult<Option<DeploymentRecord>> {
+        let statement = sql!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE org_id = $1 AND id = $2 \
+             AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
+        );
         self.database()
-            .query_opt(
-                sql!(
-                    "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE org_id = $1 AND id = $2 \
-                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
-                ),
-                params![org_id, id, scope::current()],
-                deployment_from_row,
-            )
+            .query_opt(statement, params![org_id, id, scope::current()], deployment_from_row)
             .await
     }
 
     async fn list_deployments(&self, org_id: &str) -> StoreResult<Vec<DeploymentRecord>> {
+        let statement = sql!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE org_id = $1 \
+             AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
+        );
         self.database()
-            .query(
-                sql!(
-                    "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE org_id = $1 \
-                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
-                ),
-                params![org_id, scope::current()],
-                deployment_from_row,
-            )
+            .query(statement, params![org_id, scope::current()], deployment_from_row)
             .await
     }
 
     async fn deployments_in(&self, statuses: &[&str]) -> StoreResult<Vec<DeploymentRecord>> {
-        let all = self
-            .database()
-            .query(
-                sql!("SELECT {DEPLOYMENT_COLUMNS} FROM deployments ORDER BY created_at, id"),
-                params![],
-                deployment_from_row,
-            )
-            .await?;
-        Ok(all
-            .into_iter()
-            .filter(|d| statuses.contains(&d.status.as_str()))
-            .collect())
+        let statement =
+            sql!("SELECT {DEPLOYMENT_COLUMNS} FROM deployments ORDER BY created_at, id");
+        let all = self.database().query(statement, params![], deployment_from_row).await?;
+        Ok(all.into_iter().filter(|d| statuses.contains(&d.status.as_str())).collect())
     }
 
     async fn update_deployment(&self, d: &DeploymentRecord) -> StoreResult<bool> {
+        let statement = sql!(
+            "UPDATE deployments SET status = $3, updated_at = $4, document = $5 \
+             WHERE org_id = $1 AND id = $2"
+        );
         let updated = self
             .database()
-            .execute(
-                sql!(
-                    "UPDATE deployments SET status = $3, updated_at = $4, document = $5 \
-                     WHERE org_id = $1 AND id = $2"
-                ),
-                params![d.org_id, d.id, d.status, d.updated_at, d.document],
-            )
+            .execute(statement, params![d.org_id, d.id, d.status, d.updated_at, d.document])
             .await?;
         Ok(updated == 1)
     }
 
     async fn delete_deployment(&self, org_id: &str, id: &str) -> StoreResult<bool> {
         self.delete_app_versions(org_id, id).await?;
-        let deleted = self
-            .database()
-            .execute(
-                sql!("DELETE FROM deployments WHERE org_id = $1 AND id = $2"),
-                params![org_id, id],
-            )
-            .await?;
+        let statement = sql!("DELETE FROM deployments WHERE org_id = $1 AND id = $2");
+        let deleted = self.database().execute(statement, params![org_id, id]).await?;
         Ok(deleted == 1)
     }
 
     async fn insert_app_version(&self, a: &AppVersionRecord) -> StoreResult<()> {
+        let statement = sql!(
+            "INSERT INTO app_versions ({APP_VERSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
+             $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
+        );
         self.database()
             .execute(
-                sql!(
-                    "INSERT INTO app_versions ({APP_VERSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, \
-                     $6, $7, COALESCE($8, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
-                ),
+                statement,
                 params![
                     a.id,
                     a.org_id,
@@ -264,17 +251,15 @@ impl AppsStore for SqlStore {
     }
 
     async fn app_version(
-        &self,
-        org_id: &str,
-        app_name: &str,
-        version: &str,
+        &self, org_id: &str, app_name: &str, version: &str,
     ) -> StoreResult<Option<AppVersionRecord>> {
+        let statement = sql!(
+            "SELECT {APP_VERSION_COLUMNS} FROM app_versions \
+             WHERE org_id = $1 AND app_name = $2 AND version = $3 AND (CAST($4 AS TEXT) IS NULL OR project_id = $4)"
+        );
         self.database()
             .query_opt(
-                sql!(
-                    "SELECT {APP_VERSION_COLUMNS} FROM app_versions \
-                     WHERE org_id = $1 AND app_name = $2 AND version = $3 AND (CAST($4 AS TEXT) IS NULL OR project_id = $4)"
-                ),
+                statement,
                 params![org_id, app_name, version, scope::current()],
                 app_version_from_row,
             )
@@ -282,34 +267,28 @@ impl AppsStore for SqlStore {
     }
 
     async fn list_app_versions(&self, org_id: &str) -> StoreResult<Vec<AppVersionRecord>> {
+        let statement = sql!(
+            "SELECT {APP_VERSION_COLUMNS} FROM app_versions WHERE org_id = $1 \
+             AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
+        );
         self.database()
-            .query(
-                sql!(
-                    "SELECT {APP_VERSION_COLUMNS} FROM app_versions WHERE org_id = $1 \
-                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
-                ),
-                params![org_id, scope::current()],
-                app_version_from_row,
-            )
+            .query(statement, params![org_id, scope::current()], app_version_from_row)
             .await
     }
 
     async fn delete_app_versions(&self, org_id: &str, deployment_id: &str) -> StoreResult<u64> {
-        self.database()
-            .execute(
-                sql!("DELETE FROM app_versions WHERE org_id = $1 AND deployment_id = $2"),
-                params![org_id, deployment_id],
-            )
-            .await
+        let statement = sql!("DELETE FROM app_versions WHERE org_id = $1 AND deployment_id = $2");
+        self.database().execute(statement, params![org_id, deployment_id]).await
     }
 
     async fn insert_invocation(&self, i: &InvocationRecord) -> StoreResult<()> {
+        let statement = sql!(
+            "INSERT INTO invocations ({INVOCATION_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, COALESCE($11, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
+        );
         self.database()
             .execute(
-                sql!(
-                    "INSERT INTO invocations ({INVOCATION_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, COALESCE($11, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
-                ),
+                statement,
                 params![
                     i.id,
                     i.org_id,
@@ -329,51 +308,39 @@ impl AppsStore for SqlStore {
     }
 
     async fn invocation(&self, org_id: &str, id: &str) -> StoreResult<Option<InvocationRecord>> {
+        let statement = sql!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE org_id = $1 AND id = $2 \
+             AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
+        );
         self.database()
-            .query_opt(
-                sql!(
-                    "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE org_id = $1 AND id = $2 \
-                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
-                ),
-                params![org_id, id, scope::current()],
-                invocation_from_row,
-            )
+            .query_opt(statement, params![org_id, id, scope::current()], invocation_from_row)
             .await
     }
 
     async fn list_invocations(&self, org_id: &str) -> StoreResult<Vec<InvocationRecord>> {
+        let statement = sql!(
+            "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE org_id = $1 \
+             AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY started_at DESC, id DESC"
+        );
         self.database()
-            .query(
-                sql!(
-                    "SELECT {INVOCATION_COLUMNS} FROM invocations WHERE org_id = $1 \
-                     AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY started_at DESC, id DESC"
-                ),
-                params![org_id, scope::current()],
-                invocation_from_row,
-            )
+            .query(statement, params![org_id, scope::current()], invocation_from_row)
             .await
     }
 
     async fn unfinished_invocations(&self) -> StoreResult<Vec<InvocationRecord>> {
-        self.database()
-            .query(
-                sql!("SELECT {INVOCATION_COLUMNS} FROM invocations WHERE {UNFINISHED_INVOCATION}"),
-                params![],
-                invocation_from_row,
-            )
-            .await
+        let statement =
+            sql!("SELECT {INVOCATION_COLUMNS} FROM invocations WHERE {UNFINISHED_INVOCATION}");
+        self.database().query(statement, params![], invocation_from_row).await
     }
 
     async fn update_unfinished_invocation(&self, i: &InvocationRecord) -> StoreResult<bool> {
+        let statement = sql!(
+            "UPDATE invocations SET status = $3, finished_at = $4, document = $5 \
+             WHERE org_id = $1 AND id = $2 AND {UNFINISHED_INVOCATION}"
+        );
         let updated = self
             .database()
-            .execute(
-                sql!(
-                    "UPDATE invocations SET status = $3, finished_at = $4, document = $5 \
-                     WHERE org_id = $1 AND id = $2 AND {UNFINISHED_INVOCATION}"
-                ),
-                params![i.org_id, i.id, i.status, i.finished_at, i.document],
-            )
+            .execute(statement, params![i.org_id, i.id, i.status, i.finished_at, i.document])
             .await?;
         Ok(updated == 1)
     }

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use super::StoreResult;
+use super::database::record_of_row;
 use super::database::{Row, params, sql};
 use super::sql_store::SqlStore;
 
@@ -64,27 +65,30 @@ pub(super) const AUDIT_COLUMNS: &str = "id, org_id, ts_us, method, path, route, 
      request_id, user_id, email";
 
 pub(super) fn audit_from_row(row: &Row<'_>) -> StoreResult<AuditRecord> {
-    Ok(AuditRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        ts_us: row.get(2)?,
-        method: row.get(3)?,
-        path: row.get(4)?,
-        route: row.get(5)?,
-        status: row.get(6)?,
-        duration_ms: row.get(7)?,
-        client_ip: row.get(8)?,
-        user_agent: row.get(9)?,
-        domain: row.get(10)?,
-        auth_strategy: row.get(11)?,
-        api_key_id: row.get(12)?,
-        action: row.get(13)?,
-        resource: row.get(14)?,
-        outcome: row.get(15)?,
-        request_id: row.get(16)?,
-        user_id: row.get(17)?,
-        email: row.get(18)?,
-    })
+    record_of_row!(
+        row,
+        AuditRecord {
+            id,
+            org_id,
+            ts_us,
+            method,
+            path,
+            route,
+            status,
+            duration_ms,
+            client_ip,
+            user_agent,
+            domain,
+            auth_strategy,
+            api_key_id,
+            action,
+            resource,
+            outcome,
+            request_id,
+            user_id,
+            email,
+        }
+    )
 }
 
 #[async_trait]
@@ -97,11 +101,7 @@ pub trait AuditStore {
 
 /// `,a,b,` for a `LIKE '%,' || column || ',%'` test; empty for no filter.
 fn list_filter(values: &[String]) -> String {
-    if values.is_empty() {
-        String::new()
-    } else {
-        format!(",{},", values.join(","))
-    }
+    if values.is_empty() { String::new() } else { format!(",{},", values.join(",")) }
 }
 
 /// `%text%` for a case-insensitive `LIKE … ESCAPE '\'`; empty for no filter.
@@ -123,12 +123,13 @@ fn contains_pattern(text: &str) -> String {
 #[async_trait]
 impl AuditStore for SqlStore {
     async fn insert_audit(&self, r: &AuditRecord) -> StoreResult<()> {
+        let statement = sql!(
+            "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
+             $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        );
         self.database()
             .execute(
-                sql!(
-                    "INSERT INTO audit_log ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
-                     $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
-                ),
+                statement,
                 params![
                     r.id,
                     r.org_id,
@@ -157,23 +158,24 @@ impl AuditStore for SqlStore {
 
     async fn audit_records(&self, q: &AuditQuery) -> StoreResult<Vec<AuditRecord>> {
         let (before_us, before_id) = q.before.clone().unwrap_or((i64::MAX, String::new()));
+        let statement = sql!(
+            "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE org_id = $1 \
+             AND ts_us >= $2 AND ts_us < $3 \
+             AND (ts_us < $4 OR (ts_us = $4 AND $5 <> '' AND id < $5)) \
+             AND ($6 = '' OR method = $6) \
+             AND ($7 = '' OR $7 NOT LIKE '%,' || method || ',%') \
+             AND ($8 = '' OR auth_strategy = $8) \
+             AND (($9 = '' AND $10 = '') \
+             OR ($9 <> '' AND (lower(path) LIKE $9 ESCAPE '\\' \
+             OR lower(api_key_id) LIKE $9 ESCAPE '\\' \
+             OR lower(client_ip) LIKE $9 ESCAPE '\\' \
+             OR CAST(status AS TEXT) LIKE $9 ESCAPE '\\')) \
+             OR ($10 <> '' AND $10 LIKE '%,' || lower(api_key_id) || ',%')) \
+             ORDER BY ts_us DESC, id DESC LIMIT $11"
+        );
         self.database()
             .query(
-                sql!(
-                    "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE org_id = $1 \
-                     AND ts_us >= $2 AND ts_us < $3 \
-                     AND (ts_us < $4 OR (ts_us = $4 AND $5 <> '' AND id < $5)) \
-                     AND ($6 = '' OR method = $6) \
-                     AND ($7 = '' OR $7 NOT LIKE '%,' || method || ',%') \
-                     AND ($8 = '' OR auth_strategy = $8) \
-                     AND (($9 = '' AND $10 = '') \
-                          OR ($9 <> '' AND (lower(path) LIKE $9 ESCAPE '\\' \
-                              OR lower(api_key_id) LIKE $9 ESCAPE '\\' \
-                              OR lower(client_ip) LIKE $9 ESCAPE '\\' \
-                              OR CAST(status AS TEXT) LIKE $9 ESCAPE '\\')) \
-                          OR ($10 <> '' AND $10 LIKE '%,' || lower(api_key_id) || ',%')) \
-                     ORDER BY ts_us DESC, id DESC LIMIT $11"
-                ),
+                statement,
                 params![
                     q.org_id,
                     q.since_us,
@@ -193,13 +195,8 @@ impl AuditStore for SqlStore {
     }
 
     async fn prune_audit(&self, before_us: i64) -> StoreResult<u64> {
-        let pruned = self
-            .database()
-            .execute(
-                sql!("DELETE FROM audit_log WHERE ts_us < $1"),
-                params![before_us],
-            )
-            .await?;
+        let statement = sql!("DELETE FROM audit_log WHERE ts_us < $1");
+        let pruned = self.database().execute(statement, params![before_us]).await?;
         Ok(pruned)
     }
 }

@@ -36,11 +36,7 @@ pub trait CoordinationStore {
     /// Takes or renews the lease `name` for `holder` until `expires_at`; true if `holder`
     /// holds it now. A lease another holder let expire (`now` past its end) is taken.
     async fn hold_lease(
-        &self,
-        name: &str,
-        holder: &str,
-        now: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
+        &self, name: &str, holder: &str, now: DateTime<Utc>, expires_at: DateTime<Utc>,
     ) -> StoreResult<bool>;
 
     /// Gives the lease up, if `holder` has it (another replica may take it at once).
@@ -84,27 +80,17 @@ pub trait CoordinationStore {
 #[async_trait]
 impl CoordinationStore for SqlStore {
     async fn lock_admission(&self, org_id: &str) -> StoreResult<ExclusiveLock> {
-        self.database()
-            .exclusive(&format!("admission of {org_id}"), ADMISSION_WAIT)
-            .await
+        self.database().exclusive(&format!("admission of {org_id}"), ADMISSION_WAIT).await
     }
 
     async fn lock_host_admission(&self) -> StoreResult<ExclusiveLock> {
         // Not of the form "admission of …": no organization's lock has this key.
-        self.database()
-            .exclusive("host admission", ADMISSION_WAIT)
-            .await
+        self.database().exclusive("host admission", ADMISSION_WAIT).await
     }
 
     async fn live_vm_count(&self) -> StoreResult<u64> {
-        let count = self
-            .database()
-            .query_one(
-                sql!("SELECT COUNT(*) FROM browser_sessions WHERE status <> 'ended'"),
-                params![],
-                count_from_row,
-            )
-            .await?;
+        let statement = sql!("SELECT COUNT(*) FROM browser_sessions WHERE status <> 'ended'");
+        let count = self.database().query_one(statement, params![], count_from_row).await?;
         Ok(count as u64)
     }
 
@@ -113,88 +99,56 @@ impl CoordinationStore for SqlStore {
     }
 
     async fn hold_lease(
-        &self,
-        name: &str,
-        holder: &str,
-        now: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
+        &self, name: &str, holder: &str, now: DateTime<Utc>, expires_at: DateTime<Utc>,
     ) -> StoreResult<bool> {
-        let changed = self
-            .database()
-            .execute(
-                sql!(
-                    "INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3) \
-                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
-                     expires_at = excluded.expires_at \
-                     WHERE leases.holder = excluded.holder OR leases.expires_at < $4"
-                ),
-                params![name, holder, expires_at, now],
-            )
-            .await?;
+        let statement = sql!(
+            "INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+             expires_at = excluded.expires_at \
+             WHERE leases.holder = excluded.holder OR leases.expires_at < $4"
+        );
+        let changed =
+            self.database().execute(statement, params![name, holder, expires_at, now]).await?;
         Ok(changed == 1)
     }
 
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()> {
-        self.database()
-            .execute(
-                sql!("DELETE FROM leases WHERE name = $1 AND holder = $2"),
-                params![name, holder],
-            )
-            .await?;
+        let statement = sql!("DELETE FROM leases WHERE name = $1 AND holder = $2");
+        self.database().execute(statement, params![name, holder]).await?;
         Ok(())
     }
 
     async fn lease(&self, name: &str) -> StoreResult<Option<(String, DateTime<Utc>)>> {
+        let statement = sql!("SELECT holder, expires_at FROM leases WHERE name = $1");
         self.database()
-            .query_opt(
-                sql!("SELECT holder, expires_at FROM leases WHERE name = $1"),
-                params![name],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
+            .query_opt(statement, params![name], |row| Ok((row.get(0)?, row.get(1)?)))
             .await
     }
 
     async fn register_replica(
-        &self,
-        id: &str,
-        address: &str,
-        at: DateTime<Utc>,
+        &self, id: &str, address: &str, at: DateTime<Utc>,
     ) -> StoreResult<()> {
-        self.database()
-            .execute(
-                sql!(
-                    "INSERT INTO replicas (id, address, joined_at) VALUES ($1, $2, $3) \
-                     ON CONFLICT (id) DO UPDATE SET address = excluded.address, \
-                     joined_at = excluded.joined_at"
-                ),
-                params![id, address, at],
-            )
-            .await?;
+        let statement = sql!(
+            "INSERT INTO replicas (id, address, joined_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO UPDATE SET address = excluded.address, \
+             joined_at = excluded.joined_at"
+        );
+        self.database().execute(statement, params![id, address, at]).await?;
         Ok(())
     }
 
     async fn replica_address(&self, id: &str) -> StoreResult<Option<String>> {
-        self.database()
-            .query_opt(
-                sql!("SELECT address FROM replicas WHERE id = $1"),
-                params![id],
-                |row| row.get(0),
-            )
-            .await
+        let statement = sql!("SELECT address FROM replicas WHERE id = $1");
+        self.database().query_opt(statement, params![id], |row| row.get(0)).await
     }
 
     async fn lease_holders(&self, prefix: &str, now: DateTime<Utc>) -> StoreResult<Vec<String>> {
         // A prefix match without LIKE's wildcards.
-        self.database()
-            .query(
-                sql!(
-                    "SELECT holder FROM leases WHERE substr(name, 1, length($1)) = $1 \
-                     AND expires_at > $2"
-                ),
-                params![prefix, now],
-                |row| row.get(0),
-            )
-            .await
+        let statement = sql!(
+            "SELECT holder FROM leases WHERE substr(name, 1, length($1)) = $1 \
+             AND expires_at > $2"
+        );
+        self.database().query(statement, params![prefix, now], |row| row.get(0)).await
     }
 
     async fn notify(&self, channel: &str, payload: &str) -> StoreResult<()> {
@@ -206,16 +160,11 @@ impl CoordinationStore for SqlStore {
     }
 
     async fn claim_session(&self, id: &str, from: Option<&str>, to: &str) -> StoreResult<bool> {
-        let changed = self
-            .database()
-            .execute(
-                sql!(
-                    "UPDATE browser_sessions SET owner = $3 WHERE id = $1 AND status <> 'ended' \
-                     AND (owner = $2 OR (owner IS NULL AND $2 IS NULL))"
-                ),
-                params![id, from, to],
-            )
-            .await?;
+        let statement = sql!(
+            "UPDATE browser_sessions SET owner = $3 WHERE id = $1 AND status <> 'ended' \
+             AND (owner = $2 OR (owner IS NULL AND $2 IS NULL))"
+        );
+        let changed = self.database().execute(statement, params![id, from, to]).await?;
         Ok(changed == 1)
     }
 
@@ -232,25 +181,17 @@ impl CoordinationStore for SqlStore {
     }
 
     async fn record_activity(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()> {
-        self.database()
-            .execute(
-                sql!(
-                    "UPDATE browser_sessions SET last_active_at = $2 WHERE id = $1 \
-                     AND (last_active_at IS NULL OR last_active_at < $2)"
-                ),
-                params![id, at],
-            )
-            .await?;
+        let statement = sql!(
+            "UPDATE browser_sessions SET last_active_at = $2 WHERE id = $1 \
+             AND (last_active_at IS NULL OR last_active_at < $2)"
+        );
+        self.database().execute(statement, params![id, at]).await?;
         Ok(())
     }
 
     async fn session_activity(&self) -> StoreResult<Vec<(String, Option<DateTime<Utc>>)>> {
-        self.database()
-            .query(
-                sql!("SELECT id, last_active_at FROM browser_sessions WHERE status <> 'ended'"),
-                params![],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .await
+        let statement =
+            sql!("SELECT id, last_active_at FROM browser_sessions WHERE status <> 'ended'");
+        self.database().query(statement, params![], |row| Ok((row.get(0)?, row.get(1)?))).await
     }
 }

@@ -19,97 +19,39 @@ use super::{StoreError, StoreResult};
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
 /// them with its own type names (`sqlite_schema`). A new migration is a new line here.
 const MIGRATIONS: [(&str, &str); 21] = [
-    (
-        "V1__initial",
-        include_str!("../../migrations/V1__initial.sql"),
-    ),
-    (
-        "V2__extensions",
-        include_str!("../../migrations/V2__extensions.sql"),
-    ),
-    (
-        "V3__replays",
-        include_str!("../../migrations/V3__replays.sql"),
-    ),
-    (
-        "V4__proxies_and_pools",
-        include_str!("../../migrations/V4__proxies_and_pools.sql"),
-    ),
+    ("V1__initial", include_str!("../../migrations/V1__initial.sql")),
+    ("V2__extensions", include_str!("../../migrations/V2__extensions.sql")),
+    ("V3__replays", include_str!("../../migrations/V3__replays.sql")),
+    ("V4__proxies_and_pools", include_str!("../../migrations/V4__proxies_and_pools.sql")),
     (
         "V5__profiles_and_auth_connections",
         include_str!("../../migrations/V5__profiles_and_auth_connections.sql"),
     ),
-    (
-        "V6__pool_lease_ids",
-        include_str!("../../migrations/V6__pool_lease_ids.sql"),
-    ),
-    (
-        "V7__vm_settings",
-        include_str!("../../migrations/V7__vm_settings.sql"),
-    ),
-    (
-        "V8__session_names",
-        include_str!("../../migrations/V8__session_names.sql"),
-    ),
-    (
-        "V9__replay_audio",
-        include_str!("../../migrations/V9__replay_audio.sql"),
-    ),
-    (
-        "V10__credentials",
-        include_str!("../../migrations/V10__credentials.sql"),
-    ),
+    ("V6__pool_lease_ids", include_str!("../../migrations/V6__pool_lease_ids.sql")),
+    ("V7__vm_settings", include_str!("../../migrations/V7__vm_settings.sql")),
+    ("V8__session_names", include_str!("../../migrations/V8__session_names.sql")),
+    ("V9__replay_audio", include_str!("../../migrations/V9__replay_audio.sql")),
+    ("V10__credentials", include_str!("../../migrations/V10__credentials.sql")),
     ("V11__apps", include_str!("../../migrations/V11__apps.sql")),
-    (
-        "V12__leases",
-        include_str!("../../migrations/V12__leases.sql"),
-    ),
-    (
-        "V13__session_owners",
-        include_str!("../../migrations/V13__session_owners.sql"),
-    ),
-    (
-        "V14__telemetry",
-        include_str!("../../migrations/V14__telemetry.sql"),
-    ),
-    (
-        "V15__api_key_policies",
-        include_str!("../../migrations/V15__api_key_policies.sql"),
-    ),
-    (
-        "V16__audit_log",
-        include_str!("../../migrations/V16__audit_log.sql"),
-    ),
-    (
-        "V17__organization_limits",
-        include_str!("../../migrations/V17__organization_limits.sql"),
-    ),
-    (
-        "V18__projects",
-        include_str!("../../migrations/V18__projects.sql"),
-    ),
-    (
-        "V19__people",
-        include_str!("../../migrations/V19__people.sql"),
-    ),
+    ("V12__leases", include_str!("../../migrations/V12__leases.sql")),
+    ("V13__session_owners", include_str!("../../migrations/V13__session_owners.sql")),
+    ("V14__telemetry", include_str!("../../migrations/V14__telemetry.sql")),
+    ("V15__api_key_policies", include_str!("../../migrations/V15__api_key_policies.sql")),
+    ("V16__audit_log", include_str!("../../migrations/V16__audit_log.sql")),
+    ("V17__organization_limits", include_str!("../../migrations/V17__organization_limits.sql")),
+    ("V18__projects", include_str!("../../migrations/V18__projects.sql")),
+    ("V19__people", include_str!("../../migrations/V19__people.sql")),
     (
         "V20__audit_export_destinations",
         include_str!("../../migrations/V20__audit_export_destinations.sql"),
     ),
-    (
-        "V21__signed_in_sessions",
-        include_str!("../../migrations/V21__signed_in_sessions.sql"),
-    ),
+    ("V21__signed_in_sessions", include_str!("../../migrations/V21__signed_in_sessions.sql")),
 ];
 
 /// PostgreSQL column types and the SQLite types that hold the same values as the
 /// drivers write them (rusqlite stores timestamps as text and booleans as integers).
-const SQLITE_TYPES: [(&str, &str); 4] = [
-    ("TIMESTAMPTZ", "TEXT"),
-    ("BYTEA", "BLOB"),
-    ("BOOLEAN", "INTEGER"),
-    ("BIGINT", "INTEGER"),
-];
+const SQLITE_TYPES: [(&str, &str); 4] =
+    [("TIMESTAMPTZ", "TEXT"), ("BYTEA", "BLOB"), ("BOOLEAN", "INTEGER"), ("BIGINT", "INTEGER")];
 
 /// A migration's DDL with SQLite's type names. The result is byte for byte the SQLite
 /// text that databases created before the migrations were shared recorded (refinery
@@ -120,9 +62,8 @@ fn sqlite_schema(postgres: &str) -> String {
     while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric() || c == '_') {
         sqlite.push_str(&rest[..start]);
         rest = &rest[start..];
-        let end = rest
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(rest.len());
+        let end =
+            rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
         let word = &rest[..end];
         let mapped = SQLITE_TYPES
             .iter()
@@ -141,8 +82,7 @@ fn migration_runner(dialect: fn(&str) -> String) -> anyhow::Result<refinery::Run
 
 /// A runner of the first `count` migrations only: what an older release applied.
 fn migrations_runner(
-    dialect: fn(&str) -> String,
-    count: usize,
+    dialect: fn(&str) -> String, count: usize,
 ) -> anyhow::Result<refinery::Runner> {
     let migrations = MIGRATIONS
         .iter()
@@ -277,9 +217,7 @@ impl rusqlite::ToSql for Value {
 
 impl tokio_postgres::types::ToSql for Value {
     fn to_sql(
-        &self,
-        ty: &Type,
-        out: &mut bytes::BytesMut,
+        &self, ty: &Type, out: &mut bytes::BytesMut,
     ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
         // Checked: a value of the wrong type for its column is an error, not bad bytes.
         match self {
@@ -309,6 +247,21 @@ pub enum Row<'a> {
     Sqlite(&'a rusqlite::Row<'a>),
     Postgres(&'a tokio_postgres::Row),
 }
+
+/// `Ok($record { first: row.get(0)?, second: row.get(1)?, … })`: a record whose fields
+/// are the row's columns, in the order of its query's column list.
+macro_rules! record_of_row {
+    ($row:expr, $record:ident { $($field:ident),+ $(,)? }) => {{
+        let row = $row;
+        let mut column = 0;
+        let mut next = || {
+            column += 1;
+            column - 1
+        };
+        Ok($record { $($field: row.get(next())?),+ })
+    }};
+}
+pub(crate) use record_of_row;
 
 impl Row<'_> {
     pub fn get<T: Column>(&self, index: usize) -> StoreResult<T> {
@@ -340,25 +293,18 @@ pub enum Database {
 /// PostgreSQL's) as a release that knew only the first `migrations` migrations would,
 /// holding what `statements` (PostgreSQL's dialect, that release's schema) wrote.
 pub async fn build_old_database(
-    database_url: &str,
-    migrations: usize,
-    statements: &str,
+    database_url: &str, migrations: usize, statements: &str,
 ) -> anyhow::Result<()> {
     if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
         let (mut client, connection) = tokio_postgres::connect(database_url, NoTls).await?;
         let driver = tokio::spawn(connection);
-        migrations_runner(str::to_owned, migrations)?
-            .run_async(&mut client)
-            .await?;
+        migrations_runner(str::to_owned, migrations)?.run_async(&mut client).await?;
         client.batch_execute(statements).await?;
         drop(client);
         let _ = driver.await;
         return Ok(());
     }
-    let path = database_url
-        .strip_prefix("sqlite://")
-        .unwrap_or(database_url)
-        .to_owned();
+    let path = database_url.strip_prefix("sqlite://").unwrap_or(database_url).to_owned();
     let statements = sqlite_schema(statements);
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let mut connection = rusqlite::Connection::open(&path)?;
@@ -412,9 +358,7 @@ impl Database {
                 .await
                 .map_err(|error| anyhow::anyhow!("connecting to PostgreSQL failed: {error:?}"))?;
             let driver = tokio::spawn(connection);
-            migration_runner(str::to_owned)?
-                .run_async(&mut client)
-                .await?;
+            migration_runner(str::to_owned)?.run_async(&mut client).await?;
             drop(client);
             let _ = driver.await;
         }
@@ -446,9 +390,7 @@ impl Database {
                 .try_get(0)
                 .map_err(postgres_error)?;
             if taken {
-                return Ok(ExclusiveLock {
-                    client: Some(client),
-                });
+                return Ok(ExclusiveLock { client: Some(client) });
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(StoreError::Busy(format!(
@@ -513,9 +455,7 @@ impl Database {
 
     /// Runs a statement; returns how many rows it changed.
     pub async fn execute(
-        &self,
-        statement: &'static Statement,
-        params: Vec<Value>,
+        &self, statement: &'static Statement, params: Vec<Value>,
     ) -> StoreResult<u64> {
         super::statements::sent();
         match self {
@@ -530,20 +470,14 @@ impl Database {
             }
             Self::Postgres(pool, _) => {
                 let (client, prepared) = postgres_prepared(pool, statement).await?;
-                client
-                    .execute(&prepared, &postgres_params(&params))
-                    .await
-                    .map_err(postgres_error)
+                client.execute(&prepared, &postgres_params(&params)).await.map_err(postgres_error)
             }
         }
     }
 
     /// Runs a query; maps every row.
     pub async fn query<T: Send + 'static>(
-        &self,
-        statement: &'static Statement,
-        params: Vec<Value>,
-        map: Mapper<T>,
+        &self, statement: &'static Statement, params: Vec<Value>, map: Mapper<T>,
     ) -> StoreResult<Vec<T>> {
         super::statements::sent();
         match self {
@@ -573,10 +507,7 @@ impl Database {
 
     /// Runs a query that answers at most one row.
     pub async fn query_opt<T: Send + 'static>(
-        &self,
-        statement: &'static Statement,
-        params: Vec<Value>,
-        map: Mapper<T>,
+        &self, statement: &'static Statement, params: Vec<Value>, map: Mapper<T>,
     ) -> StoreResult<Option<T>> {
         let mut records = self.query(statement, params, map).await?;
         if records.len() > 1 {
@@ -590,23 +521,17 @@ impl Database {
 
     /// Runs a query that answers exactly one row.
     pub async fn query_one<T: Send + 'static>(
-        &self,
-        statement: &'static Statement,
-        params: Vec<Value>,
-        map: Mapper<T>,
+        &self, statement: &'static Statement, params: Vec<Value>, map: Mapper<T>,
     ) -> StoreResult<T> {
-        self.query_opt(statement, params, map)
-            .await?
-            .ok_or_else(|| {
-                StoreError::Backend("a statement meant to answer one row answered none".into())
-            })
+        self.query_opt(statement, params, map).await?.ok_or_else(|| {
+            StoreError::Backend("a statement meant to answer one row answered none".into())
+        })
     }
 }
 
 /// Runs `work` with the statement prepared on SQLite's connection, on a blocking thread.
 async fn sqlite_call<T: Send + 'static>(
-    connection: &Arc<Mutex<rusqlite::Connection>>,
-    statement: &'static Statement,
+    connection: &Arc<Mutex<rusqlite::Connection>>, statement: &'static Statement,
     work: impl FnOnce(&mut rusqlite::CachedStatement<'_>) -> StoreResult<T> + Send + 'static,
 ) -> StoreResult<T> {
     let connection = connection.clone();
@@ -614,9 +539,7 @@ async fn sqlite_call<T: Send + 'static>(
         let connection = connection
             .lock()
             .map_err(|_| StoreError::Backend("SQLite connection lock poisoned".into()))?;
-        let mut prepared = connection
-            .prepare_cached(&statement.sqlite)
-            .map_err(sqlite_error)?;
+        let mut prepared = connection.prepare_cached(&statement.sqlite).map_err(sqlite_error)?;
         work(&mut prepared)
     })
     .await
@@ -625,23 +548,17 @@ async fn sqlite_call<T: Send + 'static>(
 
 /// A pooled PostgreSQL connection with the statement prepared on it.
 async fn postgres_prepared(
-    pool: &Pool,
-    statement: &'static Statement,
+    pool: &Pool, statement: &'static Statement,
 ) -> StoreResult<(deadpool_postgres::Object, tokio_postgres::Statement)> {
     let client = pool.get().await.map_err(pool_error)?;
-    let prepared = client
-        .prepare_cached(&statement.postgres)
-        .await
-        .map_err(postgres_error)?;
+    let prepared = client.prepare_cached(&statement.postgres).await.map_err(postgres_error)?;
     Ok((client, prepared))
 }
 
 /// Listens on one connection until it is lost (or nobody receives any more).
 async fn forward_notifications<S, T>(
-    client: &tokio_postgres::Client,
-    mut connection: tokio_postgres::Connection<S, T>,
-    listen: &str,
-    payloads: &mpsc::UnboundedSender<String>,
+    client: &tokio_postgres::Client, mut connection: tokio_postgres::Connection<S, T>,
+    listen: &str, payloads: &mpsc::UnboundedSender<String>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -676,10 +593,7 @@ fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
 }
 
 fn postgres_params(params: &[Value]) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
-    params
-        .iter()
-        .map(|value| value as &(dyn tokio_postgres::types::ToSql + Sync))
-        .collect()
+    params.iter().map(|value| value as &(dyn tokio_postgres::types::ToSql + Sync)).collect()
 }
 
 fn sqlite_error(error: rusqlite::Error) -> StoreError {
@@ -708,11 +622,7 @@ impl ExclusiveLock {
         let Some(client) = self.client.take() else {
             return;
         };
-        if client
-            .execute("SELECT pg_advisory_unlock_all()", &[])
-            .await
-            .is_err()
-        {
+        if client.execute("SELECT pg_advisory_unlock_all()", &[]).await.is_err() {
             // Not back to the pool with a lock still held.
             drop(deadpool_postgres::Object::take(client));
         }

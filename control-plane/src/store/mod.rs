@@ -89,9 +89,7 @@ impl SessionStatus {
             "starting" => Ok(Self::Starting),
             "running" => Ok(Self::Running),
             "ended" => Ok(Self::Ended),
-            other => Err(StoreError::Backend(format!(
-                "unknown session status {other:?}"
-            ))),
+            other => Err(StoreError::Backend(format!("unknown session status {other:?}"))),
         }
     }
 }
@@ -372,9 +370,7 @@ impl ReplayStatus {
             "stopping" => Ok(Self::Stopping),
             "finished" => Ok(Self::Finished),
             "lost" => Ok(Self::Lost),
-            other => Err(StoreError::Backend(format!(
-                "unknown replay status {other:?}"
-            ))),
+            other => Err(StoreError::Backend(format!("unknown replay status {other:?}"))),
         }
     }
 }
@@ -443,17 +439,11 @@ pub trait Store:
     /// id never shadows that session.
     async fn session(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<SessionRecord>>;
     async fn live_session_by_persistent_id(
-        &self,
-        org_id: &str,
-        persistent_id: &str,
+        &self, org_id: &str, persistent_id: &str,
     ) -> StoreResult<Option<SessionRecord>>;
     /// Newest first.
     async fn list_sessions(
-        &self,
-        org_id: &str,
-        filter: SessionFilter,
-        limit: u32,
-        offset: u32,
+        &self, org_id: &str, filter: SessionFilter, limit: u32, offset: u32,
     ) -> StoreResult<Vec<SessionRecord>>;
     /// How many starting or running sessions the organization has outside pools.
     async fn live_browser_count(&self, org_id: &str) -> StoreResult<u64>;
@@ -468,11 +458,7 @@ pub trait Store:
     /// Replaces a live session's name, proxy and settings; false if it has ended,
     /// `Conflict` if another live session of the organization has the name.
     async fn set_session_settings(
-        &self,
-        id: &str,
-        name: Option<&str>,
-        proxy_id: Option<&str>,
-        settings: &VmSettings,
+        &self, id: &str, name: Option<&str>, proxy_id: Option<&str>, settings: &VmSettings,
     ) -> StoreResult<bool>;
 
     /// Gives a live session that has no profile this one; false if it has ended or
@@ -481,11 +467,7 @@ pub trait Store:
 
     /// Records a live session's new viewport; false if it has ended.
     async fn set_session_viewport(
-        &self,
-        id: &str,
-        width: i64,
-        height: i64,
-        refresh_rate: Option<i64>,
+        &self, id: &str, width: i64, height: i64, refresh_rate: Option<i64>,
     ) -> StoreResult<bool>;
 
     /// Fails with `Conflict` when the organization already has an extension of that name.
@@ -493,9 +475,7 @@ pub trait Store:
     /// Looks the id up first, then the name: a name that equals another extension's id
     /// never shadows that extension.
     async fn extension(
-        &self,
-        org_id: &str,
-        id_or_name: &str,
+        &self, org_id: &str, id_or_name: &str,
     ) -> StoreResult<Option<ExtensionRecord>>;
     /// Oldest first.
     async fn list_extensions(&self, org_id: &str) -> StoreResult<Vec<ExtensionRecord>>;
@@ -526,10 +506,7 @@ pub trait Store:
     async fn delete_profile(&self, org_id: &str, id: &str) -> StoreResult<bool>;
     /// Records a saved state; false if the profile is gone.
     async fn profile_saved(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-        size_bytes: i64,
+        &self, id: &str, at: DateTime<Utc>, size_bytes: i64,
     ) -> StoreResult<bool>;
     async fn mark_profile_used(&self, id: &str, at: DateTime<Utc>) -> StoreResult<()>;
 
@@ -537,14 +514,11 @@ pub trait Store:
     /// and domain.
     async fn insert_auth_connection(&self, connection: &AuthConnectionRecord) -> StoreResult<()>;
     async fn auth_connection(
-        &self,
-        org_id: &str,
-        id: &str,
+        &self, org_id: &str, id: &str,
     ) -> StoreResult<Option<AuthConnectionRecord>>;
     /// Oldest first; every organization's with `None`.
     async fn list_auth_connections(
-        &self,
-        org_id: Option<&str>,
+        &self, org_id: Option<&str>,
     ) -> StoreResult<Vec<AuthConnectionRecord>>;
     /// Replaces `document` and `credentials`; false if the connection is gone.
     async fn update_auth_connection(&self, connection: &AuthConnectionRecord) -> StoreResult<bool>;
@@ -554,10 +528,7 @@ pub trait Store:
     async fn insert_secret(&self, secret: &SecretRecord) -> StoreResult<()>;
     /// By id, else by name.
     async fn secret(
-        &self,
-        org_id: &str,
-        kind: SecretKind,
-        id_or_name: &str,
+        &self, org_id: &str, kind: SecretKind, id_or_name: &str,
     ) -> StoreResult<Option<SecretRecord>>;
     /// Oldest first.
     async fn list_secrets(&self, org_id: &str, kind: SecretKind) -> StoreResult<Vec<SecretRecord>>;
@@ -565,9 +536,7 @@ pub trait Store:
     /// last updated at `read_at` (as read before the change); false if it is gone or was
     /// changed since. Fails with `Conflict` when the new name is taken.
     async fn update_secret(
-        &self,
-        secret: &SecretRecord,
-        read_at: DateTime<Utc>,
+        &self, secret: &SecretRecord, read_at: DateTime<Utc>,
     ) -> StoreResult<bool>;
     async fn delete_secret(&self, org_id: &str, kind: SecretKind, id: &str) -> StoreResult<bool>;
 }
@@ -576,15 +545,9 @@ impl ReplayOutcome {
     /// The replay's (status, size_bytes, blob_key, failure) after this outcome.
     pub fn columns(&self) -> (ReplayStatus, Option<i64>, Option<&str>, Option<&str>) {
         match self {
-            Self::Video {
-                size_bytes,
-                blob_key,
-            } => (
-                ReplayStatus::Finished,
-                Some(*size_bytes),
-                Some(blob_key),
-                None,
-            ),
+            Self::Video { size_bytes, blob_key } => {
+                (ReplayStatus::Finished, Some(*size_bytes), Some(blob_key), None)
+            }
             Self::Lost(why) => (ReplayStatus::Lost, None, None, Some(why)),
         }
     }

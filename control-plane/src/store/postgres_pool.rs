@@ -30,15 +30,11 @@ fn builder(config: &tokio_postgres::Config) -> PoolBuilder {
     let manager = Manager::from_config(
         config.clone(),
         NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
+        ManagerConfig { recycling_method: RecyclingMethod::Fast },
     );
     // The connection returned last is handed out first: under light load the same few
     // stay busy and the others go idle, to be closed.
-    Pool::builder(manager)
-        .runtime(deadpool_postgres::Runtime::Tokio1)
-        .queue_mode(QueueMode::Lifo)
+    Pool::builder(manager).runtime(deadpool_postgres::Runtime::Tokio1).queue_mode(QueueMode::Lifo)
 }
 
 /// Closes, every `check`, the pooled connections unused for `idle_after`: a burst of
@@ -46,9 +42,7 @@ fn builder(config: &tokio_postgres::Config) -> PoolBuilder {
 /// (connections on both ends, their buffers and prepared statements) once it is over.
 /// Ends with the pool.
 fn close_idle_connections(
-    pool: &Pool,
-    idle_after: Duration,
-    check: Duration,
+    pool: &Pool, idle_after: Duration, check: Duration,
 ) -> tokio::task::JoinHandle<()> {
     let pool = pool.weak();
     tokio::spawn(async move {

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::StoreResult;
+use super::database::record_of_row;
 use super::database::{Row, params, sql};
 use super::sql_store::SqlStore;
 
@@ -49,17 +50,20 @@ const PROJECT_COLUMNS: &str = "id, org_id, name, status, is_default, created_at,
      max_concurrent_sessions, max_concurrent_invocations";
 
 fn project_from_row(row: &Row<'_>) -> StoreResult<ProjectRecord> {
-    Ok(ProjectRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        name: row.get(2)?,
-        status: row.get(3)?,
-        is_default: row.get(4)?,
-        created_at: row.get(5)?,
-        updated_at: row.get(6)?,
-        max_concurrent_sessions: row.get(7)?,
-        max_concurrent_invocations: row.get(8)?,
-    })
+    record_of_row!(
+        row,
+        ProjectRecord {
+            id,
+            org_id,
+            name,
+            status,
+            is_default,
+            created_at,
+            updated_at,
+            max_concurrent_sessions,
+            max_concurrent_invocations,
+        }
+    )
 }
 
 /// What a project may not hold when it is deleted, in the order `IN_USE` counts them.
@@ -89,12 +93,13 @@ const IN_USE: &str = "SELECT \
 #[async_trait]
 impl ProjectsStore for SqlStore {
     async fn insert_project(&self, p: &ProjectRecord) -> StoreResult<()> {
+        let statement = sql!(
+            "INSERT INTO projects ({PROJECT_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        );
         self.database()
             .execute(
-                sql!(
-                    "INSERT INTO projects ({PROJECT_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-                ),
+                statement,
                 params![
                     p.id,
                     p.org_id,
@@ -112,51 +117,38 @@ impl ProjectsStore for SqlStore {
     }
 
     async fn project(&self, org_id: &str, id_or_name: &str) -> StoreResult<Option<ProjectRecord>> {
-        self.database()
-            .query_opt(
-                sql!(
-                    "SELECT {PROJECT_COLUMNS} FROM projects WHERE org_id = $1 \
-                     AND deleted_at IS NULL AND (id = $2 OR name = $2) \
-                     ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 1"
-                ),
-                params![org_id, id_or_name],
-                project_from_row,
-            )
-            .await
+        let statement = sql!(
+            "SELECT {PROJECT_COLUMNS} FROM projects WHERE org_id = $1 \
+             AND deleted_at IS NULL AND (id = $2 OR name = $2) \
+             ORDER BY CASE WHEN id = $2 THEN 0 ELSE 1 END LIMIT 1"
+        );
+        self.database().query_opt(statement, params![org_id, id_or_name], project_from_row).await
     }
 
     async fn project_by_id(&self, id: &str) -> StoreResult<Option<ProjectRecord>> {
-        self.database()
-            .query_opt(
-                sql!("SELECT {PROJECT_COLUMNS} FROM projects WHERE id = $1 AND deleted_at IS NULL"),
-                params![id],
-                project_from_row,
-            )
-            .await
+        let statement =
+            sql!("SELECT {PROJECT_COLUMNS} FROM projects WHERE id = $1 AND deleted_at IS NULL");
+        self.database().query_opt(statement, params![id], project_from_row).await
     }
 
     async fn list_projects(&self, org_id: &str) -> StoreResult<Vec<ProjectRecord>> {
-        self.database()
-            .query(
-                sql!(
-                    "SELECT {PROJECT_COLUMNS} FROM projects WHERE org_id = $1 \
-                     AND deleted_at IS NULL ORDER BY created_at, id"
-                ),
-                params![org_id],
-                project_from_row,
-            )
-            .await
+        let statement = sql!(
+            "SELECT {PROJECT_COLUMNS} FROM projects WHERE org_id = $1 \
+             AND deleted_at IS NULL ORDER BY created_at, id"
+        );
+        self.database().query(statement, params![org_id], project_from_row).await
     }
 
     async fn update_project(&self, p: &ProjectRecord) -> StoreResult<bool> {
+        let statement = sql!(
+            "UPDATE projects SET name = $2, status = $3, updated_at = $4, \
+             max_concurrent_sessions = $5, max_concurrent_invocations = $6 \
+             WHERE id = $1 AND deleted_at IS NULL"
+        );
         let changed = self
             .database()
             .execute(
-                sql!(
-                    "UPDATE projects SET name = $2, status = $3, updated_at = $4, \
-                     max_concurrent_sessions = $5, max_concurrent_invocations = $6 \
-                     WHERE id = $1 AND deleted_at IS NULL"
-                ),
+                statement,
                 params![
                     p.id,
                     p.name,
@@ -171,23 +163,19 @@ impl ProjectsStore for SqlStore {
     }
 
     async fn delete_project(&self, id: &str, at: DateTime<Utc>) -> StoreResult<bool> {
-        let changed = self
-            .database()
-            .execute(
-                sql!(
-                    "UPDATE projects SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL \
-                     AND NOT is_default"
-                ),
-                params![id, at],
-            )
-            .await?;
+        let statement = sql!(
+            "UPDATE projects SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL \
+             AND NOT is_default"
+        );
+        let changed = self.database().execute(statement, params![id, at]).await?;
         Ok(changed == 1)
     }
 
     async fn project_in_use(&self, id: &str) -> StoreResult<Option<String>> {
+        let statement = sql!("{IN_USE}");
         let counts = self
             .database()
-            .query_one(sql!("{IN_USE}"), params![id], |row| {
+            .query_one(statement, params![id], |row| {
                 (0..IN_USE_LABELS.len())
                     .map(|index| row.get::<i64>(index))
                     .collect::<StoreResult<Vec<i64>>>()

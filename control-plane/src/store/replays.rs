@@ -13,10 +13,7 @@ use super::{ReplayOutcome, ReplayRecord, StoreResult};
 pub trait ReplaysStore: Send + Sync {
     async fn insert_replay(&self, replay: &ReplayRecord) -> StoreResult<()>;
     async fn replay(
-        &self,
-        org_id: &str,
-        session_id: &str,
-        id: &str,
+        &self, org_id: &str, session_id: &str, id: &str,
     ) -> StoreResult<Option<ReplayRecord>>;
     /// Oldest first.
     async fn list_replays(&self, org_id: &str, session_id: &str) -> StoreResult<Vec<ReplayRecord>>;
@@ -28,22 +25,20 @@ pub trait ReplaysStore: Send + Sync {
     /// Records how a stopping replay ended; returns false (changing nothing) if it was
     /// not stopping.
     async fn finish_replay(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-        outcome: &ReplayOutcome,
+        &self, id: &str, at: DateTime<Utc>, outcome: &ReplayOutcome,
     ) -> StoreResult<bool>;
 }
 
 #[async_trait]
 impl ReplaysStore for SqlStore {
     async fn insert_replay(&self, r: &ReplayRecord) -> StoreResult<()> {
+        let statement = sql!(
+            "INSERT INTO replays ({REPLAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
+             $8, $9, $10, $11, $12)"
+        );
         self.database()
             .execute(
-                sql!(
-                    "INSERT INTO replays ({REPLAY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
-                     $8, $9, $10, $11, $12)"
-                ),
+                statement,
                 params![
                     r.id,
                     r.org_id,
@@ -64,78 +59,49 @@ impl ReplaysStore for SqlStore {
     }
 
     async fn replay(
-        &self,
-        org_id: &str,
-        session_id: &str,
-        id: &str,
+        &self, org_id: &str, session_id: &str, id: &str,
     ) -> StoreResult<Option<ReplayRecord>> {
-        self.database()
-            .query_opt(
-                sql!(
-                    "SELECT {REPLAY_COLUMNS} FROM replays \
-                     WHERE org_id = $1 AND session_id = $2 AND id = $3"
-                ),
-                params![org_id, session_id, id],
-                replay_from_row,
-            )
-            .await
+        let statement = sql!(
+            "SELECT {REPLAY_COLUMNS} FROM replays \
+             WHERE org_id = $1 AND session_id = $2 AND id = $3"
+        );
+        self.database().query_opt(statement, params![org_id, session_id, id], replay_from_row).await
     }
 
     async fn list_replays(&self, org_id: &str, session_id: &str) -> StoreResult<Vec<ReplayRecord>> {
-        self.database()
-            .query(
-                sql!(
-                    "SELECT {REPLAY_COLUMNS} FROM replays WHERE org_id = $1 AND session_id = $2 \
-                     ORDER BY started_at, id"
-                ),
-                params![org_id, session_id],
-                replay_from_row,
-            )
-            .await
+        let statement = sql!(
+            "SELECT {REPLAY_COLUMNS} FROM replays WHERE org_id = $1 AND session_id = $2 \
+             ORDER BY started_at, id"
+        );
+        self.database().query(statement, params![org_id, session_id], replay_from_row).await
     }
 
     async fn unfinished_replays(&self) -> StoreResult<Vec<ReplayRecord>> {
-        self.database()
-            .query(
-                sql!(
-                    "SELECT {REPLAY_COLUMNS} FROM replays WHERE status IN ('recording', 'stopping') \
-                     ORDER BY started_at, id"
-                ),
-                params![],
-                replay_from_row,
-            )
-            .await
+        let statement = sql!(
+            "SELECT {REPLAY_COLUMNS} FROM replays WHERE status IN ('recording', 'stopping') \
+             ORDER BY started_at, id"
+        );
+        self.database().query(statement, params![], replay_from_row).await
     }
 
     async fn begin_replay_stop(&self, id: &str) -> StoreResult<bool> {
-        let changed = self
-            .database()
-            .execute(
-                sql!(
-                    "UPDATE replays SET status = 'stopping' WHERE id = $1 AND status = 'recording'"
-                ),
-                params![id],
-            )
-            .await?;
+        let statement =
+            sql!("UPDATE replays SET status = 'stopping' WHERE id = $1 AND status = 'recording'");
+        let changed = self.database().execute(statement, params![id]).await?;
         Ok(changed == 1)
     }
 
     async fn finish_replay(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-        outcome: &ReplayOutcome,
+        &self, id: &str, at: DateTime<Utc>, outcome: &ReplayOutcome,
     ) -> StoreResult<bool> {
         let (status, size_bytes, blob_key, failure) = outcome.columns();
+        let statement = sql!(
+            "UPDATE replays SET status = $2, finished_at = $3, size_bytes = $4, \
+             blob_key = $5, failure = $6 WHERE id = $1 AND status = 'stopping'"
+        );
         let changed = self
             .database()
-            .execute(
-                sql!(
-                    "UPDATE replays SET status = $2, finished_at = $3, size_bytes = $4, \
-                     blob_key = $5, failure = $6 WHERE id = $1 AND status = 'stopping'"
-                ),
-                params![id, status.as_str(), at, size_bytes, blob_key, failure],
-            )
+            .execute(statement, params![id, status.as_str(), at, size_bytes, blob_key, failure])
             .await?;
         Ok(changed == 1)
     }

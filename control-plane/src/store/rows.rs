@@ -2,6 +2,7 @@
 //! them becomes the record: written once for both backends.
 
 use super::database::Row;
+use super::database::record_of_row;
 use super::{
     AgentLocation, AuthConnectionRecord, ExtensionRecord, Organization, PoolLease, PoolRecord,
     ProfileRecord, ProxyRecord, ReplayRecord, ReplayStatus, SecretKind, SecretRecord,
@@ -28,11 +29,7 @@ pub const POOL_COLUMNS: &str = "id, org_id, name, size, config, created_at, proj
 pub const SECRET_COLUMNS: &str = "id, org_id, kind, name, created_at, updated_at, document, sealed";
 
 pub fn organization_from_row(row: &Row<'_>) -> StoreResult<Organization> {
-    Ok(Organization {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        created_at: row.get(2)?,
-    })
+    Ok(Organization { id: row.get(0)?, name: row.get(1)?, created_at: row.get(2)? })
 }
 
 pub fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
@@ -46,10 +43,9 @@ pub fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
         None => None,
     };
     let profile = match row.get::<Option<String>>(21)? {
-        Some(id) => Some(SessionProfile {
-            id,
-            save_changes: row.get::<Option<bool>>(22)?.unwrap_or(false),
-        }),
+        Some(id) => {
+            Some(SessionProfile { id, save_changes: row.get::<Option<bool>>(22)?.unwrap_or(false) })
+        }
         None => None,
     };
     Ok(SessionRecord {
@@ -87,15 +83,10 @@ pub fn session_from_row(row: &Row<'_>) -> StoreResult<SessionRecord> {
 }
 
 pub fn extension_from_row(row: &Row<'_>) -> StoreResult<ExtensionRecord> {
-    Ok(ExtensionRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        name: row.get(2)?,
-        size_bytes: row.get(3)?,
-        blob_key: row.get(4)?,
-        created_at: row.get(5)?,
-        last_used_at: row.get(6)?,
-    })
+    record_of_row!(
+        row,
+        ExtensionRecord { id, org_id, name, size_bytes, blob_key, created_at, last_used_at }
+    )
 }
 
 pub fn replay_from_row(row: &Row<'_>) -> StoreResult<ReplayRecord> {
@@ -116,27 +107,25 @@ pub fn replay_from_row(row: &Row<'_>) -> StoreResult<ReplayRecord> {
 }
 
 pub fn profile_from_row(row: &Row<'_>) -> StoreResult<ProfileRecord> {
-    Ok(ProfileRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        name: row.get(2)?,
-        created_at: row.get(3)?,
-        updated_at: row.get(4)?,
-        last_used_at: row.get(5)?,
-        size_bytes: row.get(6)?,
-    })
+    record_of_row!(
+        row,
+        ProfileRecord { id, org_id, name, created_at, updated_at, last_used_at, size_bytes }
+    )
 }
 
 pub fn auth_connection_from_row(row: &Row<'_>) -> StoreResult<AuthConnectionRecord> {
-    Ok(AuthConnectionRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        domain: row.get(2)?,
-        profile_name: row.get(3)?,
-        created_at: row.get(4)?,
-        document: row.get(5)?,
-        credentials: row.get(6)?,
-    })
+    record_of_row!(
+        row,
+        AuthConnectionRecord {
+            id,
+            org_id,
+            domain,
+            profile_name,
+            created_at,
+            document,
+            credentials,
+        }
+    )
 }
 
 pub fn secret_from_row(row: &Row<'_>) -> StoreResult<SecretRecord> {
@@ -148,9 +137,7 @@ pub fn secret_from_row(row: &Row<'_>) -> StoreResult<SecretRecord> {
             "credential" => SecretKind::Credential,
             "credential_provider" => SecretKind::CredentialProvider,
             other => {
-                return Err(StoreError::Backend(format!(
-                    "unknown secret kind {other:?}"
-                )));
+                return Err(StoreError::Backend(format!("unknown secret kind {other:?}")));
             }
         },
         name: row.get(3)?,

@@ -32,17 +32,13 @@ pub fn confine(project_id: &str) {
 
 /// The project the current request is confined to, if any.
 pub fn current() -> Option<String> {
-    REQUEST_PROJECT
-        .try_with(|cell| cell.get().cloned())
-        .ok()
-        .flatten()
+    REQUEST_PROJECT.try_with(|cell| cell.get().cloned()).ok().flatten()
 }
 
 /// The project a row the current request makes belongs to: the request's, else the
 /// organization's default project.
 pub async fn project_for_new(
-    store: &(impl super::AccessStore + ?Sized),
-    org_id: &str,
+    store: &(impl super::AccessStore + ?Sized), org_id: &str,
 ) -> super::StoreResult<String> {
     match current() {
         Some(project_id) => Ok(project_id),

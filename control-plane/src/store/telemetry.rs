@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::database::record_of_row;
 use super::database::{Row, Statement, Value, params, sql};
 use super::sql_store::SqlStore;
 use super::{StoreResult, scope};
@@ -91,11 +92,7 @@ pub trait TelemetryStore {
     /// they got here (their `seq` values stay unused, a visible gap); answers the `seq`
     /// of each event. Keeps at most `keep` events of the session (the oldest go).
     async fn append_telemetry(
-        &self,
-        session_id: &str,
-        org_id: &str,
-        events: &[NewTelemetryEvent],
-        skipped: i64,
+        &self, session_id: &str, org_id: &str, events: &[NewTelemetryEvent], skipped: i64,
         keep: i64,
     ) -> StoreResult<Vec<i64>>;
 
@@ -115,10 +112,7 @@ pub trait TelemetryStore {
     async fn delete_destination(&self, org_id: &str, id: &str) -> StoreResult<bool>;
     /// Records one delivery's outcome: `error` is a sanitized class, `None` a success.
     async fn record_export(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-        error: Option<&str>,
+        &self, id: &str, at: DateTime<Utc>, error: Option<&str>,
     ) -> StoreResult<()>;
 }
 
@@ -127,29 +121,28 @@ const DESTINATION_COLUMNS: &str = "id, org_id, name, description, endpoint, head
      last_export_at";
 
 fn destination_from_row(row: &Row<'_>) -> StoreResult<DestinationRecord> {
-    Ok(DestinationRecord {
-        id: row.get(0)?,
-        org_id: row.get(1)?,
-        name: row.get(2)?,
-        description: row.get(3)?,
-        endpoint: row.get(4)?,
-        header_names: row.get(5)?,
-        sealed_headers: row.get(6)?,
-        created_at: row.get(7)?,
-        updated_at: row.get(8)?,
-        consecutive_failures: row.get(9)?,
-        last_error: row.get(10)?,
-        last_error_at: row.get(11)?,
-        last_export_at: row.get(12)?,
-    })
+    record_of_row!(
+        row,
+        DestinationRecord {
+            id,
+            org_id,
+            name,
+            description,
+            endpoint,
+            header_names,
+            sealed_headers,
+            created_at,
+            updated_at,
+            consecutive_failures,
+            last_error,
+            last_error_at,
+            last_export_at,
+        }
+    )
 }
 
 fn telemetry_from_row(row: &Row<'_>) -> StoreResult<TelemetryRow> {
-    Ok(TelemetryRow {
-        seq: row.get(0)?,
-        ts_us: row.get(1)?,
-        body: row.get(2)?,
-    })
+    Ok(TelemetryRow { seq: row.get(0)?, ts_us: row.get(1)?, body: row.get(2)? })
 }
 
 fn seq_from_row(row: &Row<'_>) -> StoreResult<i64> {
@@ -176,55 +169,34 @@ static INSERT_MANY: std::sync::LazyLock<Statement> = std::sync::LazyLock::new(||
 });
 
 fn event_params(session_id: &str, org_id: &str, seq: i64, event: &NewTelemetryEvent) -> Vec<Value> {
-    params![
-        session_id,
-        seq,
-        org_id,
-        event.ts_us,
-        event.category,
-        event.event_type,
-        event.body
-    ]
+    params![session_id, seq, org_id, event.ts_us, event.category, event.event_type, event.body]
 }
 
 /// `,a,b,` for a list filter (`''`: no filter), matched with `LIKE '%,' || x || ',%'`.
 fn list_filter(values: &[String]) -> String {
-    if values.is_empty() {
-        String::new()
-    } else {
-        format!(",{},", values.join(","))
-    }
+    if values.is_empty() { String::new() } else { format!(",{},", values.join(",")) }
 }
 
 #[async_trait]
 impl TelemetryStore for SqlStore {
     async fn append_telemetry(
-        &self,
-        session_id: &str,
-        org_id: &str,
-        events: &[NewTelemetryEvent],
-        skipped: i64,
+        &self, session_id: &str, org_id: &str, events: &[NewTelemetryEvent], skipped: i64,
         keep: i64,
     ) -> StoreResult<Vec<i64>> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
         let count = events.len() as i64 + skipped;
-        let lock = self
-            .database()
-            .exclusive(&format!("telemetry of {session_id}"), APPEND_WAIT)
-            .await?;
+        let lock =
+            self.database().exclusive(&format!("telemetry of {session_id}"), APPEND_WAIT).await?;
         let appended = async {
+            let statement = sql!(
+                "UPDATE browser_sessions SET telemetry_seq = COALESCE(telemetry_seq, 0) + $2 \
+                 WHERE id = $1 RETURNING telemetry_seq"
+            );
             let last = self
                 .database()
-                .query_one(
-                    sql!(
-                        "UPDATE browser_sessions SET telemetry_seq = COALESCE(telemetry_seq, 0) + $2 \
-                         WHERE id = $1 RETURNING telemetry_seq"
-                    ),
-                    params![session_id, count],
-                    seq_from_row,
-                )
+                .query_one(statement, params![session_id, count], seq_from_row)
                 .await?;
             let first = last - events.len() as i64 + 1;
             let seqs: Vec<i64> = (first..=last).collect();
@@ -239,25 +211,20 @@ impl TelemetryStore for SqlStore {
                     continue;
                 }
                 for (seq, event) in chunk {
+                    let statement = sql!(
+                        "INSERT INTO telemetry_events \
+                         (session_id, seq, org_id, ts_us, category, event_type, body) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                    );
                     self.database()
-                        .execute(
-                            sql!(
-                                "INSERT INTO telemetry_events \
-                                 (session_id, seq, org_id, ts_us, category, event_type, body) \
-                                 VALUES ($1, $2, $3, $4, $5, $6, $7)"
-                            ),
-                            event_params(session_id, org_id, *seq, event),
-                        )
+                        .execute(statement, event_params(session_id, org_id, *seq, event))
                         .await?;
                 }
             }
             if last > keep {
-                self.database()
-                    .execute(
-                        sql!("DELETE FROM telemetry_events WHERE session_id = $1 AND seq <= $2"),
-                        params![session_id, last - keep],
-                    )
-                    .await?;
+                let statement =
+                    sql!("DELETE FROM telemetry_events WHERE session_id = $1 AND seq <= $2");
+                self.database().execute(statement, params![session_id, last - keep]).await?;
             }
             Ok(seqs)
         }
@@ -294,37 +261,28 @@ impl TelemetryStore for SqlStore {
                  ORDER BY seq ASC LIMIT $8"
             )
         };
-        self.database()
-            .query(statement, params, telemetry_from_row)
-            .await
+        self.database().query(statement, params, telemetry_from_row).await
     }
 
     async fn prune_telemetry(&self, before_us: i64) -> StoreResult<u64> {
-        self.database()
-            .execute(
-                sql!("DELETE FROM telemetry_events WHERE ts_us < $1"),
-                params![before_us],
-            )
-            .await
+        let statement = sql!("DELETE FROM telemetry_events WHERE ts_us < $1");
+        self.database().execute(statement, params![before_us]).await
     }
 
     async fn forget_telemetry(&self, session_id: &str, before_us: i64) -> StoreResult<u64> {
-        self.database()
-            .execute(
-                sql!("DELETE FROM telemetry_events WHERE session_id = $1 AND ts_us < $2"),
-                params![session_id, before_us],
-            )
-            .await
+        let statement = sql!("DELETE FROM telemetry_events WHERE session_id = $1 AND ts_us < $2");
+        self.database().execute(statement, params![session_id, before_us]).await
     }
 
     async fn insert_destination(&self, d: &DestinationRecord) -> StoreResult<()> {
+        let statement = sql!(
+            "INSERT INTO telemetry_destinations ({DESTINATION_COLUMNS}, project_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+             COALESCE($14, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
+        );
         self.database()
             .execute(
-                sql!(
-                    "INSERT INTO telemetry_destinations ({DESTINATION_COLUMNS}, project_id) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-                     COALESCE($14, (SELECT id FROM projects WHERE org_id = $2 AND is_default)))"
-                ),
+                statement,
                 params![
                     d.id,
                     d.org_id,
@@ -347,40 +305,35 @@ impl TelemetryStore for SqlStore {
     }
 
     async fn destination(&self, org_id: &str, key: &str) -> StoreResult<Option<DestinationRecord>> {
+        let statement = sql!(
+            "SELECT {DESTINATION_COLUMNS} FROM telemetry_destinations \
+             WHERE org_id = $1 AND (id = $2 OR name = $2) AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
+        );
         self.database()
-            .query_opt(
-                sql!(
-                    "SELECT {DESTINATION_COLUMNS} FROM telemetry_destinations \
-                     WHERE org_id = $1 AND (id = $2 OR name = $2) AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
-                ),
-                params![org_id, key, scope::current()],
-                destination_from_row,
-            )
+            .query_opt(statement, params![org_id, key, scope::current()], destination_from_row)
             .await
     }
 
     async fn list_destinations(&self, org_id: &str) -> StoreResult<Vec<DestinationRecord>> {
+        let statement = sql!(
+            "SELECT {DESTINATION_COLUMNS} FROM telemetry_destinations \
+             WHERE org_id = $1 AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
+        );
         self.database()
-            .query(
-                sql!(
-                    "SELECT {DESTINATION_COLUMNS} FROM telemetry_destinations \
-                     WHERE org_id = $1 AND (CAST($2 AS TEXT) IS NULL OR project_id = $2) ORDER BY created_at, id"
-                ),
-                params![org_id, scope::current()],
-                destination_from_row,
-            )
+            .query(statement, params![org_id, scope::current()], destination_from_row)
             .await
     }
 
     async fn update_destination(&self, d: &DestinationRecord) -> StoreResult<bool> {
+        let statement = sql!(
+            "UPDATE telemetry_destinations SET name = $3, description = $4, endpoint = $5, \
+             header_names = $6, sealed_headers = $7, updated_at = $8 \
+             WHERE org_id = $1 AND id = $2"
+        );
         let changed = self
             .database()
             .execute(
-                sql!(
-                    "UPDATE telemetry_destinations SET name = $3, description = $4, endpoint = $5, \
-                     header_names = $6, sealed_headers = $7, updated_at = $8 \
-                     WHERE org_id = $1 AND id = $2"
-                ),
+                statement,
                 params![
                     d.org_id,
                     d.id,
@@ -397,48 +350,33 @@ impl TelemetryStore for SqlStore {
     }
 
     async fn delete_destination(&self, org_id: &str, id: &str) -> StoreResult<bool> {
-        let changed = self
-            .database()
-            .execute(
-                sql!(
-                    "DELETE FROM telemetry_destinations WHERE org_id = $1 AND id = $2 \
-                     AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
-                ),
-                params![org_id, id, scope::current()],
-            )
-            .await?;
+        let statement = sql!(
+            "DELETE FROM telemetry_destinations WHERE org_id = $1 AND id = $2 \
+             AND (CAST($3 AS TEXT) IS NULL OR project_id = $3)"
+        );
+        let changed =
+            self.database().execute(statement, params![org_id, id, scope::current()]).await?;
         Ok(changed > 0)
     }
 
     async fn record_export(
-        &self,
-        id: &str,
-        at: DateTime<Utc>,
-        error: Option<&str>,
+        &self, id: &str, at: DateTime<Utc>, error: Option<&str>,
     ) -> StoreResult<()> {
         match error {
             None => {
-                self.database()
-                    .execute(
-                        sql!(
-                            "UPDATE telemetry_destinations SET consecutive_failures = 0, \
-                             last_export_at = $2 WHERE id = $1"
-                        ),
-                        params![id, at],
-                    )
-                    .await?
+                let statement = sql!(
+                    "UPDATE telemetry_destinations SET consecutive_failures = 0, \
+                     last_export_at = $2 WHERE id = $1"
+                );
+                self.database().execute(statement, params![id, at]).await?
             }
             Some(error) => {
-                self.database()
-                    .execute(
-                        sql!(
-                            "UPDATE telemetry_destinations SET consecutive_failures = \
-                             consecutive_failures + 1, last_error = $3, last_error_at = $2 \
-                             WHERE id = $1"
-                        ),
-                        params![id, at, error],
-                    )
-                    .await?
+                let statement = sql!(
+                    "UPDATE telemetry_destinations SET consecutive_failures = \
+                     consecutive_failures + 1, last_error = $3, last_error_at = $2 \
+                     WHERE id = $1"
+                );
+                self.database().execute(statement, params![id, at, error]).await?
             }
         };
         Ok(())

@@ -41,25 +41,11 @@ const COMMANDS: &[(&str, &[&str])] = &[
             "deltaY",
         ],
     ),
-    (
-        "Input.dispatchKeyEvent",
-        &[
-            "modifiers",
-            "autoRepeat",
-            "isKeypad",
-            "isSystemKey",
-            "location",
-        ],
-    ),
+    ("Input.dispatchKeyEvent", &["modifiers", "autoRepeat", "isKeypad", "isSystemKey", "location"]),
     ("Input.insertText", &[]),
     (
         "Input.imeSetComposition",
-        &[
-            "selectionStart",
-            "selectionEnd",
-            "replacementStart",
-            "replacementEnd",
-        ],
+        &["selectionStart", "selectionEnd", "replacementStart", "replacementEnd"],
     ),
     ("Input.dispatchTouchEvent", &["modifiers"]),
     ("Input.dispatchDragEvent", &["x", "y", "modifiers"]),
@@ -68,10 +54,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
         "Input.emulateTouchFromMouseEvent",
         &["x", "y", "modifiers", "clickCount", "deltaX", "deltaY"],
     ),
-    (
-        "Input.synthesizePinchGesture",
-        &["x", "y", "scaleFactor", "relativeSpeed"],
-    ),
+    ("Input.synthesizePinchGesture", &["x", "y", "scaleFactor", "relativeSpeed"]),
     (
         "Input.synthesizeScrollGesture",
         &[
@@ -87,35 +70,18 @@ const COMMANDS: &[(&str, &[&str])] = &[
             "repeatDelayMs",
         ],
     ),
-    (
-        "Input.synthesizeTapGesture",
-        &["x", "y", "duration", "tapCount"],
-    ),
-    (
-        "DOM.setFileInputFiles",
-        &["nodeId", "backendNodeId", "objectId"],
-    ),
+    ("Input.synthesizeTapGesture", &["x", "y", "duration", "tapCount"]),
+    ("DOM.setFileInputFiles", &["nodeId", "backendNodeId", "objectId"]),
     ("DOM.focus", &["nodeId", "backendNodeId", "objectId"]),
-    (
-        "DOM.scrollIntoViewIfNeeded",
-        &["nodeId", "backendNodeId", "objectId"],
-    ),
+    ("DOM.scrollIntoViewIfNeeded", &["nodeId", "backendNodeId", "objectId"]),
     ("Page.bringToFront", &[]),
     (
         "Page.captureScreenshot",
-        &[
-            "quality",
-            "fromSurface",
-            "captureBeyondViewport",
-            "optimizeForSpeed",
-        ],
+        &["quality", "fromSurface", "captureBeyondViewport", "optimizeForSpeed"],
     ),
     ("Page.captureSnapshot", &[]),
     ("Page.handleJavaScriptDialog", &["accept"]),
-    (
-        "Page.navigate",
-        &["frameId", "referrerPolicy", "transitionType"],
-    ),
+    ("Page.navigate", &["frameId", "referrerPolicy", "transitionType"]),
     ("Page.navigateToHistoryEntry", &["entryId"]),
     ("Page.reload", &["ignoreCache", "loaderId"]),
     (
@@ -136,10 +102,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
             "generateDocumentOutline",
         ],
     ),
-    (
-        "Page.startScreencast",
-        &["quality", "maxWidth", "maxHeight", "everyNthFrame"],
-    ),
+    ("Page.startScreencast", &["quality", "maxWidth", "maxHeight", "everyNthFrame"]),
     ("Page.stopScreencast", &[]),
     ("Page.stopLoading", &[]),
     ("Page.close", &[]),
@@ -181,11 +144,7 @@ pub struct CommandRecorder {
 
 impl CommandRecorder {
     pub fn new(telemetry: Arc<Telemetry>, session: SessionRecord, connection_id: String) -> Self {
-        Self {
-            telemetry,
-            session,
-            connection_id,
-        }
+        Self { telemetry, session, connection_id }
     }
 
     /// One message the client sent (a text frame's payload, unmasked).
@@ -212,9 +171,7 @@ pub fn command_event(message: &[u8], connection_id: &str) -> Option<Event> {
         return None;
     }
     let command: Command = serde_json::from_slice(message).ok()?;
-    let (method, copied) = COMMANDS
-        .iter()
-        .find(|(method, _)| *method == command.method)?;
+    let (method, copied) = COMMANDS.iter().find(|(method, _)| *method == command.method)?;
     let params = &command.params;
     let mut data = Map::new();
     data.insert("method".into(), json!(method));
@@ -232,29 +189,15 @@ pub fn command_event(message: &[u8], connection_id: &str) -> Option<Event> {
         }
     }
     special(method, params, &mut data);
-    Some(Event::api(
-        Category::Control,
-        "cdp_command",
-        Value::Object(data),
-    ))
+    Some(Event::api(Category::Control, "cdp_command", Value::Object(data)))
 }
 
 /// A quick look for `"method"` naming a reported command, before any parsing: most of a
 /// client's messages are DOM and Runtime traffic.
 fn names_a_reported_method(message: &[u8]) -> bool {
-    const DOMAINS: [&[u8]; 6] = [
-        b"\"Input.",
-        b"\"DOM.",
-        b"\"Page.",
-        b"\"Target.",
-        b"\"Browser.",
-        b"\"Autofill.",
-    ];
-    DOMAINS.iter().any(|domain| {
-        message
-            .windows(domain.len())
-            .any(|window| window == *domain)
-    })
+    const DOMAINS: [&[u8]; 6] =
+        [b"\"Input.", b"\"DOM.", b"\"Page.", b"\"Target.", b"\"Browser.", b"\"Autofill."];
+    DOMAINS.iter().any(|domain| message.windows(domain.len()).any(|window| window == *domain))
 }
 
 /// Numbers, booleans and short strings (ids): never objects or long text.
@@ -288,11 +231,7 @@ fn snake_case(name: &str) -> String {
 /// `value` if it is one of `allowed`, else `other` (as the SDK reports unknown values).
 fn one_of(value: Option<&Value>, allowed: &[&str]) -> Option<Value> {
     let value = value?.as_str()?;
-    Some(json!(if allowed.contains(&value) {
-        value
-    } else {
-        "other"
-    }))
+    Some(json!(if allowed.contains(&value) { value } else { "other" }))
 }
 
 fn text_length(value: Option<&Value>) -> Option<Value> {
@@ -332,28 +271,19 @@ fn special(method: &str, params: &Map<String, Value>, data: &mut Map<String, Val
         "Input.dispatchMouseEvent" | "Input.emulateTouchFromMouseEvent" => {
             put("event_type", one_of(params.get("type"), MOUSE_EVENTS));
             put("button", one_of(params.get("button"), BUTTONS));
-            put(
-                "pointer_type",
-                one_of(params.get("pointerType"), &["mouse", "pen"]),
-            );
+            put("pointer_type", one_of(params.get("pointerType"), &["mouse", "pen"]));
         }
         "Input.dispatchKeyEvent" => {
             put(
                 "event_type",
-                one_of(
-                    params.get("type"),
-                    &["keyDown", "keyUp", "rawKeyDown", "char"],
-                ),
+                one_of(params.get("type"), &["keyDown", "keyUp", "rawKeyDown", "char"]),
             );
             put("text_length", text_length(params.get("text")));
             put("command_count", count(params.get("commands")));
             // A key that commands the page (`Enter`, `F5`, `ArrowDown`), never one that
             // types a character (an emoji or a composed letter is more than one char
             // too, but no such name).
-            let key = params
-                .get("key")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let key = params.get("key").and_then(Value::as_str).unwrap_or_default();
             let named = key.len() > 1
                 && key.len() <= 32
                 && key.starts_with(|c: char| c.is_ascii_uppercase())
@@ -363,23 +293,14 @@ fn special(method: &str, params: &Map<String, Value>, data: &mut Map<String, Val
             }
         }
         "Input.insertText" | "Input.imeSetComposition" => {
-            put(
-                "text_length",
-                text_length(params.get("text")).or(Some(json!(0))),
-            );
+            put("text_length", text_length(params.get("text")).or(Some(json!(0))));
         }
         "Input.dispatchTouchEvent" => {
             put(
                 "event_type",
-                one_of(
-                    params.get("type"),
-                    &["touchStart", "touchEnd", "touchMove", "touchCancel"],
-                ),
+                one_of(params.get("type"), &["touchStart", "touchEnd", "touchMove", "touchCancel"]),
             );
-            put(
-                "touch_point_count",
-                count(params.get("touchPoints")).or(Some(json!(0))),
-            );
+            put("touch_point_count", count(params.get("touchPoints")).or(Some(json!(0))));
             let first = params
                 .get("touchPoints")
                 .and_then(|points| points.get(0))
@@ -396,37 +317,27 @@ fn special(method: &str, params: &Map<String, Value>, data: &mut Map<String, Val
                 "tiltY",
                 "twist",
             ] {
-                let value = first
-                    .and_then(|point| point.get(name))
-                    .filter(|v| v.is_number());
+                let value = first.and_then(|point| point.get(name)).filter(|v| v.is_number());
                 put(&snake_case(name), value.cloned());
             }
         }
         "Input.dispatchDragEvent" => {
             put(
                 "event_type",
-                one_of(
-                    params.get("type"),
-                    &["dragEnter", "dragOver", "drop", "dragCancel"],
-                ),
+                one_of(params.get("type"), &["dragEnter", "dragOver", "drop", "dragCancel"]),
             );
             let drag = params.get("data");
             put("drag_item_count", count(drag.and_then(|d| d.get("items"))));
             put("drag_file_count", count(drag.and_then(|d| d.get("files"))));
             put(
                 "drag_operations_mask",
-                drag.and_then(|d| d.get("dragOperationsMask"))
-                    .filter(|v| v.is_number())
-                    .cloned(),
+                drag.and_then(|d| d.get("dragOperationsMask")).filter(|v| v.is_number()).cloned(),
             );
         }
         "Input.synthesizePinchGesture"
         | "Input.synthesizeScrollGesture"
         | "Input.synthesizeTapGesture" => {
-            put(
-                "gesture_source_type",
-                one_of(params.get("gestureSourceType"), GESTURE_SOURCES),
-            );
+            put("gesture_source_type", one_of(params.get("gestureSourceType"), GESTURE_SOURCES));
         }
         "DOM.setFileInputFiles" => {
             put("file_count", count(params.get("files")).or(Some(json!(0))));
@@ -439,10 +350,7 @@ fn special(method: &str, params: &Map<String, Value>, data: &mut Map<String, Val
             }
         }
         "Page.captureScreenshot" => {
-            put(
-                "format",
-                one_of(params.get("format"), &["jpeg", "png", "webp"]),
-            );
+            put("format", one_of(params.get("format"), &["jpeg", "png", "webp"]));
             let clip = params.get("clip");
             for name in ["x", "y", "width", "height", "scale"] {
                 let value = clip.and_then(|c| c.get(name)).filter(|v| v.is_number());
@@ -458,31 +366,16 @@ fn special(method: &str, params: &Map<String, Value>, data: &mut Map<String, Val
             put("referrer_present", Some(present(params.get("referrer"))));
         }
         "Page.reload" => {
-            put(
-                "script_length",
-                text_length(params.get("scriptToEvaluateOnLoad")),
-            );
+            put("script_length", text_length(params.get("scriptToEvaluateOnLoad")));
         }
         "Page.printToPDF" => {
             put(
                 "transfer_mode",
-                one_of(
-                    params.get("transferMode"),
-                    &["ReturnAsBase64", "ReturnAsStream"],
-                ),
+                one_of(params.get("transferMode"), &["ReturnAsBase64", "ReturnAsStream"]),
             );
-            put(
-                "header_template_present",
-                Some(present(params.get("headerTemplate"))),
-            );
-            put(
-                "footer_template_present",
-                Some(present(params.get("footerTemplate"))),
-            );
-            put(
-                "page_ranges_present",
-                Some(present(params.get("pageRanges"))),
-            );
+            put("header_template_present", Some(present(params.get("headerTemplate"))));
+            put("footer_template_present", Some(present(params.get("footerTemplate"))));
+            put("page_ranges_present", Some(present(params.get("pageRanges"))));
         }
         "Page.startScreencast" => {
             put("format", one_of(params.get("format"), &["jpeg", "png"]));
@@ -492,20 +385,11 @@ fn special(method: &str, params: &Map<String, Value>, data: &mut Map<String, Val
         }
         "Target.createTarget" => {
             put("url_scheme", url_scheme(params.get("url")));
-            put(
-                "window_state",
-                one_of(params.get("windowState"), WINDOW_STATES),
-            );
+            put("window_state", one_of(params.get("windowState"), WINDOW_STATES));
         }
         "Target.createBrowserContext" => {
-            put(
-                "proxy_server_present",
-                Some(present(params.get("proxyServer"))),
-            );
-            put(
-                "proxy_bypass_list_present",
-                Some(present(params.get("proxyBypassList"))),
-            );
+            put("proxy_server_present", Some(present(params.get("proxyServer"))));
+            put("proxy_bypass_list_present", Some(present(params.get("proxyBypassList"))));
             put(
                 "universal_network_access_origin_count",
                 count(params.get("originsWithUniversalNetworkAccess")),
@@ -522,10 +406,7 @@ fn special(method: &str, params: &Map<String, Value>, data: &mut Map<String, Val
                 let value = bounds.and_then(|b| b.get(name)).filter(|v| v.is_number());
                 put(name, value.cloned());
             }
-            put(
-                "window_state",
-                one_of(bounds.and_then(|b| b.get("windowState")), WINDOW_STATES),
-            );
+            put("window_state", one_of(bounds.and_then(|b| b.get("windowState")), WINDOW_STATES));
         }
         "Autofill.trigger" => {
             if params.get("card").is_some() {

@@ -74,15 +74,12 @@ fn header_problems(headers: &BTreeMap<String, String>) -> Vec<String> {
             problems.push(format!("headers: {name:?} is not a valid header name"));
         }
         if http::HeaderValue::from_str(value).is_err() {
-            problems.push(format!(
-                "headers: the value of {name:?} is not a valid header value"
-            ));
+            problems.push(format!("headers: the value of {name:?} is not a valid header value"));
         }
     }
     if size > MAX_HEADER_BYTES {
-        problems.push(format!(
-            "headers: names and values together exceed {MAX_HEADER_BYTES} bytes"
-        ));
+        problems
+            .push(format!("headers: names and values together exceed {MAX_HEADER_BYTES} bytes"));
     }
     problems
 }
@@ -94,9 +91,7 @@ fn canonical_headers(
     let mut canonicalized = BTreeMap::new();
     for (name, value) in headers {
         if canonicalized.insert(canonical(&name), value).is_some() {
-            return Err(format!(
-                "headers: {name:?} is given twice (names are case-insensitive)"
-            ));
+            return Err(format!("headers: {name:?} is given twice (names are case-insensitive)"));
         }
     }
     Ok(canonicalized)
@@ -116,10 +111,7 @@ fn endpoint_problem(endpoint: &str) -> Option<String> {
         return Some("endpoint must carry no credentials (use headers)".into());
     }
     let path = url.path().trim_end_matches('/');
-    if ["/v1/logs", "/v1/traces", "/v1/metrics"]
-        .iter()
-        .any(|signal| path.ends_with(signal))
-    {
+    if ["/v1/logs", "/v1/traces", "/v1/metrics"].iter().any(|signal| path.ends_with(signal)) {
         return Some(
             "endpoint must not carry a signal path such as /v1/logs: give the base endpoint".into(),
         );
@@ -137,11 +129,7 @@ fn name_problem(name: &str) -> Option<String> {
 
 impl Destinations {
     pub fn new(store: Arc<dyn Store>, vault: Arc<Vault>, egress: Arc<EgressPolicy>) -> Self {
-        Self {
-            store,
-            vault,
-            egress,
-        }
+        Self { store, vault, egress }
     }
 
     /// The endpoint's host must be one tenants may reach (the egress policy): one that
@@ -161,39 +149,25 @@ impl Destinations {
     }
 
     fn seal(
-        &self,
-        id: &str,
-        headers: &BTreeMap<String, String>,
+        &self, id: &str, headers: &BTreeMap<String, String>,
     ) -> ServiceResult<(String, Option<Vec<u8>>)> {
         let names: Vec<&String> = headers.keys().collect();
         let sealed = if headers.is_empty() {
             None
         } else {
-            Some(
-                self.vault
-                    .seal(headers, id)
-                    .map_err(ServiceError::Internal)?,
-            )
+            Some(self.vault.seal(headers, id).map_err(ServiceError::Internal)?)
         };
         Ok((json!(names).to_string(), sealed))
     }
 
     pub async fn create(&self, org_id: &str, request: CreateDestination) -> ServiceResult<Value> {
-        let mut problems: Vec<String> = [
-            endpoint_problem(&request.endpoint),
-            name_problem(&request.name),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        if request
-            .description
-            .as_ref()
-            .is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES)
-        {
-            problems.push(format!(
-                "description: at most {MAX_DESCRIPTION_BYTES} bytes"
-            ));
+        let mut problems: Vec<String> =
+            [endpoint_problem(&request.endpoint), name_problem(&request.name)]
+                .into_iter()
+                .flatten()
+                .collect();
+        if request.description.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES) {
+            problems.push(format!("description: at most {MAX_DESCRIPTION_BYTES} bytes"));
         }
         let headers = request.headers.unwrap_or_default();
         problems.extend(header_problems(&headers));
@@ -248,10 +222,7 @@ impl Destinations {
     }
 
     pub async fn update(
-        &self,
-        org_id: &str,
-        key: &str,
-        request: UpdateDestination,
+        &self, org_id: &str, key: &str, request: UpdateDestination,
     ) -> ServiceResult<Value> {
         let mut record = self.get(org_id, key).await?;
         let mut problems: Vec<String> = [
@@ -262,10 +233,9 @@ impl Destinations {
         .flatten()
         .collect();
         let mut headers: BTreeMap<String, String> = match &record.sealed_headers {
-            Some(sealed) => self
-                .vault
-                .open_sealed(sealed, &record.id)
-                .map_err(ServiceError::Internal)?,
+            Some(sealed) => {
+                self.vault.open_sealed(sealed, &record.id).map_err(ServiceError::Internal)?
+            }
             None => BTreeMap::new(),
         };
         if let Some(changes) = request.headers {
@@ -290,12 +260,7 @@ impl Destinations {
                     }
                 }
             }
-            if headers
-                .iter()
-                .map(|(n, v)| n.len() + v.len())
-                .sum::<usize>()
-                > MAX_HEADER_BYTES
-            {
+            if headers.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>() > MAX_HEADER_BYTES {
                 problems.push(format!(
                     "headers: names and values together exceed {MAX_HEADER_BYTES} bytes"
                 ));

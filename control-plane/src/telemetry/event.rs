@@ -68,19 +68,11 @@ impl Event {
     /// A VM's record, checked: its type must be one a VM produces, and its category is
     /// that type's. `None` for anything else.
     pub fn from_vm(
-        kind: &str,
-        ts_us: i64,
-        data_json: &str,
-        source_event: &str,
-        truncated: bool,
+        kind: &str, ts_us: i64, data_json: &str, source_event: &str, truncated: bool,
     ) -> Option<Self> {
         let category = vm_type_category(kind)?;
         let now = now_us();
-        let ts_us = if (ts_us - now).abs() > MAX_VM_CLOCK_SKEW_US {
-            now
-        } else {
-            ts_us
-        };
+        let ts_us = if (ts_us - now).abs() > MAX_VM_CLOCK_SKEW_US { now } else { ts_us };
         let limit = if category == Category::Screenshot {
             MAX_VM_SCREENSHOT_BYTES
         } else {
@@ -167,9 +159,7 @@ pub fn api_call(operation_id: &str, request_id: &str, status: u16, duration_ms: 
 /// noted it refused or could not carry (`failures` finds it, once). `None` for any other
 /// event.
 pub fn proxy_error(
-    vm_event: &Event,
-    failures: &crate::egress::ProxyFailures,
-    session_id: &str,
+    vm_event: &Event, failures: &crate::egress::ProxyFailures, session_id: &str,
 ) -> Option<Event> {
     let data = &vm_event.data;
     let refused_here = match vm_event.kind.as_str() {
@@ -214,17 +204,9 @@ pub fn proxy_error(
 
 /// Calls that manage the VM rather than drive the browser (the SDK's `platform`).
 fn is_platform_operation(operation_id: &str) -> bool {
-    [
-        "replays",
-        "fs",
-        "process",
-        "telemetry",
-        "update",
-        "retrieve",
-        "logs",
-    ]
-    .iter()
-    .any(|prefix| operation_id.split('.').nth(1) == Some(prefix))
+    ["replays", "fs", "process", "telemetry", "update", "retrieve", "logs"]
+        .iter()
+        .any(|prefix| operation_id.split('.').nth(1) == Some(prefix))
 }
 
 #[cfg(test)]

@@ -74,20 +74,13 @@ impl Exporter {
 
     /// Queues a session's stored events (with their `seq`) for its destination.
     pub fn submit(
-        self: &Arc<Self>,
-        destination_id: &str,
-        org_id: &str,
-        session_id: &str,
+        self: &Arc<Self>, destination_id: &str, org_id: &str, session_id: &str,
         events: Vec<(i64, Event)>,
     ) {
         if events.is_empty() {
             return;
         }
-        let batch = Batch {
-            org_id: org_id.to_owned(),
-            session_id: session_id.to_owned(),
-            events,
-        };
+        let batch = Batch { org_id: org_id.to_owned(), session_id: session_id.to_owned(), events };
         let Ok(mut queues) = self.queues.lock() else {
             return;
         };
@@ -134,10 +127,8 @@ impl Exporter {
             // Logs and spans are sent (and retried) apart: spans a collector refuses
             // never send the logs again.
             let spans = self.navigations.spans(session_id, chunk);
-            let mut requests = vec![(
-                "logs",
-                logs_request(org_id, session_id, chunk).encode_to_vec(),
-            )];
+            let mut requests =
+                vec![("logs", logs_request(org_id, session_id, chunk).encode_to_vec())];
             if !spans.is_empty() {
                 let traces = spans::traces_request(resource(org_id, session_id), spans);
                 requests.push(("traces", traces.encode_to_vec()));
@@ -176,11 +167,7 @@ impl Exporter {
 
     /// One request to the destination's `/v1/{signal}`.
     async fn deliver(
-        &self,
-        destination_id: &str,
-        org_id: &str,
-        signal: &str,
-        body: &[u8],
+        &self, destination_id: &str, org_id: &str, signal: &str, body: &[u8],
     ) -> Result<(), Failure> {
         let destination = self
             .store
@@ -198,20 +185,12 @@ impl Exporter {
         let endpoint = destination.endpoint.trim_end_matches('/');
         let url = url::Url::parse(&format!("{endpoint}/v1/{signal}"))
             .map_err(|_| Failure("invalid_endpoint"))?;
-        let host = url
-            .host_str()
-            .ok_or(Failure("invalid_endpoint"))?
-            .to_owned();
-        let port = url
-            .port_or_known_default()
-            .ok_or(Failure("invalid_endpoint"))?;
+        let host = url.host_str().ok_or(Failure("invalid_endpoint"))?.to_owned();
+        let port = url.port_or_known_default().ok_or(Failure("invalid_endpoint"))?;
         // `host_str` keeps an IPv6 address in brackets, as `resolve` wants it.
         let host_port = format!("{host}:{port}");
-        let address = self
-            .egress
-            .resolve(&host_port)
-            .await
-            .map_err(|_| Failure("endpoint_not_allowed"))?;
+        let address =
+            self.egress.resolve(&host_port).await.map_err(|_| Failure("endpoint_not_allowed"))?;
         let client = reqwest::Client::builder()
             .resolve(host.trim_start_matches('[').trim_end_matches(']'), address)
             .redirect(reqwest::redirect::Policy::none())
@@ -224,24 +203,15 @@ impl Exporter {
 
 /// One OTLP/HTTP request.
 async fn post(
-    client: &reqwest::Client,
-    url: url::Url,
-    headers: &BTreeMap<String, String>,
-    body: Vec<u8>,
+    client: &reqwest::Client, url: url::Url, headers: &BTreeMap<String, String>, body: Vec<u8>,
 ) -> Result<(), Failure> {
-    let mut request = client
-        .post(url)
-        .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
-        .body(body);
+    let mut request =
+        client.post(url).header(reqwest::header::CONTENT_TYPE, "application/x-protobuf").body(body);
     for (name, value) in headers {
         request = request.header(name, value);
     }
     let response = request.send().await.map_err(|error| {
-        if error.is_timeout() {
-            Failure("timeout")
-        } else {
-            Failure("connection_failed")
-        }
+        if error.is_timeout() { Failure("timeout") } else { Failure("connection_failed") }
     })?;
     let status = response.status();
     if status.is_success() {
@@ -285,9 +255,7 @@ fn severity(kind: &str) -> (i32, &'static str) {
 
 /// The OTLP request for one session's events.
 pub fn logs_request(
-    org_id: &str,
-    session_id: &str,
-    events: &[(i64, Event)],
+    org_id: &str, session_id: &str, events: &[(i64, Event)],
 ) -> ExportLogsServiceRequest {
     let observed = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
     let log_records = events

@@ -22,9 +22,7 @@ fn headers(value: &Value) -> Vec<Value> {
 fn query_string(url: &str) -> Vec<Value> {
     url::Url::parse(url)
         .map(|url| {
-            url.query_pairs()
-                .map(|(name, value)| json!({ "name": name, "value": value }))
-                .collect()
+            url.query_pairs().map(|(name, value)| json!({ "name": name, "value": value })).collect()
         })
         .unwrap_or_default()
 }

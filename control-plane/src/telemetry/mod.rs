@@ -71,11 +71,8 @@ pub struct Telemetry {
 
 impl Telemetry {
     pub fn new(
-        store: Arc<dyn Store>,
-        agents: Arc<AgentClients>,
-        replica: Arc<Replica>,
-        exporter: Arc<Exporter>,
-        proxy_failures: Arc<ProxyFailures>,
+        store: Arc<dyn Store>, agents: Arc<AgentClients>, replica: Arc<Replica>,
+        exporter: Arc<Exporter>, proxy_failures: Arc<ProxyFailures>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|this| Self {
             pumps: pump::Pumps::new(store.clone(), agents, replica, this.clone()),
@@ -118,11 +115,8 @@ impl Telemetry {
     /// live view): by the settings the store last gave for it where this replica serves
     /// it (at most a second old), else by the record's.
     pub fn record_current(&self, session: &SessionRecord, event: Event) {
-        let current = self
-            .current
-            .lock()
-            .ok()
-            .and_then(|current| current.get(&session.id).cloned());
+        let current =
+            self.current.lock().ok().and_then(|current| current.get(&session.id).cloned());
         let settings = match current {
             Some(settings) => settings,
             None => session.vm_settings.telemetry.clone(),
@@ -167,11 +161,7 @@ impl Telemetry {
     }
 
     fn record_for(
-        &self,
-        session_id: &str,
-        org_id: &str,
-        settings: &TelemetrySettings,
-        event: Event,
+        &self, session_id: &str, org_id: &str, settings: &TelemetrySettings, event: Event,
         skipped: i64,
     ) {
         if !settings.captures(event.category) {
@@ -180,14 +170,12 @@ impl Telemetry {
         let Ok(mut pending) = self.pending.lock() else {
             return;
         };
-        let entry = pending
-            .entry(session_id.to_owned())
-            .or_insert_with(|| Pending {
-                org_id: org_id.to_owned(),
-                settings: settings.clone(),
-                events: Vec::new(),
-                skipped: 0,
-            });
+        let entry = pending.entry(session_id.to_owned()).or_insert_with(|| Pending {
+            org_id: org_id.to_owned(),
+            settings: settings.clone(),
+            events: Vec::new(),
+            skipped: 0,
+        });
         if entry.settings != *settings {
             entry.settings = settings.clone();
         }
@@ -263,8 +251,7 @@ impl Telemetry {
             }
             if let Some(destination) = &batch.settings.destination {
                 let events = seqs.into_iter().zip(batch.events).collect();
-                self.exporter
-                    .submit(destination, &batch.org_id, &session_id, events);
+                self.exporter.submit(destination, &batch.org_id, &session_id, events);
             }
         }
         self.written.send_modify(|count| *count += 1);

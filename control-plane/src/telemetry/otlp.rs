@@ -3,23 +3,15 @@
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 
 pub(super) fn text(value: &str) -> Option<AnyValue> {
-    Some(AnyValue {
-        value: Some(any_value::Value::StringValue(value.to_owned())),
-    })
+    Some(AnyValue { value: Some(any_value::Value::StringValue(value.to_owned())) })
 }
 
 pub(super) fn int(value: i64) -> Option<AnyValue> {
-    Some(AnyValue {
-        value: Some(any_value::Value::IntValue(value)),
-    })
+    Some(AnyValue { value: Some(any_value::Value::IntValue(value)) })
 }
 
 pub(super) fn attribute(key: &str, value: Option<AnyValue>) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value,
-        ..KeyValue::default()
-    }
+    KeyValue { key: key.to_owned(), value, ..KeyValue::default() }
 }
 
 /// Who made the records and spans: this service's telemetry, at this version.

@@ -49,9 +49,7 @@ pub(super) fn capture(settings: &TelemetrySettings) -> TelemetryCapture {
 
 impl Pumps {
     pub fn new(
-        store: Arc<dyn Store>,
-        agents: Arc<AgentClients>,
-        replica: Arc<Replica>,
+        store: Arc<dyn Store>, agents: Arc<AgentClients>, replica: Arc<Replica>,
         telemetry: Weak<Telemetry>,
     ) -> Self {
         Self {
@@ -69,12 +67,8 @@ impl Pumps {
     }
 
     pub fn start(&self) {
-        let (store, replica, telemetry, poked) = (
-            self.store.clone(),
-            self.replica.clone(),
-            self.telemetry.clone(),
-            self.poked.clone(),
-        );
+        let (store, replica, telemetry, poked) =
+            (self.store.clone(), self.replica.clone(), self.telemetry.clone(), self.poked.clone());
         tokio::spawn(async move {
             loop {
                 let Some(this) = telemetry.upgrade() else {
@@ -152,13 +146,7 @@ impl Pumps {
                         location.clone(),
                         receiver,
                     ));
-                    running.insert(
-                        id,
-                        Pump {
-                            settings: sender,
-                            task,
-                        },
-                    );
+                    running.insert(id, Pump { settings: sender, task });
                 }
             }
         }
@@ -167,12 +155,8 @@ impl Pumps {
 
 /// Reads one VM's events until the pump is stopped.
 async fn pump(
-    telemetry: Weak<Telemetry>,
-    agents: Arc<AgentClients>,
-    session_id: String,
-    org_id: String,
-    location: AgentLocation,
-    mut settings: watch::Receiver<TelemetrySettings>,
+    telemetry: Weak<Telemetry>, agents: Arc<AgentClients>, session_id: String, org_id: String,
+    location: AgentLocation, mut settings: watch::Receiver<TelemetrySettings>,
 ) {
     let mut last_seq = 0u64;
     loop {

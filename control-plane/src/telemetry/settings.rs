@@ -31,19 +31,11 @@ pub enum Category {
 }
 
 /// The categories capture starts with.
-pub const DEFAULT_CATEGORIES: [Category; 4] = [
-    Category::Control,
-    Category::Connection,
-    Category::System,
-    Category::Captcha,
-];
+pub const DEFAULT_CATEGORIES: [Category; 4] =
+    [Category::Control, Category::Connection, Category::System, Category::Captcha];
 /// The categories the CDP monitor in the VM captures.
-pub const CDP_CATEGORIES: [Category; 4] = [
-    Category::Console,
-    Category::Network,
-    Category::Page,
-    Category::Interaction,
-];
+pub const CDP_CATEGORIES: [Category; 4] =
+    [Category::Console, Category::Network, Category::Page, Category::Interaction];
 
 impl Category {
     pub fn as_str(self) -> &'static str {
@@ -103,11 +95,7 @@ pub struct CdpControlRequest {
 pub struct ControlRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub cdp: Option<CdpControlRequest>,
 }
 
@@ -115,65 +103,25 @@ pub struct ControlRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CategoriesRequest {
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub control: Option<ControlRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub connection: Option<CategoryRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub system: Option<CategoryRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub captcha: Option<CategoryRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub console: Option<CategoryRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub network: Option<CategoryRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub page: Option<CategoryRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub interaction: Option<CategoryRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub screenshot: Option<CategoryRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub platform: Option<CategoryRequest>,
 }
 
@@ -199,10 +147,7 @@ impl CategoriesRequest {
         control
             .into_iter()
             .chain(plain.into_iter().filter_map(|(category, request)| {
-                request
-                    .as_ref()
-                    .and_then(|r| r.enabled)
-                    .map(|enabled| (category, enabled))
+                request.as_ref().and_then(|r| r.enabled).map(|enabled| (category, enabled))
             }))
             .collect()
     }
@@ -212,12 +157,7 @@ impl CategoriesRequest {
     }
 
     fn excluded_methods(&self) -> Option<&Vec<String>> {
-        self.control
-            .as_ref()?
-            .cdp
-            .as_ref()?
-            .excluded_methods
-            .as_ref()
+        self.control.as_ref()?.cdp.as_ref()?.excluded_methods.as_ref()
     }
 }
 
@@ -234,11 +174,7 @@ pub struct DestinationReference {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpExportRequest {
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub destination: Option<DestinationReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
@@ -247,11 +183,7 @@ pub struct OtlpExportRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportRequest {
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub otlp: Option<OtlpExportRequest>,
 }
 
@@ -262,23 +194,11 @@ pub struct ExportRequest {
 pub struct TelemetryRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub browser: Option<CategoriesRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub export: Option<ExportRequest>,
-    #[serde(
-        default,
-        deserialize_with = "object",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "object", skip_serializing_if = "Option::is_none")]
     pub storage: Option<CategoryRequest>,
 }
 
@@ -444,8 +364,7 @@ fn request_problems(request: &TelemetryRequest) -> (Vec<String>, ExportChange) {
 }
 
 fn layered(
-    mut categories: BTreeSet<Category>,
-    browser: Option<&CategoriesRequest>,
+    mut categories: BTreeSet<Category>, browser: Option<&CategoriesRequest>,
 ) -> BTreeSet<Category> {
     for (category, enabled) in browser.map(CategoriesRequest::given).unwrap_or_default() {
         if enabled {
@@ -460,19 +379,12 @@ fn layered(
 /// The settings of a new browser, `None` when capture does not start.
 pub fn on_create(request: Option<&TelemetryRequest>) -> Result<Resolved, Vec<String>> {
     let Some(request) = request else {
-        return Ok(Resolved {
-            settings: None,
-            export: None,
-        });
+        return Ok(Resolved { settings: None, export: None });
     };
     let (mut problems, export) = request_problems(request);
     let browser_given = request.browser.as_ref().is_some_and(|b| !b.is_empty());
     let starts = request.enabled == Some(true) || (request.enabled.is_none() && browser_given);
-    let storage = request
-        .storage
-        .as_ref()
-        .and_then(|s| s.enabled)
-        .unwrap_or(true);
+    let storage = request.storage.as_ref().and_then(|s| s.enabled).unwrap_or(true);
     let exports = matches!(export, Some(Some(_)));
     if !storage && !exports {
         problems.push(
@@ -480,10 +392,7 @@ pub fn on_create(request: Option<&TelemetryRequest>) -> Result<Resolved, Vec<Str
         );
     }
     let categories = if starts {
-        layered(
-            DEFAULT_CATEGORIES.into_iter().collect(),
-            request.browser.as_ref(),
-        )
+        layered(DEFAULT_CATEGORIES.into_iter().collect(), request.browser.as_ref())
     } else {
         BTreeSet::new()
     };
@@ -505,14 +414,10 @@ pub fn on_create(request: Option<&TelemetryRequest>) -> Result<Resolved, Vec<Str
 /// A session's settings after an update; `current` is what it has (`None`: never
 /// enabled).
 pub fn on_update(
-    current: Option<&TelemetrySettings>,
-    request: Option<&TelemetryRequest>,
+    current: Option<&TelemetrySettings>, request: Option<&TelemetryRequest>,
 ) -> Result<Resolved, Vec<String>> {
     let Some(request) = request.filter(|r| **r != TelemetryRequest::default()) else {
-        return Ok(Resolved {
-            settings: current.cloned(),
-            export: None,
-        });
+        return Ok(Resolved { settings: current.cloned(), export: None });
     };
     let (mut problems, export) = request_problems(request);
     if request.storage.is_some() {
@@ -521,15 +426,9 @@ pub fn on_update(
     let base = current.cloned().unwrap_or_default();
     let categories = match request.enabled {
         Some(false) => BTreeSet::new(),
-        Some(true) => layered(
-            DEFAULT_CATEGORIES.into_iter().collect(),
-            request.browser.as_ref(),
-        ),
+        Some(true) => layered(DEFAULT_CATEGORIES.into_iter().collect(), request.browser.as_ref()),
         None if base.active() => layered(base.categories.clone(), request.browser.as_ref()),
-        None => layered(
-            DEFAULT_CATEGORIES.into_iter().collect(),
-            request.browser.as_ref(),
-        ),
+        None => layered(DEFAULT_CATEGORIES.into_iter().collect(), request.browser.as_ref()),
     };
     if matches!(export, Some(Some(_))) && categories.is_empty() {
         problems.push("telemetry.export.otlp requires telemetry capture to be enabled".into());
@@ -542,10 +441,7 @@ pub fn on_update(
         categories,
         ..base
     };
-    Ok(Resolved {
-        settings: Some(settings),
-        export,
-    })
+    Ok(Resolved { settings: Some(settings), export })
 }
 
 fn excluded(request: &TelemetryRequest, current: &[String]) -> Vec<String> {
@@ -597,11 +493,9 @@ mod tests {
 
     #[test]
     fn updates_merge_unless_enabled_says_otherwise() {
-        let current = on_create(Some(&request(
-            json!({"browser": {"console": {"enabled": true}}}),
-        )))
-        .ok()
-        .and_then(|r| r.settings);
+        let current = on_create(Some(&request(json!({"browser": {"console": {"enabled": true}}}))))
+            .ok()
+            .and_then(|r| r.settings);
         let merged = on_update(
             current.as_ref(),
             Some(&request(json!({"browser": {"network": {"enabled": true}}}))),
@@ -623,9 +517,8 @@ mod tests {
             .ok()
             .and_then(|r| r.settings);
         assert!(stopped.is_some_and(|s| !s.active()));
-        let unchanged = on_update(current.as_ref(), Some(&request(json!({}))))
-            .ok()
-            .and_then(|r| r.settings);
+        let unchanged =
+            on_update(current.as_ref(), Some(&request(json!({})))).ok().and_then(|r| r.settings);
         assert_eq!(unchanged, current);
     }
 
@@ -638,16 +531,12 @@ mod tests {
             .is_err()
         );
         assert!(
-            on_create(Some(&request(
-                json!({"enabled": true, "storage": {"enabled": false}})
-            )))
-            .is_err()
+            on_create(Some(&request(json!({"enabled": true, "storage": {"enabled": false}}))))
+                .is_err()
         );
         assert!(
-            on_create(Some(&request(
-                json!({"export": {"otlp": {"destination": {"name": "x"}}}})
-            )))
-            .is_err()
+            on_create(Some(&request(json!({"export": {"otlp": {"destination": {"name": "x"}}}}))))
+                .is_err()
         );
         assert!(
             serde_json::from_value::<TelemetryRequest>(json!({"browser": {"bogus": {}}})).is_err()

@@ -83,20 +83,13 @@ impl OpenNavigations {
                             started.remove(&oldest);
                         }
                         let url = data["url"].as_str().unwrap_or_default().to_owned();
-                        let start = NavigationStart {
-                            seq: *seq,
-                            ts_us: event.ts_us,
-                            url,
-                        };
+                        let start = NavigationStart { seq: *seq, ts_us: event.ts_us, url };
                         started.insert(key, start);
                     }
                 }
                 "page_load" => {
                     let opened = navigation_key(session_id, data).and_then(|key| {
-                        self.started
-                            .lock()
-                            .ok()
-                            .and_then(|mut started| started.remove(&key))
+                        self.started.lock().ok().and_then(|mut started| started.remove(&key))
                     });
                     if let Some(start) = opened {
                         spans.push(span(
@@ -149,14 +142,8 @@ fn digest(parts: &[&[u8]]) -> [u8; 32] {
 
 #[allow(clippy::too_many_arguments)]
 fn span(
-    trace_id: &[u8],
-    session_id: &str,
-    seq: i64,
-    name: &str,
-    kind: span::SpanKind,
-    (start_us, end_us): (i64, i64),
-    attributes: Vec<KeyValue>,
-    failed: bool,
+    trace_id: &[u8], session_id: &str, seq: i64, name: &str, kind: span::SpanKind,
+    (start_us, end_us): (i64, i64), attributes: Vec<KeyValue>, failed: bool,
 ) -> Span {
     let span_id = digest(&[session_id.as_bytes(), &seq.to_be_bytes()])[..8].to_vec();
     let nanos = |us: i64| (us.max(0) as u64) * 1000;
@@ -169,12 +156,7 @@ fn span(
         end_time_unix_nano: nanos(end_us),
         attributes,
         status: Some(Status {
-            code: if failed {
-                status::StatusCode::Error
-            } else {
-                status::StatusCode::Unset
-            }
-            .into(),
+            code: if failed { status::StatusCode::Error } else { status::StatusCode::Unset }.into(),
             ..Status::default()
         }),
         ..Span::default()
@@ -186,11 +168,7 @@ pub fn traces_request(resource: Resource, spans: Vec<Span>) -> ExportTraceServic
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(resource),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(scope()),
-                spans,
-                ..ScopeSpans::default()
-            }],
+            scope_spans: vec![ScopeSpans { scope: Some(scope()), spans, ..ScopeSpans::default() }],
             ..ResourceSpans::default()
         }],
     }
@@ -238,10 +216,7 @@ mod tests {
         );
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].name, "browsers.computer.click_mouse");
-        assert_eq!(
-            first[0].end_time_unix_nano - first[0].start_time_unix_nano,
-            12_500_000
-        );
+        assert_eq!(first[0].end_time_unix_nano - first[0].start_time_unix_nano, 12_500_000);
         // The load comes in a later batch.
         let second = open.spans("s1", &[(4, event("page_load", 6_750_000, page))]);
         assert_eq!(second.len(), 1);

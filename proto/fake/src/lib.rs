@@ -6,12 +6,7 @@
 //! made `cargo test` build that crate, and everything above it, a second time.
 
 // Generated code only.
-#![allow(
-    clippy::all,
-    clippy::pedantic,
-    clippy::unwrap_used,
-    clippy::expect_used
-)]
+#![allow(clippy::all, clippy::pedantic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod v1 {
     tonic::include_proto!("browser_agent.v1");

@@ -20,27 +20,13 @@ pub async fn apps_contract(store: &dyn Store, a: &str, b: &str) {
         sealed: Some(vec![9, 8, 7]),
         project_id: Some(format!("proj_of_{org}")),
     };
-    store
-        .insert_deployment(&deployment("dep_1", a, 20))
-        .await
-        .unwrap();
-    store
-        .insert_deployment(&deployment("dep_2", a, 10))
-        .await
-        .unwrap();
-    store
-        .insert_deployment(&deployment("dep_3", b, 5))
-        .await
-        .unwrap();
+    store.insert_deployment(&deployment("dep_1", a, 20)).await.unwrap();
+    store.insert_deployment(&deployment("dep_2", a, 10)).await.unwrap();
+    store.insert_deployment(&deployment("dep_3", b, 5)).await.unwrap();
     // Scoped to the organization; oldest first.
     assert!(store.deployment(b, "dep_1").await.unwrap().is_none());
-    let listed: Vec<String> = store
-        .list_deployments(a)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|d| d.id)
-        .collect();
+    let listed: Vec<String> =
+        store.list_deployments(a).await.unwrap().into_iter().map(|d| d.id).collect();
     assert_eq!(listed, ["dep_1", "dep_2"]);
     let mut running = store.deployment(a, "dep_1").await.unwrap().unwrap();
     assert_eq!(
@@ -51,10 +37,7 @@ pub async fn apps_contract(store: &dyn Store, a: &str, b: &str) {
     running.document = "{\"apps\":[]}".into();
     assert!(store.update_deployment(&running).await.unwrap());
     let read = store.deployment(a, "dep_1").await.unwrap().unwrap();
-    assert_eq!(
-        (read.status.as_str(), read.document.as_str()),
-        ("running", "{\"apps\":[]}")
-    );
+    assert_eq!((read.status.as_str(), read.document.as_str()), ("running", "{\"apps\":[]}"));
     let queued: Vec<String> = store
         .deployments_in(&["queued", "in_progress"])
         .await
@@ -75,30 +58,15 @@ pub async fn apps_contract(store: &dyn Store, a: &str, b: &str) {
         created_at: micros(Utc::now()),
         project_id: Some(format!("proj_of_{org}")),
     };
-    store
-        .insert_app_version(&app("app_1", a, "shop", "1", "dep_1"))
-        .await
-        .unwrap();
+    store.insert_app_version(&app("app_1", a, "shop", "1", "dep_1")).await.unwrap();
     assert!(matches!(
-        store
-            .insert_app_version(&app("app_2", a, "shop", "1", "dep_2"))
-            .await,
+        store.insert_app_version(&app("app_2", a, "shop", "1", "dep_2")).await,
         Err(StoreError::Conflict(_))
     ));
-    store
-        .insert_app_version(&app("app_3", a, "shop", "2", "dep_2"))
-        .await
-        .unwrap();
-    store
-        .insert_app_version(&app("app_4", b, "shop", "1", "dep_3"))
-        .await
-        .unwrap();
+    store.insert_app_version(&app("app_3", a, "shop", "2", "dep_2")).await.unwrap();
+    store.insert_app_version(&app("app_4", b, "shop", "1", "dep_3")).await.unwrap();
     assert_eq!(
-        store
-            .app_version(a, "shop", "1")
-            .await
-            .unwrap()
-            .map(|v| v.id),
+        store.app_version(a, "shop", "1").await.unwrap().map(|v| v.id),
         Some("app_1".into())
     );
     assert_eq!(store.list_app_versions(a).await.unwrap().len(), 2);
@@ -124,25 +92,11 @@ pub async fn apps_contract(store: &dyn Store, a: &str, b: &str) {
         document: "{}".into(),
         project_id: Some(format!("proj_of_{org}")),
     };
-    store
-        .insert_invocation(&invocation("inv_1", a, 30))
-        .await
-        .unwrap();
-    store
-        .insert_invocation(&invocation("inv_2", a, 10))
-        .await
-        .unwrap();
-    store
-        .insert_invocation(&invocation("inv_3", b, 10))
-        .await
-        .unwrap();
-    let listed: Vec<String> = store
-        .list_invocations(a)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
+    store.insert_invocation(&invocation("inv_1", a, 30)).await.unwrap();
+    store.insert_invocation(&invocation("inv_2", a, 10)).await.unwrap();
+    store.insert_invocation(&invocation("inv_3", b, 10)).await.unwrap();
+    let listed: Vec<String> =
+        store.list_invocations(a).await.unwrap().into_iter().map(|i| i.id).collect();
     assert_eq!(listed, ["inv_2", "inv_1"]);
     assert!(store.invocation(b, "inv_1").await.unwrap().is_none());
     let mut first = store.invocation(a, "inv_1").await.unwrap().unwrap();
@@ -156,13 +110,8 @@ pub async fn apps_contract(store: &dyn Store, a: &str, b: &str) {
     late.status = "failed".into();
     assert!(!store.update_unfinished_invocation(&late).await.unwrap());
     assert_eq!(store.invocation(a, "inv_1").await.unwrap().unwrap(), first);
-    let unfinished: Vec<String> = store
-        .unfinished_invocations()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
+    let unfinished: Vec<String> =
+        store.unfinished_invocations().await.unwrap().into_iter().map(|i| i.id).collect();
     assert_eq!(unfinished.len(), 2);
     assert!(unfinished.contains(&"inv_2".to_owned()) && unfinished.contains(&"inv_3".to_owned()));
 }

@@ -27,10 +27,7 @@ pub async fn audit_export_contract(store: &dyn Store, a: &str, b: &str) {
         next_attempt_at: None,
     };
     store.insert_export_destination(&destination).await.unwrap();
-    assert_eq!(
-        store.export_destination(a, "aed_1").await.unwrap(),
-        Some(destination.clone())
-    );
+    assert_eq!(store.export_destination(a, "aed_1").await.unwrap(), Some(destination.clone()));
     assert_eq!(store.export_destination(b, "aed_1").await.unwrap(), None);
     assert_eq!(store.export_destinations(Some(b)).await.unwrap(), vec![]);
     assert_eq!(store.export_destinations(None).await.unwrap().len(), 1);
@@ -42,12 +39,7 @@ pub async fn audit_export_contract(store: &dyn Store, a: &str, b: &str) {
         ("aud_x4", 7_000, a),
         ("aud_x5", 9_000, a),
     ] {
-        let record = AuditRecord {
-            id: id.into(),
-            org_id: org.into(),
-            ts_us,
-            ..Default::default()
-        };
+        let record = AuditRecord { id: id.into(), org_id: org.into(), ts_us, ..Default::default() };
         store.insert_audit(&record).await.unwrap();
     }
     let after = |cursor: (i64, String), until: i64| async move {
@@ -59,24 +51,13 @@ pub async fn audit_export_contract(store: &dyn Store, a: &str, b: &str) {
             .map(|record| record.id)
             .collect::<Vec<_>>()
     };
-    assert_eq!(
-        after((5_000, String::new()), 8_000).await,
-        ["aud_x2", "aud_x4"]
-    );
-    assert_eq!(
-        after((6_000, "aud_x2".into()), 10_000).await,
-        ["aud_x4", "aud_x5"]
-    );
+    assert_eq!(after((5_000, String::new()), 8_000).await, ["aud_x2", "aud_x4"]);
+    assert_eq!(after((6_000, "aud_x2".into()), 10_000).await, ["aud_x4", "aud_x5"]);
 
     // A failure, then a delivery: the failures are forgotten, the cursor moves.
     let at = Utc::now();
     store
-        .export_failed(
-            "aed_1",
-            "503 SlowDown",
-            at,
-            at + chrono::Duration::seconds(2),
-        )
+        .export_failed("aed_1", "503 SlowDown", at, at + chrono::Duration::seconds(2))
         .await
         .unwrap();
     let failed = store.export_destination(a, "aed_1").await.unwrap().unwrap();

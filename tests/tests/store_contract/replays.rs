@@ -24,44 +24,18 @@ pub(super) async fn replay_contract(store: &dyn Store, a: &str, b: &str) {
     // Sessions s1 and s4 of org a exist from the session contract.
     let first = replay("rpl_1", a, "s1", 30);
     store.insert_replay(&first).await.expect("insert");
-    store
-        .insert_replay(&replay("rpl_2", a, "s1", 10))
-        .await
-        .expect("insert");
-    store
-        .insert_replay(&replay("rpl_3", a, "s4", 5))
-        .await
-        .expect("insert");
-    assert!(matches!(
-        store.insert_replay(&first).await,
-        Err(StoreError::Conflict(_))
-    ));
+    store.insert_replay(&replay("rpl_2", a, "s1", 10)).await.expect("insert");
+    store.insert_replay(&replay("rpl_3", a, "s4", 5)).await.expect("insert");
+    assert!(matches!(store.insert_replay(&first).await, Err(StoreError::Conflict(_))));
 
-    assert_eq!(
-        store.replay(a, "s1", "rpl_1").await.expect("get"),
-        Some(first.clone())
-    );
+    assert_eq!(store.replay(a, "s1", "rpl_1").await.expect("get"), Some(first.clone()));
     // Scoped to the organization and the session.
     assert_eq!(store.replay(b, "s1", "rpl_1").await.expect("foreign"), None);
-    assert_eq!(
-        store.replay(a, "s4", "rpl_1").await.expect("other session"),
-        None
-    );
-    let listed: Vec<String> = store
-        .list_replays(a, "s1")
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|r| r.id)
-        .collect();
+    assert_eq!(store.replay(a, "s4", "rpl_1").await.expect("other session"), None);
+    let listed: Vec<String> =
+        store.list_replays(a, "s1").await.expect("list").into_iter().map(|r| r.id).collect();
     assert_eq!(listed, ["rpl_1", "rpl_2"]);
-    assert!(
-        store
-            .list_replays(b, "s1")
-            .await
-            .expect("foreign list")
-            .is_empty()
-    );
+    assert!(store.list_replays(b, "s1").await.expect("foreign list").is_empty());
 
     // Exactly one caller moves a recording replay to stopping.
     assert!(store.begin_replay_stop("rpl_1").await.expect("stop"));
@@ -84,22 +58,9 @@ pub(super) async fn replay_contract(store: &dyn Store, a: &str, b: &str) {
     );
 
     let finished_at = chrono::DateTime::from_timestamp_millis(1_800_000_100_456).expect("time");
-    let video = ReplayOutcome::Video {
-        size_bytes: 4096,
-        blob_key: "replays/a/rpl_1.mp4".into(),
-    };
-    assert!(
-        !store
-            .finish_replay("rpl_2", finished_at, &video)
-            .await
-            .expect("not stopping")
-    );
-    assert!(
-        store
-            .finish_replay("rpl_1", finished_at, &video)
-            .await
-            .expect("finish")
-    );
+    let video = ReplayOutcome::Video { size_bytes: 4096, blob_key: "replays/a/rpl_1.mp4".into() };
+    assert!(!store.finish_replay("rpl_2", finished_at, &video).await.expect("not stopping"));
+    assert!(store.finish_replay("rpl_1", finished_at, &video).await.expect("finish"));
     // Finished once: a late second finish changes nothing.
     assert!(
         !store
@@ -107,18 +68,9 @@ pub(super) async fn replay_contract(store: &dyn Store, a: &str, b: &str) {
             .await
             .expect("finish again")
     );
-    let finished = store
-        .replay(a, "s1", "rpl_1")
-        .await
-        .expect("get")
-        .expect("exists");
+    let finished = store.replay(a, "s1", "rpl_1").await.expect("get").expect("exists");
     assert_eq!(
-        (
-            finished.status,
-            finished.finished_at,
-            finished.size_bytes,
-            finished.blob_key
-        ),
+        (finished.status, finished.finished_at, finished.size_bytes, finished.blob_key),
         (
             ReplayStatus::Finished,
             Some(finished_at),
@@ -131,29 +83,16 @@ pub(super) async fn replay_contract(store: &dyn Store, a: &str, b: &str) {
     assert!(store.begin_replay_stop("rpl_2").await.expect("stop"));
     assert!(
         store
-            .finish_replay(
-                "rpl_2",
-                finished_at,
-                &ReplayOutcome::Lost("agent gone".into())
-            )
+            .finish_replay("rpl_2", finished_at, &ReplayOutcome::Lost("agent gone".into()))
             .await
             .expect("lose")
     );
-    let lost = store
-        .replay(a, "s1", "rpl_2")
-        .await
-        .expect("get")
-        .expect("exists");
+    let lost = store.replay(a, "s1", "rpl_2").await.expect("get").expect("exists");
     assert_eq!(
         (lost.status, lost.failure, lost.blob_key),
         (ReplayStatus::Lost, Some("agent gone".to_owned()), None)
     );
-    let unfinished: Vec<String> = store
-        .unfinished_replays()
-        .await
-        .expect("unfinished")
-        .into_iter()
-        .map(|r| r.id)
-        .collect();
+    let unfinished: Vec<String> =
+        store.unfinished_replays().await.expect("unfinished").into_iter().map(|r| r.id).collect();
     assert_eq!(unfinished, ["rpl_3"]);
 }

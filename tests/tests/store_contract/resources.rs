@@ -18,47 +18,18 @@ pub(super) async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
     store.insert_secret(&first).await.unwrap();
     // Names are unique per organization and kind only.
     assert!(matches!(
-        store
-            .insert_secret(&secret("cred_2", a, SecretKind::Credential, "shop"))
-            .await,
+        store.insert_secret(&secret("cred_2", a, SecretKind::Credential, "shop")).await,
         Err(StoreError::Conflict(_))
     ));
-    store
-        .insert_secret(&secret("cred_3", b, SecretKind::Credential, "shop"))
-        .await
-        .unwrap();
-    store
-        .insert_secret(&secret("cp_1", a, SecretKind::CredentialProvider, "shop"))
-        .await
-        .unwrap();
+    store.insert_secret(&secret("cred_3", b, SecretKind::Credential, "shop")).await.unwrap();
+    store.insert_secret(&secret("cp_1", a, SecretKind::CredentialProvider, "shop")).await.unwrap();
+    assert_eq!(store.secret(a, SecretKind::Credential, "shop").await.unwrap(), Some(first.clone()));
     assert_eq!(
-        store
-            .secret(a, SecretKind::Credential, "shop")
-            .await
-            .unwrap(),
+        store.secret(a, SecretKind::Credential, "cred_1").await.unwrap(),
         Some(first.clone())
     );
-    assert_eq!(
-        store
-            .secret(a, SecretKind::Credential, "cred_1")
-            .await
-            .unwrap(),
-        Some(first.clone())
-    );
-    assert_eq!(
-        store
-            .secret(b, SecretKind::Credential, "cred_1")
-            .await
-            .unwrap(),
-        None
-    );
-    assert_eq!(
-        store
-            .secret(a, SecretKind::CredentialProvider, "cred_1")
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(store.secret(b, SecretKind::Credential, "cred_1").await.unwrap(), None);
+    assert_eq!(store.secret(a, SecretKind::CredentialProvider, "cred_1").await.unwrap(), None);
     let listed = store.list_secrets(a, SecretKind::Credential).await.unwrap();
     assert_eq!(listed, vec![first.clone()]);
     let mut renamed = first.clone();
@@ -69,52 +40,19 @@ pub(super) async fn secret_contract(store: &dyn Store, a: &str, b: &str) {
     // Not over a change made since it was read.
     let stale = micros(first.updated_at - Duration::seconds(5));
     assert!(!store.update_secret(&renamed, stale).await.unwrap());
-    assert!(
-        store
-            .update_secret(&renamed, first.updated_at)
-            .await
-            .unwrap()
-    );
+    assert!(store.update_secret(&renamed, first.updated_at).await.unwrap());
     assert_eq!(
-        store
-            .secret(a, SecretKind::Credential, "shop-2")
-            .await
-            .unwrap(),
+        store.secret(a, SecretKind::Credential, "shop-2").await.unwrap(),
         Some(renamed.clone())
     );
     // Another organization's record is not updated or deleted.
     let mut foreign = renamed.clone();
     foreign.org_id = b.into();
-    assert!(
-        !store
-            .update_secret(&foreign, renamed.updated_at)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .delete_secret(b, SecretKind::Credential, "cred_1")
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .delete_secret(a, SecretKind::Credential, "cred_1")
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .delete_secret(a, SecretKind::Credential, "cred_1")
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .update_secret(&renamed, renamed.updated_at)
-            .await
-            .unwrap()
-    );
+    assert!(!store.update_secret(&foreign, renamed.updated_at).await.unwrap());
+    assert!(!store.delete_secret(b, SecretKind::Credential, "cred_1").await.unwrap());
+    assert!(store.delete_secret(a, SecretKind::Credential, "cred_1").await.unwrap());
+    assert!(!store.delete_secret(a, SecretKind::Credential, "cred_1").await.unwrap());
+    assert!(!store.update_secret(&renamed, renamed.updated_at).await.unwrap());
 }
 
 pub(super) async fn profile_contract(store: &dyn Store, a: &str, b: &str) {
@@ -133,28 +71,15 @@ pub(super) async fn profile_contract(store: &dyn Store, a: &str, b: &str) {
     store.insert_profile(&older).await.unwrap();
     // Names are unique per organization, not across them.
     assert!(matches!(
-        store
-            .insert_profile(&profile("prof_3", a, Some("work"), 0))
-            .await,
+        store.insert_profile(&profile("prof_3", a, Some("work"), 0)).await,
         Err(StoreError::Conflict(_))
     ));
-    store
-        .insert_profile(&profile("prof_4", b, Some("work"), 0))
-        .await
-        .unwrap();
+    store.insert_profile(&profile("prof_4", b, Some("work"), 0)).await.unwrap();
     assert_eq!(store.profile(a, "work").await.unwrap(), Some(older.clone()));
-    assert_eq!(
-        store.profile(a, "prof_2").await.unwrap(),
-        Some(newer.clone())
-    );
+    assert_eq!(store.profile(a, "prof_2").await.unwrap(), Some(newer.clone()));
     assert_eq!(store.profile(b, "prof_1").await.unwrap(), None);
-    let listed: Vec<String> = store
-        .list_profiles(a)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|p| p.id)
-        .collect();
+    let listed: Vec<String> =
+        store.list_profiles(a).await.unwrap().into_iter().map(|p| p.id).collect();
     assert_eq!(listed, ["prof_1", "prof_2"]);
 
     let at = micros(Utc::now());
@@ -171,16 +96,10 @@ pub(super) async fn profile_contract(store: &dyn Store, a: &str, b: &str) {
 
     // A session remembers its profile and whether it saves into it.
     let mut with_profile = session("sess_profile", a, None, 0);
-    with_profile.profile = Some(SessionProfile {
-        id: "prof_2".into(),
-        save_changes: true,
-    });
+    with_profile.profile = Some(SessionProfile { id: "prof_2".into(), save_changes: true });
     let with_profile = truncate_to_micros(with_profile);
     store.insert_session(&with_profile).await.unwrap();
-    assert_eq!(
-        store.session(a, "sess_profile").await.unwrap(),
-        Some(with_profile)
-    );
+    assert_eq!(store.session(a, "sess_profile").await.unwrap(), Some(with_profile));
 }
 
 pub(super) async fn auth_connection_contract(store: &dyn Store, a: &str, b: &str) {
@@ -194,32 +113,18 @@ pub(super) async fn auth_connection_contract(store: &dyn Store, a: &str, b: &str
         credentials: None,
     };
     let first = connection("auth_1", a, "p1", 20);
-    store
-        .insert_auth_connection(&connection("auth_2", a, "p2", 10))
-        .await
-        .unwrap();
+    store.insert_auth_connection(&connection("auth_2", a, "p2", 10)).await.unwrap();
     store.insert_auth_connection(&first).await.unwrap();
-    store
-        .insert_auth_connection(&connection("auth_3", b, "p1", 0))
-        .await
-        .unwrap();
+    store.insert_auth_connection(&connection("auth_3", b, "p1", 0)).await.unwrap();
     // One connection per profile and domain in an organization.
     assert!(matches!(
-        store
-            .insert_auth_connection(&connection("auth_4", a, "p1", 0))
-            .await,
+        store.insert_auth_connection(&connection("auth_4", a, "p1", 0)).await,
         Err(StoreError::Conflict(_))
     ));
-    assert_eq!(
-        store.auth_connection(a, "auth_1").await.unwrap(),
-        Some(first.clone())
-    );
+    assert_eq!(store.auth_connection(a, "auth_1").await.unwrap(), Some(first.clone()));
     assert_eq!(store.auth_connection(b, "auth_1").await.unwrap(), None);
     let ids = |list: Vec<AuthConnectionRecord>| list.into_iter().map(|c| c.id).collect::<Vec<_>>();
-    assert_eq!(
-        ids(store.list_auth_connections(Some(a)).await.unwrap()),
-        ["auth_1", "auth_2"]
-    );
+    assert_eq!(ids(store.list_auth_connections(Some(a)).await.unwrap()), ["auth_1", "auth_2"]);
     assert_eq!(
         ids(store.list_auth_connections(None).await.unwrap()),
         ["auth_1", "auth_2", "auth_3"]
@@ -231,10 +136,7 @@ pub(super) async fn auth_connection_contract(store: &dyn Store, a: &str, b: &str
         ..first
     };
     assert!(store.update_auth_connection(&updated).await.unwrap());
-    assert_eq!(
-        store.auth_connection(a, "auth_1").await.unwrap(),
-        Some(updated.clone())
-    );
+    assert_eq!(store.auth_connection(a, "auth_1").await.unwrap(), Some(updated.clone()));
     assert!(!store.delete_auth_connection(b, "auth_1").await.unwrap());
     assert!(store.delete_auth_connection(a, "auth_1").await.unwrap());
     assert!(!store.delete_auth_connection(a, "auth_1").await.unwrap());
@@ -257,10 +159,7 @@ pub(super) async fn proxy_contract(store: &dyn Store, a: &str, b: &str) {
         created_at: chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
     };
     store.insert_proxy(&proxy).await.expect("insert");
-    assert_eq!(
-        store.proxy(a, "proxy_1").await.expect("get"),
-        Some(proxy.clone())
-    );
+    assert_eq!(store.proxy(a, "proxy_1").await.expect("get"), Some(proxy.clone()));
     assert_eq!(store.proxy(b, "proxy_1").await.expect("foreign"), None);
     let check = ProxyCheck {
         status: "unavailable".into(),
@@ -268,42 +167,16 @@ pub(super) async fn proxy_contract(store: &dyn Store, a: &str, b: &str) {
         ip_address: None,
         error: Some("refused".into()),
     };
-    store
-        .record_proxy_check("proxy_1", &check)
-        .await
-        .expect("check");
-    let checked = store
-        .proxy(a, "proxy_1")
-        .await
-        .expect("get")
-        .expect("exists");
+    store.record_proxy_check("proxy_1", &check).await.expect("check");
+    let checked = store.proxy(a, "proxy_1").await.expect("get").expect("exists");
     assert_eq!(
-        (
-            checked.status.as_deref(),
-            checked.last_checked,
-            checked.check_error.as_deref()
-        ),
+        (checked.status.as_deref(), checked.last_checked, checked.check_error.as_deref()),
         (Some("unavailable"), Some(check.at), Some("refused"))
     );
     assert_eq!(store.list_proxies(a).await.expect("list").len(), 1);
-    assert!(
-        !store
-            .delete_proxy(b, "proxy_1", check.at)
-            .await
-            .expect("foreign delete")
-    );
-    assert!(
-        store
-            .delete_proxy(a, "proxy_1", check.at)
-            .await
-            .expect("delete")
-    );
-    assert!(
-        !store
-            .delete_proxy(a, "proxy_1", check.at)
-            .await
-            .expect("again")
-    );
+    assert!(!store.delete_proxy(b, "proxy_1", check.at).await.expect("foreign delete"));
+    assert!(store.delete_proxy(a, "proxy_1", check.at).await.expect("delete"));
+    assert!(!store.delete_proxy(a, "proxy_1", check.at).await.expect("again"));
     assert_eq!(store.proxy(a, "proxy_1").await.expect("deleted"), None);
     assert!(store.list_proxies(a).await.expect("list").is_empty());
 }

@@ -13,10 +13,7 @@ pub async fn signed_in_contract(store: &dyn Store, a: &str) {
         expires_at: now + chrono::Duration::seconds(expires_in),
     };
     store.insert_signed_in(&record("live", 3600)).await.unwrap();
-    assert_eq!(
-        store.signed_in("live", now).await.unwrap(),
-        Some(record("live", 3600))
-    );
+    assert_eq!(store.signed_in("live", now).await.unwrap(), Some(record("live", 3600)));
     assert_eq!(store.signed_in("other", now).await.unwrap(), None);
     // Past its expiry it is no session, and the next sign-in forgets it.
     let later = now + chrono::Duration::seconds(7200);
@@ -25,10 +22,7 @@ pub async fn signed_in_contract(store: &dyn Store, a: &str) {
     next.created_at = later;
     next.expires_at = later + chrono::Duration::seconds(3600);
     store.insert_signed_in(&next).await.unwrap();
-    assert!(
-        !store.delete_signed_in("live").await.unwrap(),
-        "forgotten when expired"
-    );
+    assert!(!store.delete_signed_in("live").await.unwrap(), "forgotten when expired");
     // Ending it is seen at once.
     assert!(store.delete_signed_in("next").await.unwrap());
     assert_eq!(store.signed_in("next", later).await.unwrap(), None);

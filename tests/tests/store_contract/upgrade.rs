@@ -108,29 +108,19 @@ INSERT INTO audit_export_destinations (id, org_id, bucket, prefix, region, role_
 /// and reads every row back.
 pub async fn upgrade_contract(url: &str, data_dir: &std::path::Path) {
     let postgres = url.starts_with("postgres");
-    let hash = if postgres {
-        "decode('0102ff', 'hex')"
-    } else {
-        "X'0102ff'"
-    };
+    let hash = if postgres { "decode('0102ff', 'hex')" } else { "X'0102ff'" };
     control_plane::store::build_old_database(url, BEFORE_PROJECTS, &rows_before_projects(hash))
         .await
         .expect("build the database of the release before projects");
     control_plane::store::build_old_database(url, PREVIOUS_RELEASE, &rows_of_previous_release())
         .await
         .expect("upgrade it to the previous release and add its rows");
-    let store = control_plane::store::open(Some(url), data_dir)
-        .await
-        .expect("upgrade");
+    let store = control_plane::store::open(Some(url), data_dir).await.expect("upgrade");
     let organization = store.ensure_organization("default").await.unwrap();
     assert_eq!(organization.id, "org_old");
     let projects = store.list_projects("org_old").await.unwrap();
     let ids: Vec<_> = projects.iter().map(|p| p.id.as_str()).collect();
-    assert_eq!(
-        ids,
-        ["proj_team", "proj_made_lazily", "proj_side"],
-        "{projects:?}"
-    );
+    assert_eq!(ids, ["proj_team", "proj_made_lazily", "proj_side"], "{projects:?}");
     // The default project the old release had made is the one that takes everything.
     let default = &projects[1];
     assert!(default.is_default && default.status == "active" && default.name == "default");
@@ -141,17 +131,10 @@ pub async fn upgrade_contract(url: &str, data_dir: &std::path::Path) {
     );
     assert_eq!(projects[0].max_concurrent_sessions, Some(3));
     assert!(!projects[2].is_default);
-    assert_eq!(
-        store.setting_or_insert("old-setting", "new").await.unwrap(),
-        "kept"
-    );
+    assert_eq!(store.setting_or_insert("old-setting", "new").await.unwrap(), "kept");
     let key = store.api_key("key_old").await.unwrap().expect("api key");
     assert_eq!(
-        (
-            key.org_id.as_str(),
-            key.name.as_str(),
-            key.secret_hash.as_slice()
-        ),
+        (key.org_id.as_str(), key.name.as_str(), key.secret_hash.as_slice()),
         ("org_old", "old-key", &[1u8, 2, 255][..])
     );
     assert!(key.deleted_at.is_none() && key.policy.is_none());
@@ -189,25 +172,14 @@ async fn extension_found(store: &dyn Store, name: &str) -> bool {
 /// Every row the release before projects wrote, now in the default project.
 async fn read_default_project(store: &dyn Store, default: &str) {
     let in_default = |project_id: Option<&str>| assert_eq!(project_id, Some(default));
-    let session = store
-        .session("org_old", "s_old")
-        .await
-        .unwrap()
-        .expect("session");
+    let session = store.session("org_old", "s_old").await.unwrap().expect("session");
     assert_eq!(session.status, SessionStatus::Ended);
     in_default(session.project_id.as_deref());
-    let replay = store
-        .replay("org_old", "s_old", "rep_old")
-        .await
-        .unwrap()
-        .expect("replay");
+    let replay = store.replay("org_old", "s_old", "rep_old").await.unwrap().expect("replay");
     assert_eq!(replay.status, ReplayStatus::Finished);
     assert_eq!(replay.size_bytes, Some(1234));
     assert!(replay.record_audio);
-    let events = store
-        .telemetry_events(&TelemetryQuery::all("s_old", 10))
-        .await
-        .unwrap();
+    let events = store.telemetry_events(&TelemetryQuery::all("s_old", 10)).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!((events[0].seq, events[0].ts_us), (1, AT_US));
     assert_eq!(events[0].body, r#"{"text":"old"}"#);
@@ -221,16 +193,11 @@ async fn read_default_project(store: &dyn Store, default: &str) {
     assert_eq!(proxy.expect("proxy").id, "proxy_old");
     let pool = store.pool("org_old", "old-pool").await.unwrap();
     in_default(pool.expect("pool").project_id.as_deref());
-    let connection = store
-        .auth_connection("org_old", "conn_old")
-        .await
-        .unwrap()
-        .expect("auth connection");
+    let connection =
+        store.auth_connection("org_old", "conn_old").await.unwrap().expect("auth connection");
     assert_eq!(connection.domain, "login.test");
-    let credential = store
-        .secret("org_old", SecretKind::Credential, "old-credential")
-        .await
-        .unwrap();
+    let credential =
+        store.secret("org_old", SecretKind::Credential, "old-credential").await.unwrap();
     assert_eq!(credential.expect("credential").id, "cred_old");
     let deployment = store.deployment("org_old", "dep_old").await.unwrap();
     in_default(deployment.expect("deployment").project_id.as_deref());
@@ -238,22 +205,12 @@ async fn read_default_project(store: &dyn Store, default: &str) {
     assert_eq!(versions.len(), 1);
     assert_eq!(versions[0].actions, r#"["run"]"#);
     in_default(versions[0].project_id.as_deref());
-    let invocation = store
-        .invocation("org_old", "inv_old")
-        .await
-        .unwrap()
-        .expect("invocation");
+    let invocation = store.invocation("org_old", "inv_old").await.unwrap().expect("invocation");
     assert_eq!(invocation.status, "succeeded");
     assert_eq!(invocation.document, r#"{"output":"done"}"#);
     in_default(invocation.project_id.as_deref());
-    let destination = store
-        .destination("org_old", "old-destination")
-        .await
-        .unwrap();
-    assert_eq!(
-        destination.expect("telemetry destination").endpoint,
-        "https://collector.test"
-    );
+    let destination = store.destination("org_old", "old-destination").await.unwrap();
+    assert_eq!(destination.expect("telemetry destination").endpoint, "https://collector.test");
 }
 
 /// Both releases' audit records, newest first, the person's with who they were.
@@ -267,15 +224,10 @@ async fn read_audit_log(store: &dyn Store) {
         })
         .await
         .unwrap();
-    let read: Vec<_> = records
-        .iter()
-        .map(|r| (r.id.as_str(), r.action.as_str(), r.email.as_str()))
-        .collect();
+    let read: Vec<_> =
+        records.iter().map(|r| (r.id.as_str(), r.action.as_str(), r.email.as_str())).collect();
     assert_eq!(
         read,
-        [
-            ("aud_person", "browsers:delete", "ada@example.test"),
-            ("aud_old", "browsers:create", ""),
-        ]
+        [("aud_person", "browsers:delete", "ada@example.test"), ("aud_old", "browsers:create", ""),]
     );
 }

@@ -66,14 +66,12 @@ struct Form {
 
 /// Deploy an app: its build runs in the background (follow it with
 /// `GET /deployments/{id}/events`); the answer is the deployment, `queued`.
-#[utoipa::path(post, path = "/deployments", tag = "apps",
+#[utoipa::path(post, path = "/deployments",
     request_body(content = DeploymentForm, content_type = "multipart/form-data"),
     responses((status = 200, body = Deployment), (status = 413, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    headers: HeaderMap,
-    MultipartBody(mut multipart): MultipartBody,
+    org: Org, headers: HeaderMap, MultipartBody(mut multipart): MultipartBody,
 ) -> Result<Json<Deployment>, ApiError> {
     if declared_length(&headers).is_some_and(|length| length > MAX_ARCHIVE_BYTES + (1 << 20)) {
         return Err(too_large(MAX_ARCHIVE_BYTES));
@@ -110,9 +108,7 @@ pub async fn create(
 }
 
 async fn read_form(
-    multipart: &mut axum::extract::Multipart,
-    uploads: &std::path::Path,
-    form: &mut Form,
+    multipart: &mut axum::extract::Multipart, uploads: &std::path::Path, form: &mut Form,
 ) -> Result<(), ApiError> {
     let mut parts = 0;
     while let Some(mut field) = multipart.next_field().await.map_err(unreadable_part)? {
@@ -154,9 +150,8 @@ async fn read_form(
                 }
             }
             _ => {
-                if let Some(variable) = name
-                    .strip_prefix("env_vars[")
-                    .and_then(|rest| rest.strip_suffix(']'))
+                if let Some(variable) =
+                    name.strip_prefix("env_vars[").and_then(|rest| rest.strip_suffix(']'))
                 {
                     form.env_vars.insert(variable.to_owned(), value);
                 } else if let Some(key) = name.strip_prefix("source[") {
@@ -177,9 +172,7 @@ async fn read_form(
 /// Streams the archive to `path` (at most `MAX_ARCHIVE_BYTES`); answers its SHA-256.
 async fn save_archive(field: &mut Field<'_>, path: &std::path::Path) -> Result<String, ApiError> {
     use tokio::io::AsyncWriteExt;
-    let mut file = tokio::fs::File::create(path)
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))?;
+    let mut file = tokio::fs::File::create(path).await.map_err(|e| ApiError::Internal(e.into()))?;
     let mut digest = sha2::Sha256::new();
     let mut size = 0u64;
     while let Some(chunk) = field.chunk().await.map_err(unreadable_part)? {
@@ -188,13 +181,9 @@ async fn save_archive(field: &mut Field<'_>, path: &std::path::Path) -> Result<S
             return Err(too_large(MAX_ARCHIVE_BYTES));
         }
         digest.update(&chunk);
-        file.write_all(&chunk)
-            .await
-            .map_err(|e| ApiError::Internal(e.into()))?;
+        file.write_all(&chunk).await.map_err(|e| ApiError::Internal(e.into()))?;
     }
-    file.flush()
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))?;
+    file.flush().await.map_err(|e| ApiError::Internal(e.into()))?;
     Ok(hex::encode(digest.finalize()))
 }
 
@@ -203,21 +192,14 @@ fn into_deployment(form: &mut Form) -> Result<NewDeployment, ApiError> {
     let env_vars = std::mem::take(&mut form.env_vars);
     let source = std::mem::take(&mut form.source);
     match (&form.archive, source.is_empty()) {
-        (Some(_), false) => Err(ApiError::invalid_field(
-            "give either file or source, not both",
-        )),
-        (None, true) => Err(ApiError::invalid_field(
-            "give file (a ZIP of the app) or source",
-        )),
+        (Some(_), false) => Err(ApiError::invalid_field("give either file or source, not both")),
+        (None, true) => Err(ApiError::invalid_field("give file (a ZIP of the app) or source")),
         (Some((archive, checksum)), true) => {
             let entrypoint_rel_path = form.entrypoint_rel_path.clone().ok_or_else(|| {
                 ApiError::invalid_field("entrypoint_rel_path is required with file")
             })?;
             Ok(NewDeployment {
-                source: NewSource::Upload {
-                    archive: archive.clone(),
-                    checksum: checksum.clone(),
-                },
+                source: NewSource::Upload { archive: archive.clone(), checksum: checksum.clone() },
                 entrypoint_rel_path,
                 version,
                 env_vars,
@@ -225,19 +207,9 @@ fn into_deployment(form: &mut Form) -> Result<NewDeployment, ApiError> {
             })
         }
         (None, false) => {
-            let allowed = [
-                "type",
-                "url",
-                "ref",
-                "path",
-                "entrypoint",
-                "auth.token",
-                "auth.method",
-            ];
+            let allowed = ["type", "url", "ref", "path", "entrypoint", "auth.token", "auth.method"];
             if let Some(unknown) = source.keys().find(|key| !allowed.contains(&key.as_str())) {
-                return Err(ApiError::invalid_field(format!(
-                    "source: unknown field {unknown}"
-                )));
+                return Err(ApiError::invalid_field(format!("source: unknown field {unknown}")));
             }
             let field = |name: &str| {
                 source
@@ -251,9 +223,7 @@ fn into_deployment(form: &mut Form) -> Result<NewDeployment, ApiError> {
             if let Some(method) = source.get("auth.method")
                 && method != "github_token"
             {
-                return Err(ApiError::invalid_field(
-                    "source.auth.method must be github_token",
-                ));
+                return Err(ApiError::invalid_field("source.auth.method must be github_token"));
             }
             let path = source
                 .get("path")
@@ -289,34 +259,22 @@ list_query! {
 }
 
 /// List the organization's deployments, newest first (paged).
-#[utoipa::path(get, path = "/deployments", tag = "apps", params(DeploymentListQuery),
+#[utoipa::path(get, path = "/deployments", params(DeploymentListQuery),
     responses((status = 200, body = Vec<Deployment>)))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<DeploymentListQuery>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<DeploymentListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut records = org.store.list_deployments(&org.id).await?;
     records.reverse();
     records.retain(|record| {
         let document = DeploymentDocument::of(record);
         let names = || document.apps.iter().map(|app| app.name.as_str());
-        query
-            .app_name
-            .as_ref()
-            .is_none_or(|name| names().any(|n| n == name))
-            && query
-                .app_version
-                .as_ref()
-                .is_none_or(|version| &document.version == version)
-            && query
-                .query
-                .as_ref()
-                .filter(|q| !q.is_empty())
-                .is_none_or(|text| {
-                    record.id == *text
-                        || names().any(|n| n.to_lowercase().contains(&text.to_lowercase()))
-                })
+        query.app_name.as_ref().is_none_or(|name| names().any(|n| n == name))
+            && query.app_version.as_ref().is_none_or(|version| &document.version == version)
+            && query.query.as_ref().filter(|q| !q.is_empty()).is_none_or(|text| {
+                record.id == *text
+                    || names().any(|n| n.to_lowercase().contains(&text.to_lowercase()))
+            })
     });
     let (headers, page) = page_of(paging, records, query.limit, query.offset)?;
     let body: Vec<Deployment> = page.iter().map(views::deployment).collect();
@@ -324,20 +282,16 @@ pub async fn list(
 }
 
 /// Get a deployment.
-#[utoipa::path(get, path = "/deployments/{id}", tag = "apps",
-    responses((status = 200, body = Deployment)))]
+#[utoipa::path(get, path = "/deployments/{id}", responses((status = 200, body = Deployment)))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<Deployment>, ApiError> {
-    Ok(Json(views::deployment(
-        &org.apps.deployment(&org.id, &id).await?,
-    )))
+    Ok(Json(views::deployment(&org.apps.deployment(&org.id, &id).await?)))
 }
 
 /// Delete a deployment: its build stops, its running invocations end (failed), its apps
 /// are no longer listed or invocable, and its files are removed.
-#[utoipa::path(delete, path = "/deployments/{id}", tag = "apps", responses((status = 204)))]
+#[utoipa::path(delete, path = "/deployments/{id}", responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     org.apps.delete_deployment(&org.id, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -346,12 +300,10 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 /// Follow a deployment: server-sent `log` events (the build's output), `deployment_state`
 /// events, an `app_version_summary` per published app, and `sse_heartbeat` every 5 s; the
 /// stream ends once the deployment is running, failed or stopped.
-#[utoipa::path(get, path = "/deployments/{id}/events", tag = "apps", params(Since),
+#[utoipa::path(get, path = "/deployments/{id}/events", params(Since),
     responses((status = 200, content_type = "text/event-stream", body = String)))]
 pub async fn events(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(since): QueryParams<Since>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(since): QueryParams<Since>,
 ) -> Result<impl IntoResponse, ApiError> {
     let since = since.parse()?;
     let record = org.apps.deployment(&org.id, &id).await?;
@@ -371,23 +323,15 @@ list_query! {
 
 /// List the organization's apps, one entry per app and version, with their actions
 /// (paged).
-#[utoipa::path(get, path = "/apps", tag = "apps", params(AppListQuery),
+#[utoipa::path(get, path = "/apps", params(AppListQuery),
     responses((status = 200, body = Vec<AppVersion>)))]
 pub async fn list_apps(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<AppListQuery>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<AppListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut apps = org.store.list_app_versions(&org.id).await?;
     apps.retain(|app| {
-        query
-            .app_name
-            .as_ref()
-            .is_none_or(|name| &app.app_name == name)
-            && query
-                .version
-                .as_ref()
-                .is_none_or(|version| &app.version == version)
+        query.app_name.as_ref().is_none_or(|name| &app.app_name == name)
+            && query.version.as_ref().is_none_or(|version| &app.version == version)
             && query
                 .query
                 .as_ref()
@@ -404,10 +348,7 @@ pub async fn list_apps(
             };
             env_names.insert(app.deployment_id.clone(), names);
         }
-        let names = env_names
-            .get(&app.deployment_id)
-            .cloned()
-            .unwrap_or_default();
+        let names = env_names.get(&app.deployment_id).cloned().unwrap_or_default();
         body.push(views::app(app, &names));
     }
     Ok((headers, Json(body)))

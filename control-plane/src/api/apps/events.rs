@@ -44,11 +44,8 @@ pub fn parse_since(text: &str) -> Result<DateTime<Utc>, ApiError> {
             "since must be an RFC 3339 time or a duration such as 5m, got {text:?}"
         ))
     };
-    let split = text
-        .len()
-        .checked_sub(1)
-        .filter(|&at| text.is_char_boundary(at))
-        .ok_or_else(invalid)?;
+    let split =
+        text.len().checked_sub(1).filter(|&at| text.is_char_boundary(at)).ok_or_else(invalid)?;
     let (number, unit) = text.split_at(split);
     if number.is_empty() || !number.bytes().all(|byte| byte.is_ascii_digit()) {
         return Err(invalid());
@@ -70,10 +67,7 @@ pub fn parse_since(text: &str) -> Result<DateTime<Utc>, ApiError> {
 /// ago, or before a restart, which ends whatever was under way), the stream is
 /// `current` alone: its state now.
 pub fn stream(
-    logs: &EventLogs,
-    id: &str,
-    since: Option<DateTime<Utc>>,
-    current: Value,
+    logs: &EventLogs, id: &str, since: Option<DateTime<Utc>>, current: Value,
 ) -> impl IntoResponse + use<> {
     let following = logs.follow(id, since);
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(64);

@@ -41,13 +41,12 @@ pub struct CreateInvocationRequest {
 /// Invoke an action. Synchronous invocations answer 200 with the final status and
 /// `output`; `async: true` answers 202 with status `queued`. Too many running at once
 /// for the organization: 429 with Retry-After.
-#[utoipa::path(post, path = "/invocations", tag = "apps", request_body = CreateInvocationRequest,
+#[utoipa::path(post, path = "/invocations", request_body = CreateInvocationRequest,
     responses((status = 200, body = Invocation), (status = 202, body = Invocation),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateInvocationRequest>,
+    org: Org, JsonBody(request): JsonBody<CreateInvocationRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
     let asynchronous = request.asynchronous.unwrap_or(false);
     let tokens = org.tokens.clone();
@@ -68,24 +67,16 @@ pub async fn create(
             move |id, expires| tokens.issue_invocation_key(id, &org_id, key_id.as_deref(), expires),
         )
         .await?;
-    let status = if asynchronous {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
-    };
+    let status = if asynchronous { StatusCode::ACCEPTED } else { StatusCode::OK };
     Ok((status, Json(views::invocation(&record))))
 }
 
 /// Get an invocation.
-#[utoipa::path(get, path = "/invocations/{id}", tag = "apps",
-    responses((status = 200, body = Invocation)))]
+#[utoipa::path(get, path = "/invocations/{id}", responses((status = 200, body = Invocation)))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<Invocation>, ApiError> {
-    Ok(Json(views::invocation(
-        &org.apps.invocation(&org.id, &id).await?,
-    )))
+    Ok(Json(views::invocation(&org.apps.invocation(&org.id, &id).await?)))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -100,27 +91,20 @@ pub struct UpdateInvocationRequest {
 
 /// End an invocation that has not finished, with this status (and output): its action
 /// is stopped and its browsers end. 409 once it has finished.
-#[utoipa::path(patch, path = "/invocations/{id}", tag = "apps",
-    request_body = UpdateInvocationRequest,
+#[utoipa::path(patch, path = "/invocations/{id}", request_body = UpdateInvocationRequest,
     responses((status = 200, body = Invocation), (status = 409, body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<UpdateInvocationRequest>,
 ) -> Result<Json<Invocation>, ApiError> {
     let status = match request.status.as_str() {
         "succeeded" => InvocationStatus::Succeeded,
         "failed" => InvocationStatus::Failed,
         _ => {
-            return Err(ApiError::invalid_field(
-                "status must be succeeded or failed",
-            ));
+            return Err(ApiError::invalid_field("status must be succeeded or failed"));
         }
     };
-    let record = org
-        .apps
-        .set_invocation_status(&org.id, &id, status, request.output)
-        .await?;
+    let record = org.apps.set_invocation_status(&org.id, &id, status, request.output).await?;
     Ok(Json(views::invocation(&record)))
 }
 
@@ -142,31 +126,19 @@ list_query! {
 }
 
 /// List the organization's invocations, newest first (paged).
-#[utoipa::path(get, path = "/invocations", tag = "apps", params(InvocationListQuery),
+#[utoipa::path(get, path = "/invocations", params(InvocationListQuery),
     responses((status = 200, body = Vec<Invocation>)))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<InvocationListQuery>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<InvocationListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     if let Some(status) = &query.status
         && !["queued", "running", "succeeded", "failed"].contains(&status.as_str())
     {
-        return Err(ApiError::invalid_field(
-            "status must be queued, running, succeeded or failed",
-        ));
+        return Err(ApiError::invalid_field("status must be queued, running, succeeded or failed"));
     }
-    let since = query
-        .since
-        .as_deref()
-        .map(events::parse_since)
-        .transpose()?;
+    let since = query.since.as_deref().map(events::parse_since).transpose()?;
     let mut records = org.store.list_invocations(&org.id).await?;
-    let text = query
-        .query
-        .as_deref()
-        .filter(|q| !q.is_empty())
-        .map(str::to_lowercase);
+    let text = query.query.as_deref().filter(|q| !q.is_empty()).map(str::to_lowercase);
     records.retain(|r| {
         let matches =
             |filter: &Option<String>, value: &str| filter.as_deref().is_none_or(|f| f == value);
@@ -190,12 +162,10 @@ pub async fn list(
 /// Follow an invocation: server-sent `invocation_state` events, `log` events (the
 /// action's stdout and stderr), and `sse_heartbeat` every 5 s; the stream ends once it
 /// has succeeded or failed.
-#[utoipa::path(get, path = "/invocations/{id}/events", tag = "apps", params(Since),
+#[utoipa::path(get, path = "/invocations/{id}/events", params(Since),
     responses((status = 200, content_type = "text/event-stream", body = String)))]
 pub async fn events(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(since): QueryParams<Since>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(since): QueryParams<Since>,
 ) -> Result<impl IntoResponse, ApiError> {
     let since = since.parse()?;
     let record = org.apps.invocation(&org.id, &id).await?;
@@ -210,11 +180,10 @@ pub struct InvocationBrowsers {
 }
 
 /// List the live browsers the invocation's action created.
-#[utoipa::path(get, path = "/invocations/{id}/browsers", tag = "apps",
+#[utoipa::path(get, path = "/invocations/{id}/browsers",
     responses((status = 200, body = InvocationBrowsers)))]
 pub async fn list_browsers(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<InvocationBrowsers>, ApiError> {
     let sessions = org.apps.browsers_of(&org.id, &id).await?;
     let mut browsers = Vec::with_capacity(sessions.len());
@@ -225,15 +194,11 @@ pub async fn list_browsers(
 }
 
 /// End the browsers the invocation's action created (the invocation goes on).
-#[utoipa::path(delete, path = "/invocations/{id}/browsers", tag = "apps",
-    responses((status = 204)))]
+#[utoipa::path(delete, path = "/invocations/{id}/browsers", responses((status = 204)))]
 pub async fn delete_browsers(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     org.apps.invocation(&org.id, &id).await?;
-    org.apps
-        .end_browsers(&org.id, &id, "ended through its invocation")
-        .await;
+    org.apps.end_browsers(&org.id, &id, "ended through its invocation").await;
     Ok(StatusCode::NO_CONTENT)
 }

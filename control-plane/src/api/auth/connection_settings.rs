@@ -17,10 +17,8 @@ use crate::sessions::ResourceReference;
 /// What a connection's settings refer to, as (kind, id or name, verb): a key with a
 /// policy must be allowed each (`Org::require`). The profile is logged into, so changed.
 pub fn references(
-    profile_name: Option<&str>,
-    credential: Option<&CredentialReference>,
-    browser: Option<&ConnectionBrowserRequest>,
-    browser_telemetry: Option<&TelemetryRequest>,
+    profile_name: Option<&str>, credential: Option<&CredentialReference>,
+    browser: Option<&ConnectionBrowserRequest>, browser_telemetry: Option<&TelemetryRequest>,
     proxy: Option<&ResourceReference>,
 ) -> Vec<(&'static str, String, &'static str)> {
     let mut referenced = Vec::new();
@@ -128,10 +126,7 @@ pub struct Target<'a> {
 /// does not, as for a proxy) and, for a stored credential, to be for the connection's
 /// site (409 when it is for another).
 pub async fn checked_credential(
-    state: &AppState,
-    org_id: &str,
-    reference: CredentialReference,
-    target: Target<'_>,
+    state: &AppState, org_id: &str, reference: CredentialReference, target: Target<'_>,
 ) -> Result<CredentialRef, ApiError> {
     let invalid = |message: &str| ApiError::invalid_field(format!("credential: {message}"));
     let not_found = |kind: &'static str, id: String| {
@@ -142,12 +137,7 @@ pub async fn checked_credential(
     };
     // The shape first (a 400), then whether what it names exists (a 404).
     match reference {
-        CredentialReference {
-            name: Some(name),
-            provider: None,
-            path: None,
-            auto: None,
-        } => {
+        CredentialReference { name: Some(name), provider: None, path: None, auto: None } => {
             let found = state
                 .credentials
                 .get(org_id, &name)
@@ -155,11 +145,7 @@ pub async fn checked_credential(
                 .map_err(not_found("credential", name.clone()))?;
             // A credential is for its domain: it is not given to another site.
             let domain = &found.settings.domain;
-            if !in_domains(
-                &format!("http://{domain}/"),
-                target.domain,
-                target.allowed_domains,
-            ) {
+            if !in_domains(&format!("http://{domain}/"), target.domain, target.allowed_domains) {
                 return Err(ApiError::Conflict(format!(
                     "credential: credential {name:?} is for {domain}, not for {} or its allowed domains",
                     target.domain
@@ -171,12 +157,7 @@ pub async fn checked_credential(
                 ..CredentialRef::default()
             })
         }
-        CredentialReference {
-            name: None,
-            provider: Some(provider),
-            path,
-            auto,
-        } => {
+        CredentialReference { name: None, provider: Some(provider), path, auto } => {
             let path = match (path, auto) {
                 (Some(path), None) => {
                     let well_formed = path
@@ -217,32 +198,21 @@ pub async fn checked_credential(
 /// The proxy a connection's browsers are to use, if the request says: `Some(None)` for
 /// none. `browser.proxy` and the deprecated `proxy` cannot be combined.
 pub async fn chosen_proxy(
-    state: &AppState,
-    org_id: &str,
-    browser_proxy: Option<ProxySelection>,
+    state: &AppState, org_id: &str, browser_proxy: Option<ProxySelection>,
     deprecated: Option<ResourceReference>,
 ) -> Result<Option<Option<String>>, ApiError> {
     let reference = match (browser_proxy, deprecated) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::invalid_field(
-                "browser.proxy cannot be combined with proxy",
-            ));
+            return Err(ApiError::invalid_field("browser.proxy cannot be combined with proxy"));
         }
         (None, None) => return Ok(None),
         (None, Some(reference)) => reference,
         (Some(selection), None) => {
             // Checked for exactly one of id, name or mode.
-            if selection
-                .proxy("browser.proxy")
-                .map_err(ApiError::invalid_field)?
-                .is_none()
-            {
+            if selection.proxy("browser.proxy").map_err(ApiError::invalid_field)?.is_none() {
                 return Ok(Some(None));
             }
-            ResourceReference {
-                id: selection.id,
-                name: selection.name,
-            }
+            ResourceReference { id: selection.id, name: selection.name }
         }
     };
     Ok(Some(Some(resolve_proxy(state, org_id, reference).await?)))
@@ -252,23 +222,15 @@ pub async fn chosen_proxy(
 /// deprecated `browser_telemetry` (`Some(None)`: none, as `{}` asks); its destination must
 /// be the organization's.
 pub async fn chosen_telemetry(
-    org: &Org,
-    browser: Option<&ConnectionBrowserRequest>,
+    org: &Org, browser: Option<&ConnectionBrowserRequest>,
     browser_telemetry: Option<TelemetryRequest>,
 ) -> Result<Option<Option<TelemetryRequest>>, ApiError> {
-    let Some(request) = browser
-        .and_then(|b| b.telemetry.clone())
-        .or(browser_telemetry)
-    else {
+    let Some(request) = browser.and_then(|b| b.telemetry.clone()).or(browser_telemetry) else {
         return Ok(None);
     };
     let resolved = telemetry::on_create(Some(&request)).map_err(ApiError::invalid_fields)?;
     if let Some(Some(reference)) = &resolved.export {
-        let key = reference
-            .id
-            .clone()
-            .or(reference.name.clone())
-            .unwrap_or_default();
+        let key = reference.id.clone().or(reference.name.clone()).unwrap_or_default();
         if org.store.destination(&org.id, &key).await?.is_none() {
             return Err(ApiError::NotFound(format!(
                 "browser.telemetry.export.otlp.destination: no destination {key:?} in this organization"
@@ -280,8 +242,7 @@ pub async fn chosen_telemetry(
 
 /// What is wrong with the settings both create and update take.
 pub fn settings_problems(
-    state: &AppState,
-    browser: Option<&ConnectionBrowserRequest>,
+    state: &AppState, browser: Option<&ConnectionBrowserRequest>,
     browser_telemetry: Option<&TelemetryRequest>,
 ) -> Vec<String> {
     let mut problems = Vec::new();
@@ -289,15 +250,11 @@ pub fn settings_problems(
     if given.is_some() && browser_telemetry.is_some() {
         problems.push("browser_telemetry: give browser.telemetry only (browser_telemetry is its deprecated form)".into());
     }
-    if let Some(Err(wrong)) = given
-        .or(browser_telemetry)
-        .map(|t| telemetry::on_create(Some(t)))
-    {
+    if let Some(Err(wrong)) = given.or(browser_telemetry).map(|t| telemetry::on_create(Some(t))) {
         problems.extend(wrong.into_iter().map(|p| format!("browser.{p}")));
     }
-    if let Some(asked) = browser
-        .and_then(|b| b.region.as_deref())
-        .filter(|asked| *asked != state.settings.region)
+    if let Some(asked) =
+        browser.and_then(|b| b.region.as_deref()).filter(|asked| *asked != state.settings.region)
     {
         problems.push(format!(
             "browser.region: this server serves {:?} only, not {asked:?}",
@@ -334,11 +291,7 @@ pub(in crate::api) const MAX_ALLOWED_DOMAINS: usize = 50;
 const MAX_URL_LENGTH: usize = 2048;
 
 pub(in crate::api) fn domain_problem(field: &str, domain: &str, wildcard: bool) -> Option<String> {
-    let bare = if wildcard {
-        domain.strip_prefix("*.").unwrap_or(domain)
-    } else {
-        domain
-    };
+    let bare = if wildcard { domain.strip_prefix("*.").unwrap_or(domain) } else { domain };
     let valid = !bare.is_empty()
         && bare.len() <= 253
         && bare
@@ -359,20 +312,14 @@ pub(in crate::api) fn url_problem(field: &str, value: &str) -> Option<String> {
 }
 
 pub(in crate::api) async fn resolve_proxy(
-    state: &AppState,
-    org_id: &str,
-    reference: ResourceReference,
+    state: &AppState, org_id: &str, reference: ResourceReference,
 ) -> Result<String, ApiError> {
     let proxies = state.store.list_proxies(org_id).await?;
     let found = match (&reference.id, &reference.name) {
         (Some(id), None) => proxies.iter().find(|p| &p.id == id),
-        (None, Some(name)) => proxies
-            .iter()
-            .find(|p| p.name.as_deref() == Some(name.as_str())),
+        (None, Some(name)) => proxies.iter().find(|p| p.name.as_deref() == Some(name.as_str())),
         _ => {
-            return Err(ApiError::invalid_field(
-                "proxy must have exactly one of id or name",
-            ));
+            return Err(ApiError::invalid_field("proxy must have exactly one of id or name"));
         }
     };
     let proxy = found

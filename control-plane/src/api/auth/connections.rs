@@ -83,8 +83,7 @@ pub struct CreateAuthConnectionRequest {
 /// connection (`auth_connections:use`) gets no URL that carries a token (the hosted
 /// login page and the live view let their holder submit values and drive the browser).
 pub(in crate::api) async fn view_for(
-    org: &Org,
-    record: &AuthConnectionRecord,
+    org: &Org, record: &AuthConnectionRecord,
 ) -> Result<Value, ApiError> {
     let mut body = view(org, record)?;
     if !org.allows("auth_connections", "use", &record.id).await?
@@ -98,8 +97,7 @@ pub(in crate::api) async fn view_for(
 
 /// An auth connection as the SDKs read it (`ManagedAuth`).
 pub(in crate::api) fn view(
-    state: &AppState,
-    record: &AuthConnectionRecord,
+    state: &AppState, record: &AuthConnectionRecord,
 ) -> Result<Value, ApiError> {
     let document = Document::parse(record)?;
     let has_credentials = record.credentials.is_some() || document.credential.is_some();
@@ -156,8 +154,9 @@ pub(in crate::api) fn view(
         body["website_error"] = json!(flow.website_error);
         if flow.in_progress() {
             body["flow_expires_at"] = json!(flow.expires_at);
-            body["hosted_url"] = json!(hosted_url(state, record, flow.expires_at));
-            body["live_view_url"] = json!(live_view_url(state, record, flow.expires_at));
+            let (hosted_url, live_view_url) = flow_urls(state, record, flow.expires_at);
+            body["hosted_url"] = json!(hosted_url);
+            body["live_view_url"] = json!(live_view_url);
             if flow.step == FlowStep::AwaitingInput {
                 body["discovered_fields"] = json!(flow.discovered_fields);
             }
@@ -166,35 +165,19 @@ pub(in crate::api) fn view(
     Ok(body)
 }
 
-fn hosted_url(
-    state: &AppState,
-    record: &AuthConnectionRecord,
-    expires_at: DateTime<Utc>,
-) -> String {
-    let token = state
-        .tokens
-        .issue_hosted_login(&record.id, &record.org_id, expires_at);
-    format!(
-        "{}/auth/connections/{}/hosted?jwt={token}",
-        state.settings.public_url.trim_end_matches('/'),
-        record.id
-    )
-}
-
-/// The live view of the flow's browser (it runs headful), where a person can complete
-/// what the automation cannot; with a token of its own, valid until the flow expires.
-fn live_view_url(
-    state: &AppState,
-    record: &AuthConnectionRecord,
-    expires_at: DateTime<Utc>,
-) -> String {
-    let token = state
-        .tokens
-        .issue_flow_live_view(&record.id, &record.org_id, expires_at);
-    format!(
-        "{}{}",
-        state.settings.public_url.trim_end_matches('/'),
-        live_view_path(&record.id, &token)
+/// A flow's two pages, each with a token of its own valid until the flow expires: the
+/// hosted login page, and the live view of the flow's browser (it runs headful), where a
+/// person can complete what the automation cannot.
+fn flow_urls(
+    state: &AppState, record: &AuthConnectionRecord, expires_at: DateTime<Utc>,
+) -> (String, String) {
+    let base = state.settings.public_url.trim_end_matches('/');
+    let (id, org_id) = (&record.id, &record.org_id);
+    let hosted = state.tokens.issue_hosted_login(id, org_id, expires_at);
+    let live_view = state.tokens.issue_flow_live_view(id, org_id, expires_at);
+    (
+        format!("{base}/auth/connections/{id}/hosted?jwt={hosted}"),
+        format!("{base}{}", live_view_path(id, &live_view)),
     )
 }
 
@@ -209,14 +192,12 @@ pub(in crate::api) async fn find(org: &Org, id: &str) -> Result<AuthConnectionRe
 
 /// Create an auth connection: a profile kept logged in to a domain. Its workflow starts
 /// at once (first health check after `health_check_interval`); log in with `login`.
-#[utoipa::path(post, path = "/auth/connections", tag = "managed auth",
-    request_body = CreateAuthConnectionRequest,
+#[utoipa::path(post, path = "/auth/connections", request_body = CreateAuthConnectionRequest,
     responses((status = 200, body = Object),
         (status = 404, description = "A referenced proxy, credential or credential provider does not exist", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateAuthConnectionRequest>,
+    org: Org, JsonBody(request): JsonBody<CreateAuthConnectionRequest>,
 ) -> Result<Json<Value>, ApiError> {
     org.require(&super::connection_settings::references(
         Some(&request.profile_name),
@@ -226,11 +207,8 @@ pub async fn create(
         request.proxy.as_ref(),
     ))
     .await?;
-    let mut problems = settings_problems(
-        &org,
-        request.browser.as_ref(),
-        request.browser_telemetry.as_ref(),
-    );
+    let mut problems =
+        settings_problems(&org, request.browser.as_ref(), request.browser_telemetry.as_ref());
     problems.extend(domain_problem("domain", &request.domain, false));
     problems.extend(name_problem(&request.profile_name).map(|p| format!("profile_name: {p}")));
     if let Some(login_url) = &request.login_url {
@@ -256,9 +234,7 @@ pub async fn create(
         Some(browser) => (browser.proxy, browser.stealth),
         None => (None, None),
     };
-    let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy)
-        .await?
-        .flatten();
+    let proxy_id = chosen_proxy(&org, &org.id, browser_proxy, request.proxy).await?.flatten();
     let credential = match request.credential {
         Some(reference) => {
             let target = super::connection_settings::Target {
@@ -274,18 +250,14 @@ pub async fn create(
     };
     let profile = match org.store.profile(&org.id, &request.profile_name).await? {
         Some(profile) => profile,
-        None => match org
-            .profiles
-            .create(&org.id, Some(request.profile_name.clone()))
-            .await
-        {
+        None => match org.profiles.create(&org.id, Some(request.profile_name.clone())).await {
             Ok(profile) => profile,
             // Created concurrently: use that one.
-            Err(ServiceError::Conflict(_)) => org
-                .store
-                .profile(&org.id, &request.profile_name)
-                .await?
-                .ok_or_else(|| ApiError::Conflict("the profile is being changed; retry".into()))?,
+            Err(ServiceError::Conflict(_)) => {
+                org.store.profile(&org.id, &request.profile_name).await?.ok_or_else(|| {
+                    ApiError::Conflict("the profile is being changed; retry".into())
+                })?
+            }
             Err(error) => return Err(error.into()),
         },
     };
@@ -347,12 +319,10 @@ list_query! {
 }
 
 /// List the organization's auth connections, oldest first (paged with `limit`/`offset`).
-#[utoipa::path(get, path = "/auth/connections", tag = "managed auth", params(ListQuery),
+#[utoipa::path(get, path = "/auth/connections", params(ListQuery),
     responses((status = 200, body = Vec<Object>)))]
 pub async fn list(
-    org: Org,
-    paging: crate::api::paging::Paging,
-    QueryParams(query): QueryParams<ListQuery>,
+    org: Org, paging: crate::api::paging::Paging, QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut connections = org.store.list_auth_connections(Some(&org.id)).await?;
     if let Some(domain) = &query.domain {
@@ -378,8 +348,7 @@ pub async fn list(
 }
 
 /// Get an auth connection, with its current flow.
-#[utoipa::path(get, path = "/auth/connections/{id}", tag = "managed auth",
-    responses((status = 200, body = Object)))]
+#[utoipa::path(get, path = "/auth/connections/{id}", responses((status = 200, body = Object)))]
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
     let record = find(&org, &id).await?;
     Ok(Json(view_for(&org, &record).await?))
@@ -388,8 +357,7 @@ pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json
 /// Delete an auth connection (seed 4.13): the record goes, its workflow stops, and a
 /// login flow in progress is canceled (followers get CANCELED; its browser ends).
 /// Answers once that is done. The profile stays.
-#[utoipa::path(delete, path = "/auth/connections/{id}", tag = "managed auth",
-    responses((status = 204)))]
+#[utoipa::path(delete, path = "/auth/connections/{id}", responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     if !org.store.delete_auth_connection(&org.id, &id).await? {
         return Err(ApiError::not_found("auth connection", &id));
@@ -429,15 +397,12 @@ pub struct LoginResponse {
 /// Start a login flow: a browser with the profile opens the login page and its fields
 /// are discovered (follow with `events`, answer with `submit`). 409 while one is in
 /// progress.
-#[utoipa::path(post, path = "/auth/connections/{id}/login", tag = "managed auth",
-    request_body = LoginRequest,
+#[utoipa::path(post, path = "/auth/connections/{id}/login", request_body = LoginRequest,
     responses((status = 200, body = LoginResponse),
         (status = 429, description = "The organization has its most live browsers", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn login(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<LoginRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<LoginRequest>,
 ) -> Result<Json<LoginResponse>, ApiError> {
     if request.proxy.is_some() {
         return Err(ApiError::invalid_field(
@@ -451,12 +416,13 @@ pub async fn login(
     let flow = document
         .flow
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the started flow is not recorded")))?;
+    let (hosted_url, live_view_url) = flow_urls(&org, &record, flow.expires_at);
     Ok(Json(LoginResponse {
         id: record.id.clone(),
         flow_type: flow.flow_type,
         flow_expires_at: flow.expires_at,
-        hosted_url: hosted_url(&org, &record, flow.expires_at),
-        live_view_url: live_view_url(&org, &record, flow.expires_at),
+        hosted_url,
+        live_view_url,
     }))
 }
 
@@ -481,9 +447,7 @@ pub struct SubmitRequest {
 
 pub(super) fn check_values(fields: &BTreeMap<String, String>) -> Result<(), ApiError> {
     if fields.is_empty() {
-        return Err(ApiError::invalid_field(
-            "fields must name at least one field",
-        ));
+        return Err(ApiError::invalid_field("fields must name at least one field"));
     }
     for (name, value) in fields {
         if value.len() > MAX_FIELD_VALUE || value.contains('\0') {
@@ -497,13 +461,10 @@ pub(super) fn check_values(fields: &BTreeMap<String, String>) -> Result<(), ApiE
 
 /// Submit values for the discovered fields. Answers `accepted` once the flow took them;
 /// the outcome follows in the events (SUCCESS, or AWAITING_INPUT with `website_error`).
-#[utoipa::path(post, path = "/auth/connections/{id}/submit", tag = "managed auth",
-    request_body = SubmitRequest,
+#[utoipa::path(post, path = "/auth/connections/{id}/submit", request_body = SubmitRequest,
     responses((status = 200, body = Object), (status = 409, body = ErrorBody)))]
 pub async fn submit(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<SubmitRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<SubmitRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let offered_never = [
         ("mfa_option_id", request.mfa_option_id.is_some()),
@@ -512,11 +473,8 @@ pub async fn submit(
         ("sign_in_option_id", request.sign_in_option_id.is_some()),
         ("sso_provider", request.sso_provider.is_some()),
     ];
-    let given: Vec<&str> = offered_never
-        .iter()
-        .filter(|(_, given)| *given)
-        .map(|(name, _)| *name)
-        .collect();
+    let given: Vec<&str> =
+        offered_never.iter().filter(|(_, given)| *given).map(|(name, _)| *name).collect();
     if !given.is_empty() {
         return Err(ApiError::invalid_field(format!(
             "{}: this flow offers no choices or options, only the fields in discovered_fields \
@@ -535,17 +493,13 @@ pub async fn submit(
 /// Follow the connection's login flow: server-sent `managed_auth_state` events for every
 /// state change (the current state first), `sse_heartbeat` events every 5 s; the stream
 /// ends after a flow's final state.
-#[utoipa::path(get, path = "/auth/connections/{id}/events", tag = "managed auth",
+#[utoipa::path(get, path = "/auth/connections/{id}/events",
     responses((status = 200, content_type = "text/event-stream", body = String)))]
 pub async fn events(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     // Subscribed before reading the state, so no change falls in between.
-    let mut changes = org
-        .managed_auth
-        .subscribe(&id)
-        .or_not_found("auth connection", &id)?;
+    let mut changes = org.managed_auth.subscribe(&id).or_not_found("auth connection", &id)?;
     let record = find(&org, &id).await?;
     let current = state_event(&Document::parse(&record)?, None);
     let (sender, receiver) = mpsc::channel::<Result<Event, Infallible>>(16);
@@ -587,14 +541,12 @@ pub async fn events(
 
 /// Change an auth connection's settings. A flow in progress goes on; later flows and
 /// health checks follow the new settings.
-#[utoipa::path(patch, path = "/auth/connections/{id}", tag = "managed auth",
-    request_body = UpdateAuthConnectionRequest,
+#[utoipa::path(patch, path = "/auth/connections/{id}", request_body = UpdateAuthConnectionRequest,
     responses((status = 200, body = Object),
         (status = 404, description = "No such connection, or a referenced proxy, credential or credential provider does not exist", body = ErrorBody),
         (status = 409, description = "The credential is for another site", body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<UpdateAuthConnectionRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let record = find(&org, &id).await?;
@@ -606,20 +558,15 @@ pub async fn update(
         request.proxy.as_ref(),
     ))
     .await?;
-    let mut problems = settings_problems(
-        &org,
-        request.browser.as_ref(),
-        request.browser_telemetry.as_ref(),
-    );
+    let mut problems =
+        settings_problems(&org, request.browser.as_ref(), request.browser_telemetry.as_ref());
     if let Some(domains) = &request.allowed_domains {
         problems.extend(allowed_domains_problems(domains));
     }
     if let Some(interval) = request.health_check_interval {
         problems.extend(interval_problem(&org, interval));
     }
-    let login_url = request
-        .login_url
-        .map(|url| (!url.is_empty()).then_some(url));
+    let login_url = request.login_url.map(|url| (!url.is_empty()).then_some(url));
     if let Some(Some(url)) = &login_url {
         problems.extend(url_problem("login_url", url));
     }
@@ -636,17 +583,9 @@ pub async fn update(
     let credential = match request.credential {
         Some(Some(reference)) => {
             let document = Document::parse(&record)?;
-            let allowed = request
-                .allowed_domains
-                .as_deref()
-                .unwrap_or(&document.allowed_domains);
-            let target = Target {
-                domain: &record.domain,
-                allowed_domains: allowed,
-            };
-            Some(Some(
-                checked_credential(&org, &org.id, reference, target).await?,
-            ))
+            let allowed = request.allowed_domains.as_deref().unwrap_or(&document.allowed_domains);
+            let target = Target { domain: &record.domain, allowed_domains: allowed };
+            Some(Some(checked_credential(&org, &org.id, reference, target).await?))
         }
         Some(None) => Some(None),
         None => None,

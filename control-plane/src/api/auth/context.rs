@@ -8,26 +8,21 @@ use crate::api::error::ApiError;
 use crate::api::org::{Caller, Org};
 
 /// The identity and scope resolved for this request.
-#[utoipa::path(get, path = "/auth/context", tag = "auth",
-    responses((status = 200, description = "AuthContext")))]
+#[utoipa::path(get, path = "/auth/context", responses((status = 200, description = "AuthContext")))]
 pub async fn context(org: Org) -> Result<Json<Value>, ApiError> {
     let key = org.caller.key();
     let project_id = key.and_then(|key| key.project_id.clone());
     // Presented keys are API keys; an action's invocation key and a browser's token are
     // signed tokens (JWTs).
     let method = match &org.caller {
-        Caller::Key {
-            invocation: false, ..
-        } => "api_key",
+        Caller::Key { invocation: false, .. } => "api_key",
         _ => "jwt",
     };
     let (principal_id, principal_type, source) = match (org.caller.person(), key) {
         (Some(person), _) => (person.sub.clone(), "user", "oauth"),
         (None, Some(key)) => (key.id.clone(), "api_key", "api_key"),
         (None, None) => (
-            org.invocation_id
-                .clone()
-                .unwrap_or_else(|| "session".to_owned()),
+            org.invocation_id.clone().unwrap_or_else(|| "session".to_owned()),
             "api_key",
             "api_key",
         ),

@@ -64,12 +64,11 @@ pub struct CreateCredentialProviderRequest {
 }
 
 /// Add a credential provider.
-#[utoipa::path(post, path = "/org/credential_providers", tag = "credential providers",
+#[utoipa::path(post, path = "/org/credential_providers",
     request_body = CreateCredentialProviderRequest,
     responses((status = 200, body = CredentialProvider), (status = 409, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateCredentialProviderRequest>,
+    org: Org, JsonBody(request): JsonBody<CreateCredentialProviderRequest>,
 ) -> Result<Json<CredentialProvider>, ApiError> {
     let provider = org
         .credentials
@@ -89,13 +88,10 @@ pub async fn create(
 
 /// List the organization's credential providers, oldest first (paged with
 /// `limit`/`offset`; the seed-era SDK reads one plain array).
-#[utoipa::path(get, path = "/org/credential_providers", tag = "credential providers",
-    params(NamedListQuery),
+#[utoipa::path(get, path = "/org/credential_providers", params(NamedListQuery),
     responses((status = 200, body = Vec<CredentialProvider>)))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<NamedListQuery>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<NamedListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let providers = org.credentials.onepassword.list(&org.id).await?;
     let (headers, page) = query.page_or_all(paging, providers, |p| (&p.id, Some(&p.name)))?;
@@ -104,15 +100,12 @@ pub async fn list(
 }
 
 /// Get a credential provider.
-#[utoipa::path(get, path = "/org/credential_providers/{id}", tag = "credential providers",
+#[utoipa::path(get, path = "/org/credential_providers/{id}",
     responses((status = 200, body = CredentialProvider)))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<CredentialProvider>, ApiError> {
-    Ok(Json(
-        org.credentials.onepassword.get(&org.id, &id).await?.into(),
-    ))
+    Ok(Json(org.credentials.onepassword.get(&org.id, &id).await?.into()))
 }
 
 /// (No `Debug`: it holds the token.)
@@ -128,12 +121,11 @@ pub struct UpdateCredentialProviderRequest {
 }
 
 /// Update a credential provider; its cached item list is dropped.
-#[utoipa::path(patch, path = "/org/credential_providers/{id}", tag = "credential providers",
+#[utoipa::path(patch, path = "/org/credential_providers/{id}",
     request_body = UpdateCredentialProviderRequest,
     responses((status = 200, body = CredentialProvider), (status = 409, body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
     JsonBody(request): JsonBody<UpdateCredentialProviderRequest>,
 ) -> Result<Json<CredentialProvider>, ApiError> {
     let change = ProviderChange {
@@ -143,33 +135,24 @@ pub async fn update(
         enabled: request.enabled,
         priority: request.priority,
     };
-    let provider = org
-        .credentials
-        .onepassword
-        .update(&org.id, &id, change)
-        .await?;
+    let provider = org.credentials.onepassword.update(&org.id, &id, change).await?;
     Ok(Json(provider.into()))
 }
 
 /// Delete a credential provider. Refused (409) while an auth connection logs in with its
 /// items.
-#[utoipa::path(delete, path = "/org/credential_providers/{id}", tag = "credential providers",
+#[utoipa::path(delete, path = "/org/credential_providers/{id}",
     responses((status = 204), (status = 409, body = ErrorBody)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     let provider = org.credentials.onepassword.get(&org.id, &id).await?;
-    if let Some(connection) = org
-        .managed_auth
-        .connection_using_provider(&org.id, &provider.id, &provider.name)
-        .await?
+    if let Some(connection) =
+        org.managed_auth.connection_using_provider(&org.id, &provider.id, &provider.name).await?
     {
         return Err(ApiError::Conflict(format!(
             "auth connection {connection} logs in with this provider's items; change or delete it first"
         )));
     }
-    org.credentials
-        .onepassword
-        .delete(&org.id, &provider.id)
-        .await?;
+    org.credentials.onepassword.delete(&org.id, &provider.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -188,18 +171,12 @@ fn from_provider(error: ServiceError) -> ApiError {
 }
 
 /// List the provider's login items (from its cache while fresh).
-#[utoipa::path(get, path = "/org/credential_providers/{id}/items", tag = "credential providers",
+#[utoipa::path(get, path = "/org/credential_providers/{id}/items",
     responses((status = 200, body = ProviderItems), (status = 502, body = ErrorBody)))]
 pub async fn items(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<ProviderItems>, ApiError> {
-    let items = org
-        .credentials
-        .onepassword
-        .items(&org.id, &id)
-        .await
-        .map_err(from_provider)?;
+    let items = org.credentials.onepassword.items(&org.id, &id).await.map_err(from_provider)?;
     Ok(Json(ProviderItems { items }))
 }
 
@@ -213,16 +190,11 @@ pub struct TestResult {
 }
 
 /// Test the provider's token against its server.
-#[utoipa::path(post, path = "/org/credential_providers/{id}/test", tag = "credential providers",
+#[utoipa::path(post, path = "/org/credential_providers/{id}/test",
     responses((status = 200, body = TestResult)))]
 pub async fn test(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<TestResult>, ApiError> {
     let result = org.credentials.onepassword.test(&org.id, &id).await?;
-    Ok(Json(TestResult {
-        success: result.success,
-        vaults: result.vaults,
-        error: result.error,
-    }))
+    Ok(Json(TestResult { success: result.success, vaults: result.vaults, error: result.error }))
 }

@@ -95,9 +95,7 @@ pub struct CreateCredentialRequest {
 }
 
 fn given_settings(
-    algorithm: Option<&str>,
-    digits: Option<u32>,
-    period: Option<u32>,
+    algorithm: Option<&str>, digits: Option<u32>, period: Option<u32>,
 ) -> Result<GivenSettings, ApiError> {
     Ok(GivenSettings {
         algorithm: algorithm
@@ -110,12 +108,10 @@ fn given_settings(
 }
 
 /// Create a credential. The answer has the current TOTP code when a seed was given.
-#[utoipa::path(post, path = "/credentials", tag = "credentials",
-    request_body = CreateCredentialRequest,
+#[utoipa::path(post, path = "/credentials", request_body = CreateCredentialRequest,
     responses((status = 200, body = Credential), (status = 409, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateCredentialRequest>,
+    org: Org, JsonBody(request): JsonBody<CreateCredentialRequest>,
 ) -> Result<Json<Credential>, ApiError> {
     if let Some(problem) = domain_problem("domain", &request.domain, false) {
         return Err(ApiError::invalid_field(problem));
@@ -154,12 +150,10 @@ list_query! {
 }
 
 /// List the organization's credentials, oldest first (paged).
-#[utoipa::path(get, path = "/credentials", tag = "credentials", params(CredentialListQuery),
+#[utoipa::path(get, path = "/credentials", params(CredentialListQuery),
     responses((status = 200, body = Vec<Credential>)))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<CredentialListQuery>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<CredentialListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut credentials = org.credentials.list(&org.id).await?;
     if let Some(domain) = &query.domain {
@@ -179,11 +173,10 @@ pub async fn list(
 }
 
 /// Get a credential by id or name.
-#[utoipa::path(get, path = "/credentials/{id_or_name}", tag = "credentials",
+#[utoipa::path(get, path = "/credentials/{id_or_name}",
     responses((status = 200, body = Credential)))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<Credential>, ApiError> {
     let credential = org.credentials.get(&org.id, &id_or_name).await?;
     Ok(Json(view(credential, None, true)))
@@ -215,12 +208,10 @@ pub struct UpdateCredentialRequest {
 }
 
 /// Update a credential. The answer has the current TOTP code when a seed was set.
-#[utoipa::path(patch, path = "/credentials/{id_or_name}", tag = "credentials",
-    request_body = UpdateCredentialRequest,
+#[utoipa::path(patch, path = "/credentials/{id_or_name}", request_body = UpdateCredentialRequest,
     responses((status = 200, body = Credential), (status = 409, body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<UpdateCredentialRequest>,
 ) -> Result<Json<Credential>, ApiError> {
     let totp = given_settings(
@@ -241,11 +232,10 @@ pub async fn update(
 }
 
 /// Delete a credential. Refused (409) while an auth connection logs in with it.
-#[utoipa::path(delete, path = "/credentials/{id_or_name}", tag = "credentials",
+#[utoipa::path(delete, path = "/credentials/{id_or_name}",
     responses((status = 204), (status = 409, body = ErrorBody)))]
 pub async fn delete(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     let credential = org.credentials.get(&org.id, &id_or_name).await?;
     if let Some(connection) = org
@@ -269,16 +259,12 @@ pub struct TotpCodeResponse {
 }
 
 /// The credential's current TOTP code (404 when it has no seed).
-#[utoipa::path(get, path = "/credentials/{id_or_name}/totp-code", tag = "credentials",
+#[utoipa::path(get, path = "/credentials/{id_or_name}/totp-code",
     responses((status = 200, body = TotpCodeResponse),
         (status = 404, description = "No such credential, or it has no TOTP secret", body = ErrorBody)))]
 pub async fn totp_code(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<TotpCodeResponse>, ApiError> {
     let code = org.credentials.totp_code(&org.id, &id_or_name).await?;
-    Ok(Json(TotpCodeResponse {
-        code: code.code,
-        expires_at: code.expires_at,
-    }))
+    Ok(Json(TotpCodeResponse { code: code.code, expires_at: code.expires_at }))
 }

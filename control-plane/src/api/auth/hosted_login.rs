@@ -30,9 +30,7 @@ pub struct HostedQuery {
 
 /// The connection of a genuine hosted-login token for `id`.
 async fn hosted_connection(
-    state: &AppState,
-    id: &str,
-    jwt: Option<&str>,
+    state: &AppState, id: &str, jwt: Option<&str>,
 ) -> Result<Option<AuthConnectionRecord>, ApiError> {
     let Some(claims) = jwt.and_then(|jwt| state.tokens.verify_hosted_login(jwt)) else {
         return Ok(None);
@@ -50,13 +48,12 @@ const HOSTED_DENIED: &str = "<!doctype html><html lang=\"en\"><head><meta charse
 /// The page behind `hosted_url`: the flow's state and, while it waits for input, a form
 /// with the discovered fields. Needs no API key; the `jwt` grants this flow until it
 /// expires.
-#[utoipa::path(get, path = "/auth/connections/{id}/hosted", tag = "managed auth",
+#[utoipa::path(get, path = "/auth/connections/{id}/hosted",
     params(("id" = String, Path, description = "Auth connection id"), HostedQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
         (status = 401, content_type = "text/html", body = String)))]
 pub async fn hosted_page(
-    State(state): State<AppState>,
-    PathParam(id): PathParam<String>,
+    State(state): State<AppState>, PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<HostedQuery>,
 ) -> Result<Response, ApiError> {
     let Some(record) = hosted_connection(&state, &id, query.jwt.as_deref()).await? else {
@@ -71,11 +68,7 @@ pub async fn hosted_page(
             }
             body.push_str("<form method=\"post\">");
             for field in flow.discovered_fields.iter().flatten() {
-                let kind = if field.kind == "password" {
-                    "password"
-                } else {
-                    "text"
-                };
+                let kind = if field.kind == "password" { "password" } else { "text" };
                 body.push_str(&format!(
                     "<p><label>{label}<br><input type=\"{kind}\" name=\"{name}\" autocomplete=\"off\"></label></p>",
                     label = escape_html(&field.label),
@@ -85,9 +78,7 @@ pub async fn hosted_page(
             body.push_str("<p><button type=\"submit\">Log in</button></p></form>");
             // The flow's browser itself, for what the form cannot do (a challenge).
             let token =
-                state
-                    .tokens
-                    .issue_flow_live_view(&record.id, &record.org_id, flow.expires_at);
+                state.tokens.issue_flow_live_view(&record.id, &record.org_id, flow.expires_at);
             body.push_str(&format!(
                 "<h2>Or finish in the browser</h2><iframe title=\"The login browser\" \
                  src=\"{src}&amp;embed=true\" \
@@ -116,22 +107,18 @@ pub async fn hosted_page(
 }
 
 /// The hosted page's form: submits the values to the flow, then shows the page again.
-#[utoipa::path(post, path = "/auth/connections/{id}/hosted", tag = "managed auth",
+#[utoipa::path(post, path = "/auth/connections/{id}/hosted",
     params(("id" = String, Path, description = "Auth connection id"), HostedQuery),
     request_body(content = BTreeMap<String, String>, content_type = "application/x-www-form-urlencoded", description = "The discovered fields' values"),
     security(()),
     responses((status = 303, description = "Submitted: back to the page"),
         (status = 401, content_type = "text/html", body = String)))]
 pub async fn hosted_submit(
-    State(state): State<AppState>,
-    PathParam(id): PathParam<String>,
+    State(state): State<AppState>, PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<HostedQuery>,
     form: Result<Form<BTreeMap<String, String>>, FormRejection>,
 ) -> Result<Response, ApiError> {
-    if hosted_connection(&state, &id, query.jwt.as_deref())
-        .await?
-        .is_none()
-    {
+    if hosted_connection(&state, &id, query.jwt.as_deref()).await?.is_none() {
         return Ok((StatusCode::UNAUTHORIZED, Html(HOSTED_DENIED)).into_response());
     }
     let Form(fields) = form.map_err(|rejection| match rejection.status() {
@@ -140,9 +127,6 @@ pub async fn hosted_submit(
     })?;
     check_values(&fields)?;
     state.managed_auth.submit(&id, fields).await?;
-    let back = format!(
-        "/auth/connections/{id}/hosted?jwt={}",
-        query.jwt.unwrap_or_default()
-    );
+    let back = format!("/auth/connections/{id}/hosted?jwt={}", query.jwt.unwrap_or_default());
     Ok(Redirect::to(&back).into_response())
 }

@@ -55,11 +55,7 @@ impl From<SignInError> for ApiError {
 
 /// `Set-Cookie` for `name`, HttpOnly, Secure when the server is reached over HTTPS.
 pub fn set_cookie(state: &AppState, name: &str, value: &str, attributes: &str) -> HeaderValue {
-    let secure = if state.settings.public_url.starts_with("https://") {
-        "; Secure"
-    } else {
-        ""
-    };
+    let secure = if state.settings.public_url.starts_with("https://") { "; Secure" } else { "" };
     HeaderValue::from_str(&format!("{name}={value}; HttpOnly{secure}; {attributes}"))
         .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
@@ -70,8 +66,7 @@ fn callback_url(state: &AppState) -> String {
 
 /// Sends the browser to the provider to sign in.
 pub async fn login(
-    State(state): State<AppState>,
-    Query(query): Query<LoginQuery>,
+    State(state): State<AppState>, Query(query): Query<LoginQuery>,
 ) -> Result<Response, ApiError> {
     let provider = provider(&state)?;
     let claims = SignInClaims {
@@ -83,12 +78,7 @@ pub async fn login(
         exp: (Utc::now() + chrono::Duration::minutes(SIGN_IN_MINUTES)).timestamp(),
     };
     let location = provider
-        .authorization_url(
-            &callback_url(&state),
-            &claims.state,
-            &claims.nonce,
-            &claims.verifier,
-        )
+        .authorization_url(&callback_url(&state), &claims.state, &claims.nonce, &claims.verifier)
         .await?;
     let token = state.tokens.issue_claims(&claims);
     let mut headers = HeaderMap::new();
@@ -105,10 +95,7 @@ pub async fn login(
             &state,
             SIGN_IN_COOKIE,
             &token,
-            &format!(
-                "SameSite=Lax; Path=/auth/oidc; Max-Age={}",
-                SIGN_IN_MINUTES * 60
-            ),
+            &format!("SameSite=Lax; Path=/auth/oidc; Max-Age={}", SIGN_IN_MINUTES * 60),
         ),
     );
     Ok((StatusCode::SEE_OTHER, headers).into_response())
@@ -116,17 +103,11 @@ pub async fn login(
 
 /// The provider sends the browser back here with a code; the person is signed in.
 pub async fn callback(
-    State(state): State<AppState>,
-    Query(query): Query<CallbackQuery>,
-    request_headers: HeaderMap,
+    State(state): State<AppState>, Query(query): Query<CallbackQuery>, request_headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let provider = provider(&state)?;
     let started = cookie(&request_headers, SIGN_IN_COOKIE)
-        .and_then(|token| {
-            state
-                .tokens
-                .verify_claims::<SignInClaims>(token, SIGN_IN_AUDIENCE)
-        })
+        .and_then(|token| state.tokens.verify_claims::<SignInClaims>(token, SIGN_IN_AUDIENCE))
         .ok_or_else(|| {
             ApiError::invalid_field(format!(
                 "this sign-in expired or did not start here: start again at {LOGIN_PATH}"
@@ -146,33 +127,19 @@ pub async fn callback(
         .code
         .as_deref()
         .ok_or_else(|| ApiError::invalid_field("the provider sent no code"))?;
-    let claims = provider
-        .sign_in(
-            code,
-            &callback_url(&state),
-            &started.verifier,
-            &started.nonce,
-        )
-        .await?;
+    let claims =
+        provider.sign_in(code, &callback_url(&state), &started.verifier, &started.nonce).await?;
     let person = session_of(&state, provider, &claims).await?;
     tracing::info!(subject = %person.sub, org_id = %person.org, role = ?person.role, "a person signed in");
     let org_id = person.org.clone();
-    let secret = sessions::start(
-        &*state.store,
-        &org_id,
-        &sessions::Principal::Person(person.clone()),
-    )
-    .await?;
+    let secret =
+        sessions::start(&*state.store, &org_id, &sessions::Principal::Person(person.clone()))
+            .await?;
     let mut headers = HeaderMap::new();
     headers.append(header::SET_COOKIE, session_cookie(&state, &secret));
     headers.append(
         header::SET_COOKIE,
-        set_cookie(
-            &state,
-            SIGN_IN_COOKIE,
-            "",
-            "SameSite=Lax; Path=/auth/oidc; Max-Age=0",
-        ),
+        set_cookie(&state, SIGN_IN_COOKIE, "", "SameSite=Lax; Path=/auth/oidc; Max-Age=0"),
     );
     // A page of ours moves on: the browser sends a SameSite=Strict cookie on a
     // navigation this site starts, not at the end of the provider's redirects.
@@ -180,11 +147,7 @@ pub async fn callback(
     let page = format!(
         "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url={target}\">\
          <title>Signed in</title><p>Signed in as {}. <a href=\"{target}\">Continue</a>",
-        html_escape(if person.email.is_empty() {
-            &person.sub
-        } else {
-            &person.email
-        })
+        html_escape(if person.email.is_empty() { &person.sub } else { &person.email })
     );
     Ok((StatusCode::OK, headers, Html(page)).into_response())
 }
@@ -202,39 +165,27 @@ pub fn session_cookie(state: &AppState, secret: &str) -> HeaderValue {
 /// Ends the session the request's cookie holds, on every replica (the store forgets
 /// it), and clears the cookie; answers the `Set-Cookie` that clears it.
 pub async fn end_session(
-    state: &AppState,
-    request_headers: &HeaderMap,
+    state: &AppState, request_headers: &HeaderMap,
 ) -> Result<HeaderValue, ApiError> {
     if let Some(secret) = cookie(request_headers, SESSION_COOKIE) {
         sessions::end(&*state.store, secret).await?;
     }
-    Ok(set_cookie(
-        state,
-        SESSION_COOKIE,
-        "",
-        "SameSite=Strict; Path=/; Max-Age=0",
-    ))
+    Ok(set_cookie(state, SESSION_COOKIE, "", "SameSite=Strict; Path=/; Max-Age=0"))
 }
 
 /// Ends the person's session.
 pub async fn logout(
-    State(state): State<AppState>,
-    request_headers: HeaderMap,
+    State(state): State<AppState>, request_headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        header::SET_COOKIE,
-        end_session(&state, &request_headers).await?,
-    );
+    headers.insert(header::SET_COOKIE, end_session(&state, &request_headers).await?);
     Ok((StatusCode::NO_CONTENT, headers).into_response())
 }
 
 /// The session of the person the ID token `claims` describe: their organization and
 /// role from the configured claims, refused (403) when either is missing or unknown.
 async fn session_of(
-    state: &AppState,
-    provider: &OidcProvider,
-    claims: &serde_json::Map<String, Value>,
+    state: &AppState, provider: &OidcProvider, claims: &serde_json::Map<String, Value>,
 ) -> Result<SessionClaims, ApiError> {
     let settings = provider.settings();
     let organization = claims

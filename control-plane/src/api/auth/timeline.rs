@@ -43,13 +43,10 @@ list_query! {
 }
 
 /// The connection's latest 200 flows and health checks, newest first (paged).
-#[utoipa::path(get, path = "/auth/connections/{id}/timeline", tag = "managed auth",
-    params(TimelineQuery),
+#[utoipa::path(get, path = "/auth/connections/{id}/timeline", params(TimelineQuery),
     responses((status = 200, body = Vec<Object>)))]
 pub async fn timeline(
-    org: Org,
-    paging: Paging,
-    PathParam(id): PathParam<String>,
+    org: Org, paging: Paging, PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<TimelineQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let record = find(&org, &id).await?;

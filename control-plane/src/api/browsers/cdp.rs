@@ -48,7 +48,7 @@ pub struct CdpQuery {
 }
 
 /// WebSocket endpoint speaking the Chrome DevTools Protocol of the session's browser.
-#[utoipa::path(get, path = "/browsers/{id}/cdp", tag = "browsers",
+#[utoipa::path(get, path = "/browsers/{id}/cdp",
     params(("id" = String, Path, description = "Browser session ID"), CdpQuery), security(()),
     responses((status = 101, description = "Switching to the DevTools WebSocket"),
         (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
@@ -65,13 +65,12 @@ pub async fn connect(
 
 /// WebSocket endpoint speaking WebDriver BiDi to the session's browser: open a session
 /// with `session.new` (it attaches to this browser whatever Chrome options it names).
-#[utoipa::path(get, path = "/browsers/{id}/webdriver", tag = "browsers",
+#[utoipa::path(get, path = "/browsers/{id}/webdriver",
     params(("id" = String, Path, description = "Browser session ID"), CdpQuery), security(()),
     responses((status = 101, description = "Switching to the WebDriver BiDi WebSocket"),
         (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn webdriver(
-    State(state): State<AppState>,
-    PathParam(id): PathParam<String>,
+    State(state): State<AppState>, PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<CdpQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
@@ -84,17 +83,10 @@ const WEBDRIVER_TUNNEL_PATH: &str = "webdriver";
 /// The WebSocket, once its token names this live session: Chromium's DevTools (with
 /// `raw`, the client's connection as it is upgraded) or, without, WebDriver BiDi.
 async fn tunnel(
-    state: AppState,
-    id: String,
-    query: CdpQuery,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-    raw: Option<Option<RawUpgrade>>,
+    state: AppState, id: String, query: CdpQuery,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>, raw: Option<Option<RawUpgrade>>,
 ) -> Result<Response, ApiError> {
-    let agent_path = if raw.is_some() {
-        ""
-    } else {
-        WEBDRIVER_TUNNEL_PATH
-    };
+    let agent_path = if raw.is_some() { "" } else { WEBDRIVER_TUNNEL_PATH };
     let claims = query
         .jwt
         .as_deref()
@@ -102,9 +94,7 @@ async fn tunnel(
         .filter(|claims| claims.sub == id)
         .ok_or_else(|| ApiError::Unauthorized("missing or invalid jwt for this session".into()))?;
     let upgrade = upgrade.map_err(|rejection| {
-        ApiError::invalid_field(format!(
-            "this endpoint needs a WebSocket upgrade: {rejection}"
-        ))
+        ApiError::invalid_field(format!("this endpoint needs a WebSocket upgrade: {rejection}"))
     })?;
     let session = state.sessions.live(&claims.org, &id).await?;
     let pooled = session.pool_id.is_some();
@@ -164,17 +154,14 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for RawUpgrade {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(
-        parts: &mut Parts,
-        _state: &S,
+        parts: &mut Parts, _state: &S,
     ) -> Result<Option<Self>, Self::Rejection> {
         if parts.version > axum::http::Version::HTTP_11 {
             return Ok(None);
         }
         let key = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned();
         let on_upgrade = parts.extensions.get::<OnUpgrade>().cloned();
-        Ok(key
-            .zip(on_upgrade)
-            .map(|(key, on_upgrade)| Self { key, on_upgrade }))
+        Ok(key.zip(on_upgrade).map(|(key, on_upgrade)| Self { key, on_upgrade }))
     }
 }
 
@@ -205,18 +192,14 @@ impl RawUpgrade {
 /// store, not the running-session cache: a lease that has just ended must not let its
 /// lessee back in.
 pub(in crate::api) async fn lease_holds(
-    state: &AppState,
-    claims: &SessionClaims,
+    state: &AppState, claims: &SessionClaims,
 ) -> Result<(), ApiError> {
     lease_is_current(state, &claims.org, &claims.sub, claims.lease.as_deref()).await
 }
 
 /// Whether the pool browser `session_id` is still leased under `lease` (401 otherwise).
 pub(in crate::api) async fn lease_is_current(
-    state: &AppState,
-    org_id: &str,
-    session_id: &str,
-    lease: Option<&str>,
+    state: &AppState, org_id: &str, session_id: &str, lease: Option<&str>,
 ) -> Result<(), ApiError> {
     let current = state.store.session(org_id, session_id).await?;
     let leased_to_this_token = current.is_some_and(|current| {
@@ -234,9 +217,7 @@ pub(in crate::api) async fn lease_is_current(
 /// Moves frames both ways until either side closes; the guard keeps the session
 /// counted as in use meanwhile.
 async fn pump(
-    socket: WebSocket,
-    to_agent: mpsc::Sender<CdpFrame>,
-    mut from_agent: Streaming<CdpFrame>,
+    socket: WebSocket, to_agent: mpsc::Sender<CdpFrame>, mut from_agent: Streaming<CdpFrame>,
     guard: CdpConnectionGuard,
 ) {
     let (mut to_client, mut from_client) = socket.split();
@@ -259,9 +240,7 @@ async fn pump(
                         .map(|f| (u32::from(f.code), f.reason.to_string()))
                         .unwrap_or((1000, String::new()));
                     let _ = to_agent
-                        .send(CdpFrame {
-                            kind: Some(Kind::Close(CdpClose { code, reason })),
-                        })
+                        .send(CdpFrame { kind: Some(Kind::Close(CdpClose { code, reason })) })
                         .await;
                     break;
                 }

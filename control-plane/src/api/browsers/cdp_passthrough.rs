@@ -225,16 +225,10 @@ impl<F: FnMut(&[u8])> MessageTap<F> {
 fn client_socket(upgraded: Upgraded) -> Option<(Socket, Bytes)> {
     use hyper_util::server::conn::auto::upgrade::downcast;
     let (fd, early): (OwnedFd, _) = match downcast::<TokioIo<tokio::net::TcpStream>>(upgraded) {
-        Ok(parts) => (
-            parts.io.into_inner().into_std().ok()?.into(),
-            parts.read_buf,
-        ),
+        Ok(parts) => (parts.io.into_inner().into_std().ok()?.into(), parts.read_buf),
         Err(upgraded) => {
             let parts = downcast::<TokioIo<tokio::net::UnixStream>>(upgraded).ok()?;
-            (
-                parts.io.into_inner().into_std().ok()?.into(),
-                parts.read_buf,
-            )
+            (parts.io.into_inner().into_std().ok()?.into(), parts.read_buf)
         }
     };
     let socket = Socket::from(fd);
@@ -294,10 +288,7 @@ impl Splice {
 
     /// Starts both threads; `guard` is dropped once both have ended.
     fn start<G: Send + 'static>(
-        self,
-        early: Bytes,
-        commands: Option<CommandRecorder>,
-        guard: G,
+        self, early: Bytes, commands: Option<CommandRecorder>, guard: G,
     ) -> io::Result<()> {
         let this = Arc::new(self);
         let up = this.clone();
@@ -333,8 +324,7 @@ impl Splice {
         let mut tap = commands
             .map(|commands| MessageTap::new(move |message: &[u8]| commands.record(message)));
         let mut pass = |data: &[u8]| {
-            self.last_heard_ms
-                .store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+            self.last_heard_ms.store(self.opened.elapsed().as_millis() as u64, Ordering::Relaxed);
             if let Some(tap) = &mut tap {
                 tap.feed(data);
             }
@@ -507,11 +497,7 @@ mod tests {
         for end in [&client, &chromium] {
             end.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         }
-        Ends {
-            client,
-            chromium,
-            ended,
-        }
+        Ends { client, chromium, ended }
     }
 
     fn read_exactly(mut from: &UnixStream, length: usize) -> Vec<u8> {
@@ -627,11 +613,8 @@ mod tests {
 
     /// A client's frame: masked, FIN as given.
     fn masked(opcode: u8, fin: bool, payload: &[u8], key: [u8; 4]) -> Vec<u8> {
-        let scrambled: Vec<u8> = payload
-            .iter()
-            .enumerate()
-            .map(|(index, byte)| byte ^ key[index % 4])
-            .collect();
+        let scrambled: Vec<u8> =
+            payload.iter().enumerate().map(|(index, byte)| byte ^ key[index % 4]).collect();
         let mut out = frame(opcode, &scrambled, Some(key));
         if !fin {
             out[0] &= 0x7f;
@@ -681,14 +664,7 @@ mod tests {
         let pong = frame(OPCODE_PONG, b"", key);
         let big = frame(0x1, &vec![b'x'; 70_000], key);
         let medium = frame(0x2, &vec![7u8; 300], key);
-        let stream = [
-            text.clone(),
-            pong.clone(),
-            big.clone(),
-            pong,
-            medium.clone(),
-        ]
-        .concat();
+        let stream = [text.clone(), pong.clone(), big.clone(), pong, medium.clone()].concat();
         let expected = [text, big, medium].concat();
         for cut in [1, 2, 3, 7, 100, 65_536, stream.len()] {
             let mut frames = Frames::default();
@@ -707,11 +683,7 @@ mod tests {
         let mut out = Vec::new();
         frames.forward(&frame(0x1, b"{}", None), &mut out, |_| false);
         assert!(!frames.closed);
-        frames.forward(
-            &frame(OPCODE_CLOSE, &1000u16.to_be_bytes(), None),
-            &mut out,
-            |_| false,
-        );
+        frames.forward(&frame(OPCODE_CLOSE, &1000u16.to_be_bytes(), None), &mut out, |_| false);
         assert!(frames.closed);
     }
 

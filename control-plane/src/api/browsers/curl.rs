@@ -79,9 +79,7 @@ fn checked_url(url: &str, problems: &mut Vec<String>) {
 
 /// The agent's answer, or a 502 saying why the browser got none.
 async fn made_by_browser(
-    org: &Org,
-    id: &str,
-    request: CurlRequest,
+    org: &Org, id: &str, request: CurlRequest,
 ) -> Result<CurlResult, ApiError> {
     let session = org.sessions.live(&org.id, id).await?;
     let agent = org.sessions.agent(&session)?;
@@ -95,13 +93,11 @@ async fn made_by_browser(
 /// Make an HTTP request from the browser (its cookies, user agent, proxy and network
 /// policy) and answer its status, headers and body. Redirects are answered, not
 /// followed; a request the browser could not complete is a 502.
-#[utoipa::path(post, path = "/browsers/{id}/curl", tag = "browsers", request_body = CurlBody,
+#[utoipa::path(post, path = "/browsers/{id}/curl", request_body = CurlBody,
     responses((status = 200, body = CurlResponse),
         (status = 502, description = "The browser got no response", body = ErrorBody)))]
 pub async fn curl(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<CurlBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<CurlBody>,
 ) -> Result<Json<CurlResponse>, ApiError> {
     let mut problems = Vec::new();
     checked_url(&body.url, &mut problems);
@@ -110,9 +106,7 @@ pub async fn curl(
         None | Some("utf8") => false,
         Some("base64") => true,
         Some(other) => {
-            problems.push(format!(
-                "response_encoding must be utf8 or base64, got {other:?}"
-            ));
+            problems.push(format!("response_encoding must be utf8 or base64, got {other:?}"));
             false
         }
     };
@@ -120,9 +114,7 @@ pub async fn curl(
         if HeaderName::try_from(name.as_str()).is_err()
             || HeaderValue::try_from(value.as_str()).is_err()
         {
-            problems.push(format!(
-                "headers: {name:?} is not a valid HTTP header name and value"
-            ));
+            problems.push(format!("headers: {name:?} is not a valid HTTP header name and value"));
         }
     }
     let timeout_ms = body.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
@@ -222,15 +214,11 @@ fn passed_back(name: &str) -> bool {
 /// Redirects are answered, not followed; a request the browser could not complete is a
 /// 502 in the Error shape. (`jwt` is this route's own parameter, never the target's.)
 #[utoipa::path(method(get, post, put, patch, delete, head, options),
-    path = "/browsers/{id}/curl/raw", tag = "browsers", params(RawQuery),
+    path = "/browsers/{id}/curl/raw", params(RawQuery),
     responses((status = 200, description = "The response of the URL, whatever its status"),
         (status = 502, description = "The browser got no response", body = ErrorBody)))]
 pub async fn raw(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    org: Org, PathParam(id): PathParam<String>, method: Method, uri: Uri, headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let mut url = None;
@@ -263,14 +251,12 @@ pub async fn raw(
         }
         _ => url,
     };
-    let body = axum::body::to_bytes(body, MAX_RAW_BODY_BYTES)
-        .await
-        .map_err(|_| {
-            ApiError::PayloadTooLarge(format!(
-                "a request body passed on is at most {} MiB",
-                MAX_RAW_BODY_BYTES >> 20
-            ))
-        })?;
+    let body = axum::body::to_bytes(body, MAX_RAW_BODY_BYTES).await.map_err(|_| {
+        ApiError::PayloadTooLarge(format!(
+            "a request body passed on is at most {} MiB",
+            MAX_RAW_BODY_BYTES >> 20
+        ))
+    })?;
     let headers: std::collections::HashMap<String, String> = headers
         .iter()
         .filter(|(name, _)| forwarded(name))
@@ -299,19 +285,10 @@ pub async fn raw(
     // Another site's page, served from this server's origin, must not run there: a
     // browser that opens it gets a sandbox (an opaque origin, no scripts), and no
     // sniffing of its type.
-    headers.insert(
-        axum::http::header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("sandbox"),
-    );
-    headers.insert(
-        axum::http::header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    for header in result
-        .headers
-        .iter()
-        .filter(|header| passed_back(&header.name))
-    {
+    headers
+        .insert(axum::http::header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
+    headers.insert(axum::http::header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    for header in result.headers.iter().filter(|header| passed_back(&header.name)) {
         if let (Ok(name), Ok(value)) = (
             HeaderName::try_from(header.name.as_str()),
             HeaderValue::try_from(header.value.as_str()),

@@ -35,9 +35,7 @@ fn check_path(field: &str, value: &str) -> Option<ErrorDetail> {
             "{field} must be an absolute path (start with /), got {value:?}"
         )))
     } else if value.len() > MAX_PATH_BYTES {
-        Some(ErrorDetail::invalid_input(format!(
-            "{field} is longer than {MAX_PATH_BYTES} bytes"
-        )))
+        Some(ErrorDetail::invalid_input(format!("{field} is longer than {MAX_PATH_BYTES} bytes")))
     } else {
         None
     }
@@ -130,20 +128,16 @@ pub struct MoveRequest {
 }
 
 /// Move or rename a file or directory (seed 4.1).
-#[utoipa::path(put, path = "/browsers/{id}/fs/move", tag = "filesystem", request_body = MoveRequest,
+#[utoipa::path(put, path = "/browsers/{id}/fs/move", request_body = MoveRequest,
     responses((status = 200, description = "Move successful"), (status = 409, body = ErrorBody)))]
 pub async fn move_path(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<MoveRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<MoveRequest>,
 ) -> Result<StatusCode, ApiError> {
-    let problems: Vec<_> = [
-        check_path("src_path", &request.src_path),
-        check_path("dest_path", &request.dest_path),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let problems: Vec<_> =
+        [check_path("src_path", &request.src_path), check_path("dest_path", &request.dest_path)]
+            .into_iter()
+            .flatten()
+            .collect();
     if !problems.is_empty() {
         return Err(ApiError::invalid(problems));
     }
@@ -161,12 +155,10 @@ pub struct PathQuery {
 }
 
 /// Metadata of a file or directory.
-#[utoipa::path(get, path = "/browsers/{id}/fs/file_info", tag = "filesystem", params(PathQuery),
+#[utoipa::path(get, path = "/browsers/{id}/fs/file_info", params(PathQuery),
     responses((status = 200, body = FileInfoResponse)))]
 pub async fn file_info(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(query): QueryParams<PathQuery>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Json<FileInfoResponse>, ApiError> {
     let path = require_path("path", query.path)?;
     let agent = org.agent(&id).await?;
@@ -174,41 +166,26 @@ pub async fn file_info(
 }
 
 /// The entries of a directory, sorted by name.
-#[utoipa::path(get, path = "/browsers/{id}/fs/list_files", tag = "filesystem", params(PathQuery),
+#[utoipa::path(get, path = "/browsers/{id}/fs/list_files", params(PathQuery),
     responses((status = 200, body = Vec<FileInfoResponse>)))]
 pub async fn list_files(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(query): QueryParams<PathQuery>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Json<Vec<FileInfoResponse>>, ApiError> {
     let path = require_path("path", query.path)?;
     let agent = org.agent(&id).await?;
-    Ok(Json(
-        agent
-            .list(path)
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-    ))
+    Ok(Json(agent.list(path).await?.into_iter().map(Into::into).collect()))
 }
 
 /// The contents of a file (`application/octet-stream`, streamed).
-#[utoipa::path(get, path = "/browsers/{id}/fs/read_file", tag = "filesystem", params(PathQuery),
+#[utoipa::path(get, path = "/browsers/{id}/fs/read_file", params(PathQuery),
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>)))]
 pub async fn read_file(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(query): QueryParams<PathQuery>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Response, ApiError> {
     let path = require_path("path", query.path)?;
     let agent = org.agent(&id).await?;
     let stream = agent.read_file(path).await?;
-    Ok((
-        [(CONTENT_TYPE, "application/octet-stream")],
-        body_of(stream),
-    )
-        .into_response())
+    Ok(([(CONTENT_TYPE, "application/octet-stream")], body_of(stream)).into_response())
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -223,24 +200,16 @@ pub struct WriteQuery {
 }
 
 /// Write the request body to a file. The file appears whole or not at all.
-#[utoipa::path(put, path = "/browsers/{id}/fs/write_file", tag = "filesystem", params(WriteQuery),
+#[utoipa::path(put, path = "/browsers/{id}/fs/write_file", params(WriteQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 200, description = "Written"), (status = 409, body = ErrorBody),
         (status = 413, body = ErrorBody)))]
 pub async fn write_file(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(query): QueryParams<WriteQuery>,
-    headers: HeaderMap,
-    body: Body,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(query): QueryParams<WriteQuery>,
+    headers: HeaderMap, body: Body,
 ) -> Result<StatusCode, ApiError> {
     let path = require_path("path", query.path)?;
-    let mode = query
-        .mode
-        .as_deref()
-        .map(|m| parse_mode("mode", m))
-        .transpose()?
-        .unwrap_or(0o644);
+    let mode = query.mode.as_deref().map(|m| parse_mode("mode", m)).transpose()?.unwrap_or(0o644);
     let limit = org.settings.max_upload_bytes;
     refuse_declared_over(&headers, limit)?;
     let agent = org.agent(&id).await?;
@@ -250,33 +219,21 @@ pub async fn write_file(
         })
     });
     let mut total = 0;
-    write_whole_file(
-        agent,
-        WriteFileTarget { path, mode },
-        chunks,
-        &mut total,
-        limit,
-    )
-    .await?;
+    write_whole_file(agent, WriteFileTarget { path, mode }, chunks, &mut total, limit).await?;
     Ok(StatusCode::OK)
 }
 
 /// Streams one file to the agent, which places it whole or not at all. `total` counts
 /// the bytes of the request so far, against `limit`.
 pub(in crate::api) async fn write_whole_file(
-    agent: AgentClient,
-    target: WriteFileTarget,
-    chunks: impl futures::Stream<Item = Result<Bytes, ApiError>>,
-    total: &mut u64,
-    limit: u64,
+    agent: AgentClient, target: WriteFileTarget,
+    chunks: impl futures::Stream<Item = Result<Bytes, ApiError>>, total: &mut u64, limit: u64,
 ) -> Result<(), ApiError> {
     let (sender, receiver) = mpsc::channel(8);
     let call = tokio::spawn(async move { agent.write_file(receiver).await });
     let fed = async {
         let send = |kind| sender.send(WriteFileChunk { kind: Some(kind) });
-        send(write_file_chunk::Kind::Target(target))
-            .await
-            .map_err(|_| FeedError::AgentGone)?;
+        send(write_file_chunk::Kind::Target(target)).await.map_err(|_| FeedError::AgentGone)?;
         let mut chunks = std::pin::pin!(chunks);
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(FeedError::Client)?;
@@ -307,9 +264,7 @@ enum FeedError {
 }
 
 async fn finish_upload<T>(
-    fed: Result<(), FeedError>,
-    call: tokio::task::JoinHandle<Result<T, AgentError>>,
-    limit: u64,
+    fed: Result<(), FeedError>, call: tokio::task::JoinHandle<Result<T, AgentError>>, limit: u64,
 ) -> Result<T, ApiError> {
     match fed {
         Err(FeedError::TooLarge) => {
@@ -341,14 +296,12 @@ pub struct UploadZipForm {
 /// Upload a ZIP archive and extract it at `dest_path` (seed 4.8). Multipart parts
 /// `zip_file` (the archive) and `dest_path`. The archive is checked whole before anything
 /// is placed: a failure leaves the destination as it was.
-#[utoipa::path(post, path = "/browsers/{id}/fs/upload_zip", tag = "filesystem",
+#[utoipa::path(post, path = "/browsers/{id}/fs/upload_zip",
     request_body(content = UploadZipForm, content_type = "multipart/form-data"),
     responses((status = 200, description = "Uploaded and extracted"),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload_zip(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    headers: HeaderMap,
+    org: Org, PathParam(id): PathParam<String>, headers: HeaderMap,
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
     let limit = org.settings.max_upload_bytes;
@@ -404,17 +357,16 @@ pub async fn upload_zip(
     let fed = match fed {
         Ok(()) => {
             let dest_path = match (archive_seen, dest_path) {
-                (false, _) => Err(ApiError::invalid_field(
-                    "zip_file: the archive part is required",
-                )),
+                (false, _) => {
+                    Err(ApiError::invalid_field("zip_file: the archive part is required"))
+                }
                 (true, dest_path) => require_path("dest_path", dest_path),
             };
             match dest_path {
                 Ok(dest_path) => {
                     let finish = ExtractZipFinish { dest_path };
-                    let message = ExtractZipChunk {
-                        kind: Some(extract_zip_chunk::Kind::Finish(finish)),
-                    };
+                    let message =
+                        ExtractZipChunk { kind: Some(extract_zip_chunk::Kind::Finish(finish)) };
                     sender.send(message).await.map_err(|_| FeedError::AgentGone)
                 }
                 Err(error) => {
@@ -432,32 +384,19 @@ pub async fn upload_zip(
 }
 
 /// A ZIP archive of a directory (streamed).
-#[utoipa::path(get, path = "/browsers/{id}/fs/download_dir_zip", tag = "filesystem",
-    params(PathQuery),
+#[utoipa::path(get, path = "/browsers/{id}/fs/download_dir_zip", params(PathQuery),
     responses((status = 200, content_type = "application/zip", body = Vec<u8>)))]
 pub async fn download_dir_zip(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(query): QueryParams<PathQuery>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(query): QueryParams<PathQuery>,
 ) -> Result<Response, ApiError> {
     let path = require_path("path", query.path)?;
-    let name = path
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .filter(|n| !n.is_empty())
-        .unwrap_or("root");
-    let disposition = format!(
-        "attachment; filename=\"{}.zip\"",
-        name.replace(['"', '\\'], "_")
-    );
+    let name =
+        path.trim_end_matches('/').rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or("root");
+    let disposition = format!("attachment; filename=\"{}.zip\"", name.replace(['"', '\\'], "_"));
     let agent = org.agent(&id).await?;
     let stream = agent.zip_directory(path.clone()).await?;
     Ok((
-        [
-            (CONTENT_TYPE, "application/zip".to_owned()),
-            (CONTENT_DISPOSITION, disposition),
-        ],
+        [(CONTENT_TYPE, "application/zip".to_owned()), (CONTENT_DISPOSITION, disposition)],
         body_of(stream),
     )
         .into_response())
@@ -474,21 +413,14 @@ pub struct CreateDirectoryRequest {
 }
 
 /// Create a directory (and its parents).
-#[utoipa::path(put, path = "/browsers/{id}/fs/create_directory", tag = "filesystem",
+#[utoipa::path(put, path = "/browsers/{id}/fs/create_directory",
     request_body = CreateDirectoryRequest,
     responses((status = 200, description = "Created"), (status = 409, body = ErrorBody)))]
 pub async fn create_directory(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<CreateDirectoryRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<CreateDirectoryRequest>,
 ) -> Result<StatusCode, ApiError> {
     let path = require_path("path", Some(request.path))?;
-    let mode = request
-        .mode
-        .as_deref()
-        .map(|m| parse_mode("mode", m))
-        .transpose()?
-        .unwrap_or(0o755);
+    let mode = request.mode.as_deref().map(|m| parse_mode("mode", m)).transpose()?.unwrap_or(0o755);
     org.agent(&id).await?.create_directory(path, mode).await?;
     Ok(StatusCode::OK)
 }
@@ -501,13 +433,10 @@ pub struct DeleteRequest {
 }
 
 /// Delete a file (or symlink).
-#[utoipa::path(put, path = "/browsers/{id}/fs/delete_file", tag = "filesystem",
-    request_body = DeleteRequest,
+#[utoipa::path(put, path = "/browsers/{id}/fs/delete_file", request_body = DeleteRequest,
     responses((status = 200, description = "Deleted")))]
 pub async fn delete_file(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<DeleteRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<DeleteRequest>,
 ) -> Result<StatusCode, ApiError> {
     let path = require_path("path", Some(request.path))?;
     org.agent(&id).await?.delete_path(path, false).await?;
@@ -515,13 +444,10 @@ pub async fn delete_file(
 }
 
 /// Delete a directory and everything in it.
-#[utoipa::path(put, path = "/browsers/{id}/fs/delete_directory", tag = "filesystem",
-    request_body = DeleteRequest,
+#[utoipa::path(put, path = "/browsers/{id}/fs/delete_directory", request_body = DeleteRequest,
     responses((status = 200, description = "Deleted")))]
 pub async fn delete_directory(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<DeleteRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<DeleteRequest>,
 ) -> Result<StatusCode, ApiError> {
     let path = require_path("path", Some(request.path))?;
     org.agent(&id).await?.delete_path(path, true).await?;
@@ -543,13 +469,11 @@ pub struct SetPermissionsBody {
 }
 
 /// Change the mode (and optionally owner and group) of a file or directory.
-#[utoipa::path(put, path = "/browsers/{id}/fs/set_file_permissions", tag = "filesystem",
+#[utoipa::path(put, path = "/browsers/{id}/fs/set_file_permissions",
     request_body = SetPermissionsBody,
     responses((status = 200, description = "Changed")))]
 pub async fn set_file_permissions(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<SetPermissionsBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<SetPermissionsBody>,
 ) -> Result<StatusCode, ApiError> {
     let path = require_path("path", Some(request.path))?;
     let mode = parse_mode("mode", &request.mode)?;

@@ -86,14 +86,12 @@ pub struct UploadForm {
 /// come first in the body, as the SDKs send it), confined to the browser's filesystem
 /// like `write_file`. Files are written in order, each whole or not at all; an error
 /// names the failing file, and the files before it stay written.
-#[utoipa::path(post, path = "/browsers/{id}/fs/upload", tag = "filesystem",
+#[utoipa::path(post, path = "/browsers/{id}/fs/upload",
     request_body(content = UploadForm, content_type = "multipart/form-data", description = "parts `files[][dest_path]` and `files[][file]`, paired by position (or `files[N][…]` by index)"),
     responses((status = 200, description = "Every file was written"),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    headers: HeaderMap,
+    org: Org, PathParam(id): PathParam<String>, headers: HeaderMap,
     MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
     let limit = org.settings.max_upload_bytes;
@@ -133,10 +131,7 @@ pub async fn upload(
                         "files[{index}][file] is given twice"
                     )));
                 }
-                let target = WriteFileTarget {
-                    path,
-                    mode: UPLOADED_FILE_MODE,
-                };
+                let target = WriteFileTarget { path, mode: UPLOADED_FILE_MODE };
                 let chunks = field.map(|chunk| chunk.map_err(unreadable_part));
                 write_whole_file(agent.clone(), target, chunks, &mut total, limit)
                     .await
@@ -150,14 +145,10 @@ pub async fn upload(
         }
     }
     if let Some(index) = destinations.keys().find(|index| !written.contains(index)) {
-        return Err(ApiError::invalid_field(format!(
-            "files[{index}][file] is missing"
-        )));
+        return Err(ApiError::invalid_field(format!("files[{index}][file] is missing")));
     }
     if written.is_empty() {
-        return Err(ApiError::invalid_field(
-            "files: at least one file is required",
-        ));
+        return Err(ApiError::invalid_field("files: at least one file is required"));
     }
     Ok(StatusCode::OK)
 }
@@ -168,10 +159,7 @@ mod tests {
 
     #[test]
     fn part_names_pair_by_index() {
-        assert_eq!(
-            indexed_part("files[0][dest_path]"),
-            Some((Some(0), "dest_path"))
-        );
+        assert_eq!(indexed_part("files[0][dest_path]"), Some((Some(0), "dest_path")));
         assert_eq!(indexed_part("files[12][file]"), Some((Some(12), "file")));
         assert_eq!(indexed_part("files[][file]"), Some((None, "file")));
         assert_eq!(indexed_part("files[x][file]"), None);

@@ -32,10 +32,7 @@ pub async fn keep_connections_usable(request: Request, next: Next) -> Response {
         Some(length) if length <= READ_AHEAD_BYTES => {
             let (parts, body) = request.into_parts();
             return match axum::body::to_bytes(body, length as usize).await {
-                Ok(bytes) => {
-                    next.run(Request::from_parts(parts, Body::from(bytes)))
-                        .await
-                }
+                Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
                 Err(error) => closing(
                     ApiError::invalid_field(format!("could not read the request body: {error}"))
                         .into_response(),
@@ -46,24 +43,13 @@ pub async fn keep_connections_usable(request: Request, next: Next) -> Response {
     }
     let finished = Arc::new(AtomicBool::new(false));
     let (parts, body) = request.into_parts();
-    let tracked = TrackEnd {
-        inner: body.into_data_stream(),
-        finished: finished.clone(),
-    };
-    let response = next
-        .run(Request::from_parts(parts, Body::from_stream(tracked)))
-        .await;
-    if finished.load(Ordering::Acquire) {
-        response
-    } else {
-        closing(response)
-    }
+    let tracked = TrackEnd { inner: body.into_data_stream(), finished: finished.clone() };
+    let response = next.run(Request::from_parts(parts, Body::from_stream(tracked))).await;
+    if finished.load(Ordering::Acquire) { response } else { closing(response) }
 }
 
 fn closing(mut response: Response) -> Response {
-    response
-        .headers_mut()
-        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     response
 }
 

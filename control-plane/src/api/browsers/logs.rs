@@ -38,12 +38,10 @@ pub struct LogStreamQuery {
 /// A file's lines as server-sent events `{event: "log", message, timestamp}`: its last
 /// MiB (from a line start), then, with `follow`, each line appended, until the client
 /// goes or the session ends. Lines over 64 KiB come in pieces.
-#[utoipa::path(get, path = "/browsers/{id}/logs/stream", tag = "logs", params(LogStreamQuery),
+#[utoipa::path(get, path = "/browsers/{id}/logs/stream", params(LogStreamQuery),
     responses((status = 200, content_type = "text/event-stream", description = "`{event: \"log\", message, timestamp}` per line")))]
 pub async fn stream(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(query): QueryParams<LogStreamQuery>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(query): QueryParams<LogStreamQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     // The browser first: which parameters go together, a query's schema cannot say.
     let session = org.sessions.live(&org.id, &id).await?;
@@ -68,21 +66,14 @@ pub async fn stream(
         None => return Err(ApiError::invalid_field("source is required")),
     };
     let agent = org.sessions.agent(&session)?;
-    let lines = agent
-        .follow_file(path, service, query.follow.unwrap_or(false))
-        .await?;
-    let events = lines
-        .take_while(|line| std::future::ready(line.is_ok()))
-        .filter_map(|line| {
-            let event = line.ok().map(|line| {
-                let at = Utc
-                    .timestamp_millis_opt(line.unix_ms)
-                    .single()
-                    .unwrap_or_else(Utc::now);
-                let data = json!({"event": "log", "message": line.message, "timestamp": at});
-                Ok(Event::default().data(data.to_string()))
-            });
-            std::future::ready(event)
+    let lines = agent.follow_file(path, service, query.follow.unwrap_or(false)).await?;
+    let events = lines.take_while(|line| std::future::ready(line.is_ok())).filter_map(|line| {
+        let event = line.ok().map(|line| {
+            let at = Utc.timestamp_millis_opt(line.unix_ms).single().unwrap_or_else(Utc::now);
+            let data = json!({"event": "log", "message": line.message, "timestamp": at});
+            Ok(Event::default().data(data.to_string()))
         });
+        std::future::ready(event)
+    });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }

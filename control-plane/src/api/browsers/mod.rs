@@ -132,9 +132,9 @@ impl ProxySelection {
                 Ok(Some(key.clone()))
             }
             (None, None, Some("direct" | "default")) => Ok(None),
-            (None, None, Some(mode)) => Err(format!(
-                "{field}.mode must be direct or default, got {mode:?}"
-            )),
+            (None, None, Some(mode)) => {
+                Err(format!("{field}.mode must be direct or default, got {mode:?}"))
+            }
             _ => Err(format!("{field} must have exactly one of id, name or mode")),
         }
     }
@@ -160,9 +160,7 @@ impl CreateBrowserRequest {
             problems.push("gpu: this server has no GPU browsers".into());
         }
         if let Some(asked) = self.region.as_deref().filter(|asked| *asked != region) {
-            problems.push(format!(
-                "region: this server serves {region:?} only, not {asked:?}"
-            ));
+            problems.push(format!("region: this server serves {region:?} only, not {asked:?}"));
         }
         let mut proxy_id = self.proxy_id;
         if let Some(selection) = &self.proxy {
@@ -196,10 +194,8 @@ impl CreateBrowserRequest {
 
 /// The problems of a name and tags given on create or acquire.
 pub fn label_problems(name: Option<&str>, tags: Option<&BTreeMap<String, String>>) -> Vec<String> {
-    let mut problems: Vec<String> = name
-        .and_then(|name| labels::name_problem("name", name))
-        .into_iter()
-        .collect();
+    let mut problems: Vec<String> =
+        name.and_then(|name| labels::name_problem("name", name)).into_iter().collect();
     if let Some(tags) = tags {
         problems.extend(labels::tag_problems("tags", tags));
     }
@@ -207,15 +203,14 @@ pub fn label_problems(name: Option<&str>, tags: Option<&BTreeMap<String, String>
 }
 
 /// Create a browser session. Answers once Chromium's DevTools endpoint is ready.
-#[utoipa::path(post, path = "/browsers", tag = "browsers", request_body = CreateBrowserRequest,
+#[utoipa::path(post, path = "/browsers", request_body = CreateBrowserRequest,
     responses((status = 200, body = BrowserSession),
         (status = 429, description = "The organization has its most live browsers", body = ErrorBody),
         (status = 404, description = "A referenced profile, proxy or extension does not exist", body = ErrorBody),
         (status = 409, description = "A referenced proxy cannot be used now, or the name is taken", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateBrowserRequest>,
+    org: Org, JsonBody(request): JsonBody<CreateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
     let (name, tags) = (request.name.clone(), request.tags.clone());
     let invocation_id = match (&org.invocation_id, &request.invocation_id) {
@@ -233,10 +228,7 @@ pub async fn create(
     let (config, persistent_id, mut problems) = request.into_config(&org.settings.region);
     org.require(&crate::sessions::referenced(&config)).await?;
     problems.extend(label_problems(name.as_deref(), tags.as_ref()));
-    let mut spec = org
-        .sessions
-        .spec(&org.id, &config, persistent_id.as_deref(), problems)
-        .await?;
+    let mut spec = org.sessions.spec(&org.id, &config, persistent_id.as_deref(), problems).await?;
     spec.name = name;
     spec.tags = tags.unwrap_or_default();
     spec.invocation_id = invocation_id.clone();
@@ -244,9 +236,7 @@ pub async fn create(
     if let Some(invocation_id) = &invocation_id {
         // The invocation may have ended while the browser started, after its browsers
         // were ended: this one ends too.
-        org.apps
-            .keep_only_while_running(&org.id, invocation_id, &session)
-            .await?;
+        org.apps.keep_only_while_running(&org.id, invocation_id, &session).await?;
     }
     Ok(Json(browser_view(&org, &session).await?))
 }
@@ -274,15 +264,11 @@ const FILTER_SCAN_BATCH: u32 = 500;
 /// List the organization's browser sessions, newest first. Pages with `limit`/`offset`
 /// and answers `X-Has-More` and `X-Next-Offset` in the convention of the calling SDK's
 /// generation (`api::paging`).
-#[utoipa::path(get, path = "/browsers", tag = "browsers", params(ListQuery),
+#[utoipa::path(get, path = "/browsers", params(ListQuery),
     responses((status = 200, body = Vec<BrowserSession>)))]
 pub async fn list(
-    org: Org,
-    paging: super::paging::Paging,
-    TaggedQuery {
-        params: query,
-        tags,
-    }: TaggedQuery<ListQuery>,
+    org: Org, paging: super::paging::Paging,
+    TaggedQuery { params: query, tags }: TaggedQuery<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let filter = match (query.status.as_deref(), query.include_deleted) {
         (Some("active") | None, Some(true)) | (Some("all"), _) => SessionFilter::All,
@@ -296,48 +282,41 @@ pub async fn list(
     };
     let limit = super::list_limit(query.limit)?;
     let offset = query.offset.unwrap_or(0);
-    let mut sessions = if query
-        .region
-        .as_deref()
-        .is_some_and(|region| region != org.settings.region)
-    {
-        Vec::new()
-    } else if query.query.is_none() && tags.is_empty() {
-        org.store
-            .list_sessions(&org.id, filter, limit + 1, offset)
-            .await?
-    } else {
-        // Matches before `offset` are counted, not kept: memory stays one page.
-        let mut search = Search::new(query.query.as_deref(), tags);
-        let mut page = Vec::new();
-        let mut skipped = 0;
-        let mut scanned = 0;
-        'scan: loop {
-            let batch = org
-                .store
-                .list_sessions(&org.id, filter, FILTER_SCAN_BATCH, scanned)
-                .await?;
-            scanned = scanned.saturating_add(FILTER_SCAN_BATCH);
-            let exhausted = batch.len() < FILTER_SCAN_BATCH as usize;
-            for session in batch {
-                if !search.matches(&org, &session).await? {
-                    continue;
-                }
-                if skipped < offset {
-                    skipped += 1;
-                } else {
-                    page.push(session);
-                    if page.len() > limit as usize {
-                        break 'scan;
+    let mut sessions =
+        if query.region.as_deref().is_some_and(|region| region != org.settings.region) {
+            Vec::new()
+        } else if query.query.is_none() && tags.is_empty() {
+            org.store.list_sessions(&org.id, filter, limit + 1, offset).await?
+        } else {
+            // Matches before `offset` are counted, not kept: memory stays one page.
+            let mut search = Search::new(query.query.as_deref(), tags);
+            let mut page = Vec::new();
+            let mut skipped = 0;
+            let mut scanned = 0;
+            'scan: loop {
+                let batch =
+                    org.store.list_sessions(&org.id, filter, FILTER_SCAN_BATCH, scanned).await?;
+                scanned = scanned.saturating_add(FILTER_SCAN_BATCH);
+                let exhausted = batch.len() < FILTER_SCAN_BATCH as usize;
+                for session in batch {
+                    if !search.matches(&org, &session).await? {
+                        continue;
+                    }
+                    if skipped < offset {
+                        skipped += 1;
+                    } else {
+                        page.push(session);
+                        if page.len() > limit as usize {
+                            break 'scan;
+                        }
                     }
                 }
+                if exhausted {
+                    break;
+                }
             }
-            if exhausted {
-                break;
-            }
-        }
-        page
-    };
+            page
+        };
     let has_more = sessions.len() > limit as usize;
     sessions.truncate(limit as usize);
     let headers = super::page_headers(paging, offset, sessions.len(), has_more);
@@ -354,22 +333,14 @@ struct Search {
 
 impl Search {
     fn new(query: Option<&str>, tags: BTreeMap<String, String>) -> Self {
-        Self {
-            needle: query.map(str::to_lowercase),
-            tags,
-            names: Default::default(),
-        }
+        Self { needle: query.map(str::to_lowercase), tags, names: Default::default() }
     }
 
     async fn matches(
-        &mut self,
-        state: &AppState,
-        session: &SessionRecord,
+        &mut self, state: &AppState, session: &SessionRecord,
     ) -> Result<bool, ApiError> {
-        let tagged = self
-            .tags
-            .iter()
-            .all(|(key, value)| session.vm_settings.tags.get(key) == Some(value));
+        let tagged =
+            self.tags.iter().all(|(key, value)| session.vm_settings.tags.get(key) == Some(value));
         let Some(needle) = self.needle.clone() else {
             return Ok(tagged);
         };
@@ -387,26 +358,17 @@ impl Search {
         .cloned()
         .collect();
         if let Some(profile) = &session.profile {
-            haystack.extend(
-                self.name_of(state, &session.org_id, &profile.id, false)
-                    .await?,
-            );
+            haystack.extend(self.name_of(state, &session.org_id, &profile.id, false).await?);
         }
         if let Some(pool_id) = &session.pool_id {
             haystack.extend(self.name_of(state, &session.org_id, pool_id, true).await?);
         }
-        Ok(haystack
-            .iter()
-            .any(|text| text.to_lowercase().contains(&needle)))
+        Ok(haystack.iter().any(|text| text.to_lowercase().contains(&needle)))
     }
 
     /// The name of a profile or pool (looked up once).
     async fn name_of(
-        &mut self,
-        state: &AppState,
-        org_id: &str,
-        id: &str,
-        pool: bool,
+        &mut self, state: &AppState, org_id: &str, id: &str, pool: bool,
     ) -> Result<Option<String>, ApiError> {
         if let Some(name) = self.names.get(id) {
             return Ok(name.clone());
@@ -429,11 +391,10 @@ pub struct RetrieveQuery {
 }
 
 /// Get a browser session by id or name.
-#[utoipa::path(get, path = "/browsers/{id}", tag = "browsers", params(RetrieveQuery),
+#[utoipa::path(get, path = "/browsers/{id}", params(RetrieveQuery),
     responses((status = 200, body = BrowserSession)))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
     QueryParams(query): QueryParams<RetrieveQuery>,
 ) -> Result<Json<BrowserSession>, ApiError> {
     let session = if query.include_deleted == Some(true) {
@@ -556,10 +517,8 @@ where
 impl UpdateBrowserRequest {
     /// The update, or every problem of the request at once.
     fn into_update(self, session: &SessionRecord) -> Result<SessionUpdate, ApiError> {
-        let mut problems = unsupported(&[(
-            "disable_default_proxy",
-            self.disable_default_proxy.is_some(),
-        )]);
+        let mut problems =
+            unsupported(&[("disable_default_proxy", self.disable_default_proxy.is_some())]);
         let network = self.network.unwrap_or_default();
         if network.expected_allowlist_revision.is_some() {
             problems
@@ -576,9 +535,7 @@ impl UpdateBrowserRequest {
                 }
             },
         };
-        let mut proxy = self
-            .proxy_id
-            .map(|proxy_id| proxy_id.filter(|id| !id.is_empty()));
+        let mut proxy = self.proxy_id.map(|proxy_id| proxy_id.filter(|id| !id.is_empty()));
         if let Some(selection) = &self.proxy {
             if proxy.is_some() {
                 problems.push("proxy cannot be combined with proxy_id".into());
@@ -632,17 +589,11 @@ impl UpdateBrowserRequest {
                 force: viewport.force.unwrap_or(false),
             })
         });
-        let location = self.location.and_then(|location| {
-            location
-                .change()
-                .map_err(|wrong| problems.extend(wrong))
-                .ok()
-        });
+        let location = self
+            .location
+            .and_then(|location| location.change().map_err(|wrong| problems.extend(wrong)).ok());
         let profile = self.profile.and_then(|reference| {
-            let by = ResourceReference {
-                id: reference.id,
-                name: reference.name,
-            };
+            let by = ResourceReference { id: reference.id, name: reference.name };
             let key = by.key().map(str::to_owned);
             if key.is_none() {
                 problems.push("profile must have exactly one of id or name".into());
@@ -679,17 +630,9 @@ fn update_references(update: &SessionUpdate) -> Vec<(&'static str, String, &'sta
         referenced.push(("proxies", proxy.clone(), "read"));
     }
     if let Some((profile, save_changes)) = &update.profile {
-        referenced.push((
-            "profiles",
-            profile.clone(),
-            if *save_changes { "write" } else { "use" },
-        ));
+        referenced.push(("profiles", profile.clone(), if *save_changes { "write" } else { "use" }));
     }
-    if let Some(destination) = update
-        .telemetry
-        .as_ref()
-        .and_then(TelemetryRequest::destination)
-    {
+    if let Some(destination) = update.telemetry.as_ref().and_then(TelemetryRequest::destination) {
         referenced.push(("telemetry_destinations", destination, "read"));
     }
     referenced
@@ -698,11 +641,10 @@ fn update_references(update: &SessionUpdate) -> Vec<(&'static str, String, &'sta
 /// Update a running browser: its name and tags, its proxy or `network.allowed_hosts`
 /// (new requests follow them at once; open connections they no longer allow, or that
 /// went another way, are closed), or open `start_url`.
-#[utoipa::path(patch, path = "/browsers/{id}", tag = "browsers", request_body = UpdateBrowserRequest,
+#[utoipa::path(patch, path = "/browsers/{id}", request_body = UpdateBrowserRequest,
     responses((status = 200, body = BrowserSession), (status = 409, body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<UpdateBrowserRequest>,
 ) -> Result<Json<BrowserSession>, ApiError> {
     let session = org.sessions.live(&org.id, &id_or_name).await?;
@@ -714,10 +656,9 @@ pub async fn update(
 
 /// Delete a browser session: Chromium, its display and its agent are stopped and reaped
 /// before the answer.
-#[utoipa::path(delete, path = "/browsers/{id}", tag = "browsers", responses((status = 204)))]
+#[utoipa::path(delete, path = "/browsers/{id}", responses((status = 204)))]
 pub async fn delete(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     let session = org.sessions.live(&org.id, &id_or_name).await?;
     end_requested(&org, &session).await
@@ -742,17 +683,14 @@ pub struct DeletePersistentQuery {
 
 /// Deprecated (use `DELETE /browsers/{id}`): delete the live session that has this
 /// persistent id. Answers a `Deprecation` header.
-#[utoipa::path(delete, path = "/browsers", tag = "browsers", params(DeletePersistentQuery),
+#[utoipa::path(delete, path = "/browsers", params(DeletePersistentQuery),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 #[deprecated]
 pub async fn delete_by_persistent_id(
-    org: Org,
-    QueryParams(query): QueryParams<DeletePersistentQuery>,
+    org: Org, QueryParams(query): QueryParams<DeletePersistentQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let deprecation = [
-        ("deprecation", "true"),
-        ("link", "</browsers/{id}>; rel=\"successor-version\""),
-    ];
+    let deprecation =
+        [("deprecation", "true"), ("link", "</browsers/{id}>; rel=\"successor-version\"")];
     let persistent_id = query
         .persistent_id
         .filter(|id| !id.is_empty())

@@ -76,9 +76,7 @@ fn timeout_ms(timeout_sec: Option<i64>, problems: &mut Vec<String>) -> u32 {
 
 fn name_problem(name: &str) -> Option<String> {
     let valid = (1..=MAX_NAME_CHARS).contains(&name.chars().count())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
     (!valid).then(|| {
         format!(
             "executor: {name:?} is not a name of 1 to {MAX_NAME_CHARS} letters, digits, `.`, `_` or `-`"
@@ -87,15 +85,12 @@ fn name_problem(name: &str) -> Option<String> {
 }
 
 /// Run Playwright code next to the browser, in one of its executors.
-#[utoipa::path(post, path = "/browsers/{id}/playwright/execute", tag = "playwright",
-    request_body = ExecuteRequest,
+#[utoipa::path(post, path = "/browsers/{id}/playwright/execute", request_body = ExecuteRequest,
     responses((status = 200, body = ExecuteResponse),
         (status = 409, description = "A new executor past the 8 named ones", body = ErrorBody),
         (status = 503, description = "No Node.js runtime, or the browser is restarting", body = ErrorBody)))]
 pub async fn execute(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<ExecuteRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<ExecuteRequest>,
 ) -> Result<Json<ExecuteResponse>, ApiError> {
     let mut problems = Vec::new();
     if request.code.is_empty() {
@@ -112,14 +107,9 @@ pub async fn execute(
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
     }
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
+    let agent = org.agent(&id).await?;
     let answer = agent
-        .playwright_execute(PlaywrightRequest {
-            code: request.code,
-            executor,
-            timeout_ms,
-        })
+        .playwright_execute(PlaywrightRequest { code: request.code, executor, timeout_ms })
         .await?;
     // The agent's JSON is the executor's; anything unparsable is reported as text.
     let result = answer
@@ -131,10 +121,7 @@ pub async fn execute(
         result,
         stdout: answer.stdout,
         stderr: answer.stderr,
-        tab: answer.tab.map(|tab| Tab {
-            target_id: tab.target_id,
-            created: tab.created,
-        }),
+        tab: answer.tab.map(|tab| Tab { target_id: tab.target_id, created: tab.created }),
     }))
 }
 
@@ -160,20 +147,16 @@ pub struct ExecutorList {
 }
 
 fn time(unix_ms: i64) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(unix_ms)
-        .single()
-        .unwrap_or_default()
+    Utc.timestamp_millis_opt(unix_ms).single().unwrap_or_default()
 }
 
 /// The browser's Playwright executors.
-#[utoipa::path(get, path = "/browsers/{id}/playwright/executors", tag = "playwright",
+#[utoipa::path(get, path = "/browsers/{id}/playwright/executors",
     responses((status = 200, body = ExecutorList)))]
 pub async fn list_executors(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<ExecutorList>, ApiError> {
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
+    let agent = org.agent(&id).await?;
     let executors = agent
         .list_executors()
         .await?
@@ -201,12 +184,10 @@ pub struct DeleteQuery {
 
 /// Delete a named executor (a call running on it fails; its tab closes unless
 /// `close_tab=false`), or restart the default one.
-#[utoipa::path(delete, path = "/browsers/{id}/playwright/executors/{name}", tag = "playwright",
-    params(DeleteQuery),
+#[utoipa::path(delete, path = "/browsers/{id}/playwright/executors/{name}", params(DeleteQuery),
     responses((status = 204)))]
 pub async fn delete_executor(
-    org: Org,
-    PathParam((id, name)): PathParam<(String, String)>,
+    org: Org, PathParam((id, name)): PathParam<(String, String)>,
     QueryParams(query): QueryParams<DeleteQuery>,
 ) -> Result<StatusCode, ApiError> {
     let session = org.sessions.live(&org.id, &id).await?;
@@ -214,9 +195,7 @@ pub async fn delete_executor(
         return Err(ApiError::invalid_fields(vec![problem]));
     }
     let agent = org.sessions.agent(&session)?;
-    agent
-        .delete_executor(name, query.close_tab.unwrap_or(true))
-        .await?;
+    agent.delete_executor(name, query.close_tab.unwrap_or(true)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -269,13 +248,11 @@ pub struct ReplResponse {
 
 /// Evaluate JavaScript in the browser's persistent REPL, with Playwright's `page`,
 /// `context` and `browser` bound to it.
-#[utoipa::path(post, path = "/browsers/{id}/repl", tag = "playwright", request_body = ReplBody,
+#[utoipa::path(post, path = "/browsers/{id}/repl", request_body = ReplBody,
     responses((status = 200, body = ReplResponse),
         (status = 503, description = "No Node.js runtime, or the browser is restarting", body = ErrorBody)))]
 pub async fn repl(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<ReplBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<ReplBody>,
 ) -> Result<Json<ReplResponse>, ApiError> {
     let mut problems = Vec::new();
     // Empty code (the SDK sends it with `reset`) evaluates nothing.
@@ -287,27 +264,18 @@ pub async fn repl(
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
     }
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
-    let answer = agent
-        .repl(ReplRequest {
-            code: body.code,
-            reset,
-            timeout_ms,
-        })
-        .await?;
+    let agent = org.agent(&id).await?;
+    let answer = agent.repl(ReplRequest { code: body.code, reset, timeout_ms }).await?;
     let content = answer
         .content
         .into_iter()
         .filter_map(|item| match item.kind? {
-            repl_content::Kind::Text(text) => Some(ReplContent::Text {
-                channel: text.channel,
-                text: text.text,
-            }),
-            repl_content::Kind::Image(image) => Some(ReplContent::Image {
-                data_b64: image.data_b64,
-                mime_type: image.mime_type,
-            }),
+            repl_content::Kind::Text(text) => {
+                Some(ReplContent::Text { channel: text.channel, text: text.text })
+            }
+            repl_content::Kind::Image(image) => {
+                Some(ReplContent::Image { data_b64: image.data_b64, mime_type: image.mime_type })
+            }
         })
         .collect();
     Ok(Json(ReplResponse {

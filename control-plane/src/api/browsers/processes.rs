@@ -95,9 +95,8 @@ impl ExecRequest {
             None | Some("kernel") => self.as_root.unwrap_or(false),
             Some("root") => true,
             Some(other) => {
-                problems.push(format!(
-                    "as_user: {other:?} is not a user of this VM (kernel, or root)"
-                ));
+                problems
+                    .push(format!("as_user: {other:?} is not a user of this VM (kernel, or root)"));
                 false
             }
         };
@@ -122,18 +121,14 @@ impl ExecRequest {
 }
 
 /// Run a command in the browser's VM and wait for its end.
-#[utoipa::path(post, path = "/browsers/{id}/process/exec", tag = "processes",
-    request_body = ExecRequest,
+#[utoipa::path(post, path = "/browsers/{id}/process/exec", request_body = ExecRequest,
     responses((status = 200, body = ExecResponse),
         (status = 409, description = "The browser runs its most processes", body = ErrorBody)))]
 pub async fn exec(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<ExecRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<ExecRequest>,
 ) -> Result<Json<ExecResponse>, ApiError> {
     let process = request.into_process(60)?;
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
+    let agent = org.agent(&id).await?;
     let result = agent.exec_process(process).await?;
     Ok(Json(ExecResponse {
         exit_code: result.exit_code,
@@ -160,14 +155,11 @@ pub struct SpawnResponse {
 /// Start a command in the browser's VM and answer at once; follow it with the routes
 /// under `process/{process_id}`. At most 32 processes run per browser (409 beyond); they
 /// end with the session.
-#[utoipa::path(post, path = "/browsers/{id}/process/spawn", tag = "processes",
-    request_body = SpawnBody,
+#[utoipa::path(post, path = "/browsers/{id}/process/spawn", request_body = SpawnBody,
     responses((status = 200, body = SpawnResponse),
         (status = 409, description = "The browser runs its most processes", body = ErrorBody)))]
 pub async fn spawn(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<SpawnBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<SpawnBody>,
 ) -> Result<Json<SpawnResponse>, ApiError> {
     let mut problems = Vec::new();
     let mut side = |name: &str, value: Option<i64>, default: u32| match value {
@@ -204,9 +196,7 @@ pub async fn spawn(
     Ok(Json(SpawnResponse {
         process_id: spawned.process_id,
         pid: spawned.pid,
-        started_at: Utc
-            .timestamp_millis_opt(spawned.started_at_unix_ms)
-            .single(),
+        started_at: Utc.timestamp_millis_opt(spawned.started_at_unix_ms).single(),
     }))
 }
 
@@ -223,11 +213,10 @@ pub struct ProcessStatusResponse {
 }
 
 /// A spawned process's state.
-#[utoipa::path(get, path = "/browsers/{id}/process/{process_id}/status", tag = "processes",
+#[utoipa::path(get, path = "/browsers/{id}/process/{process_id}/status",
     responses((status = 200, body = ProcessStatusResponse)))]
 pub async fn status(
-    org: Org,
-    PathParam((id, process_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, process_id)): PathParam<(String, String)>,
 ) -> Result<Json<ProcessStatusResponse>, ApiError> {
     let state = agent_of(&org, &id).await?.get_process(process_id).await?;
     Ok(Json(ProcessStatusResponse {
@@ -251,21 +240,16 @@ pub struct StdinResponse {
 }
 
 /// Write to a spawned process's standard input (its terminal, with `allocate_tty`).
-#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/stdin", tag = "processes",
-    request_body = StdinBody,
+#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/stdin", request_body = StdinBody,
     responses((status = 200, body = StdinResponse)))]
 pub async fn stdin(
-    org: Org,
-    PathParam((id, process_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, process_id)): PathParam<(String, String)>,
     JsonBody(body): JsonBody<StdinBody>,
 ) -> Result<Json<StdinResponse>, ApiError> {
     let data = STANDARD
         .decode(body.data_b64.as_bytes())
         .map_err(|error| ApiError::invalid_field(format!("data_b64 is not base64: {error}")))?;
-    let written_bytes = agent_of(&org, &id)
-        .await?
-        .write_stdin(process_id, data)
-        .await?;
+    let written_bytes = agent_of(&org, &id).await?.write_stdin(process_id, data).await?;
     Ok(Json(StdinResponse { written_bytes }))
 }
 
@@ -286,30 +270,27 @@ pub struct OutputEventView {
 
 /// A spawned process's output as server-sent events: what it wrote so far (its last
 /// MiB), then what it writes, then its exit. Any number of readers.
-#[utoipa::path(get, path = "/browsers/{id}/process/{process_id}/stdout/stream", tag = "processes",
+#[utoipa::path(get, path = "/browsers/{id}/process/{process_id}/stdout/stream",
     responses((status = 200, content_type = "text/event-stream", body = OutputEventView)))]
 pub async fn stream(
-    org: Org,
-    PathParam((id, process_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, process_id)): PathParam<(String, String)>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let chunks = agent_of(&org, &id).await?.stream_output(process_id).await?;
-    let events = chunks
-        .take_while(|chunk| std::future::ready(chunk.is_ok()))
-        .filter_map(|chunk| {
-            let view = match chunk.ok().and_then(|chunk| chunk.kind) {
-                Some(output_chunk::Kind::Stdout(data)) => output("stdout", &data),
-                Some(output_chunk::Kind::Stderr(data)) => output("stderr", &data),
-                Some(output_chunk::Kind::ExitCode(code)) => OutputEventView {
-                    stream: None,
-                    data_b64: None,
-                    event: Some("exit"),
-                    exit_code: Some(code),
-                },
-                None => return std::future::ready(None),
-            };
-            let data = serde_json::to_string(&view).unwrap_or_default();
-            std::future::ready(Some(Ok(Event::default().data(data))))
-        });
+    let events = chunks.take_while(|chunk| std::future::ready(chunk.is_ok())).filter_map(|chunk| {
+        let view = match chunk.ok().and_then(|chunk| chunk.kind) {
+            Some(output_chunk::Kind::Stdout(data)) => output("stdout", &data),
+            Some(output_chunk::Kind::Stderr(data)) => output("stderr", &data),
+            Some(output_chunk::Kind::ExitCode(code)) => OutputEventView {
+                stream: None,
+                data_b64: None,
+                event: Some("exit"),
+                exit_code: Some(code),
+            },
+            None => return std::future::ready(None),
+        };
+        let data = serde_json::to_string(&view).unwrap_or_default();
+        std::future::ready(Some(Ok(Event::default().data(data))))
+    });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
@@ -336,12 +317,10 @@ pub struct OkResponse {
 }
 
 /// Send a signal to a spawned process and its process group.
-#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/kill", tag = "processes",
-    request_body = KillBody,
+#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/kill", request_body = KillBody,
     responses((status = 200, body = OkResponse)))]
 pub async fn kill(
-    org: Org,
-    PathParam((id, process_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, process_id)): PathParam<(String, String)>,
     JsonBody(body): JsonBody<KillBody>,
 ) -> Result<Json<OkResponse>, ApiError> {
     if !matches!(body.signal.as_str(), "TERM" | "KILL" | "INT" | "HUP") {
@@ -350,10 +329,7 @@ pub async fn kill(
             body.signal
         )));
     }
-    agent_of(&org, &id)
-        .await?
-        .signal_process(process_id, body.signal)
-        .await?;
+    agent_of(&org, &id).await?.signal_process(process_id, body.signal).await?;
     Ok(Json(OkResponse { ok: true }))
 }
 
@@ -367,12 +343,10 @@ pub struct ResizeBody {
 }
 
 /// Resize a spawned process's terminal (`allocate_tty`); it gets SIGWINCH.
-#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/resize", tag = "processes",
-    request_body = ResizeBody,
+#[utoipa::path(post, path = "/browsers/{id}/process/{process_id}/resize", request_body = ResizeBody,
     responses((status = 200, body = OkResponse)))]
 pub async fn resize(
-    org: Org,
-    PathParam((id, process_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, process_id)): PathParam<(String, String)>,
     JsonBody(body): JsonBody<ResizeBody>,
 ) -> Result<Json<OkResponse>, ApiError> {
     let problems: Vec<String> = [("cols", body.cols), ("rows", body.rows)]

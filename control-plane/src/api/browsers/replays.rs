@@ -85,9 +85,8 @@ fn validate(request: &StartReplayRequest) -> Result<(u32, u32), ApiError> {
             "framerate must be between 1 and {MAX_FRAMERATE}, got {framerate}"
         )));
     }
-    let max_duration = request
-        .max_duration_in_seconds
-        .unwrap_or(DEFAULT_MAX_DURATION_SECONDS.into());
+    let max_duration =
+        request.max_duration_in_seconds.unwrap_or(DEFAULT_MAX_DURATION_SECONDS.into());
     if !(1..=i64::from(MAX_MAX_DURATION_SECONDS)).contains(&max_duration) {
         problems.push(ErrorDetail::invalid_input(format!(
             "max_duration_in_seconds must be between 1 and {MAX_MAX_DURATION_SECONDS}, got {max_duration}"
@@ -100,50 +99,33 @@ fn validate(request: &StartReplayRequest) -> Result<(u32, u32), ApiError> {
 }
 
 async fn replay_in(
-    state: &AppState,
-    session: &SessionRecord,
-    replay_id: &str,
+    state: &AppState, session: &SessionRecord, replay_id: &str,
 ) -> Result<ReplayRecord, ApiError> {
-    let found = state
-        .store
-        .replay(&session.org_id, &session.id, replay_id)
-        .await?;
+    let found = state.store.replay(&session.org_id, &session.id, replay_id).await?;
     found.or_not_found("replay", replay_id)
 }
 
 /// Start recording the browser's display (seed 4.2). Answers once the first frame is
 /// captured. Headless browsers have no display (400); at most 4 recordings of one
 /// browser run at once (409 beyond).
-#[utoipa::path(post, path = "/browsers/{id}/replays", tag = "replays",
-    request_body = StartReplayRequest,
+#[utoipa::path(post, path = "/browsers/{id}/replays", request_body = StartReplayRequest,
     responses((status = 200, body = Replay), (status = 409, body = ErrorBody)))]
 pub async fn start(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<StartReplayRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<StartReplayRequest>,
 ) -> Result<Json<Replay>, ApiError> {
     let (framerate, max_duration) = validate(&request)?;
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
+    let (session, agent) = org.session_and_agent(&id).await?;
     let record = org
         .replays
-        .start(
-            &session,
-            agent,
-            framerate,
-            max_duration,
-            request.record_audio.unwrap_or(false),
-        )
+        .start(&session, agent, framerate, max_duration, request.record_audio.unwrap_or(false))
         .await?;
     Ok(Json(replay_of(&org, &record)))
 }
 
 /// The session's replays, oldest first; also after the browser has ended.
-#[utoipa::path(get, path = "/browsers/{id}/replays", tag = "replays",
-    responses((status = 200, body = Vec<Replay>)))]
+#[utoipa::path(get, path = "/browsers/{id}/replays", responses((status = 200, body = Vec<Replay>)))]
 pub async fn list(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<Vec<Replay>>, ApiError> {
     let session = org.session(&id).await?;
     let records = org.store.list_replays(&session.org_id, &session.id).await?;
@@ -152,11 +134,10 @@ pub async fn list(
 
 /// Stop a recording; answers once the video is final and stored. A replay that is no
 /// longer recording (stopped, or ended by its maximum duration) is a 409.
-#[utoipa::path(post, path = "/browsers/{id}/replays/{replay_id}/stop", tag = "replays",
+#[utoipa::path(post, path = "/browsers/{id}/replays/{replay_id}/stop",
     responses((status = 200, body = Replay), (status = 409, body = ErrorBody)))]
 pub async fn stop(
-    org: Org,
-    PathParam((id, replay_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, replay_id)): PathParam<(String, String)>,
 ) -> Result<Json<Replay>, ApiError> {
     let session = org.session(&id).await?;
     let replay = replay_in(&org, &session, &replay_id).await?;
@@ -165,24 +146,19 @@ pub async fn stop(
     }
     // Also for a session being ended: its agent may still be finalizing; if it is gone,
     // the call fails and what it left is salvaged.
-    let agent = session
-        .agent
-        .as_ref()
-        .and_then(|location| AgentClient::new(location).ok());
+    let agent = session.agent.as_ref().and_then(|location| AgentClient::new(location).ok());
     let record = org.replays.stop(&session, agent, replay).await?;
     Ok(Json(replay_of(&org, &record)))
 }
 
 /// Download the video (`video/mp4`). Finished replays support Range requests (206); a
 /// replay still recording answers the fragmented MP4 recorded so far.
-#[utoipa::path(get, path = "/browsers/{id}/replays/{replay_id}", tag = "replays",
+#[utoipa::path(get, path = "/browsers/{id}/replays/{replay_id}",
     responses((status = 200, content_type = "video/mp4", body = Vec<u8>),
         (status = 206, content_type = "video/mp4", body = Vec<u8>),
         (status = 416, body = ErrorBody)))]
 pub async fn download(
-    org: Org,
-    PathParam((id, replay_id)): PathParam<(String, String)>,
-    headers: HeaderMap,
+    org: Org, PathParam((id, replay_id)): PathParam<(String, String)>, headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let session = org.session(&id).await?;
     let replay = replay_in(&org, &session, &replay_id).await?;
@@ -190,10 +166,7 @@ pub async fn download(
 }
 
 async fn video(
-    state: &AppState,
-    session: &SessionRecord,
-    replay: &ReplayRecord,
-    headers: HeaderMap,
+    state: &AppState, session: &SessionRecord, replay: &ReplayRecord, headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     match (&replay.status, &replay.blob_key) {
         (ReplayStatus::Finished, Some(blob_key)) => {
@@ -209,11 +182,7 @@ async fn video(
                     replay.id
                 )));
             }
-            let stream = state
-                .sessions
-                .agent(session)?
-                .read_recording(&replay.id)
-                .await?;
+            let stream = state.sessions.agent(session)?.read_recording(&replay.id).await?;
             Ok((
                 [
                     (CONTENT_TYPE, HeaderValue::from_static("video/mp4")),
@@ -238,9 +207,7 @@ async fn video(
 /// Serves a file with Range, If-Range and conditional requests (tower-http's
 /// `ServeFile`); its empty-bodied errors become the Error shape.
 async fn ranged_file(
-    path: std::path::PathBuf,
-    headers: HeaderMap,
-    replay_id: &str,
+    path: std::path::PathBuf, headers: HeaderMap, replay_id: &str,
 ) -> Result<Response, ApiError> {
     let mut request = Request::new(Body::empty());
     *request.headers_mut() = headers;
@@ -254,21 +221,19 @@ async fn ranged_file(
                 ApiError::RangeNotSatisfiable("the requested range is outside the video".into())
                     .into_response();
             if let Some(range) = response.headers().get(axum::http::header::CONTENT_RANGE) {
-                error
-                    .headers_mut()
-                    .insert(axum::http::header::CONTENT_RANGE, range.clone());
+                error.headers_mut().insert(axum::http::header::CONTENT_RANGE, range.clone());
             }
             Ok(error)
         }
-        StatusCode::NOT_FOUND => Err(ApiError::NotFound(format!(
-            "the video of replay {replay_id} is gone"
-        ))),
+        StatusCode::NOT_FOUND => {
+            Err(ApiError::NotFound(format!("the video of replay {replay_id} is gone")))
+        }
         StatusCode::PRECONDITION_FAILED => Err(ApiError::PreconditionFailed(
             "the video does not match the request's preconditions".into(),
         )),
-        status if status.is_client_error() || status.is_server_error() => Err(ApiError::Internal(
-            anyhow::anyhow!("serving the video answered {status}"),
-        )),
+        status if status.is_client_error() || status.is_server_error() => {
+            Err(ApiError::Internal(anyhow::anyhow!("serving the video answered {status}")))
+        }
         _ => Ok(response.map(Body::new)),
     }
 }
@@ -284,8 +249,7 @@ pub struct ViewQuery {
 
 /// The replay a view URL grants, or `None` for a wrong, expired or tampered token.
 async fn viewed_replay(
-    state: &AppState,
-    query: &ViewQuery,
+    state: &AppState, query: &ViewQuery,
 ) -> Result<Option<(SessionRecord, ReplayRecord)>, ApiError> {
     let (Some(replay_id), Some(jwt)) = (&query.replay_id, &query.jwt) else {
         return Ok(None);
@@ -299,10 +263,7 @@ async fn viewed_replay(
     let Some(session) = state.store.session(&claims.org, &claims.sid).await? else {
         return Ok(None);
     };
-    let replay = state
-        .store
-        .replay(&claims.org, &claims.sid, replay_id)
-        .await?;
+    let replay = state.store.replay(&claims.org, &claims.sid, replay_id).await?;
     Ok(replay.map(|replay| (session, replay)))
 }
 
@@ -332,12 +293,11 @@ fn denied() -> Response {
 
 /// The page behind `replay_view_url`: the video in an HTML5 player. Needs no API key;
 /// the `jwt` grants this one replay until it expires (401 page otherwise).
-#[utoipa::path(get, path = "/replays/view", tag = "replays", params(ViewQuery), security(()),
+#[utoipa::path(get, path = "/replays/view", params(ViewQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
         (status = 401, content_type = "text/html", body = String)))]
 pub async fn view_page(
-    State(state): State<AppState>,
-    QueryParams(query): QueryParams<ViewQuery>,
+    State(state): State<AppState>, QueryParams(query): QueryParams<ViewQuery>,
 ) -> Result<Response, ApiError> {
     let Some((_, replay)) = viewed_replay(&state, &query).await? else {
         return Ok(denied());
@@ -368,32 +328,22 @@ main{{max-width:1280px;margin:0 auto;padding:16px}}video{{width:100%;background:
             .map(|at| format!(", finished {}", at.to_rfc3339()))
             .unwrap_or_default(),
     );
-    Ok((
-        [(CACHE_CONTROL, HeaderValue::from_static("no-store"))],
-        Html(page),
-    )
-        .into_response())
+    Ok(([(CACHE_CONTROL, HeaderValue::from_static("no-store"))], Html(page)).into_response())
 }
 
 /// The video of the view page, authorized by the same `jwt` (401 otherwise).
-#[utoipa::path(get, path = "/replays/view/video", tag = "replays", params(ViewQuery), security(()),
+#[utoipa::path(get, path = "/replays/view/video", params(ViewQuery), security(()),
     responses((status = 200, content_type = "video/mp4", body = Vec<u8>),
         (status = 206, content_type = "video/mp4", body = Vec<u8>),
         (status = 401, body = ErrorBody)))]
 pub async fn view_video(
-    State(state): State<AppState>,
-    QueryParams(query): QueryParams<ViewQuery>,
-    headers: HeaderMap,
+    State(state): State<AppState>, QueryParams(query): QueryParams<ViewQuery>, headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Some((session, replay)) = viewed_replay(&state, &query).await? else {
-        return Err(ApiError::Unauthorized(
-            "the replay link is invalid or has expired".into(),
-        ));
+        return Err(ApiError::Unauthorized("the replay link is invalid or has expired".into()));
     };
     let mut response = video(&state, &session, &replay, headers).await?;
     // Granted by a URL, not by a credential that caches would know to respect.
-    response
-        .headers_mut()
-        .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    response.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
     Ok(response)
 }

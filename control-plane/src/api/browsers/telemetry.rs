@@ -46,23 +46,13 @@ fn values(pairs: &[(String, String)], key: &str) -> Vec<String> {
     pairs
         .iter()
         .filter(|(k, _)| k == key || k.strip_suffix("[]") == Some(key))
-        .flat_map(|(_, v)| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned)
-        })
+        .flat_map(|(_, v)| v.split(',').map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned))
         .collect()
 }
 
 /// The last value of a parameter; an empty one counts as absent.
 fn single<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    pairs
-        .iter()
-        .rev()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-        .filter(|v| !v.is_empty())
+    pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty())
 }
 
 /// `{seq, event}`, as `events`, the stream and the inspector answer each event.
@@ -111,30 +101,19 @@ pub struct EventsQuery {
 }
 
 /// Read a page of the session's telemetry events.
-#[utoipa::path(get, path = "/browsers/{id}/telemetry/events", tag = "telemetry", params(EventsQuery),
+#[utoipa::path(get, path = "/browsers/{id}/telemetry/events", params(EventsQuery),
     responses((status = 200, description = "`[{seq, event}]`, with X-Has-More and X-Next-Offset")))]
 pub async fn events(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    RawQuery(raw): RawQuery,
+    org: Org, PathParam(id): PathParam<String>, RawQuery(raw): RawQuery,
 ) -> Result<impl IntoResponse, ApiError> {
     let pairs = query_pairs(raw.as_deref());
-    let known = [
-        "category", "type", "since", "until", "order", "limit", "offset",
-    ];
-    if let Some((key, _)) = pairs
-        .iter()
-        .find(|(k, _)| !known.contains(&k.trim_end_matches("[]")))
-    {
-        return Err(ApiError::invalid_field(format!(
-            "unknown query parameter {key:?}"
-        )));
+    let known = ["category", "type", "since", "until", "order", "limit", "offset"];
+    if let Some((key, _)) = pairs.iter().find(|(k, _)| !known.contains(&k.trim_end_matches("[]"))) {
+        return Err(ApiError::invalid_field(format!("unknown query parameter {key:?}")));
     }
     let categories = values(&pairs, "category");
     if let Some(unknown) = categories.iter().find(|c| Category::parse(c).is_none()) {
-        return Err(ApiError::invalid_field(format!(
-            "category: unknown category {unknown:?}"
-        )));
+        return Err(ApiError::invalid_field(format!("category: unknown category {unknown:?}")));
     }
     let newest_first = match single(&pairs, "order") {
         None | Some("asc") => false,
@@ -147,9 +126,7 @@ pub async fn events(
     };
     let since = single(&pairs, "since").map(parse_since).transpose()?;
     if newest_first && since.is_some() {
-        return Err(ApiError::invalid_field(
-            "since cannot be combined with order=desc",
-        ));
+        return Err(ApiError::invalid_field("since cannot be combined with order=desc"));
     }
     let until = single(&pairs, "until").map(parse_since).transpose()?;
     let limit = integer(&pairs, "limit")?.unwrap_or(DEFAULT_LIMIT);
@@ -174,16 +151,8 @@ pub async fn events(
         (true, Some(offset)) => query.to_seq = offset,
         (true, None) => {}
     }
-    let stores = session
-        .vm_settings
-        .telemetry
-        .as_ref()
-        .is_none_or(|t| t.storage);
-    let mut rows = if stores {
-        org.store.telemetry_events(&query).await?
-    } else {
-        Vec::new()
-    };
+    let stores = session.vm_settings.telemetry.as_ref().is_none_or(|t| t.storage);
+    let mut rows = if stores { org.store.telemetry_events(&query).await? } else { Vec::new() };
     let has_more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next_offset = match (newest_first, rows.last()) {
@@ -193,22 +162,17 @@ pub async fn events(
         (true, _) => 0,
     };
     let body: Vec<Value> = rows.iter().map(envelope).collect();
-    let headers = [
-        ("X-Has-More", has_more.to_string()),
-        ("X-Next-Offset", next_offset.to_string()),
-    ];
+    let headers =
+        [("X-Has-More", has_more.to_string()), ("X-Next-Offset", next_offset.to_string())];
     Ok((headers, Json(body)))
 }
 
 /// Stream the session's telemetry events as server-sent events.
-#[utoipa::path(get, path = "/browsers/{id}/telemetry/stream", tag = "telemetry",
+#[utoipa::path(get, path = "/browsers/{id}/telemetry/stream",
     params(("replay" = Option<String>, Query, description = "`all`: start from the oldest retained event"), ("type" = Option<Vec<String>>, Query, description = "Only these event types (repeat or comma-separated)"), ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq")),
     responses((status = 200, content_type = "text/event-stream", description = "`{seq, event}` per frame, `id: seq`")))]
 pub async fn stream(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
+    org: Org, PathParam(id): PathParam<String>, RawQuery(raw): RawQuery, headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let pairs = query_pairs(raw.as_deref());
     let types = values(&pairs, "type");
@@ -223,11 +187,7 @@ pub async fn stream(
         (None, _) => {
             let mut newest = TelemetryQuery::all(&session.id, 1);
             newest.newest_first = true;
-            org.store
-                .telemetry_events(&newest)
-                .await?
-                .first()
-                .map_or(0, |row| row.seq)
+            org.store.telemetry_events(&newest).await?.first().map_or(0, |row| row.seq)
         }
     };
     let (sender, receiver) = mpsc::channel::<Event>(64);
@@ -263,20 +223,15 @@ pub async fn stream(
                     continue;
                 }
                 skipped = false;
-                let frame = Event::default()
-                    .id(row.seq.to_string())
-                    .data(envelope(row).to_string());
+                let frame =
+                    Event::default().id(row.seq.to_string()).data(envelope(row).to_string());
                 if sender.send(frame).await.is_err() {
                     return;
                 }
             }
             if skipped {
                 // Moves the client's Last-Event-ID past the events it did not want.
-                if sender
-                    .send(Event::default().id(after.to_string()))
-                    .await
-                    .is_err()
-                {
+                if sender.send(Event::default().id(after.to_string())).await.is_err() {
                     return;
                 }
             }
@@ -308,11 +263,10 @@ pub async fn stream(
 }
 
 /// The session's network events as an HTTP Archive (HAR 1.2).
-#[utoipa::path(get, path = "/browsers/{id}/telemetry/har", tag = "telemetry",
+#[utoipa::path(get, path = "/browsers/{id}/telemetry/har",
     responses((status = 200, description = "HAR 1.2 (`application/json`)")))]
 pub async fn har(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let session = org.session(&id).await?;
     let mut query = TelemetryQuery::all(&session.id, MAX_HAR_EVENTS);
@@ -325,8 +279,5 @@ pub async fn har(
         .filter_map(|row| serde_json::from_str(&row.body).ok())
         .collect();
     let disposition = format!("attachment; filename=\"{}.har\"", session.id);
-    Ok((
-        [(axum::http::header::CONTENT_DISPOSITION, disposition)],
-        Json(har::archive(&events)),
-    ))
+    Ok(([(axum::http::header::CONTENT_DISPOSITION, disposition)], Json(har::archive(&events))))
 }

@@ -121,8 +121,7 @@ struct Referenced {
 /// carry a token (`cdp_ws_url`, `webdriver_ws_url` are empty, no live view): a token
 /// drives the browser.
 pub async fn browser_views(
-    org: &Org,
-    sessions: &[SessionRecord],
+    org: &Org, sessions: &[SessionRecord],
 ) -> Result<Vec<BrowserSession>, ApiError> {
     let state: &AppState = org;
     let mut referenced = Referenced::default();
@@ -131,25 +130,13 @@ pub async fn browser_views(
             && !referenced.profiles.contains_key(&profile.id)
             && let Some(record) = state.store.profile(&session.org_id, &profile.id).await?
         {
-            referenced
-                .profiles
-                .insert(profile.id.clone(), record.into());
+            referenced.profiles.insert(profile.id.clone(), record.into());
         }
         if let Some(pool_id) = &session.pool_id
             && !referenced.pools.contains_key(pool_id)
         {
-            let name = state
-                .store
-                .pool(&session.org_id, pool_id)
-                .await?
-                .and_then(|pool| pool.name);
-            referenced.pools.insert(
-                pool_id.clone(),
-                PoolRef {
-                    id: pool_id.clone(),
-                    name,
-                },
-            );
+            let name = state.store.pool(&session.org_id, pool_id).await?.and_then(|pool| pool.name);
+            referenced.pools.insert(pool_id.clone(), PoolRef { id: pool_id.clone(), name });
         }
     }
     let mut views = Vec::with_capacity(sessions.len());
@@ -163,30 +150,19 @@ pub async fn browser_views(
 /// The answer for one session.
 pub async fn browser_view(org: &Org, session: &SessionRecord) -> Result<BrowserSession, ApiError> {
     let mut views = browser_views(org, std::slice::from_ref(session)).await?;
-    views
-        .pop()
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no view of the session")))
+    views.pop().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no view of the session")))
 }
 
 fn view(
-    state: &AppState,
-    session: &SessionRecord,
-    referenced: &Referenced,
-    may_drive: bool,
+    state: &AppState, session: &SessionRecord, referenced: &Referenced, may_drive: bool,
 ) -> BrowserSession {
     let token = may_drive.then(|| {
-        state.tokens.issue_cdp(
-            &session.id,
-            &session.org_id,
-            session.pool_lease_id.as_deref(),
-        )
+        state.tokens.issue_cdp(&session.id, &session.org_id, session.pool_lease_id.as_deref())
     });
     let socket_url = |route: &str| match &token {
-        Some(token) => format!(
-            "{}/browsers/{}/{route}?jwt={token}",
-            state.public_ws_url(),
-            session.id
-        ),
+        Some(token) => {
+            format!("{}/browsers/{}/{route}?jwt={token}", state.public_ws_url(), session.id)
+        }
         None => String::new(),
     };
     let settings = &session.vm_settings;
@@ -225,22 +201,13 @@ fn view(
         start_url: settings.start_url.clone(),
         location: LocationView::of(settings.location.as_ref()),
         proxy_id: session.proxy_id.clone(),
-        pool: session
-            .pool_id
-            .as_ref()
-            .and_then(|id| referenced.pools.get(id).cloned()),
-        profile: session
-            .profile
-            .as_ref()
-            .and_then(|p| referenced.profiles.get(&p.id).cloned()),
+        pool: session.pool_id.as_ref().and_then(|id| referenced.pools.get(id).cloned()),
+        profile: session.profile.as_ref().and_then(|p| referenced.profiles.get(&p.id).cloned()),
         profile_save_changes: session.profile.as_ref().map(|p| p.save_changes),
-        network: settings
-            .allowed_hosts
-            .clone()
-            .map(|allowed_hosts| NetworkConfig {
-                allowed_hosts: Some(allowed_hosts),
-                ..Default::default()
-            }),
+        network: settings.allowed_hosts.clone().map(|allowed_hosts| NetworkConfig {
+            allowed_hosts: Some(allowed_hosts),
+            ..Default::default()
+        }),
         memory: settings.memory.clone(),
         chrome_policy: settings.chrome_policy.clone(),
     }

@@ -104,18 +104,13 @@ pub struct InvocationResult {
 }
 
 /// List the WebMCP tools registered by the pages of every tab and embedded frame.
-#[utoipa::path(get, path = "/browsers/{id}/webmcp/tools", tag = "webmcp", params(ToolsQuery),
+#[utoipa::path(get, path = "/browsers/{id}/webmcp/tools", params(ToolsQuery),
     responses((status = 200, body = ToolsResponse)))]
 pub async fn list_tools(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(query): QueryParams<ToolsQuery>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(query): QueryParams<ToolsQuery>,
 ) -> Result<Json<ToolsResponse>, ApiError> {
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
-    let listed = agent
-        .webmcp_tools(query.exclude_custom.unwrap_or(false))
-        .await?;
+    let agent = org.agent(&id).await?;
+    let listed = agent.webmcp_tools(query.exclude_custom.unwrap_or(false)).await?;
     let tools = listed
         .tools
         .into_iter()
@@ -146,13 +141,10 @@ pub async fn list_tools(
 /// tool without autosubmit answers `awaiting_submission` once filled in; a stale ref is
 /// a 404; no answer within `timeout_sec` is a 504 (the outcome is then unknown: the tool
 /// is never retried).
-#[utoipa::path(post, path = "/browsers/{id}/webmcp/invoke", tag = "webmcp",
-    request_body = InvokeBody,
+#[utoipa::path(post, path = "/browsers/{id}/webmcp/invoke", request_body = InvokeBody,
     responses((status = 200, body = InvocationResult), (status = 504, body = ErrorBody)))]
 pub async fn invoke_tool(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<InvokeBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<InvokeBody>,
 ) -> Result<Json<InvocationResult>, ApiError> {
     let mut problems = Vec::new();
     if body.tool_ref.is_empty() {
@@ -162,21 +154,16 @@ pub async fn invoke_tool(
     if !body.input.is_object() {
         problems.push("input must be a JSON object".to_owned());
     } else if input.len() > MAX_INPUT_BYTES {
-        problems.push(format!(
-            "input must be at most {MAX_INPUT_BYTES} bytes as JSON"
-        ));
+        problems.push(format!("input must be at most {MAX_INPUT_BYTES} bytes as JSON"));
     }
     let timeout_sec = body.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_SEC);
     if !(1..=MAX_TIMEOUT_SEC).contains(&timeout_sec) {
-        problems.push(format!(
-            "timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}"
-        ));
+        problems.push(format!("timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}"));
     }
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
     }
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
+    let agent = org.agent(&id).await?;
     let result = agent
         .invoke_webmcp_tool(WebmcpInvocation {
             tool_ref: body.tool_ref,
@@ -188,9 +175,7 @@ pub async fn invoke_tool(
         invocation_id: result.invocation_id,
         status: result.status,
         error_text: result.error_text,
-        output: result
-            .output_json
-            .and_then(|output| serde_json::from_str(&output).ok()),
+        output: result.output_json.and_then(|output| serde_json::from_str(&output).ok()),
     }))
 }
 
@@ -240,9 +225,7 @@ fn definitions(tools: browser_agent_proto::v1::CustomTools) -> CustomToolsRespon
             .map(|tool| CustomToolDefinition {
                 id: tool.id,
                 kind: tool.kind,
-                matcher: CustomToolMatch {
-                    url_patterns: tool.url_patterns,
-                },
+                matcher: CustomToolMatch { url_patterns: tool.url_patterns },
                 namespace: tool.namespace,
                 tool: serde_json::from_str(&tool.tool_json).unwrap_or(Value::Null),
             })
@@ -254,13 +237,10 @@ fn definitions(tools: browser_agent_proto::v1::CustomTools) -> CustomToolsRespon
 /// page or frames match their URL patterns and run in that tab's page. The batch is
 /// added at once or not at all; a name already in the namespace is a 409 unless
 /// `force_overwrite_namespace` replaces the namespace.
-#[utoipa::path(post, path = "/browsers/{id}/webmcp/custom-tools", tag = "webmcp",
-    request_body = AddCustomToolsBody,
+#[utoipa::path(post, path = "/browsers/{id}/webmcp/custom-tools", request_body = AddCustomToolsBody,
     responses((status = 200, body = CustomToolsResponse), (status = 409, body = ErrorBody)))]
 pub async fn add_custom_tools(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<AddCustomToolsBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<AddCustomToolsBody>,
 ) -> Result<Json<CustomToolsResponse>, ApiError> {
     let mut problems = Vec::new();
     if body.namespace.is_empty() || body.namespace.chars().count() > 128 {
@@ -274,8 +254,7 @@ pub async fn add_custom_tools(
     if !problems.is_empty() {
         return Err(ApiError::invalid_fields(problems));
     }
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
+    let agent = org.agent(&id).await?;
     let added = agent
         .add_webmcp_custom_tools(AddCustomToolsRequest {
             namespace: body.namespace,
@@ -287,26 +266,22 @@ pub async fn add_custom_tools(
 }
 
 /// List the browser's custom tools.
-#[utoipa::path(get, path = "/browsers/{id}/webmcp/custom-tools", tag = "webmcp",
+#[utoipa::path(get, path = "/browsers/{id}/webmcp/custom-tools",
     responses((status = 200, body = CustomToolsResponse)))]
 pub async fn list_custom_tools(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<CustomToolsResponse>, ApiError> {
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
+    let agent = org.agent(&id).await?;
     Ok(Json(definitions(agent.webmcp_custom_tools().await?)))
 }
 
 /// Remove a custom tool; invocations already running go on.
-#[utoipa::path(delete, path = "/browsers/{id}/webmcp/custom-tools/{tool_id}", tag = "webmcp",
+#[utoipa::path(delete, path = "/browsers/{id}/webmcp/custom-tools/{tool_id}",
     responses((status = 204)))]
 pub async fn remove_custom_tool(
-    org: Org,
-    PathParam((id, tool_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, tool_id)): PathParam<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let session = org.sessions.live(&org.id, &id).await?;
-    let agent = org.sessions.agent(&session)?;
+    let agent = org.agent(&id).await?;
     agent.remove_webmcp_custom_tool(tool_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

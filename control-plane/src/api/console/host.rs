@@ -53,10 +53,9 @@ pub fn is_operator(org: &Org) -> bool {
     match &org.caller {
         // An admin's role has no policy.
         Caller::Person { policy, .. } => policy.is_none(),
-        Caller::Key {
-            key: Some(key),
-            invocation: false,
-        } => key.policy.is_none() && key.project_id.is_none(),
+        Caller::Key { key: Some(key), invocation: false } => {
+            key.policy.is_none() && key.project_id.is_none()
+        }
         _ => false,
     }
 }
@@ -116,12 +115,7 @@ pub async fn host(org: Org) -> Result<Json<Value>, ApiError> {
             })
             .map(|(duty, _)| *duty)
             .collect();
-        replicas.push(ReplicaView {
-            id,
-            address,
-            this_one,
-            duties,
-        });
+        replicas.push(ReplicaView { id, address, this_one, duties });
     }
     let unheld: Vec<&str> = holders
         .iter()

@@ -44,11 +44,7 @@ const SHELL: &str = include_str!("index.html");
 /// The console's files under `/console/assets/`: its style and its script modules
 /// (`console.js` routes; `ui.js` is what every page uses; one module per group of pages).
 const ASSETS: [(&str, &str, &str); 7] = [
-    (
-        "console.css",
-        "text/css; charset=utf-8",
-        include_str!("console.css"),
-    ),
+    ("console.css", "text/css; charset=utf-8", include_str!("console.css")),
     ("console.js", JAVASCRIPT, include_str!("console.js")),
     ("ui.js", JAVASCRIPT, include_str!("ui.js")),
     ("browsers.js", JAVASCRIPT, include_str!("browsers.js")),
@@ -133,9 +129,7 @@ fn see_other(location: &str, cookie: Option<axum::http::HeaderValue>) -> Respons
 /// rights while the key lives. Only from our own page: another site must not sign a
 /// visitor in as someone else.
 async fn sign_in(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
+    State(state): State<AppState>, headers: HeaderMap, body: Bytes,
 ) -> Result<Response, ApiError> {
     if !same_origin(&headers) {
         return Err(ApiError::Forbidden(
@@ -154,15 +148,10 @@ async fn sign_in(
         Err(Refused::Expired(_)) => return Ok(see_other("/console?sign_in=expired", None)),
         Err(_) => return Ok(see_other("/console?sign_in=invalid", None)),
     };
-    let principal = sessions::Principal::Key {
-        key_id: key.id.clone(),
-    };
+    let principal = sessions::Principal::Key { key_id: key.id.clone() };
     let secret = sessions::start(&*state.store, &key.org_id, &principal).await?;
     tracing::info!(org_id = %key.org_id, key = %key.id, "an API key signed in to the console");
-    Ok(see_other(
-        "/console/sessions",
-        Some(session_cookie(&state, &secret)),
-    ))
+    Ok(see_other("/console/sessions", Some(session_cookie(&state, &secret))))
 }
 
 /// Ends the session (every replica forgets it) and goes back to the sign-in page.
@@ -221,9 +210,7 @@ static THUMBNAILS: LazyLock<Mutex<HashMap<String, (Instant, Bytes)>>> =
 async fn thumbnail(org: Org, PathParam(id): PathParam<String>) -> Result<Response, ApiError> {
     let session = org.sessions.live(&org.id, &id).await?;
     if session.headless {
-        return Err(ApiError::NotFound(
-            "a headless browser has no screen to show".into(),
-        ));
+        return Err(ApiError::NotFound("a headless browser has no screen to show".into()));
     }
     let cached = THUMBNAILS.lock().ok().and_then(|thumbnails| {
         thumbnails

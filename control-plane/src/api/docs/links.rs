@@ -51,9 +51,7 @@ fn normalize(path: &Path) -> Option<PathBuf> {
 /// The broken links of one Markdown file at `file` (relative to `root`), where `exists`
 /// says whether a path under `root` is there and `page` gives a Markdown page's text.
 fn broken_links(
-    file: &str,
-    markdown: &str,
-    exists: &dyn Fn(&Path) -> bool,
+    file: &str, markdown: &str, exists: &dyn Fn(&Path) -> bool,
     page: &dyn Fn(&Path) -> Option<String>,
 ) -> Vec<String> {
     let folder = Path::new(file).parent().unwrap_or(Path::new(""));
@@ -63,11 +61,8 @@ fn broken_links(
             continue;
         }
         let (path, anchor) = link.split_once('#').unwrap_or((&link, ""));
-        let target = if path.is_empty() {
-            Some(PathBuf::from(file))
-        } else {
-            normalize(&folder.join(path))
-        };
+        let target =
+            if path.is_empty() { Some(PathBuf::from(file)) } else { normalize(&folder.join(path)) };
         let Some(target) = target.filter(|target| exists(target)) else {
             broken.push(format!("{file}: {link} leads nowhere"));
             continue;
@@ -75,10 +70,7 @@ fn broken_links(
         if !anchor.is_empty() {
             let known = page(&target).map(|text| anchors(&text)).unwrap_or_default();
             if !known.contains(anchor) {
-                broken.push(format!(
-                    "{file}: {link} names no heading of {}",
-                    target.display()
-                ));
+                broken.push(format!("{file}: {link} names no heading of {}", target.display()));
             }
         }
     }
@@ -88,11 +80,8 @@ fn broken_links(
 #[test]
 fn every_link_of_the_documentation_leads_somewhere() {
     let exists = |path: &Path| PAGES.contains_key(path.to_string_lossy().as_ref());
-    let page = |path: &Path| {
-        PAGES
-            .get(path.to_string_lossy().as_ref())
-            .map(|text| text.to_string())
-    };
+    let page =
+        |path: &Path| PAGES.get(path.to_string_lossy().as_ref()).map(|text| text.to_string());
     let mut broken = Vec::new();
     for (file, markdown) in PAGES.iter() {
         broken.extend(broken_links(file, markdown, &exists, &page));
@@ -115,22 +104,12 @@ fn the_readme_links_to_what_is_there() {
 fn the_table_of_contents_holds_every_page_and_only_pages() {
     let summary = PAGES.get(SUMMARY).copied().unwrap_or_default();
     let listed: HashSet<String> = links(summary).into_iter().collect();
-    let unlisted: Vec<&&str> = PAGES
-        .keys()
-        .filter(|file| **file != SUMMARY && !listed.contains(**file))
-        .collect();
-    assert!(
-        unlisted.is_empty(),
-        "pages missing from SUMMARY.md: {unlisted:?}"
-    );
-    let missing: Vec<&String> = listed
-        .iter()
-        .filter(|file| !PAGES.contains_key(file.as_str()))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "SUMMARY.md lists pages that do not exist: {missing:?}"
-    );
+    let unlisted: Vec<&&str> =
+        PAGES.keys().filter(|file| **file != SUMMARY && !listed.contains(**file)).collect();
+    assert!(unlisted.is_empty(), "pages missing from SUMMARY.md: {unlisted:?}");
+    let missing: Vec<&String> =
+        listed.iter().filter(|file| !PAGES.contains_key(file.as_str())).collect();
+    assert!(missing.is_empty(), "SUMMARY.md lists pages that do not exist: {missing:?}");
 }
 
 #[test]
@@ -139,10 +118,7 @@ fn addresses_are_the_books() {
     assert_eq!(source_of("index.html"), Some(INTRODUCTION));
     assert_eq!(source_of("api/browsers.html"), Some("api/browsers.md"));
     assert_eq!(source_of("organizations/"), Some("organizations/README.md"));
-    assert_eq!(
-        source_of("organizations/index.html"),
-        Some("organizations/README.md")
-    );
+    assert_eq!(source_of("organizations/index.html"), Some("organizations/README.md"));
     assert_eq!(source_of("SUMMARY.html"), None);
     assert_eq!(source_of("api/browsers.md"), None);
     assert_eq!(source_of("../Cargo.html"), None);
@@ -150,14 +126,8 @@ fn addresses_are_the_books() {
         page_address("../isolation.md#host-admission", ""),
         "../isolation.html#host-admission"
     );
-    assert_eq!(
-        page_address("organizations/README.md", "/docs/"),
-        "/docs/organizations/index.html"
-    );
-    assert_eq!(
-        page_address("https://kernel.sh/x.md", "/docs/"),
-        "https://kernel.sh/x.md"
-    );
+    assert_eq!(page_address("organizations/README.md", "/docs/"), "/docs/organizations/index.html");
+    assert_eq!(page_address("https://kernel.sh/x.md", "/docs/"), "https://kernel.sh/x.md");
     assert_eq!(
         heading_id("Isolation of browsers (read this first)"),
         "isolation-of-browsers-read-this-first"
@@ -166,18 +136,9 @@ fn addresses_are_the_books() {
 
 #[test]
 fn a_page_renders_with_its_table_links_and_title() {
-    let (html, title) = render(
-        PAGES.get("api/browsers.md").copied().unwrap_or_default(),
-        "",
-    );
+    let (html, title) = render(PAGES.get("api/browsers.md").copied().unwrap_or_default(), "");
     assert_eq!(title, "Browsers");
     assert!(html.contains("<table>"), "the routes table is rendered");
-    assert!(
-        html.contains("href=\"../isolation.html\""),
-        "links lead to the pages"
-    );
-    assert!(
-        !html.contains(".md\""),
-        "no link is left to a Markdown file"
-    );
+    assert!(html.contains("href=\"../isolation.html\""), "links lead to the pages");
+    assert!(!html.contains(".md\""), "no link is left to a Markdown file");
 }

@@ -49,10 +49,7 @@ static PAGES: LazyLock<HashMap<&'static str, &'static str>> =
 static NAVIGATION: LazyLock<String> = LazyLock::new(|| {
     let summary = PAGES.get(SUMMARY).copied().unwrap_or_default();
     // The "# Summary" title is mdBook's marker, not a part of the navigation.
-    let summary = summary
-        .trim_start()
-        .strip_prefix("# Summary")
-        .unwrap_or(summary);
+    let summary = summary.trim_start().strip_prefix("# Summary").unwrap_or(summary);
     render(summary, "/docs/").0
 });
 
@@ -93,10 +90,7 @@ fn source_of(address: &str) -> Option<&'static str> {
         }
         _ => format!("{stem}.md"),
     };
-    PAGES
-        .get_key_value(file.as_str())
-        .filter(|(file, _)| **file != SUMMARY)
-        .map(|(file, _)| *file)
+    PAGES.get_key_value(file.as_str()).filter(|(file, _)| **file != SUMMARY).map(|(file, _)| *file)
 }
 
 fn page_response(file: &'static str) -> Response {
@@ -194,11 +188,7 @@ pub(crate) fn heading_id(text: &str) -> String {
 /// The second heading of the same text gets `-1`, the third `-2`, as in mdBook.
 fn unique_id(seen: &mut HashMap<String, usize>, id: String) -> String {
     let count = seen.entry(id.clone()).or_insert(0);
-    let unique = if *count == 0 {
-        id
-    } else {
-        format!("{id}-{count}")
-    };
+    let unique = if *count == 0 { id } else { format!("{id}-{count}") };
     *count += 1;
     unique
 }
@@ -228,10 +218,7 @@ fn is_external(link: &str) -> bool {
 }
 
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -60,10 +60,8 @@ pub(super) fn complete(document: &mut Value) {
         schema["else"] = sizes(HEADFUL_MEMORY);
     }
     for (schema, fields) in EXACTLY_ONE_OF {
-        let alternatives: Vec<Value> = fields
-            .iter()
-            .map(|field| json!({"required": [field]}))
-            .collect();
+        let alternatives: Vec<Value> =
+            fields.iter().map(|field| json!({"required": [field]})).collect();
         document["components"]["schemas"][schema]["oneOf"] = Value::Array(alternatives);
     }
 }
@@ -132,14 +130,10 @@ fn complete_body(schemas: &Value, method: &str, path: &str, operation: &mut Valu
             }
             None => schema,
         };
-        schema["required"]
-            .as_array()
-            .is_some_and(|fields| !fields.is_empty())
+        schema["required"].as_array().is_some_and(|fields| !fields.is_empty())
     };
-    let needs_fields = required(json)
-        || json["allOf"]
-            .as_array()
-            .is_some_and(|parts| parts.iter().any(required));
+    let needs_fields =
+        required(json) || json["allOf"].as_array().is_some_and(|parts| parts.iter().any(required));
     body["required"] = Value::Bool(needs_fields);
 }
 
@@ -156,25 +150,16 @@ const PATH_PARAMETERS: &[(&str, &str)] = &[
     ("browsers/{id}", "Browser session id or name"),
     ("connections/{id}", "Auth connection id"),
     ("credential_providers/{id}", "Provider id or name"),
-    (
-        "credentials/{id_or_name}",
-        "Credential id or name (the id is tried first)",
-    ),
+    ("credentials/{id_or_name}", "Credential id or name (the id is tried first)"),
     ("custom-tools/{tool_id}", "The custom tool's id"),
     ("deployments/{id}", "Deployment id"),
     ("destinations/{id}", "Destination id"),
     ("destinations/{id_or_name}", "Destination id or name"),
     ("executors/{name}", "Executor name"),
-    (
-        "extensions/{id_or_name}",
-        "Extension id or name (the id is tried first)",
-    ),
+    ("extensions/{id_or_name}", "Extension id or name (the id is tried first)"),
     ("invocations/{id}", "Invocation id"),
     ("process/{process_id}", "Process id"),
-    (
-        "profiles/{id_or_name}",
-        "Profile id or name (the id is tried first)",
-    ),
+    ("profiles/{id_or_name}", "Profile id or name (the id is tried first)"),
     ("projects/{id_or_name}", "Project id or name"),
     ("proxies/{id}", "Proxy id or name"),
     ("replays/{replay_id}", "Replay id"),
@@ -186,20 +171,15 @@ const PATH_PARAMETERS: &[(&str, &str)] = &[
 fn document_path_parameters(path: &str, operation: &mut Value) {
     let segments: Vec<&str> = path.split('/').collect();
     let documented = |operation: &Value, name: &str| {
-        operation["parameters"]
-            .as_array()
-            .is_some_and(|parameters| {
-                parameters
-                    .iter()
-                    .any(|parameter| parameter["in"] == "path" && parameter["name"] == name)
-            })
+        operation["parameters"].as_array().is_some_and(|parameters| {
+            parameters
+                .iter()
+                .any(|parameter| parameter["in"] == "path" && parameter["name"] == name)
+        })
     };
     let mut missing = Vec::new();
     for pair in segments.windows(2) {
-        let Some(name) = pair[1]
-            .strip_prefix('{')
-            .and_then(|name| name.strip_suffix('}'))
-        else {
+        let Some(name) = pair[1].strip_prefix('{').and_then(|name| name.strip_suffix('}')) else {
             continue;
         };
         if documented(operation, name) {
@@ -222,7 +202,57 @@ fn document_path_parameters(path: &str, operation: &mut Value) {
     operation["parameters"] = Value::Array(missing);
 }
 
+/// The tag (the reference's section) of the operations under each path prefix; the
+/// longest prefix that matches wins.
+const TAGS: &[(&str, &str)] = &[
+    ("/apps", "apps"),
+    ("/audit-logs", "audit_logs"),
+    ("/auth/connections", "managed auth"),
+    ("/auth/context", "auth"),
+    ("/browser_pools", "browser_pools"),
+    ("/browsers", "browsers"),
+    ("/browsers/{id}/computer", "computer"),
+    ("/browsers/{id}/fs", "filesystem"),
+    ("/browsers/{id}/logs", "logs"),
+    ("/browsers/{id}/playwright", "playwright"),
+    ("/browsers/{id}/process", "processes"),
+    ("/browsers/{id}/repl", "playwright"),
+    ("/browsers/{id}/replays", "replays"),
+    ("/browsers/{id}/telemetry", "telemetry"),
+    ("/browsers/{id}/webmcp", "webmcp"),
+    ("/credentials", "credentials"),
+    ("/deployments", "apps"),
+    ("/extensions", "extensions"),
+    ("/healthz", "operations"),
+    ("/inspector", "telemetry"),
+    ("/invocations", "apps"),
+    ("/openapi.json", "operations"),
+    ("/org/api_keys", "api_keys"),
+    ("/org/credential_providers", "credential providers"),
+    ("/org/entitlements", "organization"),
+    ("/org/limits", "organization"),
+    ("/org/projects", "projects"),
+    ("/profiles", "profiles"),
+    ("/proxies", "proxies"),
+    ("/readyz", "operations"),
+    ("/replays", "replays"),
+    ("/telemetry", "telemetry"),
+];
+
+/// The tag of the operations at `path`.
+fn tag_of(path: &str) -> Option<&'static str> {
+    TAGS.iter()
+        .filter(|(prefix, _)| {
+            path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, tag)| *tag)
+}
+
 fn complete_operation(path: &str, operation: &mut Value) {
+    if let Some(tag) = tag_of(path) {
+        operation["tags"] = json!([tag]);
+    }
     document_path_parameters(path, operation);
     // Every operation takes the bearer key, but those marked `security(())`: public, or
     // authorized by a token of their own (live view, CDP, hosted login).
@@ -235,14 +265,10 @@ fn complete_operation(path: &str, operation: &mut Value) {
         }
         Some(_) => {}
     }
-    let parameters = operation
-        .get_mut("parameters")
-        .and_then(Value::as_array_mut);
+    let parameters = operation.get_mut("parameters").and_then(Value::as_array_mut);
     for parameter in parameters.into_iter().flatten() {
         if parameter["in"] == "query"
-            && REQUIRED_QUERY
-                .iter()
-                .any(|(on, name)| *on == path && parameter["name"] == *name)
+            && REQUIRED_QUERY.iter().any(|(on, name)| *on == path && parameter["name"] == *name)
         {
             parameter["required"] = Value::Bool(true);
         }
@@ -254,13 +280,11 @@ fn complete_operation(path: &str, operation: &mut Value) {
     {
         operation["operationId"] = Value::String(format!("{tag}_{id}"));
     }
-    let has_parameters = operation["parameters"]
-        .as_array()
-        .is_some_and(|parameters| !parameters.is_empty());
+    let has_parameters =
+        operation["parameters"].as_array().is_some_and(|parameters| !parameters.is_empty());
     let has_body = operation.get("requestBody").is_some();
-    let authenticated = operation["security"]
-        .as_array()
-        .is_some_and(|security| !security.is_empty());
+    let authenticated =
+        operation["security"].as_array().is_some_and(|security| !security.is_empty());
     let errors = [
         (StatusCode::BAD_REQUEST, has_parameters || has_body),
         (StatusCode::UNAUTHORIZED, authenticated),
@@ -287,9 +311,8 @@ fn complete_operation(path: &str, operation: &mut Value) {
             response["description"] = Value::String(reason(status));
         }
         // A stream of server-sent events: each event's fields (the data is JSON text).
-        if let Some(stream) = response
-            .get_mut("content")
-            .and_then(|content| content.get_mut("text/event-stream"))
+        if let Some(stream) =
+            response.get_mut("content").and_then(|content| content.get_mut("text/event-stream"))
         {
             stream["schema"] = json!({
                 "type": "object",
@@ -325,14 +348,12 @@ fn forbid_unsupported_fields(value: &mut Value) {
                 for property in properties.values_mut() {
                     // The description is the property's, or (for an optional reference)
                     // that of the first member of its `oneOf`.
-                    let description = [
-                        &property["description"],
-                        &property["oneOf"][0]["description"],
-                    ]
-                    .into_iter()
-                    .find_map(|description| description.as_str())
-                    .filter(|description| description.starts_with(UNSUPPORTED_FIELD))
-                    .map(str::to_owned);
+                    let description =
+                        [&property["description"], &property["oneOf"][0]["description"]]
+                            .into_iter()
+                            .find_map(|description| description.as_str())
+                            .filter(|description| description.starts_with(UNSUPPORTED_FIELD))
+                            .map(str::to_owned);
                     if let Some(description) = description {
                         *property = json!({"not": {}, "description": description});
                     }

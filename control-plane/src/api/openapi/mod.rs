@@ -66,26 +66,22 @@ pub fn document() -> Value {
 }
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()),
+#[utoipa::path(get, path = "/openapi.json", security(()),
     responses((status = 200, description = "OpenAPI 3.1 document", body = Object)))]
 pub async fn openapi_json(State(state): State<AppState>) -> Json<Value> {
     // The names this host's timezone database holds (read once).
     static TIMEZONES: OnceLock<Value> = OnceLock::new();
     let timezones = TIMEZONES.get_or_init(|| {
-        let mut names: Vec<Value> = labels::timezone_names()
-            .into_iter()
-            .map(Value::String)
-            .collect();
+        let mut names: Vec<Value> =
+            labels::timezone_names().into_iter().map(Value::String).collect();
         names.push(Value::Null);
         Value::Array(names)
     });
     let mut document = document();
     // Only the proxy types this server serves: the operator maps the others to upstream
     // proxies, or not.
-    let served: Vec<&str> = TYPES
-        .into_iter()
-        .filter(|kind| state.proxy_upstreams.serves(kind))
-        .collect();
+    let served: Vec<&str> =
+        TYPES.into_iter().filter(|kind| state.proxy_upstreams.serves(kind)).collect();
     let schemas = &mut document["components"]["schemas"];
     schemas["CreateProxyRequest"]["properties"]["type"]["enum"] = json!(served);
     if served == ["custom"] {
@@ -133,9 +129,7 @@ fn string_schema(nullable: bool, description: &str) -> ObjectBuilder {
     } else {
         Type::String.into()
     };
-    ObjectBuilder::new()
-        .schema_type(schema_type)
-        .description(Some(description))
+    ObjectBuilder::new().schema_type(schema_type).description(Some(description))
 }
 
 /// A name people give a profile or proxy: 1 to 255 characters, no control characters.
@@ -179,12 +173,9 @@ const SESSION_NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*[^\s\u0000-\
 
 /// The name of an extension or pool, which may become a directory name.
 pub fn resource_name() -> Object {
-    string_schema(
-        true,
-        "Unique in the organization: ^[A-Za-z0-9._-]{1,255}$, not `.` or `..`.",
-    )
-    .pattern(Some(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,255}$"))
-    .build()
+    string_schema(true, "Unique in the organization: ^[A-Za-z0-9._-]{1,255}$, not `.` or `..`.")
+        .pattern(Some(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,255}$"))
+        .build()
 }
 
 /// A proxy's type (`/openapi.json` lists those this server serves).
@@ -197,15 +188,9 @@ pub fn proxy_type() -> Object {
 /// A flag only `false` (or absent) of: this server cannot do what `true` asks.
 pub fn only_false() -> Object {
     ObjectBuilder::new()
-        .schema_type(
-            [Type::Boolean, Type::Null]
-                .into_iter()
-                .collect::<SchemaType>(),
-        )
+        .schema_type([Type::Boolean, Type::Null].into_iter().collect::<SchemaType>())
         .enum_values(Some([json!(false), Value::Null]))
-        .description(Some(
-            "Only `false`: this server cannot do what `true` asks (a 400 says so).",
-        ))
+        .description(Some("Only `false`: this server cannot do what `true` asks (a 400 says so)."))
         .build()
 }
 
@@ -290,10 +275,7 @@ pub fn request_headers() -> Object {
         .schema_type(Type::String)
         .pattern(Some("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))
         .build();
-    let value = ObjectBuilder::new()
-        .schema_type(Type::String)
-        .pattern(Some("^[\\t -~]*$"))
-        .build();
+    let value = ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[\\t -~]*$")).build();
     ObjectBuilder::new()
         .schema_type([Type::Object, Type::Null].into_iter().collect::<SchemaType>())
         .property_names(Some(name))
@@ -315,13 +297,10 @@ pub fn new_start_url() -> Object {
 /// An auth connection's login page: an http or https URL of at most 2048 characters;
 /// on update also `""`, which clears it.
 pub fn login_url() -> Object {
-    string_schema(
-        true,
-        "The login page: an http or https URL, at most 2048 characters.",
-    )
-    .max_length(Some(2048))
-    .pattern(Some(format!("^{}$", url_pattern())))
-    .build()
+    string_schema(true, "The login page: an http or https URL, at most 2048 characters.")
+        .max_length(Some(2048))
+        .pattern(Some(format!("^{}$", url_pattern())))
+        .build()
 }
 
 pub fn new_login_url() -> Object {
@@ -357,11 +336,7 @@ pub fn since() -> Schema {
                 .schema_type(Type::String)
                 .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
         )
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .pattern(Some(r"^[0-9]{1,9}[smhd]$")),
-        )
+        .item(ObjectBuilder::new().schema_type(Type::String).pattern(Some(r"^[0-9]{1,9}[smhd]$")))
         .description(Some(
             "An RFC 3339 time, or a duration back from now such as 90s, 5m, 2h or 1d.",
         ))
@@ -401,30 +376,20 @@ pub fn credential_reference() -> Schema {
             text("A credential of the organization, by name or id.").build(),
         )]))
         .item(exactly(vec![
-            (
-                "provider",
-                text("A credential provider, by name or id.").build(),
-            ),
+            ("provider", text("A credential provider, by name or id.").build()),
             (
                 "path",
-                text("The provider's item, `Vault/Item`.")
-                    .pattern(Some(r"^[^/]+/.+$"))
-                    .build(),
+                text("The provider's item, `Vault/Item`.").pattern(Some(r"^[^/]+/.+$")).build(),
             ),
         ]))
         .item(exactly(vec![
-            (
-                "provider",
-                text("A credential provider, by name or id.").build(),
-            ),
+            ("provider", text("A credential provider, by name or id.").build()),
             (
                 "auto",
                 ObjectBuilder::new()
                     .schema_type(Type::Boolean)
                     .enum_values(Some([json!(true)]))
-                    .description(Some(
-                        "The provider's item with a URL on the connection's domain.",
-                    ))
+                    .description(Some("The provider's item with a URL on the connection's domain."))
                     .build(),
             ),
         ]))
@@ -469,19 +434,14 @@ mod tests {
                 assert!(ids.insert(id.to_owned()), "{id} is used twice");
                 for (status, response) in operation["responses"].as_object().expect("responses") {
                     assert!(
-                        response["description"]
-                            .as_str()
-                            .is_some_and(|d| !d.is_empty()),
+                        response["description"].as_str().is_some_and(|d| !d.is_empty()),
                         "{method} {path} {status} has no description"
                     );
                 }
                 for parameter in operation["parameters"].as_array().into_iter().flatten() {
                     if parameter["in"] == "path" {
                         let name = parameter["name"].as_str().expect("name");
-                        assert!(
-                            path.contains(&format!("{{{name}}}")),
-                            "{method} {path}: {name}"
-                        );
+                        assert!(path.contains(&format!("{{{name}}}")), "{method} {path}: {name}");
                     }
                 }
             }
@@ -498,9 +458,6 @@ mod tests {
             .find(|parameter| parameter["name"] == "url")
             .expect("url parameter");
         let pattern = url["schema"]["pattern"].as_str().expect("pattern");
-        assert!(
-            pattern.contains(&format!("^https?://{HOST}(?:/")),
-            "{pattern}"
-        );
+        assert!(pattern.contains(&format!("^https?://{HOST}(?:/")), "{pattern}");
     }
 }

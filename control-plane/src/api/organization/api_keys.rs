@@ -116,18 +116,13 @@ pub struct RetrieveApiKey {
 /// The names of the organization's projects, by id, for keys' views.
 async fn project_names(org: &Org) -> Result<HashMap<String, String>, ApiError> {
     let projects = org.store.list_projects(&org.id).await?;
-    Ok(projects
-        .into_iter()
-        .map(|project| (project.id, project.name))
-        .collect())
+    Ok(projects.into_iter().map(|project| (project.id, project.name)).collect())
 }
 
 /// The key as the API shows it (the SDK's `APIKey`), never with its secret.
 fn view(record: &ApiKeyRecord, project_names: &HashMap<String, String>) -> Value {
-    let created_by = record
-        .created_by
-        .clone()
-        .unwrap_or_else(crate::access::keys::command_line_maker);
+    let created_by =
+        record.created_by.clone().unwrap_or_else(crate::access::keys::command_line_maker);
     json!({
         "id": record.id,
         "name": record.name,
@@ -166,10 +161,7 @@ fn maker(org: &Org) -> CreatedBy {
             name: Some(format!("API key {}", key.name)),
         },
         None => CreatedBy {
-            id: org
-                .invocation_id
-                .clone()
-                .unwrap_or_else(|| "session".into()),
+            id: org.invocation_id.clone().unwrap_or_else(|| "session".into()),
             email: String::new(),
             name: Some("an app invocation".into()),
         },
@@ -179,10 +171,7 @@ fn maker(org: &Org) -> CreatedBy {
 /// Refuses (403) a key the caller could not make itself: another project, rights
 /// beyond its policy, or a longer life.
 fn within_callers_rights(
-    org: &Org,
-    project_id: Option<&str>,
-    policy: Option<&Policy>,
-    expires_at: Option<DateTime<Utc>>,
+    org: &Org, project_id: Option<&str>, policy: Option<&Policy>, expires_at: Option<DateTime<Utc>>,
 ) -> Result<(), ApiError> {
     if let Some(own) = org.caller.key().and_then(|key| key.project_id.as_deref())
         && project_id != Some(own)
@@ -222,12 +211,11 @@ fn days(field: &str, days: i64, min: i64) -> Result<TimeDelta, ApiError> {
 }
 
 /// Create an API key; its secret is in the answer only.
-#[utoipa::path(post, path = "/org/api_keys", tag = "api_keys", request_body = CreateApiKey,
+#[utoipa::path(post, path = "/org/api_keys", request_body = CreateApiKey,
     responses((status = 200, description = "CreatedAPIKey"), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateApiKey>,
+    org: Org, JsonBody(request): JsonBody<CreateApiKey>,
 ) -> Result<Json<Value>, ApiError> {
     let names = project_names(&org).await?;
     let caller = org.caller.key();
@@ -264,9 +252,7 @@ pub async fn create(
         None => caller.and_then(|key| key.project_id.clone()),
     };
     // Unsaid, a restricted caller's new key is restricted as the caller is.
-    let policy = request
-        .policy
-        .or_else(|| caller.and_then(|key| key.policy.clone()));
+    let policy = request.policy.or_else(|| caller.and_then(|key| key.policy.clone()));
     within_callers_rights(&org, project_id.as_deref(), policy.as_ref(), expires_at)?;
     let (record, key) = org
         .api_keys
@@ -283,12 +269,10 @@ pub async fn create(
 }
 
 /// The organization's API keys (masked), newest first unless sorted otherwise.
-#[utoipa::path(get, path = "/org/api_keys", tag = "api_keys", params(ListApiKeys),
+#[utoipa::path(get, path = "/org/api_keys", params(ListApiKeys),
     responses((status = 200, description = "[APIKey]")))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<ListApiKeys>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<ListApiKeys>,
 ) -> Result<impl IntoResponse, ApiError> {
     let names = project_names(&org).await?;
     let status = match (query.status, query.include_deleted) {
@@ -319,14 +303,9 @@ pub async fn list(
                 || key.name.to_lowercase().contains(&lower)
                 || maker.is_some_and(|m| {
                     m.email.to_lowercase().contains(&lower)
-                        || m.name
-                            .as_deref()
-                            .is_some_and(|n| n.to_lowercase().contains(&lower))
+                        || m.name.as_deref().is_some_and(|n| n.to_lowercase().contains(&lower))
                 })
-                || key
-                    .project_id
-                    .as_deref()
-                    .is_some_and(|p| p.to_lowercase().contains(&lower))
+                || key.project_id.as_deref().is_some_and(|p| p.to_lowercase().contains(&lower))
         });
     }
     match query.sort_by.unwrap_or_default() {
@@ -352,12 +331,10 @@ pub async fn list(
 }
 
 /// One of the organization's API keys (masked).
-#[utoipa::path(get, path = "/org/api_keys/{id}", tag = "api_keys", params(RetrieveApiKey),
+#[utoipa::path(get, path = "/org/api_keys/{id}", params(RetrieveApiKey),
     responses((status = 200, description = "APIKey")))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    QueryParams(query): QueryParams<RetrieveApiKey>,
+    org: Org, PathParam(id): PathParam<String>, QueryParams(query): QueryParams<RetrieveApiKey>,
 ) -> Result<Json<Value>, ApiError> {
     let names = project_names(&org).await?;
     let record = visible_key(&org, &id, query.include_deleted.unwrap_or(false)).await?;
@@ -377,12 +354,10 @@ async fn visible_key(org: &Org, id: &str, include_deleted: bool) -> Result<ApiKe
 }
 
 /// Rename an API key.
-#[utoipa::path(patch, path = "/org/api_keys/{id}", tag = "api_keys", request_body = UpdateApiKey,
+#[utoipa::path(patch, path = "/org/api_keys/{id}", request_body = UpdateApiKey,
     responses((status = 200, description = "APIKey")))]
 pub async fn update(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<UpdateApiKey>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<UpdateApiKey>,
 ) -> Result<Json<Value>, ApiError> {
     let names = project_names(&org).await?;
     let record = visible_key(&org, &id, false).await?;
@@ -398,7 +373,7 @@ pub async fn update(
 }
 
 /// Delete an API key (it stays listed with `status=deleted`); a key cannot delete itself.
-#[utoipa::path(delete, path = "/org/api_keys/{id}", tag = "api_keys",
+#[utoipa::path(delete, path = "/org/api_keys/{id}",
     responses((status = 204), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     if org.caller.key().is_some_and(|key| key.id == id) {
@@ -419,13 +394,10 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 
 /// Issue a new key with the name, project and policy of this one, which keeps working
 /// for a grace period (`expire_in_days`, default 7; 0 ends it at once).
-#[utoipa::path(post, path = "/org/api_keys/{id}/rotate", tag = "api_keys",
-    request_body = RotateApiKey,
+#[utoipa::path(post, path = "/org/api_keys/{id}/rotate", request_body = RotateApiKey,
     responses((status = 200, description = "CreatedAPIKey"), (status = 403, body = ErrorBody)))]
 pub async fn rotate(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<RotateApiKey>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<RotateApiKey>,
 ) -> Result<Json<Value>, ApiError> {
     let names = project_names(&org).await?;
     let old = visible_key(&org, &id, false).await?;
@@ -433,30 +405,12 @@ pub async fn rotate(
         Some(count) => Some(days("days_to_expire", count, 1)?),
         None => old.expires_at.map(|expires_at| expires_at - old.created_at),
     };
-    let grace = days(
-        "expire_in_days",
-        request
-            .expire_in_days
-            .unwrap_or(DEFAULT_ROTATION_GRACE_DAYS),
-        0,
-    )?;
+    let grace =
+        days("expire_in_days", request.expire_in_days.unwrap_or(DEFAULT_ROTATION_GRACE_DAYS), 0)?;
     let new_expires_at = lifetime.map(|lifetime| Utc::now() + lifetime);
     // The caller must be able to make the new key, and to reach the old one.
-    within_callers_rights(
-        &org,
-        old.project_id.as_deref(),
-        old.policy.as_ref(),
-        old.expires_at,
-    )?;
-    within_callers_rights(
-        &org,
-        old.project_id.as_deref(),
-        old.policy.as_ref(),
-        new_expires_at,
-    )?;
-    let (record, key) = org
-        .api_keys
-        .rotate(&old, lifetime, grace, maker(&org))
-        .await?;
+    within_callers_rights(&org, old.project_id.as_deref(), old.policy.as_ref(), old.expires_at)?;
+    within_callers_rights(&org, old.project_id.as_deref(), old.policy.as_ref(), new_expires_at)?;
+    let (record, key) = org.api_keys.rotate(&old, lifetime, grace, maker(&org)).await?;
     Ok(Json(created_view(&record, &key, &names)))
 }

@@ -106,9 +106,7 @@ fn problems(d: &ExportDestinationRecord) -> Vec<String> {
     }
     let region_ok = !d.region.is_empty()
         && d.region.len() <= 32
-        && d.region
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        && d.region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if !region_ok {
         problems.push("region: an AWS region such as us-east-1".into());
     }
@@ -141,12 +139,10 @@ fn starting_now() -> (i64, String) {
 }
 
 /// Create an export destination; delivery starts now.
-#[utoipa::path(post, path = "/audit-logs/export/destinations", tag = "audit_logs",
-    request_body = CreateDestination,
+#[utoipa::path(post, path = "/audit-logs/export/destinations", request_body = CreateDestination,
     responses((status = 200, description = "AuditLogExportDestination")))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateDestination>,
+    org: Org, JsonBody(request): JsonBody<CreateDestination>,
 ) -> Result<Json<Value>, ApiError> {
     let mut problems_found = Vec::new();
     if request.kind != "s3" {
@@ -184,13 +180,10 @@ pub async fn create(
 }
 
 /// The organization's export destinations, oldest first.
-#[utoipa::path(get, path = "/audit-logs/export/destinations", tag = "audit_logs",
-    params(ListDestinations),
+#[utoipa::path(get, path = "/audit-logs/export/destinations", params(ListDestinations),
     responses((status = 200, description = "[AuditLogExportDestination]")))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<ListDestinations>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<ListDestinations>,
 ) -> Result<impl IntoResponse, ApiError> {
     let destinations = org.store.export_destinations(Some(&org.id)).await?;
     let (headers, page) = page_of(paging, destinations, query.limit, query.offset)?;
@@ -199,20 +192,18 @@ pub async fn list(
 }
 
 /// One export destination.
-#[utoipa::path(get, path = "/audit-logs/export/destinations/{id}", tag = "audit_logs",
+#[utoipa::path(get, path = "/audit-logs/export/destinations/{id}",
     responses((status = 200, description = "AuditLogExportDestination")))]
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
     Ok(Json(view(&org, &find(&org, &id).await?)))
 }
 
 /// Change a destination; pausing stops delivery, resuming delivers from now on.
-#[utoipa::path(patch, path = "/audit-logs/export/destinations/{id}", tag = "audit_logs",
+#[utoipa::path(patch, path = "/audit-logs/export/destinations/{id}",
     request_body = UpdateDestination,
     responses((status = 200, description = "AuditLogExportDestination")))]
 pub async fn update(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<UpdateDestination>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<UpdateDestination>,
 ) -> Result<Json<Value>, ApiError> {
     let mut destination = find(&org, &id).await?;
     if let Some(bucket) = request.bucket {
@@ -259,8 +250,7 @@ pub async fn update(
 }
 
 /// Delete a destination; nothing more is delivered to it.
-#[utoipa::path(delete, path = "/audit-logs/export/destinations/{id}", tag = "audit_logs",
-    responses((status = 204)))]
+#[utoipa::path(delete, path = "/audit-logs/export/destinations/{id}", responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     if !org.store.delete_export_destination(&org.id, &id).await? {
         return Err(ApiError::not_found("audit log export destination", &id));
@@ -269,7 +259,7 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 }
 
 /// Check a destination: assume its role, write a test object.
-#[utoipa::path(post, path = "/audit-logs/export/destinations/{id}/test", tag = "audit_logs",
+#[utoipa::path(post, path = "/audit-logs/export/destinations/{id}/test",
     responses((status = 200, description = "AuditLogExportDestinationTestResult")))]
 pub async fn test(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Value>, ApiError> {
     let destination = find(&org, &id).await?;

@@ -109,6 +109,33 @@ struct Filters<'a> {
     token_name: &'static str,
 }
 
+/// The `Filters` of a search's parameters (`ListAuditLogs` or `ExportChunk`), whose
+/// position in the records is parameter `$token`.
+macro_rules! filters_of {
+    ($params:ident, $token:ident) => {
+        Filters {
+            start: $params.start,
+            end: $params.end,
+            auth_strategy: $params.auth_strategy.as_deref(),
+            exclude_method: $params.exclude_method.as_deref(),
+            method: $params.method.as_deref(),
+            search: $params.search.as_deref(),
+            search_user_id: $params.search_user_id.as_deref(),
+            token: $params.$token.as_deref(),
+            token_name: stringify!($token),
+        }
+    };
+}
+
+/// `limit`, or `default`; 1 to `max`.
+fn checked_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {
+    let limit = limit.unwrap_or(default);
+    if !(1..=max).contains(&limit) {
+        return Err(ApiError::invalid_field(format!("limit must be between 1 and {max}")));
+    }
+    Ok(limit)
+}
+
 /// The store query for `filters`, `limit` + 1 records (to learn whether there are more).
 fn query(org: &Org, filters: Filters<'_>, limit: i64) -> Result<AuditQuery, ApiError> {
     if filters.end <= filters.start {
@@ -142,9 +169,7 @@ fn query(org: &Org, filters: Filters<'_>, limit: i64) -> Result<AuditQuery, ApiE
 
 /// Reads a page: the records, and whether more follow.
 async fn read(
-    org: &Org,
-    service: Option<&str>,
-    query: AuditQuery,
+    org: &Org, service: Option<&str>, query: AuditQuery,
 ) -> Result<(Vec<AuditRecord>, bool), ApiError> {
     if service.is_some_and(|service| !service.is_empty() && service != view::SERVICE) {
         return Ok((Vec::new(), false));
@@ -162,46 +187,23 @@ fn header_value(text: &str) -> HeaderValue {
 
 /// The organization's audit records in a time range (at most 30 days), newest first;
 /// `X-Next-Page-Token` pages to older ones.
-#[utoipa::path(get, path = "/audit-logs", tag = "audit_logs", params(ListAuditLogs),
+#[utoipa::path(get, path = "/audit-logs", params(ListAuditLogs),
     responses((status = 200, description = "[AuditLogEntry]")))]
 pub async fn list(
-    org: Org,
-    QueryParams(params): QueryParams<ListAuditLogs>,
+    org: Org, QueryParams(params): QueryParams<ListAuditLogs>,
 ) -> Result<impl IntoResponse, ApiError> {
     if params.end - params.start > MAX_LIST_RANGE {
         return Err(ApiError::invalid_field(
             "a search covers at most 30 days: narrow start and end (or use export/chunk)",
         ));
     }
-    let limit = params.limit.unwrap_or(DEFAULT_LIST_LIMIT);
-    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid_field(format!(
-            "limit must be between 1 and {MAX_LIST_LIMIT}"
-        )));
-    }
-    let filters = Filters {
-        start: params.start,
-        end: params.end,
-        auth_strategy: params.auth_strategy.as_deref(),
-        exclude_method: params.exclude_method.as_deref(),
-        method: params.method.as_deref(),
-        search: params.search.as_deref(),
-        search_user_id: params.search_user_id.as_deref(),
-        token: params.page_token.as_deref(),
-        token_name: "page_token",
-    };
-    let store_query = query(&org, filters, limit)?;
+    let limit = checked_limit(params.limit, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)?;
+    let store_query = query(&org, filters_of!(params, page_token), limit)?;
     let (records, has_more) = read(&org, params.service.as_deref(), store_query).await?;
     let mut headers = HeaderMap::new();
-    headers.insert(
-        "x-has-more",
-        HeaderValue::from_static(if has_more { "true" } else { "false" }),
-    );
+    headers.insert("x-has-more", HeaderValue::from_static(if has_more { "true" } else { "false" }));
     if has_more && let Some(last) = records.last() {
-        headers.insert(
-            "x-next-page-token",
-            header_value(&audit::cursor_after(last)),
-        );
+        headers.insert("x-next-page-token", header_value(&audit::cursor_after(last)));
     }
     let body: Vec<Value> = records.iter().map(view::entry).collect();
     Ok((headers, Json(body)))
@@ -210,30 +212,13 @@ pub async fn list(
 /// One chunk of the organization's audit records in a time range, newest first, as JSON
 /// Lines (gzip-compressed unless `format=jsonl`), with `X-Row-Count`, `X-Has-More`,
 /// `X-Next-Cursor` and `X-Content-Sha256` (of the body as sent).
-#[utoipa::path(get, path = "/audit-logs/export/chunk", tag = "audit_logs", params(ExportChunk),
+#[utoipa::path(get, path = "/audit-logs/export/chunk", params(ExportChunk),
     responses((status = 200, description = "JSON Lines, gzip-compressed unless format=jsonl", content((Vec<u8> = "application/gzip"), (String = "application/x-ndjson")))))]
 pub async fn export_chunk(
-    org: Org,
-    QueryParams(params): QueryParams<ExportChunk>,
+    org: Org, QueryParams(params): QueryParams<ExportChunk>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let limit = params.limit.unwrap_or(DEFAULT_CHUNK_ROWS);
-    if !(1..=MAX_CHUNK_ROWS).contains(&limit) {
-        return Err(ApiError::invalid_field(format!(
-            "limit must be between 1 and {MAX_CHUNK_ROWS}"
-        )));
-    }
-    let filters = Filters {
-        start: params.start,
-        end: params.end,
-        auth_strategy: params.auth_strategy.as_deref(),
-        exclude_method: params.exclude_method.as_deref(),
-        method: params.method.as_deref(),
-        search: params.search.as_deref(),
-        search_user_id: params.search_user_id.as_deref(),
-        token: params.cursor.as_deref(),
-        token_name: "cursor",
-    };
-    let store_query = query(&org, filters, limit)?;
+    let limit = checked_limit(params.limit, DEFAULT_CHUNK_ROWS, MAX_CHUNK_ROWS)?;
+    let store_query = query(&org, filters_of!(params, cursor), limit)?;
     let (records, has_more) = read(&org, params.service.as_deref(), store_query).await?;
     let mut lines = Vec::new();
     for record in &records {
@@ -256,16 +241,10 @@ pub async fn export_chunk(
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert("x-row-count", header_value(&records.len().to_string()));
-    headers.insert(
-        "x-has-more",
-        HeaderValue::from_static(if has_more { "true" } else { "false" }),
-    );
+    headers.insert("x-has-more", HeaderValue::from_static(if has_more { "true" } else { "false" }));
     if has_more && let Some(last) = records.last() {
         headers.insert("x-next-cursor", header_value(&audit::cursor_after(last)));
     }
-    headers.insert(
-        "x-content-sha256",
-        header_value(&hex::encode(Sha256::digest(&body))),
-    );
+    headers.insert("x-content-sha256", header_value(&hex::encode(Sha256::digest(&body))));
     Ok((headers, body))
 }

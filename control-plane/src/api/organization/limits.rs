@@ -32,13 +32,8 @@ pub(in crate::api) fn present<'de, D: serde::Deserializer<'de>>(
 async fn limits_view(org: &Org) -> Result<Value, ApiError> {
     let offer = &org.settings.offer;
     let on_demand = org.store.live_browser_count(&org.id).await? as i64;
-    let reserved: i64 = org
-        .store
-        .list_pools(Some(&org.id))
-        .await?
-        .iter()
-        .map(|pool| pool.size)
-        .sum();
+    let reserved: i64 =
+        org.store.list_pools(Some(&org.id)).await?.iter().map(|pool| pool.size).sum();
     let auth_connections = org.store.list_auth_connections(Some(&org.id)).await?.len();
     let cap = org.store.concurrency_cap(&org.id).await?;
     let max = offer.max_concurrent_browsers();
@@ -58,18 +53,16 @@ async fn limits_view(org: &Org) -> Result<Value, ApiError> {
 }
 
 /// The organization's concurrency limits and what it uses of them now.
-#[utoipa::path(get, path = "/org/limits", tag = "organization",
-    responses((status = 200, description = "OrgLimits")))]
+#[utoipa::path(get, path = "/org/limits", responses((status = 200, description = "OrgLimits")))]
 pub async fn limits(org: Org) -> Result<Json<Value>, ApiError> {
     Ok(Json(scope::organization_wide(limits_view(&org)).await?))
 }
 
 /// Set the organization's own cap on concurrent browsers (below the server's).
-#[utoipa::path(patch, path = "/org/limits", tag = "organization", request_body = UpdateOrgLimits,
+#[utoipa::path(patch, path = "/org/limits", request_body = UpdateOrgLimits,
     responses((status = 200, description = "OrgLimits")))]
 pub async fn update_limits(
-    org: Org,
-    JsonBody(request): JsonBody<UpdateOrgLimits>,
+    org: Org, JsonBody(request): JsonBody<UpdateOrgLimits>,
 ) -> Result<Json<Value>, ApiError> {
     if let Some(Some(cap)) = request.default_project_max_concurrent_sessions {
         let max = org.settings.offer.max_concurrent_browsers();
@@ -78,16 +71,14 @@ pub async fn update_limits(
                 "default_project_max_concurrent_sessions: give 0 (no cap) to {max}, the organization's concurrency limit"
             )));
         }
-        org.store
-            .set_concurrency_cap(&org.id, (cap > 0).then_some(cap))
-            .await?;
+        org.store.set_concurrency_cap(&org.id, (cap > 0).then_some(cap)).await?;
     }
     Ok(Json(scope::organization_wide(limits_view(&org)).await?))
 }
 
 /// What this server offers the organization: every feature it serves, on or off as
 /// configured, and its limits.
-#[utoipa::path(get, path = "/org/entitlements", tag = "organization",
+#[utoipa::path(get, path = "/org/entitlements",
     responses((status = 200, description = "OrgEntitlements")))]
 pub async fn entitlements(org: Org) -> Result<Json<Value>, ApiError> {
     let offer = &org.settings.offer;

@@ -105,9 +105,7 @@ fn checked_name(name: &str) -> Result<String, ApiError> {
     let name = name.trim();
     let length = name.chars().count();
     if !(1..=255).contains(&length) || name.contains(['/', '%']) {
-        return Err(ApiError::invalid_field(
-            "name: 1 to 255 characters, without / or %",
-        ));
+        return Err(ApiError::invalid_field("name: 1 to 255 characters, without / or %"));
     }
     Ok(name.to_owned())
 }
@@ -148,12 +146,11 @@ fn organization_wide(org: &Org, what: &str) -> Result<(), ApiError> {
 }
 
 /// Create a project.
-#[utoipa::path(post, path = "/org/projects", tag = "projects", request_body = CreateProject,
+#[utoipa::path(post, path = "/org/projects", request_body = CreateProject,
     responses((status = 200, description = "Project"), (status = 403, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateProject>,
+    org: Org, JsonBody(request): JsonBody<CreateProject>,
 ) -> Result<Json<Value>, ApiError> {
     organization_wide(&org, "make projects")?;
     let name = checked_name(&request.name)?;
@@ -169,20 +166,15 @@ pub async fn create(
         max_concurrent_sessions: None,
         max_concurrent_invocations: None,
     };
-    org.store
-        .insert_project(&project)
-        .await
-        .map_err(|error| name_taken(error, &name))?;
+    org.store.insert_project(&project).await.map_err(|error| name_taken(error, &name))?;
     Ok(Json(view(&project)))
 }
 
 /// The organization's projects, oldest first.
-#[utoipa::path(get, path = "/org/projects", tag = "projects", params(ListProjects),
+#[utoipa::path(get, path = "/org/projects", params(ListProjects),
     responses((status = 200, description = "[Project]")))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<ListProjects>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<ListProjects>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut projects = org.store.list_projects(&org.id).await?;
     if let Some(own) = &org.project {
@@ -200,23 +192,19 @@ pub async fn list(
 }
 
 /// One project, by id or name.
-#[utoipa::path(get, path = "/org/projects/{id_or_name}", tag = "projects",
+#[utoipa::path(get, path = "/org/projects/{id_or_name}",
     responses((status = 200, description = "Project")))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(view(&visible_project(&org, &id_or_name).await?)))
 }
 
 /// Rename a project, or archive it (or make it active again).
-#[utoipa::path(patch, path = "/org/projects/{id_or_name}", tag = "projects",
-    request_body = UpdateProject,
+#[utoipa::path(patch, path = "/org/projects/{id_or_name}", request_body = UpdateProject,
     responses((status = 200, description = "Project"), (status = 409, body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
-    JsonBody(request): JsonBody<UpdateProject>,
+    org: Org, PathParam(id_or_name): PathParam<String>, JsonBody(request): JsonBody<UpdateProject>,
 ) -> Result<Json<Value>, ApiError> {
     let mut project = visible_project(&org, &id_or_name).await?;
     if let Some(name) = &request.name {
@@ -227,11 +215,8 @@ pub async fn update(
     }
     project.updated_at = Utc::now();
     let name = project.name.clone();
-    let updated = org
-        .store
-        .update_project(&project)
-        .await
-        .map_err(|error| name_taken(error, &name))?;
+    let updated =
+        org.store.update_project(&project).await.map_err(|error| name_taken(error, &name))?;
     if !updated {
         return Err(ApiError::not_found("project", &id_or_name));
     }
@@ -239,11 +224,10 @@ pub async fn update(
 }
 
 /// Delete an empty project (not the default one). Keys bound to it are deleted too.
-#[utoipa::path(delete, path = "/org/projects/{id_or_name}", tag = "projects",
+#[utoipa::path(delete, path = "/org/projects/{id_or_name}",
     responses((status = 204), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn delete(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     organization_wide(&org, "delete projects")?;
     let project = visible_project(&org, &id_or_name).await?;
@@ -262,31 +246,24 @@ pub async fn delete(
     if !org.store.delete_project(&project.id, Utc::now()).await? {
         return Err(ApiError::not_found("project", &id_or_name));
     }
-    org.api_keys
-        .delete_bound_to_project(&org.id, &project.id)
-        .await?;
+    org.api_keys.delete_bound_to_project(&org.id, &project.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// A project's limits.
-#[utoipa::path(get, path = "/org/projects/{id_or_name}/limits", tag = "projects",
+#[utoipa::path(get, path = "/org/projects/{id_or_name}/limits",
     responses((status = 200, description = "ProjectLimits")))]
 pub async fn limits(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(limits_view(
-        &visible_project(&org, &id_or_name).await?,
-    )))
+    Ok(Json(limits_view(&visible_project(&org, &id_or_name).await?)))
 }
 
 /// Set a project's limits: 0 removes a cap, an omitted field stays as it is.
-#[utoipa::path(patch, path = "/org/projects/{id_or_name}/limits", tag = "projects",
-    request_body = UpdateProjectLimits,
+#[utoipa::path(patch, path = "/org/projects/{id_or_name}/limits", request_body = UpdateProjectLimits,
     responses((status = 200, description = "ProjectLimits")))]
 pub async fn update_limits(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<UpdateProjectLimits>,
 ) -> Result<Json<Value>, ApiError> {
     if matches!(request.max_pooled_sessions, Some(Some(_))) {

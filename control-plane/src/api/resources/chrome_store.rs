@@ -34,15 +34,13 @@ pub struct FromChromeStoreQuery {
 /// Download an extension from the Chrome Web Store (through `--chrome-web-store-url`):
 /// its CRX3 package's header is checked and stripped, and the ZIP inside is answered and
 /// kept in the library under the extension's id.
-#[utoipa::path(get, path = "/extensions/from_chrome_store", tag = "extensions",
-    params(FromChromeStoreQuery),
+#[utoipa::path(get, path = "/extensions/from_chrome_store", params(FromChromeStoreQuery),
     responses((status = 200, description = "The unpacked extension as a ZIP", content_type = "application/zip", body = Vec<u8>),
         (status = 404, description = "The store has no such extension", body = ErrorBody),
         (status = 413, body = ErrorBody),
         (status = 502, description = "The store could not be reached, or answered no package", body = ErrorBody)))]
 pub async fn from_chrome_store(
-    org: Org,
-    QueryParams(query): QueryParams<FromChromeStoreQuery>,
+    org: Org, QueryParams(query): QueryParams<FromChromeStoreQuery>,
 ) -> Result<Response, ApiError> {
     let id = extension_id(&query.url).ok_or_else(|| {
         ApiError::invalid_field(
@@ -51,16 +49,10 @@ pub async fn from_chrome_store(
     })?;
     let os = query.os.unwrap_or_else(|| "linux".into());
     if !matches!(os.as_str(), "linux" | "mac" | "win") {
-        return Err(ApiError::invalid_field(format!(
-            "os must be linux, mac or win, got {os:?}"
-        )));
+        return Err(ApiError::invalid_field(format!("os must be linux, mac or win, got {os:?}")));
     }
-    let zip = org
-        .settings
-        .chrome_web_store
-        .fetch_zip(&id, &os)
-        .await
-        .map_err(|error| match error {
+    let zip =
+        org.settings.chrome_web_store.fetch_zip(&id, &os).await.map_err(|error| match error {
             FetchError::NotFound(_) => ApiError::NotFound(error.to_string()),
             FetchError::TooLarge(_) => ApiError::PayloadTooLarge(error.to_string()),
             FetchError::Unavailable(_) | FetchError::NotAPackage(_) => {
@@ -70,10 +62,7 @@ pub async fn from_chrome_store(
 
     // Kept in the library unless an extension of that name is there already.
     if org.store.extension(&org.id, &id).await?.is_none() {
-        let temporary = org
-            .blobs
-            .incoming()
-            .map_err(|error| ApiError::Internal(error.into()))?;
+        let temporary = org.blobs.incoming().map_err(|error| ApiError::Internal(error.into()))?;
         tokio::fs::write(temporary.path(), &zip)
             .await
             .map_err(|error| ApiError::Internal(error.into()))?;
@@ -92,9 +81,5 @@ pub async fn from_chrome_store(
         }
     }
     let length = zip.len() as i64;
-    Ok(crate::api::zip_attachment(
-        &format!("{id}.zip"),
-        Some(length),
-        Body::from(zip),
-    ))
+    Ok(crate::api::zip_attachment(&format!("{id}.zip"), Some(length), Body::from(zip)))
 }

@@ -52,19 +52,12 @@ pub fn find_manifest(archive: std::fs::File) -> Result<(), String> {
         let entry = archive
             .by_index(index)
             .map_err(|error| format!("not a readable ZIP archive: {error}"))?;
-        let raw = entry
-            .name()
-            .map(|name| name.into_owned())
-            .unwrap_or_default();
+        let raw = entry.name().map(|name| name.into_owned()).unwrap_or_default();
         if raw.starts_with(['/', '\\']) || entry.enclosed_name().is_none() {
-            return Err(format!(
-                "entry {raw:?} would land outside the extension's directory"
-            ));
+            return Err(format!("entry {raw:?} would land outside the extension's directory"));
         }
         if entry.is_symlink() {
-            return Err(format!(
-                "entry {raw:?} is a symlink; extensions cannot contain symlinks"
-            ));
+            return Err(format!("entry {raw:?} is a symlink; extensions cannot contain symlinks"));
         }
     }
     let names: Vec<String> = archive
@@ -82,9 +75,10 @@ pub fn find_manifest(archive: std::fs::File) -> Result<(), String> {
         .collect();
     match tops.into_iter().collect::<Vec<_>>().as_slice() {
         [single] if names.contains(&format!("{single}/manifest.json")) => Ok(()),
-        _ => Err(
-            "the archive has no manifest.json at its root or in a single top-level folder".into(),
-        ),
+        _ => {
+            Err("the archive has no manifest.json at its root or in a single top-level folder"
+                .into())
+        }
     }
 }
 
@@ -114,13 +108,12 @@ pub struct LoadExtensionsForm {
 
 /// Upload an extension (multipart parts `file`, a ZIP of an unpacked extension, and an
 /// optional `name`).
-#[utoipa::path(post, path = "/extensions", tag = "extensions",
+#[utoipa::path(post, path = "/extensions",
     request_body(content = ExtensionUploadForm, content_type = "multipart/form-data"),
     responses((status = 200, body = Extension), (status = 409, body = ErrorBody),
         (status = 413, body = ErrorBody)))]
 pub async fn upload(
-    org: Org,
-    MultipartBody(mut multipart): MultipartBody,
+    org: Org, MultipartBody(mut multipart): MultipartBody,
 ) -> Result<Json<Extension>, ApiError> {
     let limit = org.settings.max_extension_bytes;
     let too_large =
@@ -131,14 +124,10 @@ pub async fn upload(
         match field.name() {
             Some("name") => name = Some(capped_text(&mut field, "name", MAX_NAME_BYTES).await?),
             Some("file") if archive.is_none() => {
-                let temporary = org
-                    .blobs
-                    .incoming()
-                    .map_err(|error| ApiError::Internal(error.into()))?;
+                let temporary =
+                    org.blobs.incoming().map_err(|error| ApiError::Internal(error.into()))?;
                 let mut out = tokio::fs::File::from_std(
-                    temporary
-                        .reopen()
-                        .map_err(|error| ApiError::Internal(error.into()))?,
+                    temporary.reopen().map_err(|error| ApiError::Internal(error.into()))?,
                 );
                 let mut size: u64 = 0;
                 while let Some(chunk) = field.chunk().await.map_err(unreadable_part)? {
@@ -150,9 +139,7 @@ pub async fn upload(
                         .await
                         .map_err(|error| ApiError::Internal(error.into()))?;
                 }
-                out.flush()
-                    .await
-                    .map_err(|error| ApiError::Internal(error.into()))?;
+                out.flush().await.map_err(|error| ApiError::Internal(error.into()))?;
                 archive = Some((temporary, size));
             }
             Some("file") => return Err(ApiError::invalid_field("only one file part is allowed")),
@@ -176,14 +163,9 @@ pub async fn upload(
 /// Checks that `temporary` (an archive of `size` bytes) is an extension, then stores it
 /// in the organization's library under `name`.
 pub(in crate::api) async fn store_archive(
-    org: Org,
-    name: Option<String>,
-    temporary: tempfile::NamedTempFile,
-    size: u64,
+    org: Org, name: Option<String>, temporary: tempfile::NamedTempFile, size: u64,
 ) -> Result<ExtensionRecord, ApiError> {
-    let readable = temporary
-        .reopen()
-        .map_err(|error| ApiError::Internal(error.into()))?;
+    let readable = temporary.reopen().map_err(|error| ApiError::Internal(error.into()))?;
     tokio::task::spawn_blocking(move || find_manifest(readable))
         .await
         .map_err(|error| ApiError::Internal(error.into()))?
@@ -218,18 +200,14 @@ pub(in crate::api) async fn store_archive(
         }
         Ok(record)
     });
-    stored
-        .await
-        .map_err(|error| ApiError::Internal(error.into()))?
+    stored.await.map_err(|error| ApiError::Internal(error.into()))?
 }
 
 /// The organization's extensions, oldest first (seed 4.12), paged with `limit`/`offset`.
-#[utoipa::path(get, path = "/extensions", tag = "extensions", params(NamedListQuery),
+#[utoipa::path(get, path = "/extensions", params(NamedListQuery),
     responses((status = 200, body = Vec<Extension>)))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<NamedListQuery>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<NamedListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let records = org.store.list_extensions(&org.id).await?;
     let (headers, page) = query.page_or_all(paging, records, |e| (&e.id, e.name.as_deref()))?;
@@ -243,11 +221,10 @@ async fn find(org: &Org, id_or_name: &str) -> Result<ExtensionRecord, ApiError> 
 }
 
 /// Download the archive exactly as uploaded (seed 4.11).
-#[utoipa::path(get, path = "/extensions/{id_or_name}", tag = "extensions",
+#[utoipa::path(get, path = "/extensions/{id_or_name}",
     responses((status = 200, content_type = "application/zip", body = Vec<u8>)))]
 pub async fn download(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let record = find(&org, &id_or_name).await?;
     let file = open_archive(&org, &record, &id_or_name).await?;
@@ -261,17 +238,12 @@ pub async fn download(
 
 /// The extension's archive as uploaded; 404 if it was deleted since it was looked up.
 async fn open_archive(
-    org: &Org,
-    record: &ExtensionRecord,
-    id_or_name: &str,
+    org: &Org, record: &ExtensionRecord, id_or_name: &str,
 ) -> Result<tokio::fs::File, ApiError> {
-    org.blobs
-        .open(&record.blob_key)
-        .await
-        .map_err(|error| match error.kind() {
-            std::io::ErrorKind::NotFound => ApiError::not_found("extension", id_or_name),
-            _ => ApiError::Internal(error.into()),
-        })
+    org.blobs.open(&record.blob_key).await.map_err(|error| match error.kind() {
+        std::io::ErrorKind::NotFound => ApiError::not_found("extension", id_or_name),
+        _ => ApiError::Internal(error.into()),
+    })
 }
 
 /// An extension's metadata with the SHA-256 of its archive.
@@ -284,11 +256,10 @@ pub struct ExtensionMetadata {
 }
 
 /// An extension's metadata, with the checksum of its archive.
-#[utoipa::path(get, path = "/extensions/{id_or_name}/metadata", tag = "extensions",
+#[utoipa::path(get, path = "/extensions/{id_or_name}/metadata",
     responses((status = 200, body = ExtensionMetadata)))]
 pub async fn metadata(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<ExtensionMetadata>, ApiError> {
     use sha2::Digest;
     use tokio::io::AsyncReadExt;
@@ -298,10 +269,8 @@ pub async fn metadata(
     let mut hasher = sha2::Sha256::new();
     let mut buffer = vec![0; 64 * 1024];
     loop {
-        let read = file
-            .read(&mut buffer)
-            .await
-            .map_err(|error| ApiError::Internal(error.into()))?;
+        let read =
+            file.read(&mut buffer).await.map_err(|error| ApiError::Internal(error.into()))?;
         if read == 0 {
             break;
         }
@@ -314,11 +283,9 @@ pub async fn metadata(
 }
 
 /// Delete an extension from the library. Browsers that loaded it keep it.
-#[utoipa::path(delete, path = "/extensions/{id_or_name}", tag = "extensions",
-    responses((status = 204)))]
+#[utoipa::path(delete, path = "/extensions/{id_or_name}", responses((status = 204)))]
 pub async fn delete(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     let record = find(&org, &id_or_name).await?;
     if !org.store.delete_extension(&org.id, &record.id).await? {
@@ -369,14 +336,12 @@ fn slot_of(index: Option<String>, positional_count: &mut usize) -> String {
 /// Upload unpacked extensions into a running browser (seed 4.7). Chromium restarts with
 /// every extension loaded so far; the answer comes once its new DevTools endpoint
 /// answers. Open CDP connections are closed by the restart.
-#[utoipa::path(post, path = "/browsers/{id}/extensions", tag = "browsers",
+#[utoipa::path(post, path = "/browsers/{id}/extensions",
     request_body(content = LoadExtensionsForm, content_type = "multipart/form-data", description = "`extensions[][name]` + `extensions[][zip_file]` (by position) or `extensions[N][name]` + `extensions[N][zip_file]` (by index)"),
     responses((status = 200, description = "Loaded; the browser has restarted"),
         (status = 413, body = ErrorBody)))]
 pub async fn load_into_browser(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    MultipartBody(mut multipart): MultipartBody,
+    org: Org, PathParam(id): PathParam<String>, MultipartBody(mut multipart): MultipartBody,
 ) -> Result<StatusCode, ApiError> {
     use browser_agent_proto::v1::{
         ExtensionName, ExtensionUploadChunk, extension_upload_chunk::Kind,
@@ -388,12 +353,7 @@ pub async fn load_into_browser(
     let call = tokio::spawn(async move { agent.load_extensions(receiver).await });
     let send = |kind| {
         let sender = sender.clone();
-        async move {
-            sender
-                .send(ExtensionUploadChunk { kind: Some(kind) })
-                .await
-                .is_ok()
-        }
+        async move { sender.send(ExtensionUploadChunk { kind: Some(kind) }).await.is_ok() }
     };
     let (mut names_by_position, mut archives_by_position) = (0usize, 0usize);
     let mut slots = std::collections::HashSet::new();
@@ -470,8 +430,7 @@ pub async fn load_into_browser(
         call.abort();
         return Err(error);
     }
-    call.await
-        .map_err(|error| ApiError::Internal(error.into()))??;
+    call.await.map_err(|error| ApiError::Internal(error.into()))??;
     org.sessions.touch(&id);
     Ok(StatusCode::OK)
 }
@@ -482,14 +441,8 @@ mod part_tests {
 
     #[test]
     fn both_sdk_encodings_are_recognised() {
-        assert_eq!(
-            extension_part("extensions[][name]"),
-            Some(ExtensionPart::Name(None))
-        );
-        assert_eq!(
-            extension_part("extensions[][zip_file]"),
-            Some(ExtensionPart::Archive(None))
-        );
+        assert_eq!(extension_part("extensions[][name]"), Some(ExtensionPart::Name(None)));
+        assert_eq!(extension_part("extensions[][zip_file]"), Some(ExtensionPart::Archive(None)));
         assert_eq!(
             extension_part("extensions[3][name]"),
             Some(ExtensionPart::Name(Some("3".into())))
@@ -498,12 +451,7 @@ mod part_tests {
             extension_part("extensions[0][zip_file]"),
             Some(ExtensionPart::Archive(Some("0".into())))
         );
-        for other in [
-            "extensions",
-            "extensions[x][name]",
-            "extensions[][other]",
-            "zip_file",
-        ] {
+        for other in ["extensions", "extensions[x][name]", "extensions[][other]", "zip_file"] {
             assert_eq!(extension_part(other), None, "{other}");
         }
     }

@@ -114,10 +114,7 @@ async fn pool_answer(org: &Org, view: PoolView) -> Result<BrowserPool, ApiError>
             extension_ids.push(extension.id);
         }
     }
-    let profile_id = match browser
-        .profile
-        .as_ref()
-        .and_then(|p| p.id.as_ref().or(p.name.as_ref()))
+    let profile_id = match browser.profile.as_ref().and_then(|p| p.id.as_ref().or(p.name.as_ref()))
     {
         Some(key) => org.store.profile(&org.id, key).await?.map(|p| p.id),
         None => None,
@@ -164,9 +161,7 @@ impl PoolRequest {
             self.refresh_on_profile_update == Some(true),
         )]);
         if let Some(asked) = self.region.as_deref().filter(|asked| *asked != region) {
-            problems.push(format!(
-                "region: this server serves {region:?} only, not {asked:?}"
-            ));
+            problems.push(format!("region: this server serves {region:?} only, not {asked:?}"));
         }
         if !problems.is_empty() {
             return Err(ApiError::invalid_fields(problems));
@@ -189,19 +184,10 @@ impl PoolRequest {
         set("memory", self.memory.map(Value::from));
         set("chrome_policy", self.chrome_policy);
         set("start_url", self.start_url.map(Value::from));
-        set(
-            "telemetry",
-            self.telemetry.and_then(|t| serde_json::to_value(t).ok()),
-        );
+        set("telemetry", self.telemetry.and_then(|t| serde_json::to_value(t).ok()));
         // serde reads an array as a struct's fields in order: the object-shaped settings
         // must be objects.
-        for key in [
-            "viewport",
-            "profile",
-            "network",
-            "chrome_policy",
-            "telemetry",
-        ] {
+        for key in ["viewport", "profile", "network", "chrome_policy", "telemetry"] {
             if browser.get(key).is_some_and(|value| !value.is_object()) {
                 return Err(ApiError::invalid_field(format!("{key} must be an object")));
             }
@@ -221,21 +207,17 @@ impl PoolRequest {
 }
 
 /// Create a pool; the reconciler starts filling it at once.
-#[utoipa::path(post, path = "/browser_pools", tag = "browser_pools", request_body = PoolRequest,
+#[utoipa::path(post, path = "/browser_pools", request_body = PoolRequest,
     responses((status = 200, body = BrowserPool),
         (status = 404, description = "A referenced profile, proxy or extension does not exist", body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<PoolRequest>,
+    org: Org, JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
     let (changes, discard_all_idle) = request.into_changes(&org.settings.region)?;
-    org.require(&crate::sessions::referenced(&changes.browser))
-        .await?;
+    org.require(&crate::sessions::referenced(&changes.browser)).await?;
     if discard_all_idle.is_some() {
-        return Err(ApiError::invalid_field(
-            "discard_all_idle: only for updating a pool",
-        ));
+        return Err(ApiError::invalid_field("discard_all_idle: only for updating a pool"));
     }
     let pool = org.pools.create(&org.id, changes).await?;
     Ok(Json(pool_answer(&org, pool).await?))
@@ -254,19 +236,13 @@ list_query! {
 }
 
 /// The organization's pools, oldest first, paged with `limit`/`offset`.
-#[utoipa::path(get, path = "/browser_pools", tag = "browser_pools", params(PoolListQuery),
+#[utoipa::path(get, path = "/browser_pools", params(PoolListQuery),
     responses((status = 200, body = Vec<BrowserPool>)))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<PoolListQuery>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<PoolListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut pools = org.pools.list(&org.id).await?;
-    if query
-        .region
-        .as_deref()
-        .is_some_and(|region| region != org.settings.region)
-    {
+    if query.region.as_deref().is_some_and(|region| region != org.settings.region) {
         pools.clear();
     }
     let named = NamedListQuery {
@@ -284,11 +260,10 @@ pub async fn list(
     Ok((headers, Json(body)))
 }
 
-#[utoipa::path(get, path = "/browser_pools/{id_or_name}", tag = "browser_pools",
+#[utoipa::path(get, path = "/browser_pools/{id_or_name}",
     responses((status = 200, body = BrowserPool)))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<BrowserPool>, ApiError> {
     let pool = org.pools.get(&org.id, &id_or_name).await?;
     Ok(Json(pool_answer(&org, pool).await?))
@@ -296,26 +271,15 @@ pub async fn retrieve(
 
 /// Change a pool's size and browser configuration. Idle browsers keep the old
 /// configuration unless `discard_all_idle` replaces them now.
-#[utoipa::path(patch, path = "/browser_pools/{id_or_name}", tag = "browser_pools",
-    request_body = PoolRequest,
+#[utoipa::path(patch, path = "/browser_pools/{id_or_name}", request_body = PoolRequest,
     responses((status = 200, body = BrowserPool), (status = 409, body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
-    JsonBody(request): JsonBody<PoolRequest>,
+    org: Org, PathParam(id_or_name): PathParam<String>, JsonBody(request): JsonBody<PoolRequest>,
 ) -> Result<Json<BrowserPool>, ApiError> {
     let (changes, discard_all_idle) = request.into_changes(&org.settings.region)?;
-    org.require(&crate::sessions::referenced(&changes.browser))
-        .await?;
-    let pool = org
-        .pools
-        .update(
-            &org.id,
-            &id_or_name,
-            changes,
-            discard_all_idle.unwrap_or(false),
-        )
-        .await?;
+    org.require(&crate::sessions::referenced(&changes.browser)).await?;
+    let pool =
+        org.pools.update(&org.id, &id_or_name, changes, discard_all_idle.unwrap_or(false)).await?;
     Ok(Json(pool_answer(&org, pool).await?))
 }
 
@@ -329,15 +293,12 @@ pub struct DeletePoolParams {
 
 /// Delete a pool and its browsers. Refused (409) while browsers are leased, unless
 /// `force` (in the JSON body, as the SDKs send it, or the query) ends them too.
-#[utoipa::path(delete, path = "/browser_pools/{id_or_name}", tag = "browser_pools",
-    params(DeletePoolParams),
+#[utoipa::path(delete, path = "/browser_pools/{id_or_name}", params(DeletePoolParams),
     request_body(content = Option<DeletePoolParams>, description = "`force`, as the SDKs send it"),
     responses((status = 204), (status = 409, body = ErrorBody)))]
 pub async fn delete(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
-    QueryParams(query): QueryParams<DeletePoolParams>,
-    body: Bytes,
+    org: Org, PathParam(id_or_name): PathParam<String>,
+    QueryParams(query): QueryParams<DeletePoolParams>, body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     let from_body: DeletePoolParams = if body.iter().all(u8::is_ascii_whitespace) {
         DeletePoolParams::default()
@@ -376,14 +337,11 @@ pub struct AcquireRequest {
 /// Lease an idle browser of the pool, waiting for one up to `acquire_timeout_seconds`.
 /// When none became available: 204 No Content, as both SDK generations document it
 /// (today's returns `None`).
-#[utoipa::path(post, path = "/browser_pools/{id_or_name}/acquire", tag = "browser_pools",
-    request_body = AcquireRequest,
+#[utoipa::path(post, path = "/browser_pools/{id_or_name}/acquire", request_body = AcquireRequest,
     responses((status = 200, body = BrowserSession),
         (status = 204, description = "no browser became available in time")))]
 pub async fn acquire(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
-    JsonBody(request): JsonBody<AcquireRequest>,
+    org: Org, PathParam(id_or_name): PathParam<String>, JsonBody(request): JsonBody<AcquireRequest>,
 ) -> Result<Response, ApiError> {
     let requested = match request.acquire_timeout_seconds {
         Some(seconds) if (0..=MAX_ACQUIRE_TIMEOUT_SECONDS).contains(&seconds) => {
@@ -397,10 +355,7 @@ pub async fn acquire(
         None => None,
     };
     let mut problems = unsupported(&[("profile", request.profile.is_some())]);
-    problems.extend(label_problems(
-        request.name.as_deref(),
-        request.tags.as_ref(),
-    ));
+    problems.extend(label_problems(request.name.as_deref(), request.tags.as_ref()));
     if let Some(url) = &request.start_url {
         // Checked against the pool's allowlist, which its browsers have when idle.
         let pool = org.pools.get(&org.id, &id_or_name).await?;
@@ -438,21 +393,14 @@ pub async fn acquire(
         Ok(session) => session,
         Err(error) => {
             // Nothing of the failed acquire stays: the browser goes back to the pool.
-            if let Err(release) = org
-                .pools
-                .release(&org.id, &pool.id, &session.id, true)
-                .await
-            {
+            if let Err(release) = org.pools.release(&org.id, &pool.id, &session.id, true).await {
                 tracing::warn!(session_id = %session.id, %release, "could not give a browser back after a failed acquire");
             }
             return Err(error.into());
         }
     };
     let mut answer = browser_view(&org, &session).await?;
-    answer.pool = Some(PoolRef {
-        id: pool.id,
-        name: pool.name,
-    });
+    answer.pool = Some(PoolRef { id: pool.id, name: pool.name });
     Ok(Json(answer).into_response())
 }
 
@@ -467,32 +415,22 @@ pub struct ReleaseRequest {
 
 /// Give a leased browser back. With `reuse` (default) its Chromium restarts with a
 /// fresh profile (no tabs, cookies, storage or cache) before it is available again.
-#[utoipa::path(post, path = "/browser_pools/{id_or_name}/release", tag = "browser_pools",
-    request_body = ReleaseRequest,
+#[utoipa::path(post, path = "/browser_pools/{id_or_name}/release", request_body = ReleaseRequest,
     responses((status = 204)))]
 pub async fn release(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
-    JsonBody(request): JsonBody<ReleaseRequest>,
+    org: Org, PathParam(id_or_name): PathParam<String>, JsonBody(request): JsonBody<ReleaseRequest>,
 ) -> Result<StatusCode, ApiError> {
     org.pools
-        .release(
-            &org.id,
-            &id_or_name,
-            &request.session_id,
-            request.reuse.unwrap_or(true),
-        )
+        .release(&org.id, &id_or_name, &request.session_id, request.reuse.unwrap_or(true))
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Destroy every idle browser of the pool (seed 4.10); leased browsers are not affected.
 /// The reconciler then refills the pool.
-#[utoipa::path(post, path = "/browser_pools/{id_or_name}/flush", tag = "browser_pools",
-    responses((status = 204)))]
+#[utoipa::path(post, path = "/browser_pools/{id_or_name}/flush", responses((status = 204)))]
 pub async fn flush(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     org.pools.flush(&org.id, &id_or_name).await?;
     Ok(StatusCode::NO_CONTENT)

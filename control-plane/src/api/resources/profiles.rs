@@ -51,23 +51,20 @@ pub struct CreateProfileRequest {
 }
 
 /// Create a profile (empty until a session saves state into it).
-#[utoipa::path(post, path = "/profiles", tag = "profiles", request_body = CreateProfileRequest,
+#[utoipa::path(post, path = "/profiles", request_body = CreateProfileRequest,
     responses((status = 200, body = Profile), (status = 409, body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateProfileRequest>,
+    org: Org, JsonBody(request): JsonBody<CreateProfileRequest>,
 ) -> Result<Json<Profile>, ApiError> {
     let record = org.profiles.create(&org.id, request.name).await?;
     Ok(Json(record.into()))
 }
 
 /// List the organization's profiles, oldest first (paged with `limit`/`offset`).
-#[utoipa::path(get, path = "/profiles", tag = "profiles", params(NamedListQuery),
+#[utoipa::path(get, path = "/profiles", params(NamedListQuery),
     responses((status = 200, body = Vec<Profile>)))]
 pub async fn list(
-    org: Org,
-    paging: crate::api::paging::Paging,
-    QueryParams(query): QueryParams<NamedListQuery>,
+    org: Org, paging: crate::api::paging::Paging, QueryParams(query): QueryParams<NamedListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let profiles = org.store.list_profiles(&org.id).await?;
     let (headers, page) = query.page(paging, profiles, |p| (&p.id, p.name.as_deref()))?;
@@ -81,22 +78,19 @@ async fn find(org: &Org, id_or_name: &str) -> Result<ProfileRecord, ApiError> {
 }
 
 /// Get a profile by id or name.
-#[utoipa::path(get, path = "/profiles/{id_or_name}", tag = "profiles",
-    responses((status = 200, body = Profile)))]
+#[utoipa::path(get, path = "/profiles/{id_or_name}", responses((status = 200, body = Profile)))]
 pub async fn retrieve(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<Json<Profile>, ApiError> {
     Ok(Json(find(&org, &id_or_name).await?.into()))
 }
 
 /// Delete a profile and its stored state. Refused (409) while an auth connection manages
 /// it. Sessions running with it go on; their save is discarded.
-#[utoipa::path(delete, path = "/profiles/{id_or_name}", tag = "profiles",
+#[utoipa::path(delete, path = "/profiles/{id_or_name}",
     responses((status = 204), (status = 409, body = ErrorBody)))]
 pub async fn delete(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
 ) -> Result<StatusCode, ApiError> {
     let record = find(&org, &id_or_name).await?;
     refuse_if_managed(&org, &record).await?;
@@ -120,12 +114,10 @@ pub struct UpdateProfileRequest {
 
 /// Rename a profile. Refused (409) while an auth connection manages it (the connection
 /// names its profile) or when another profile has the name.
-#[utoipa::path(patch, path = "/profiles/{id_or_name}", tag = "profiles",
-    request_body = UpdateProfileRequest,
+#[utoipa::path(patch, path = "/profiles/{id_or_name}", request_body = UpdateProfileRequest,
     responses((status = 200, body = Profile), (status = 409, body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
     JsonBody(request): JsonBody<UpdateProfileRequest>,
 ) -> Result<Json<Profile>, ApiError> {
     if let Some(problem) = crate::profiles::name_problem(&request.name) {
@@ -135,12 +127,7 @@ pub async fn update(
     refuse_if_managed(&org, &record).await?;
     if let Some(old) = &record.name {
         let named_by_pool = org.pools.list(&org.id).await?.into_iter().find(|pool| {
-            pool.config
-                .browser
-                .profile
-                .as_ref()
-                .and_then(|p| p.name.as_ref())
-                == Some(old)
+            pool.config.browser.profile.as_ref().and_then(|p| p.name.as_ref()) == Some(old)
         });
         if let Some(pool) = named_by_pool {
             return Err(ApiError::Conflict(format!(
@@ -149,16 +136,15 @@ pub async fn update(
             )));
         }
     }
-    let renamed = org
-        .store
-        .rename_profile(&org.id, &record.id, &request.name)
-        .await
-        .map_err(|error| match error {
-            crate::store::StoreError::Conflict(_) => ApiError::Conflict(format!(
-                "the organization already has a profile named {:?}",
-                request.name
-            )),
-            other => other.into(),
+    let renamed =
+        org.store.rename_profile(&org.id, &record.id, &request.name).await.map_err(|error| {
+            match error {
+                crate::store::StoreError::Conflict(_) => ApiError::Conflict(format!(
+                    "the organization already has a profile named {:?}",
+                    request.name
+                )),
+                other => other.into(),
+            }
         })?;
     if !renamed {
         return Err(ApiError::not_found("profile", &id_or_name));
@@ -181,9 +167,8 @@ async fn refuse_if_managed(org: &Org, record: &ProfileRecord) -> Result<(), ApiE
 }
 
 /// The 22 bytes of a ZIP archive without entries: the state of a profile never saved.
-const EMPTY_ZIP: [u8; 22] = [
-    0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-];
+const EMPTY_ZIP: [u8; 22] =
+    [0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -208,12 +193,10 @@ pub enum DownloadFormat {
 /// Download the profile's stored state: Chromium user data as a ZIP (the stored format),
 /// or re-packed as it streams into `format=tar` or `format=tar.zst` (empty archives while
 /// the profile has none).
-#[utoipa::path(get, path = "/profiles/{id_or_name}/download", tag = "profiles",
-    params(DownloadQuery),
+#[utoipa::path(get, path = "/profiles/{id_or_name}/download", params(DownloadQuery),
     responses((status = 200, description = "The archive in the format asked for", content((Vec<u8> = "application/zip"), (Vec<u8> = "application/x-tar"), (Vec<u8> = "application/zstd")))))]
 pub async fn download(
-    org: Org,
-    PathParam(id_or_name): PathParam<String>,
+    org: Org, PathParam(id_or_name): PathParam<String>,
     QueryParams(query): QueryParams<DownloadQuery>,
 ) -> Result<Response, ApiError> {
     let format = match query.format {
@@ -240,9 +223,7 @@ pub async fn download(
 
 /// The profile's state re-packed as it streams: a tar archive, zstd-compressed or not.
 async fn tar_download(
-    org: &Org,
-    record: &ProfileRecord,
-    format: TarFormat,
+    org: &Org, record: &ProfileRecord, format: TarFormat,
 ) -> Result<Response, ApiError> {
     let source: Box<dyn ReadSeek> = match org.blobs.open(&record.blob_key()).await {
         Ok(file) => Box::new(file.into_std().await),
@@ -254,13 +235,10 @@ async fn tar_download(
     // Each conversion holds a blocking thread while its client reads: bounded, so that
     // slow downloads cannot take the threads every file operation needs.
     let permit =
-        CONVERSIONS
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ApiError::TooManyRequests {
-                message: "too many profile downloads are being converted; retry shortly".into(),
-                retry_after: std::time::Duration::from_secs(5),
-            })?;
+        CONVERSIONS.clone().try_acquire_owned().map_err(|_| ApiError::TooManyRequests {
+            message: "too many profile downloads are being converted; retry shortly".into(),
+            retry_after: std::time::Duration::from_secs(5),
+        })?;
     let (sender, receiver) = tokio::sync::mpsc::channel(4);
     let profile_id = record.id.clone();
     tokio::task::spawn_blocking(move || {
@@ -278,10 +256,7 @@ async fn tar_download(
     };
     let disposition = format!("attachment; filename=\"{}.{extension}\"", record.id);
     Ok((
-        [
-            (CONTENT_TYPE, content_type.to_owned()),
-            (CONTENT_DISPOSITION, disposition),
-        ],
+        [(CONTENT_TYPE, content_type.to_owned()), (CONTENT_DISPOSITION, disposition)],
         Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver)),
     )
         .into_response())

@@ -97,11 +97,7 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
     let mut problems = Vec::new();
     let mut problem = |message: String| problems.push(ErrorDetail::invalid_input(message));
     if !TYPES.contains(&request.kind.as_str()) {
-        problem(format!(
-            "type must be one of {}, got {:?}",
-            TYPES.join(", "),
-            request.kind
-        ));
+        problem(format!("type must be one of {}, got {:?}", TYPES.join(", "), request.kind));
     } else if !state.proxy_upstreams.serves(&request.kind) {
         problem(format!("type: {}", proxies::not_configured(&request.kind)));
     }
@@ -150,9 +146,9 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
             match config.get(key) {
                 None => {}
                 Some(Value::String(text)) if !text.chars().any(char::is_control) => {}
-                Some(_) => problem(format!(
-                    "config.{key} must be a string without control characters"
-                )),
+                Some(_) => {
+                    problem(format!("config.{key} must be a string without control characters"))
+                }
             }
         }
         for key in config.keys() {
@@ -171,12 +167,11 @@ fn validate(state: &AppState, request: &CreateProxyRequest) -> Vec<ErrorDetail> 
 }
 
 /// Create a proxy.
-#[utoipa::path(post, path = "/proxies", tag = "proxies", request_body = CreateProxyRequest,
+#[utoipa::path(post, path = "/proxies", request_body = CreateProxyRequest,
     responses((status = 200, body = Proxy),
         (status = 403, description = "The operator's egress policy forbids the proxy's host", body = ErrorBody)))]
 pub async fn create(
-    org: Org,
-    JsonBody(request): JsonBody<CreateProxyRequest>,
+    org: Org, JsonBody(request): JsonBody<CreateProxyRequest>,
 ) -> Result<Json<Proxy>, ApiError> {
     let problems = validate(&org, &request);
     if !problems.is_empty() {
@@ -211,12 +206,10 @@ pub async fn create(
 
 /// The organization's proxies, oldest first (deleted ones are gone), paged with
 /// `limit`/`offset`.
-#[utoipa::path(get, path = "/proxies", tag = "proxies", params(NamedListQuery),
+#[utoipa::path(get, path = "/proxies", params(NamedListQuery),
     responses((status = 200, body = Vec<Proxy>)))]
 pub async fn list(
-    org: Org,
-    paging: Paging,
-    QueryParams(query): QueryParams<NamedListQuery>,
+    org: Org, paging: Paging, QueryParams(query): QueryParams<NamedListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
     let records = org.store.list_proxies(&org.id).await?;
     let (headers, page) = query.page_or_all(paging, records, |p| (&p.id, p.name.as_deref()))?;
@@ -230,7 +223,7 @@ async fn find(org: &Org, id: &str) -> Result<ProxyRecord, ApiError> {
 }
 
 /// A proxy by id, or by a name exactly one proxy has (409 when several do).
-#[utoipa::path(get, path = "/proxies/{id}", tag = "proxies",
+#[utoipa::path(get, path = "/proxies/{id}",
     responses((status = 200, body = Proxy), (status = 409, body = ErrorBody)))]
 pub async fn retrieve(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Proxy>, ApiError> {
     Ok(Json(find(&org, &id).await?.into()))
@@ -245,22 +238,16 @@ pub struct UpdateProxyRequest {
 }
 
 /// Rename a proxy. Sessions using it keep using it.
-#[utoipa::path(patch, path = "/proxies/{id}", tag = "proxies", request_body = UpdateProxyRequest,
+#[utoipa::path(patch, path = "/proxies/{id}", request_body = UpdateProxyRequest,
     responses((status = 200, body = Proxy), (status = 409, body = ErrorBody)))]
 pub async fn update(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(request): JsonBody<UpdateProxyRequest>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<UpdateProxyRequest>,
 ) -> Result<Json<Proxy>, ApiError> {
     if let Some(problem) = profiles::name_problem(&request.name) {
         return Err(ApiError::invalid_field(problem));
     }
     let proxy = find(&org, &id).await?;
-    if !org
-        .store
-        .rename_proxy(&org.id, &proxy.id, &request.name)
-        .await?
-    {
+    if !org.store.rename_proxy(&org.id, &proxy.id, &request.name).await? {
         return Err(ApiError::not_found("proxy", &id));
     }
     Ok(Json(find(&org, &proxy.id).await?.into()))
@@ -268,14 +255,10 @@ pub async fn update(
 
 /// Delete a proxy (seed 4.9). Soft: sessions that use it keep their `proxy_id` and their
 /// route until they end; new sessions and pools cannot reference it.
-#[utoipa::path(delete, path = "/proxies/{id}", tag = "proxies", responses((status = 204)))]
+#[utoipa::path(delete, path = "/proxies/{id}", responses((status = 204)))]
 pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<StatusCode, ApiError> {
     let proxy = find(&org, &id).await?;
-    if org
-        .store
-        .delete_proxy(&org.id, &proxy.id, Utc::now())
-        .await?
-    {
+    if org.store.delete_proxy(&org.id, &proxy.id, Utc::now()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("proxy", &id))
@@ -284,8 +267,7 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
 
 /// Fetch the server's check URL through the proxy; answers the proxy with its fresh
 /// `status` and `last_checked`, and `check_error` when the request failed.
-#[utoipa::path(post, path = "/proxies/{id}/check", tag = "proxies",
-    responses((status = 200, body = Proxy)))]
+#[utoipa::path(post, path = "/proxies/{id}/check", responses((status = 200, body = Proxy)))]
 pub async fn check(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Proxy>, ApiError> {
     let mut record = find(&org, &id).await?;
     let outcome = match proxies::connectable_route(&record, &org.proxy_upstreams, &org.egress).await
@@ -294,12 +276,7 @@ pub async fn check(org: Org, PathParam(id): PathParam<String>) -> Result<Json<Pr
         Err(reason) => Err(reason),
     };
     let result = ProxyCheck {
-        status: if outcome.is_ok() {
-            "available"
-        } else {
-            "unavailable"
-        }
-        .into(),
+        status: if outcome.is_ok() { "available" } else { "unavailable" }.into(),
         at: Utc::now(),
         ip_address: None,
         error: outcome.err(),

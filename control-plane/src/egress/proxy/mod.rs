@@ -75,10 +75,7 @@ impl EgressServer {
     /// Listens on `socket` (replacing a stale one), readable and writable by `owner`
     /// only: the VM's user.
     pub fn start(
-        socket: &Path,
-        owner: Option<(u32, u32)>,
-        policy: EgressPolicy,
-        egress: VmEgress,
+        socket: &Path, owner: Option<(u32, u32)>, policy: EgressPolicy, egress: VmEgress,
         failure_log: Option<FailureLog>,
     ) -> std::io::Result<Self> {
         match std::fs::remove_file(socket) {
@@ -130,18 +127,13 @@ impl EgressServer {
                 });
             }
         });
-        Ok(Self {
-            egress,
-            shutdown,
-            failure_log,
-        })
+        Ok(Self { egress, shutdown, failure_log })
     }
 
     /// Applies to new requests at once; open connections to hosts it no longer allows
     /// are closed.
     pub fn set_allowed_hosts(&self, allowed_hosts: Option<HostAllowlist>) {
-        self.egress
-            .send_modify(|egress| egress.allowed_hosts = allowed_hosts);
+        self.egress.send_modify(|egress| egress.allowed_hosts = allowed_hosts);
     }
 
     /// Switches the session's proxy (`None`: direct) for new requests at once; open
@@ -155,9 +147,7 @@ impl EgressServer {
 impl VmEgress {
     /// The proxy a request for `host` goes through; `None` when it goes direct.
     fn route_for(&self, host: &str) -> Option<&ProxyRoute> {
-        self.upstream
-            .as_ref()
-            .filter(|upstream| !bypassed(&upstream.bypass_hosts, host))
+        self.upstream.as_ref().filter(|upstream| !bypassed(&upstream.bypass_hosts, host))
     }
 }
 
@@ -185,9 +175,8 @@ impl ProxyRequest {
             return Err("malformed request line".into());
         };
         let tunnel = method.eq_ignore_ascii_case("CONNECT");
-        let uri: http::Uri = target
-            .parse()
-            .map_err(|_| format!("{target:?} is not a proxy request target"))?;
+        let uri: http::Uri =
+            target.parse().map_err(|_| format!("{target:?} is not a proxy request target"))?;
         if !tunnel && uri.scheme_str() != Some("http") {
             return Err("only CONNECT and absolute http:// requests are proxied".into());
         }
@@ -270,9 +259,7 @@ impl ProxyRequest {
 }
 
 async fn handle(
-    mut client: UnixStream,
-    policy: &EgressPolicy,
-    mut updates: watch::Receiver<VmEgress>,
+    mut client: UnixStream, policy: &EgressPolicy, mut updates: watch::Receiver<VmEgress>,
     log: Option<&FailureLog>,
 ) -> std::io::Result<()> {
     let (head, rest) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client))
@@ -297,10 +284,7 @@ async fn handle(
     if let Some(allowed) = &egress.allowed_hosts
         && !allowed.allows(&request.host)
     {
-        let reason = format!(
-            "{} is not in this browser's network.allowed_hosts",
-            request.host
-        );
+        let reason = format!("{} is not in this browser's network.allowed_hosts", request.host);
         return refuse(&mut client, log, &request, POLICY_DENIED, &reason).await;
     }
     let upstream = egress.route_for(&request.host);
@@ -315,21 +299,13 @@ async fn handle(
             let authorization = upstream.username.as_ref().map(|username| {
                 let credentials =
                     format!("{username}:{}", upstream.password.as_deref().unwrap_or(""));
-                format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(credentials)
-                )
+                format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(credentials))
             });
             // The target as we understood it, not as sent: the upstream cannot read it
             // another way.
-            let target = if request.is_tunnel() {
-                request.authority()
-            } else {
-                request.absolute_url()
-            };
-            server
-                .write_all(&request.outgoing_head(&target, authorization.as_deref()))
-                .await?;
+            let target =
+                if request.is_tunnel() { request.authority() } else { request.absolute_url() };
+            server.write_all(&request.outgoing_head(&target, authorization.as_deref())).await?;
             server
         }
         None => {
@@ -347,13 +323,9 @@ async fn handle(
                 return refuse(&mut client, log, &request, CONNECT_FAILED, &reason).await;
             };
             if request.is_tunnel() {
-                client
-                    .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                    .await?;
+                client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await?;
             } else {
-                server
-                    .write_all(&request.outgoing_head(&request.origin_target, None))
-                    .await?;
+                server.write_all(&request.outgoing_head(&request.origin_target, None)).await?;
             }
             server
         }
@@ -368,9 +340,7 @@ async fn handle(
             // A plain request carries its own body and nothing after it: a second request
             // pipelined behind it would reach the upstream proxy unjudged.
             Some(length) => {
-                let already = rest
-                    .len()
-                    .min(usize::try_from(length).unwrap_or(usize::MAX));
+                let already = rest.len().min(usize::try_from(length).unwrap_or(usize::MAX));
                 server.write_all(&rest[..already]).await?;
                 let (mut client_read, mut client_write) = client.split();
                 let (mut server_read, mut server_write) = server.split();
@@ -395,10 +365,8 @@ async fn handle(
 /// An error answer is noted: a page that fails to load shows only a net error (what goes
 /// through a tunnel, HTTPS, cannot be seen into).
 async fn relay_response(
-    server: &mut (impl AsyncRead + Unpin),
-    client: &mut (impl AsyncWrite + Unpin),
-    log: Option<&FailureLog>,
-    request: &ProxyRequest,
+    server: &mut (impl AsyncRead + Unpin), client: &mut (impl AsyncWrite + Unpin),
+    log: Option<&FailureLog>, request: &ProxyRequest,
 ) -> std::io::Result<()> {
     let (head, rest) = read_head(server).await?;
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -421,10 +389,7 @@ async fn relay_response(
     let mut out = format!("HTTP/1.1 {} {}\r\n", status, response.reason.unwrap_or("")).into_bytes();
     for header in response.headers.iter() {
         let name = header.name.to_ascii_lowercase();
-        if !matches!(
-            name.as_str(),
-            "connection" | "keep-alive" | "proxy-connection"
-        ) {
+        if !matches!(name.as_str(), "connection" | "keep-alive" | "proxy-connection") {
             out.extend_from_slice(header.name.as_bytes());
             out.extend_from_slice(b": ");
             out.extend_from_slice(header.value);
@@ -472,10 +437,7 @@ async fn rerouted(updates: &mut watch::Receiver<VmEgress>, host: &str, route: Op
             return std::future::pending().await;
         }
         let egress = updates.borrow_and_update();
-        let allowed = egress
-            .allowed_hosts
-            .as_ref()
-            .is_none_or(|allowed| allowed.allows(host));
+        let allowed = egress.allowed_hosts.as_ref().is_none_or(|allowed| allowed.allows(host));
         // The same upstream with the same credentials is the same way, whatever else its
         // bypass list says.
         if !allowed || egress.route_for(host).map(endpoint) != route.map(endpoint) {
@@ -485,21 +447,15 @@ async fn rerouted(updates: &mut watch::Receiver<VmEgress>, host: &str, route: Op
 }
 
 async fn connect(address: &str) -> Option<TcpStream> {
-    let server = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address))
-        .await
-        .ok()?
-        .ok()?;
+    let server =
+        tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address)).await.ok()?.ok()?;
     let _ = server.set_nodelay(true);
     Some(server)
 }
 
 /// Where a route's connections go, and as whom.
 fn endpoint(route: &ProxyRoute) -> (&str, Option<&str>, Option<&str>) {
-    (
-        &route.address,
-        route.username.as_deref(),
-        route.password.as_deref(),
-    )
+    (&route.address, route.username.as_deref(), route.password.as_deref())
 }
 
 /// Whether the session's proxy lets `host` go direct (Chromium bypass-list patterns:
@@ -526,11 +482,8 @@ fn bypassed(patterns: &[String], host: &str) -> bool {
 /// Answers a request the proxy will not carry (403 for a policy's refusal, else 502),
 /// naming `code` to the browser and noting it for the session's telemetry.
 async fn refuse(
-    client: &mut (impl AsyncWrite + Unpin),
-    log: Option<&FailureLog>,
-    request: &ProxyRequest,
-    code: &'static str,
-    reason: &str,
+    client: &mut (impl AsyncWrite + Unpin), log: Option<&FailureLog>, request: &ProxyRequest,
+    code: &'static str, reason: &str,
 ) -> std::io::Result<()> {
     let (status, line) = match code {
         POLICY_DENIED => (403, "403 Forbidden"),
@@ -560,10 +513,7 @@ async fn refuse(
 }
 
 async fn answer(
-    client: &mut (impl AsyncWrite + Unpin),
-    status: &str,
-    error: Option<&str>,
-    reason: &str,
+    client: &mut (impl AsyncWrite + Unpin), status: &str, error: Option<&str>, reason: &str,
 ) -> std::io::Result<()> {
     let error = error.map_or_else(String::new, |e| format!("{ERROR_HEADER}: {e}\r\n"));
     let response = format!(

@@ -33,61 +33,36 @@ async fn request(socket: &Path, head: &str) -> (UnixStream, String) {
     client.write_all(head.as_bytes()).await.expect("writes");
     let mut answer = vec![0u8; 1024];
     let read = client.read(&mut answer).await.expect("reads");
-    (
-        client,
-        String::from_utf8_lossy(&answer[..read]).into_owned(),
-    )
+    (client, String::from_utf8_lossy(&answer[..read]).into_owned())
 }
 
 #[tokio::test]
 async fn refuses_internal_addresses_and_closes_tunnels_an_allowlist_revokes() {
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("egress.sock");
-    let target = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
+    let target = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
     let port = target.local_addr().expect("address").port();
     let loopback_allowed = EgressPolicy::new(vec!["127.0.0.1".parse().expect("allowance")]);
     let server = EgressServer::start(&socket, None, loopback_allowed, VmEgress::default(), None)
         .expect("starts");
 
     // The operator allowed 127.0.0.1, not the rest of loopback or link-local.
-    for refused in [
-        "127.0.0.2:80",
-        "169.254.169.254:80",
-        "[::1]:80",
-        "10.0.0.1:80",
-    ] {
+    for refused in ["127.0.0.2:80", "169.254.169.254:80", "[::1]:80", "10.0.0.1:80"] {
         let (_, answer) = request(&socket, &format!("CONNECT {refused} HTTP/1.1\r\n\r\n")).await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{refused}: {answer}");
-        assert!(
-            answer.contains("X-Kernel-Proxy-Error: network_policy_denied"),
-            "{answer}"
-        );
+        assert!(answer.contains("X-Kernel-Proxy-Error: network_policy_denied"), "{answer}");
     }
-    let (mut tunnel, answer) = request(
-        &socket,
-        &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n"),
-    )
-    .await;
+    let (mut tunnel, answer) =
+        request(&socket, &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n")).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let (_accepted, _) = target
-        .accept()
-        .await
-        .expect("the tunnel reached the target");
+    let (_accepted, _) = target.accept().await.expect("the tunnel reached the target");
 
     // An allowlist without the tunnel's host closes it.
-    server.set_allowed_hosts(Some(
-        HostAllowlist::parse(&["example.com".into()]).expect("valid"),
-    ));
+    server.set_allowed_hosts(Some(HostAllowlist::parse(&["example.com".into()]).expect("valid")));
     let mut rest = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(5), tunnel.read_to_end(&mut rest)).await;
     assert!(matches!(closed, Ok(Ok(0))), "{closed:?}");
-    let (_, answer) = request(
-        &socket,
-        &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n"),
-    )
-    .await;
+    let (_, answer) = request(&socket, &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n")).await;
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
 }
 
@@ -95,19 +70,14 @@ async fn refuses_internal_addresses_and_closes_tunnels_an_allowlist_revokes() {
 async fn switching_the_proxy_closes_tunnels_through_the_old_route_only() {
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("egress.sock");
-    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
     let route = ProxyRoute {
         address: upstream.local_addr().expect("address").to_string(),
         username: None,
         password: None,
         bypass_hosts: vec!["direct.test".into()],
     };
-    let egress = VmEgress {
-        upstream: Some(route.clone()),
-        allowed_hosts: None,
-    };
+    let egress = VmEgress { upstream: Some(route.clone()), allowed_hosts: None };
     let server =
         EgressServer::start(&socket, None, EgressPolicy::default(), egress, None).expect("starts");
     let accepted = tokio::spawn(async move {
@@ -145,9 +115,7 @@ async fn switching_the_proxy_closes_tunnels_through_the_old_route_only() {
 async fn a_plain_request_reaches_the_upstream_alone_with_our_credentials() {
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("egress.sock");
-    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
     let egress = VmEgress {
         upstream: Some(ProxyRoute {
             address: upstream.local_addr().expect("address").to_string(),
@@ -184,25 +152,15 @@ async fn a_plain_request_reaches_the_upstream_alone_with_our_credentials() {
     .await;
     assert!(answer.ends_with("ok"), "{answer}");
     let seen = received.await.expect("upstream task");
-    assert!(
-        seen.starts_with("POST http://a.test/x HTTP/1.1\r\n"),
-        "{seen}"
-    );
-    assert!(
-        seen.contains("Proxy-Authorization: Basic dTpw\r\n"),
-        "{seen}"
-    );
+    assert!(seen.starts_with("POST http://a.test/x HTTP/1.1\r\n"), "{seen}");
+    assert!(seen.contains("Proxy-Authorization: Basic dTpw\r\n"), "{seen}");
     assert!(seen.ends_with("\r\n\r\nabc"), "{seen}");
     assert!(!seen.contains("evil.test"), "{seen}");
 }
 
 #[test]
 fn bypass_patterns() {
-    let patterns = [
-        "intranet.test".to_owned(),
-        "*.corp.test".to_owned(),
-        "<local>".to_owned(),
-    ];
+    let patterns = ["intranet.test".to_owned(), "*.corp.test".to_owned(), "<local>".to_owned()];
     assert!(bypassed(&patterns, "intranet.test"));
     assert!(bypassed(&patterns, "a.corp.test"));
     assert!(bypassed(&patterns, "printer"));

@@ -19,10 +19,7 @@ pub(super) struct FlowBrowser {
 
 impl Workflow {
     pub(super) async fn load(&self, url: &str) -> anyhow::Result<Assessment> {
-        let browser = self
-            .browser
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("no browser"))?;
+        let browser = self.browser.as_ref().ok_or_else(|| anyhow::anyhow!("no browser"))?;
         browser.page.navigate(url).await?;
         browser.page.settled(PAGE_SETTLE_TIMEOUT).await
     }
@@ -30,9 +27,7 @@ impl Workflow {
     /// A browser with the connection's profile (never saving by itself), or the flow's
     /// browser that survived a restart.
     pub(super) async fn open_browser(
-        &mut self,
-        reuse: Option<&str>,
-        headful: bool,
+        &mut self, reuse: Option<&str>, headful: bool,
     ) -> anyhow::Result<()> {
         if self.browser.is_some() {
             return Ok(());
@@ -58,10 +53,7 @@ impl Workflow {
                     telemetry: self.document.browser_telemetry.clone(),
                     ..Default::default()
                 };
-                let spec = self
-                    .sessions
-                    .spec(&org_id, &config, None, Vec::new())
-                    .await?;
+                let spec = self.sessions.spec(&org_id, &config, None, Vec::new()).await?;
                 self.sessions.create(&org_id, spec).await?
             }
         };
@@ -70,28 +62,17 @@ impl Workflow {
         let page = match Page::attach(&agent).await {
             Ok(page) => page,
             Err(error) => {
-                let _ = self
-                    .sessions
-                    .end(&session, "managed auth could not drive it")
-                    .await;
+                let _ = self.sessions.end(&session, "managed auth could not drive it").await;
                 return Err(error);
             }
         };
-        self.browser = Some(FlowBrowser {
-            session,
-            page,
-            _in_use: in_use,
-        });
+        self.browser = Some(FlowBrowser { session, page, _in_use: in_use });
         Ok(())
     }
 
     pub(super) async fn end_browser(&self, browser: FlowBrowser) {
         let FlowBrowser { session, .. } = browser;
-        if let Err(error) = self
-            .sessions
-            .end(&session, "managed auth is done with it")
-            .await
-        {
+        if let Err(error) = self.sessions.end(&session, "managed auth is done with it").await {
             tracing::warn!(%error, "ending a managed-auth browser failed");
         }
     }
@@ -108,10 +89,7 @@ impl Workflow {
 
     async fn end_session(&self, session_id: &str) {
         if let Ok(session) = self.sessions.live(&self.record.org_id, session_id).await {
-            let _ = self
-                .sessions
-                .end(&session, "managed auth is done with it")
-                .await;
+            let _ = self.sessions.end(&session, "managed auth is done with it").await;
         }
     }
 }

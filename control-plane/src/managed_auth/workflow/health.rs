@@ -13,18 +13,12 @@ impl Workflow {
         self.document.next_health_check_at = Utc::now() + interval;
         let result = async {
             self.open_browser(None, false).await?;
-            let target = self
-                .document
-                .post_login_url
-                .clone()
-                .unwrap_or_else(|| self.login_target());
+            let target =
+                self.document.post_login_url.clone().unwrap_or_else(|| self.login_target());
             self.load(&target).await
         }
         .await;
-        let session_id = self
-            .browser
-            .as_ref()
-            .map(|browser| browser.session.id.clone());
+        let session_id = self.browser.as_ref().map(|browser| browser.session.id.clone());
         if let Some(browser) = self.browser.take() {
             self.end_browser(browser).await;
         }
@@ -38,13 +32,9 @@ impl Workflow {
         };
         let logged_in = !assessment.password_field && self.inside(&assessment.url);
         let before = self.document.status;
-        self.document.status = if logged_in {
-            AuthStatus::Authenticated
-        } else {
-            AuthStatus::NeedsAuth
-        };
-        self.document
-            .record_health_check(before, self.document.status, session_id);
+        self.document.status =
+            if logged_in { AuthStatus::Authenticated } else { AuthStatus::NeedsAuth };
+        self.document.record_health_check(before, self.document.status, session_id);
         tracing::info!(connection_id = %self.id(), logged_in, "health check");
         self.save_quietly().await;
         let can_reauth = self.record.credentials.is_some() || self.document.credential.is_some();

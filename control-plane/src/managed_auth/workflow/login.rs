@@ -24,9 +24,7 @@ const MAX_AUTOMATIC_STEPS: u32 = 4;
 /// seed; else the credential's value of the same name, or of the field's kind (password,
 /// email, user name); else a value saved from an earlier login under the field's name.
 fn value_for(
-    field: &DiscoveredField,
-    credential: &LoginValues,
-    saved: &Credentials,
+    field: &DiscoveredField, credential: &LoginValues, saved: &Credentials,
 ) -> Option<String> {
     if field.is_one_time() {
         return credential.totp.as_ref().map(|totp| totp.code.clone());
@@ -42,24 +40,18 @@ fn value_for(
     let by_kind = || match field.kind.as_str() {
         "password" => value("password"),
         "email" => value("email").or_else(|| value("username")),
-        _ if ["user", "login", "email", "account"]
-            .iter()
-            .any(|word| hint.contains(word)) =>
-        {
+        _ if ["user", "login", "email", "account"].iter().any(|word| hint.contains(word)) => {
             value("username").or_else(|| value("email"))
         }
         _ => None,
     };
-    value(&field.name)
-        .or_else(by_kind)
-        .or_else(|| saved.get(&field.name).cloned())
+    value(&field.name).or_else(by_kind).or_else(|| saved.get(&field.name).cloned())
 }
 
 impl Workflow {
     /// The discovered fields paired with the submitted values, or why not.
     pub(super) fn check_submission(
-        &self,
-        fields: &Credentials,
+        &self, fields: &Credentials,
     ) -> ServiceResult<Vec<(DiscoveredField, String)>> {
         let Some(flow) = self.document.flow_in_progress() else {
             return Err(ServiceError::Conflict(
@@ -92,11 +84,7 @@ impl Workflow {
         }
         Ok(discovered
             .into_iter()
-            .filter_map(|field| {
-                fields
-                    .get(&field.name)
-                    .map(|value| (field.clone(), value.clone()))
-            })
+            .filter_map(|field| fields.get(&field.name).map(|value| (field.clone(), value.clone())))
             .collect())
     }
 
@@ -135,11 +123,9 @@ impl Workflow {
         // A credential for an SSO provider signs in through the provider's button on
         // the login form.
         let sso_provider = match &self.document.credential {
-            Some(_) if !assessment.fields.is_empty() => self
-                .credential_values()
-                .await
-                .ok()
-                .and_then(|v| v.sso_provider),
+            Some(_) if !assessment.fields.is_empty() => {
+                self.credential_values().await.ok().and_then(|v| v.sso_provider)
+            }
             _ => None,
         };
         // Its values are for the identity provider: without the button, nothing is filled.
@@ -188,9 +174,7 @@ impl Workflow {
         let started = match self.sessions.agent(&session) {
             Ok(agent) => {
                 let longest = (crate::managed_auth::FLOW_TTL.num_seconds() + 60) as u32;
-                self.replays
-                    .start(&session, agent, 10, longest, false)
-                    .await
+                self.replays.start(&session, agent, 10, longest, false).await
             }
             Err(error) => Err(error),
         };
@@ -214,10 +198,7 @@ impl Workflow {
         if !browser.page.follow_sso_button(provider).await? {
             return Ok(None);
         }
-        browser
-            .page
-            .wait_for_new_document(SUBMIT_NAVIGATION_WAIT)
-            .await;
+        browser.page.wait_for_new_document(SUBMIT_NAVIGATION_WAIT).await;
         Ok(Some(browser.page.settled(PAGE_SETTLE_TIMEOUT).await?))
     }
 
@@ -237,17 +218,12 @@ impl Workflow {
     /// fields. AWAITING_INPUT is announced only when a person must act: a step the flow
     /// fills itself goes from DISCOVERING straight to SUBMITTING.
     async fn await_input(
-        &mut self,
-        url: &str,
-        fields: Vec<DiscoveredField>,
-        website_error: Option<String>,
+        &mut self, url: &str, fields: Vec<DiscoveredField>, website_error: Option<String>,
     ) {
         // A form outside the domain and allowed domains is never filled.
         if !self.inside(url) {
-            let message = format!(
-                "the login form is outside the allowed domains, at {}",
-                strip_query(url)
-            );
+            let message =
+                format!("the login form is outside the allowed domains, at {}", strip_query(url));
             return self.fail("left_allowed_domains", &message).await;
         }
         if let Some(flow) = self.flow_mut() {
@@ -255,10 +231,7 @@ impl Workflow {
             flow.website_error = website_error.clone();
             flow.awaiting_url = Some(url.to_owned());
         }
-        let values = match self
-            .automatic_values(url, &fields, website_error.is_some())
-            .await
-        {
+        let values = match self.automatic_values(url, &fields, website_error.is_some()).await {
             Ok(values) => values,
             Err(error) => {
                 if let Some(flow) = self.flow_mut() {
@@ -288,10 +261,7 @@ impl Workflow {
     /// The values the flow fills `fields` with itself, if it may and has them all;
     /// `Err` says why the connection's credential cannot be used.
     async fn automatic_values(
-        &self,
-        url: &str,
-        fields: &[DiscoveredField],
-        site_refused: bool,
+        &self, url: &str, fields: &[DiscoveredField], site_refused: bool,
     ) -> Result<Option<Vec<(DiscoveredField, String)>>, String> {
         let has_credential = self.document.credential.is_some();
         let automatic = !site_refused
@@ -312,11 +282,7 @@ impl Workflow {
         // The same form back without an error after filling it: the site did not take the
         // values, and sending them again could lock the account.
         let selectors: Vec<String> = fields.iter().map(|field| field.selector.clone()).collect();
-        if self
-            .document
-            .flow_in_progress()
-            .is_some_and(|flow| flow.auto_filled == selectors)
-        {
+        if self.document.flow_in_progress().is_some_and(|flow| flow.auto_filled == selectors) {
             return Ok(None);
         }
         // An SSO credential's values belong to the identity provider, not to the site.
@@ -342,29 +308,19 @@ impl Workflow {
         if let Some(name) = reference.credential_id.as_ref().or(reference.name.as_ref()) {
             return self.credentials.login_values(org_id, name).await;
         }
-        let provider = reference
-            .provider_id
-            .as_deref()
-            .or(reference.provider.as_deref())
-            .unwrap_or_default();
+        let provider =
+            reference.provider_id.as_deref().or(reference.provider.as_deref()).unwrap_or_default();
         let item = match &reference.path {
             Some(path) => ItemLookup::Path(path),
             None => ItemLookup::Domain(&self.record.domain),
         };
-        self.credentials
-            .onepassword
-            .login_values(org_id, provider, item)
-            .await?
-            .ok_or_else(|| {
-                ServiceError::NotFound(format!(
-                    "credential provider {} has no item {}",
-                    reference.provider.as_deref().unwrap_or_default(),
-                    reference
-                        .path
-                        .clone()
-                        .unwrap_or_else(|| format!("for {}", self.record.domain))
-                ))
-            })
+        self.credentials.onepassword.login_values(org_id, provider, item).await?.ok_or_else(|| {
+            ServiceError::NotFound(format!(
+                "credential provider {} has no item {}",
+                reference.provider.as_deref().unwrap_or_default(),
+                reference.path.clone().unwrap_or_else(|| format!("for {}", self.record.domain))
+            ))
+        })
     }
 
     fn saved_credentials(&self) -> Credentials {
@@ -391,18 +347,14 @@ impl Workflow {
             }
         }
         let Some(browser) = &self.browser else {
-            return self
-                .fail("browser_failed", "the flow's browser is gone")
-                .await;
+            return self.fail("browser_failed", "the flow's browser is gone").await;
         };
         // The page may have moved on since the form was read (a redirect while values
         // were fetched): values are filled inside the allowed domains only.
         let before = browser.page.assess().await.map(|a| a.url);
         if let Some(url) = before.as_deref().filter(|url| !self.inside(url)) {
-            let message = format!(
-                "the login form is outside the allowed domains, at {}",
-                strip_query(url)
-            );
+            let message =
+                format!("the login form is outside the allowed domains, at {}", strip_query(url));
             return self.fail("left_allowed_domains", &message).await;
         }
         if let Err(error) = browser.page.fill_and_submit(&values).await {
@@ -410,10 +362,7 @@ impl Workflow {
         }
         // Judge the result only once the submission has left the page (or, for a page
         // that answers without navigating, after a while).
-        browser
-            .page
-            .wait_for_new_document(SUBMIT_NAVIGATION_WAIT)
-            .await;
+        browser.page.wait_for_new_document(SUBMIT_NAVIGATION_WAIT).await;
         let assessment = match browser.page.settled(PAGE_SETTLE_TIMEOUT).await {
             Ok(assessment) => assessment,
             Err(error) => return self.fail("navigation_failed", &format!("{error:#}")).await,
@@ -485,25 +434,16 @@ impl Workflow {
     /// Logged in: save the profile (and the values), finish the flow.
     async fn succeed(&mut self, landed_at: String) {
         let Some(browser) = self.browser.take() else {
-            return self
-                .fail("browser_failed", "the flow's browser is gone")
-                .await;
+            return self.fail("browser_failed", "the flow's browser is gone").await;
         };
         let saved = match self.sessions.agent(&browser.session) {
-            Ok(agent) => {
-                self.profiles
-                    .save_from(&self.document.profile_id, &agent)
-                    .await
-            }
+            Ok(agent) => self.profiles.save_from(&self.document.profile_id, &agent).await,
             Err(error) => Err(anyhow::anyhow!("{error}")),
         };
         self.end_browser(browser).await;
         if let Err(error) = saved {
             return self
-                .fail(
-                    "profile_save_failed",
-                    &format!("the profile could not be saved: {error:#}"),
-                )
+                .fail("profile_save_failed", &format!("the profile could not be saved: {error:#}"))
                 .await;
         }
         // A connection with a credential logs in from it: it keeps no values of its own.

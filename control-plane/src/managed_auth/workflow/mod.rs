@@ -68,11 +68,8 @@ pub(super) struct Workflow {
 impl Workflow {
     /// The workflow of `record`, sharing `auth`'s services.
     pub(super) fn new(
-        auth: &ManagedAuth,
-        record: AuthConnectionRecord,
-        document: Document,
-        events: broadcast::Sender<Value>,
-        cancel: CancellationToken,
+        auth: &ManagedAuth, record: AuthConnectionRecord, document: Document,
+        events: broadcast::Sender<Value>, cancel: CancellationToken,
     ) -> Self {
         Self {
             store: auth.store.clone(),
@@ -101,11 +98,7 @@ impl Workflow {
 
     pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         // A flow already expired is finished by the loop below.
-        if self
-            .document
-            .flow_in_progress()
-            .is_some_and(|flow| flow.expires_at > Utc::now())
-        {
+        if self.document.flow_in_progress().is_some_and(|flow| flow.expires_at > Utc::now()) {
             tracing::info!(connection_id = %self.id(), "resuming a login flow");
             if let Outcome::Canceled = self.cancellable(Operation::Discover).await {
                 return self.canceled().await;
@@ -156,11 +149,7 @@ impl Workflow {
     /// meanwhile. Operations are bounded (page loads, launches), so a delete waits seconds.
     async fn cancellable(&mut self, operation: Operation) -> Outcome {
         self.perform(operation).await;
-        if self.cancel.is_cancelled() {
-            Outcome::Canceled
-        } else {
-            Outcome::Done
-        }
+        if self.cancel.is_cancelled() { Outcome::Canceled } else { Outcome::Done }
     }
 
     async fn perform(&mut self, operation: Operation) {
@@ -191,10 +180,7 @@ impl Workflow {
             return None;
         }
         match command {
-            Command::Login {
-                record_session,
-                reply,
-            } => {
+            Command::Login { record_session, reply } => {
                 if self.document.flow_in_progress().is_some() {
                     let _ = reply.send(Err(ServiceError::Conflict(
                         "a login flow is already in progress for this connection".into(),
@@ -287,8 +273,7 @@ impl Workflow {
 
     async fn fail(&mut self, code: &str, message: &str) {
         tracing::warn!(connection_id = %self.id(), code, message, "login flow failed");
-        self.finish_flow(FlowStatus::Failed, Some((code, message)))
-            .await;
+        self.finish_flow(FlowStatus::Failed, Some((code, message))).await;
     }
 
     /// Ends the flow (failed or expired) and its browser.
@@ -309,12 +294,7 @@ impl Workflow {
     /// the flow's browser ends. Nothing is written (the record is gone).
     async fn canceled(mut self) {
         self.end_flow_browser().await;
-        if let Some(flow) = self
-            .document
-            .flow
-            .as_mut()
-            .filter(|flow| flow.in_progress())
-        {
+        if let Some(flow) = self.document.flow.as_mut().filter(|flow| flow.in_progress()) {
             flow.status = FlowStatus::Canceled;
             if let Some(event) = state_event(&self.document, None) {
                 let _ = self.events.send(event);

@@ -70,8 +70,7 @@ impl KubernetesRuntime {
     /// `KUBECONFIG`) and starts watching the service's pods in `namespace` (default: the
     /// configuration's).
     pub async fn connect(
-        namespace: Option<&str>,
-        config: KubernetesRuntimeConfig,
+        namespace: Option<&str>, config: KubernetesRuntimeConfig,
     ) -> anyhow::Result<Self> {
         let client = kube::Client::try_default().await?;
         let pods: Api<Pod> = match namespace {
@@ -80,13 +79,9 @@ impl KubernetesRuntime {
         };
         // Fail at start, not at the first browser, when the API server or the rights are
         // missing.
-        pods.list(
-            &ListParams::default()
-                .labels(pods::MANAGED_SELECTOR)
-                .limit(1),
-        )
-        .await
-        .map_err(|error| anyhow::anyhow!("listing pods through the Kubernetes API: {error}"))?;
+        pods.list(&ListParams::default().labels(pods::MANAGED_SELECTOR).limit(1))
+            .await
+            .map_err(|error| anyhow::anyhow!("listing pods through the Kubernetes API: {error}"))?;
         let declared = config.template.declared_ports();
         anyhow::ensure!(
             declared.is_empty() || declared.contains(&i32::from(config.agent_port)),
@@ -96,20 +91,13 @@ impl KubernetesRuntime {
         );
         let seen = watch::start(pods.clone());
         let isolation = config.template.isolation_report();
-        Ok(Self {
-            pods,
-            config,
-            isolation,
-            seen,
-        })
+        Ok(Self { pods, config, isolation, seen })
     }
 
     /// Waits until the pod's fate passes `settled`, and returns that fate.
     async fn fate_when(&self, name: &str, settled: impl Fn(&PodFate) -> bool) -> PodFate {
         let mut seen = self.seen.subscribe();
-        let found = seen
-            .wait_for(|seen| seen.fate(name).is_some_and(|fate| settled(&fate)))
-            .await;
+        let found = seen.wait_for(|seen| seen.fate(name).is_some_and(|fate| settled(&fate))).await;
         // (The lock `found` holds is released here, before any other wait.)
         let fate = found.ok().and_then(|seen| seen.fate(name));
         match fate {
@@ -146,9 +134,7 @@ impl KubernetesRuntime {
     /// Waits until the agent answers and Chromium's DevTools is up; then hands it the
     /// archives the VM starts from.
     async fn prepare_agent(
-        &self,
-        spec: &LaunchSpec,
-        location: &AgentLocation,
+        &self, spec: &LaunchSpec, location: &AgentLocation,
     ) -> Result<(), RuntimeError> {
         let failed = |what: &str, error: &dyn std::fmt::Display| {
             RuntimeError::LaunchFailed(format!("{what}: {error}"))
@@ -201,10 +187,8 @@ impl KubernetesRuntime {
 
     /// Deletes a pod (gone already counts as done); true once the API server took it.
     async fn delete_pod(&self, name: &str, grace_seconds: u32) -> bool {
-        let params = DeleteParams {
-            grace_period_seconds: Some(grace_seconds),
-            ..DeleteParams::default()
-        };
+        let params =
+            DeleteParams { grace_period_seconds: Some(grace_seconds), ..DeleteParams::default() };
         match self.pods.delete(name, &params).await {
             Ok(_) => true,
             Err(kube::Error::Api(status)) if status.is_not_found() => true,
@@ -218,9 +202,7 @@ impl KubernetesRuntime {
     /// Waits until the pod is gone, at most `wait`; true if it is.
     async fn wait_until_gone(&self, name: &str, wait: Duration) -> bool {
         let gone = |fate: &PodFate| matches!(fate, PodFate::Gone(_));
-        tokio::time::timeout(wait, self.fate_when(name, gone))
-            .await
-            .is_ok()
+        tokio::time::timeout(wait, self.fate_when(name, gone)).await.is_ok()
     }
 }
 
@@ -299,30 +281,23 @@ impl Runtime for KubernetesRuntime {
     }
 
     fn exit_reason(&self, session_id: &str) -> Option<String> {
-        self.seen
-            .borrow()
-            .fate(&pod_name(session_id))
-            .and_then(|fate| fate.reason())
+        self.seen.borrow().fate(&pod_name(session_id)).and_then(|fate| fate.reason())
     }
 
     async fn reap_strays(&self, live_session_ids: &HashSet<String>, spare_younger_than: Duration) {
-        let listed = match self
-            .pods
-            .list(&ListParams::default().labels(pods::MANAGED_SELECTOR))
-            .await
-        {
-            Ok(listed) => listed,
-            Err(error) => {
-                tracing::warn!(%error, "listing browser pods to reap strays failed");
-                return;
-            }
-        };
+        let listed =
+            match self.pods.list(&ListParams::default().labels(pods::MANAGED_SELECTOR)).await {
+                Ok(listed) => listed,
+                Err(error) => {
+                    tracing::warn!(%error, "listing browser pods to reap strays failed");
+                    return;
+                }
+            };
         let now = k8s_openapi::jiff::Timestamp::now();
         for pod in listed.items {
             let labels = pod.metadata.labels.clone().unwrap_or_default();
-            let live = labels
-                .get(SESSION_LABEL)
-                .is_some_and(|session| live_session_ids.contains(session));
+            let live =
+                labels.get(SESSION_LABEL).is_some_and(|session| live_session_ids.contains(session));
             let age = pod
                 .metadata
                 .creation_timestamp
@@ -359,17 +334,13 @@ impl Runtime for KubernetesRuntime {
 
     fn capabilities(&self) -> RuntimeCapabilities {
         RuntimeCapabilities {
-            chrome_policy: Err(
-                "chrome_policy is not supported with browsers in Kubernetes \
+            chrome_policy: Err("chrome_policy is not supported with browsers in Kubernetes \
                                 pods (--runtime kubernetes)"
-                    .to_owned(),
-            ),
-            egress_rules: Err(
-                "browsers in Kubernetes pods (--runtime kubernetes) reach the \
+                .to_owned()),
+            egress_rules: Err("browsers in Kubernetes pods (--runtime kubernetes) reach the \
                                network directly under the cluster's NetworkPolicy: \
                                network.allowed_hosts and proxies are not supported"
-                    .to_owned(),
-            ),
+                .to_owned()),
         }
     }
 }

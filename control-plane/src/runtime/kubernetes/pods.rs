@@ -154,15 +154,12 @@ impl PodView {
     pub fn fate(&self) -> PodFate {
         match self.phase.as_str() {
             "Failed" | "Succeeded" => {
-                let detail = [
-                    self.reason.as_deref(),
-                    self.message.as_deref(),
-                    self.terminated.as_deref(),
-                ]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(": ");
+                let detail =
+                    [self.reason.as_deref(), self.message.as_deref(), self.terminated.as_deref()]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join(": ");
                 PodFate::Gone(match detail.is_empty() {
                     true => format!("its pod ended ({})", self.phase),
                     false => format!("its pod ended ({}): {detail}", self.phase),
@@ -187,8 +184,7 @@ impl PodView {
 
 /// Unpacks the extensions the VM starts with, streamed from the blob store's files.
 pub async fn send_extensions(
-    client: &AgentClient,
-    extensions: &[(String, PathBuf)],
+    client: &AgentClient, extensions: &[(String, PathBuf)],
 ) -> Result<(), AgentError> {
     let (sender, receiver) = tokio::sync::mpsc::channel(8);
     let call = {
@@ -197,20 +193,12 @@ pub async fn send_extensions(
     };
     let send = |kind| {
         let sender = sender.clone();
-        async move {
-            sender
-                .send(ExtensionUploadChunk { kind: Some(kind) })
-                .await
-                .is_ok()
-        }
+        async move { sender.send(ExtensionUploadChunk { kind: Some(kind) }).await.is_ok() }
     };
     let fed: std::io::Result<bool> = async {
         for (index, (name, archive)) in extensions.iter().enumerate() {
             let slot = index.to_string();
-            let name = Kind::Name(ExtensionName {
-                slot: slot.clone(),
-                name: name.clone(),
-            });
+            let name = Kind::Name(ExtensionName { slot: slot.clone(), name: name.clone() });
             if !send(Kind::BeginSlot(slot)).await || !send(name).await {
                 return Ok(false);
             }
@@ -231,13 +219,9 @@ pub async fn send_extensions(
     .await;
     // Without `commit` the agent changes nothing; its answer says why it stopped.
     drop(sender);
-    let answer = call
-        .await
-        .map_err(|error| AgentError::Internal(error.to_string()))?;
+    let answer = call.await.map_err(|error| AgentError::Internal(error.to_string()))?;
     match fed {
-        Err(error) => Err(AgentError::Internal(format!(
-            "reading an extension archive: {error}"
-        ))),
+        Err(error) => Err(AgentError::Internal(format!("reading an extension archive: {error}"))),
         Ok(_) => answer.map(|_| ()),
     }
 }
@@ -256,10 +240,7 @@ mod tests {
             "metadata": {"name": "browser-a"},
             "status": {"phase": "Running", "podIP": "10.1.2.3"}
         }));
-        assert_eq!(
-            PodView::of(&running).unwrap().fate(),
-            PodFate::Running("10.1.2.3".into())
-        );
+        assert_eq!(PodView::of(&running).unwrap().fate(), PodFate::Running("10.1.2.3".into()));
         let lost = pod(serde_json::json!({
             "metadata": {"name": "browser-a"},
             "status": {"phase": "Failed", "reason": "NodeLost", "message": "node n1 is unresponsive"}

@@ -62,10 +62,8 @@ impl PodTemplate {
     }
 
     pub fn new(pod: Pod, tls: bool) -> anyhow::Result<Self> {
-        let spec = pod
-            .spec
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("the pod template has no spec"))?;
+        let spec =
+            pod.spec.as_ref().ok_or_else(|| anyhow::anyhow!("the pod template has no spec"))?;
         let agent = spec
             .containers
             .iter()
@@ -91,16 +89,9 @@ impl PodTemplate {
                  browser (or which has no place in a pod)"
             );
         }
-        let has_certificate = container
-            .args
-            .iter()
-            .flatten()
-            .any(|arg| arg.starts_with("--tls-cert"))
-            || container
-                .env
-                .iter()
-                .flatten()
-                .any(|var| var.name == "BROWSER_AGENT_TLS_CERT");
+        let has_certificate =
+            container.args.iter().flatten().any(|arg| arg.starts_with("--tls-cert"))
+                || container.env.iter().flatten().any(|var| var.name == "BROWSER_AGENT_TLS_CERT");
         anyhow::ensure!(
             has_certificate == tls,
             "{}",
@@ -119,10 +110,7 @@ impl PodTemplate {
     /// The pod of one browser VM: the template with the session's name and labels, its
     /// agent's settings and secret, and its memory as the container's resources.
     pub fn pod_for(
-        &self,
-        spec: &LaunchSpec,
-        secret: &str,
-        config: &KubernetesRuntimeConfig,
+        &self, spec: &LaunchSpec, secret: &str, config: &KubernetesRuntimeConfig,
     ) -> Pod {
         let mut pod = self.pod.clone();
         pod.metadata.name = Some(pod_name(&spec.session_id));
@@ -137,10 +125,7 @@ impl PodTemplate {
             // A VM is never restarted in place: a new agent would be a different browser.
             pod_spec.restart_policy = Some("Never".to_owned());
             let container = &mut pod_spec.containers[self.agent];
-            container
-                .args
-                .get_or_insert_with(Vec::new)
-                .extend(agent_args(spec, config));
+            container.args.get_or_insert_with(Vec::new).extend(agent_args(spec, config));
             // Whoever may read pods reads their spec: it carries only the secret's digest,
             // which the agent checks calls against.
             container.env.get_or_insert_with(Vec::new).push(EnvVar {
@@ -187,10 +172,8 @@ impl PodTemplate {
         let run_as_user = security.run_as_user.or(pod_security.run_as_user);
         let non_root = security.run_as_non_root.or(pod_security.run_as_non_root) == Some(true)
             && run_as_user != Some(0);
-        let seccomp = security
-            .seccomp_profile
-            .or(pod_security.seccomp_profile)
-            .is_some_and(|profile| {
+        let seccomp =
+            security.seccomp_profile.or(pod_security.seccomp_profile).is_some_and(|profile| {
                 matches!(profile.type_.as_str(), "RuntimeDefault" | "Localhost")
             });
         let drops_all = security
@@ -199,10 +182,7 @@ impl PodTemplate {
             .and_then(|capabilities| capabilities.drop.as_ref())
             .is_some_and(|drop| drop.iter().any(|capability| capability == "ALL"));
         let shm_in_memory = spec.volumes.iter().flatten().any(|volume| {
-            volume
-                .empty_dir
-                .as_ref()
-                .is_some_and(|dir| dir.medium.as_deref() == Some("Memory"))
+            volume.empty_dir.as_ref().is_some_and(|dir| dir.medium.as_deref() == Some("Memory"))
                 && container
                     .volume_mounts
                     .iter()
@@ -210,10 +190,7 @@ impl PodTemplate {
                     .any(|mount| mount.name == volume.name && mount.mount_path == "/dev/shm")
         });
         let checks = [
-            (
-                non_root,
-                "the agent and its browser run as a non-root user (runAsNonRoot)",
-            ),
+            (non_root, "the agent and its browser run as a non-root user (runAsNonRoot)"),
             (
                 security.allow_privilege_escalation == Some(false),
                 "no privilege escalation (allowPrivilegeEscalation: false)",
@@ -221,14 +198,8 @@ impl PodTemplate {
             (security.privileged != Some(true), "no privileged container"),
             (seccomp, "a seccomp profile (RuntimeDefault)"),
             (drops_all, "every Linux capability dropped"),
-            (
-                security.read_only_root_filesystem == Some(true),
-                "a read-only root filesystem",
-            ),
-            (
-                shm_in_memory,
-                "a memory-backed /dev/shm (emptyDir, medium Memory)",
-            ),
+            (security.read_only_root_filesystem == Some(true), "a read-only root filesystem"),
+            (shm_in_memory, "a memory-backed /dev/shm (emptyDir, medium Memory)"),
             (
                 spec.automount_service_account_token == Some(false),
                 "no Kubernetes API token in the pod (automountServiceAccountToken: false)",
@@ -276,12 +247,7 @@ impl PodTemplate {
                 .to_owned(),
         });
         let sandboxed = non_root && security.allow_privilege_escalation == Some(false);
-        IsolationReport::new(
-            sandboxed,
-            enforced,
-            not_enforced,
-            HostCapabilities::detect(),
-        )
+        IsolationReport::new(sandboxed, enforced, not_enforced, HostCapabilities::detect())
     }
 }
 
@@ -293,25 +259,14 @@ fn agent_args(spec: &LaunchSpec, config: &KubernetesRuntimeConfig) -> Vec<String
         format!("--height={}", spec.height),
         format!("--max-width={}", config.max_resized_viewport.width),
         format!("--max-height={}", config.max_resized_viewport.height),
-        format!(
-            "--idle-grace-seconds={}",
-            config.agent_idle_grace.as_secs().max(1)
-        ),
+        format!("--idle-grace-seconds={}", config.agent_idle_grace.as_secs().max(1)),
         format!(
             "--freeze-idle-after-seconds={}",
-            config
-                .freeze_idle_after
-                .map_or(0, |idle| idle.as_secs().max(1))
+            config.freeze_idle_after.map_or(0, |idle| idle.as_secs().max(1))
         ),
-        format!(
-            "--memory-limit-bytes={}",
-            spec.memory_limit_bytes.unwrap_or(0)
-        ),
+        format!("--memory-limit-bytes={}", spec.memory_limit_bytes.unwrap_or(0)),
         format!("--zip-max-entries={}", config.zip_limits.max_entries),
-        format!(
-            "--zip-max-expanded-bytes={}",
-            config.zip_limits.max_expanded_bytes
-        ),
+        format!("--zip-max-expanded-bytes={}", config.zip_limits.max_expanded_bytes),
         format!("--zip-max-ratio={}", config.zip_limits.max_ratio),
     ];
     if let Some(timezone) = &spec.timezone {
@@ -320,11 +275,9 @@ fn agent_args(spec: &LaunchSpec, config: &KubernetesRuntimeConfig) -> Vec<String
     if let Some(locale) = &spec.locale {
         args.push(format!("--locale={locale}"));
     }
-    for (flag, on) in [
-        ("--headless", spec.headless),
-        ("--kiosk", spec.kiosk),
-        ("--stealth", spec.stealth),
-    ] {
+    for (flag, on) in
+        [("--headless", spec.headless), ("--kiosk", spec.kiosk), ("--stealth", spec.stealth)]
+    {
         if on {
             args.push(flag.to_owned());
         }
@@ -336,14 +289,11 @@ fn agent_args(spec: &LaunchSpec, config: &KubernetesRuntimeConfig) -> Vec<String
 /// little above it: the agent ends the VM at its `memory` with a reason the user sees,
 /// and the kernel's OOM killer (at the limit) only catches a burst faster than the agent.
 fn set_memory(container: &mut Container, bytes: u64) {
-    let resources = container
-        .resources
-        .get_or_insert_with(ResourceRequirements::default);
+    let resources = container.resources.get_or_insert_with(ResourceRequirements::default);
     let headroom = (bytes / 8).max(256 << 20);
-    for (map, value) in [
-        (&mut resources.requests, bytes),
-        (&mut resources.limits, bytes.saturating_add(headroom)),
-    ] {
+    for (map, value) in
+        [(&mut resources.requests, bytes), (&mut resources.limits, bytes.saturating_add(headroom))]
+    {
         map.get_or_insert_with(BTreeMap::new)
             .insert("memory".to_owned(), Quantity(value.to_string()));
     }
@@ -352,9 +302,7 @@ fn set_memory(container: &mut Container, bytes: u64) {
 /// The container's ephemeral storage, requested and limited: a VM that fills its disk is
 /// evicted by the kubelet instead of filling the node's.
 fn set_ephemeral_storage(container: &mut Container, bytes: u64) {
-    let resources = container
-        .resources
-        .get_or_insert_with(ResourceRequirements::default);
+    let resources = container.resources.get_or_insert_with(ResourceRequirements::default);
     for map in [&mut resources.requests, &mut resources.limits] {
         map.get_or_insert_with(BTreeMap::new)
             .insert("ephemeral-storage".to_owned(), Quantity(bytes.to_string()));
@@ -420,10 +368,7 @@ spec:
                 max_expanded_bytes: 100,
                 max_ratio: 5,
             },
-            max_resized_viewport: crate::config::ScreenSize {
-                width: 1920,
-                height: 1080,
-            },
+            max_resized_viewport: crate::config::ScreenSize { width: 1920, height: 1080 },
             disk_bytes: Some(8 << 30),
         }
     }
@@ -443,28 +388,19 @@ spec:
         let container = &pod_spec.containers[0];
         let args = container.args.clone().unwrap();
         assert_eq!(args[0], "--vm-root=/home/kernel");
-        for wanted in [
-            "--listen=0.0.0.0:50051",
-            "--width=1280",
-            "--headless",
-            "--timezone=Europe/Paris",
-        ] {
+        for wanted in
+            ["--listen=0.0.0.0:50051", "--width=1280", "--headless", "--timezone=Europe/Paris"]
+        {
             assert!(args.iter().any(|arg| arg == wanted), "{wanted} in {args:?}");
         }
         let env = container.env.clone().unwrap();
         let digest = hex::encode(Sha256::digest(b"s3cret"));
-        assert!(
-            env.iter()
-                .any(|var| var.name == "BROWSER_AGENT_SECRET_SHA256"
-                    && var.value.as_deref() == Some(digest.as_str()))
-        );
+        assert!(env.iter().any(|var| var.name == "BROWSER_AGENT_SECRET_SHA256"
+            && var.value.as_deref() == Some(digest.as_str())));
         assert!(!serde_json::to_string(&pod_spec).unwrap().contains("s3cret"));
         // The agent ends the VM at its `memory`, before the kernel would at the limit.
         let resources = container.resources.clone().unwrap();
-        assert_eq!(
-            resources.requests.unwrap()["memory"].0,
-            (2u64 << 30).to_string()
-        );
+        assert_eq!(resources.requests.unwrap()["memory"].0, (2u64 << 30).to_string());
         let limits = resources.limits.unwrap();
         assert_eq!(limits["memory"].0, ((2u64 << 30) + (256 << 20)).to_string());
         // Its disk: the kubelet evicts the pod past it.
@@ -476,11 +412,8 @@ spec:
         let template = PodTemplate::new(serde_yaml_ng::from_str(TEMPLATE).unwrap(), false).unwrap();
         let report = template.isolation_report();
         assert!(report.sandboxed);
-        let missing: Vec<_> = report
-            .not_enforced
-            .iter()
-            .map(|item| item.protection.as_str())
-            .collect();
+        let missing: Vec<_> =
+            report.not_enforced.iter().map(|item| item.protection.as_str()).collect();
         assert_eq!(missing.len(), 3, "{missing:?}");
         assert!(missing[0].contains("TLS"));
         assert!(missing[1].contains("egress rules"));
@@ -492,11 +425,8 @@ spec:
         spec.automount_service_account_token = None;
         let report = PodTemplate::new(loose, false).unwrap().isolation_report();
         assert!(!report.sandboxed);
-        let missing: Vec<_> = report
-            .not_enforced
-            .iter()
-            .map(|item| item.protection.clone())
-            .collect();
+        let missing: Vec<_> =
+            report.not_enforced.iter().map(|item| item.protection.clone()).collect();
         assert!(missing.iter().any(|item| item.contains("runAsNonRoot")));
         assert!(missing.iter().any(|item| item.contains("seccomp")));
         assert!(missing.iter().any(|item| item.contains("API token")));
@@ -511,14 +441,9 @@ spec:
             .args
             .as_mut()
             .unwrap()
-            .extend([
-                "--tls-cert=/tls/tls.crt".into(),
-                "--tls-key=/tls/tls.key".into(),
-            ]);
+            .extend(["--tls-cert=/tls/tls.crt".into(), "--tls-key=/tls/tls.key".into()]);
         assert!(PodTemplate::new(with_certificate.clone(), false).is_err());
-        let report = PodTemplate::new(with_certificate, true)
-            .unwrap()
-            .isolation_report();
+        let report = PodTemplate::new(with_certificate, true).unwrap().isolation_report();
         assert!(report.enforced.iter().any(|item| item.contains("TLS")));
     }
 

@@ -100,29 +100,16 @@ async fn run(pods: Api<Pod>, seen: Arc<watch::Sender<PodsSeen>>) {
 /// missing from the list is gone only if a direct read says so: one created after the
 /// list was taken is not.
 async fn list_then_watch(
-    pods: &Api<Pod>,
-    seen: &watch::Sender<PodsSeen>,
-    backoff: &mut Duration,
+    pods: &Api<Pod>, seen: &watch::Sender<PodsSeen>, backoff: &mut Duration,
 ) -> anyhow::Result<()> {
-    let listed = pods
-        .list(&ListParams::default().labels(MANAGED_SELECTOR))
-        .await?;
+    let listed = pods.list(&ListParams::default().labels(MANAGED_SELECTOR)).await?;
     *backoff = Duration::from_millis(200);
     let mut version = listed.metadata.resource_version.clone().unwrap_or_default();
-    let current: HashMap<String, PodView> = listed
-        .items
-        .iter()
-        .filter_map(PodView::of)
-        .map(|view| (view.name.clone(), view))
-        .collect();
+    let current: HashMap<String, PodView> =
+        listed.items.iter().filter_map(PodView::of).map(|view| (view.name.clone(), view)).collect();
     let missing: Vec<String> = {
         let known = seen.borrow();
-        known
-            .pods
-            .keys()
-            .filter(|name| !current.contains_key(*name))
-            .cloned()
-            .collect()
+        known.pods.keys().filter(|name| !current.contains_key(*name)).cloned().collect()
     };
     let mut still_there = Vec::new();
     let mut gone = HashSet::new();
@@ -144,9 +131,7 @@ async fn list_then_watch(
         seen.synced = true;
     });
     loop {
-        let params = WatchParams::default()
-            .labels(MANAGED_SELECTOR)
-            .timeout(WATCH_TIMEOUT_SECONDS);
+        let params = WatchParams::default().labels(MANAGED_SELECTOR).timeout(WATCH_TIMEOUT_SECONDS);
         let mut events = pods.watch(&params, &version).await?.boxed();
         while let Some(event) = events.try_next().await? {
             match event {

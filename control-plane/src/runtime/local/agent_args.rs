@@ -15,11 +15,7 @@ use crate::runtime::sandbox;
 impl LocalRuntime {
     /// The agent's command line; paths as the agent sees them.
     pub(super) fn agent_args(
-        &self,
-        spec: &LaunchSpec,
-        inputs: &[(String, String)],
-        dir: &Path,
-        fds: &AgentFds,
+        &self, spec: &LaunchSpec, inputs: &[(String, String)], dir: &Path, fds: &AgentFds,
     ) -> Vec<OsString> {
         let (agent_root, agent_run) = self.agent_paths(dir);
         let mut args: Vec<OsString> = Vec::new();
@@ -40,23 +36,11 @@ impl LocalRuntime {
         arg("exit-reason-file", &agent_run.join(EXIT_REASON_FILE));
         arg("width", &spec.width.to_string());
         arg("height", &spec.height.to_string());
-        arg(
-            "max-width",
-            &self.config.max_resized_viewport.width.to_string(),
-        );
-        arg(
-            "max-height",
-            &self.config.max_resized_viewport.height.to_string(),
-        );
-        arg(
-            "idle-grace-seconds",
-            &self.config.agent_idle_grace.as_secs().max(1).to_string(),
-        );
+        arg("max-width", &self.config.max_resized_viewport.width.to_string());
+        arg("max-height", &self.config.max_resized_viewport.height.to_string());
+        arg("idle-grace-seconds", &self.config.agent_idle_grace.as_secs().max(1).to_string());
         if let Some(idle) = self.config.freeze_idle_after {
-            arg(
-                "freeze-idle-after-seconds",
-                &idle.as_secs().max(1).to_string(),
-            );
+            arg("freeze-idle-after-seconds", &idle.as_secs().max(1).to_string());
         }
         if let Some(sandbox) = &self.config.sandbox {
             arg("max-tasks", &MAX_VM_TASKS.to_string());
@@ -74,24 +58,12 @@ impl LocalRuntime {
         // it: measuring walks every Chromium process's page tables, CPU the kernel's
         // own accounting spares (a group's overrun ends the VM from here, `exit_reason`).
         let kernel_enforced = self.config.sandbox.is_some() && self.config.limits.cgroups.is_ok();
-        let agent_memory_limit = if kernel_enforced {
-            0
-        } else {
-            spec.memory_limit_bytes.unwrap_or(0)
-        };
+        let agent_memory_limit =
+            if kernel_enforced { 0 } else { spec.memory_limit_bytes.unwrap_or(0) };
         arg("memory-limit-bytes", &agent_memory_limit.to_string());
-        arg(
-            "zip-max-entries",
-            &self.config.zip_limits.max_entries.to_string(),
-        );
-        arg(
-            "zip-max-expanded-bytes",
-            &self.config.zip_limits.max_expanded_bytes.to_string(),
-        );
-        arg(
-            "zip-max-ratio",
-            &self.config.zip_limits.max_ratio.to_string(),
-        );
+        arg("zip-max-entries", &self.config.zip_limits.max_entries.to_string());
+        arg("zip-max-expanded-bytes", &self.config.zip_limits.max_expanded_bytes.to_string());
+        arg("zip-max-ratio", &self.config.zip_limits.max_ratio.to_string());
         for (name, file) in inputs {
             let mut value = OsString::from(format!("{name}="));
             value.push(agent_run.join(INPUTS_DIR).join(file));
@@ -104,10 +76,7 @@ impl LocalRuntime {
             arg("locale", locale);
         }
         if spec.profile_archive.is_some() {
-            arg(
-                "profile-archive",
-                &agent_run.join(INPUTS_DIR).join(PROFILE_FILE),
-            );
+            arg("profile-archive", &agent_run.join(INPUTS_DIR).join(PROFILE_FILE));
         }
         for (flag, on) in [
             // In a sandbox, every process the agent sees is the VM's.

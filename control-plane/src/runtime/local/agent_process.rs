@@ -42,20 +42,12 @@ impl AgentFds {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
         // A secret is far smaller than a pipe's buffer: this cannot block.
         std::fs::File::from(write).write_all(secret.as_bytes())?;
-        Ok(Self {
-            listener,
-            handoff,
-            secret: read,
-        })
+        Ok(Self { listener, handoff, secret: read })
     }
 
     /// Lets `command`'s process, and no other, inherit the descriptors.
     pub(super) fn pass_to(&self, command: &mut tokio::process::Command) {
-        for fd in [
-            self.listener.as_raw_fd(),
-            self.handoff.as_raw_fd(),
-            self.secret.as_raw_fd(),
-        ] {
+        for fd in [self.listener.as_raw_fd(), self.handoff.as_raw_fd(), self.secret.as_raw_fd()] {
             sandbox::keep_fd(command, fd);
         }
     }
@@ -66,17 +58,12 @@ impl AgentFds {
 /// relay (`cat`, as the VM's host user, in a session of its own so that it outlives a
 /// restart of this service) ends when the VM's last writer does.
 pub(super) fn start_log_relay(
-    log: std::fs::File,
-    owner: Option<(u32, u32)>,
+    log: std::fs::File, owner: Option<(u32, u32)>,
 ) -> std::io::Result<OwnedFd> {
     let (read, write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
     let mut relay = tokio::process::Command::new("cat");
-    relay
-        .env_clear()
-        .stdin(std::fs::File::from(read))
-        .stdout(log)
-        .stderr(Stdio::null());
+    relay.env_clear().stdin(std::fs::File::from(read)).stdout(log).stderr(Stdio::null());
     if let Some((uid, gid)) = owner {
         relay.uid(uid).gid(gid);
     }
@@ -100,10 +87,7 @@ pub(super) async fn sandbox_pid(info: OwnedFd) -> Option<i64> {
     let mut text = String::new();
     let mut info = tokio::fs::File::from(std::fs::File::from(info));
     let read = tokio::io::AsyncReadExt::read_to_string(&mut info, &mut text);
-    tokio::time::timeout(ADDRESS_TIMEOUT, read)
-        .await
-        .ok()?
-        .ok()?;
+    tokio::time::timeout(ADDRESS_TIMEOUT, read).await.ok()?.ok()?;
     sandbox::child_pid(&text)
 }
 

@@ -179,13 +179,9 @@ impl LocalRuntime {
         let run = self.browser_dir(session_id).join(RUN_DIR);
         let run = cap_std::fs::Dir::open_ambient_dir(run, cap_std::ambient_authority()).ok()?;
         let mut options = cap_std::fs::OpenOptions::new();
-        options
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        options.read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
         let file = run.open_with(relative, &options).ok()?;
-        file.metadata()
-            .is_ok_and(|metadata| metadata.is_file())
-            .then(|| file.into_std())
+        file.metadata().is_ok_and(|metadata| metadata.is_file()).then(|| file.into_std())
     }
 
     /// The host user and group of the VM's run directory and sockets (its agent's), when
@@ -206,10 +202,7 @@ impl LocalRuntime {
     /// The agent's directories as the agent names them: inside the sandbox, or on the host.
     fn agent_paths(&self, dir: &Path) -> (PathBuf, PathBuf) {
         match &self.config.sandbox {
-            Some(_) => (
-                PathBuf::from(sandbox::VM_HOME),
-                PathBuf::from(sandbox::VM_RUN),
-            ),
+            Some(_) => (PathBuf::from(sandbox::VM_HOME), PathBuf::from(sandbox::VM_RUN)),
             None => (dir.join(ROOT_DIR), dir.join(RUN_DIR)),
         }
     }
@@ -217,9 +210,7 @@ impl LocalRuntime {
     /// Creates the VM's directories, owned by the VM's user; copies the archives it
     /// starts from into its run directory (it cannot read the data directory).
     fn prepare_dirs(
-        &self,
-        spec: &LaunchSpec,
-        dir: &Path,
+        &self, spec: &LaunchSpec, dir: &Path,
     ) -> std::io::Result<Vec<(String, String)>> {
         let (root, run) = (dir.join(ROOT_DIR), dir.join(RUN_DIR));
         for sub in [&root, &run] {
@@ -239,10 +230,7 @@ impl LocalRuntime {
         }
         sandbox::write_identity(&run)?;
         if let Some(policy) = &spec.chrome_policy {
-            std::fs::write(
-                run.join(POLICIES_DIR).join("policy.json"),
-                policy.to_string(),
-            )?;
+            std::fs::write(run.join(POLICIES_DIR).join("policy.json"), policy.to_string())?;
         }
         // The browser's directory: traversable, so the VM's user can mount its parts.
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
@@ -259,11 +247,7 @@ impl LocalRuntime {
                 (false, false) => 0o600,
             };
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
-            let owner = if path == root {
-                self.home_owner()
-            } else {
-                self.vm_owner()
-            };
+            let owner = if path == root { self.home_owner() } else { self.vm_owner() };
             if let Some((uid, gid)) = owner
                 && !ours
             {
@@ -274,9 +258,7 @@ impl LocalRuntime {
     }
 
     async fn spawn_agent(
-        &self,
-        spec: &LaunchSpec,
-        dir: &Path,
+        &self, spec: &LaunchSpec, dir: &Path,
     ) -> Result<(AgentLocation, watch::Receiver<Option<String>>), RuntimeError> {
         let (root, run) = (dir.join(ROOT_DIR), dir.join(RUN_DIR));
         let sandboxed = self.config.sandbox.is_some();
@@ -322,10 +304,7 @@ impl LocalRuntime {
                 let (info_read, info_write) = pipe()?;
                 let (block_read, block_write) = pipe()?;
                 let command = sandbox.command(
-                    (
-                        &self.config.agent_binary,
-                        self.config.node_runtime.as_deref(),
-                    ),
+                    (&self.config.agent_binary, self.config.node_runtime.as_deref()),
                     args,
                     (&root, &run),
                     memory_bytes,
@@ -401,13 +380,12 @@ impl LocalRuntime {
         };
         let recorded = match (pid, mapped) {
             (Some(pid), Ok(())) => std::fs::write(dir.join(PID_FILE), pid.to_string()),
-            (Some(_), Err(error)) => Err(std::io::Error::other(format!(
-                "mapping the VM's users failed: {error}"
-            ))),
-            (None, _) => Err(std::io::Error::other(format!(
-                "the sandbox did not start: {}",
-                log_tail(dir)
-            ))),
+            (Some(_), Err(error)) => {
+                Err(std::io::Error::other(format!("mapping the VM's users failed: {error}")))
+            }
+            (None, _) => {
+                Err(std::io::Error::other(format!("the sandbox did not start: {}", log_tail(dir))))
+            }
         };
         if let Err(error) = recorded {
             // Without its pid on record the VM could not be found again: stop it now,
@@ -431,10 +409,7 @@ impl LocalRuntime {
             }));
         });
         let location = AgentLocation {
-            endpoint: format!(
-                "{UNIX_ENDPOINT_PREFIX}{}",
-                control.join(SOCKET_FILE).display()
-            ),
+            endpoint: format!("{UNIX_ENDPOINT_PREFIX}{}", control.join(SOCKET_FILE).display()),
             secret,
             pid,
             vm_root: root.display().to_string(),
@@ -514,11 +489,8 @@ impl Runtime for LocalRuntime {
         let root = dir.join(ROOT_DIR);
         let pid = self.agent_pid(session_id, location);
         let mut shutdown_accepted = false;
-        let stopped = self
-            .stopped_vms
-            .lock()
-            .map(|mut stopped| stopped.remove(session_id))
-            .unwrap_or(false);
+        let stopped =
+            self.stopped_vms.lock().map(|mut stopped| stopped.remove(session_id)).unwrap_or(false);
         if stopped {
             // Its agent cannot answer: no shutdown call. Continued first, so that each
             // parent reaps its children as they die (the sandbox's first process its
@@ -572,9 +544,7 @@ impl Runtime for LocalRuntime {
 
     fn agent_exists(&self, location: &AgentLocation) -> Option<bool> {
         let root = Path::new(&location.vm_root);
-        location
-            .pid
-            .map(|pid| is_running(pid) && is_agent_for(pid, root))
+        location.pid.map(|pid| is_running(pid) && is_agent_for(pid, root))
     }
 
     async fn wait_for_exit(&self, location: &AgentLocation) {
@@ -596,12 +566,11 @@ impl Runtime for LocalRuntime {
 
     fn leftover_recording(&self, session_id: &str, recording_id: &str) -> Option<std::fs::File> {
         // Finished, or else still recording (or cut short while finalizing).
-        [
-            recording_files::finished(recording_id),
-            recording_files::in_progress(recording_id),
-        ]
-        .into_iter()
-        .find_map(|name| self.open_in_run_dir(session_id, &Path::new(RECORDINGS_DIR).join(name)))
+        [recording_files::finished(recording_id), recording_files::in_progress(recording_id)]
+            .into_iter()
+            .find_map(|name| {
+                self.open_in_run_dir(session_id, &Path::new(RECORDINGS_DIR).join(name))
+            })
     }
 
     fn isolation(&self) -> IsolationReport {
@@ -622,11 +591,7 @@ impl Runtime for LocalRuntime {
         let mut reason = String::new();
         std::io::Read::read_to_string(&mut std::io::Read::take(file, 4096), &mut reason).ok()?;
         // Written by the VM: keep it short and printable.
-        let reason: String = reason
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(300)
-            .collect();
+        let reason: String = reason.chars().filter(|c| !c.is_control()).take(300).collect();
         (!reason.is_empty()).then_some(reason)
     }
 

@@ -57,13 +57,10 @@ pub struct SleepBody {
 /// Run computer actions in order in one call. Every action is checked before the first
 /// runs (a 400 names each problem by index); while running, the first failure stops the
 /// batch and its error names the failing index.
-#[utoipa::path(post, path = "/browsers/{id}/computer/batch", tag = "computer",
-    request_body = BatchBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/batch", request_body = BatchBody,
     responses((status = 200, description = "Every action ran")))]
 pub async fn batch(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<BatchBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<BatchBody>,
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
@@ -96,9 +93,7 @@ pub async fn batch(
 
 /// The action for the agent, checked, and how long it will take.
 fn checked(
-    session: &crate::store::SessionRecord,
-    action: BatchAction,
-    problems: &mut Problems,
+    session: &crate::store::SessionRecord, action: BatchAction, problems: &mut Problems,
 ) -> (Option<input_action::Action>, Duration) {
     use input_action::Action as Kind;
     let given = [
@@ -111,25 +106,18 @@ fn checked(
         ("sleep", action.sleep.is_some()),
         ("set_cursor", action.set_cursor.is_some()),
     ];
-    for (field, _) in given
-        .iter()
-        .filter(|(field, set)| *set && *field != action.kind)
-    {
+    for (field, _) in given.iter().filter(|(field, set)| *set && *field != action.kind) {
         problems.add(format!("{field} does not belong to an action of this type"));
     }
     let missing = |problems: &mut Problems| {
-        problems.add(format!(
-            "the action's parameters (`{}`) are required",
-            action.kind
-        ));
+        problems.add(format!("the action's parameters (`{}`) are required", action.kind));
         (None, Duration::ZERO)
     };
     match action.kind.as_str() {
         "click_mouse" => match action.click_mouse {
-            Some(body) => (
-                Some(Kind::ClickMouse(click_request(session, body, problems))),
-                Duration::ZERO,
-            ),
+            Some(body) => {
+                (Some(Kind::ClickMouse(click_request(session, body, problems))), Duration::ZERO)
+            }
             None => missing(problems),
         },
         "move_mouse" => match action.move_mouse {
@@ -162,10 +150,9 @@ fn checked(
             None => missing(problems),
         },
         "scroll" => match action.scroll {
-            Some(body) => (
-                Some(Kind::Scroll(scroll_request(session, body, problems))),
-                Duration::ZERO,
-            ),
+            Some(body) => {
+                (Some(Kind::Scroll(scroll_request(session, body, problems))), Duration::ZERO)
+            }
             None => missing(problems),
         },
         "sleep" => match action.sleep {
@@ -177,12 +164,9 @@ fn checked(
             None => missing(problems),
         },
         "set_cursor" => match action.set_cursor {
-            Some(body) => (
-                Some(Kind::SetCursor(CursorVisibility {
-                    hidden: body.hidden,
-                })),
-                Duration::ZERO,
-            ),
+            Some(body) => {
+                (Some(Kind::SetCursor(CursorVisibility { hidden: body.hidden })), Duration::ZERO)
+            }
             None => missing(problems),
         },
         other => {

@@ -19,11 +19,10 @@ pub struct ClipboardContent {
 
 /// The text on the browser's clipboard (the X clipboard of its display), such as what a
 /// page copied.
-#[utoipa::path(post, path = "/browsers/{id}/computer/clipboard/read", tag = "computer",
+#[utoipa::path(post, path = "/browsers/{id}/computer/clipboard/read",
     responses((status = 200, body = ClipboardContent)))]
 pub async fn read_clipboard(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<ClipboardContent>, ApiError> {
     let (_, agent) = screen_of(&org, &id).await?;
     let text = agent.read_clipboard().await?;
@@ -38,13 +37,11 @@ pub struct WriteClipboardBody {
 }
 
 /// Put text on the browser's clipboard, for a page to paste (Ctrl+V).
-#[utoipa::path(post, path = "/browsers/{id}/computer/clipboard/write", tag = "computer",
+#[utoipa::path(post, path = "/browsers/{id}/computer/clipboard/write",
     request_body = WriteClipboardBody,
     responses((status = 200, description = "Written")))]
 pub async fn write_clipboard(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<WriteClipboardBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<WriteClipboardBody>,
 ) -> Result<StatusCode, ApiError> {
     let (_, agent) = screen_of(&org, &id).await?;
     agent.write_clipboard(body.text).await?;
@@ -64,13 +61,10 @@ pub struct OkResponse {
 }
 
 /// Hide or show the pointer on the browser's display, and in its recordings.
-#[utoipa::path(post, path = "/browsers/{id}/computer/cursor", tag = "computer",
-    request_body = CursorBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/cursor", request_body = CursorBody,
     responses((status = 200, body = OkResponse)))]
 pub async fn set_cursor(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<CursorBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<CursorBody>,
 ) -> Result<Json<OkResponse>, ApiError> {
     let (_, agent) = screen_of(&org, &id).await?;
     agent.set_cursor_visibility(body.hidden).await?;

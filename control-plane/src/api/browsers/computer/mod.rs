@@ -69,36 +69,25 @@ impl Problems {
     fn on_screen(&mut self, session: &SessionRecord, field: &str, x: i64, y: i64) {
         let (width, height) = (session.viewport_width, session.viewport_height);
         if !(0..width).contains(&x) || !(0..height).contains(&y) {
-            self.add(format!(
-                "{field} ({x}, {y}) is outside the {width}x{height} screen"
-            ));
+            self.add(format!("{field} ({x}, {y}) is outside the {width}x{height} screen"));
         }
     }
 
     fn in_range(&mut self, field: &str, value: i64, min: i64, max: i64) {
         if !(min..=max).contains(&value) {
-            self.add(format!(
-                "{field} must be between {min} and {max}, got {value}"
-            ));
+            self.add(format!("{field} must be between {min} and {max}, got {value}"));
         }
     }
 
     fn finish(self) -> Result<(), ApiError> {
-        if self.found.is_empty() {
-            Ok(())
-        } else {
-            Err(ApiError::invalid(self.found))
-        }
+        if self.found.is_empty() { Ok(()) } else { Err(ApiError::invalid(self.found)) }
     }
 }
 
 fn button(problems: &mut Problems, value: Option<&str>, allowed: &[&str]) -> MouseButton {
     let value = value.unwrap_or("left");
     if !allowed.contains(&value) {
-        problems.add(format!(
-            "button must be one of {}, got {value:?}",
-            allowed.join(", ")
-        ));
+        problems.add(format!("button must be one of {}, got {value:?}", allowed.join(", ")));
     }
     match value {
         "middle" => MouseButton::Middle,
@@ -110,10 +99,7 @@ fn button(problems: &mut Problems, value: Option<&str>, allowed: &[&str]) -> Mou
 }
 
 fn point(x: i64, y: i64) -> Option<Point> {
-    Some(Point {
-        x: x as i32,
-        y: y as i32,
-    })
+    Some(Point { x: x as i32, y: y as i32 })
 }
 
 fn millis(value: i64) -> u32 {
@@ -136,13 +122,10 @@ pub struct ClickMouseBody {
 }
 
 /// Simulate a mouse click (seed 4.4).
-#[utoipa::path(post, path = "/browsers/{id}/computer/click_mouse", tag = "computer",
-    request_body = ClickMouseBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/click_mouse", request_body = ClickMouseBody,
     responses((status = 200, description = "Mouse action performed")))]
 pub async fn click_mouse(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<ClickMouseBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<ClickMouseBody>,
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
@@ -150,12 +133,7 @@ pub async fn click_mouse(
     let request = click_request(&session, body, &mut problems);
     problems.finish()?;
     agent.click_mouse(request).await?;
-    interaction(
-        &org,
-        &session,
-        "interaction_click",
-        json!({ "x": x, "y": y }),
-    );
+    interaction(&org, &session, "interaction_click", json!({ "x": x, "y": y }));
     Ok(StatusCode::OK)
 }
 
@@ -169,24 +147,17 @@ fn interaction(org: &Org, session: &SessionRecord, kind: &str, data: serde_json:
 
 /// A click, checked against the session's screen.
 fn click_request(
-    session: &SessionRecord,
-    body: ClickMouseBody,
-    problems: &mut Problems,
+    session: &SessionRecord, body: ClickMouseBody, problems: &mut Problems,
 ) -> ClickMouseRequest {
     problems.on_screen(session, "(x, y)", body.x, body.y);
-    let button = button(
-        problems,
-        body.button.as_deref(),
-        &["left", "right", "middle", "back", "forward"],
-    );
+    let button =
+        button(problems, body.button.as_deref(), &["left", "right", "middle", "back", "forward"]);
     let kind = match body.click_type.as_deref().unwrap_or("click") {
         "click" => ClickKind::Click,
         "down" => ClickKind::Down,
         "up" => ClickKind::Up,
         other => {
-            problems.add(format!(
-                "click_type must be one of click, down, up, got {other:?}"
-            ));
+            problems.add(format!("click_type must be one of click, down, up, got {other:?}"));
             ClickKind::Click
         }
     };
@@ -226,13 +197,10 @@ pub struct DragMouseBody {
 /// Drag the mouse along a path (seed 4.3): move to `path[0]`, press, wait `delay`, then
 /// per segment `steps_per_segment` relative moves that sum exactly to it, `step_delay_ms`
 /// apart, then release.
-#[utoipa::path(post, path = "/browsers/{id}/computer/drag_mouse", tag = "computer",
-    request_body = DragMouseBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/drag_mouse", request_body = DragMouseBody,
     responses((status = 200, description = "Drag performed")))]
 pub async fn drag_mouse(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<DragMouseBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<DragMouseBody>,
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
@@ -244,25 +212,18 @@ pub async fn drag_mouse(
 
 /// A drag checked against the session's screen, and how long it will take.
 fn drag_request(
-    session: &SessionRecord,
-    body: DragMouseBody,
-    problems: &mut Problems,
+    session: &SessionRecord, body: DragMouseBody, problems: &mut Problems,
 ) -> (DragMouseRequest, Duration) {
     if body.path.len() < 2 || body.path.len() > MAX_PATH_POINTS {
-        problems.add(format!(
-            "path must have 2 to {MAX_PATH_POINTS} points, got {}",
-            body.path.len()
-        ));
+        problems
+            .add(format!("path must have 2 to {MAX_PATH_POINTS} points, got {}", body.path.len()));
     }
     let mut path = Vec::new();
     for (index, pair) in body.path.iter().enumerate() {
         match pair.as_slice() {
             [x, y] => {
                 problems.on_screen(session, &format!("path[{index}]"), *x, *y);
-                path.push(Point {
-                    x: *x as i32,
-                    y: *y as i32,
-                });
+                path.push(Point { x: *x as i32, y: *y as i32 });
             }
             _ => problems.add(format!(
                 "path[{index}] must be [x, y]: exactly 2 integers, got {}",
@@ -270,11 +231,7 @@ fn drag_request(
             )),
         }
     }
-    let button = button(
-        problems,
-        body.button.as_deref(),
-        &["left", "middle", "right"],
-    );
+    let button = button(problems, body.button.as_deref(), &["left", "middle", "right"]);
     let delay = body.delay.unwrap_or(0);
     let steps = body.steps_per_segment.unwrap_or(DEFAULT_STEPS_PER_SEGMENT);
     let step_delay = body.step_delay_ms.unwrap_or(DEFAULT_STEP_DELAY_MS);
@@ -282,20 +239,13 @@ fn drag_request(
     problems.in_range("steps_per_segment", steps, 1, MAX_STEPS_PER_SEGMENT);
     problems.in_range("step_delay_ms", step_delay, 0, MAX_DELAY_MS);
     let (smooth, duration_ms) = smoothness(problems, body.smooth, body.duration_ms);
-    let moves = if smooth {
-        0
-    } else {
-        (path.len().saturating_sub(1) as i64).saturating_mul(steps.max(1))
-    };
+    let moves =
+        if smooth { 0 } else { (path.len().saturating_sub(1) as i64).saturating_mul(steps.max(1)) };
     if moves > MAX_DRAG_MOVES {
-        problems.add(format!(
-            "the drag would make {moves} moves; the limit is {MAX_DRAG_MOVES}"
-        ));
+        problems.add(format!("the drag would make {moves} moves; the limit is {MAX_DRAG_MOVES}"));
     }
     let expected = Duration::from_millis(
-        delay
-            .max(0)
-            .saturating_add(moves.saturating_mul(step_delay.max(0))) as u64,
+        delay.max(0).saturating_add(moves.saturating_mul(step_delay.max(0))) as u64,
     ) + motion_time(smooth, duration_ms);
     if expected > MAX_ACTION_DURATION {
         problems.add(format!(
@@ -324,18 +274,14 @@ pub struct MousePosition {
 }
 
 /// The current position of the mouse cursor (seed 4.5).
-#[utoipa::path(post, path = "/browsers/{id}/computer/get_mouse_position", tag = "computer",
+#[utoipa::path(post, path = "/browsers/{id}/computer/get_mouse_position",
     responses((status = 200, body = MousePosition)))]
 pub async fn get_mouse_position(
-    org: Org,
-    PathParam(id): PathParam<String>,
+    org: Org, PathParam(id): PathParam<String>,
 ) -> Result<Json<MousePosition>, ApiError> {
     let (_, agent) = screen_of(&org, &id).await?;
     let position = agent.mouse_position().await?;
-    Ok(Json(MousePosition {
-        x: position.x,
-        y: position.y,
-    }))
+    Ok(Json(MousePosition { x: position.x, y: position.y }))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -352,13 +298,10 @@ pub struct MoveMouseBody {
 }
 
 /// Move the mouse cursor.
-#[utoipa::path(post, path = "/browsers/{id}/computer/move_mouse", tag = "computer",
-    request_body = MoveMouseBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/move_mouse", request_body = MoveMouseBody,
     responses((status = 200, description = "Moved")))]
 pub async fn move_mouse(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<MoveMouseBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<MoveMouseBody>,
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
@@ -370,9 +313,7 @@ pub async fn move_mouse(
 }
 
 fn move_request(
-    session: &SessionRecord,
-    body: MoveMouseBody,
-    problems: &mut Problems,
+    session: &SessionRecord, body: MoveMouseBody, problems: &mut Problems,
 ) -> MoveMouseRequest {
     problems.on_screen(session, "(x, y)", body.x, body.y);
     let (smooth, duration_ms) = smoothness(problems, body.smooth, body.duration_ms);
@@ -389,9 +330,7 @@ const LONGEST_DEFAULT_MOTION: Duration = Duration::from_millis(1200);
 
 /// `smooth` and `duration_ms` checked: `duration_ms` only with `smooth`.
 fn smoothness(
-    problems: &mut Problems,
-    smooth: Option<bool>,
-    duration_ms: Option<i64>,
+    problems: &mut Problems, smooth: Option<bool>, duration_ms: Option<i64>,
 ) -> (bool, u32) {
     let smooth = smooth.unwrap_or(false);
     if let Some(duration) = duration_ms {
@@ -421,13 +360,10 @@ pub struct TypeBody {
 }
 
 /// Type text with the keyboard.
-#[utoipa::path(post, path = "/browsers/{id}/computer/type", tag = "computer",
-    request_body = TypeBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/type", request_body = TypeBody,
     responses((status = 200, description = "Typed")))]
 pub async fn type_text(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<TypeBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<TypeBody>,
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
@@ -436,12 +372,7 @@ pub async fn type_text(
     // What was typed may be a password: only how much.
     let text_length = request.text.chars().count();
     agent.type_text(request, expected).await?;
-    interaction(
-        &org,
-        &session,
-        "interaction_key",
-        json!({ "text_length": text_length }),
-    );
+    interaction(&org, &session, "interaction_key", json!({ "text_length": text_length }));
     Ok(StatusCode::OK)
 }
 
@@ -449,9 +380,7 @@ pub async fn type_text(
 fn type_request(body: TypeBody, problems: &mut Problems) -> (TypeTextRequest, Duration) {
     let characters = body.text.chars().count();
     if characters > MAX_TEXT_CHARS {
-        problems.add(format!(
-            "text is limited to {MAX_TEXT_CHARS} characters, got {characters}"
-        ));
+        problems.add(format!("text is limited to {MAX_TEXT_CHARS} characters, got {characters}"));
     }
     let delay = body.delay.unwrap_or(0);
     problems.in_range("delay", delay, 0, MAX_DELAY_MS);
@@ -463,10 +392,7 @@ fn type_request(body: TypeBody, problems: &mut Problems) -> (TypeTextRequest, Du
             MAX_ACTION_DURATION.as_secs()
         ));
     }
-    let request = TypeTextRequest {
-        text: body.text,
-        delay_ms: millis(delay),
-    };
+    let request = TypeTextRequest { text: body.text, delay_ms: millis(delay) };
     (request, expected)
 }
 
@@ -481,13 +407,10 @@ pub struct PressKeyBody {
 }
 
 /// Press keys or key combinations.
-#[utoipa::path(post, path = "/browsers/{id}/computer/press_key", tag = "computer",
-    request_body = PressKeyBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/press_key", request_body = PressKeyBody,
     responses((status = 200, description = "Pressed")))]
 pub async fn press_key(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<PressKeyBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<PressKeyBody>,
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
@@ -538,13 +461,10 @@ pub struct ScrollBody {
 }
 
 /// Scroll at a point.
-#[utoipa::path(post, path = "/browsers/{id}/computer/scroll", tag = "computer",
-    request_body = ScrollBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/scroll", request_body = ScrollBody,
     responses((status = 200, description = "Scrolled")))]
 pub async fn scroll(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<ScrollBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<ScrollBody>,
 ) -> Result<StatusCode, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
@@ -555,9 +475,7 @@ pub async fn scroll(
 }
 
 fn scroll_request(
-    session: &SessionRecord,
-    body: ScrollBody,
-    problems: &mut Problems,
+    session: &SessionRecord, body: ScrollBody, problems: &mut Problems,
 ) -> ScrollRequest {
     problems.on_screen(session, "(x, y)", body.x, body.y);
     let (delta_x, delta_y) = (body.delta_x.unwrap_or(0), body.delta_y.unwrap_or(0));
@@ -588,31 +506,18 @@ pub struct ScreenshotBody {
 }
 
 /// A PNG screenshot of the browser's display.
-#[utoipa::path(post, path = "/browsers/{id}/computer/screenshot", tag = "computer",
-    request_body = ScreenshotBody,
+#[utoipa::path(post, path = "/browsers/{id}/computer/screenshot", request_body = ScreenshotBody,
     responses((status = 200, content_type = "image/png", body = Vec<u8>)))]
 pub async fn screenshot(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<ScreenshotBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<ScreenshotBody>,
 ) -> Result<Response, ApiError> {
     let (session, agent) = screen_of(&org, &id).await?;
     let mut problems = Problems::default();
     let region = body.region.map(|r| {
         problems.in_range("region.x", r.x, 0, session.viewport_width - 1);
         problems.in_range("region.y", r.y, 0, session.viewport_height - 1);
-        problems.in_range(
-            "region.width",
-            r.width,
-            1,
-            session.viewport_width - r.x.max(0),
-        );
-        problems.in_range(
-            "region.height",
-            r.height,
-            1,
-            session.viewport_height - r.y.max(0),
-        );
+        problems.in_range("region.width", r.width, 1, session.viewport_width - r.x.max(0));
+        problems.in_range("region.height", r.height, 1, session.viewport_height - r.y.max(0));
         Region {
             x: r.x.max(0) as u32,
             y: r.y.max(0) as u32,

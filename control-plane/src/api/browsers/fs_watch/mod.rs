@@ -50,13 +50,10 @@ pub struct WatchStarted {
 
 /// Watch a directory for changes; follow them at `…/fs/watch/{watch_id}/events`. At most
 /// 8 watches per browser (409 beyond); a watch ends with its session.
-#[utoipa::path(post, path = "/browsers/{id}/fs/watch", tag = "filesystem",
-    request_body = WatchStartBody,
+#[utoipa::path(post, path = "/browsers/{id}/fs/watch", request_body = WatchStartBody,
     responses((status = 200, body = WatchStarted), (status = 409, body = ErrorBody)))]
 pub async fn start(
-    org: Org,
-    PathParam(id): PathParam<String>,
-    JsonBody(body): JsonBody<WatchStartBody>,
+    org: Org, PathParam(id): PathParam<String>, JsonBody(body): JsonBody<WatchStartBody>,
 ) -> Result<Json<WatchStarted>, ApiError> {
     let path = require_path("path", Some(body.path))?;
     let session = org.sessions.live(&org.id, &id).await?;
@@ -66,9 +63,7 @@ pub async fn start(
         )));
     }
     let agent = org.sessions.agent(&session)?;
-    let mut stream = agent
-        .watch_directory(path, body.recursive.unwrap_or(false))
-        .await?;
+    let mut stream = agent.watch_directory(path, body.recursive.unwrap_or(false)).await?;
     let started = tokio::time::timeout(START_TIMEOUT, stream.message())
         .await
         .map_err(|_| ApiError::Timeout("the watch did not start in time".into()))?
@@ -102,23 +97,17 @@ pub async fn start(
 }
 
 fn view(event: WatchEvent) -> WatchEventView {
-    WatchEventView {
-        kind: event.kind,
-        path: event.path,
-        name: event.name,
-        is_dir: event.is_dir,
-    }
+    WatchEventView { kind: event.kind, path: event.path, name: event.name, is_dir: event.is_dir }
 }
 
 /// The watch's changes as server-sent events (`data: {type, path, name, is_dir}`), until
 /// the watch ends. One reader at a time (409 for a second); a reader that reconnects
 /// gets what happened meanwhile (up to 1024 events).
-#[utoipa::path(get, path = "/browsers/{id}/fs/watch/{watch_id}/events", tag = "filesystem",
+#[utoipa::path(get, path = "/browsers/{id}/fs/watch/{watch_id}/events",
     responses((status = 200, content_type = "text/event-stream", body = WatchEventView),
         (status = 409, body = ErrorBody)))]
 pub async fn events(
-    org: Org,
-    PathParam((id, watch_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, watch_id)): PathParam<(String, String)>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let session = org.sessions.live(&org.id, &id).await?;
     let events = org
@@ -137,11 +126,9 @@ pub async fn events(
 }
 
 /// Stop a watch.
-#[utoipa::path(delete, path = "/browsers/{id}/fs/watch/{watch_id}", tag = "filesystem",
-    responses((status = 204)))]
+#[utoipa::path(delete, path = "/browsers/{id}/fs/watch/{watch_id}", responses((status = 204)))]
 pub async fn stop(
-    org: Org,
-    PathParam((id, watch_id)): PathParam<(String, String)>,
+    org: Org, PathParam((id, watch_id)): PathParam<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let session = org.sessions.live(&org.id, &id).await?;
     org.watches

@@ -27,12 +27,7 @@ impl Watches {
     pub(super) fn of_session(&self, session_id: &str) -> usize {
         self.entries
             .lock()
-            .map(|entries| {
-                entries
-                    .values()
-                    .filter(|w| w.session_id == session_id)
-                    .count()
-            })
+            .map(|entries| entries.values().filter(|w| w.session_id == session_id).count())
             .unwrap_or(0)
     }
 

@@ -36,9 +36,7 @@ pub fn url(state: &AppState, session: &SessionRecord) -> String {
 }
 
 pub fn url_of(state: &AppState, session_id: &str, org_id: &str) -> String {
-    let jwt = state
-        .tokens
-        .issue_inspector(session_id, org_id, Utc::now() + REPLAY_VIEW_TTL);
+    let jwt = state.tokens.issue_inspector(session_id, org_id, Utc::now() + REPLAY_VIEW_TTL);
     format!(
         "{}/inspector?session_id={session_id}&jwt={jwt}",
         state.settings.public_url.trim_end_matches('/')
@@ -58,8 +56,7 @@ pub struct InspectorQuery {
 
 /// The session the token grants, or `None` for a wrong, expired or tampered token.
 async fn inspected(
-    state: &AppState,
-    query: &InspectorQuery,
+    state: &AppState, query: &InspectorQuery,
 ) -> Result<Option<SessionRecord>, ApiError> {
     let (Some(session_id), Some(jwt)) = (&query.session_id, &query.jwt) else {
         return Ok(None);
@@ -78,20 +75,15 @@ fn denied() -> ApiError {
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
-    (
-        [(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache")],
-        body,
-    )
-        .into_response()
+    ([(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
 /// The inspector page (401 for a wrong or expired link).
-#[utoipa::path(get, path = "/inspector", tag = "telemetry", params(InspectorQuery), security(()),
+#[utoipa::path(get, path = "/inspector", params(InspectorQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
         (status = 401, body = ErrorBody)))]
 pub async fn page(
-    State(state): State<AppState>,
-    QueryParams(query): QueryParams<InspectorQuery>,
+    State(state): State<AppState>, QueryParams(query): QueryParams<InspectorQuery>,
 ) -> Result<Response, ApiError> {
     if inspected(&state, &query).await?.is_none() {
         return Err(denied());
@@ -108,37 +100,30 @@ pub async fn page(
         .into_response())
 }
 
-#[utoipa::path(get, path = "/inspector/inspector.js", tag = "telemetry", security(()),
+#[utoipa::path(get, path = "/inspector/inspector.js", security(()),
     responses((status = 200, content_type = "text/javascript", body = String)))]
 pub async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
 }
 
-#[utoipa::path(get, path = "/inspector/inspector.css", tag = "telemetry", security(()),
+#[utoipa::path(get, path = "/inspector/inspector.css", security(()),
     responses((status = 200, content_type = "text/css", body = String)))]
 pub async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
 }
 
 /// The session's events after `after`, oldest first, and whether the session ended.
-#[utoipa::path(get, path = "/inspector/events", tag = "telemetry", params(InspectorQuery),
-    security(()),
+#[utoipa::path(get, path = "/inspector/events", params(InspectorQuery), security(()),
     responses((status = 200, description = "`{session, ended, events: [{seq, event}]}`"),
         (status = 401, body = ErrorBody)))]
 pub async fn events(
-    State(state): State<AppState>,
-    QueryParams(query): QueryParams<InspectorQuery>,
+    State(state): State<AppState>, QueryParams(query): QueryParams<InspectorQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let session = inspected(&state, &query).await?.ok_or_else(denied)?;
     let mut read = TelemetryQuery::all(&session.id, MAX_EVENTS);
     read.from_seq = query.after.unwrap_or(0).saturating_add(1);
-    let events: Vec<Value> = state
-        .store
-        .telemetry_events(&read)
-        .await?
-        .iter()
-        .map(super::telemetry::envelope)
-        .collect();
+    let events: Vec<Value> =
+        state.store.telemetry_events(&read).await?.iter().map(super::telemetry::envelope).collect();
     Ok(Json(json!({
         "session": { "id": session.id, "created_at": session.created_at, "name": session.name },
         "ended": session.status == SessionStatus::Ended,
@@ -147,13 +132,11 @@ pub async fn events(
 }
 
 /// The session's replays, each with a video URL the page may play.
-#[utoipa::path(get, path = "/inspector/replays", tag = "telemetry", params(InspectorQuery),
-    security(()),
+#[utoipa::path(get, path = "/inspector/replays", params(InspectorQuery), security(()),
     responses((status = 200, description = "`[{replay_id, started_at, finished_at, video_url}]`"),
         (status = 401, body = ErrorBody)))]
 pub async fn replays(
-    State(state): State<AppState>,
-    QueryParams(query): QueryParams<InspectorQuery>,
+    State(state): State<AppState>, QueryParams(query): QueryParams<InspectorQuery>,
 ) -> Result<Response, ApiError> {
     let session = inspected(&state, &query).await?.ok_or_else(denied)?;
     let expires_at = Utc::now() + REPLAY_VIEW_TTL;

@@ -95,8 +95,7 @@ fn claims_for(state: &AppState, id: &str, jwt: Option<&str>) -> Result<SessionCl
 
 /// The session the claims name, while it (and the lease they name) lives.
 async fn viewed_session(
-    state: &AppState,
-    claims: &SessionClaims,
+    state: &AppState, claims: &SessionClaims,
 ) -> Result<SessionRecord, ApiError> {
     let session = state.sessions.live(&claims.org, &claims.sub).await?;
     if session.pool_id.is_some() {
@@ -107,13 +106,12 @@ async fn viewed_session(
 
 /// The live view page: the session's screen, and (unless the token is watch-only) the
 /// viewer's mouse, keyboard and clipboard paste sent to it.
-#[utoipa::path(get, path = "/browsers/{id}/live", tag = "browsers",
+#[utoipa::path(get, path = "/browsers/{id}/live",
     params(("id" = String, Path, description = "Browser session ID"), LiveQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
         (status = 401, body = ErrorBody)))]
 pub async fn page(
-    State(state): State<AppState>,
-    PathParam(id): PathParam<String>,
+    State(state): State<AppState>, PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<LiveQuery>,
 ) -> Result<Response, ApiError> {
     let claims = claims_for(&state, &id, query.jwt.as_deref())?;
@@ -147,22 +145,19 @@ fn viewer_page(read_only: bool, embed: bool) -> Response {
 }
 
 /// The live view's WebSocket (see the module's documentation for the messages).
-#[utoipa::path(get, path = "/browsers/{id}/live/ws", tag = "browsers",
+#[utoipa::path(get, path = "/browsers/{id}/live/ws",
     params(("id" = String, Path, description = "Browser session ID"), LiveQuery), security(()),
     responses((status = 101, description = "Switching to the live view WebSocket"),
         (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn socket(
-    State(state): State<AppState>,
-    PathParam(id): PathParam<String>,
+    State(state): State<AppState>, PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<LiveQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let claims = claims_for(&state, &id, query.jwt.as_deref())?;
     let upgrade = upgrade.map_err(|rejection| {
-        ApiError::invalid_field(format!(
-            "this endpoint needs a WebSocket upgrade: {rejection}"
-        ))
+        ApiError::invalid_field(format!("this endpoint needs a WebSocket upgrade: {rejection}"))
     })?;
     let session = viewed_session(&state, &claims).await?;
     let lease = session.pool_id.is_some().then_some(&claims);
@@ -171,10 +166,7 @@ pub async fn socket(
 
 /// The WebSocket of a viewer of `session`'s display, once the agent's stream is open.
 async fn open_socket(
-    state: &AppState,
-    session: &SessionRecord,
-    read_only: bool,
-    lease: Option<&SessionClaims>,
+    state: &AppState, session: &SessionRecord, read_only: bool, lease: Option<&SessionClaims>,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     if session.headless {
@@ -191,9 +183,7 @@ async fn open_socket(
         // come before the stream and would not have closed it (dropping it closes it).
         lease_is_current(state, &claims.org, &claims.sub, claims.lease.as_deref()).await?;
     }
-    let guard = state
-        .sessions
-        .client_connected(session, ClientKind::LiveView);
+    let guard = state.sessions.client_connected(session, ClientKind::LiveView);
     let (telemetry, session) = (state.telemetry.clone(), session.clone());
     let record = move |(kind, data): (&str, serde_json::Value)| {
         telemetry.record_current(&session, Event::api(Category::Interaction, kind, data));
@@ -206,9 +196,7 @@ async fn open_socket(
 /// The browser of the connection's login flow in progress, if the token names this
 /// connection.
 async fn flow_session(
-    state: &AppState,
-    connection_id: &str,
-    jwt: Option<&str>,
+    state: &AppState, connection_id: &str, jwt: Option<&str>,
 ) -> Result<SessionRecord, ApiError> {
     let claims = jwt
         .and_then(|token| state.tokens.verify_flow_live_view(token))
@@ -222,10 +210,8 @@ async fn flow_session(
         .await?
         .ok_or_else(|| ApiError::NotFound("this connection no longer exists".into()))?;
     let document = Document::parse(&record)?;
-    let session_id = document
-        .flow_in_progress()
-        .and_then(|flow| flow.session_id.clone())
-        .ok_or_else(|| {
+    let session_id =
+        document.flow_in_progress().and_then(|flow| flow.session_id.clone()).ok_or_else(|| {
             ApiError::NotFound("this connection has no login flow with a browser now".into())
         })?;
     Ok(state.sessions.live(&record.org_id, &session_id).await?)
@@ -234,13 +220,12 @@ async fn flow_session(
 /// `live_view_url` of a login flow: the flow's browser, for a person to complete what
 /// the automation cannot (an unexpected challenge). Granted by its own token (not
 /// `hosted_url`'s), until the flow ends.
-#[utoipa::path(get, path = "/auth/connections/{id}/live", tag = "managed auth",
+#[utoipa::path(get, path = "/auth/connections/{id}/live",
     params(("id" = String, Path, description = "Auth connection id"), LiveQuery), security(()),
     responses((status = 200, content_type = "text/html", body = String),
         (status = 401, body = ErrorBody)))]
 pub async fn flow_page(
-    State(state): State<AppState>,
-    PathParam(id): PathParam<String>,
+    State(state): State<AppState>, PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<LiveQuery>,
 ) -> Result<Response, ApiError> {
     flow_session(&state, &id, query.jwt.as_deref()).await?;
@@ -248,22 +233,19 @@ pub async fn flow_page(
 }
 
 /// The WebSocket of a login flow's live view.
-#[utoipa::path(get, path = "/auth/connections/{id}/live/ws", tag = "managed auth",
+#[utoipa::path(get, path = "/auth/connections/{id}/live/ws",
     params(("id" = String, Path, description = "Auth connection id"), LiveQuery), security(()),
     responses((status = 101, description = "Switching to the live view WebSocket"),
         (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn flow_socket(
-    State(state): State<AppState>,
-    PathParam(id): PathParam<String>,
+    State(state): State<AppState>, PathParam(id): PathParam<String>,
     QueryParams(query): QueryParams<LiveQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let session = flow_session(&state, &id, query.jwt.as_deref()).await?;
     let upgrade = upgrade.map_err(|rejection| {
-        ApiError::invalid_field(format!(
-            "this endpoint needs a WebSocket upgrade: {rejection}"
-        ))
+        ApiError::invalid_field(format!("this endpoint needs a WebSocket upgrade: {rejection}"))
     })?;
     open_socket(&state, &session, false, None, upgrade).await
 }
@@ -317,10 +299,9 @@ impl ViewerInput {
         match self {
             Self::Down { x, y, .. } => Some(("interaction_click", json!({ "x": x, "y": y }))),
             Self::Key { key, down: true } => Some(("interaction_key", json!({ "key": key }))),
-            Self::Text { text } | Self::Paste { text } => Some((
-                "interaction_key",
-                json!({ "text_length": text.chars().count() }),
-            )),
+            Self::Text { text } | Self::Paste { text } => {
+                Some(("interaction_key", json!({ "text_length": text.chars().count() })))
+            }
             _ => None,
         }
     }
@@ -329,12 +310,7 @@ impl ViewerInput {
     /// that makes no sense.
     fn into_agent_input(self, read_only: bool) -> Option<LiveViewInput> {
         let pointer = |action: live_pointer::Action, x, y, button| {
-            Kind::Pointer(LivePointer {
-                action: action.into(),
-                x,
-                y,
-                button,
-            })
+            Kind::Pointer(LivePointer { action: action.into(), x, y, button })
         };
         let kind = match self {
             Self::Refresh => Kind::Refresh(true),
@@ -412,12 +388,9 @@ fn encode_update(update: LiveViewUpdate) -> Vec<u8> {
 /// Carries updates to the viewer and its input to the agent until either side ends;
 /// the guard keeps the session counted as in use meanwhile.
 async fn pump(
-    socket: WebSocket,
-    to_agent: mpsc::Sender<LiveViewInput>,
-    mut from_agent: Streaming<LiveViewUpdate>,
-    read_only: bool,
-    record_interaction: impl Fn((&str, serde_json::Value)) + Send,
-    _guard: CdpConnectionGuard,
+    socket: WebSocket, to_agent: mpsc::Sender<LiveViewInput>,
+    mut from_agent: Streaming<LiveViewUpdate>, read_only: bool,
+    record_interaction: impl Fn((&str, serde_json::Value)) + Send, _guard: CdpConnectionGuard,
 ) {
     let (mut to_viewer, mut from_viewer) = socket.split();
     let (heard, mut last_heard) = tokio::sync::watch::channel(tokio::time::Instant::now());
@@ -460,12 +433,7 @@ async fn pump(
                 }
             };
             let Some(Ok(update)) = update else { break };
-            if !sent(
-                &mut to_viewer,
-                Message::Binary(encode_update(update).into()),
-            )
-            .await
-            {
+            if !sent(&mut to_viewer, Message::Binary(encode_update(update).into())).await {
                 return;
             }
         }
@@ -485,13 +453,9 @@ async fn pump(
 
 /// Sends one message; false if the viewer is gone or does not take it in time.
 async fn sent(
-    to_viewer: &mut futures::stream::SplitSink<WebSocket, Message>,
-    message: Message,
+    to_viewer: &mut futures::stream::SplitSink<WebSocket, Message>, message: Message,
 ) -> bool {
-    matches!(
-        tokio::time::timeout(SEND_TIMEOUT, to_viewer.send(message)).await,
-        Ok(Ok(()))
-    )
+    matches!(tokio::time::timeout(SEND_TIMEOUT, to_viewer.send(message)).await, Ok(Ok(())))
 }
 
 #[cfg(test)]
