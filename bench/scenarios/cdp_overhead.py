@@ -13,9 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from harness import REPO, ControlPlane, cpu_seconds, session_processes, wait_until
+from scenarios import api_client
 
 SMALL_RUNS = 2000
 LARGE_RUNS = 40
@@ -116,7 +115,7 @@ def run(work_dir: Path, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     relay: subprocess.Popen | None = None
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"})
+        http = api_client(server)
         session = http.post("/browsers", json={"headless": True}).raise_for_status().json()
         sid = session["session_id"]
         chromium = min(session_processes(server, sid)["chromium"])

@@ -4,16 +4,14 @@ library, no API) and by a `xdotool click --delay 0 1` subprocess."""
 
 from __future__ import annotations
 
-import http.client as http_client
 import json
 import os
 import subprocess
 import time
 from pathlib import Path
 
-import httpx
-
-from harness import REPO, ControlPlane, descendants, session_processes
+from harness import REPO, ControlPlane, session_processes
+from scenarios import api_client, kept_alive
 
 RUNS = 500
 WARMUP = 20
@@ -43,20 +41,21 @@ def _into_network_of(pid: int) -> list[str]:
     return [] if theirs == ours else ["nsenter", f"--net=/proc/{pid}/ns/net", "--"]
 
 
+def headful_browser(server, http) -> tuple[str, int, str]:
+    """A new 1280x800 headful browser of `server`: its id, its Xvfb's pid and display."""
+    session = http.post("/browsers", json={"viewport": {"width": 1280, "height": 800}}).raise_for_status().json()
+    xvfb = next(iter(session_processes(server, session["session_id"])["xvfb"]))
+    return session["session_id"], xvfb, _display_of(xvfb)
+
+
 def run(work_dir: Path, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"})
-        session = http.post("/browsers", json={"viewport": {"width": 1280, "height": 800}}).raise_for_status().json()
-        sid = session["session_id"]
-        xvfb = next(iter(session_processes(server, sid)["xvfb"]))
-        display = _display_of(xvfb)
+        http = api_client(server)
+        sid, xvfb, display = headful_browser(server, http)
 
-        # The standard library's client on one kept-alive connection: the cheapest way
-        # for a client to make the call, so the figure is the service's, not the client's.
-        connection = http_client.HTTPConnection("127.0.0.1", server.port)
+        connection, headers = kept_alive(server)
         body = json.dumps({"x": X, "y": Y})
-        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
         example = REPO / "target" / "release" / "examples" / "click_latency"
         into_vm = _into_network_of(xvfb)
         enigo = subprocess.Popen([*into_vm, str(example), display, str(X), str(Y)], stdin=subprocess.PIPE,

@@ -6,15 +6,13 @@ back to back in one go (what the display itself makes 20 quick clicks cost)."""
 
 from __future__ import annotations
 
-import http.client as http_client
 import json
 import subprocess
 import time
 
-import httpx
-
-from harness import REPO, ControlPlane, session_processes
-from scenarios.click import X, Y, _display_of, _into_network_of
+from harness import REPO, ControlPlane
+from scenarios import api_client, kept_alive
+from scenarios.click import X, Y, _into_network_of, headful_browser
 
 CLICKS = 20
 RUNS = 200
@@ -25,13 +23,9 @@ BLOCK = 10
 def run(work_dir, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"})
-        session = http.post("/browsers", json={"viewport": {"width": 1280, "height": 800}}).raise_for_status().json()
-        sid = session["session_id"]
-        xvfb = next(iter(session_processes(server, sid)["xvfb"]))
-        display = _display_of(xvfb)
-        connection = http_client.HTTPConnection("127.0.0.1", server.port)
-        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+        http = api_client(server)
+        sid, xvfb, display = headful_browser(server, http)
+        connection, headers = kept_alive(server)
         click = {"type": "click_mouse", "click_mouse": {"x": X, "y": Y}}
         batch_body = json.dumps({"actions": [click] * CLICKS})
         click_body = json.dumps({"x": X, "y": Y})

@@ -23,6 +23,7 @@ import httpx
 from playwright.sync_api import sync_playwright
 
 from harness import ControlPlane
+from scenarios import api_client
 
 SESSIONS = 500
 LOADS = 30
@@ -51,8 +52,7 @@ def run(work_dir: Path, report) -> None:
     data = work_dir / "data"
     server = ControlPlane(data).start()
     try:
-        api = httpx.Client(base_url=server.base_url, timeout=60,
-                           headers={"Authorization": f"Bearer {server.api_key}"})
+        api = api_client(server)
         template = api.post("/browsers", json={"headless": True}).raise_for_status().json()["session_id"]
         api.delete(f"/browsers/{template}").raise_for_status()
         key = server.api_key

@@ -14,9 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from harness import ControlPlane, descendants, processes_mentioning, serve_html
+from scenarios import api_client
 
 from .cold_create import VIEWPORT, _chromium_flags, _free_displays, _start_xvfb
 
@@ -45,8 +44,7 @@ def _vm_pids(server: ControlPlane, session_id: str) -> set[int]:
 def _ours(work_dir: Path, page_url: str) -> tuple[list[float], list[float]]:
     server = ControlPlane(work_dir / "data", extra_args=["--max-live-browsers", str(BROWSERS)]).start()
     try:
-        http = httpx.Client(base_url=server.base_url, timeout=120,
-                            headers={"Authorization": f"Bearer {server.api_key}"})
+        http = api_client(server, timeout=120)
         latencies, ids = [], []
         for _ in range(BROWSERS):
             started = time.perf_counter()

@@ -10,10 +10,10 @@ import json
 import time
 from pathlib import Path
 
-import httpx
 import websocket
 
 from harness import ControlPlane, cpu_seconds, process_state, session_processes, wait_until
+from scenarios import api_client
 
 from .density import _vm_pids
 
@@ -56,8 +56,7 @@ def _idle_share(server: ControlPlane, ids: list[str]) -> float:
 def _start(work_dir: Path, name: str, freeze_after: int) -> tuple[ControlPlane, list[dict]]:
     server = ControlPlane(work_dir / name, extra_args=[
         "--freeze-idle-after-seconds", str(freeze_after)]).start()
-    http = httpx.Client(base_url=server.base_url, timeout=120,
-                        headers={"Authorization": f"Bearer {server.api_key}"})
+    http = api_client(server, timeout=120)
     browsers = []
     for index in range(BROWSERS):
         response = http.post("/browsers", json={"headless": index % 2 == 0, "timeout_seconds": 3600})

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from harness import ControlPlane, wait_until
+from scenarios import api_client
 
 RUNS = 40
 STANDBY = 2
@@ -41,8 +42,7 @@ def _timed_creates(http: httpx.Client, runs: int, body: dict, before_each=lambda
 def run(work_dir: Path, report) -> None:
     cold = ControlPlane(work_dir / "cold").start()
     try:
-        http = httpx.Client(base_url=cold.base_url, timeout=60,
-                            headers={"Authorization": f"Bearer {cold.api_key}"})
+        http = api_client(cold)
         cold_samples = _timed_creates(http, RUNS // 2, CREATE)
     finally:
         cold.reap_everything()
@@ -50,8 +50,7 @@ def run(work_dir: Path, report) -> None:
     warm = ControlPlane(work_dir / "warm", extra_args=[
         "--standby-browsers", str(STANDBY), "--metrics-token", METRICS_TOKEN]).start()
     try:
-        http = httpx.Client(base_url=warm.base_url, timeout=60,
-                            headers={"Authorization": f"Bearer {warm.api_key}"})
+        http = api_client(warm)
 
         def warm_standby():
             # Measured while the standby is warm: its refill is not competing for the CPU.

@@ -12,10 +12,8 @@ import time
 import zipfile
 from pathlib import Path
 
-import httpx
-
 from harness import ControlPlane
-from scenarios import alternate
+from scenarios import alternate, api_client
 
 RUNS = 30
 WARMUP = 3
@@ -35,8 +33,7 @@ def echo(ctx, payload):
 def run(work_dir: Path, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     try:
-        http = httpx.Client(base_url=server.base_url, timeout=120,
-                            headers={"Authorization": f"Bearer {server.api_key}"})
+        http = api_client(server, timeout=120)
         archive = io.BytesIO()
         with zipfile.ZipFile(archive, "w") as zip_file:
             zip_file.writestr("main.py", APP)

@@ -24,10 +24,10 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 from playwright.sync_api import sync_playwright
 
 from harness import ControlPlane, cpu_seconds, first_tab, session_processes
+from scenarios import api_client
 from scenarios.record_cpu import display_of
 
 VIEWPORT = (1920, 1080)
@@ -193,8 +193,7 @@ def run(work_dir: Path, report) -> None:
     vnc = None
     websockify = None
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"},
-                            timeout=60)
+        http = api_client(server)
         session = http.post("/browsers", json={
             "viewport": {"width": VIEWPORT[0], "height": VIEWPORT[1]}, "timeout_seconds": 900,
         }).raise_for_status().json()

@@ -8,9 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from harness import ControlPlane
+from scenarios import api_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
 from extensions_kit import make_extension  # noqa: E402
@@ -23,8 +22,7 @@ def run(work_dir: Path, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     xvfb, display = _start_xvfb()
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"},
-                            timeout=120)
+        http = api_client(server, timeout=120)
         sid = http.post("/browsers", json={"timeout_seconds": 600}).raise_for_status().json()["session_id"]
         archive = make_extension("bench")
         ours, reference = [], []

@@ -7,15 +7,12 @@ for what an assistant's client adds. Goal: MCP at most 1.2x REST."""
 from __future__ import annotations
 
 import asyncio
-import http.client as http_client
 import json
 import time
 from pathlib import Path
 
-import httpx
-
 from harness import ControlPlane
-from scenarios import alternate
+from scenarios import alternate, api_client, kept_alive
 
 RUNS = 100
 WARMUP = 10
@@ -28,11 +25,9 @@ PROTOCOL = "2026-07-28"
 def run(work_dir: Path, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"},
-                            timeout=60)
+        http = api_client(server)
         sid = http.post("/browsers", json={"headless": True}).raise_for_status().json()["session_id"]
-        connection = http_client.HTTPConnection("127.0.0.1", server.port)
-        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+        connection, headers = kept_alive(server)
         # The headers the protocol asks of a stateless request (the method and the tool
         # named outside the body, for gateways).
         mcp_headers = {**headers, "Accept": "application/json, text/event-stream",

@@ -5,16 +5,14 @@ once, before the clock). Measured alternately in the same run. Goal: at most 0.3
 
 from __future__ import annotations
 
-import http.client as http_client
 import json
 import time
 from pathlib import Path
 
-import httpx
 from playwright.sync_api import sync_playwright
 
 from harness import ControlPlane
-from scenarios import alternate
+from scenarios import alternate, api_client, kept_alive
 
 RUNS = 100
 WARMUP = 10
@@ -24,12 +22,10 @@ TITLE = "bench page"
 def run(work_dir: Path, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"},
-                            timeout=60)
+        http = api_client(server)
         session = http.post("/browsers", json={"headless": True}).raise_for_status().json()
         sid = session["session_id"]
-        connection = http_client.HTTPConnection("127.0.0.1", server.port)
-        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+        connection, headers = kept_alive(server)
 
         def execute(code: str) -> dict:
             connection.request("POST", f"/browsers/{sid}/playwright/execute", json.dumps({"code": code}), headers)

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from harness import ControlPlane
+from scenarios import api_client
 
 BATCHES = 40
 WARMUP = 3
@@ -45,8 +46,7 @@ def _batch(clients: list[httpx.Client]) -> float:
 def run(work_dir: Path, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     try:
-        admin = httpx.Client(base_url=server.base_url, timeout=60,
-                             headers={"Authorization": f"Bearer {server.api_key}"})
+        admin = api_client(server)
         scoped_key = admin.post("/org/api_keys", json={"name": "bench", "policy": POLICY}).raise_for_status().json()["key"]
         sessions = [admin.post("/browsers", json={"headless": True}).raise_for_status().json()
                     for _ in range(BROWSERS)]

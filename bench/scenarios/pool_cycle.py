@@ -6,7 +6,6 @@ between the two, each on a machine at rest, so neither pays for the other's work
 
 from __future__ import annotations
 
-import http.client as http_client
 import json
 import os
 import re
@@ -17,10 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 from playwright.sync_api import sync_playwright
 
 from harness import ControlPlane, first_tab, serve_html
+from scenarios import api_client, kept_alive
 
 CYCLES = 30
 POOL_SIZE = 5
@@ -64,8 +63,7 @@ def run(work_dir: Path, report) -> None:
     user_data_dir = tempfile.mkdtemp(prefix="bench-chromium-")
     chromium, bare_url = _bare_chromium(user_data_dir)
     try:
-        api = httpx.Client(base_url=server.base_url, timeout=60,
-                            headers={"Authorization": f"Bearer {server.api_key}"})
+        api = api_client(server)
         pool = api.post("/browser_pools", json={
             "size": POOL_SIZE, "headless": True, "fill_rate_per_minute": 6000,
         }).json()
@@ -76,8 +74,7 @@ def run(work_dir: Path, report) -> None:
         # The standard library's client on one kept-alive connection for acquire and
         # release (it sends a small request in one segment), so the figures are the
         # service's, not the client's.
-        connection = http_client.HTTPConnection("127.0.0.1", server.port)
-        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+        connection, headers = kept_alive(server)
 
         def call(path: str, body: dict) -> dict | None:
             connection.request("POST", f"/browser_pools/{pool['id']}/{path}", json.dumps(body), headers)

@@ -4,16 +4,13 @@ agent (a click), measured back to back in the same run. Goal: at most 1.5x."""
 
 from __future__ import annotations
 
-import http.client as http_client
 import json
 import subprocess
 import time
 from pathlib import Path
 
-import httpx
-
 from harness import ControlPlane
-from scenarios import alternate
+from scenarios import alternate, api_client, kept_alive
 
 RUNS = 300
 WARMUP = 20
@@ -22,12 +19,11 @@ WARMUP = 20
 def run(work_dir: Path, report) -> None:
     server = ControlPlane(work_dir / "data").start()
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"})
+        http = api_client(server)
         session = http.post("/browsers", json={"viewport": {"width": 1280, "height": 800}}).raise_for_status().json()
         sid = session["session_id"]
         # One kept-alive connection with the standard library's client, as in `click`.
-        connection = http_client.HTTPConnection("127.0.0.1", server.port)
-        headers = {"Authorization": f"Bearer {server.api_key}", "Content-Type": "application/json"}
+        connection, headers = kept_alive(server)
 
         def call(path: str, body: dict) -> float:
             started = time.perf_counter()

@@ -21,6 +21,7 @@ import httpx
 from playwright.sync_api import sync_playwright
 
 from harness import ControlPlane, cpu_seconds, session_processes
+from scenarios import api_client
 
 LOADS = 120
 WARMUP = 5
@@ -95,8 +96,7 @@ def run(work_dir: Path, report) -> None:
     base = f"http://127.0.0.1:{site.server_address[1]}"
     server = ControlPlane(work_dir / "data").start()
     try:
-        api = httpx.Client(base_url=server.base_url, timeout=60,
-                            headers={"Authorization": f"Bearer {server.api_key}"})
+        api = api_client(server)
         # Two browsers that swap roles half-way (PATCH `telemetry`): each loads as many
         # pages capturing as not, so a difference between the two instances (where their
         # renderers run, say) cancels out instead of passing for telemetry's cost. Each

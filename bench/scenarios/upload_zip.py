@@ -12,9 +12,8 @@ import time
 import zipfile
 from pathlib import Path
 
-import httpx
-
 from harness import ControlPlane, vm_root
+from scenarios import api_client
 
 RUNS = 3
 TARGET_COMPRESSED_BYTES = 200 * 1024 * 1024
@@ -46,8 +45,7 @@ def run(work_dir: Path, report) -> None:
     print(f"archive: {size / 2**20:.0f} MiB, {entries} entries, {expanded / 2**20:.0f} MiB expanded")
     server = ControlPlane(work_dir / "data").start()
     try:
-        http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"},
-                            timeout=600)
+        http = api_client(server, timeout=600)
         sid = http.post("/browsers", json={"headless": True}).raise_for_status().json()["session_id"]
         root = vm_root(server, sid)
         unzip_dir = work_dir / "unzipped"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from playwright.sync_api import sync_playwright
 from kernel import Kernel
 
 from harness import control_plane_for_module, serve_html, suite_vm_paths, vm_mounts_left, vm_processes_left
@@ -101,3 +102,17 @@ def test_page_url():
     server = serve_html(_page)
     yield f"http://127.0.0.1:{server.server_address[1]}/page.html"
     server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def playwright():
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def local_chromium(playwright):
+    """A Chromium of this host's own, outside any VM: a person's browser, a viewer."""
+    browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+    yield browser
+    browser.close()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import http.server
 import secrets
-import threading
 import urllib.parse
 
 import httpx
 
-from harness import send_html
+from harness import send_html, serve
 
 USERNAME = "alice"
 PASSWORD = "correct-horse-battery-staple-7351"
@@ -77,8 +76,7 @@ class LoginSite:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
         self.domain = f"127.0.0.1:{self.server.server_address[1]}"
         self.base = f"http://{self.domain}"
         self.login_url = f"{self.base}/login"

@@ -6,7 +6,6 @@ browsers the actions create, and the official SDK on both sides."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import httpx

@@ -10,14 +10,13 @@ import http.server
 import json
 import shutil
 import subprocess
-import threading
-from pathlib import Path
 
 import kernel
 import pytest
 
 from apps_kit import APPS, app_processes_left, follow, zip_of
 from conftest import TEST_PAGE_TITLE
+from harness import serve
 
 TOKEN = "ghp_e2e-token-5150"
 
@@ -64,8 +63,7 @@ def repository(tmp_path_factory):
     subprocess.run(["git", "clone", "-q", "--bare", str(source), str(served / "app.git")], check=True)
     subprocess.run(["git", "-C", str(served / "app.git"), "update-server-info"], check=True)
     handler = functools.partial(PrivateRepository, directory=str(served))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(handler)
     yield f"http://127.0.0.1:{server.server_address[1]}/app.git"
     server.shutdown()
 

@@ -18,7 +18,7 @@ import pytest
 from kernel import AuthenticationError, BadRequestError, Kernel, PermissionDeniedError
 
 from harness import wait_until
-from sdk import field, items, today_only
+from sdk import field, today_only
 
 pytestmark = today_only
 

@@ -10,7 +10,6 @@ import http.server
 import json
 import secrets
 import subprocess
-import threading
 import urllib.parse
 
 import httpx
@@ -19,8 +18,7 @@ import pytest
 from kernel import Kernel
 
 from fake_onepassword import FakeConnect
-from harness import control_plane_for_module, send_html, wait_until
-from sdk import SEED_ERA, field
+from harness import control_plane_for_module, send_html, serve, wait_until
 
 SEED = "KRUGKIDROVUWG2ZAMJZG653OEBTG66BAJZ2W24DT"
 USERNAME, PASSWORD = "alice", "correct-horse-battery-staple-5521"
@@ -53,8 +51,7 @@ class Server:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
         self.domain = f"127.0.0.1:{self.server.server_address[1]}"
         self.base = f"http://{self.domain}"
 

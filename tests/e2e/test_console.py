@@ -22,10 +22,9 @@ import httpx
 import pytest
 from kernel import Kernel
 from PIL import Image
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from fake_oidc import signing_in_fixtures
-from harness import wait_until
 from login_site import PASSWORD, USERNAME, LoginSite
 from sdk import today_only
 
@@ -53,27 +52,13 @@ def client(control_plane, admin_key) -> Kernel:
     return Kernel(api_key=admin_key, base_url=control_plane.base_url, max_retries=0)
 
 
-@pytest.fixture(scope="module")
-def driver():
-    with sync_playwright() as playwright:
-        yield playwright
-
-
-@pytest.fixture(scope="module")
-def chromium(driver):
-    """The person's own browser."""
-    browser = driver.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-    yield browser
-    browser.close()
-
-
 def shot(page: Page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
 
 
-def sign_in_with_key(chromium, control_plane, key: str, **context_options):
-    context = chromium.new_context(**context_options)
+def sign_in_with_key(local_chromium, control_plane, key: str, **context_options):
+    context = local_chromium.new_context(**context_options)
     page = context.new_page()
     page.goto(f"{control_plane.base_url}/console")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
@@ -90,8 +75,8 @@ def redness(png: bytes) -> float:
     return sum(1 for r, g, b in pixels if r > 180 and g < 80 and b < 80) / len(pixels)
 
 
-def test_a_key_runs_a_browser_from_the_console(driver, chromium, control_plane, admin_key, client):
-    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+def test_a_key_runs_a_browser_from_the_console(playwright, local_chromium, control_plane, admin_key, client):
+    context, page = sign_in_with_key(local_chromium, control_plane, admin_key)
     try:
         cookie = next(c for c in context.cookies() if c["name"] == "kernel_session")
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
@@ -122,7 +107,7 @@ def test_a_key_runs_a_browser_from_the_console(driver, chromium, control_plane, 
         expect(page.get_by_role("heading", level=1)).to_contain_text("console-e2e")
         live = page.locator("#live-view")
         page.frame_locator("#live-view").locator("canvas").first.wait_for(timeout=15_000)
-        cdp = driver.chromium.connect_over_cdp(client.browsers.retrieve(session_id).cdp_ws_url)
+        cdp = playwright.chromium.connect_over_cdp(client.browsers.retrieve(session_id).cdp_ws_url)
         target = cdp.contexts[0].pages[0] if cdp.contexts[0].pages else cdp.contexts[0].new_page()
         before = redness(live.screenshot())
         target.goto("data:text/html,<body style='margin:0;background:rgb(230,0,0)'>"
@@ -175,8 +160,8 @@ def test_a_key_runs_a_browser_from_the_console(driver, chromium, control_plane, 
         context.close()
 
 
-def test_team_page_shows_a_new_keys_secret_once(chromium, control_plane, admin_key):
-    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+def test_team_page_shows_a_new_keys_secret_once(local_chromium, control_plane, admin_key):
+    context, page = sign_in_with_key(local_chromium, control_plane, admin_key)
     try:
         page.get_by_role("link", name="Team").click()
         # A project, and a key bound to it.
@@ -203,7 +188,7 @@ def test_team_page_shows_a_new_keys_secret_once(chromium, control_plane, admin_k
         context.close()
 
 
-def test_foreign_browsers_are_not_found(chromium, control_plane, client):
+def test_foreign_browsers_are_not_found(local_chromium, control_plane, client):
     other_org = Kernel(api_key=control_plane.create_api_key("console-other-org"),
                        base_url=control_plane.base_url, max_retries=0)
     elsewhere = other_org.browsers.create(headless=True)
@@ -211,7 +196,7 @@ def test_foreign_browsers_are_not_found(chromium, control_plane, client):
                            base_url=control_plane.base_url, max_retries=0)
     side = other_project.browsers.create(headless=True)
     default_key = control_plane.create_api_key(ORG, project="default")
-    context, page = sign_in_with_key(chromium, control_plane, default_key)
+    context, page = sign_in_with_key(local_chromium, control_plane, default_key)
     try:
         listed = page.locator("tr[data-session]").evaluate_all("rows => rows.map(r => r.dataset.session)")
         assert elsewhere.session_id not in listed and side.session_id not in listed
@@ -226,9 +211,9 @@ def test_foreign_browsers_are_not_found(chromium, control_plane, client):
         other_project.browsers.delete_by_id(side.session_id)
 
 
-def test_a_viewer_sees_but_cannot_change(chromium, control_plane, client):
+def test_a_viewer_sees_but_cannot_change(local_chromium, control_plane, client):
     browser = client.browsers.create(headless=True, name="for-the-viewer")
-    context = chromium.new_context()
+    context = local_chromium.new_context()
     page = context.new_page()
     try:
         page.goto(f"{control_plane.base_url}/console")
@@ -253,7 +238,7 @@ def test_a_viewer_sees_but_cannot_change(chromium, control_plane, client):
         client.browsers.delete_by_id(browser.session_id)
 
 
-def test_security_headers_forgery_and_signing_out(chromium, control_plane, admin_key, client):
+def test_security_headers_forgery_and_signing_out(local_chromium, control_plane, admin_key, client):
     shell = httpx.get(f"{control_plane.base_url}/console")
     policy = shell.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
@@ -271,7 +256,7 @@ def test_security_headers_forgery_and_signing_out(chromium, control_plane, admin
     assert wrong.status_code == 303 and "sign_in=invalid" in wrong.headers["location"]
     assert "set-cookie" not in wrong.headers
 
-    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    context, page = sign_in_with_key(local_chromium, control_plane, admin_key)
     try:
         secret = next(c for c in context.cookies() if c["name"] == "kernel_session")["value"]
         cookie = {"Cookie": f"kernel_session={secret}"}
@@ -290,10 +275,10 @@ def test_security_headers_forgery_and_signing_out(chromium, control_plane, admin
         context.close()
 
 
-def test_pages_have_no_serious_accessibility_violations(chromium, control_plane, admin_key, client):
+def test_pages_have_no_serious_accessibility_violations(local_chromium, control_plane, admin_key, client):
     browser = client.browsers.create(headless=True, name="for-axe")
     # Injecting axe-core needs the page's own policy set aside (in the test only).
-    context, page = sign_in_with_key(chromium, control_plane, admin_key, bypass_csp=True)
+    context, page = sign_in_with_key(local_chromium, control_plane, admin_key, bypass_csp=True)
     try:
         pages = {"sessions": "/console/sessions", "session": f"/console/sessions/{browser.session_id}",
                  "team": "/console/team", "audit": "/console/team/audit", "pools": "/console/pools",
@@ -324,11 +309,11 @@ def test_pages_have_no_serious_accessibility_violations(chromium, control_plane,
         client.browsers.delete_by_id(browser.session_id)
 
 
-def test_resources_are_made_and_changed_in_forms_whose_secrets_stay_write_only(chromium, control_plane, admin_key, client):
+def test_resources_are_made_and_changed_in_forms_whose_secrets_stay_write_only(local_chromium, control_plane, admin_key, client):
     password = f"pw-{secrets.token_hex(8)}"
     totp_seed = "JBSWY3DPEHPK3PXP"
     base = control_plane.base_url
-    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    context, page = sign_in_with_key(local_chromium, control_plane, admin_key)
     try:
         # A credential: its secrets go in, and never come back out.
         page.goto(f"{base}/console/credentials")
@@ -392,11 +377,11 @@ def login_site():
     site.server.shutdown()
 
 
-def test_an_auth_connections_login_is_watched_live_and_kept_in_its_timeline(chromium, control_plane, admin_key,
+def test_an_auth_connections_login_is_watched_live_and_kept_in_its_timeline(local_chromium, control_plane, admin_key,
                                                                              client, login_site):
     connection = client.auth.connections.create(domain=login_site.domain, profile_name="console-login",
                                                 login_url=login_site.login_url)
-    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    context, page = sign_in_with_key(local_chromium, control_plane, admin_key)
     try:
         page.goto(f"{control_plane.base_url}/console/auth-connections")
         page.get_by_role("link", name=login_site.domain).click()
@@ -419,10 +404,10 @@ def test_an_auth_connections_login_is_watched_live_and_kept_in_its_timeline(chro
         client.auth.connections.delete(connection.id)
 
 
-def test_the_host_page_is_for_the_hosts_operators_only(chromium, control_plane, admin_key, client):
+def test_the_host_page_is_for_the_hosts_operators_only(local_chromium, control_plane, admin_key, client):
     browser = client.browsers.create(headless=True, name="seen-by-the-operator")
     # The server's first key is the operator organization's (`default`) and unrestricted.
-    context, page = sign_in_with_key(chromium, control_plane, control_plane.api_key)
+    context, page = sign_in_with_key(local_chromium, control_plane, control_plane.api_key)
     try:
         page.get_by_role("link", name="Host", exact=True).click()
         expect(page.get_by_role("heading", level=1)).to_have_text("Host")
@@ -440,7 +425,7 @@ def test_the_host_page_is_for_the_hosts_operators_only(chromium, control_plane, 
     refused = httpx.get(f"{control_plane.base_url}/console/host-report", headers={"Authorization": f"Bearer {bound}"})
     assert refused.status_code == 403 and "default" not in refused.json()["message"], refused.text
     # Another organization's admin sees no host page, and the API refuses it.
-    context, page = sign_in_with_key(chromium, control_plane, admin_key)
+    context, page = sign_in_with_key(local_chromium, control_plane, admin_key)
     try:
         expect(page.get_by_role("link", name="Team", exact=True)).to_be_visible()
         expect(page.get_by_role("link", name="Host", exact=True)).to_have_count(0)

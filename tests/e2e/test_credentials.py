@@ -14,7 +14,7 @@ from kernel import Kernel
 
 from fake_onepassword import FakeConnect
 from harness import control_plane_for_module
-from sdk import SEED_ERA, field, fields, items
+from sdk import field, fields, items
 
 SEED = "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"
 PASSWORD = "correct horse battery staple 7f3a"

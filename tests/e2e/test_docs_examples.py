@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import kernel
 import pytest

@@ -11,7 +11,6 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 from kernel import Kernel
-from playwright.sync_api import sync_playwright
 
 from harness import first_tab, session_processes, wait_until
 from sdk import field, once, update_browser
@@ -41,25 +40,11 @@ def read_only_url(session) -> str:
     return field(session, "browser_live_view_read_only_url")
 
 
-@pytest.fixture(scope="module")
-def playwright():
-    with sync_playwright() as playwright:
-        yield playwright
-
-
-@pytest.fixture(scope="module")
-def viewer_chromium(playwright):
-    """The viewer's own Chromium, outside any VM."""
-    browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-    yield browser
-    browser.close()
-
-
 @pytest.fixture
-def viewer_browser(viewer_chromium):
+def viewer_browser(local_chromium):
     """A fresh context of the viewer's Chromium for each test: views a failed test left
     open close with it, so they cannot keep the next test's encoder running."""
-    context = viewer_chromium.new_context(viewport={"width": 1400, "height": 900})
+    context = local_chromium.new_context(viewport={"width": 1400, "height": 900})
     yield context
     context.close()
 

@@ -12,7 +12,6 @@ import subprocess
 
 import httpx
 import pytest
-from kernel import Kernel
 from PIL import Image
 
 from conftest import TEST_PAGE_TITLE

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import http.server
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
-from harness import REPO, control_plane_for_module
+from harness import REPO, control_plane_for_module, serve
 from sdk import SEED_ERA
 
 SCHEMATHESIS = REPO / ".venv-schema" / "bin" / "schemathesis"
@@ -43,8 +42,7 @@ def empty_store():
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(Handler)
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
 

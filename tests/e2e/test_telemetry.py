@@ -11,7 +11,6 @@ import base64
 import http.server
 import io
 import json
-import threading
 import time
 
 from urllib.parse import urlsplit, urlunsplit
@@ -24,7 +23,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from playwright.sync_api import sync_playwright
 
-from harness import first_tab, serve_html
+from harness import first_tab, serve, serve_html
 from PIL import Image
 from sdk import field, today_only
 from test_replays import ARTIFACTS, wait_finished
@@ -424,8 +423,7 @@ def collected(handler, path: str, signal: str, items: str):
 
 def collector(status: int):
     handler = type("Handler", (Collector,), {"status": status, "received": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(handler)
     return server, handler
 
 

@@ -87,18 +87,7 @@ async fn project_for_key(store: &dyn Store, org_id: &str, id_or_name: &str) -> S
             "{id_or_name:?} cannot name a project: 1 to 255 characters, without / or %"
         )));
     }
-    let now = chrono::Utc::now();
-    let project = crate::store::ProjectRecord {
-        id: crate::ids::new_id("proj"),
-        org_id: org_id.to_owned(),
-        name: name.to_owned(),
-        status: "active".into(),
-        is_default: false,
-        created_at: now,
-        updated_at: now,
-        max_concurrent_sessions: None,
-        max_concurrent_invocations: None,
-    };
+    let project = crate::store::ProjectRecord::new(org_id, name);
     store.insert_project(&project).await?;
     Ok(project.id)
 }

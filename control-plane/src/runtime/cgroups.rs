@@ -13,6 +13,8 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use nix::sys::signal::Signal;
+
 /// Where a VM's group directories are noted, in its browser directory (ours alone).
 const NOTE_FILE: &str = "cgroups";
 const VM_GROUPS: &str = "browser-vms";
@@ -233,11 +235,11 @@ impl VmCgroup {
         if self.v2 && std::fs::write(self.dirs[0].join("cgroup.kill"), "1").is_ok() {
             return;
         }
-        self.signal_all(nix::sys::signal::Signal::SIGKILL);
+        self.signal_all(Signal::SIGKILL);
     }
 
     /// Sends `signal` to every process in the group; answers to how many.
-    pub fn signal_all(&self, signal: nix::sys::signal::Signal) -> usize {
+    pub fn signal_all(&self, signal: Signal) -> usize {
         let mut signalled = std::collections::HashSet::new();
         self.signal_new(signal, &mut signalled);
         signalled.len()
@@ -245,9 +247,7 @@ impl VmCgroup {
 
     /// Sends `signal` to the group's processes not in `signalled`, and adds them to it;
     /// answers whether there was any.
-    fn signal_new(
-        &self, signal: nix::sys::signal::Signal, signalled: &mut std::collections::HashSet<i32>,
-    ) -> bool {
+    fn signal_new(&self, signal: Signal, signalled: &mut std::collections::HashSet<i32>) -> bool {
         let mut any = false;
         for pid in self.dirs.iter().flat_map(|dir| processes_in(dir)) {
             if !signalled.contains(&pid)
@@ -271,9 +271,15 @@ impl VmCgroup {
         let mut signalled = std::collections::HashSet::new();
         loop {
             // Checked before the group is read again: a child forked before its parent
-            // stopped is then in that read.
-            let settled = signalled.iter().all(|pid| stopped_or_gone(*pid));
-            let fresh = self.signal_new(nix::sys::signal::Signal::SIGSTOP, &mut signalled);
+            // stopped is then in that read. One still running is stopped again (its pid
+            // may be a new process's, reused since).
+            let running: Vec<i32> =
+                signalled.iter().copied().filter(|pid| !stopped_or_gone(*pid)).collect();
+            for pid in &running {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGSTOP);
+            }
+            let settled = running.is_empty();
+            let fresh = self.signal_new(Signal::SIGSTOP, &mut signalled);
             let all_stopped = settled && !fresh;
             if all_stopped || tokio::time::Instant::now() >= deadline {
                 if !all_stopped {

@@ -26,6 +26,24 @@ pub struct ProjectRecord {
     pub max_concurrent_invocations: Option<i64>,
 }
 
+impl ProjectRecord {
+    /// A new active project of `org_id` named `name`, without limits.
+    pub fn new(org_id: &str, name: &str) -> Self {
+        let now = Utc::now();
+        Self {
+            id: crate::ids::new_id("proj"),
+            org_id: org_id.to_owned(),
+            name: name.to_owned(),
+            status: "active".into(),
+            is_default: false,
+            created_at: now,
+            updated_at: now,
+            max_concurrent_sessions: None,
+            max_concurrent_invocations: None,
+        }
+    }
+}
+
 #[async_trait]
 pub trait ProjectsStore: Send + Sync {
     /// Conflict when a live project of the organization has the name.

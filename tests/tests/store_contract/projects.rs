@@ -10,14 +10,9 @@ fn project(id: &str, org_id: &str, name: &str) -> ProjectRecord {
     let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("time");
     ProjectRecord {
         id: id.into(),
-        org_id: org_id.into(),
-        name: name.into(),
-        status: "active".into(),
-        is_default: false,
         created_at: now,
         updated_at: now,
-        max_concurrent_sessions: None,
-        max_concurrent_invocations: None,
+        ..ProjectRecord::new(org_id, name)
     }
 }
 

@@ -168,6 +168,14 @@ fn maker(org: &Org) -> CreatedBy {
     }
 }
 
+/// A live key of the organization that the caller may see and could have made itself.
+async fn manageable_key(org: &Org, id: &str) -> Result<ApiKeyRecord, ApiError> {
+    let record = visible_key(org, id, false).await?;
+    let (project_id, policy) = (record.project_id.as_deref(), record.policy.as_ref());
+    within_callers_rights(org, project_id, policy, record.expires_at)?;
+    Ok(record)
+}
+
 /// Refuses (403) a key the caller could not make itself: another project, rights
 /// beyond its policy, or a longer life.
 fn within_callers_rights(
@@ -360,13 +368,7 @@ pub async fn update(
     org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<UpdateApiKey>,
 ) -> Result<Json<Value>, ApiError> {
     let names = project_names(&org).await?;
-    let record = visible_key(&org, &id, false).await?;
-    within_callers_rights(
-        &org,
-        record.project_id.as_deref(),
-        record.policy.as_ref(),
-        record.expires_at,
-    )?;
+    manageable_key(&org, &id).await?;
     org.api_keys.rename(&org.id, &id, &request.name).await?;
     let record = org.api_keys.get(&org.id, &id, true).await?;
     Ok(Json(view(&record, &names)))
@@ -381,13 +383,7 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
             "a key cannot delete itself: delete it with another key".into(),
         ));
     }
-    let record = visible_key(&org, &id, false).await?;
-    within_callers_rights(
-        &org,
-        record.project_id.as_deref(),
-        record.policy.as_ref(),
-        record.expires_at,
-    )?;
+    manageable_key(&org, &id).await?;
     org.api_keys.delete(&org.id, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -154,18 +154,7 @@ pub async fn create(
 ) -> Result<Json<Value>, ApiError> {
     organization_wide(&org, "make projects")?;
     let name = checked_name(&request.name)?;
-    let now = Utc::now();
-    let project = ProjectRecord {
-        id: crate::ids::new_id("proj"),
-        org_id: org.id.clone(),
-        name: name.clone(),
-        status: "active".into(),
-        is_default: false,
-        created_at: now,
-        updated_at: now,
-        max_concurrent_sessions: None,
-        max_concurrent_invocations: None,
-    };
+    let project = ProjectRecord::new(&org.id, &name);
     org.store.insert_project(&project).await.map_err(|error| name_taken(error, &name))?;
     Ok(Json(view(&project)))
 }
