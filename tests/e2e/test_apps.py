@@ -235,8 +235,10 @@ def test_redeploying_a_version_needs_force(client, deployed):
         file=("app.zip", python_app(), "application/zip"),
         entrypoint_rel_path="main.py", version="2",
     )
-    final = follow(client.deployments.follow(same.id))[-1]["deployment"]
-    assert final["status"] == "failed" and "force" in final["status_reason"]
+    events = follow(client.deployments.follow(same.id))
+    final = events[-1]["deployment"]
+    # On failure, the events hold the build's output.
+    assert final["status"] == "failed" and "force" in final["status_reason"], events
     forced = client.deployments.create(
         file=("app.zip", python_app(), "application/zip"),
         entrypoint_rel_path="main.py", version="2", force=True,
