@@ -168,12 +168,12 @@ fn maker(org: &Org) -> CreatedBy {
     }
 }
 
-/// A live key of the organization that the caller may see and could have made itself.
-async fn manageable_key(org: &Org, id: &str) -> Result<ApiKeyRecord, ApiError> {
+/// Refuses a key the caller may not manage: not a live key of the organization it sees
+/// (404), or one it could not have made itself (403).
+async fn check_manageable(org: &Org, id: &str) -> Result<(), ApiError> {
     let record = visible_key(org, id, false).await?;
     let (project_id, policy) = (record.project_id.as_deref(), record.policy.as_ref());
-    within_callers_rights(org, project_id, policy, record.expires_at)?;
-    Ok(record)
+    within_callers_rights(org, project_id, policy, record.expires_at)
 }
 
 /// Refuses (403) a key the caller could not make itself: another project, rights
@@ -368,7 +368,7 @@ pub async fn update(
     org: Org, PathParam(id): PathParam<String>, JsonBody(request): JsonBody<UpdateApiKey>,
 ) -> Result<Json<Value>, ApiError> {
     let names = project_names(&org).await?;
-    manageable_key(&org, &id).await?;
+    check_manageable(&org, &id).await?;
     org.api_keys.rename(&org.id, &id, &request.name).await?;
     let record = org.api_keys.get(&org.id, &id, true).await?;
     Ok(Json(view(&record, &names)))
@@ -383,7 +383,7 @@ pub async fn delete(org: Org, PathParam(id): PathParam<String>) -> Result<Status
             "a key cannot delete itself: delete it with another key".into(),
         ));
     }
-    manageable_key(&org, &id).await?;
+    check_manageable(&org, &id).await?;
     org.api_keys.delete(&org.id, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
