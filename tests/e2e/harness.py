@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 from playwright.sync_api import sync_playwright
 
 REPO = Path(__file__).resolve().parents[2]
@@ -283,6 +285,15 @@ def is_alive(pid: int) -> bool:
     """Running and not a zombie."""
     state = process_state(pid)
     return state is not None and state not in "ZX"
+
+
+def idle_pool_browsers(control_plane, metrics_token: str) -> int:
+    """Idle pool browsers as /metrics tells them; where the tests' organizations have no
+    pools, the standby browsers."""
+    text = httpx.get(f"{control_plane.base_url}/metrics",
+                     headers={"Authorization": f"Bearer {metrics_token}"}, timeout=10).text
+    return sum(int(float(value)) for value in
+               re.findall(r'^browser_service_pool_browsers\{[^}]*state="idle"[^}]*\} (\S+)$', text, re.M))
 
 
 def processes_mentioning(text: str) -> set[int]:

@@ -15,10 +15,11 @@ import httpx
 import pytest
 from kernel import Kernel
 
-from harness import ControlPlane, processes_mentioning, process_state, wait_until
+from harness import ControlPlane, idle_pool_browsers, processes_mentioning, process_state, wait_until
 from replicas_kit import Replicas
 
 CAPACITY = 3
+METRICS_TOKEN = "metrics"
 # How long a create waits for room on the small host.
 WAIT = 6
 
@@ -73,7 +74,7 @@ def readiness(server) -> dict:
 def small_host(tmp_path):
     server = ControlPlane(tmp_path / "data", extra_args=[
         "--capacity-browsers", str(CAPACITY), "--admission-wait-seconds", str(WAIT),
-        "--metrics-token", "metrics"]).start()
+        "--metrics-token", METRICS_TOKEN]).start()
     yield server
     server.reap_everything()
 
@@ -98,7 +99,7 @@ def test_creates_past_capacity_wait_for_room_then_get_429_and_the_sdk_retries(sm
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
         waiting = worker.submit(create, server, theirs)
         assert wait_until(lambda: readiness(server)["queued_creates"] == 1, 2, interval=0.05)
-        metrics = httpx.get(f"{server.base_url}/metrics", headers={"Authorization": "Bearer metrics"}).text
+        metrics = httpx.get(f"{server.base_url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
         assert re.search(r"^browser_service_admission_queue 1$", metrics, re.M), metrics
         client = Kernel(api_key=mine, base_url=server.base_url, max_retries=0)
         client.browsers.delete_by_id(live[0].json()["session_id"])
@@ -107,7 +108,7 @@ def test_creates_past_capacity_wait_for_room_then_get_429_and_the_sdk_retries(sm
     live[0] = admitted
     assert readiness(server)["queued_creates"] == 0
     assert re.search(r"^browser_service_admission_refusals_total 1$",
-                     httpx.get(f"{server.base_url}/metrics", headers={"Authorization": "Bearer metrics"}).text,
+                     httpx.get(f"{server.base_url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text,
                      re.M)
 
     # The SDK's own retries (it honours Retry-After) get a browser once one ends later
@@ -186,9 +187,10 @@ def test_two_replicas_never_admit_more_than_the_capacity_together(tmp_path):
 def test_an_idle_standby_browser_makes_room_for_a_create(tmp_path):
     server = ControlPlane(tmp_path / "data", extra_args=[
         "--capacity-browsers", "2", "--admission-wait-seconds", "30",
-        "--standby-browsers", "0", "--standby-headless-browsers", "1"]).start()
+        "--standby-browsers", "0", "--standby-headless-browsers", "1", "--metrics-token", METRICS_TOKEN]).start()
     try:
-        assert wait_until(lambda: len(running_vms(server.data_dir)) == 1, 60, interval=0.25)
+        # Started and ready (a launch that fails is taken apart and made again).
+        assert wait_until(lambda: idle_pool_browsers(server, METRICS_TOKEN) == 1, 60, interval=0.25)
         [standby] = running_vms(server.data_dir)
         # Headful creates cannot take the headless standby browser's place: the first
         # starts a VM beside it, the second ends it to make room, without waiting.

@@ -5,16 +5,15 @@ what needs another launch starts a browser as before."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 import subprocess
 
-import httpx
 import pytest
 from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
-from harness import ControlPlane, control_plane_for_module, first_tab, session_processes, wait_until
+from harness import (ControlPlane, control_plane_for_module, first_tab, idle_pool_browsers, session_processes,
+                     wait_until)
 from sdk import field, fields, once
 
 # What this module tests does not depend on the SDK's generation: run once, in today's phase.
@@ -32,12 +31,7 @@ def control_plane(tmp_path_factory):
 
 
 def idle_standby(control_plane) -> int:
-    """Idle standby browsers as /metrics tells them: the test's organizations have no
-    pools, so every idle pool browser is a standby one."""
-    text = httpx.get(f"{control_plane.base_url}/metrics",
-                     headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10).text
-    return sum(int(float(value)) for value in
-               re.findall(r'^browser_service_pool_browsers\{[^}]*state="idle"[^}]*\} (\S+)$', text, re.M))
+    return idle_pool_browsers(control_plane, METRICS_TOKEN)
 
 
 def standby_vms(control_plane, handed_out: set[str]) -> set[str]:

@@ -599,15 +599,21 @@ impl Sessions {
                 }
                 Err(_) => session,
             };
-            let reason = this
-                .runtime
-                .exit_reason(&session.id)
-                .unwrap_or_else(|| "browser agent exited".to_owned());
-            this.telemetry.record(&session, vm_end_event(&session, &reason));
-            if let Err(error) = this.end(&session, &reason).await {
-                tracing::warn!(session_id = %session.id, %error, "could not end a session whose agent exited");
-            }
+            this.end_exited(&session).await;
         });
+    }
+
+    /// Ends a session whose agent is gone, with the reason the runtime knows (the
+    /// kernel's out-of-memory kill, or what the VM noted), whichever watcher saw it first.
+    pub(crate) async fn end_exited(self: &Arc<Self>, session: &SessionRecord) {
+        let reason = self
+            .runtime
+            .exit_reason(&session.id)
+            .unwrap_or_else(|| "browser agent exited".to_owned());
+        self.telemetry.record(session, vm_end_event(session, &reason));
+        if let Err(error) = self.end(session, &reason).await {
+            tracing::warn!(session_id = %session.id, %error, "could not end a session whose agent exited");
+        }
     }
 }
 

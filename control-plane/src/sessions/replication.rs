@@ -245,7 +245,7 @@ impl Sessions {
                                 .and_then(|location| this.runtime.agent_exists(location))
                                 == Some(false);
                             if gone {
-                                let _ = this.end(&session, "browser agent exited").await;
+                                this.end_exited(&session).await;
                             } else {
                                 tracing::warn!(session_id = %session.id, %error, "agent heartbeat failed");
                             }
