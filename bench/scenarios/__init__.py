@@ -1,8 +1,12 @@
 """One module per scenario, each with `run(work_dir, report)`."""
 
+import contextlib
 import http.client as http_client
+from pathlib import Path
 
 import httpx
+
+from harness import ControlPlane
 
 
 def api_client(server, timeout: float = 60) -> httpx.Client:
@@ -30,3 +34,36 @@ def alternate(ours, reference, runs: int, warmup: int) -> tuple[list[float], lis
         ours_samples.append(ours())
         reference_samples.append(reference())
     return ours_samples, reference_samples
+
+
+def rotate_in_blocks(methods, runs: int, warmup: int, block: int) -> list[list[float]]:
+    """Samples of each method (each answers its seconds), in the order given: `warmup` of
+    each first, then blocks of `block` runs per method, the methods' order rotating every
+    round, so that all meet the same machine state and drift while none directly follows
+    another's block twice in a row."""
+    samples: dict = {method: [] for method in methods}
+    for method in methods:
+        for _ in range(warmup):
+            method()
+    for round_index in range(runs // block):
+        shift = round_index % len(methods)
+        for method in methods[shift:] + methods[:shift]:
+            samples[method].extend(method() for _ in range(block))
+    return [samples[method] for method in methods]
+
+
+@contextlib.contextmanager
+def one_browser(work_dir: Path, create: dict):
+    """A control plane with one browser, created with `create`: yields the session (as
+    created) with a kept-alive connection and its headers. Once the block is done the
+    browser is deleted; whatever happens, the control plane and its VMs are reaped."""
+    server = ControlPlane(work_dir / "data").start()
+    try:
+        http = api_client(server)
+        session = http.post("/browsers", json=create).raise_for_status().json()
+        connection, headers = kept_alive(server)
+        yield session, connection, headers
+        connection.close()
+        http.delete(f"/browsers/{session['session_id']}").raise_for_status()
+    finally:
+        server.reap_everything()

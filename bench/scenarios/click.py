@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from harness import REPO, ControlPlane, session_processes
-from scenarios import api_client, kept_alive
+from scenarios import api_client, kept_alive, rotate_in_blocks
 
 RUNS = 500
 WARMUP = 20
@@ -84,15 +84,8 @@ def run(work_dir: Path, report) -> None:
         # all three meet the same browser state and drift, while no click directly follows
         # another method's (an xdotool run is a fork/exec storm that would slow whatever
         # runs next on this 2-core machine).
-        methods = [rest_click, enigo_click, xdotool_click]
-        samples: dict = {method: [] for method in methods}
-        for method in methods:
-            for _ in range(WARMUP):
-                method()
-        for round_index in range(RUNS // BLOCK):
-            for method in methods[round_index % 3:] + methods[:round_index % 3]:
-                samples[method].extend(method() for _ in range(BLOCK))
-        ours, in_process, xdotool = samples[rest_click], samples[enigo_click], samples[xdotool_click]
+        ours, in_process, xdotool = rotate_in_blocks([rest_click, enigo_click, xdotool_click],
+                                                     RUNS, WARMUP, BLOCK)
         enigo.stdin.close()
         enigo.wait()
         connection.close()

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 from harness import REPO, ControlPlane
-from scenarios import api_client, kept_alive
+from scenarios import api_client, kept_alive, rotate_in_blocks
 from scenarios.click import X, Y, _into_network_of, headful_browser
 
 CLICKS = 20
@@ -54,20 +54,13 @@ def run(work_dir, report) -> None:
         def back_to_back() -> float:
             return post("click_mouse", click_body) + enigo_clicks(CLICKS)
 
-        methods = [batched, one_by_one, back_to_back]
-        samples: dict = {method: [] for method in methods}
-        for method in methods:
-            for _ in range(WARMUP):
-                method()
-        for round_index in range(RUNS // BLOCK):
-            for method in methods[round_index % 3:] + methods[:round_index % 3]:
-                samples[method].extend(method() for _ in range(BLOCK))
+        ours, separately, together = rotate_in_blocks([batched, one_by_one, back_to_back], RUNS, WARMUP, BLOCK)
         enigo.stdin.close()
         enigo.wait()
         connection.close()
-        report(f"computer/batch of {CLICKS} clicks", samples[batched],
-               {f"1 REST click + {CLICKS} in-process clicks": samples[one_by_one],
-                f"1 REST click + {CLICKS} back to back": samples[back_to_back]},
+        report(f"computer/batch of {CLICKS} clicks", ours,
+               {f"1 REST click + {CLICKS} in-process clicks": separately,
+                f"1 REST click + {CLICKS} back to back": together},
                percentiles=(50, 90))
         http.delete(f"/browsers/{sid}").raise_for_status()
     finally:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from harness import ControlPlane
-from scenarios import alternate, api_client, kept_alive
+from scenarios import alternate, one_browser
 
 RUNS = 100
 WARMUP = 10
@@ -20,12 +19,8 @@ TITLE = "bench page"
 
 
 def run(work_dir: Path, report) -> None:
-    server = ControlPlane(work_dir / "data").start()
-    try:
-        http = api_client(server)
-        session = http.post("/browsers", json={"headless": True}).raise_for_status().json()
+    with one_browser(work_dir, {"headless": True}) as (session, connection, headers):
         sid = session["session_id"]
-        connection, headers = kept_alive(server)
 
         def execute(code: str) -> dict:
             connection.request("POST", f"/browsers/{sid}/playwright/execute", json.dumps({"code": code}), headers)
@@ -50,9 +45,5 @@ def run(work_dir: Path, report) -> None:
                 return time.perf_counter() - started
 
             ours, references = alternate(inside, outside, RUNS, WARMUP)
-        connection.close()
         report("playwright_execute: page.title() run in the VM", ours,
                {"connect_over_cdp + title + close": references}, percentiles=(50, 99))
-        http.delete(f"/browsers/{sid}").raise_for_status()
-    finally:
-        server.reap_everything()

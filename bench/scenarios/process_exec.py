@@ -9,21 +9,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness import ControlPlane
-from scenarios import alternate, api_client, kept_alive
+from scenarios import alternate, one_browser
 
 RUNS = 300
 WARMUP = 20
 
 
 def run(work_dir: Path, report) -> None:
-    server = ControlPlane(work_dir / "data").start()
-    try:
-        http = api_client(server)
-        session = http.post("/browsers", json={"viewport": {"width": 1280, "height": 800}}).raise_for_status().json()
+    # One kept-alive connection with the standard library's client, as in `click`.
+    with one_browser(work_dir, {"viewport": {"width": 1280, "height": 800}}) as (session, connection, headers):
         sid = session["session_id"]
-        # One kept-alive connection with the standard library's client, as in `click`.
-        connection, headers = kept_alive(server)
 
         def call(path: str, body: dict) -> float:
             started = time.perf_counter()
@@ -43,9 +38,5 @@ def run(work_dir: Path, report) -> None:
             return fork_exec + call("/computer/click_mouse", {"x": 640, "y": 400})
 
         ours, references = alternate(exec_true, reference, RUNS, WARMUP)
-        connection.close()
         report("process_exec: exec of `true` through the API", ours,
                {"fork/exec + REST click": references}, percentiles=(50, 99))
-        http.delete(f"/browsers/{sid}").raise_for_status()
-    finally:
-        server.reap_everything()

@@ -26,6 +26,27 @@ fn failed(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> ScreenError 
     move |error| ScreenError::Failed(format!("{what}: {error}"))
 }
 
+/// A request's reply; a failure to send it or an error reply is `what` failing.
+fn ask<R: x11rb::x11_utils::TryParse>(
+    what: &'static str,
+    request: Result<x11rb::cookie::Cookie<'_, RustConnection, R>, x11rb::errors::ConnectionError>,
+) -> Result<R, ScreenError> {
+    let x_error = failed(what);
+    request.map_err(|e| x_error(&e))?.reply().map_err(|e| x_error(&e))
+}
+
+/// A request without a reply, checked: the server did it once this returns.
+fn apply(
+    what: &'static str,
+    request: Result<x11rb::cookie::VoidCookie<'_, RustConnection>, x11rb::errors::ConnectionError>,
+) -> Result<(), ScreenError> {
+    let x_error = failed(what);
+    request.map_err(|e| x_error(&e))?.check().map_err(|e| x_error(&e))
+}
+
+/// What a failed RandR request says.
+const RANDR: &str = "RandR";
+
 /// Xvfb's screens: 96 dots per inch, as Chromium assumes.
 const DOTS_PER_MM: f64 = 96.0 / 25.4;
 
@@ -118,22 +139,13 @@ fn set_screen_size(
     let (Ok(width16), Ok(height16)) = (u16::try_from(width), u16::try_from(height)) else {
         return Err(ScreenError::Invalid(format!("{width}x{height} is too large")));
     };
-    let x_error = failed("RandR");
     connection
         .extension_information(randr::X11_EXTENSION_NAME)
-        .map_err(|e| x_error(&e))?
+        .map_err(|e| failed(RANDR)(&e))?
         .ok_or_else(|| ScreenError::Failed("the X server has no RandR".into()))?;
     // The server speaks the version the client announces.
-    connection
-        .randr_query_version(1, 5)
-        .map_err(|e| x_error(&e))?
-        .reply()
-        .map_err(|e| x_error(&e))?;
-    let resources = connection
-        .randr_get_screen_resources(root)
-        .map_err(|e| x_error(&e))?
-        .reply()
-        .map_err(|e| x_error(&e))?;
+    ask(RANDR, connection.randr_query_version(1, 5))?;
+    let resources = ask(RANDR, connection.randr_get_screen_resources(root))?;
     let (Some(&output), Some(&crtc)) = (resources.outputs.first(), resources.crtcs.first()) else {
         return Err(ScreenError::Failed("the screen has no RandR output".into()));
     };
@@ -153,36 +165,21 @@ fn set_screen_size(
                 name_len: name.len() as u16,
                 ..ModeInfo::default()
             };
-            connection
-                .randr_create_mode(root, info, name.as_bytes())
-                .map_err(|e| x_error(&e))?
-                .reply()
-                .map_err(|e| x_error(&e))?
-                .mode
+            ask(RANDR, connection.randr_create_mode(root, info, name.as_bytes()))?.mode
         }
     };
-    let output_info = connection
-        .randr_get_output_info(output, resources.config_timestamp)
-        .map_err(|e| x_error(&e))?
-        .reply()
-        .map_err(|e| x_error(&e))?;
+    let output_info =
+        ask(RANDR, connection.randr_get_output_info(output, resources.config_timestamp))?;
     if !output_info.modes.contains(&mode) {
-        connection
-            .randr_add_output_mode(output, mode)
-            .map_err(|e| x_error(&e))?
-            .check()
-            .map_err(|e| x_error(&e))?;
+        apply(RANDR, connection.randr_add_output_mode(output, mode))?;
     }
     let set_crtc = |mode: randr::Mode, outputs: &[randr::Output]| -> Result<(), ScreenError> {
         // Adding a mode moves the configuration's timestamp on: ask for the current one.
-        let timestamp = connection
-            .randr_get_screen_resources_current(root)
-            .map_err(|e| x_error(&e))?
-            .reply()
-            .map_err(|e| x_error(&e))?
-            .config_timestamp;
-        let reply = connection
-            .randr_set_crtc_config(
+        let timestamp =
+            ask(RANDR, connection.randr_get_screen_resources_current(root))?.config_timestamp;
+        let reply = ask(
+            RANDR,
+            connection.randr_set_crtc_config(
                 crtc,
                 x11rb::CURRENT_TIME,
                 timestamp,
@@ -191,10 +188,8 @@ fn set_screen_size(
                 mode,
                 randr::Rotation::ROTATE0,
                 outputs,
-            )
-            .map_err(|e| x_error(&e))?
-            .reply()
-            .map_err(|e| x_error(&e))?;
+            ),
+        )?;
         if reply.status != randr::SetConfig::SUCCESS {
             return Err(ScreenError::Failed(format!(
                 "the X server refused the CRTC configuration ({:?})",
@@ -204,17 +199,17 @@ fn set_screen_size(
         Ok(())
     };
     set_crtc(x11rb::NONE, &[])?;
-    connection
-        .randr_set_screen_size(
+    let (width_mm, height_mm) = (f64::from(width) / DOTS_PER_MM, f64::from(height) / DOTS_PER_MM);
+    apply(
+        RANDR,
+        connection.randr_set_screen_size(
             root,
             width16,
             height16,
-            (f64::from(width) / DOTS_PER_MM).round() as u32,
-            (f64::from(height) / DOTS_PER_MM).round() as u32,
-        )
-        .map_err(|e| x_error(&e))?
-        .check()
-        .map_err(|e| x_error(&e))?;
+            width_mm.round() as u32,
+            height_mm.round() as u32,
+        ),
+    )?;
     set_crtc(mode, &[output])
 }
 
@@ -225,13 +220,9 @@ fn set_screen_size(
 fn fill_screen_with_windows(
     connection: &RustConnection, root: Window, width: u32, height: u32,
 ) -> Result<usize, ScreenError> {
-    let x_error = failed("sizing Chromium's windows");
-    let children = connection
-        .query_tree(root)
-        .map_err(|e| x_error(&e))?
-        .reply()
-        .map_err(|e| x_error(&e))?
-        .children;
+    const WHAT: &str = "sizing Chromium's windows";
+    let x_error = failed(WHAT);
+    let children = ask(WHAT, connection.query_tree(root))?.children;
     let size = ConfigureWindowAux::new().x(0).y(0).width(width).height(height);
     let mut sized = 0;
     for window in children {

@@ -285,31 +285,24 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
     }
 
     let mut registry = Registry::with_prefix(PREFIX);
-    let session_gauges = Family::<SessionLabels, Gauge>::default();
-    for (labels, count) in sessions {
-        session_gauges.get_or_create(&labels).set(count);
-    }
     registry.register(
         "browser_sessions",
         "Live browsers outside pools, by organization and state (starting, running)",
-        session_gauges,
+        gauges(sessions),
     );
-    let pool_gauges = Family::<PoolStateLabels, Gauge>::default();
-    for (labels, count) in pool_states {
-        pool_gauges.get_or_create(&labels).set(count);
-    }
     registry.register(
         "pool_browsers",
         "Running browsers of each pool, by lease state (idle, leased, resetting)",
-        pool_gauges,
+        gauges(pool_states),
     );
-    let pool_targets = Family::<PoolLabels, Gauge>::default();
-    for pool in &pools {
-        pool_targets
-            .get_or_create(&PoolLabels { organization: pool.org_id.clone(), pool: pool.id.clone() })
-            .set(pool.size);
-    }
-    registry.register("pool_target_size", "How many browsers each pool is to hold", pool_targets);
+    let pool_targets = pools.iter().map(|pool| {
+        (PoolLabels { organization: pool.org_id.clone(), pool: pool.id.clone() }, pool.size)
+    });
+    registry.register(
+        "pool_target_size",
+        "How many browsers each pool is to hold",
+        gauges(pool_targets),
+    );
     let active_recordings = Gauge::<i64>::default();
     active_recordings.set(recordings.len() as i64);
     registry.register(
@@ -338,4 +331,15 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
         utilization,
     );
     Ok(registry)
+}
+
+/// One gauge by label set, set to its value.
+fn gauges<L: Clone + std::hash::Hash + Eq>(
+    values: impl IntoIterator<Item = (L, i64)>,
+) -> Family<L, Gauge> {
+    let family = Family::<L, Gauge>::default();
+    for (labels, value) in values {
+        family.get_or_create(&labels).set(value);
+    }
+    family
 }

@@ -15,7 +15,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness import quiet_handler
+from harness import answer, quiet_handler
 
 BASE_ACCESS_KEY = "AKIAFAKESERVICE00001"
 BASE_SECRET_KEY = "fake-service-secret-key-0000000000000000"
@@ -163,9 +163,4 @@ class FakeAws:
 
     @staticmethod
     def _xml(request: BaseHTTPRequestHandler, status: int, body: str) -> None:
-        data = body.encode()
-        request.send_response(status)
-        request.send_header("Content-Type", "text/xml")
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
+        answer(request, status, "text/xml", body)

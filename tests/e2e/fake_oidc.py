@@ -24,7 +24,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from harness import control_plane_for_module, quiet_handler
+from harness import answer, control_plane_for_module, quiet_handler
 
 
 def _b64(number: int) -> str:
@@ -172,22 +172,11 @@ class FakeOidcProvider:
 
     @staticmethod
     def _json(request: BaseHTTPRequestHandler, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Cache-Control", "no-store")
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
+        answer(request, status, "application/json", json.dumps(body), Cache_Control="no-store")
 
     @staticmethod
     def _html(request: BaseHTTPRequestHandler, status: int, body: str) -> None:
-        data = body.encode()
-        request.send_response(status)
-        request.send_header("Content-Type", "text/html; charset=utf-8")
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
+        answer(request, status, "text/html; charset=utf-8", body)
 
 
 def control_plane_signing_in_with(provider: "FakeOidcProvider", tmp_path_factory):

@@ -229,6 +229,28 @@ def send_json(handler: http.server.BaseHTTPRequestHandler, status: int, body) ->
     respond(handler, status, json.dumps(body).encode(), "application/json")
 
 
+def answer(request: http.server.BaseHTTPRequestHandler, status: int, content_type: str, body: str | bytes,
+           **headers: str) -> None:
+    """Sends a whole response from a fake service's handler."""
+    data = body.encode() if isinstance(body, str) else body
+    request.send_response(status)
+    request.send_header("Content-Type", content_type)
+    for name, value in headers.items():
+        request.send_header(name.replace("_", "-"), value)
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+def serving(service):
+    """Yields a fake service whose `server` serves in a thread, and shuts that down after.
+    Yield from it in a fixture."""
+    try:
+        yield service
+    finally:
+        service.server.shutdown()
+
+
 def quiet_handler(**methods) -> type[http.server.BaseHTTPRequestHandler]:
     """A request handler class for a fake service: `do_<METHOD>` calls
     `methods[METHOD](handler)`; nothing is logged."""

@@ -13,7 +13,7 @@ import pytest
 from kernel import Kernel
 
 from extensions_kit import make_extension
-from harness import control_plane_for_module, quiet_handler, respond, serve, vm_root
+from harness import control_plane_for_module, quiet_handler, respond, serve, serving, vm_root
 from sdk import SEED_ERA
 
 KNOWN = "cjpalhdlnbpafiamejdnhcphjbkeiagm"
@@ -54,9 +54,7 @@ class Store:
 
 @pytest.fixture(scope="module")
 def store():
-    served = Store()
-    yield served
-    served.server.shutdown()
+    yield from serving(Store())
 
 
 @pytest.fixture(scope="module")

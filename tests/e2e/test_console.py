@@ -25,6 +25,7 @@ from PIL import Image
 from playwright.sync_api import Page, expect
 
 from fake_oidc import signing_in_fixtures
+from harness import serving
 from login_site import PASSWORD, USERNAME, LoginSite
 from sdk import today_only
 
@@ -372,9 +373,7 @@ def test_resources_are_made_and_changed_in_forms_whose_secrets_stay_write_only(l
 
 @pytest.fixture(scope="module")
 def login_site():
-    site = LoginSite()
-    yield site
-    site.server.shutdown()
+    yield from serving(LoginSite())
 
 
 def test_an_auth_connections_login_is_watched_live_and_kept_in_its_timeline(local_chromium, control_plane, admin_key,
@@ -462,8 +461,10 @@ def test_a_page_of_browsers_costs_the_same_statements_whatever_its_length(contro
                              list(copy.values()))
     database.close()
     api = httpx.Client(base_url=control_plane.base_url, headers={"Authorization": f"Bearer {client.api_key}"})
-    one = api.get("/browsers", params={"status": "deleted", "limit": 1}).raise_for_status()
-    many = api.get("/browsers", params={"status": "deleted", "limit": 100}).raise_for_status()
+    # Each asked twice in a row, the second counted: the key's lookup is cached for 2 s,
+    # so the second finds it there whatever the time since the last call.
+    one, many = [[api.get("/browsers", params={"status": "deleted", "limit": limit}).raise_for_status()
+                  for _ in range(2)][-1] for limit in (1, 100)]
     assert len(one.json()) == 1 and len(many.json()) == 100
     assert all(b["profile"]["name"] == "listed-profile" for b in many.json())
     assert statements(one) == statements(many), (one.headers["server-timing"], many.headers["server-timing"])

@@ -15,6 +15,7 @@ import kernel
 import pytest
 from kernel import Kernel
 
+from harness import serving
 from sdk import SEED_ERA
 from test_proxies import PASSWORD, USERNAME, ForwardProxy
 
@@ -64,9 +65,7 @@ class EchoServer:
 
 @pytest.fixture(scope="module")
 def echo():
-    server = EchoServer()
-    yield server
-    server.server.shutdown()
+    yield from serving(EchoServer())
 
 
 @pytest.fixture(scope="module")

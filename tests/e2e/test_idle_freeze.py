@@ -83,23 +83,27 @@ def test_an_idle_browser_stops_and_its_next_cdp_client_finds_it_running(client, 
         client.browsers.delete_by_id(browser.session_id)
 
 
-def test_an_api_call_continues_a_frozen_browser_before_it_is_served(client, control_plane):
+@pytest.fixture
+def headless_browser(client):
     browser = client.browsers.create(headless=True)
-    try:
-        wait_frozen(control_plane, browser.session_id)
-        # A command needs Chromium's VM running; it answers as usual.
-        result = client.post(f"/browsers/{browser.session_id}/process/exec",
-                             body={"command": "echo", "args": ["awake"]}, cast_to=object)
-        assert result["exit_code"] == 0
-        assert not stopped(browser_side(control_plane, browser.session_id))
-        # And a CDP client needs Chromium itself.
-        with sync_playwright() as playwright:
-            wait_frozen(control_plane, browser.session_id)
-            cdp = playwright.chromium.connect_over_cdp(browser.cdp_ws_url)
-            assert first_tab(cdp).evaluate("1 + 1") == 2
-            cdp.close()
-    finally:
-        client.browsers.delete_by_id(browser.session_id)
+    yield browser
+    client.browsers.delete_by_id(browser.session_id)
+
+
+def test_an_api_call_continues_a_frozen_browser_before_it_is_served(client, control_plane, headless_browser):
+    session_id = headless_browser.session_id
+    wait_frozen(control_plane, session_id)
+    # A command needs Chromium's VM running; it answers as usual.
+    result = client.post(f"/browsers/{session_id}/process/exec",
+                         body={"command": "echo", "args": ["awake"]}, cast_to=object)
+    assert result["exit_code"] == 0
+    assert not stopped(browser_side(control_plane, session_id))
+    # And a CDP client needs Chromium itself.
+    with sync_playwright() as playwright:
+        wait_frozen(control_plane, session_id)
+        cdp = playwright.chromium.connect_over_cdp(headless_browser.cdp_ws_url)
+        assert first_tab(cdp).evaluate("1 + 1") == 2
+        cdp.close()
 
 
 def test_a_running_command_or_an_open_cdp_client_keeps_a_browser_awake(client, control_plane):

@@ -16,16 +16,14 @@ import kernel
 import pytest
 from kernel import Kernel
 
-from harness import ControlPlane, control_plane_for_module, read_page, session_processes, wait_until
+from harness import ControlPlane, control_plane_for_module, read_page, serving, session_processes, wait_until
 from login_site import PASSWORD, USERNAME, LoginSite
 from sdk import SEED_ERA, field, today_only
 
 
 @pytest.fixture(scope="module")
 def site():
-    site = LoginSite()
-    yield site
-    site.server.shutdown()
+    yield from serving(LoginSite())
 
 
 @pytest.fixture(scope="module")

@@ -165,7 +165,6 @@ async fn agent_without_a_control_plane_shuts_itself_down() {
     assert!(exited.success(), "{exited:?}");
 }
 
-/// ffprobe's view of a video file: (codec, frame rate, frames, duration in seconds).
 /// What a recording is: its codec, when each of its frames begins (seconds; the video
 /// holds a frame only when the screen changed, a variable frame rate), and its duration.
 fn probe(path: &std::path::Path) -> (String, Vec<f64>, f64) {
@@ -193,6 +192,19 @@ fn probe(path: &std::path::Path) -> (String, Vec<f64>, f64) {
         .collect();
     times.sort_by(f64::total_cmp);
     (field("codec_name"), times, field("duration").parse().expect("duration"))
+}
+
+/// A recording's video written to a file and checked: H.264, every frame on the grid of
+/// 10 frames a second. Answers the file (in a temporary directory that lives as long as
+/// the first value) and its duration.
+fn saved_h264(video: &[u8], name: &str) -> (tempfile::TempDir, std::path::PathBuf, f64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
+    std::fs::write(&path, video).expect("write");
+    let (codec, times, duration) = probe(&path);
+    assert_eq!(codec, "h264");
+    assert!(on_the_grid(&times, 10.0), "{times:?}");
+    (dir, path, duration)
 }
 
 /// Whether every frame begins at a slot of `rate` frames a second, at most one per slot.
@@ -277,12 +289,7 @@ async fn agent_records_the_display_into_a_faststart_mp4() {
     // faststart: the index (moov) comes before the media data (mdat).
     let position = |atom: &[u8]| video.windows(4).position(|w| w == atom).expect("atom");
     assert!(position(b"moov") < position(b"mdat"));
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("r1.mp4");
-    std::fs::write(&path, &video).expect("write");
-    let (codec, times, duration) = probe(&path);
-    assert_eq!(codec, "h264");
-    assert!(on_the_grid(&times, 10.0), "{times:?}");
+    let (_dir, path, duration) = saved_h264(&video, "r1.mp4");
     // Played at its frame rate: a frame in each of the 20 slots.
     assert_eq!(frames_played(&path, 10), 20);
     assert!((duration - 2.0).abs() < 0.2, "duration {duration}");
@@ -374,12 +381,7 @@ async fn a_recording_fed_to_a_slow_encoder_still_ends_at_its_stop() {
 
     let wall = (stop_asked - started.started_at_unix_ms) as f64 / 1000.0;
     let video = read_video(&mut client, secret, "slow").await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("slow.mp4");
-    std::fs::write(&path, &video).expect("write");
-    let (codec, times, duration) = probe(&path);
-    assert_eq!(codec, "h264");
-    assert!(on_the_grid(&times, 10.0), "{times:?}");
+    let (_dir, path, duration) = saved_h264(&video, "slow.mp4");
     // Every slot from the first frame to the stop is covered, however few frames the
     // encoder took.
     assert!((duration - wall).abs() <= 0.1 * wall, "duration {duration} for {wall} s");

@@ -55,47 +55,46 @@ fn no_rust_file_is_over_800_lines() {
     assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:#?}");
 }
 
+/// Writes a source file of a planted crate (its folders made as needed).
+fn write_source(root: &Path, name: &str, text: &str) {
+    let path = root.join(name);
+    std::fs::create_dir_all(path.parent().unwrap_or(root)).ok();
+    std::fs::write(path, text).unwrap_or_else(|error| panic!("write {name}: {error}"));
+}
+
+/// The circles of a planted crate rooted at `lib.rs`, by module path.
+fn planted_circles(root: &Path) -> Vec<Vec<String>> {
+    circles(&dependency_graph(root, "lib.rs"))
+        .into_iter()
+        .map(|circle| circle.iter().map(display).collect())
+        .collect()
+}
+
 #[test]
 fn the_check_finds_a_planted_circle() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("temp dir: {error}"));
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::create_dir_all(path.parent().unwrap_or(dir.path())).ok();
-        std::fs::write(path, text).unwrap_or_else(|error| panic!("write {name}: {error}"));
-    };
+    let write = |name: &str, text: &str| write_source(dir.path(), name, text);
     write("lib.rs", "mod a; mod b; mod c; mod d;");
     write("a/mod.rs", "mod inner; use crate::b::Thing; // crate::d::X is a comment\n");
     write("a/inner.rs", "pub fn f() -> &'static str { \"see crate::d::Y\" }");
     write("b.rs", "use crate::{c::{self, Other}, d};\nmod tests { use super::*; }");
     write("c.rs", "pub(super) fn g() { super::a::inner::f(); }\npub(in crate::b) fn i() {}");
     write("d.rs", "pub struct X; fn h() { crate::a::inner::f(); }");
-    let named = |graph| -> Vec<Vec<String>> {
-        circles(&graph).into_iter().map(|circle| circle.iter().map(display).collect()).collect()
-    };
-    let found = named(dependency_graph(dir.path(), "lib.rs"));
+    let found = planted_circles(dir.path());
     // a → b → c → a::inner is no circle (a's child is not a); d → a::inner neither. A
     // comment or a sentence in a string naming `crate::d` adds nothing, and `super` in b's inline
     // module is b itself.
     assert!(found.is_empty(), "{found:?}");
     write("a/inner.rs", "pub fn f() { crate::b::g() }");
-    let found = named(dependency_graph(dir.path(), "lib.rs"));
+    let found = planted_circles(dir.path());
     assert_eq!(found, vec![vec!["a::inner", "b", "c", "d"]]);
 }
 
 #[test]
 fn the_check_sees_through_reexports_and_paths_in_attributes() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("temp dir: {error}"));
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::create_dir_all(path.parent().unwrap_or(dir.path())).ok();
-        std::fs::write(path, text).unwrap_or_else(|error| panic!("write {name}: {error}"));
-    };
-    let found = || -> Vec<Vec<String>> {
-        circles(&dependency_graph(dir.path(), "lib.rs"))
-            .into_iter()
-            .map(|circle| circle.iter().map(display).collect())
-            .collect()
-    };
+    let write = |name: &str, text: &str| write_source(dir.path(), name, text);
+    let found = || planted_circles(dir.path());
     write("lib.rs", "mod e; mod f; mod g;");
     // `crate::e::Thing` is `e/inner.rs`'s, re-exported by `e`.
     write("e/mod.rs", "mod inner;\npub use inner::{Thing, Other as Renamed};");

@@ -331,41 +331,40 @@ impl Drop for SharedSegment {
 mod tests {
     use super::*;
 
+    /// A cursor `size` pixels square at `(x, y)`, its hotspot at `(hot, hot)`.
+    fn square_cursor(
+        (x, y): (i16, i16), size: u16, hot: u16, image: Vec<u32>,
+    ) -> x11rb::protocol::xfixes::GetCursorImageReply {
+        x11rb::protocol::xfixes::GetCursorImageReply {
+            sequence: 0,
+            length: 0,
+            x,
+            y,
+            width: size,
+            height: size,
+            xhot: hot,
+            yhot: hot,
+            cursor_serial: 0,
+            cursor_image: image,
+        }
+    }
+
     #[test]
     fn the_cursor_is_blended_over_the_frame_and_clipped_at_its_edges() {
         let (width, height) = (4, 3);
         let screen = Rect::whole((4, 3));
-        let mut frame = vec![100u8; width * height * BYTES_PER_PIXEL];
+        let blank = || vec![100u8; width * height * BYTES_PER_PIXEL];
+        let mut frame = blank();
         // 2x2 cursor with its hotspot at (1,1), pointing at (0,0): only its bottom-right
         // pixel is on screen. Opaque red there; fully transparent elsewhere.
-        let cursor = x11rb::protocol::xfixes::GetCursorImageReply {
-            sequence: 0,
-            length: 0,
-            x: 0,
-            y: 0,
-            width: 2,
-            height: 2,
-            xhot: 1,
-            yhot: 1,
-            cursor_serial: 0,
-            cursor_image: vec![0xffff_ffff, 0, 0, 0xff_ff_00_00],
-        };
+        let cursor = square_cursor((0, 0), 2, 1, vec![0xffff_ffff, 0, 0, 0xff_ff_00_00]);
         draw_cursor(&mut frame, screen, &cursor);
         assert_eq!(&frame[0..4], &[0, 0, 255, 100], "B, G, R of the red pixel");
         assert!(frame[4..].iter().all(|&b| b == 100), "the rest is untouched");
 
         // Half-transparent white (premultiplied 0x80) over 100 gives 128 + 100·127/255.
-        let mut frame = vec![100u8; width * height * BYTES_PER_PIXEL];
-        let cursor = x11rb::protocol::xfixes::GetCursorImageReply {
-            x: 3,
-            y: 2,
-            width: 1,
-            height: 1,
-            xhot: 0,
-            yhot: 0,
-            cursor_image: vec![0x80_80_80_80],
-            ..cursor
-        };
+        let mut frame = blank();
+        let cursor = square_cursor((3, 2), 1, 0, vec![0x80_80_80_80]);
         draw_cursor(&mut frame, screen, &cursor);
         let last = (2 * width + 3) * BYTES_PER_PIXEL;
         assert_eq!(&frame[last..last + 3], &[177, 177, 177]);

@@ -49,49 +49,45 @@ pub async fn open(
 /// Sends the encoder's updates until the viewer has gone (also while nothing changes, so
 /// that its share of the encoder ends with it).
 async fn forward_screen(
-    mut updates: broadcast::Receiver<crate::live::Update>, refresh: Arc<AtomicBool>,
+    updates: broadcast::Receiver<crate::live::Update>, refresh: Arc<AtomicBool>,
     outbound: Outbound, ended: CancellationToken,
 ) {
     let _end_stream = ended.drop_guard();
-    loop {
-        let update = tokio::select! {
-            () = outbound.closed() => return,
-            update = updates.recv() => update,
-        };
-        match update {
-            Ok(update) => {
-                if outbound.send(Ok((*update).clone())).await.is_err() {
-                    return;
-                }
-            }
-            // Behind: the skipped tiles are lost, so the whole screen comes next.
-            Err(RecvError::Lagged(_)) => refresh.store(true, Ordering::Relaxed),
-            Err(RecvError::Closed) => return,
-        }
-    }
+    // Behind: the skipped tiles are lost, so the whole screen comes next.
+    let behind = || refresh.store(true, Ordering::Relaxed);
+    forward(updates, outbound, |update| (*update).clone(), behind).await;
 }
 
 /// Sends the VM's sound until stopped or the viewer has gone.
-async fn forward_sound(mut chunks: broadcast::Receiver<audio::Chunk>, outbound: Outbound) {
+async fn forward_sound(chunks: broadcast::Receiver<audio::Chunk>, outbound: Outbound) {
+    let update_of = |chunk: audio::Chunk| LiveViewUpdate {
+        audio: chunk.to_vec(),
+        audio_rate: audio::RATE,
+        audio_channels: audio::CHANNELS,
+        ..Default::default()
+    };
+    // A slow listener skips sound rather than falling further behind.
+    forward(chunks, outbound, update_of, || {}).await;
+}
+
+/// Sends what `from` carries, as updates, until it closes or the viewer has gone;
+/// `behind` is called when the viewer fell behind and missed some.
+async fn forward<T: Clone>(
+    mut from: broadcast::Receiver<T>, outbound: Outbound, update_of: impl Fn(T) -> LiveViewUpdate,
+    behind: impl Fn(),
+) {
     loop {
-        let chunk = tokio::select! {
+        let received = tokio::select! {
             () = outbound.closed() => return,
-            chunk = chunks.recv() => chunk,
+            received = from.recv() => received,
         };
-        match chunk {
-            Ok(chunk) => {
-                let update = LiveViewUpdate {
-                    audio: chunk.to_vec(),
-                    audio_rate: audio::RATE,
-                    audio_channels: audio::CHANNELS,
-                    ..Default::default()
-                };
-                if outbound.send(Ok(update)).await.is_err() {
+        match received {
+            Ok(item) => {
+                if outbound.send(Ok(update_of(item))).await.is_err() {
                     return;
                 }
             }
-            // A slow listener skips sound rather than falling further behind.
-            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Lagged(_)) => behind(),
             Err(RecvError::Closed) => return,
         }
     }

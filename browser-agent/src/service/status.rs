@@ -22,14 +22,20 @@ impl From<ProcessError> for Status {
     }
 }
 
-impl From<ScreenError> for Status {
-    fn from(error: ScreenError) -> Self {
-        match error {
-            ScreenError::Invalid(message) => Status::invalid_argument(message),
-            ScreenError::Failed(message) => Status::internal(message),
+/// Errors that are either the caller's (`Invalid`) or the agent's (`Failed`).
+macro_rules! invalid_or_failed {
+    ($($error:ident),+) => {$(
+        impl From<$error> for Status {
+            fn from(error: $error) -> Self {
+                match error {
+                    $error::Invalid(message) => Status::invalid_argument(message),
+                    $error::Failed(message) => Status::internal(message),
+                }
+            }
         }
-    }
+    )+};
 }
+invalid_or_failed!(ScreenError, InputError, CaptureError);
 
 impl From<RecordingError> for Status {
     fn from(error: RecordingError) -> Self {
@@ -76,22 +82,4 @@ pub(super) fn recording_info(info: RecordingInfo) -> browser_agent_proto::v1::Re
     };
     message.set_state(state);
     message
-}
-
-impl From<InputError> for Status {
-    fn from(error: InputError) -> Self {
-        match error {
-            InputError::Invalid(message) => Status::invalid_argument(message),
-            InputError::Failed(message) => Status::internal(message),
-        }
-    }
-}
-
-impl From<CaptureError> for Status {
-    fn from(error: CaptureError) -> Self {
-        match error {
-            CaptureError::Invalid(message) => Status::invalid_argument(message),
-            CaptureError::Failed(message) => Status::internal(message),
-        }
-    }
 }

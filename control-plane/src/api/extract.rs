@@ -92,19 +92,24 @@ fn whole_numbers_as_integers(value: &mut serde_json::Value) {
 /// Query-string parameters; failures are Error-shape 400s naming the parameter.
 pub struct QueryParams<T>(pub T);
 
-impl<S, T> axum::extract::FromRequestParts<S> for QueryParams<T>
-where
-    S: Send + Sync,
-    T: DeserializeOwned,
-{
-    type Rejection = ApiError;
+/// Implements the extractor `$extractor<T>` of the query string alone, by `$parse`.
+macro_rules! from_query {
+    ($extractor:ident, $parse:expr) => {
+        impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S>
+            for $extractor<T>
+        {
+            type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts, _state: &S,
-    ) -> Result<Self, ApiError> {
-        parse_query(parts.uri.query().unwrap_or_default()).map(QueryParams)
-    }
+            async fn from_request_parts(
+                parts: &mut axum::http::request::Parts, _state: &S,
+            ) -> Result<Self, ApiError> {
+                $parse(parts.uri.query().unwrap_or_default())
+            }
+        }
+    };
 }
+
+from_query!(QueryParams, |query: &str| parse_query(query).map(QueryParams));
 
 /// Deserializes a query string; a failure names the parameter.
 fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
@@ -204,30 +209,21 @@ pub struct TaggedQuery<T> {
     pub tags: std::collections::BTreeMap<String, String>,
 }
 
-impl<S, T> axum::extract::FromRequestParts<S> for TaggedQuery<T>
-where
-    S: Send + Sync,
-    T: DeserializeOwned,
-{
-    type Rejection = ApiError;
+from_query!(TaggedQuery, tagged_query);
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts, _state: &S,
-    ) -> Result<Self, ApiError> {
-        let query = parts.uri.query().unwrap_or_default();
-        let mut tags = std::collections::BTreeMap::new();
-        let mut rest = Vec::new();
-        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-            match name.strip_prefix("tags[").and_then(|key| key.strip_suffix(']')) {
-                Some(key) => {
-                    tags.insert(key.to_owned(), value.into_owned());
-                }
-                None => rest.push((name, value)),
+fn tagged_query<T: DeserializeOwned>(query: &str) -> Result<TaggedQuery<T>, ApiError> {
+    let mut tags = std::collections::BTreeMap::new();
+    let mut rest = Vec::new();
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match name.strip_prefix("tags[").and_then(|key| key.strip_suffix(']')) {
+            Some(key) => {
+                tags.insert(key.to_owned(), value.into_owned());
             }
+            None => rest.push((name, value)),
         }
-        let rest = form_urlencoded::Serializer::new(String::new()).extend_pairs(rest).finish();
-        Ok(Self { params: parse_query(&rest)?, tags })
     }
+    let rest = form_urlencoded::Serializer::new(String::new()).extend_pairs(rest).finish();
+    Ok(TaggedQuery { params: parse_query(&rest)?, tags })
 }
 
 #[cfg(test)]

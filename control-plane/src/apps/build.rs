@@ -197,26 +197,18 @@ impl Apps {
         // one that works.
         env.push(("KERNEL_API_KEY".into(), "build-time-placeholder".into()));
         env.extend(package_manager_env());
-        let outcome = self
-            .run_logged(
-                runner,
-                &record.id,
-                Run {
-                    app_dir: &app_dir,
-                    app_writable: true,
-                    cache: Some(&cache),
-                    program: (
-                        "/bin/sh",
-                        vec![script.into(), document.entrypoint_rel_path.clone().into()],
-                    ),
-                    env,
-                    files,
-                    timeout: BUILD_TIMEOUT,
-                    cancel,
-                    allowed_hosts: None,
-                },
-            )
-            .await;
+        let run = Run {
+            app_dir: &app_dir,
+            app_writable: true,
+            cache: Some(&cache),
+            program: ("/bin/sh", vec![script.into(), document.entrypoint_rel_path.clone().into()]),
+            env,
+            files,
+            timeout: BUILD_TIMEOUT,
+            cancel,
+            allowed_hosts: None,
+        };
+        let outcome = self.run_logged(runner, &record.id, run).await;
         match outcome.ended {
             Ended::Exited(0) => {}
             Ended::Exited(code) => {

@@ -342,32 +342,27 @@ impl Apps {
             Language::Node => "/run/app/boot.mjs",
         };
         let app_dir = Apps::deployment_dir(runner, &record.deployment_id).join("app");
-        let outcome = self
-            .run_logged(
-                runner,
-                &record.id,
-                Run {
-                    app_dir: &app_dir,
-                    app_writable: false,
-                    cache: None,
-                    program: (
-                        program,
-                        vec![
-                            boot.into(),
-                            "invoke".into(),
-                            deployment.entrypoint_rel_path.clone().into(),
-                            record.app_name.clone().into(),
-                            record.action_name.clone().into(),
-                        ],
-                    ),
-                    env,
-                    files,
-                    timeout,
-                    cancel,
-                    allowed_hosts: None,
-                },
-            )
-            .await;
+        let run = Run {
+            app_dir: &app_dir,
+            app_writable: false,
+            cache: None,
+            program: (
+                program,
+                vec![
+                    boot.into(),
+                    "invoke".into(),
+                    deployment.entrypoint_rel_path.clone().into(),
+                    record.app_name.clone().into(),
+                    record.action_name.clone().into(),
+                ],
+            ),
+            env,
+            files,
+            timeout,
+            cancel,
+            allowed_hosts: None,
+        };
+        let outcome = self.run_logged(runner, &record.id, run).await;
         let (status, output, reason) = match (&outcome.ended, outcome.result) {
             (Ended::TimedOut, _) => (
                 InvocationStatus::Failed,

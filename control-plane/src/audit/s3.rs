@@ -120,6 +120,18 @@ impl S3Writer {
     }
 
     /// `request`, signed by `credentials` (its headers too), sent.
+    /// Sends the request signed; the answer's body if AWS did what it asked, else why
+    /// not (`refused` says what was refused, AWS's error why).
+    async fn call(
+        &self, credentials: &Credentials, request: AwsRequest<'_>, refused: impl FnOnce() -> String,
+    ) -> Result<String, String> {
+        let (status, body) = self.send_signed(credentials, request).await?;
+        if !status.is_success() {
+            return Err(format!("{}: {}", refused(), aws_error(status, &body)));
+        }
+        Ok(body)
+    }
+
     async fn send_signed(
         &self, credentials: &Credentials, request: AwsRequest<'_>,
     ) -> Result<(reqwest::StatusCode, String), String> {
@@ -190,26 +202,16 @@ impl S3Writer {
             "content-type".to_owned(),
             "application/x-www-form-urlencoded; charset=utf-8".to_owned(),
         )];
-        let (status, body) = self
-            .send_signed(
-                own,
-                AwsRequest {
-                    service: "sts",
-                    region,
-                    method: "POST",
-                    url: &url,
-                    headers,
-                    body: form.into_bytes(),
-                },
-            )
-            .await
-            .map_err(fail)?;
-        if !status.is_success() {
-            return Err(fail(format!(
-                "STS refused to assume {role_arn}: {}",
-                aws_error(status, &body)
-            )));
-        }
+        let request = AwsRequest {
+            service: "sts",
+            region,
+            method: "POST",
+            url: &url,
+            headers,
+            body: form.into_bytes(),
+        };
+        let refused = || format!("STS refused to assume {role_arn}");
+        let body = self.call(own, request, refused).await.map_err(fail)?;
         let field = |tag: &str| {
             xml_text(&body, tag).ok_or_else(|| fail(format!("STS answered without {tag}")))
         };
@@ -256,19 +258,9 @@ impl S3Writer {
                 kms_key_id.to_owned(),
             ));
         }
-        let (status, answer) = self
-            .send_signed(
-                credentials,
-                AwsRequest { service: "s3", region, method: "PUT", url: &url, headers, body },
-            )
-            .await
-            .map_err(fail)?;
-        if !status.is_success() {
-            return Err(fail(format!(
-                "S3 refused to write {key} to bucket {bucket}: {}",
-                aws_error(status, &answer)
-            )));
-        }
+        let request = AwsRequest { service: "s3", region, method: "PUT", url: &url, headers, body };
+        let refused = || format!("S3 refused to write {key} to bucket {bucket}");
+        self.call(credentials, request, refused).await.map_err(fail)?;
         Ok(())
     }
 }

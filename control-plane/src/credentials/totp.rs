@@ -106,23 +106,17 @@ impl GivenSettings {
 }
 
 fn check_settings(settings: &TotpSettings) -> Result<(), String> {
-    if !DIGITS.contains(&settings.digits) {
-        return Err(format!(
-            "totp_digits must be {} to {}, got {}",
-            DIGITS.start(),
-            DIGITS.end(),
-            settings.digits
-        ));
+    within("totp_digits", &DIGITS, settings.digits, "")?;
+    within("totp_period", &PERIOD_SECONDS, settings.period, " seconds")
+}
+
+fn within(
+    name: &str, range: &std::ops::RangeInclusive<u32>, value: u32, unit: &str,
+) -> Result<(), String> {
+    if range.contains(&value) {
+        return Ok(());
     }
-    if !PERIOD_SECONDS.contains(&settings.period) {
-        return Err(format!(
-            "totp_period must be {} to {} seconds, got {}",
-            PERIOD_SECONDS.start(),
-            PERIOD_SECONDS.end(),
-            settings.period
-        ));
-    }
-    Ok(())
+    Err(format!("{name} must be {} to {}{unit}, got {value}", range.start(), range.end()))
 }
 
 fn normalized_seed(text: &str) -> Result<String, String> {

@@ -16,36 +16,37 @@ use tokio_postgres::types::{IsNull, Type, to_sql_checked};
 
 use super::{StoreError, StoreResult};
 
+/// `(name, SQL)` of each migration, its file `migrations/<name>.sql`.
+macro_rules! migrations {
+    ($($name:ident),+ $(,)?) => {
+        [$((stringify!($name), include_str!(concat!("../../migrations/", stringify!($name), ".sql")))),+]
+    };
+}
+
 /// The schema's migrations, in order, written once in PostgreSQL's dialect; SQLite runs
-/// them with its own type names (`sqlite_schema`). A new migration is a new line here.
-const MIGRATIONS: [(&str, &str); 21] = [
-    ("V1__initial", include_str!("../../migrations/V1__initial.sql")),
-    ("V2__extensions", include_str!("../../migrations/V2__extensions.sql")),
-    ("V3__replays", include_str!("../../migrations/V3__replays.sql")),
-    ("V4__proxies_and_pools", include_str!("../../migrations/V4__proxies_and_pools.sql")),
-    (
-        "V5__profiles_and_auth_connections",
-        include_str!("../../migrations/V5__profiles_and_auth_connections.sql"),
-    ),
-    ("V6__pool_lease_ids", include_str!("../../migrations/V6__pool_lease_ids.sql")),
-    ("V7__vm_settings", include_str!("../../migrations/V7__vm_settings.sql")),
-    ("V8__session_names", include_str!("../../migrations/V8__session_names.sql")),
-    ("V9__replay_audio", include_str!("../../migrations/V9__replay_audio.sql")),
-    ("V10__credentials", include_str!("../../migrations/V10__credentials.sql")),
-    ("V11__apps", include_str!("../../migrations/V11__apps.sql")),
-    ("V12__leases", include_str!("../../migrations/V12__leases.sql")),
-    ("V13__session_owners", include_str!("../../migrations/V13__session_owners.sql")),
-    ("V14__telemetry", include_str!("../../migrations/V14__telemetry.sql")),
-    ("V15__api_key_policies", include_str!("../../migrations/V15__api_key_policies.sql")),
-    ("V16__audit_log", include_str!("../../migrations/V16__audit_log.sql")),
-    ("V17__organization_limits", include_str!("../../migrations/V17__organization_limits.sql")),
-    ("V18__projects", include_str!("../../migrations/V18__projects.sql")),
-    ("V19__people", include_str!("../../migrations/V19__people.sql")),
-    (
-        "V20__audit_export_destinations",
-        include_str!("../../migrations/V20__audit_export_destinations.sql"),
-    ),
-    ("V21__signed_in_sessions", include_str!("../../migrations/V21__signed_in_sessions.sql")),
+/// them with its own type names (`sqlite_schema`). A new migration is a new name here.
+const MIGRATIONS: &[(&str, &str)] = &migrations![
+    V1__initial,
+    V2__extensions,
+    V3__replays,
+    V4__proxies_and_pools,
+    V5__profiles_and_auth_connections,
+    V6__pool_lease_ids,
+    V7__vm_settings,
+    V8__session_names,
+    V9__replay_audio,
+    V10__credentials,
+    V11__apps,
+    V12__leases,
+    V13__session_owners,
+    V14__telemetry,
+    V15__api_key_policies,
+    V16__audit_log,
+    V17__organization_limits,
+    V18__projects,
+    V19__people,
+    V20__audit_export_destinations,
+    V21__signed_in_sessions,
 ];
 
 /// PostgreSQL column types and the SQLite types that hold the same values as the

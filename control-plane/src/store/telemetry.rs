@@ -177,6 +177,13 @@ fn list_filter(values: &[String]) -> String {
     if values.is_empty() { String::new() } else { format!(",{},", values.join(",")) }
 }
 
+/// The events of `telemetry_events`' query: its session, sequence and time ranges, and
+/// category and type lists (`,a,b,` or empty for all).
+const EVENTS_MATCHING: &str = "SELECT seq, ts_us, body FROM telemetry_events WHERE session_id = $1 \
+     AND seq >= $2 AND seq < $3 AND ts_us >= $4 AND ts_us < $5 \
+     AND ($6 = '' OR $6 LIKE '%,' || category || ',%') \
+     AND ($7 = '' OR $7 LIKE '%,' || event_type || ',%')";
+
 #[async_trait]
 impl TelemetryStore for SqlStore {
     async fn append_telemetry(
@@ -245,21 +252,9 @@ impl TelemetryStore for SqlStore {
             q.limit
         ];
         let statement = if q.newest_first {
-            sql!(
-                "SELECT seq, ts_us, body FROM telemetry_events WHERE session_id = $1 \
-                 AND seq >= $2 AND seq < $3 AND ts_us >= $4 AND ts_us < $5 \
-                 AND ($6 = '' OR $6 LIKE '%,' || category || ',%') \
-                 AND ($7 = '' OR $7 LIKE '%,' || event_type || ',%') \
-                 ORDER BY seq DESC LIMIT $8"
-            )
+            sql!("{EVENTS_MATCHING} ORDER BY seq DESC LIMIT $8")
         } else {
-            sql!(
-                "SELECT seq, ts_us, body FROM telemetry_events WHERE session_id = $1 \
-                 AND seq >= $2 AND seq < $3 AND ts_us >= $4 AND ts_us < $5 \
-                 AND ($6 = '' OR $6 LIKE '%,' || category || ',%') \
-                 AND ($7 = '' OR $7 LIKE '%,' || event_type || ',%') \
-                 ORDER BY seq ASC LIMIT $8"
-            )
+            sql!("{EVENTS_MATCHING} ORDER BY seq ASC LIMIT $8")
         };
         self.database().query(statement, params, telemetry_from_row).await
     }

@@ -240,6 +240,18 @@ pub async fn chosen_telemetry(
     Ok(Some(resolved.settings.map(|_| request)))
 }
 
+/// What create and update check first: every resource the settings refer to must exist
+/// and be the caller's to use (else the 404 or 403 is the answer); then the settings'
+/// problems, for the caller to add its own to.
+pub async fn checked_references(
+    org: &Org, profile_name: Option<&str>, credential: Option<&CredentialReference>,
+    browser: Option<&ConnectionBrowserRequest>, browser_telemetry: Option<&TelemetryRequest>,
+    proxy: Option<&ResourceReference>,
+) -> Result<Vec<String>, ApiError> {
+    org.require(&references(profile_name, credential, browser, browser_telemetry, proxy)).await?;
+    Ok(settings_problems(org, browser, browser_telemetry))
+}
+
 /// What is wrong with the settings both create and update take.
 pub fn settings_problems(
     state: &AppState, browser: Option<&ConnectionBrowserRequest>,

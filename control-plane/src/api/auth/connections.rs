@@ -17,8 +17,8 @@ use utoipa::ToSchema;
 
 use super::connection_settings::{
     ConnectionBrowserRequest, Target, UpdateAuthConnectionRequest, allowed_domains_problems,
-    checked_credential, chosen_proxy, chosen_telemetry, domain_problem, interval_problem,
-    references, settings_problems, url_problem,
+    checked_credential, checked_references, chosen_proxy, chosen_telemetry, domain_problem,
+    interval_problem, url_problem,
 };
 use crate::api::error::{ApiError, ErrorBody, OrNotFound};
 use crate::api::extract::{JsonBody, PathParam, QueryParams};
@@ -199,16 +199,11 @@ pub(in crate::api) async fn find(org: &Org, id: &str) -> Result<AuthConnectionRe
 pub async fn create(
     org: Org, JsonBody(request): JsonBody<CreateAuthConnectionRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    org.require(&super::connection_settings::references(
-        Some(&request.profile_name),
-        request.credential.as_ref(),
-        request.browser.as_ref(),
-        request.browser_telemetry.as_ref(),
-        request.proxy.as_ref(),
-    ))
-    .await?;
+    let profile = Some(request.profile_name.as_str());
+    let (browser, telemetry) = (request.browser.as_ref(), request.browser_telemetry.as_ref());
+    let (credential, proxy) = (request.credential.as_ref(), request.proxy.as_ref());
     let mut problems =
-        settings_problems(&org, request.browser.as_ref(), request.browser_telemetry.as_ref());
+        checked_references(&org, profile, credential, browser, telemetry, proxy).await?;
     problems.extend(domain_problem("domain", &request.domain, false));
     problems.extend(name_problem(&request.profile_name).map(|p| format!("profile_name: {p}")));
     if let Some(login_url) = &request.login_url {
@@ -550,16 +545,11 @@ pub async fn update(
     JsonBody(request): JsonBody<UpdateAuthConnectionRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let record = find(&org, &id).await?;
-    org.require(&references(
-        None,
-        request.credential.as_ref().and_then(Option::as_ref),
-        request.browser.as_ref(),
-        request.browser_telemetry.as_ref(),
-        request.proxy.as_ref(),
-    ))
-    .await?;
+    let (browser, telemetry) = (request.browser.as_ref(), request.browser_telemetry.as_ref());
+    let credential = request.credential.as_ref().and_then(Option::as_ref);
+    let proxy = request.proxy.as_ref();
     let mut problems =
-        settings_problems(&org, request.browser.as_ref(), request.browser_telemetry.as_ref());
+        checked_references(&org, None, credential, browser, telemetry, proxy).await?;
     if let Some(domains) = &request.allowed_domains {
         problems.extend(allowed_domains_problems(domains));
     }

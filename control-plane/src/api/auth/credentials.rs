@@ -67,32 +67,44 @@ fn view(credential: Stored, code: Option<TotpCode>, with_keys: bool) -> Credenti
     }
 }
 
-/// (No `Debug`: it holds secrets.)
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateCredentialRequest {
-    /// Unique in the organization; 1 to 255 characters without control characters.
-    #[schema(schema_with = crate::api::openapi::display_name)]
-    pub name: String,
-    /// The site's host name, optionally with a port (no scheme or path).
-    #[schema(schema_with = crate::api::openapi::host_and_port)]
-    pub domain: String,
-    /// Field name → value (e.g. username, password). Write-only.
-    pub values: BTreeMap<String, String>,
-    /// Click this SSO provider's button on the site, then fill on its page.
-    pub sso_provider: Option<String>,
-    /// A 16 to 128 character base32 seed or an `otpauth://totp/…` URI. Write-only.
-    pub totp_secret: Option<String>,
-    /// SHA1 (default), SHA256 or SHA512; an otpauth URI's own parameter wins.
-    #[schema(schema_with = crate::api::openapi::totp_algorithm)]
-    pub totp_algorithm: Option<String>,
-    /// 6 (default) to 8.
-    #[schema(minimum = 6, maximum = 8)]
-    pub totp_digits: Option<u32>,
-    /// Seconds, 10 to 300 (default 30).
-    #[schema(minimum = 10, maximum = 300)]
-    pub totp_period: Option<u32>,
+/// A request struct whose last fields are the TOTP settings, as create and update take them.
+macro_rules! with_totp_settings {
+    ($(#[$meta:meta])* pub struct $name:ident { $($fields:tt)* }) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($fields)*
+            /// SHA1 (default), SHA256 or SHA512; an otpauth URI's own parameter wins.
+            #[schema(schema_with = crate::api::openapi::totp_algorithm)]
+            pub totp_algorithm: Option<String>,
+            /// 6 (default) to 8.
+            #[schema(minimum = 6, maximum = 8)]
+            pub totp_digits: Option<u32>,
+            /// Seconds, 10 to 300 (default 30).
+            #[schema(minimum = 10, maximum = 300)]
+            pub totp_period: Option<u32>,
+        }
+    };
 }
+
+with_totp_settings!(
+    /// (No `Debug`: it holds secrets.)
+    #[derive(Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct CreateCredentialRequest {
+        /// Unique in the organization; 1 to 255 characters without control characters.
+        #[schema(schema_with = crate::api::openapi::display_name)]
+        pub name: String,
+        /// The site's host name, optionally with a port (no scheme or path).
+        #[schema(schema_with = crate::api::openapi::host_and_port)]
+        pub domain: String,
+        /// Field name → value (e.g. username, password). Write-only.
+        pub values: BTreeMap<String, String>,
+        /// Click this SSO provider's button on the site, then fill on its page.
+        pub sso_provider: Option<String>,
+        /// A 16 to 128 character base32 seed or an `otpauth://totp/…` URI. Write-only.
+        pub totp_secret: Option<String>,
+    }
+);
 
 fn given_settings(
     algorithm: Option<&str>, digits: Option<u32>, period: Option<u32>,
@@ -182,30 +194,26 @@ pub async fn retrieve(
     Ok(Json(view(credential, None, true)))
 }
 
-/// Fields of `PATCH /credentials/{id_or_name}`; absent fields stay as they are. (No
-/// `Debug`: it holds secrets.)
-#[derive(Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UpdateCredentialRequest {
-    #[schema(schema_with = crate::api::openapi::optional_display_name)]
-    pub name: Option<String>,
-    /// Merged into the stored values (after `remove_value_keys`).
-    pub values: Option<BTreeMap<String, String>>,
-    /// Stored values to remove.
-    pub remove_value_keys: Option<Vec<String>>,
-    /// `""` or `null` removes it.
-    #[serde(default, deserialize_with = "crate::api::browsers::present")]
-    #[schema(value_type = Option<String>)]
-    pub sso_provider: Option<Option<String>>,
-    /// A new seed or otpauth URI; `""` removes the seed and its settings.
-    pub totp_secret: Option<String>,
-    #[schema(schema_with = crate::api::openapi::totp_algorithm)]
-    pub totp_algorithm: Option<String>,
-    #[schema(minimum = 6, maximum = 8)]
-    pub totp_digits: Option<u32>,
-    #[schema(minimum = 10, maximum = 300)]
-    pub totp_period: Option<u32>,
-}
+with_totp_settings!(
+    /// Fields of `PATCH /credentials/{id_or_name}`; absent fields stay as they are. (No
+    /// `Debug`: it holds secrets.)
+    #[derive(Default, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct UpdateCredentialRequest {
+        #[schema(schema_with = crate::api::openapi::optional_display_name)]
+        pub name: Option<String>,
+        /// Merged into the stored values (after `remove_value_keys`).
+        pub values: Option<BTreeMap<String, String>>,
+        /// Stored values to remove.
+        pub remove_value_keys: Option<Vec<String>>,
+        /// `""` or `null` removes it.
+        #[serde(default, deserialize_with = "crate::api::browsers::present")]
+        #[schema(value_type = Option<String>)]
+        pub sso_provider: Option<Option<String>>,
+        /// A new seed or otpauth URI; `""` removes the seed and its settings.
+        pub totp_secret: Option<String>,
+    }
+);
 
 /// Update a credential. The answer has the current TOTP code when a seed was set.
 #[utoipa::path(patch, path = "/credentials/{id_or_name}", request_body = UpdateCredentialRequest,

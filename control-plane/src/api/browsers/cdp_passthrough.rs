@@ -533,7 +533,7 @@ mod tests {
 
     #[test]
     fn a_quiet_client_is_pinged_between_chromium_s_frames_and_a_silent_one_let_go() {
-        let keepalive = Duration::from_millis(200);
+        let keepalive = Duration::from_millis(400);
         let ends = splice(b"", keepalive);
         // Half of a frame from Chromium, then a pause past the keepalive: the ping waits
         // for the frame's end.

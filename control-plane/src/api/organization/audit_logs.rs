@@ -28,32 +28,42 @@ const DEFAULT_CHUNK_ROWS: i64 = 5_000;
 /// The SDK's `download` refuses chunks of more rows.
 const MAX_CHUNK_ROWS: i64 = 50_000;
 
-/// Filters both reads take.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListAuditLogs {
-    /// Records at or after this time (RFC 3339).
-    start: DateTime<Utc>,
-    /// Records before this time (RFC 3339); at most 30 days after `start`.
-    end: DateTime<Utc>,
-    /// `api_key`, `invocation_key` or `session_token`.
-    auth_strategy: Option<String>,
-    /// Methods to leave out, comma-separated.
-    exclude_method: Option<String>,
-    method: Option<String>,
-    /// Text in the path, key id, client address or status.
-    search: Option<String>,
-    /// Key ids also matched, comma-separated.
-    search_user_id: Option<String>,
-    /// Only `api` has records.
-    service: Option<String>,
+/// A read's query parameters: the filters both reads take, then its own (`$own`), the
+/// end's description its own too.
+macro_rules! audit_search {
+    ($(#[$meta:meta])* $name:ident, end: $end:literal, { $($own:tt)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Deserialize, IntoParams)]
+        #[into_params(parameter_in = Query)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// Records at or after this time (RFC 3339).
+            start: DateTime<Utc>,
+            #[doc = $end]
+            end: DateTime<Utc>,
+            /// `api_key`, `invocation_key` or `session_token`.
+            auth_strategy: Option<String>,
+            /// Methods to leave out, comma-separated.
+            exclude_method: Option<String>,
+            method: Option<String>,
+            /// Text in the path, key id, client address or status.
+            search: Option<String>,
+            /// Key ids also matched, comma-separated.
+            search_user_id: Option<String>,
+            /// Only `api` has records.
+            service: Option<String>,
+            $($own)*
+        }
+    };
+}
+
+audit_search!(ListAuditLogs, end: "Records before this time (RFC 3339); at most 30 days after `start`.", {
     /// 1 to 100, default 50.
     #[param(minimum = 1, maximum = 100)]
     limit: Option<i64>,
     /// `X-Next-Page-Token` of the previous page.
     page_token: Option<String>,
-}
+});
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema)]
 pub enum ChunkFormat {
@@ -64,20 +74,7 @@ pub enum ChunkFormat {
     JsonlGz,
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ExportChunk {
-    /// Records at or after this time (RFC 3339).
-    start: DateTime<Utc>,
-    /// Records before this time (RFC 3339).
-    end: DateTime<Utc>,
-    auth_strategy: Option<String>,
-    exclude_method: Option<String>,
-    method: Option<String>,
-    search: Option<String>,
-    search_user_id: Option<String>,
-    service: Option<String>,
+audit_search!(ExportChunk, end: "Records before this time (RFC 3339).", {
     /// `jsonl.gz` (default) or `jsonl`.
     #[param(inline)]
     format: Option<ChunkFormat>,
@@ -86,7 +83,7 @@ pub struct ExportChunk {
     limit: Option<i64>,
     /// `X-Next-Cursor` of the previous chunk.
     cursor: Option<String>,
-}
+});
 
 fn comma_list(text: Option<&str>) -> Vec<String> {
     text.unwrap_or_default()

@@ -111,11 +111,9 @@ impl PodView {
                 .collect::<Vec<_>>()
                 .join(": ")
         });
-        let terminated = status
-            .container_statuses
-            .iter()
-            .flatten()
-            .filter_map(|container| container.state.as_ref()?.terminated.as_ref())
+        let states = || status.container_statuses.iter().flatten().filter_map(|c| c.state.as_ref());
+        let terminated = states()
+            .filter_map(|state| state.terminated.as_ref())
             .map(|terminated| {
                 let reason = terminated.reason.as_deref().unwrap_or("ended");
                 match &terminated.message {
@@ -126,12 +124,8 @@ impl PodView {
                 }
             })
             .next();
-        let container_waiting = status
-            .container_statuses
-            .iter()
-            .flatten()
-            .filter_map(|container| container.state.as_ref()?.waiting.as_ref())
-            .find_map(|waiting| {
+        let container_waiting =
+            states().filter_map(|state| state.waiting.as_ref()).find_map(|waiting| {
                 let reason = waiting.reason.clone()?;
                 Some(match &waiting.message {
                     Some(message) => format!("{reason}: {message}"),
