@@ -44,7 +44,7 @@ import httpx
 os.environ.setdefault("TEST_DATABASE_URL", "postgres://browser_test:browser_test@127.0.0.1:5432/browser_test")
 
 from harness import processes_mentioning, session_processes  # noqa: E402
-from replicas_kit import Replicas  # noqa: E402
+from replicas_kit import METRICS_TOKEN, Replicas  # noqa: E402
 
 ON_REQUEST = True
 MINUTES = float(os.environ.get("SOAK_MINUTES", "20"))
@@ -261,12 +261,23 @@ def resources(deployment: Replicas) -> dict[str, float]:
         # kernel may drop and read again.
         "  anonymous MiB": field("RssAnon:") / 1024,
         "  file MiB": field("RssFile:") / 1024,
+        # The allocator's count: live data, apart from the free memory it keeps.
+        "heap in use MiB": _metric(member, "heap_in_use_bytes") / 2**20,
+        "heap held MiB": _metric(member, "heap_held_bytes") / 2**20,
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": field("Threads:"),
         "db connections": int(connections or 0),
         "data dir MiB": int(size[0]) if size else 0,
         "VM processes": len(processes_mentioning(f"{deployment.data_dir}/")),
     }
+
+
+def _metric(member, name: str) -> float:
+    """A value of the replica's own /metrics (0 where it has none)."""
+    text = httpx.get(f"http://127.0.0.1:{member.port}/metrics",
+                     headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=30).text
+    found = re.search(rf"^browser_service_{name} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 def _percentile(values: list[float], p: float) -> float:

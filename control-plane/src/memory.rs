@@ -31,6 +31,31 @@ pub fn release_free_memory() {
     }
 }
 
+/// The heap as the allocator counts it, in bytes.
+pub struct HeapUsage {
+    /// Holding live allocations.
+    pub in_use: u64,
+    /// Taken from the system: in use, or free and kept for reuse.
+    pub held: u64,
+}
+
+/// The allocator's own account of the heap: how much of what it holds is live. RSS that
+/// grows while `in_use` does not is free memory kept in its arenas, not a leak. `None`
+/// where the allocator is not glibc's.
+pub fn heap_usage() -> Option<HeapUsage> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's counters, under its locks.
+        let info = unsafe { libc::mallinfo2() };
+        Some(HeapUsage {
+            in_use: (info.uordblks + info.hblkhd) as u64,
+            held: (info.arena + info.hblkhd) as u64,
+        })
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +87,20 @@ mod tests {
             kept.saturating_sub(after) > 32 * 1024,
             "RssAnon {kept} KiB before the trim, {after} KiB after"
         );
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn the_heap_in_use_counts_live_data_only() {
+        const MIB: u64 = 1024 * 1024;
+        let before = heap_usage().expect("glibc").in_use;
+        let block = vec![7u8; 64 * MIB as usize];
+        let during = heap_usage().expect("glibc");
+        drop(block);
+        let after = heap_usage().expect("glibc").in_use;
+        // Other tests allocate meanwhile: a margin of 16 MiB either way.
+        assert!(during.in_use >= before + 48 * MIB, "{before} then {}", during.in_use);
+        assert!(during.held >= during.in_use);
+        assert!(after + 48 * MIB <= during.in_use, "{} then {after}", during.in_use);
     }
 }

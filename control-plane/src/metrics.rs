@@ -330,6 +330,21 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
         "browser_vms / capacity_browsers: scale out above your target (KEDA, HPA)",
         utilization,
     );
+    if let Some(heap) = crate::memory::heap_usage() {
+        let (in_use, held) = (Gauge::<i64>::default(), Gauge::<i64>::default());
+        in_use.set(i64::try_from(heap.in_use).unwrap_or(i64::MAX));
+        held.set(i64::try_from(heap.held).unwrap_or(i64::MAX));
+        registry.register(
+            "heap_in_use_bytes",
+            "This process's heap holding live data (the allocator's count)",
+            in_use,
+        );
+        registry.register(
+            "heap_held_bytes",
+            "This process's heap taken from the system: in use, or free and kept for reuse",
+            held,
+        );
+    }
     Ok(registry)
 }
 

@@ -541,9 +541,18 @@ mod tests {
             "browser_service_recordings_active 0",
             "# TYPE browser_service_pool_acquire_duration_seconds histogram",
             "# TYPE browser_service_browser_create_duration_seconds histogram",
+            "# TYPE browser_service_heap_in_use_bytes gauge",
+            "# TYPE browser_service_heap_held_bytes gauge",
             "# EOF",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }
+        // The heap holds live data, at most what it took from the system.
+        let value = |name: &str| -> f64 {
+            let line = text.lines().find(|line| line.starts_with(&format!("{name} ")));
+            line.and_then(|line| line.rsplit(' ').next()?.parse().ok()).expect(name)
+        };
+        let in_use = value("browser_service_heap_in_use_bytes");
+        assert!(in_use > 0.0 && in_use <= value("browser_service_heap_held_bytes"), "{text}");
     }
 }
