@@ -119,7 +119,6 @@ impl S3Writer {
         &self.settings.principal_arn
     }
 
-    /// `request`, signed by `credentials` (its headers too), sent.
     /// Sends the request signed; the answer's body if AWS did what it asked, else why
     /// not (`refused` says what was refused, AWS's error why).
     async fn call(
@@ -132,6 +131,7 @@ impl S3Writer {
         Ok(body)
     }
 
+    /// `request`, signed by `credentials` (its headers too), sent.
     async fn send_signed(
         &self, credentials: &Credentials, request: AwsRequest<'_>,
     ) -> Result<(reqwest::StatusCode, String), String> {
