@@ -63,9 +63,18 @@ cd tests/e2e
 # E2E_WORKERS=0 runs everything in one process.
 # --durations: the slowest tests, for keeping the suite's time in check.
 pytest_args=(-q --durations=15 -n "${E2E_WORKERS:-2}" --dist loadfile)
+# Modules that measure time or shares of the CPU (a recording's A/V sync, a VM's CPU
+# weight) run alone, after the others: beside another module they would measure its
+# load too. (Their busy variants make the load they measure under themselves.)
+alone=(test_audio.py test_kernel_limits.py)
 for venv in .venv .venv-sdk131; do
   step "end-to-end suite with $("../../$venv/bin/python" -c 'import kernel; print("kernel", kernel.__version__)')"
-  "../../$venv/bin/python" -m pytest "${pytest_args[@]}" --ignore=test_replicas.py "$@"
+  if [[ $# -eq 0 ]]; then
+    "../../$venv/bin/python" -m pytest "${pytest_args[@]}" --ignore=test_replicas.py "${alone[@]/#/--ignore=}"
+    "../../$venv/bin/python" -m pytest -q --durations=5 "${alone[@]}"
+  else
+    "../../$venv/bin/python" -m pytest "${pytest_args[@]}" --ignore=test_replicas.py "$@"
+  fi
 done
 # A third of the suite again, through two control-plane replicas on PostgreSQL behind a
 # load balancer that alternates requests (E2E_REPLICAS=2), and the replicas' own tests:
