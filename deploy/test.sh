@@ -64,9 +64,10 @@ cd tests/e2e
 # --durations: the slowest tests, for keeping the suite's time in check.
 pytest_args=(-q --durations=15 -n "${E2E_WORKERS:-2}" --dist loadfile)
 # Modules that measure time or shares of the CPU (a recording's A/V sync, a VM's CPU
-# weight) run alone, after the others: beside another module they would measure its
-# load too. (Their busy variants make the load they measure under themselves.)
-alone=(test_audio.py test_kernel_limits.py)
+# weight, the live view's latency) run alone, after the others: beside another module
+# they would measure its load too. (Their busy variants make the load they measure under
+# themselves.)
+alone=(test_audio.py test_kernel_limits.py test_live_view.py)
 for venv in .venv .venv-sdk131; do
   step "end-to-end suite with $("../../$venv/bin/python" -c 'import kernel; print("kernel", kernel.__version__)')"
   if [[ $# -eq 0 ]]; then
@@ -83,7 +84,8 @@ if [[ $# -eq 0 ]]; then
   step "a third of the end-to-end suite through two replicas behind a load balancer"
   E2E_REPLICAS=2 ../../.venv-sdk131/bin/python -m pytest "${pytest_args[@]}" test_replicas.py \
     test_browsers.py test_computer.py test_pools.py test_filesystem.py test_playwright.py \
-    test_replays.py test_live_view.py test_managed_auth.py test_apps.py test_names_and_tags.py \
+    test_replays.py test_managed_auth.py test_apps.py test_names_and_tags.py \
     test_paging.py test_webdriver.py test_viewport.py test_profiles.py test_telemetry.py
+  E2E_REPLICAS=2 ../../.venv-sdk131/bin/python -m pytest -q --durations=5 test_live_view.py
 fi
 step "done"
