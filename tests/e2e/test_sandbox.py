@@ -96,8 +96,9 @@ def test_every_process_of_a_vm_is_unprivileged_and_ends_with_it(control_plane, c
     assert read_page(created.cdp_ws_url, test_page_url, lambda page: page.title()) == TEST_PAGE_TITLE
 
     client.browsers.delete_by_id(created.session_id)
-    # Within 2 s of the end nothing of the VM exists, not even as a zombie.
-    assert wait_until(lambda: all(_status(pid) is None for pid in everything), 2, 0.05), [
+    # Soon after the end nothing of the VM exists, not even as a zombie (the teardown
+    # follows the answer; 10 s leaves room for a host busy with another module).
+    assert wait_until(lambda: all(_status(pid) is None for pid in everything), 10, 0.05), [
         (pid, _status(pid)) for pid in everything if _status(pid) is not None]
 
 
