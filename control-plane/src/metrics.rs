@@ -303,8 +303,7 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
         "How many browsers each pool is to hold",
         gauges(pool_targets),
     );
-    let active_recordings = Gauge::<i64>::default();
-    active_recordings.set(recordings.len() as i64);
+    let active_recordings = gauge(recordings.len() as i64);
     registry.register(
         "recordings_active",
         "Recordings under way or being finished",
@@ -313,15 +312,13 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
 
     // Every live VM takes capacity, pool browsers included.
     let used = live.len() as u64;
-    let capacity_gauge = Gauge::<i64>::default();
-    capacity_gauge.set(i64::try_from(capacity.browsers).unwrap_or(i64::MAX));
+    let capacity_gauge = gauge(i64::try_from(capacity.browsers).unwrap_or(i64::MAX));
     registry.register(
         "capacity_browsers",
         "How many browser VMs the deployment is sized for (--capacity-browsers)",
         capacity_gauge,
     );
-    let vms = Gauge::<i64>::default();
-    vms.set(used as i64);
+    let vms = gauge(used as i64);
     registry.register("browser_vms", "Live browser VMs, pools' included: what takes capacity", vms);
     let utilization = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     utilization.set(used as f64 / capacity.browsers.max(1) as f64);
@@ -331,9 +328,8 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
         utilization,
     );
     if let Some(heap) = crate::memory::heap_usage() {
-        let (in_use, held) = (Gauge::<i64>::default(), Gauge::<i64>::default());
-        in_use.set(i64::try_from(heap.in_use).unwrap_or(i64::MAX));
-        held.set(i64::try_from(heap.held).unwrap_or(i64::MAX));
+        let in_use = gauge(i64::try_from(heap.in_use).unwrap_or(i64::MAX));
+        let held = gauge(i64::try_from(heap.held).unwrap_or(i64::MAX));
         registry.register(
             "heap_in_use_bytes",
             "This process's heap holding live data (the allocator's count)",
@@ -346,6 +342,13 @@ async fn state_registry(store: &dyn Store, capacity: Capacity) -> StoreResult<Re
         );
     }
     Ok(registry)
+}
+
+/// A gauge set to `value`.
+fn gauge(value: i64) -> Gauge {
+    let gauge = Gauge::default();
+    gauge.set(value);
+    gauge
 }
 
 /// One gauge by label set, set to its value.
