@@ -25,6 +25,8 @@ const RETRY: Duration = Duration::from_secs(1);
 
 /// How often the visible tab is captured when `screenshot` is on.
 const SCREENSHOT_EVERY: Duration = Duration::from_secs(10);
+/// How soon a screenshot is tried again when no page was attached.
+const NO_PAGE_RETRY: Duration = Duration::from_secs(1);
 /// A screenshot larger than this (base64) is reported without its image.
 const MAX_SCREENSHOT_BASE64: usize = 1024 * 1024;
 
@@ -72,6 +74,8 @@ pub async fn run(
     let mut capture = telemetry.capture();
     let mut lost_at: Option<Instant> = None;
     let mut init_failure_reported = false;
+    // Kept across reconnections, so a new monitor does not capture again at once.
+    let mut next_screenshot = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -114,9 +118,11 @@ pub async fn run(
             requests: Requests::default(),
             opening: HashSet::new(),
             screenshot_pending: None,
+            next_screenshot,
             settling: Settling::default(),
         };
         let ended = monitor.watch(&mut capture, &mut browser, &url, &shutdown).await;
+        next_screenshot = monitor.next_screenshot;
         telemetry.applied(None);
         match ended {
             Ended::Shutdown => return,
@@ -156,6 +162,10 @@ struct Monitor<'a> {
     opening: HashSet<String>,
     /// The id of the screenshot command awaiting its answer.
     screenshot_pending: Option<u64>,
+    /// When the next screenshot is asked for: `SCREENSHOT_EVERY` after the last one was
+    /// reported, so reported screenshots are that far apart however long Chromium takes
+    /// to answer (a fixed ticker let a slow answer and a quick one come 8 s apart).
+    next_screenshot: tokio::time::Instant,
     /// Pages coming to rest (network idle, layout settled).
     settling: Settling,
 }
@@ -183,11 +193,9 @@ fn has_address(info: &Value) -> bool {
 
 impl Monitor<'_> {
     /// Asks the first page attached for a screenshot (one at a time); its answer comes
-    /// with the other incoming messages.
+    /// with the other incoming messages. With no page yet, it looks again in a second.
     async fn request_screenshot(&mut self) -> Result<(), String> {
-        if self.screenshot_pending.is_some() {
-            return Ok(());
-        }
+        self.next_screenshot = tokio::time::Instant::now() + NO_PAGE_RETRY;
         let page = self
             .targets
             .iter()
@@ -258,12 +266,11 @@ impl Monitor<'_> {
             }
         }
         self.telemetry.applied(Some(current));
-        let mut screenshots = tokio::time::interval(SCREENSHOT_EVERY);
-        screenshots.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let screenshot_due = current.screenshot && self.screenshot_pending.is_none();
             tokio::select! {
                 () = shutdown.cancelled() => return Ended::Shutdown,
-                _ = screenshots.tick(), if current.screenshot => {
+                () = tokio::time::sleep_until(self.next_screenshot), if screenshot_due => {
                     if self.request_screenshot().await.is_err() {
                         return Ended::Lost;
                     }
@@ -299,6 +306,7 @@ impl Monitor<'_> {
                     Ok(Incoming::Answer { id, result }) => {
                         if self.screenshot_pending == Some(id) {
                             self.screenshot_pending = None;
+                            self.next_screenshot = tokio::time::Instant::now() + SCREENSHOT_EVERY;
                             if let Ok(answer) = result {
                                 self.report_screenshot(&answer);
                             }
