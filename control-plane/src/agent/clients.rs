@@ -1,7 +1,7 @@
 //! One agent client per running session, reused across calls (clients share their HTTP/2
 //! connection), so the hot path (a click) does not reconnect.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use super::{AgentClient, AgentError};
@@ -29,6 +29,11 @@ impl AgentClients {
         let client = AgentClient::new(location)?;
         clients.insert(session_id.to_owned(), client.clone());
         Ok(client)
+    }
+
+    /// The sessions that have a client here.
+    pub fn held(&self) -> HashSet<String> {
+        self.clients.lock().map(|clients| clients.keys().cloned().collect()).unwrap_or_default()
     }
 
     /// Drops the session's client (its session ended).

@@ -38,6 +38,10 @@ pub const MAX_MAX_DURATION_SECONDS: u32 = 4 * 3600;
 const COPY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a salvage waits for a crashed agent's encoder to finish its file.
 const SALVAGE_SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a recording's wait for its maximum duration looks whether it is still
+/// recording (often in tests, which watch the wait end).
+const STILL_RECORDING_CHECK: Duration =
+    Duration::from_millis(if cfg!(test) { 100 } else { 30_000 });
 
 pub struct Replays {
     store: Arc<dyn Store>,
@@ -161,16 +165,30 @@ impl Replays {
     }
 
     /// The agent ends a recording at its maximum duration by itself; this collects it
-    /// then (unless something else finished it first).
+    /// then (unless something else finished it first). The wait looks at the record now
+    /// and then, and ends once a stop, the session's end or another replica has finished
+    /// the replay: otherwise every recording would keep a task (and its session's agent
+    /// connection) for its whole maximum duration, an hour by default.
     fn finish_at_deadline(
         self: &Arc<Self>, session: SessionRecord, agent: AgentClient, replay: ReplayRecord,
     ) {
         let this = self.clone();
         tokio::spawn(async move {
-            let deadline = replay.started_at
-                + chrono::Duration::seconds(replay.max_duration_seconds)
-                - Utc::now();
-            tokio::time::sleep(deadline.to_std().unwrap_or_default()).await;
+            let deadline =
+                replay.started_at + chrono::Duration::seconds(replay.max_duration_seconds);
+            loop {
+                let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+                if left.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(left.min(STILL_RECORDING_CHECK)).await;
+                match this.store.replay(&replay.org_id, &replay.session_id, &replay.id).await {
+                    Ok(Some(current)) if current.status == ReplayStatus::Recording => {}
+                    Ok(_) => return,
+                    // The database is away for now: look again at the next check.
+                    Err(_) => {}
+                }
+            }
             match this.claim(&replay).await {
                 Ok(true) => {
                     if let Err(error) = this.finish(&session, Some(agent), replay).await {

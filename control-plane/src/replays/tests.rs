@@ -58,6 +58,27 @@ async fn a_stop_racing_the_end_of_its_session_finishes_the_replay_once() {
     assert_eq!(agent.recording_reads.load(Ordering::SeqCst), 1, "collected once");
 }
 
+#[tokio::test]
+async fn a_stopped_replay_no_longer_waits_for_its_maximum_duration() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, _) = services(dir.path()).await;
+    let org_id = organization(&services).await;
+    let session = running_session(&services, &org_id).await;
+    let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let client = services.sessions.agent(&session).expect("agent");
+    // Connected first: the connection's own tasks are not counted.
+    client.status().await.expect("the agent answers");
+    let before = tasks();
+    let replay =
+        services.replays.start(&session, client.clone(), 10, 60, false).await.expect("recording");
+    assert_eq!(tasks(), before + 1, "the wait for the recording's maximum duration");
+    services.replays.stop(&session, Some(client), replay).await.expect("stopped");
+    // The wait looks at the record every 100 ms in tests (30 s otherwise), far sooner
+    // than the recording's 60 s.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(tasks(), before, "no task (holding the agent's connection) is left behind");
+}
+
 /// A browser whose agent died 200 ms into its recording, leaving `leftover` (its
 /// encoder completed the file then); answers the replay as the end left it, and when the
 /// agent died (and the services, with the directory holding their blobs).

@@ -14,7 +14,7 @@ pub mod update;
 
 pub use clients::{CdpConnectionGuard, ClientKind};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -509,6 +509,10 @@ impl Sessions {
 
     async fn end_now(&self, session: &SessionRecord, reason: &str) -> ServiceResult<bool> {
         if !self.store.end_session(&session.id, Utc::now(), reason).await? {
+            // Ended already, maybe by another replica whose signal did not come (it is
+            // lost while the database is away): what this process holds for it goes.
+            self.forget(&session.id);
+            self.runtime.forget(&session.id);
             return Ok(false);
         }
         tracing::info!(session_id = %session.id, reason, "ending browser session");
@@ -563,6 +567,19 @@ impl Sessions {
                 "the profile was not saved; it keeps its previous state"
             );
         }
+    }
+
+    /// The sessions this process holds something for: cached records, activity not yet
+    /// shared, agent clients.
+    fn held(&self) -> HashSet<String> {
+        let mut held = self.agents.held();
+        if let Ok(running) = self.running.lock() {
+            held.extend(running.sessions.keys().cloned());
+        }
+        if let Ok(activity) = self.activity.lock() {
+            held.extend(activity.keys().cloned());
+        }
+        held
     }
 
     fn forget(&self, id: &str) {

@@ -213,9 +213,17 @@ impl Sessions {
         let mut tick = tokio::time::interval(interval);
         loop {
             tick.tick().await;
+            // Taken before the store is read: a session created meanwhile is not in it.
+            let held = self.held();
             let Ok(live) = self.store.live_sessions().await else {
                 continue;
             };
+            // What this process still holds for a session no longer live goes: an end
+            // whose signal was lost, a request that looked it up while it ended.
+            let live_ids: HashSet<&str> = live.iter().map(|s| s.id.as_str()).collect();
+            for id in held.iter().filter(|id| !live_ids.contains(id.as_str())) {
+                self.forget(id);
+            }
             // What this process may still hold for browsers another replica adopted
             // (while this one could not reach the database) goes.
             for session in live.iter().filter(|s| !self.replica.owns(s)) {

@@ -189,3 +189,28 @@ async fn concurrent_creates_never_take_an_organization_past_its_live_browser_lim
     services.sessions.end(&live[0], "deleted by the API").await.expect("end");
     services.sessions.create(&org_id, spec).await.expect("a place was freed");
 }
+
+#[tokio::test]
+async fn what_is_held_for_a_session_ended_elsewhere_goes_at_the_next_heartbeat() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, _, _) = services(dir.path()).await;
+    let org_id = organization(&services).await;
+    let session = running_session(&services, &org_id).await;
+    services.sessions.live(&org_id, &session.id).await.expect("live");
+    services.sessions.agent(&session).expect("agent client");
+    assert!(services.sessions.held().contains(&session.id));
+    // Another replica ends it, and its signal never comes here (the database was away).
+    assert!(
+        services
+            .store
+            .end_session(&session.id, chrono::Utc::now(), "elsewhere")
+            .await
+            .expect("end")
+    );
+    services.sessions.start_background(Duration::from_millis(100)).await.expect("background");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !services.sessions.held().contains(&session.id),
+        "no cached record, activity or agent client is left for it"
+    );
+}
