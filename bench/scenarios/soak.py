@@ -20,7 +20,8 @@ hurt, is marked so; any other is listed), p50/p99 per operation per minute, sess
 lost outside faulted VMs, recordings that do not play, and the surviving replica's RSS,
 file descriptors, threads, database connections, the data directory's size and the VM
 processes on the host: once started, at the start of the load (after one of each kind of
-work, uncounted, has brought the process to its working size) and 90 s after it stopped
+work and one of each fault, uncounted, have brought the process to its working size) and
+90 s after it stopped
 (once the database connections the load opened have been idle long enough to be closed).
 """
 
@@ -245,6 +246,20 @@ def fault(kind: str, deployment: Replicas, ledger: Ledger, live: dict, client: C
         log.append(f"{at:6.0f}s PostgreSQL restarted ({restarted.returncode})")
 
 
+def warm_up_faults(deployment: Replicas, warm_up: Client) -> None:
+    """One of each fault of the schedule before the load, each VM fault on a browser of its
+    own: recovering from them (salvaging a recording, adopting a replica's browsers,
+    reconnecting to the database) runs code that reads its pages of the binary in, as
+    the warm-up's work does."""
+    for kind in ("agent", "chromium", "disk", "memory"):
+        with a_browser(warm_up, live := {}, headless=True) as sid:
+            if sid is not None:
+                fault(kind, deployment, warm_up.ledger, live, warm_up, [])
+    for kind in ("replica", "postgres"):
+        fault(kind, deployment, warm_up.ledger, {}, warm_up, [])
+        time.sleep(5)  # the database back before the next
+
+
 def resources(deployment: Replicas) -> dict[str, float]:
     member = deployment.members[0]
     pid = member.process.pid
@@ -302,6 +317,7 @@ def run(work_dir: Path, report) -> None:
         browser_life(warm_up, warm_up.ledger, {})
         recording(warm_up, warm_up.ledger, {}, media)
         pool_lease(warm_up, warm_up.ledger, {}, pool)
+        warm_up_faults(deployment, warm_up)
         warm_up.http.close()
         time.sleep(10)
         before = resources(deployment)
@@ -366,7 +382,7 @@ def run(work_dir: Path, report) -> None:
         print(f"recordings that do not play: {len(ledger.unplayable)}")
         for why in ledger.unplayable[:5]:
             print(f"    {why}")
-        print(f"replica-0 once started, after one of each kind of work (the start of the load), "
+        print(f"replica-0 once started, after one of each kind of work and of fault (the start of the load), "
               f"and {IDLE_AFTER_LOAD} s after the load stopped; growth from the start of the load:")
         for name in before:
             grown = (after[name] - before[name]) / before[name] * 100 if before[name] else 0.0

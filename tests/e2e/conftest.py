@@ -32,6 +32,23 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.path.name not in LONG_MODULES)
 
 
+MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    # Also on the controller of a parallel run, which gets every worker's reports.
+    module = report.location[0] if report.location else report.nodeid.split("::")[0]
+    MODULE_SECONDS[module] = MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The slowest modules (setup, calls and teardown): what LONG_MODULES and the
+    workers' balance are judged by."""
+    slowest = sorted(MODULE_SECONDS.items(), key=lambda item: -item[1])[:12]
+    if slowest:
+        terminalreporter.write_line("slowest modules: " + ", ".join(f"{name} {seconds:.0f}s" for name, seconds in slowest))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed test's report ends with the recent log of the control planes that were
