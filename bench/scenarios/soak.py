@@ -21,8 +21,8 @@ lost outside faulted VMs, recordings that do not play, and the surviving replica
 file descriptors, threads, database connections, the data directory's size and the VM
 processes on the host: once started, at the start of the load (after one of each kind of
 work and one of each fault, uncounted, have brought the process to its working size) and
-90 s after it stopped
-(once the database connections the load opened have been idle long enough to be closed).
+90 s after it stopped (once the database connections the load opened have been idle long
+enough to be closed).
 """
 
 from __future__ import annotations

@@ -321,3 +321,14 @@ pub async fn running_session(services: &Services, org_id: &str) -> crate::store:
         .expect("the default configuration is valid");
     services.sessions.create(org_id, spec).await.expect("created")
 }
+
+/// Started services over fakes in a directory of their own (keep it while they run), and
+/// a running session of their organization.
+pub async fn one_running_session()
+-> (tempfile::TempDir, Services, Arc<FakeRuntime>, String, crate::store::SessionRecord) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (services, runtime, _) = services(dir.path()).await;
+    let org_id = organization(&services).await;
+    let session = running_session(&services, &org_id).await;
+    (dir, services, runtime, org_id, session)
+}

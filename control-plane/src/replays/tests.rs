@@ -7,7 +7,10 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::app::Services;
-use crate::testing::{FAKE_VIDEO, FakeAgent, FakeRuntime, organization, running_session, services};
+use crate::testing::{
+    FAKE_VIDEO, FakeAgent, FakeRuntime, one_running_session, organization, running_session,
+    services,
+};
 
 async fn recording_session(
     dir: &Path,
@@ -60,10 +63,7 @@ async fn a_stop_racing_the_end_of_its_session_finishes_the_replay_once() {
 
 #[tokio::test]
 async fn a_stopped_replay_no_longer_waits_for_its_maximum_duration() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, _, _) = services(dir.path()).await;
-    let org_id = organization(&services).await;
-    let session = running_session(&services, &org_id).await;
+    let (_dir, services, _, _, session) = one_running_session().await;
     let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
     let client = services.sessions.agent(&session).expect("agent");
     // Connected first: the connection's own tasks are not counted.

@@ -1,27 +1,14 @@
 //! Races of the session lifecycle, over a fake runtime (no Chromium).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tempfile::TempDir;
-
 use super::*;
-use crate::app::Services;
 use crate::store::AgentLocation;
 use crate::testing::{
-    FakeRuntime, eventually, organization, running_session, services, services_over, stored_session,
+    eventually, one_running_session, organization, running_session, services, services_over,
+    stored_session,
 };
-
-/// Started services over fakes in a directory of their own (keep it while they run), and
-/// a running session of their organization.
-async fn one_running_session() -> (TempDir, Services, Arc<FakeRuntime>, String, SessionRecord) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, runtime, _) = services(dir.path()).await;
-    let org_id = organization(&services).await;
-    let session = running_session(&services, &org_id).await;
-    (dir, services, runtime, org_id, session)
-}
 
 #[tokio::test]
 async fn an_end_racing_a_launch_ends_the_session_and_reaps_the_browser() {
@@ -192,10 +179,7 @@ async fn concurrent_creates_never_take_an_organization_past_its_live_browser_lim
 
 #[tokio::test]
 async fn what_is_held_for_a_session_ended_elsewhere_goes_at_the_next_heartbeat() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (services, _, _) = services(dir.path()).await;
-    let org_id = organization(&services).await;
-    let session = running_session(&services, &org_id).await;
+    let (_dir, services, _, org_id, session) = one_running_session().await;
     services.sessions.live(&org_id, &session.id).await.expect("live");
     services.sessions.agent(&session).expect("agent client");
     assert!(services.sessions.held().contains(&session.id));
