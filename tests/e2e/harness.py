@@ -264,10 +264,17 @@ def quiet_handler(**methods) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    # socketserver's backlog is 5: ten browsers loading a page at once on a busy host
+    # overflow it before its one accepting thread gets the CPU, and the kernel drops
+    # their connections, retried 1 s and 3 s later (a delay that is the test server's).
+    request_queue_size = 128
+
+
 def serve(handler: type[http.server.BaseHTTPRequestHandler],
           host: str = "127.0.0.1") -> http.server.ThreadingHTTPServer:
     """Serves `handler` on a free port of `host`, from a thread, until shut down."""
-    server = http.server.ThreadingHTTPServer((host, 0), handler)
+    server = _Server((host, 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
