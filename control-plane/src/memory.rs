@@ -18,15 +18,15 @@ const EVERY: Duration = Duration::from_secs(30);
 /// Caps the allocator's arenas at one per core (at least 2); called first in `main`,
 /// before any thread exists, so no thread has been given an arena of its own yet.
 pub fn limit_arenas() {
-    let cores = std::thread::available_parallelism().map_or(2, |cores| cores.get());
-    let arenas = i32::try_from(cores.max(2)).unwrap_or(i32::MAX);
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets one of the allocator's parameters, under its lock.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, arenas);
+    {
+        let cores = std::thread::available_parallelism().map_or(2, |cores| cores.get());
+        let arenas = i32::try_from(cores.max(2)).unwrap_or(i32::MAX);
+        // SAFETY: mallopt only sets one of the allocator's parameters, under its lock.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, arenas);
+        }
     }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    let _ = arenas;
 }
 
 /// Runs for the life of the process.
