@@ -16,9 +16,7 @@ set -euo pipefail
 # python3-venv and git: apps' builds (a virtual environment per Python app; sources
 # fetched from git repositories), in their sandboxes.
 packages=(chromium chromium-l10n chromium-driver tzdata xvfb ffmpeg bubblewrap pkg-config ca-certificates procps
-  libturbojpeg0-dev pulseaudio python3-venv git
-  # xcap (screenshots) always compiles its Wayland/PipeWire code, so it needs these to build.
-  libwayland-dev libpipewire-0.3-dev libgbm-dev libclang-dev libxcb1-dev libegl-dev)
+  libturbojpeg0-dev pulseaudio python3-venv git)
 if [[ "${1:-}" == "--tests" ]]; then
   # xdotool, unzip, x11vnc and novnc are references the benchmarks measure against.
   # iproute2 builds the tests' "public internet" host and their test kubelets' pod networks in

@@ -260,8 +260,9 @@ fn main() -> anyhow::Result<()> {
         .context("limiting the VM's tasks")?;
     }
 
-    // The display starts before any other thread exists: xcap finds it only through
-    // $DISPLAY, and the environment can be changed safely only while single-threaded.
+    // The display starts before any other thread exists: the clipboard (arboard) finds it
+    // only through $DISPLAY, and the environment can be changed safely only while
+    // single-threaded.
     // The sound server starts alongside the display (it is ready by the time Xvfb is).
     // Without it the browser works, silently: recordings with audio are refused.
     let sound = (!args.headless)
@@ -283,9 +284,6 @@ fn main() -> anyhow::Result<()> {
         // SAFETY: no other thread exists yet (the async runtime is built below).
         unsafe {
             std::env::set_var("DISPLAY", &display.name);
-            // xcap takes its Wayland path if either is set.
-            std::env::remove_var("WAYLAND_DISPLAY");
-            std::env::remove_var("XDG_SESSION_TYPE");
         }
         Some(display)
     };

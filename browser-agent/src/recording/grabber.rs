@@ -1,6 +1,6 @@
 //! Frames of the X display for video: one persistent X connection, MIT-SHM so the server
 //! writes each area straight into memory we share with it (~2 ms per 1920x1080 frame,
-//! where xcap's fresh connections cost ~15 ms), only the areas DAMAGE says were drawn
+//! where a fresh connection per frame cost ~15 ms), only the areas DAMAGE says were drawn
 //! on, and the cursor drawn in from XFixes (the X server leaves it out of images; viewers
 //! expect to see it).
 

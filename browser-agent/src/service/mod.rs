@@ -414,11 +414,13 @@ impl BrowserAgent for AgentService {
         &self, request: Request<ScreenshotRequest>,
     ) -> Result<Response<ScreenshotResponse>, Status> {
         self.input()?;
+        let display = self.display.clone().unwrap_or_default();
         let region = request.into_inner().region.map(|r| (r.x, r.y, r.width, r.height));
         let screen = self.screen.size();
-        let png = tokio::task::spawn_blocking(move || capture::screenshot(region, screen))
-            .await
-            .map_err(|error| Status::internal(format!("capture task failed: {error}")))??;
+        let png =
+            tokio::task::spawn_blocking(move || capture::screenshot(&display, region, screen))
+                .await
+                .map_err(|error| Status::internal(format!("capture task failed: {error}")))??;
         Ok(Response::new(ScreenshotResponse { png }))
     }
 

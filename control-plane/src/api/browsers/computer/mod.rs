@@ -1,6 +1,6 @@
 //! Computer controls, `/browsers/{id}/computer/*`: OS-level mouse and keyboard on the
 //! browser's X display, and screenshots of it. Requests are validated here against the
-//! session's screen; the agent performs them with enigo and xcap.
+//! session's screen; the agent performs them with enigo and X11 requests.
 
 use std::time::Duration;
 
