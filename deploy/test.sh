@@ -62,7 +62,7 @@ cd tests/e2e
 # plane): a third less time on a 2-core machine, which one module alone leaves half idle.
 # E2E_WORKERS=0 runs everything in one process.
 # --durations: the slowest tests, for keeping the suite's time in check.
-pytest_args=(-q --durations=15 -n "${E2E_WORKERS:-2}" --dist loadfile)
+pytest_args=(-q --durations=15 -n "${E2E_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 # Modules that measure time or shares of the CPU (a recording's A/V sync, a VM's CPU
 # weight, the live view's latency) run alone, after the others: beside another module
 # they would measure its load too. (Their busy variants make the load they measure under

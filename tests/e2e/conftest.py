@@ -23,13 +23,22 @@ def no_vm_process_outlives_the_suite(tmp_path_factory):
     assert not mounts, f"VM disks left mounted after the suite: {mounts}"
 
 
-# Modules that take minutes go first, so that with several workers (deploy/test.sh runs
-# two) none is left running alone at the end while the other workers idle.
-LONG_MODULES = ("test_schema_fuzz.py",)
+# The longest modules, longest first (as CI's "slowest modules" lines measure them). They
+# go first, so that with several workers (deploy/test.sh runs two) none is left running
+# alone at the end while the other workers idle. deploy/test.sh turns off pytest-xdist's
+# own order (modules with the most tests first), which put the schema fuzz, one test of
+# minutes, last.
+LONG_MODULES = (
+    "test_schema_fuzz.py", "test_replicas.py", "test_telemetry.py", "test_managed_auth.py",
+    "test_apps.py", "test_replays.py", "test_console.py", "test_pools.py",
+    "test_host_admission.py", "test_kubernetes.py", "test_lifecycle.py", "test_playwright.py",
+    "test_profiles.py", "test_auth_credentials.py", "test_sign_in.py", "test_names_and_tags.py",
+)
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in LONG_MODULES)
+    rank = {name: position for position, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_MODULES)))
 
 
 MODULE_SECONDS: dict[str, float] = {}
@@ -47,6 +56,8 @@ def pytest_terminal_summary(terminalreporter):
     slowest = sorted(MODULE_SECONDS.items(), key=lambda item: -item[1])[:12]
     if slowest:
         terminalreporter.write_line("slowest modules: " + ", ".join(f"{name} {seconds:.0f}s" for name, seconds in slowest))
+        # Against the run's wall time times its workers: how well the workers were kept busy.
+        terminalreporter.write_line(f"all modules: {sum(MODULE_SECONDS.values()):.0f}s")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -18,7 +18,8 @@ SEED_ERA = VERSION < (0, 68, 0)
 seed_era_only = pytest.mark.skipif(not SEED_ERA, reason="today's SDK no longer sends this")
 today_only = pytest.mark.skipif(SEED_ERA, reason="the seed-era SDK cannot send this")
 # A test of what the service does on its own, which no SDK call shapes (the sandbox's
-# kernel limits, idle freezing, the inactivity reaper): run once, in today's SDK phase.
+# kernel limits, idle freezing, the inactivity reaper, a recording's timing, a restart in
+# the middle of a workflow): run once, in today's SDK phase.
 once = pytest.mark.skipif(SEED_ERA, reason="does not depend on the SDK: run in today's SDK phase")
 
 

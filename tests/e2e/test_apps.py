@@ -16,6 +16,7 @@ from kernel import Kernel
 from apps_kit import app_processes_left, follow, python_app, zip_of
 from conftest import TEST_PAGE_TITLE
 from harness import control_plane_for_module, wait_until
+from sdk import once
 
 GREETING = "bonjour-7f3a9c"
 
@@ -104,6 +105,7 @@ def test_an_action_drives_a_browser_that_ends_with_it(client, deployed, test_pag
     assert app_processes_left() == []
 
 
+@once
 def test_an_async_invocation_times_out_and_its_browsers_end(client, deployed):
     queued = invoke(client, "sleepy", {"seconds": 300}, async_=True, async_timeout_seconds=10)
     assert queued.status == "queued"
@@ -140,6 +142,7 @@ def test_an_action_can_be_ended_and_the_first_end_wins(client, deployed):
     assert wait_until(lambda: client.invocations.list_browsers(queued.id).browsers == [], 10)
 
 
+@once
 @pytest.mark.parametrize("action", ["hog", "memfd_hog"])
 def test_an_action_past_its_memory_limit_fails_saying_so(client, deployed, action):
     # Mapped memory, or a memfd no process maps (which only the run's control group sees).
@@ -149,6 +152,7 @@ def test_an_action_past_its_memory_limit_fails_saying_so(client, deployed, actio
     assert app_processes_left() == []
 
 
+@once
 def test_the_apps_variables_reach_only_the_action_not_the_sandboxes_starter(client, deployed):
     """bubblewrap runs on the host before any namespace exists: the app's variables (an
     LD_PRELOAD of its own, say) must never be in its environment."""
@@ -178,6 +182,7 @@ def test_the_apps_variables_reach_only_the_action_not_the_sandboxes_starter(clie
     assert wait_until(lambda: app_processes_left() == [], 10), app_processes_left()
 
 
+@once
 def test_concurrent_builds_are_limited_per_organization(client):
     broken = ("broken.zip", python_app("no-such-package-e2e-2718==1.0\n"), "application/zip")
     building = [client.deployments.create(file=broken, entrypoint_rel_path="main.py",
@@ -188,6 +193,7 @@ def test_concurrent_builds_are_limited_per_organization(client):
         assert follow(client.deployments.follow(deployment.id))[-1]["deployment"]["status"] == "failed"
 
 
+@once
 def test_concurrent_invocations_are_limited_per_organization(client, deployed):
     running = [invoke(client, "sleepy", {"seconds": 300}, async_=True) for _ in range(3)]
     with pytest.raises(kernel.RateLimitError):
@@ -198,6 +204,7 @@ def test_concurrent_invocations_are_limited_per_organization(client, deployed):
     assert invoke(client, "hello", {"name": "again"}).status == "succeeded"
 
 
+@once
 def test_a_deployment_whose_dependencies_do_not_install_fails_with_the_installers_words(client):
     created = client.deployments.create(
         file=("broken.zip", python_app("no-such-package-e2e-3141==9.9\n"), "application/zip"),
@@ -214,6 +221,7 @@ def test_a_deployment_whose_dependencies_do_not_install_fails_with_the_installer
     assert [a for a in client.apps.list() if a.version == "broken"] == []
 
 
+@once
 def test_an_entrypoint_that_raises_fails_the_build(client):
     created = client.deployments.create(
         file=("raises.zip", zip_of({"main.py": "import kernel\nraise RuntimeError('nope at import')\n",
@@ -255,6 +263,7 @@ def test_redeploying_a_version_needs_force(client, deployed):
         client.invocations.create(app_name="e2e-python", action_name="hello", version="2")
 
 
+@once
 def test_actions_are_confined_and_their_keys_die_with_them(client, control_plane, deployed):
     paths = [
         "/etc/shadow",

@@ -17,6 +17,7 @@ from kernel import Kernel
 
 from harness import ControlPlane, idle_pool_browsers, processes_mentioning, process_state, wait_until
 from replicas_kit import Replicas
+from sdk import once
 
 CAPACITY = 3
 METRICS_TOKEN = "metrics"
@@ -127,6 +128,7 @@ def test_creates_past_capacity_wait_for_room_then_get_429_and_the_sdk_retries(sm
     assert len(running_vms(server.data_dir)) == CAPACITY
 
 
+@once
 def test_pools_fill_below_capacity_fairly_and_again_when_room_frees(small_host):
     server = small_host
     sampler = VmSampler(server.data_dir)
@@ -163,6 +165,7 @@ def test_pools_fill_below_capacity_fairly_and_again_when_room_frees(small_host):
     assert sampler.stop() <= CAPACITY
 
 
+@once
 def test_two_replicas_never_admit_more_than_the_capacity_together(tmp_path):
     deployment = Replicas(tmp_path / "data", extra_args=[
         "--capacity-browsers", str(CAPACITY), "--admission-wait-seconds", "0"]).start()
@@ -184,6 +187,7 @@ def test_two_replicas_never_admit_more_than_the_capacity_together(tmp_path):
         deployment.reap_everything()
 
 
+@once
 def test_an_idle_standby_browser_makes_room_for_a_create(tmp_path):
     server = ControlPlane(tmp_path / "data", extra_args=[
         "--capacity-browsers", "2", "--admission-wait-seconds", "30",

@@ -18,7 +18,7 @@ from kernel import Kernel
 
 from harness import ControlPlane, control_plane_for_module, read_page, serving, session_processes, wait_until
 from login_site import PASSWORD, USERNAME, LoginSite
-from sdk import SEED_ERA, field, today_only
+from sdk import SEED_ERA, field, once, today_only
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +151,7 @@ def test_login_flow_discovers_reports_the_site_error_and_logs_the_profile_in(cli
         assert PASSWORD.encode() not in log.read_bytes(), log
 
 
+@once
 def test_health_check_notices_an_expired_session_and_reauthenticates_by_itself(client, site):
     connection = client.auth.connections.create(
         domain=site.domain, profile_name="reauth", login_url=site.login_url, health_check_interval=3)
@@ -170,6 +171,7 @@ def test_health_check_notices_an_expired_session_and_reauthenticates_by_itself(c
     client.auth.connections.delete(connection.id)
 
 
+@once
 def test_without_saved_credentials_a_health_check_sets_needs_auth(client, site):
     connection = client.auth.connections.create(
         domain=site.domain, profile_name="no-save", login_url=site.login_url,
@@ -295,6 +297,7 @@ def _alive(pid: int) -> bool:
     return is_alive(pid)
 
 
+@once
 def test_a_restart_during_a_flow_and_between_health_checks_loses_nothing(tmp_path, site):
     server = ControlPlane(tmp_path / "data", extra_args=["--min-health-check-interval", "2"]).start()
     try:
@@ -429,6 +432,7 @@ def test_bad_input_answers_the_error_shape(client, site):
     client.auth.connections.delete(connection.id)
 
 
+@once
 def test_a_person_completes_the_login_through_the_flows_live_view(client, site):
     """Login flows run headful: their `live_view_url` shows the flow's browser, and what
     a person does there (here: the whole sign-in, by keyboard) completes the flow."""

@@ -15,6 +15,7 @@ from kernel import Kernel
 from playwright.sync_api import sync_playwright
 
 from harness import control_plane_for_module, first_tab, is_alive, session_processes, wait_until
+from sdk import once
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +171,7 @@ def test_a_reused_browser_keeps_nothing_of_its_previous_lessee(client, test_page
     client.browser_pools.delete(pool.id)
 
 
+@once
 def test_an_unused_leased_browser_times_out_and_is_replaced(client):
     pool = new_pool(client, 1, name="timing-out", timeout_seconds=10)
     wait_available(client, pool.id, 1)
@@ -181,6 +183,7 @@ def test_an_unused_leased_browser_times_out_and_is_replaced(client):
     client.browser_pools.delete(pool.id, force=True)
 
 
+@once
 def test_pools_survive_a_control_plane_restart(client, control_plane):
     pool = new_pool(client, 2, name="durable")
     wait_available(client, pool.id, 2)

@@ -20,7 +20,7 @@ import pytest
 from kernel import Kernel, NotFoundError
 from playwright.sync_api import Error as PlaywrightError, sync_playwright
 
-from sdk import on_browser
+from sdk import on_browser, once
 from harness import (
     REPO,
     ControlPlane,
@@ -146,6 +146,7 @@ def wait_finished(client: Kernel, session_id: str, replay_id: str, timeout: floa
     return found["replay"]
 
 
+@once
 def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_url, tmp_path):
     with sync_playwright() as playwright:
         session, browser = colour_session(client, test_page_url, playwright)
@@ -215,6 +216,7 @@ def paint(page, colour: str) -> None:
     )
 
 
+@once
 def test_a_recording_under_cpu_load_ends_at_its_stop(client, test_page_url, tmp_path):
     """Every core busy: the encoder falls behind the display, yet the video covers the
     time from its first frame to the stop request (not the time the encoder needed to
@@ -264,6 +266,7 @@ def test_a_recording_under_cpu_load_ends_at_its_stop(client, test_page_url, tmp_
     client.browsers.delete_by_id(sid)
 
 
+@once
 def test_a_recording_ends_at_its_maximum_duration(client, tmp_path):
     session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT})
     replay = client.browsers.replays.start(session.session_id, max_duration_in_seconds=3)
@@ -286,6 +289,7 @@ def test_a_recording_ends_at_its_maximum_duration(client, tmp_path):
 GREEN, BLUE = (0, 128, 0), (0, 0, 255)
 
 
+@once
 def test_only_what_changed_is_recorded_and_it_shows_in_its_place(client, tmp_path):
     """Frames follow what the X server says was drawn: a still screen gets one frame a
     second; a small change shows in its place with the rest of the picture as it was;
@@ -376,6 +380,7 @@ def record_then_kill_the_agent(server: ControlPlane, client: Kernel):
     return sid, replay, time.time()
 
 
+@once
 def test_a_killed_agent_still_leaves_a_playable_recording(control_plane, client, tmp_path):
     sid, replay, _ = record_then_kill_the_agent(control_plane, client)
     # The control plane notices the dead agent, ends the session and salvages the file.
@@ -390,6 +395,7 @@ def test_a_killed_agent_still_leaves_a_playable_recording(control_plane, client,
     assert wait_until(lambda: not processes_mentioning(browser_dir), 10), processes_mentioning(browser_dir)
 
 
+@once
 def test_a_killed_agent_is_noticed_at_once_and_its_replay_ends_where_the_video_ends(tmp_path):
     # The default agent grace (60 s): heartbeats come only every 15 s, so the session must
     # end because the runtime sees its agent gone, not because a heartbeat failed.
@@ -418,6 +424,7 @@ def test_a_killed_agent_is_noticed_at_once_and_its_replay_ends_where_the_video_e
         server.reap_everything()
 
 
+@once
 def test_recordings_survive_a_control_plane_restart(control_plane, client, tmp_path):
     session = client.browsers.create(viewport={"width": WIDTH, "height": HEIGHT}, timeout_seconds=300)
     sid = session.session_id
