@@ -15,7 +15,7 @@ import httpx
 import pytest
 from kernel import Kernel
 
-from harness import ControlPlane, idle_pool_browsers, processes_mentioning, process_state, wait_until
+from harness import ControlPlane, descendants, idle_pool_browsers, processes_mentioning, wait_until
 from replicas_kit import Replicas
 from sdk import once
 
@@ -25,9 +25,24 @@ METRICS_TOKEN = "metrics"
 WAIT = 6
 
 
+# The kernel's flag of a process on its way out (killed, freeing its memory).
+PF_EXITING = 0x4
+
+
+def runs_code(pid: int) -> bool:
+    """Whether a process can still run code: not stopped (a VM being taken apart is
+    stopped first, and killed while stopped), not exiting and not a zombie."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("T", "t", "Z", "X") and not int(fields[6]) & PF_EXITING
+
+
 def running_vms(data_dir) -> set[str]:
-    """Sessions with a VM process on this host that is not stopped (a VM being taken
-    apart is stopped first) nor a zombie."""
+    """Sessions whose VM runs code on this host: a process below its sandbox (the
+    bubblewrap processes, whose command lines name the browser's directory) that is not
+    bubblewrap itself (continued to reap the VM as it dies) and runs."""
     root = f"{data_dir}/browsers/"
     found = set()
     for pid in processes_mentioning(root):
@@ -36,9 +51,17 @@ def running_vms(data_dir) -> set[str]:
         except OSError:
             continue
         match = re.search(re.escape(root) + r"([^/ ]+)/", cmdline)
-        if match and process_state(pid) not in (None, "T", "t", "Z", "X"):
+        if match and match.group(1) not in found and any(
+                runs_code(below) and _command(below) not in ("bwrap", None) for below in descendants(pid)):
             found.add(match.group(1))
     return found
+
+
+def _command(pid: int) -> str | None:
+    try:
+        return open(f"/proc/{pid}/comm").read().strip()
+    except OSError:
+        return None
 
 
 class VmSampler:

@@ -240,9 +240,15 @@ impl VmCgroup {
 
     /// Sends `signal` to every process in the group; answers to how many.
     pub fn signal_all(&self, signal: Signal) -> usize {
-        let mut signalled = std::collections::HashSet::new();
+        self.signal_all_but(signal, &[])
+    }
+
+    /// Sends `signal` to every process in the group but `spared`; answers to how many.
+    pub fn signal_all_but(&self, signal: Signal, spared: &[i32]) -> usize {
+        let mut signalled: std::collections::HashSet<i32> = spared.iter().copied().collect();
+        let before = signalled.len();
         self.signal_new(signal, &mut signalled);
-        signalled.len()
+        signalled.len() - before
     }
 
     /// Sends `signal` to the group's processes not in `signalled`, and adds them to it;

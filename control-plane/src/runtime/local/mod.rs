@@ -492,10 +492,19 @@ impl Runtime for LocalRuntime {
         let stopped =
             self.stopped_vms.lock().map(|mut stopped| stopped.remove(session_id)).unwrap_or(false);
         if stopped {
-            // Its agent cannot answer: no shutdown call. Continued first, so that each
-            // parent reaps its children as they die (the sandbox's first process its
-            // PID 1): a stopped parent would leave them as zombies to the host's init.
+            // Its agent cannot answer: no shutdown call. Its place went to another VM when
+            // it was stopped, so nothing of it may run again: every process but the
+            // sandbox's own two (bubblewrap, which the pid file's process is the group
+            // of, and that process, the VM's PID 1) is killed while still stopped. Those
+            // two are continued before their kill, so that each reaps its children as
+            // they die: a stopped parent would leave them as zombies to the host's init.
             if let Some(group) = VmCgroup::noted(&dir) {
+                let sandbox: Vec<i32> = pid
+                    .into_iter()
+                    .flat_map(|pid| [pid, process_group(pid).unwrap_or(pid)])
+                    .filter_map(|pid| i32::try_from(pid).ok())
+                    .collect();
+                group.signal_all_but(Signal::SIGKILL, &sandbox);
                 group.signal_all(Signal::SIGCONT);
             }
             self.kill_vm(session_id, location);
