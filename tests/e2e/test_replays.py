@@ -146,6 +146,21 @@ def wait_finished(client: Kernel, session_id: str, replay_id: str, timeout: floa
     return found["replay"]
 
 
+# How long a stop may take to reach the recorder and the file to be finished, on a host
+# the suite keeps busy (0.8 and 1.8 s were seen there; a few milliseconds when quiet).
+STOP_LAG = 4.0
+
+
+def assert_ends_at_its_stop(duration: float, wall: float, until_finished: float) -> None:
+    """A video of `duration` seconds, stopped `wall` seconds after its first frame and
+    finished `until_finished` seconds after it: it covers the time until the stop was
+    asked for, ends once the recorder got the stop (before the file was finished), and
+    the stop took effect promptly."""
+    assert duration >= 0.9 * wall, (duration, wall)
+    assert duration <= until_finished + 0.2, (duration, until_finished)
+    assert until_finished - wall <= STOP_LAG, (until_finished, wall)
+
+
 @once
 def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_url, tmp_path):
     with sync_playwright() as playwright:
@@ -181,7 +196,7 @@ def test_recordings_capture_the_display_at_their_frame_rate(client, test_page_ur
         assert info["codec_name"] == "h264", info
         assert (int(info["width"]), int(info["height"])) == (WIDTH, HEIGHT)
         duration = float(info["duration"])
-        assert abs(duration - wall) <= 0.1 * wall, (duration, wall)
+        assert_ends_at_its_stop(duration, wall, timestamp(listed[replay.replay_id].finished_at) - started)
         # The ticker changes the screen all the time: a frame in (nearly) every slot of
         # the frame rate, and never more.
         times = frame_times(video)
@@ -446,7 +461,10 @@ def test_recordings_survive_a_control_plane_restart(control_plane, client, tmp_p
     info = probe(download(client, sid, stopped_later.replay_id, tmp_path / "long.mp4"))
     # It covers the restart: from its own first frame to its own stop request.
     wall = stop_requested - timestamp(running.started_at)
-    assert wall >= 4.0 and abs(float(info["duration"]) - wall) <= 0.1 * wall, (info, wall)
+    finished = {r.replay_id: r for r in client.browsers.replays.list(sid)}[stopped_later.replay_id]
+    assert wall >= 4.0
+    assert_ends_at_its_stop(float(info["duration"]), wall,
+                            timestamp(finished.finished_at) - timestamp(running.started_at))
     client.browsers.delete_by_id(sid)
 
 
