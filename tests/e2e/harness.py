@@ -332,7 +332,8 @@ def processes_mentioning(text: str) -> set[int]:
     }
 
 
-def descendants(root: int) -> set[int]:
+def descendants(*roots: int) -> set[int]:
+    """The processes below any of `roots` (one pass over /proc)."""
     children: dict[int, list[int]] = {}
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
@@ -342,7 +343,7 @@ def descendants(root: int) -> set[int]:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(p.name))
-    found, stack = set(), [root]
+    found, stack = set(), list(roots)
     while stack:
         for child in children.get(stack.pop(), []):
             if child not in found:
@@ -377,9 +378,9 @@ def session_processes(control_plane: ControlPlane, session_id: str) -> dict[str,
     """The sandbox of a session, its agent and everything the agent started, by kind."""
     root = str(control_plane.data_dir / "browsers" / session_id / "root")
     holders = processes_mentioning(root)  # the sandbox (bwrap), or an unsandboxed agent
-    everything = holders.union(*(descendants(h) for h in holders))
+    everything = holders | descendants(*holders)
     agents = {pid for pid in everything if program_of(pid).endswith("browser-agent")}
-    tree = set().union(*(descendants(a) for a in agents)) if agents else set()
+    tree = descendants(*agents)
     kinds = {"sandbox": {pid for pid in holders if program_of(pid).endswith("bwrap")},
              "agent": agents, "xvfb": set(), "chromium": set()}
     for pid in tree:

@@ -44,17 +44,19 @@ def running_vms(data_dir) -> set[str]:
     bubblewrap processes, whose command lines name the browser's directory) that is not
     bubblewrap itself (continued to reap the VM as it dies) and runs."""
     root = f"{data_dir}/browsers/"
-    found = set()
+    sandboxes: dict[str, list[int]] = {}
     for pid in processes_mentioning(root):
         try:
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
         except OSError:
             continue
         match = re.search(re.escape(root) + r"([^/ ]+)/", cmdline)
-        if match and match.group(1) not in found and any(
-                runs_code(below) and _command(below) not in ("bwrap", None) for below in descendants(pid)):
-            found.add(match.group(1))
-    return found
+        if match:
+            sandboxes.setdefault(match.group(1), []).append(pid)
+    return {
+        session for session, pids in sandboxes.items()
+        if any(runs_code(below) and _command(below) not in ("bwrap", None) for below in descendants(*pids))
+    }
 
 
 def _command(pid: int) -> str | None:
