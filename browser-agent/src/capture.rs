@@ -41,19 +41,19 @@ pub fn screenshot(
     encoder.set_depth(png::BitDepth::Eight);
     // The encoder's balance of size and speed (what the `image` crate uses too).
     encoder.set_compression(png::Compression::Balanced);
-    let failed = |error: png::EncodingError| CaptureError::Failed(error.to_string());
-    let mut writer = encoder.write_header().map_err(failed)?;
-    writer.write_image_data(&rgb).map_err(failed)?;
-    writer.finish().map_err(failed)?;
+    let encoding_failed = |error: png::EncodingError| CaptureError::Failed(error.to_string());
+    let mut writer = encoder.write_header().map_err(encoding_failed)?;
+    writer.write_image_data(&rgb).map_err(encoding_failed)?;
+    writer.finish().map_err(encoding_failed)?;
     Ok(png)
+}
+
+fn failed(what: &str) -> impl Fn(&dyn std::fmt::Display) -> CaptureError + '_ {
+    move |error| CaptureError::Failed(format!("{what}: {error}"))
 }
 
 /// The region's pixels, 3 bytes each (red, green, blue), row after row.
 fn capture_rgb(display: &str, (x, y, width, height): Region) -> Result<Vec<u8>, CaptureError> {
-    let failed = |what: &str| {
-        let what = what.to_owned();
-        move |error: &dyn std::fmt::Display| CaptureError::Failed(format!("{what}: {error}"))
-    };
     let (connection, screen) =
         x11rb::connect(Some(display)).map_err(|e| failed("connecting to the X display")(&e))?;
     let setup = connection.setup();
