@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::CommandExt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -16,23 +16,39 @@ pub struct Display {
     xvfb: StdGroupLeader,
 }
 
-const START_TIMEOUT_MS: u16 = 10_000;
+/// An Xvfb started, which may not serve yet: see [`Display::start`].
+pub struct Starting {
+    pub name: String,
+    xvfb: StdGroupLeader,
+    /// The `-displayfd` pipe, until Xvfb has written its number on it.
+    pipe: Option<std::fs::File>,
+}
+
+const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Display {
-    /// Starts Xvfb on a free display number. Blocking, and meant to run before the agent
-    /// starts any thread (the caller then exports `$DISPLAY`). `-displayfd` makes Xvfb
-    /// pick the number and write it to us once it accepts connections, so there is no
-    /// polling and no race between agents. `-noreset` keeps Xvfb from resetting when its
-    /// last client leaves (X connections made during a reset fail). Without GLX, Xvfb
-    /// starts in ~22 ms instead of ~55 ms and Chromium reaches DevTools-ready ~30 ms
-    /// sooner; Chromium renders in software on Xvfb either way.
-    pub fn start(xvfb_path: &str, width: u32, height: u32) -> anyhow::Result<Self> {
+    /// Starts Xvfb. Blocking, and meant to run before the agent starts any thread (the
+    /// caller then exports `$DISPLAY`). `-noreset` keeps Xvfb from resetting when its last
+    /// client leaves (X connections made during a reset fail). Without GLX, Xvfb starts in
+    /// ~22 ms instead of ~55 ms and Chromium reaches DevTools-ready ~30 ms sooner;
+    /// Chromium renders in software on Xvfb either way.
+    ///
+    /// With `number`, a display the VM has to itself (its `/tmp` and network namespace
+    /// are its own), this returns as soon as Xvfb listens, ~6 ms after its start: a client
+    /// that connects then waits until Xvfb serves, ~25 ms later (most of it compiling its
+    /// keymap), so Chromium starts meanwhile instead of after. Without, `-displayfd`
+    /// makes Xvfb pick a free number (no race between agents on one host), known once it
+    /// serves. Either way [`Starting::ready`] waits until it serves.
+    pub fn start(
+        xvfb_path: &str, width: u32, height: u32, number: Option<u32>,
+    ) -> anyhow::Result<Starting> {
         let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .context("creating the -displayfd pipe")?;
         let write_fd = write_end.as_raw_fd();
         let mut command = std::process::Command::new(xvfb_path);
         crate::identity::as_agent(&mut command);
         command
+            .args(number.map(|number| format!(":{number}")))
             .arg("-displayfd")
             .arg(write_fd.to_string())
             .args(["-screen", "0", &format!("{width}x{height}x24")])
@@ -53,13 +69,22 @@ impl Display {
                 Ok(())
             });
         }
-        let mut xvfb =
+        let xvfb =
             StdGroupLeader::spawn(&mut command).with_context(|| format!("starting {xvfb_path}"))?;
         drop(write_end);
-        match read_display(std::fs::File::from(read_end)) {
-            Ok(number) => Ok(Self { name: format!(":{number}"), xvfb }),
+        let mut starting =
+            Starting { name: String::new(), xvfb, pipe: Some(std::fs::File::from(read_end)) };
+        let known = match number {
+            Some(number) => wait_until_listening(&starting, number).map(|()| format!(":{number}")),
+            None => starting.read_number().map(|number| format!(":{number}")),
+        };
+        match known {
+            Ok(name) => {
+                starting.name = name;
+                Ok(starting)
+            }
             Err(error) => {
-                xvfb.kill_now();
+                starting.xvfb.kill_now();
                 Err(error)
             }
         }
@@ -70,20 +95,67 @@ impl Display {
     }
 }
 
-fn read_display(mut pipe: std::fs::File) -> anyhow::Result<u32> {
-    let mut text = String::new();
-    let mut buffer = [0u8; 16];
-    // Xvfb writes "N\n" and keeps the descriptor open, so read until the newline.
-    while !text.contains('\n') {
-        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
-        if poll(&mut fds, PollTimeout::from(START_TIMEOUT_MS))? == 0 {
-            bail!("Xvfb did not report a display within {START_TIMEOUT_MS} ms");
+impl Starting {
+    /// Waits until Xvfb serves (it has written its display number).
+    pub fn ready(mut self) -> anyhow::Result<Display> {
+        if let Err(error) = self.read_number() {
+            self.xvfb.kill_now();
+            return Err(error);
         }
-        let read = pipe.read(&mut buffer)?;
-        if read == 0 {
-            bail!("Xvfb exited before reporting a display");
-        }
-        text.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        Ok(Display { name: self.name, xvfb: self.xvfb })
     }
-    text.trim().parse().context("Xvfb reported a malformed display number")
+
+    /// The number Xvfb writes once it serves ("N\n", the descriptor kept open); at once
+    /// if it was read already.
+    fn read_number(&mut self) -> anyhow::Result<u32> {
+        let Some(mut pipe) = self.pipe.take() else {
+            return self.name.trim_start_matches(':').parse().context("no display number");
+        };
+        let mut text = String::new();
+        let mut buffer = [0u8; 16];
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !text.contains('\n') {
+            if !readable(&pipe, deadline.saturating_duration_since(Instant::now()))? {
+                bail!("Xvfb did not report a display within {START_TIMEOUT:?}");
+            }
+            let read = pipe.read(&mut buffer)?;
+            if read == 0 {
+                bail!("Xvfb exited before reporting a display");
+            }
+            text.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        }
+        text.trim().parse().context("Xvfb reported a malformed display number")
+    }
+}
+
+/// Until display `number`'s socket (the abstract one of the VM's network namespace, which
+/// Xlib and xcb try first) takes connections, or Xvfb serves or ends before that
+/// (the `-displayfd` pipe turns readable), which `ready` then tells apart.
+fn wait_until_listening(starting: &Starting, number: u32) -> anyhow::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    let address =
+        std::os::unix::net::SocketAddr::from_abstract_name(format!("/tmp/.X11-unix/X{number}"))?;
+    let Some(pipe) = &starting.pipe else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if std::os::unix::net::UnixStream::connect_addr(&address).is_ok() {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            bail!("Xvfb did not listen on :{number} within {START_TIMEOUT:?}");
+        }
+        if readable(pipe, left.min(Duration::from_millis(1)))? {
+            return Ok(());
+        }
+    }
+}
+
+/// Whether `pipe` turns readable (data or its end) within `wait`.
+fn readable(pipe: &std::fs::File, wait: Duration) -> anyhow::Result<bool> {
+    let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
+    let wait = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
+    Ok(poll(&mut fds, wait)? > 0)
 }

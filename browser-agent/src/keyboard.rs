@@ -7,10 +7,11 @@
 //! character pressed right after its binding is sometimes lost (measured: 3 rounds in 15
 //! of a 47-character European text lost a character). Hence:
 //!
-//! 1. [`prepare`] runs once, after Xvfb starts and before Chromium does: it binds the
-//!    letters and symbols of the Latin scripts outside ASCII to keycodes the VM's keyboard
-//!    does not use (free ones and vendor launcher keys), lower and upper case on one key as
-//!    on real keyboards. Chromium loads that map when it starts.
+//! 1. [`prepare`] runs once, as soon as Xvfb serves, while Chromium starts (it talks to X
+//!    ~90 ms after its start; Xvfb serves ~30 ms after its own): it binds the letters and
+//!    symbols of the Latin scripts outside ASCII to keycodes the VM's keyboard does not
+//!    use (free ones and vendor launcher keys), lower and upper case on one key as on real
+//!    keyboards. Chromium loads that map when it connects.
 //! 2. [`Typist`] types each character with the keycode and shift level where the map has
 //!    it: ASCII capitals and symbols use Shift, like a real keyboard, with no rebinding.
 //! 3. Any other character is bound, when typed, to one of a few keycodes kept for that,

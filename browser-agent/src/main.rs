@@ -142,10 +142,17 @@ struct Args {
     /// call, a command or a recording; the next call continues them first (0: never).
     #[arg(long, default_value_t = 0)]
     freeze_idle_after_seconds: u64,
-    #[arg(long, env = "BROWSER_AGENT_CHROMIUM", default_value = "chromium")]
+    /// The Chromium binary (Debian's, not its launcher script: see the control plane's
+    /// `--chromium`).
+    #[arg(long, env = "BROWSER_AGENT_CHROMIUM", default_value = "/usr/lib/chromium/chromium")]
     chromium_path: String,
     #[arg(long, env = "BROWSER_AGENT_XVFB", default_value = "Xvfb")]
     xvfb_path: String,
+    /// The X display to start Xvfb on, for a VM whose `/tmp` and network namespace are
+    /// its own (a sandbox's): Chromium then starts while Xvfb is still getting ready.
+    /// Without it, Xvfb picks a free display, and Chromium starts once Xvfb serves.
+    #[arg(long)]
+    display_number: Option<u32>,
     /// The PulseAudio daemon that gives a headful VM its own sound (a null sink).
     #[arg(long, env = "BROWSER_AGENT_PULSEAUDIO", default_value = "pulseaudio")]
     pulseaudio_path: String,
@@ -262,9 +269,11 @@ fn main() -> anyhow::Result<()> {
 
     // The display starts before any other thread exists: the clipboard (arboard) finds it
     // only through $DISPLAY, and the environment can be changed safely only while
-    // single-threaded.
-    // The sound server starts alongside the display (it is ready by the time Xvfb is).
-    // Without it the browser works, silently: recordings with audio are refused.
+    // single-threaded. The sound server starts alongside it. Both get ready in the
+    // background (`settle`) while Chromium starts: on this host's two cores, Xvfb's
+    // ~25 ms of getting ready (its keymap compiled) overlap Chromium's first ~90 ms, in
+    // which it does not talk to X yet.
+    // Without sound the browser works, silently: recordings with audio are refused.
     let sound = (!args.headless)
         .then(|| sound::SoundServer::spawn(&args.pulseaudio_path, &scratch_dir.join("pulse")))
         .and_then(|spawned| {
@@ -274,19 +283,47 @@ fn main() -> anyhow::Result<()> {
                 )
                 .ok()
         });
-    let mut keyboard_layout = keyboard::Layout::default();
     let display = if args.headless {
         None
     } else {
-        let display = display::Display::start(&args.xvfb_path, screen_limit.0, screen_limit.1)?;
-        // Before Chromium starts, so that it loads the map with these keys.
-        keyboard_layout = keyboard::prepare(&display.name).context("preparing the keyboard map")?;
+        let display = display::Display::start(
+            &args.xvfb_path,
+            screen_limit.0,
+            screen_limit.1,
+            args.display_number,
+        )?;
         // SAFETY: no other thread exists yet (the async runtime is built below).
         unsafe {
             std::env::set_var("DISPLAY", &display.name);
         }
         Some(display)
     };
+    if let Some(sound) = &sound {
+        // SAFETY: still single-threaded. Chromium and ffmpeg find the VM's sound here
+        // (a client before the daemon is ready finds no one, as without sound).
+        unsafe { std::env::set_var("PULSE_SERVER", sound.address()) };
+    }
+    // The size asked for, which `settle` gives the screen, within the larger framebuffer.
+    let size = (args.width, args.height);
+    let screen = match &display {
+        Some(display) => screen::Screen::new(Some(display.name.clone()), size, screen_limit),
+        None => screen::Screen::new(None, size, size),
+    };
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(
+        args,
+        display,
+        sound,
+        std::sync::Arc::new(screen),
+    ))
+}
+
+/// Waits until the display and the sound server serve, then binds the typing keys and
+/// sizes the screen. Blocking (X round trips). The keys are bound before Chromium reads
+/// the keyboard map (it connects ~90 ms after its start, this takes ~30), and a client
+/// connected before gets the change as a `MappingNotify` anyway (`keyboard`).
+fn settle(
+    display: Option<display::Starting>, sound: Option<sound::SoundServer>, screen: &screen::Screen,
+) -> anyhow::Result<(Option<display::Display>, keyboard::Layout, Option<sound::SoundServer>)> {
     let sound = sound.and_then(|sound| {
         sound
             .ready()
@@ -295,32 +332,16 @@ fn main() -> anyhow::Result<()> {
             )
             .ok()
     });
-    if let Some(sound) = &sound {
-        // SAFETY: still single-threaded. Chromium and ffmpeg find the VM's sound here.
-        unsafe { std::env::set_var("PULSE_SERVER", sound.address()) };
-    }
-    let screen = match &display {
-        Some(display) => {
-            let screen =
-                screen::Screen::new(Some(display.name.clone()), screen_limit, screen_limit);
-            if screen_limit != (args.width, args.height) {
-                // Down to the size asked for, within the larger framebuffer.
-                screen.resize(args.width, args.height).context("sizing the screen")?;
-            }
-            screen
-        }
-        None => {
-            let size = (args.width, args.height);
-            screen::Screen::new(None, size, size)
-        }
+    let Some(display) = display else {
+        return Ok((None, keyboard::Layout::default(), sound));
     };
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(
-        args,
-        display,
-        keyboard_layout,
-        sound,
-        std::sync::Arc::new(screen),
-    ))
+    let display = display.ready()?;
+    let layout = keyboard::prepare(&display.name).context("preparing the keyboard map")?;
+    let (width, height) = screen.size();
+    if (width, height) != screen.limit() {
+        screen.resize(width, height).context("sizing the screen")?;
+    }
+    Ok((Some(display), layout, sound))
 }
 
 /// The secret, from an inherited descriptor that is closed once read.
@@ -390,9 +411,14 @@ impl Listener {
 }
 
 async fn serve(
-    args: Args, display: Option<display::Display>, keyboard_layout: keyboard::Layout,
-    sound: Option<sound::SoundServer>, screen: std::sync::Arc<screen::Screen>,
+    args: Args, display: Option<display::Starting>, sound: Option<sound::SoundServer>,
+    screen: std::sync::Arc<screen::Screen>,
 ) -> anyhow::Result<()> {
+    let display_name = display.as_ref().map(|d| d.name.clone());
+    let settling = {
+        let screen = screen.clone();
+        tokio::task::spawn_blocking(move || settle(display, sound, &screen))
+    };
     let shutdown = CancellationToken::new();
     let authenticator = match (&args.secret, &args.secret_sha256) {
         (Some(secret), _) => auth::Authenticator::new(secret),
@@ -411,7 +437,6 @@ async fn serve(
     }
     tracing::info!(address = listener.address(), "browser agent listening");
 
-    let display_name = display.as_ref().map(|d| d.name.clone());
     // The filesystem API may not change the extensions; only the extensions API does.
     let vm_fs = std::sync::Arc::new(fs::VmFs::open(&args.vm_root)?);
     let api_fs = std::sync::Arc::new(
@@ -522,6 +547,8 @@ async fn serve(
     let scratch_dir = args.scratch_dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&scratch_dir)
         .with_context(|| format!("creating {}", scratch_dir.display()))?;
+    // Chromium is starting; what uses the display and the sound waits until they serve.
+    let (display, keyboard_layout, sound) = settling.await??;
     let input = match &display_name {
         Some(name) => Some(input::Input::start(name, keyboard_layout, screen.clone())?),
         None => None,

@@ -67,6 +67,11 @@ impl Screen {
         Self { size: AtomicU64::new(pack(size)), limit, display, resizing: Mutex::new(()) }
     }
 
+    /// The largest size the screen can take (its framebuffer's).
+    pub fn limit(&self) -> (u32, u32) {
+        self.limit
+    }
+
     /// Width and height now.
     pub fn size(&self) -> (u32, u32) {
         let packed = self.size.load(Ordering::Acquire);

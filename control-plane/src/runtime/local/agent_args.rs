@@ -7,7 +7,7 @@ use std::path::Path;
 use super::agent_process::AgentFds;
 use super::{
     EGRESS_SOCKET, EXIT_REASON_FILE, INPUTS_DIR, LocalRuntime, MAX_VM_TASKS, PROFILE_FILE,
-    RECORDINGS_DIR, SCRATCH_DIR,
+    RECORDINGS_DIR, SCRATCH_DIR, VM_DISPLAY_NUMBER,
 };
 use crate::runtime::LaunchSpec;
 use crate::runtime::sandbox;
@@ -44,6 +44,8 @@ impl LocalRuntime {
         }
         if let Some(sandbox) = &self.config.sandbox {
             arg("max-tasks", &MAX_VM_TASKS.to_string());
+            // The VM's /tmp and network namespace are its own: no other X server there.
+            arg("display-number", &VM_DISPLAY_NUMBER.to_string());
             if sandbox.tenant().is_some() {
                 arg("tenant-uid", &sandbox::VM_TENANT_UID.to_string());
             }

@@ -114,6 +114,8 @@ const EXIT_REASON_FILE: &str = "exit-reason";
 /// Most tasks (processes and threads) one sandboxed VM may run: a busy Chromium runs a few
 /// hundred; a fork bomb stops here instead of at the host's limits.
 const MAX_VM_TASKS: u64 = 4096;
+/// The X display of a sandboxed VM's Xvfb.
+const VM_DISPLAY_NUMBER: u32 = 0;
 /// The memory of a VM that was given no limit (its tmpfs directories' size too).
 const DEFAULT_VM_MEMORY_BYTES: u64 = 16 << 30;
 /// On the host only, beside the run directory.
