@@ -27,7 +27,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from harness import ControlPlane, serve_html
+from harness import CHROMIUM, ControlPlane, serve_html
 
 NODE_CLIENTS = Path(__file__).resolve().parents[2] / "tests" / "e2e" / "node-clients"
 LOOP = NODE_CLIENTS / "hello_browser.mjs"
@@ -89,7 +89,7 @@ def run(work_dir: Path, report) -> None:
               f"{WARMUP} warm-up sessions, then {RUNS_SEQUENTIAL} sequential and "
               f"{BATCHES_CONCURRENT}x{CONCURRENCY} concurrent")
         bare = _summary("bare Chromium, headless, sequential",
-                        _loop(target="bare", chromium="chromium", headless=True, url=url, warmup=3,
+                        _loop(target="bare", chromium=CHROMIUM, headless=True, url=url, warmup=3,
                               runs=RUNS_SEQUENTIAL, concurrency=1, intervalMs=INTERVAL_MS))
         print(f"{'hosted service, published p50':44} " + "  ".join(
             f"{stage} {value} ms" for stage, value in HOSTED_P50.items()))

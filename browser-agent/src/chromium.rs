@@ -263,6 +263,7 @@ pub async fn supervise(
         let first = std::mem::take(&mut first_pages);
         let started = match spawn(&config, &loaded, matches!(first, FirstPages::LastSession)) {
             Ok(mut chromium) => {
+                tracing::debug!(pid = chromium.pid(), "Chromium started");
                 state.send_modify(|s| {
                     s.pid = chromium.pid();
                     s.restarts = restarts;
@@ -441,6 +442,16 @@ fn arguments(config: &LaunchConfig, extensions: &[PathBuf]) -> Vec<String> {
         "--disable-sync".to_owned(),
         "--disable-dev-shm-usage".to_owned(),
         "--password-store=basic".to_owned(),
+        // What Debian's launcher script (`/usr/bin/chromium`, not run: see the control
+        // plane's `--chromium`) adds that a page or the network would notice: no
+        // hyperlink-auditing pings, no Cast device discovery.
+        "--disable-pings".to_owned(),
+        "--media-router=0".to_owned(),
+        // The VM has no GPU (Xvfb has no GLX): each start, Chromium tried to set one up
+        // in a GPU process that failed and was started again, two or three times, before
+        // it composited in software, which it now does from the start. WebGL was not
+        // available either way.
+        "--disable-gpu".to_owned(),
         // Pages play sound without waiting for a user's gesture: programs drive these
         // browsers, and people watch and hear them through the live view.
         "--autoplay-policy=no-user-gesture-required".to_owned(),
@@ -565,6 +576,7 @@ async fn wait_until_ready(chromium: &mut GroupLeader) -> anyhow::Result<(u16, St
         crate::service_logs::append("chromium", &line);
         let text = String::from_utf8_lossy(&line);
         if let Some(port) = devtools_port_from_log_line(&text) {
+            tracing::debug!(port, "DevTools listening");
             break port;
         }
         tracing::debug!(target: "chromium", "{}", text.trim_end());
@@ -585,6 +597,7 @@ async fn wait_until_ready(chromium: &mut GroupLeader) -> anyhow::Result<(u16, St
             && let Ok(version) = response.json::<serde_json::Value>().await
             && let Some(ws) = version.get("webSocketDebuggerUrl").and_then(|v| v.as_str())
         {
+            tracing::debug!("DevTools answered /json/version");
             return Ok((port, ws.to_owned()));
         }
         if let Ok(Some(status)) = chromium.child.try_wait() {

@@ -20,6 +20,9 @@ from playwright.sync_api import sync_playwright
 REPO = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("E2E_BIN_DIR", REPO / "target" / "debug"))
 CONTROL_PLANE = BIN_DIR / "control-plane"
+# The Chromium the control plane runs by default (its `--chromium`): references launch the
+# same binary, not Debian's launcher script in front of it.
+CHROMIUM = "/usr/lib/chromium/chromium"
 
 
 class ControlPlane:

@@ -44,7 +44,8 @@ function target() {
       // The flags a service would give it too (no background traffic, no first-run UI).
       const args = ['--remote-debugging-address=127.0.0.1', '--remote-debugging-port=0', `--user-data-dir=${dir}`,
         '--no-first-run', '--no-default-browser-check', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync', '--password-store=basic', '--no-sandbox', 'about:blank'];
+        '--disable-component-update', '--disable-sync', '--password-store=basic', '--disable-gpu', '--no-sandbox',
+        'about:blank'];
       if (options.headless) args.unshift('--headless');
       // Its own process group, so that the kill takes its zygote and renderers too.
       const child = spawn(options.chromium, args, { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
