@@ -268,7 +268,10 @@ def test_a_recording_under_cpu_load_ends_at_its_stop(client, test_page_url, tmp_
     video = download(client, sid, replay.replay_id, tmp_path / "loaded.mp4")
     info = probe(video)
     duration, wall = float(info["duration"]), stop_requested - started
-    assert abs(duration - wall) <= 0.1 * wall, (duration, wall)
+    # The video covers the time until the stop was asked for, and ends once the recorder
+    # got the stop, which with every core busy has come 0.9 s after the request (CI).
+    # Encoder lag would stretch the video instead: the colours below check its timeline.
+    assert 0.9 * wall <= duration <= wall + STOP_LAG, (duration, wall)
     assert on_the_grid(frame_times(video), 10)
     assert decodes_cleanly(video)
     # Red until blue was asked for, blue once it was drawn (video time is wall time).
