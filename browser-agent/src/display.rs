@@ -20,7 +20,7 @@ pub struct Display {
 pub struct Starting {
     pub name: String,
     xvfb: StdGroupLeader,
-    /// The `-displayfd` pipe, until Xvfb has written its number on it.
+    /// The `-displayfd` pipe, while Xvfb has not written its number on it yet.
     pipe: Option<std::fs::File>,
 }
 
@@ -69,22 +69,19 @@ impl Display {
                 Ok(())
             });
         }
-        let xvfb =
+        let mut xvfb =
             StdGroupLeader::spawn(&mut command).with_context(|| format!("starting {xvfb_path}"))?;
         drop(write_end);
-        let mut starting =
-            Starting { name: String::new(), xvfb, pipe: Some(std::fs::File::from(read_end)) };
+        let mut pipe = std::fs::File::from(read_end);
+        // With a number of our own, the pipe is read once Xvfb serves (`ready`).
         let known = match number {
-            Some(number) => wait_until_listening(&starting, number).map(|()| format!(":{number}")),
-            None => starting.read_number().map(|number| format!(":{number}")),
+            Some(number) => wait_until_listening(&pipe, number).map(|()| (number, Some(pipe))),
+            None => read_number(&mut pipe).map(|number| (number, None)),
         };
         match known {
-            Ok(name) => {
-                starting.name = name;
-                Ok(starting)
-            }
+            Ok((number, pipe)) => Ok(Starting { name: format!(":{number}"), xvfb, pipe }),
             Err(error) => {
-                starting.xvfb.kill_now();
+                xvfb.kill_now();
                 Err(error)
             }
         }
@@ -98,46 +95,42 @@ impl Display {
 impl Starting {
     /// Waits until Xvfb serves (it has written its display number).
     pub fn ready(mut self) -> anyhow::Result<Display> {
-        if let Err(error) = self.read_number() {
+        if let Some(mut pipe) = self.pipe.take()
+            && let Err(error) = read_number(&mut pipe)
+        {
             self.xvfb.kill_now();
             return Err(error);
         }
         Ok(Display { name: self.name, xvfb: self.xvfb })
     }
+}
 
-    /// The number Xvfb writes once it serves ("N\n", the descriptor kept open); at once
-    /// if it was read already.
-    fn read_number(&mut self) -> anyhow::Result<u32> {
-        let Some(mut pipe) = self.pipe.take() else {
-            return self.name.trim_start_matches(':').parse().context("no display number");
-        };
-        let mut text = String::new();
-        let mut buffer = [0u8; 16];
-        let deadline = Instant::now() + START_TIMEOUT;
-        while !text.contains('\n') {
-            if !readable(&pipe, deadline.saturating_duration_since(Instant::now()))? {
-                bail!("Xvfb did not report a display within {START_TIMEOUT:?}");
-            }
-            let read = pipe.read(&mut buffer)?;
-            if read == 0 {
-                bail!("Xvfb exited before reporting a display");
-            }
-            text.push_str(&String::from_utf8_lossy(&buffer[..read]));
+/// The number Xvfb writes on the `-displayfd` pipe once it serves ("N\n", the
+/// descriptor kept open).
+fn read_number(pipe: &mut std::fs::File) -> anyhow::Result<u32> {
+    let mut text = String::new();
+    let mut buffer = [0u8; 16];
+    let deadline = Instant::now() + START_TIMEOUT;
+    while !text.contains('\n') {
+        if !readable(pipe, deadline.saturating_duration_since(Instant::now()))? {
+            bail!("Xvfb did not report a display within {START_TIMEOUT:?}");
         }
-        text.trim().parse().context("Xvfb reported a malformed display number")
+        let read = pipe.read(&mut buffer)?;
+        if read == 0 {
+            bail!("Xvfb exited before reporting a display");
+        }
+        text.push_str(&String::from_utf8_lossy(&buffer[..read]));
     }
+    text.trim().parse().context("Xvfb reported a malformed display number")
 }
 
 /// Until display `number`'s socket (the abstract one of the VM's network namespace, which
 /// Xlib and xcb try first) takes connections, or Xvfb serves or ends before that
-/// (the `-displayfd` pipe turns readable), which `ready` then tells apart.
-fn wait_until_listening(starting: &Starting, number: u32) -> anyhow::Result<()> {
+/// (`pipe`, its `-displayfd`, turns readable), which `ready` then tells apart.
+fn wait_until_listening(pipe: &std::fs::File, number: u32) -> anyhow::Result<()> {
     use std::os::linux::net::SocketAddrExt;
     let address =
         std::os::unix::net::SocketAddr::from_abstract_name(format!("/tmp/.X11-unix/X{number}"))?;
-    let Some(pipe) = &starting.pipe else {
-        return Ok(());
-    };
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if std::os::unix::net::UnixStream::connect_addr(&address).is_ok() {
