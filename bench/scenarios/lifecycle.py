@@ -16,9 +16,9 @@ example.com over the internet): create 24 ms, connect 164 ms, goto 242 ms, relea
 The benchmark throttles the hosted service to 10 sessions a minute (one every 6 s). We
 start one session every 1.5 s (a quarter of that), and a batch of 10 every 6 s (ten
 times the benchmark's rate): the default standby on this host (10 headless browsers, 1
-headful; frozen while idle) is refilled between batches, at a low CPU weight so that
-the browsers in use go first. Headful batches outrun the one headful standby browser:
-9 of each batch start cold."""
+headful; frozen while idle) is refilled between batches, at idle priority so that
+the browsers in use, the service and the client go first. Headful batches outrun the
+one headful standby browser: 9 of each batch start cold."""
 
 from __future__ import annotations
 

@@ -39,16 +39,23 @@ def standby_vms(control_plane, handed_out: set[str]) -> set[str]:
     return {path.name for path in (control_plane.data_dir / "browsers").iterdir()} - handed_out
 
 
-def cpu_weight(control_plane, session_id: str) -> int | None:
-    """The VM's CPU shares (cgroup v1) or weight (v2), from the groups noted in its
-    directory; `None` where VMs have no groups."""
+def runs_as_in_use(control_plane, session_id: str) -> bool | None:
+    """Whether the VM's processes get its CPU weight like a browser in use (a VM started
+    ahead of demand runs at idle priority until then): with cgroup v1, all of them in
+    the VM's own CPU group (not the idle `browser-vms-starting`) with the default 1024
+    shares; with v2, its group not idle, weight 100. `None` where VMs have no groups."""
     note = control_plane.data_dir / "browsers" / session_id / "cgroups"
-    for line in note.read_text().splitlines() if note.exists() else []:
-        for name in ("cpu.shares", "cpu.weight"):
-            path = Path(line) / name
-            if path.exists():
-                return int(path.read_text())
-    return None
+    groups = [Path(line) for line in note.read_text().splitlines()] if note.exists() else []
+    if not groups:
+        return None
+    if len(groups) == 1:
+        idle = groups[0] / "cpu.idle"
+        return ((not idle.exists() or idle.read_text().strip() == "0")
+                and int((groups[0] / "cpu.weight").read_text()) == 100)
+    memory, _pids, cpu = groups
+    processes = lambda group: set((group / "cgroup.procs").read_text().split())  # noqa: E731
+    return (bool(processes(memory)) and processes(memory) == processes(cpu)
+            and int((cpu / "cpu.shares").read_text()) == 1024)
 
 
 def wait_full(control_plane):
@@ -167,17 +174,19 @@ def test_standby_browsers_are_nobody_s(client, control_plane):
 def test_by_default_a_host_with_room_keeps_a_standby_browser_of_each_kind(tmp_path):
     """Without the flags, a host sized for 4 browsers or more keeps one headful browser
     ready and one headless per 2 of capacity (here 2): a new user's first create is
-    handed one. Started ahead of demand, they launch at a tenth of the CPU weight and get
-    the full weight once settled."""
+    handed one. Started ahead of demand, they launch at idle priority and run as
+    browsers in use once settled."""
     server = ControlPlane(tmp_path / "data", default_standby=True,
                           extra_args=["--metrics-token", METRICS_TOKEN, "--capacity-browsers", "4"]).start()
     try:
         assert wait_until(lambda: idle_standby(server) == 3, 90, interval=0.25), idle_standby(server)
         ready = standby_vms(server, set())
         assert len(ready) == 3
-        weights = lambda: {cpu_weight(server, sid) for sid in ready}  # noqa: E731
-        # The default weight: 1024 shares (cgroup v1) or 100 (v2).
-        assert wait_until(lambda: weights() in ({1024}, {100}), 15), weights()
+        starting = Path("/sys/fs/cgroup/cpu/browser-vms-starting/cpu.idle")
+        if starting.exists():
+            assert starting.read_text().strip() == "1"
+        in_use = lambda: {runs_as_in_use(server, sid) for sid in ready}  # noqa: E731
+        assert wait_until(lambda: in_use() in ({True}, {None}), 15), in_use()
         client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)
         for headless in (True, False):
             made = client.browsers.create(headless=headless)

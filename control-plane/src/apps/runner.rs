@@ -273,7 +273,7 @@ impl AppRunner {
             max_tasks: RUN_LIMITS.max_tasks,
             cpu_weight: self.cpu_weight,
         };
-        let group = cgroups.create(&name, limits, None)?;
+        let group = cgroups.create(&name, limits, None, false)?;
         let entry_points = match group.entry_points() {
             Ok(entry_points) => entry_points,
             Err(error) => {

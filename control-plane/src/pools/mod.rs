@@ -283,6 +283,7 @@ impl Pools {
             {
                 // A fresh inactivity period starts with the lease.
                 self.sessions.touch(&session.id);
+                self.sessions.promote(&session.id);
                 return Ok((pool, Some(session)));
             }
             if tokio::time::Instant::now() >= deadline {

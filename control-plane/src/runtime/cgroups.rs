@@ -9,6 +9,15 @@
 //! this one mounts read-write for root. VM groups live under this service's own group of
 //! each hierarchy, in `browser-vms/<session id>`; the group directories of a VM are noted
 //! in its browser directory so that a restarted service finds them again.
+//!
+//! A VM started ahead of demand (a pool's or the standby's) runs at idle priority until
+//! it is promoted (`VmCgroup::promote`), so that it takes only CPU time nothing else
+//! wants, the service and its clients included. In v1 it starts in the CPU group
+//! `browser-vms-starting`, marked idle (`cpu.idle`) beside `browser-vms` and this host's
+//! own processes, and its threads move to its own CPU group when it is promoted. In v2
+//! a VM's group holds all its controllers and cannot move without leaving its memory
+//! charged to the old one: its own group is marked idle instead, which yields to the
+//! VMs in use but not to the host's processes.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -18,6 +27,10 @@ use nix::sys::signal::Signal;
 /// Where a VM's group directories are noted, in its browser directory (ours alone).
 const NOTE_FILE: &str = "cgroups";
 const VM_GROUPS: &str = "browser-vms";
+/// The v1 CPU group of the VMs started ahead of demand, until each is promoted.
+const STARTING_VMS_GROUP: &str = "browser-vms-starting";
+/// How many times a VM's threads are read when it is promoted (`VmCgroup::promote`).
+const PROMOTION_READINGS: usize = 8;
 const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 /// The weight of all VMs together against this host's own processes, as so many busy
@@ -73,7 +86,24 @@ impl VmCgroups {
         };
         std::fs::write(&file, weight.to_string())
             .map_err(|error| format!("setting {}: {error}", file.display()))?;
+        if let Some(starting) = found.starting_cpu_group() {
+            std::fs::create_dir_all(&starting)
+                .map_err(|error| format!("creating {}: {error}", starting.display()))?;
+            // Without `cpu.idle` (kernels before 5.15), the lowest weight there is.
+            if std::fs::write(starting.join("cpu.idle"), "1").is_err() {
+                std::fs::write(starting.join("cpu.shares"), "2")
+                    .map_err(|error| format!("setting {}: {error}", starting.display()))?;
+            }
+        }
         Ok(found)
+    }
+
+    /// The v1 CPU group VMs started ahead of demand enter first (none in v2).
+    fn starting_cpu_group(&self) -> Option<PathBuf> {
+        match &self.hierarchy {
+            Hierarchy::V2(_) => None,
+            Hierarchy::V1(parents) => Some(parents[2].with_file_name(STARTING_VMS_GROUP)),
+        }
     }
 
     fn parents(&self) -> Vec<&Path> {
@@ -95,11 +125,17 @@ impl VmCgroups {
 
     /// Makes group `name` with `limits`; with `note_in` (a directory of ours, a
     /// browser's), noted there so that `VmCgroup::noted` finds it again after a restart.
+    /// A `background` VM runs at idle priority until it is promoted.
     pub fn create(
-        &self, name: &str, limits: VmLimits, note_in: Option<&Path>,
+        &self, name: &str, limits: VmLimits, note_in: Option<&Path>, background: bool,
     ) -> std::io::Result<VmCgroup> {
         let dirs: Vec<PathBuf> = self.parents().iter().map(|parent| parent.join(name)).collect();
-        let group = VmCgroup { v2: matches!(self.hierarchy, Hierarchy::V2(_)), dirs };
+        let v2 = matches!(self.hierarchy, Hierarchy::V2(_));
+        let group = VmCgroup {
+            v2,
+            dirs,
+            starting_cpu: background.then(|| self.starting_cpu_group()).flatten(),
+        };
         // Noted first: whatever is made below is found and removed again.
         if let Some(dir) = note_in {
             let note: String = group.dirs.iter().map(|d| format!("{}\n", d.display())).collect();
@@ -114,6 +150,10 @@ impl VmCgroups {
             }
         }
         group.apply(limits)?;
+        if background && v2 {
+            // Best effort: without `cpu.idle` (kernels before 5.15) it starts as any VM.
+            let _ = std::fs::write(group.file("cpu", "cpu.idle"), "1");
+        }
         Ok(group)
     }
 }
@@ -123,6 +163,9 @@ impl VmCgroups {
 pub struct VmCgroup {
     v2: bool,
     dirs: Vec<PathBuf>,
+    /// v1: the shared idle CPU group the VM enters at launch instead of its own, when it
+    /// is started ahead of demand.
+    starting_cpu: Option<PathBuf>,
 }
 
 impl VmCgroup {
@@ -132,7 +175,7 @@ impl VmCgroup {
         let dirs: Vec<PathBuf> = note.lines().map(PathBuf::from).collect();
         // One directory in the unified hierarchy, or one per v1 controller.
         let v2 = dirs.len() == 1;
-        (!dirs.is_empty()).then_some(Self { v2, dirs })
+        (!dirs.is_empty()).then_some(Self { v2, dirs, starting_cpu: None })
     }
 
     fn file(&self, controller: &str, name: &str) -> PathBuf {
@@ -185,12 +228,54 @@ impl VmCgroup {
     /// each launch on this host, against 0.05 ms through `tasks`.
     pub fn entry_points(&self) -> std::io::Result<Vec<OwnedFd>> {
         let file = if self.v2 { "cgroup.procs" } else { "tasks" };
+        let cpu = V1_CONTROLLERS.iter().position(|c| *c == "cpu");
         self.dirs
             .iter()
+            .enumerate()
+            .map(|(index, dir)| match &self.starting_cpu {
+                Some(starting) if !self.v2 && Some(index) == cpu => starting,
+                _ => dir,
+            })
             .map(|dir| {
                 std::fs::OpenOptions::new().write(true).open(dir.join(file)).map(OwnedFd::from)
             })
             .collect()
+    }
+
+    /// Ends the idle priority of a VM started ahead of demand: from now on it gets its
+    /// weight like any VM. In v1 each of its threads moves to its own CPU group (its
+    /// memory group lists them all); a thread started meanwhile by one not yet moved is
+    /// in the next reading, so the threads are read again until none is new (or a few
+    /// times: a VM that keeps starting threads from moved ones, which start in the right
+    /// group, always shows new ones). Harmless for a VM that never had it, or was
+    /// promoted already.
+    pub fn promote(&self) -> std::io::Result<()> {
+        if self.v2 {
+            return match std::fs::write(self.file("cpu", "cpu.idle"), "0") {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+                _ => Ok(()),
+            };
+        }
+        let mut target = std::fs::OpenOptions::new().write(true).open(self.file("cpu", "tasks"))?;
+        let mut moved = std::collections::HashSet::new();
+        for _ in 0..PROMOTION_READINGS {
+            let threads = std::fs::read_to_string(self.file("memory", "tasks"))?;
+            let fresh: Vec<&str> =
+                threads.lines().map(str::trim).filter(|tid| !moved.contains(*tid)).collect();
+            if fresh.is_empty() {
+                return Ok(());
+            }
+            for tid in fresh {
+                match std::io::Write::write_all(&mut target, tid.as_bytes()) {
+                    // Ended since the reading.
+                    Err(error) if error.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(error) => return Err(error),
+                    Ok(()) => {}
+                }
+                moved.insert(tid.to_owned());
+            }
+        }
+        Ok(())
     }
 
     /// Whether the kernel killed a process of the VM for going over its memory.
@@ -413,6 +498,11 @@ mod tests {
 
     /// A group of this test process's own, or none where the host has no control groups.
     fn test_group(purpose: &str) -> Option<VmCgroup> {
+        group_started(purpose, false)
+    }
+
+    /// As `test_group`, for a VM started ahead of demand (`background`).
+    fn group_started(purpose: &str, background: bool) -> Option<VmCgroup> {
         let cgroups = match VmCgroups::detect() {
             Ok(cgroups) => cgroups,
             Err(why) => {
@@ -422,7 +512,7 @@ mod tests {
         };
         let name = format!("test-{purpose}-{}", std::process::id());
         let limits = VmLimits { memory_bytes: 256 << 20, max_tasks: 512, cpu_weight: 100 };
-        Some(cgroups.create(&name, limits, None).unwrap())
+        Some(cgroups.create(&name, limits, None, background).unwrap())
     }
 
     /// `sh -c script`, started in `group`.
@@ -472,6 +562,57 @@ mod tests {
             later.iter().all(|pid| at_stop.contains(pid)),
             "forked after the stop: {later:?} vs {at_stop:?}"
         );
+    }
+
+    /// The CPU group (v1) of every thread of process `pid`.
+    fn cpu_groups_of_threads(pid: u32) -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .map(|thread| {
+                let cgroup = std::fs::read_to_string(thread.path().join("cgroup")).unwrap();
+                v1_group(&cgroup, "cpu").unwrap_or_default().to_owned()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_vm_started_ahead_of_demand_runs_idle_until_promoted() {
+        let Some(group) = group_started("promote", true) else {
+            return;
+        };
+        if group.v2 {
+            group.promote().unwrap();
+            let idle = std::fs::read_to_string(group.file("cpu", "cpu.idle")).unwrap_or_default();
+            group.remove().await;
+            assert_ne!(idle.trim(), "1", "promoted, the group is not idle any more");
+            return;
+        }
+        let starting = group.starting_cpu.clone().expect("a starting CPU group");
+        let idle = std::fs::read_to_string(starting.join("cpu.idle")).unwrap_or_default();
+        let shares = std::fs::read_to_string(starting.join("cpu.shares")).unwrap_or_default();
+        // A shell and two children, all started in the starting group.
+        let mut shell = shell_in(&group, "sleep 30 & sleep 30 & wait").spawn().unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let own = group.dirs[2].to_string_lossy().into_owned();
+        let before: Vec<String> = processes_in(&group.dirs[0])
+            .into_iter()
+            .flat_map(|pid| cpu_groups_of_threads(pid as u32))
+            .collect();
+        group.promote().unwrap();
+        let members = processes_in(&group.dirs[0]);
+        let after: Vec<String> =
+            members.iter().flat_map(|pid| cpu_groups_of_threads(*pid as u32)).collect();
+        let in_own_cpu_group = processes_in(&group.dirs[2]);
+        shell.kill().unwrap();
+        group.remove().await;
+        shell.wait().unwrap();
+        assert!(idle.trim() == "1" || shares.trim() == "2", "idle: {idle}, shares: {shares}");
+        assert_eq!(members.len(), 3, "the shell and its two sleeps: {members:?}");
+        let starting_name = starting.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(before.iter().all(|g| g.ends_with(&starting_name)), "{before:?}");
+        assert!(after.iter().all(|g| own.ends_with(g.as_str())), "{after:?} vs {own}");
+        assert_eq!(in_own_cpu_group.len(), members.len());
     }
 
     #[tokio::test]

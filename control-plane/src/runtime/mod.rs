@@ -47,13 +47,14 @@ pub struct LaunchSpec {
     /// IANA timezone and BCP 47 locale the browser's pages see (validated).
     pub timezone: Option<String>,
     pub locale: Option<String>,
-    /// Started ahead of demand (a pool's or the standby's browser): the VM starts at a
-    /// tenth of the CPU weight, so that browsers in use and the service itself go first,
-    /// and gets its full weight once it has settled (`BACKGROUND_START_SETTLE`).
+    /// Started ahead of demand (a pool's or the standby's browser): the VM runs at idle
+    /// priority (`cgroups`), so that browsers in use, the service and its clients go
+    /// first, until it has settled (`BACKGROUND_START_SETTLE`) or is put to use
+    /// (`Runtime::promote`), whichever comes first.
     pub background: bool,
 }
 
-/// How long a VM started in the background keeps its low CPU weight: Chromium keeps
+/// How long a VM started in the background keeps its idle priority: Chromium keeps
 /// working for a moment after its DevTools first answers.
 pub const BACKGROUND_START_SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -154,6 +155,12 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Drops what this process holds for a VM that another replica ended (its egress).
     fn forget(&self, session_id: &str) {
+        let _ = session_id;
+    }
+
+    /// Gives a VM started ahead of demand (`LaunchSpec::background`) the priority of a
+    /// browser in use, now that it is one (a claimed standby or leased pool browser).
+    fn promote(&self, session_id: &str) {
         let _ = session_id;
     }
 

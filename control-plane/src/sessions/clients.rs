@@ -19,6 +19,12 @@ impl Sessions {
         }
     }
 
+    /// Gives a browser started ahead of demand the priority of one in use
+    /// (`Runtime::promote`): it has just been handed to a caller.
+    pub fn promote(&self, id: &str) {
+        self.runtime.promote(id);
+    }
+
     /// Marks a CDP connection open until the returned guard is dropped; an open
     /// connection keeps the session from timing out.
     pub fn cdp_connection_opened(self: &Arc<Self>, id: &str) -> CdpConnectionGuard {

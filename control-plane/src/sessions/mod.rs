@@ -291,6 +291,7 @@ impl Sessions {
             return Ok(None);
         }
         self.touch(&claimed.id);
+        self.promote(&claimed.id);
         if let Some(url) = &claimed.vm_settings.start_url {
             self.open_url(&claimed, url).await;
         }

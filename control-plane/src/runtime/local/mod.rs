@@ -276,12 +276,10 @@ impl LocalRuntime {
                 VmLimits {
                     memory_bytes,
                     max_tasks: MAX_VM_TASKS,
-                    cpu_weight: match spec.background {
-                        true => (self.config.limits.cpu_weight / 10).max(1),
-                        false => self.config.limits.cpu_weight,
-                    },
+                    cpu_weight: self.config.limits.cpu_weight,
                 },
                 Some(dir),
+                spec.background,
             )?),
             _ => None,
         };
@@ -463,14 +461,10 @@ impl Runtime for LocalRuntime {
         .await;
         match outcome {
             Ok(()) if spec.background => {
-                let (weight, dir) = (self.config.limits.cpu_weight, dir.clone());
+                let dir = dir.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(super::BACKGROUND_START_SETTLE).await;
-                    if let Some(group) = VmCgroup::noted(&dir)
-                        && let Err(error) = group.set_cpu_weight(weight)
-                    {
-                        tracing::debug!(%error, "could not give a VM its full CPU weight");
-                    }
+                    promote(&dir).await;
                 });
                 Ok(location)
             }
@@ -637,6 +631,11 @@ impl Runtime for LocalRuntime {
         }
     }
 
+    fn promote(&self, session_id: &str) {
+        let dir = self.browser_dir(session_id);
+        tokio::spawn(async move { promote(&dir).await });
+    }
+
     fn set_allowed_hosts(&self, session_id: &str, allowed_hosts: Option<HostAllowlist>) {
         if let Ok(servers) = self.egress_servers.lock()
             && let Some(server) = servers.get(session_id)
@@ -670,5 +669,17 @@ impl Runtime for LocalRuntime {
                 self.destroy(&name, None).await;
             }
         }
+    }
+}
+
+/// Ends the idle priority of the VM in browser directory `dir`, if it has one of ours.
+async fn promote(dir: &Path) {
+    let Some(group) = VmCgroup::noted(dir) else {
+        return;
+    };
+    match tokio::task::spawn_blocking(move || group.promote()).await {
+        Ok(Err(error)) => tracing::debug!(%error, "could not end a VM's idle priority"),
+        Err(error) => tracing::debug!(%error, "could not end a VM's idle priority"),
+        Ok(Ok(())) => {}
     }
 }
