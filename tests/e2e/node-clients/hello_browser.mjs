@@ -9,11 +9,14 @@
 //                            "runs": 20, "warmup": 10, "concurrency": 1, "headless": true,
 //                            "intervalMs": 1500}'
 //   node hello_browser.mjs '{"target": "bare", "chromium": "/usr/bin/chromium", …}'
+//   node hello_browser.mjs '{"target": "prelaunched", "chromium": …, "settleMs": 5000, …}'
 //
 // One JSON line per timed session on stdout: {create_ms, connect_ms, goto_ms,
 // release_ms, ok, error}. A session (or batch) starts `intervalMs` after the previous one
-// started at the earliest, as the benchmark throttles a service. `bare` is the reference: a Chromium this script launches
-// itself (launch until its DevTools URL is printed, connect, goto, kill until it exits).
+// started at the earliest, as the benchmark throttles a service. `bare` is the reference: a
+// Chromium this script launches itself (launch until its DevTools URL is printed, connect,
+// goto, kill until it exits). `prelaunched`, the reference for batches: Chromiums launched
+// and left to settle before each batch (or session) is timed, so its create is nothing.
 
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -38,33 +41,49 @@ function target() {
       release: (session) => kernel.browsers.deleteByID(session.id),
     };
   }
-  return {
-    create: () => new Promise((resolve, reject) => {
-      const dir = mkdtempSync(join(tmpdir(), 'hello-browser-'));
-      // The flags a service would give it too (no background traffic, no first-run UI).
-      const args = ['--remote-debugging-address=127.0.0.1', '--remote-debugging-port=0', `--user-data-dir=${dir}`,
-        '--no-first-run', '--no-default-browser-check', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync', '--password-store=basic', '--disable-gpu', '--no-sandbox',
-        'about:blank'];
-      if (options.headless) args.unshift('--headless');
-      // Its own process group, so that the kill takes its zygote and renderers too.
-      const child = spawn(options.chromium, args, { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
-      let text = '';
-      child.stderr.on('data', (chunk) => {
-        text += chunk;
-        const found = text.match(/DevTools listening on (ws:\/\/\S+)/);
-        if (found) resolve({ id: String(child.pid), cdpUrl: found[1], child, dir });
-      });
-      child.on('exit', () => reject(new Error(`chromium exited before listening: ${text.slice(-500)}`)));
-    }),
-    release: (session) => new Promise((resolve) => {
-      session.child.once('exit', () => {
-        rmSync(session.dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 10 });
-        resolve();
-      });
-      process.kill(-session.child.pid, 'SIGKILL');
-    }),
-  };
+  const release = (session) => new Promise((resolve) => {
+    session.child.once('exit', () => {
+      rmSync(session.dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 10 });
+      resolve();
+    });
+    process.kill(-session.child.pid, 'SIGKILL');
+  });
+  if (options.target === 'prelaunched') {
+    // The ideal standby: Chromiums launched and settled before the timer starts, so a
+    // create is only handing one over; what is timed is connect, goto and the kill.
+    const ready = [];
+    return {
+      prepare: async (count) => {
+        for (let i = 0; i < count; i += 1) ready.push(await launchChromium());
+        await new Promise((resolve) => setTimeout(resolve, options.settleMs || 5000));
+      },
+      create: async () => ready.shift(),
+      release,
+    };
+  }
+  return { create: launchChromium, release };
+}
+
+/** A Chromium of our own, once its DevTools URL is printed. */
+function launchChromium() {
+  return new Promise((resolve, reject) => {
+    const dir = mkdtempSync(join(tmpdir(), 'hello-browser-'));
+    // The flags a service would give it too (no background traffic, no first-run UI).
+    const args = ['--remote-debugging-address=127.0.0.1', '--remote-debugging-port=0', `--user-data-dir=${dir}`,
+      '--no-first-run', '--no-default-browser-check', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--password-store=basic', '--disable-gpu', '--no-sandbox',
+      'about:blank'];
+    if (options.headless) args.unshift('--headless');
+    // Its own process group, so that the kill takes its zygote and renderers too.
+    const child = spawn(options.chromium, args, { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
+    let text = '';
+    child.stderr.on('data', (chunk) => {
+      text += chunk;
+      const found = text.match(/DevTools listening on (ws:\/\/\S+)/);
+      if (found) resolve({ id: String(child.pid), cdpUrl: found[1], child, dir });
+    });
+    child.on('exit', () => reject(new Error(`chromium exited before listening: ${text.slice(-500)}`)));
+  });
 }
 
 async function once(how) {
@@ -111,11 +130,13 @@ async function throttle(started) {
 
 const how = target();
 for (let i = 0; i < options.warmup; i += 1) {
+  if (how.prepare) await how.prepare(1);
   const started = Date.now();
   await once(how);
   await throttle(started);
 }
 for (let i = 0; i < options.runs; i += 1) {
+  if (how.prepare) await how.prepare(options.concurrency);
   const started = Date.now();
   const records = await Promise.all(Array.from({ length: options.concurrency }, () => once(how)));
   for (const record of records) process.stdout.write(`${JSON.stringify(record)}\n`);
