@@ -39,13 +39,20 @@ def standby_vms(control_plane, handed_out: set[str]) -> set[str]:
     return {path.name for path in (control_plane.data_dir / "browsers").iterdir()} - handed_out
 
 
+def vm_groups(control_plane, session_id: str) -> list[Path]:
+    """The VM's control groups, as noted in its directory (one in cgroup v2; memory, pids
+    and cpu in v1); none where VMs have no groups."""
+    note = control_plane.data_dir / "browsers" / session_id / "cgroups"
+    return [Path(line) for line in note.read_text().splitlines()] if note.exists() else []
+
+
 def runs_as_in_use(control_plane, session_id: str) -> bool | None:
     """Whether the VM's processes get its CPU weight like a browser in use (a VM started
-    ahead of demand runs at idle priority until then): with cgroup v1, all of them in
-    the VM's own CPU group (not the idle `browser-vms-starting`) with the default 1024
-    shares; with v2, its group not idle, weight 100. `None` where VMs have no groups."""
-    note = control_plane.data_dir / "browsers" / session_id / "cgroups"
-    groups = [Path(line) for line in note.read_text().splitlines()] if note.exists() else []
+    ahead of demand runs at idle priority until then): with cgroup v1, every thread of
+    it in the VM's own CPU group (none left in the idle `browser-vms-starting`) with the
+    default 1024 shares; with v2, its group not idle, weight 100. `None` where VMs have
+    no groups."""
+    groups = vm_groups(control_plane, session_id)
     if not groups:
         return None
     if len(groups) == 1:
@@ -53,8 +60,8 @@ def runs_as_in_use(control_plane, session_id: str) -> bool | None:
         return ((not idle.exists() or idle.read_text().strip() == "0")
                 and int((groups[0] / "cpu.weight").read_text()) == 100)
     memory, _pids, cpu = groups
-    processes = lambda group: set((group / "cgroup.procs").read_text().split())  # noqa: E731
-    return (bool(processes(memory)) and processes(memory) == processes(cpu)
+    threads = lambda group: set((group / "tasks").read_text().split())  # noqa: E731
+    return (bool(threads(memory)) and threads(memory) <= threads(cpu)
             and int((cpu / "cpu.shares").read_text()) == 1024)
 
 
@@ -182,9 +189,11 @@ def test_by_default_a_host_with_room_keeps_a_standby_browser_of_each_kind(tmp_pa
         assert wait_until(lambda: idle_standby(server) == 3, 90, interval=0.25), idle_standby(server)
         ready = standby_vms(server, set())
         assert len(ready) == 3
-        starting = Path("/sys/fs/cgroup/cpu/browser-vms-starting/cpu.idle")
-        if starting.exists():
-            assert starting.read_text().strip() == "1"
+        groups = vm_groups(server, next(iter(ready)))
+        if len(groups) == 3:
+            # cgroup v1: the idle group beside the VMs' group.
+            idle = groups[2].parent.with_name("browser-vms-starting") / "cpu.idle"
+            assert idle.read_text().strip() == "1"
         in_use = lambda: {runs_as_in_use(server, sid) for sid in ready}  # noqa: E731
         assert wait_until(lambda: in_use() in ({True}, {None}), 15), in_use()
         client = Kernel(api_key=server.api_key, base_url=server.base_url, max_retries=0)

@@ -29,8 +29,8 @@ const NOTE_FILE: &str = "cgroups";
 const VM_GROUPS: &str = "browser-vms";
 /// The v1 CPU group of the VMs started ahead of demand, until each is promoted.
 const STARTING_VMS_GROUP: &str = "browser-vms-starting";
-/// How many times a VM's threads are read when it is promoted (`VmCgroup::promote`).
-const PROMOTION_READINGS: usize = 8;
+/// Most readings of a VM's threads when it is promoted (`VmCgroup::promote`).
+const PROMOTION_READINGS: usize = 20;
 const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 /// The weight of all VMs together against this host's own processes, as so many busy
@@ -60,6 +60,9 @@ enum Hierarchy {
 #[derive(Clone, Debug)]
 pub struct VmCgroups {
     hierarchy: Hierarchy,
+    /// v1: the idle CPU group VMs started ahead of demand enter first, if it could be set
+    /// up (without it they start as any VM).
+    starting_cpu: Option<PathBuf>,
 }
 
 impl VmCgroups {
@@ -73,7 +76,7 @@ impl VmCgroups {
                 v1_parents(&own).map_err(|v1| format!("cgroup v2: {v2}; cgroup v1: {v1}"))?,
             ),
         };
-        let found = Self { hierarchy };
+        let mut found = Self { hierarchy, starting_cpu: None };
         for dir in found.parents() {
             std::fs::create_dir_all(dir)
                 .map_err(|error| format!("creating {}: {error}", dir.display()))?;
@@ -86,24 +89,17 @@ impl VmCgroups {
         };
         std::fs::write(&file, weight.to_string())
             .map_err(|error| format!("setting {}: {error}", file.display()))?;
-        if let Some(starting) = found.starting_cpu_group() {
-            std::fs::create_dir_all(&starting)
-                .map_err(|error| format!("creating {}: {error}", starting.display()))?;
-            // Without `cpu.idle` (kernels before 5.15), the lowest weight there is.
-            if std::fs::write(starting.join("cpu.idle"), "1").is_err() {
-                std::fs::write(starting.join("cpu.shares"), "2")
-                    .map_err(|error| format!("setting {}: {error}", starting.display()))?;
+        if let Hierarchy::V1(parents) = &found.hierarchy {
+            let starting = starting_cpu_group(&parents[2].join("any"));
+            match set_up_idle_group(&starting) {
+                Ok(()) => found.starting_cpu = Some(starting),
+                Err(error) => tracing::warn!(
+                    %error,
+                    "no idle CPU group for VMs started ahead of demand: they start as any VM"
+                ),
             }
         }
         Ok(found)
-    }
-
-    /// The v1 CPU group VMs started ahead of demand enter first (none in v2).
-    fn starting_cpu_group(&self) -> Option<PathBuf> {
-        match &self.hierarchy {
-            Hierarchy::V2(_) => None,
-            Hierarchy::V1(parents) => Some(parents[2].with_file_name(STARTING_VMS_GROUP)),
-        }
     }
 
     fn parents(&self) -> Vec<&Path> {
@@ -134,7 +130,7 @@ impl VmCgroups {
         let group = VmCgroup {
             v2,
             dirs,
-            starting_cpu: background.then(|| self.starting_cpu_group()).flatten(),
+            starting_cpu: background.then(|| self.starting_cpu.clone()).flatten(),
         };
         // Noted first: whatever is made below is found and removed again.
         if let Some(dir) = note_in {
@@ -242,40 +238,51 @@ impl VmCgroup {
             .collect()
     }
 
-    /// Ends the idle priority of a VM started ahead of demand: from now on it gets its
-    /// weight like any VM. In v1 each of its threads moves to its own CPU group (its
-    /// memory group lists them all); a thread started meanwhile by one not yet moved is
-    /// in the next reading, so the threads are read again until none is new (or a few
-    /// times: a VM that keeps starting threads from moved ones, which start in the right
-    /// group, always shows new ones). Harmless for a VM that never had it, or was
-    /// promoted already.
-    pub fn promote(&self) -> std::io::Result<()> {
+    /// Ends the idle priority of a VM started ahead of demand: from now on it gets
+    /// `weight` like any VM. In v2 its group stops being idle (which resets the weight, so
+    /// it is written again). In v1 its processes move from the shared idle group to its
+    /// own CPU group: each one whose threads are still there (its memory group lists the
+    /// VM's threads) is written to `cgroup.procs`, which moves all its threads at once,
+    /// until none of the VM's threads is left there (a process forked meanwhile by one
+    /// not yet moved shows up in the next reading; one forked by a moved process starts
+    /// in the right group). Harmless for a VM that never had it, or was promoted already.
+    pub fn promote(&self, weight: u64) -> std::io::Result<()> {
         if self.v2 {
-            return match std::fs::write(self.file("cpu", "cpu.idle"), "0") {
-                Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
-                _ => Ok(()),
-            };
+            match std::fs::write(self.file("cpu", "cpu.idle"), "0") {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+                _ => return self.set_cpu_weight(weight),
+            }
         }
-        let mut target = std::fs::OpenOptions::new().write(true).open(self.file("cpu", "tasks"))?;
-        let mut moved = std::collections::HashSet::new();
+        let own = self.file("cpu", "cgroup.procs");
+        let starting = starting_cpu_group(&self.dirs[2]).join("tasks");
+        let mut failures = Vec::new();
         for _ in 0..PROMOTION_READINGS {
-            let threads = std::fs::read_to_string(self.file("memory", "tasks"))?;
-            let fresh: Vec<&str> =
-                threads.lines().map(str::trim).filter(|tid| !moved.contains(*tid)).collect();
-            if fresh.is_empty() {
-                return Ok(());
+            let vm_threads: std::collections::HashSet<i32> =
+                read_ids(&self.file("memory", "tasks"))?.into_iter().collect();
+            let left: Vec<i32> = read_ids(&starting)?
+                .into_iter()
+                .filter(|tid| vm_threads.contains(tid))
+                .filter(|tid| !failures.iter().any(|(failed, _)| failed == tid))
+                .collect();
+            if left.is_empty() {
+                break;
             }
-            for tid in fresh {
-                match std::io::Write::write_all(&mut target, tid.as_bytes()) {
-                    // Ended since the reading.
-                    Err(error) if error.raw_os_error() == Some(libc::ESRCH) => {}
-                    Err(error) => return Err(error),
-                    Ok(()) => {}
+            for tid in left {
+                // Writing any thread's id to `cgroup.procs` moves its whole process.
+                if let Err(error) = std::fs::write(&own, tid.to_string())
+                    && error.raw_os_error() != Some(libc::ESRCH)
+                {
+                    failures.push((tid, error));
                 }
-                moved.insert(tid.to_owned());
             }
         }
-        Ok(())
+        match failures.pop() {
+            None => Ok(()),
+            Some((tid, error)) => Err(std::io::Error::new(
+                error.kind(),
+                format!("{} threads stay idle, thread {tid}: {error}", failures.len() + 1),
+            )),
+        }
     }
 
     /// Whether the kernel killed a process of the VM for going over its memory.
@@ -384,6 +391,27 @@ impl VmCgroup {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
     }
+}
+
+/// The v1 idle CPU group beside the VMs' group that holds VM group `vm_cpu_group`.
+fn starting_cpu_group(vm_cpu_group: &Path) -> PathBuf {
+    let vms = vm_cpu_group.parent().unwrap_or(vm_cpu_group);
+    vms.with_file_name(STARTING_VMS_GROUP)
+}
+
+/// Makes the v1 group `dir` and marks it idle: it takes only CPU time nothing beside it
+/// wants. Without `cpu.idle` (kernels before 5.15), the lowest weight there is.
+fn set_up_idle_group(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    if std::fs::write(dir.join("cpu.idle"), "1").is_err() {
+        std::fs::write(dir.join("cpu.shares"), "2")?;
+    }
+    Ok(())
+}
+
+/// The ids (processes or threads) listed in a group file such as `tasks`.
+fn read_ids(file: &Path) -> std::io::Result<Vec<i32>> {
+    Ok(std::fs::read_to_string(file)?.lines().filter_map(|line| line.trim().parse().ok()).collect())
 }
 
 /// The processes (thread-group ids) in the group directory `dir` of one hierarchy.
@@ -582,7 +610,7 @@ mod tests {
             return;
         };
         if group.v2 {
-            group.promote().unwrap();
+            group.promote(100).unwrap();
             let idle = std::fs::read_to_string(group.file("cpu", "cpu.idle")).unwrap_or_default();
             group.remove().await;
             assert_ne!(idle.trim(), "1", "promoted, the group is not idle any more");
@@ -599,7 +627,7 @@ mod tests {
             .into_iter()
             .flat_map(|pid| cpu_groups_of_threads(pid as u32))
             .collect();
-        group.promote().unwrap();
+        group.promote(100).unwrap();
         let members = processes_in(&group.dirs[0]);
         let after: Vec<String> =
             members.iter().flat_map(|pid| cpu_groups_of_threads(*pid as u32)).collect();

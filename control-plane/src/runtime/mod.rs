@@ -49,14 +49,17 @@ pub struct LaunchSpec {
     pub locale: Option<String>,
     /// Started ahead of demand (a pool's or the standby's browser): the VM runs at idle
     /// priority (`cgroups`), so that browsers in use, the service and its clients go
-    /// first, until it has settled (`BACKGROUND_START_SETTLE`) or is put to use
-    /// (`Runtime::promote`), whichever comes first.
+    /// first, until it has settled (`BACKGROUND_START_SETTLE`), is put to use
+    /// (`Runtime::promote`) or has been starting for `BACKGROUND_START_LIMIT`, whichever
+    /// comes first.
     pub background: bool,
 }
 
 /// How long a VM started in the background keeps its idle priority: Chromium keeps
 /// working for a moment after its DevTools first answers.
 pub const BACKGROUND_START_SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
+/// The longest a VM started in the background keeps its idle priority, ready or not.
+pub const BACKGROUND_START_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// What a runtime's VMs can be given at launch beyond the basics; each `Err` says why
 /// not, for a 400 that the caller can act on.

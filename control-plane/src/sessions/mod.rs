@@ -285,13 +285,14 @@ impl Sessions {
         self: &Arc<Self>, claimed: SessionRecord, new: BrowserSpec,
     ) -> ServiceResult<Option<SessionRecord>> {
         self.changed(&claimed.id).await;
+        // In use from now on: what it takes on (a resize, a relaunch) runs at its weight.
+        self.promote(&claimed.id);
         if let Err(error) = self.apply_to_claimed(&claimed, &new).await {
             tracing::warn!(session_id = %claimed.id, %error, "a standby browser could not take the session's settings; starting one instead");
             self.end(&claimed, "could not take the session's settings").await?;
             return Ok(None);
         }
         self.touch(&claimed.id);
-        self.promote(&claimed.id);
         if let Some(url) = &claimed.vm_settings.start_url {
             self.open_url(&claimed, url).await;
         }

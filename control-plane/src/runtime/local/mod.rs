@@ -431,6 +431,15 @@ impl Runtime for LocalRuntime {
             }
         };
         let mut exited = exited;
+        if spec.background {
+            // On a host kept busy by browsers in use, an idle start could wait past its
+            // deadline and be started again and again: a late one gets its weight.
+            let (dir, weight) = (dir.clone(), self.config.limits.cpu_weight);
+            tokio::spawn(async move {
+                tokio::time::sleep(super::BACKGROUND_START_LIMIT).await;
+                promote(&dir, weight).await;
+            });
+        }
         let outcome = async {
             let client = AgentClient::new(&location)
                 .map_err(|error| RuntimeError::LaunchFailed(error.to_string()))?;
@@ -461,10 +470,10 @@ impl Runtime for LocalRuntime {
         .await;
         match outcome {
             Ok(()) if spec.background => {
-                let dir = dir.clone();
+                let (dir, weight) = (dir.clone(), self.config.limits.cpu_weight);
                 tokio::spawn(async move {
                     tokio::time::sleep(super::BACKGROUND_START_SETTLE).await;
-                    promote(&dir).await;
+                    promote(&dir, weight).await;
                 });
                 Ok(location)
             }
@@ -618,6 +627,8 @@ impl Runtime for LocalRuntime {
         if let Ok(mut servers) = self.egress_servers.lock() {
             servers.insert(session_id.to_owned(), server);
         }
+        // Its settle timer ended with the process that started it.
+        self.promote(session_id);
         Ok(())
     }
 
@@ -632,8 +643,8 @@ impl Runtime for LocalRuntime {
     }
 
     fn promote(&self, session_id: &str) {
-        let dir = self.browser_dir(session_id);
-        tokio::spawn(async move { promote(&dir).await });
+        let (dir, weight) = (self.browser_dir(session_id), self.config.limits.cpu_weight);
+        tokio::spawn(async move { promote(&dir, weight).await });
     }
 
     fn set_allowed_hosts(&self, session_id: &str, allowed_hosts: Option<HostAllowlist>) {
@@ -672,14 +683,17 @@ impl Runtime for LocalRuntime {
     }
 }
 
-/// Ends the idle priority of the VM in browser directory `dir`, if it has one of ours.
-async fn promote(dir: &Path) {
+/// Ends the idle priority of the VM in browser directory `dir`, if it has a group of
+/// ours, giving it CPU `weight`.
+async fn promote(dir: &Path, weight: u64) {
     let Some(group) = VmCgroup::noted(dir) else {
         return;
     };
-    match tokio::task::spawn_blocking(move || group.promote()).await {
-        Ok(Err(error)) => tracing::debug!(%error, "could not end a VM's idle priority"),
-        Err(error) => tracing::debug!(%error, "could not end a VM's idle priority"),
+    match tokio::task::spawn_blocking(move || group.promote(weight)).await {
+        Ok(Err(error)) => {
+            tracing::warn!(%error, dir = %dir.display(), "could not end a VM's idle priority")
+        }
+        Err(error) => tracing::warn!(%error, "could not end a VM's idle priority"),
         Ok(Ok(())) => {}
     }
 }
