@@ -90,7 +90,7 @@ impl VmCgroups {
         std::fs::write(&file, weight.to_string())
             .map_err(|error| format!("setting {}: {error}", file.display()))?;
         if let Hierarchy::V1(parents) = &found.hierarchy {
-            let starting = starting_cpu_group(&parents[2].join("any"));
+            let starting = idle_group_beside(&parents[2]);
             match set_up_idle_group(&starting) {
                 Ok(()) => found.starting_cpu = Some(starting),
                 Err(error) => tracing::warn!(
@@ -174,12 +174,17 @@ impl VmCgroup {
         (!dirs.is_empty()).then_some(Self { v2, dirs, starting_cpu: None })
     }
 
-    fn file(&self, controller: &str, name: &str) -> PathBuf {
+    /// The group's directory in `controller`'s hierarchy (its one directory in v2).
+    fn dir(&self, controller: &str) -> &Path {
         if self.v2 {
-            return self.dirs[0].join(name);
+            return &self.dirs[0];
         }
         let index = V1_CONTROLLERS.iter().position(|c| *c == controller).unwrap_or(0);
-        self.dirs[index].join(name)
+        &self.dirs[index]
+    }
+
+    fn file(&self, controller: &str, name: &str) -> PathBuf {
+        self.dir(controller).join(name)
     }
 
     /// Changes the group's CPU weight (cgroup v2's scale).
@@ -254,7 +259,8 @@ impl VmCgroup {
             }
         }
         let own = self.file("cpu", "cgroup.procs");
-        let starting = starting_cpu_group(&self.dirs[2]).join("tasks");
+        let vms = self.dir("cpu").parent().unwrap_or(self.dir("cpu"));
+        let starting = idle_group_beside(vms).join("tasks");
         let mut failures = Vec::new();
         for _ in 0..PROMOTION_READINGS {
             let vm_threads: std::collections::HashSet<i32> =
@@ -393,9 +399,8 @@ impl VmCgroup {
     }
 }
 
-/// The v1 idle CPU group beside the VMs' group that holds VM group `vm_cpu_group`.
-fn starting_cpu_group(vm_cpu_group: &Path) -> PathBuf {
-    let vms = vm_cpu_group.parent().unwrap_or(vm_cpu_group);
+/// The v1 idle CPU group beside `vms`, the VMs' CPU group.
+fn idle_group_beside(vms: &Path) -> PathBuf {
     vms.with_file_name(STARTING_VMS_GROUP)
 }
 
@@ -416,9 +421,7 @@ fn read_ids(file: &Path) -> std::io::Result<Vec<i32>> {
 
 /// The processes (thread-group ids) in the group directory `dir` of one hierarchy.
 fn processes_in(dir: &Path) -> Vec<i32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .map(|procs| procs.lines().filter_map(|line| line.trim().parse().ok()).collect())
-        .unwrap_or_default()
+    read_ids(&dir.join("cgroup.procs")).unwrap_or_default()
 }
 
 /// Whether every thread of process `pid` is stopped (or a zombie), or the process is gone.

@@ -434,11 +434,7 @@ impl Runtime for LocalRuntime {
         if spec.background {
             // On a host kept busy by browsers in use, an idle start could wait past its
             // deadline and be started again and again: a late one gets its weight.
-            let (dir, weight) = (dir.clone(), self.config.limits.cpu_weight);
-            tokio::spawn(async move {
-                tokio::time::sleep(super::BACKGROUND_START_LIMIT).await;
-                promote(&dir, weight).await;
-            });
+            self.promote_after(&spec.session_id, super::BACKGROUND_START_LIMIT);
         }
         let outcome = async {
             let client = AgentClient::new(&location)
@@ -470,11 +466,7 @@ impl Runtime for LocalRuntime {
         .await;
         match outcome {
             Ok(()) if spec.background => {
-                let (dir, weight) = (dir.clone(), self.config.limits.cpu_weight);
-                tokio::spawn(async move {
-                    tokio::time::sleep(super::BACKGROUND_START_SETTLE).await;
-                    promote(&dir, weight).await;
-                });
+                self.promote_after(&spec.session_id, super::BACKGROUND_START_SETTLE);
                 Ok(location)
             }
             Ok(()) => Ok(location),
@@ -643,8 +635,7 @@ impl Runtime for LocalRuntime {
     }
 
     fn promote(&self, session_id: &str) {
-        let (dir, weight) = (self.browser_dir(session_id), self.config.limits.cpu_weight);
-        tokio::spawn(async move { promote(&dir, weight).await });
+        self.promote_after(session_id, Duration::ZERO);
     }
 
     fn set_allowed_hosts(&self, session_id: &str, allowed_hosts: Option<HostAllowlist>) {
@@ -683,17 +674,23 @@ impl Runtime for LocalRuntime {
     }
 }
 
-/// Ends the idle priority of the VM in browser directory `dir`, if it has a group of
-/// ours, giving it CPU `weight`.
-async fn promote(dir: &Path, weight: u64) {
-    let Some(group) = VmCgroup::noted(dir) else {
-        return;
-    };
-    match tokio::task::spawn_blocking(move || group.promote(weight)).await {
-        Ok(Err(error)) => {
-            tracing::warn!(%error, dir = %dir.display(), "could not end a VM's idle priority")
-        }
-        Err(error) => tracing::warn!(%error, "could not end a VM's idle priority"),
-        Ok(Ok(())) => {}
+impl LocalRuntime {
+    /// Ends the idle priority of the session's VM (`VmCgroup::promote`) `delay` from now,
+    /// in the background; nothing if it has no group of ours by then.
+    fn promote_after(&self, session_id: &str, delay: Duration) {
+        let (dir, weight) = (self.browser_dir(session_id), self.config.limits.cpu_weight);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let Some(group) = VmCgroup::noted(&dir) else {
+                return;
+            };
+            match tokio::task::spawn_blocking(move || group.promote(weight)).await {
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, dir = %dir.display(), "could not end a VM's idle priority")
+                }
+                Err(error) => tracing::warn!(%error, "could not end a VM's idle priority"),
+                Ok(Ok(())) => {}
+            }
+        });
     }
 }
